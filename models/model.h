@@ -1,0 +1,62 @@
+// Model and cluster presets, validation of a ModelSpec, and the model's layer
+// list: what layers a model has, in order, and which stage holds which.
+//
+// The layer list is [embedding, block_0, ..., block_{L-1}, head]: the
+// embedding lives on the first stage; each block is a mixer (recurrence or
+// softmax attention) plus a SwiGLU MLP, pre-norm, residual; the head (final
+// norm, output layer, loss) lives on the last stage.
+//
+// Not the costs: those are in cost_model.h.
+//
+//   Result<pb::ModelSpec> m = ModelPreset("gdn-3b");
+//   std::vector<LayerKind> layers = LayerList(*m);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/stateflow.pb.h"
+
+namespace stateflow::models {
+
+enum class LayerKind { kEmbedding, kRecurrence, kAttention, kHead };
+
+std::string_view LayerKindName(LayerKind kind);
+
+// Presets (names listed by ModelPresetNames): the paper's models
+// "gdn-3b", "gdn-15b", "gdn-32b", "mamba3-3b", ..., their hybrids
+// "gdn-hybrid-3b", ..., "mamba3-hybrid-32b", and tiny ones for the backend
+// ("gdn-tiny", ...). Error: unknown name, listing the known ones.
+Result<pb::ModelSpec> ModelPreset(std::string_view name);
+std::vector<std::string> ModelPresetNames();
+
+// "a100-80gb-nvlink" (8 per node) and "cpu" (this kind of machine).
+Result<pb::ClusterSpec> ClusterPreset(std::string_view name);
+std::vector<std::string> ClusterPresetNames();
+
+// Checks every field a model needs (names the field: "model.hidden_size must
+// be > 0", "model.architecture: unknown 'foo' (known: gdn, mamba3)", heads
+// divisible by TP, ...). tensor_size is the TP degree.
+Status ValidateModel(const pb::ModelSpec& model, int tensor_size = 1);
+Status ValidateCluster(const pb::ClusterSpec& cluster);
+
+// [embedding, blocks..., head]; size num_layers + 2.
+std::vector<LayerKind> LayerList(const pb::ModelSpec& model);
+
+// Layers [first, last) of the layer list on one stage.
+struct StageLayers {
+  int first = 0;
+  int last = 0;
+};
+
+// Contiguous assignment of the layer list to `stages` stages balancing the
+// per-stage cost `layer_costs` (one value per layer of the layer list, e.g.
+// forward+backward time of one chunk); the embedding stays on stage 0 and the
+// head on the last stage; every stage gets at least one block. Exact
+// (minimises the maximum stage cost). Error if stages > num_layers.
+Result<std::vector<StageLayers>> AssignStages(
+    const std::vector<double>& layer_costs, int stages);
+
+}  // namespace stateflow::models

@@ -1,0 +1,41 @@
+// Task ids of the schedule: one action is the forward (F), backward (B) or,
+// when backward is split, weight-gradient (W) pass of chunk `chunk` of
+// microbatch `microbatch` on pipeline stage `stage`.
+//
+// Text form (round-trips through ParseAction): "<stage><pass><microbatch>.<chunk>",
+// e.g. "2F0.3" is stage 2, forward, microbatch 0, chunk 3. Not a container of
+// work: costs and buffers belong to the cost sources, not to the action.
+//
+//   Action a{.stage = 2, .pass = Pass::kForward, .microbatch = 0, .chunk = 3};
+//   assert(ToString(a) == "2F0.3" && *ParseAction("2F0.3") == a);
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace stateflow::schedule {
+
+enum class Pass : std::uint8_t { kForward, kBackward, kWeight };
+
+// 'F', 'B' or 'W'.
+char PassLetter(Pass pass);
+
+struct Action {
+  int stage = 0;       // r, 0..P-1
+  Pass pass = Pass::kForward;
+  int microbatch = 0;  // a, 0..M-1
+  int chunk = 0;       // i, 0..N-1
+
+  auto operator<=>(const Action&) const = default;
+};
+
+std::string ToString(const Action& action);
+
+// Parses the text form; the error names the text and what is wrong with it.
+Result<Action> ParseAction(std::string_view text);
+
+}  // namespace stateflow::schedule

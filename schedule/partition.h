@@ -1,0 +1,79 @@
+// Partitions of one sequence of T tokens into N chunks C_0..C_{N-1} with
+// boundaries 0 = c_0 < c_1 < ... < c_N = T (paper, "Hybrid-Aware Sequence
+// Chunking"). Chunk i starts at c_i and has s_i = c_{i+1} - c_i tokens.
+//
+//   equal:    c_i = i T / N
+//   balanced: Cost_i equal for all i, where
+//             Cost_i = W_tok s_i + W_soft (c_i s_i + s_i^2 / 2),
+//             W_tok = L_lin C_lin + C_dense, W_soft = L_soft C_soft.
+//             Since Cost_i = Acc(c_{i+1}) - Acc(c_i) with
+//             Acc(c) = W_tok c + W_soft c^2 / 2, the boundaries solve
+//             Acc(c_i) = (i / N) Acc(T) in closed form.
+//   alpha:    c_i(alpha) = (1 - alpha) c_i^equal + alpha c_i^balanced,
+//             alpha >= 0 (alpha > 1 exaggerates the imbalance),
+//             then rounded to the nearest multiple of the granularity with
+//             every chunk non-empty.
+//
+// Not a schedule: a partition says where chunks are, not when they run.
+//
+//   Result<Partition> p = MakePartition(65536, 8, 0.5, {1.0, 1e-4}, 128);
+//   p->length(3);  // s_3
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace stateflow::schedule {
+
+// Per-token and per-query-key-pair cost coefficients of Cost_i (any unit,
+// only their ratio matters). per_pair = 0 makes the balanced partition equal.
+struct ChunkCostCoefficients {
+  double per_token = 1.0;  // W_tok
+  double per_pair = 0.0;   // W_soft
+};
+
+class Partition {
+ public:
+  Partition() = default;
+  // REQUIRES: boundaries strictly increasing, starting at 0 (checked by
+  // MakeFromBoundaries, not here).
+  explicit Partition(std::vector<std::int64_t> boundaries)
+      : boundaries_(std::move(boundaries)) {}
+
+  int num_chunks() const { return static_cast<int>(boundaries_.size()) - 1; }
+  std::int64_t seq_len() const { return boundaries_.back(); }
+  std::int64_t start(int i) const { return boundaries_[i]; }         // c_i
+  std::int64_t length(int i) const {                                 // s_i
+    return boundaries_[i + 1] - boundaries_[i];
+  }
+  const std::vector<std::int64_t>& boundaries() const { return boundaries_; }
+
+  // Cost_i of the paper for these coefficients.
+  double ChunkCost(int i, const ChunkCostCoefficients& coeffs) const;
+
+ private:
+  std::vector<std::int64_t> boundaries_;  // (N + 1)
+};
+
+// Real-valued boundaries (N + 1 values) of the equal partition.
+std::vector<double> EqualBoundaries(std::int64_t seq_len, int num_chunks);
+
+// Real-valued boundaries of the FLOP-balanced partition, solved exactly.
+std::vector<double> BalancedBoundaries(std::int64_t seq_len, int num_chunks,
+                                       const ChunkCostCoefficients& coeffs);
+
+// The alpha-interpolated partition rounded to `granularity`. Errors (naming
+// the field): seq_len < 1, num_chunks < 1, alpha < 0 or not finite,
+// granularity < 1, or no way to cut seq_len into num_chunks non-empty chunks
+// whose inner boundaries are multiples of granularity.
+Result<Partition> MakePartition(std::int64_t seq_len, int num_chunks,
+                                double alpha,
+                                const ChunkCostCoefficients& coeffs,
+                                int granularity);
+
+// Checks user-given boundaries (e.g. from a plan file).
+Result<Partition> MakeFromBoundaries(std::vector<std::int64_t> boundaries);
+
+}  // namespace stateflow::schedule

@@ -1,0 +1,98 @@
+// A Plan: the order in which each pipeline stage runs its actions. It is the
+// only thing either executor (simulator, backend) is told about order
+// (ARCHITECTURE.md, invariant 1). A plan is data: it prints to and parses from
+// a text form that a user can edit by hand, and ValidatePlan proves that it
+// respects the paper's five precedence rules and cannot deadlock.
+//
+// Precedence rules (paper, "Scheduling Dependencies"), numbered as there:
+//   1. F(r-1,a,i) < F(r,a,i)     activation flows to the next stage
+//   2. F(r,a,i-1) < F(r,a,i)     boundary state flows to the next chunk
+//   3. F(r,a,i)   < B(r,a,i)     backward needs its forward
+//   4. B(r+1,a,i) < B(r,a,i)     activation gradient flows back
+//   5. B(r,a,i+1) < B(r,a,i)     boundary-state gradient flows back
+// and, when W actions are present, B(r,a,i) < W(r,a,i) on the same stage.
+//
+//   Result<Plan> plan = MakePlan("stateflow", /*P=*/4, /*M=*/2, /*N=*/3);
+//   Status ok = ValidatePlan(*plan);
+//   std::string text = PlanToText(*plan);  // ParsePlanText(text) gives it back
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "schedule/action.h"
+
+namespace stateflow::schedule {
+
+class Plan {
+ public:
+  Plan() = default;
+  Plan(std::string policy, int stages, int microbatches, int chunks,
+       std::vector<std::vector<Action>> per_stage)
+      : policy_(std::move(policy)),
+        stages_(stages),
+        microbatches_(microbatches),
+        chunks_(chunks),
+        per_stage_(std::move(per_stage)) {}
+
+  const std::string& policy() const { return policy_; }
+  int stages() const { return stages_; }              // P
+  int microbatches() const { return microbatches_; }  // M
+  int chunks() const { return chunks_; }              // N
+  // The actions of stage r in issue order.
+  const std::vector<Action>& stage(int r) const { return per_stage_[r]; }
+  const std::vector<std::vector<Action>>& per_stage() const { return per_stage_; }
+  std::size_t num_actions() const;
+
+ private:
+  std::string policy_;
+  int stages_ = 0;
+  int microbatches_ = 0;
+  int chunks_ = 0;
+  std::vector<std::vector<Action>> per_stage_;  // (P) lists
+};
+
+// The issue policies, by name:
+//   "gpipe":     all forwards in (microbatch, chunk) order, then all
+//                backwards, microbatch by microbatch, last chunk first.
+//   "1f1b":      conventional 1F1B over whole-sequence microbatches;
+//                requires chunks == 1.
+//   "stateflow": 1F1B over the M*N chunk units: stage r runs
+//                min(M*N, N + P - r - 1) forwards, then alternates one
+//                backward and one forward; forwards in (microbatch, chunk)
+//                order; backwards per microbatch from the last chunk to the
+//                first. With N = 1 it is 1f1b.
+// Errors name the field: unknown policy (listing the known ones), stages,
+// microbatches or chunks < 1, 1f1b with chunks != 1.
+Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
+                      int chunks);
+
+// The names MakePlan accepts.
+const std::vector<std::string>& PolicyNames();
+
+// Ok, or an error naming the broken rule (or missing/duplicate/out-of-range
+// action, or deadlock), the stage, step (index in the stage's list),
+// microbatch and chunk, followed (after the first line) by the per-stage grid
+// with the bad step marked. The first line alone is a complete message.
+Status ValidatePlan(const Plan& plan);
+
+// Text form:
+//   # comments and blank lines are ignored
+//   plan stateflow stages 4 microbatches 2 chunks 3
+//   stage 0: 0F0.0 0F0.1 0F0.2 ...
+//   stage 1: ...
+// Every stage line lists that stage's actions in order.
+std::string PlanToText(const Plan& plan);
+
+// Parses the text form. Errors are "<source_name>:<line>:<column>: message".
+// Parsing does not validate: call ValidatePlan.
+Result<Plan> ParsePlanText(std::string_view text,
+                           std::string_view source_name = "<plan>");
+
+// The per-stage grid (one row per stage, one column per step), for humans;
+// `mark` (if given) is surrounded by [brackets].
+std::string PlanGrid(const Plan& plan, const Action* mark = nullptr);
+
+}  // namespace stateflow::schedule

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what StateFlow needs from Debian's packages, and nothing that is
+# already there. Idempotent: a second run installs nothing and takes a second.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config git
+  libprotobuf-dev protobuf-compiler
+  libboost-program-options-dev
+  libeigen3-dev
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  libopenmpi-dev openmpi-bin
+  python3 python3-matplotlib
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
