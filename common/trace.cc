@@ -1,0 +1,95 @@
+#include "common/trace.h"
+
+#include <fstream>
+
+#include <google/protobuf/util/json_util.h>
+
+namespace stateflow {
+namespace {
+
+constexpr double kMicrosPerSecond = 1e6;
+
+}  // namespace
+
+TraceWriter::TraceWriter(std::string_view process_name, int pid) {
+  trace_.set_display_time_unit("ms");
+  BeginProcess(process_name, pid);
+}
+
+void TraceWriter::BeginProcess(std::string_view process_name, int pid) {
+  pid_ = pid;
+  named_.fill(false);
+  pb::TraceEvent* e = trace_.add_trace_events();
+  e->set_name("process_name");
+  e->set_ph("M");
+  e->set_pid(pid_);
+  (*e->mutable_args()->mutable_fields())["name"].set_string_value(std::string(process_name));
+}
+
+void TraceWriter::NameTrack(int stage) {
+  if (stage < 0 || static_cast<std::size_t>(stage) >= named_.size() || named_[stage]) return;
+  named_[stage] = true;
+  pb::TraceEvent* e = trace_.add_trace_events();
+  e->set_name("thread_name");
+  e->set_ph("M");
+  e->set_pid(pid_);
+  e->set_tid(stage);
+  (*e->mutable_args()->mutable_fields())["name"].set_string_value("stage " +
+                                                                  std::to_string(stage));
+  pb::TraceEvent* order = trace_.add_trace_events();
+  order->set_name("thread_sort_index");
+  order->set_ph("M");
+  order->set_pid(pid_);
+  order->set_tid(stage);
+  (*order->mutable_args()->mutable_fields())["sort_index"].set_number_value(stage);
+}
+
+void TraceWriter::AddSlice(int stage, std::string_view name, double start_s, double end_s) {
+  NameTrack(stage);
+  pb::TraceEvent* e = trace_.add_trace_events();
+  e->set_name(std::string(name));
+  e->set_cat(name.empty() ? "" : std::string(1, name[0]));
+  e->set_ph("X");
+  e->set_ts(start_s * kMicrosPerSecond);
+  e->set_dur((end_s - start_s) * kMicrosPerSecond);
+  e->set_pid(pid_);
+  e->set_tid(stage);
+}
+
+void TraceWriter::AddMemory(int stage, double time_s,
+                            const std::array<double, kNumBufferClasses>& bytes) {
+  NameTrack(stage);
+  pb::TraceEvent* e = trace_.add_trace_events();
+  e->set_name("memory stage " + std::to_string(stage));
+  e->set_ph("C");
+  e->set_ts(time_s * kMicrosPerSecond);
+  e->set_pid(pid_);
+  e->set_tid(stage);
+  auto& fields = *e->mutable_args()->mutable_fields();
+  for (int c = 0; c < kNumBufferClasses; ++c) {
+    fields[std::string(kBufferClassNames[c])].set_number_value(bytes[c]);
+  }
+}
+
+std::string TraceWriter::ToJson() const {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(trace_, &out, options);
+  return out;
+}
+
+Status TraceWriter::WriteFile(const std::string& path) const {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) return Status::Invalid("trace: cannot open '" + path + "' for writing");
+  file << ToJson() << '\n';
+  if (!file) return Status::Invalid("trace: write to '" + path + "' failed");
+  return Status::Ok();
+}
+
+std::string SliceName(char pass, int microbatch, int chunk) {
+  return std::string(1, pass) + " m" + std::to_string(microbatch) + " c" +
+         std::to_string(chunk);
+}
+
+}  // namespace stateflow

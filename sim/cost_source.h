@@ -1,0 +1,79 @@
+// Cost sources: where the simulator reads every duration and every buffer it
+// allocates (ARCHITECTURE.md, invariant 2: costs are data). One interface, two
+// sources today:
+//   - AnalyticCostSource: the analytic model (models/cost_model.h) on a
+//     cluster preset, summed over each stage's layers;
+//   - UniformCostSource: the idealised case of the paper's analysis, every
+//     chunk's forward takes 1/N and its backward 2/N time units, and
+//     communication is free. Memory still comes from the analytic model (the
+//     idealisation is about time only).
+// A later source replays measured per-chunk costs (a CostTable).
+//
+// Not the engine: a cost source answers "how long / how many bytes", never
+// "when".
+//
+//   std::unique_ptr<CostSource> costs = MakeUniformCostSource(setup);
+//   double t = costs->Duration(action);
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/buffer_class.h"
+#include "models/cost_model.h"
+#include "schedule/action.h"
+#include "schedule/partition.h"
+
+namespace stateflow::sim {
+
+// Bytes per buffer class.
+using ClassBytes = std::array<double, kNumBufferClasses>;
+
+// What one action does to its stage's memory: `at_start` is allocated when it
+// starts, `at_end` is added (usually negative: freed) when it ends.
+struct MemoryEffect {
+  ClassBytes at_start{};
+  ClassBytes at_end{};
+};
+
+// Everything about a simulated configuration that a cost source needs.
+struct SimSetup {
+  const models::CostModel* cost_model = nullptr;  // not owned
+  std::vector<models::StageLayers> stage_layers;  // (P)
+  schedule::Partition partition;                  // N chunks of T tokens
+  int microbatches = 1;                           // M
+};
+
+class CostSource {
+ public:
+  virtual ~CostSource() = default;
+
+  // "analytic", "uniform", ...
+  virtual std::string name() const = 0;
+  // "s", or "units" for the uniform source.
+  virtual std::string time_unit() const { return "s"; }
+
+  // Compute time of one action on its stage.
+  virtual double Duration(const schedule::Action& action) const = 0;
+  // Time from the end of `action` until its output (activation after F,
+  // activation gradient after B) has arrived at the neighbouring stage, not
+  // counting waiting for a busy link: latency + bytes / bandwidth.
+  virtual double TransferLatency(const schedule::Action& action) const = 0;
+  // How long the output occupies the link (bytes / bandwidth), so that
+  // transfers on one link queue behind each other.
+  virtual double TransferOccupancy(const schedule::Action& action) const = 0;
+
+  // Bytes held for the whole step (weights, gradients, optimizer state).
+  virtual ClassBytes StaticBytes(int stage) const = 0;
+  virtual MemoryEffect Memory(const schedule::Action& action) const = 0;
+};
+
+// The analytic model. REQUIRES: setup.cost_model outlives the source.
+std::unique_ptr<CostSource> MakeAnalyticCostSource(const SimSetup& setup);
+
+// The idealised uniform-time source (memory as the analytic model).
+std::unique_ptr<CostSource> MakeUniformCostSource(const SimSetup& setup);
+
+}  // namespace stateflow::sim

@@ -1,0 +1,182 @@
+#include "sim/engine.h"
+
+#include <cassert>
+#include <queue>
+#include <string>
+
+namespace stateflow::sim {
+namespace {
+
+using schedule::Action;
+using schedule::Pass;
+
+struct Event {
+  enum Kind : std::uint8_t { kActionEnd, kArrival };
+  double time_s;
+  std::uint64_t seq;
+  Kind kind;
+  int stage;        // the stage the event happens on
+  std::size_t key;  // kArrival: InputKey of the action whose input arrived
+
+  // Min-heap on (time, seq).
+  bool operator>(const Event& other) const {
+    if (time_s != other.time_s) return time_s > other.time_s;
+    return seq > other.seq;
+  }
+};
+
+class Engine {
+ public:
+  Engine(const schedule::Plan& plan, const CostSource& costs,
+         const EngineOptions& options)
+      : plan_(plan),
+        costs_(costs),
+        options_(options),
+        stages_(plan.stages()),
+        arrived_(static_cast<std::size_t>(plan.stages()) * plan.microbatches() *
+                     plan.chunks() * 2,
+                 0),
+        next_(stages_, 0),
+        busy_until_(stages_, -1.0),
+        live_(stages_),
+        link_free_s_(static_cast<std::size_t>(stages_) * 2, 0.0) {
+    result_.stages.resize(stages_);
+    for (int r = 0; r < stages_; ++r) {
+      live_[r] = costs_.StaticBytes(r);
+      NoteMemory(r, 0.0);
+    }
+  }
+
+  Result<EngineResult> Run() {
+    for (int r = 0; r < stages_; ++r) TryStart(r, 0.0);
+    double now = 0.0;
+    while (!queue_.empty()) {
+      const Event event = queue_.top();
+      queue_.pop();
+      assert(event.time_s >= now && "simulated time went backwards");
+      now = event.time_s;
+      ++result_.num_events;
+      if (event.kind == Event::kActionEnd) {
+        FinishAction(event.stage, now);
+      } else {
+        arrived_[event.key] = 1;
+      }
+      TryStart(event.stage, now);
+    }
+    for (int r = 0; r < stages_; ++r) {
+      if (next_[r] < plan_.stage(r).size()) {
+        return Status::Internal("simulator stuck: stage " + std::to_string(r) +
+                                " waits forever at step " + std::to_string(next_[r]) +
+                                " (" + schedule::ToString(plan_.stage(r)[next_[r]]) +
+                                "); was the plan validated?");
+      }
+      result_.step_time_s = std::max(result_.step_time_s, result_.stages[r].end_s);
+    }
+    return std::move(result_);
+  }
+
+ private:
+  // Index of "the input of action (r, a, i, F|B) has arrived".
+  std::size_t InputKey(int stage, Pass pass, int microbatch, int chunk) const {
+    const std::size_t per_stage =
+        static_cast<std::size_t>(plan_.microbatches()) * plan_.chunks();
+    return ((static_cast<std::size_t>(stage) * per_stage +
+             static_cast<std::size_t>(microbatch) * plan_.chunks() + chunk) << 1) |
+           (pass == Pass::kBackward ? 1u : 0u);
+  }
+
+  bool InputReady(const Action& a) const {
+    if (a.pass == Pass::kForward && a.stage == 0) return true;
+    if (a.pass == Pass::kBackward && a.stage == stages_ - 1) return true;
+    if (a.pass == Pass::kWeight) return true;
+    return arrived_[InputKey(a.stage, a.pass, a.microbatch, a.chunk)] != 0;
+  }
+
+  void TryStart(int r, double now) {
+    if (busy_until_[r] >= 0.0) return;  // running
+    if (next_[r] >= plan_.stage(r).size()) return;
+    const Action& a = plan_.stage(r)[next_[r]];
+    if (!InputReady(a)) return;
+    const double duration = costs_.Duration(a);
+    const MemoryEffect effect = costs_.Memory(a);
+    Apply(r, effect.at_start, now);
+    busy_until_[r] = now + duration;
+    result_.stages[r].busy_s += duration;
+    if (options_.record_timeline) {
+      result_.stages[r].slices.push_back({a, now, now + duration});
+    }
+    Push({now + duration, 0, Event::kActionEnd, r, 0});
+  }
+
+  void FinishAction(int r, double now) {
+    const Action& a = plan_.stage(r)[next_[r]];
+    Apply(r, costs_.Memory(a).at_end, now);
+    busy_until_[r] = -1.0;
+    ++next_[r];
+    result_.stages[r].end_s = now;
+    if (a.pass == Pass::kForward && r + 1 < stages_) {
+      Send(a, r + 1, /*link=*/2 * r, now);
+    } else if (a.pass == Pass::kBackward && r > 0) {
+      Send(a, r - 1, /*link=*/2 * r + 1, now);
+    }
+  }
+
+  // Sends `a`'s output to stage `to` over directed link `link`.
+  void Send(const Action& a, int to, std::size_t link, double now) {
+    const double start = std::max(now, link_free_s_[link]);
+    link_free_s_[link] = start + costs_.TransferOccupancy(a);
+    const double arrival = start + costs_.TransferLatency(a);
+    Push({arrival, 0, Event::kArrival, to, InputKey(to, a.pass, a.microbatch, a.chunk)});
+  }
+
+  void Apply(int r, const ClassBytes& delta, double now) {
+    bool changed = false;
+    for (int c = 0; c < kNumBufferClasses; ++c) {
+      if (delta[c] != 0.0) {
+        live_[r][c] += delta[c];
+        changed = true;
+      }
+    }
+    if (changed) NoteMemory(r, now);
+  }
+
+  void NoteMemory(int r, double now) {
+    double total = 0.0;
+    for (double b : live_[r]) total += b;
+    StageResult& s = result_.stages[r];
+    if (total > s.peak_bytes) {
+      s.peak_bytes = total;
+      s.peak_time_s = now;
+      s.peak_by_class = live_[r];
+    }
+    if (options_.record_timeline) s.memory.push_back({now, live_[r]});
+  }
+
+  void Push(Event e) {
+    e.seq = seq_++;
+    queue_.push(e);
+  }
+
+  const schedule::Plan& plan_;
+  const CostSource& costs_;
+  const EngineOptions options_;
+  const int stages_;
+  std::vector<char> arrived_;         // (P * M * N * 2)
+  std::vector<std::size_t> next_;     // (P) index of the next action
+  std::vector<double> busy_until_;    // (P) < 0 when idle
+  std::vector<ClassBytes> live_;      // (P)
+  std::vector<double> link_free_s_;   // (2P) directed links
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  std::uint64_t seq_ = 0;
+  EngineResult result_;
+};
+
+}  // namespace
+
+Result<EngineResult> RunPlan(const schedule::Plan& plan, const CostSource& costs,
+                             const EngineOptions& options) {
+  Engine engine(plan, costs, options);
+  return engine.Run();
+}
+
+}  // namespace stateflow::sim

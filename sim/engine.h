@@ -1,0 +1,75 @@
+// The discrete-event engine: executes a Plan's per-stage orders on simulated
+// devices whose durations and buffers come from a CostSource.
+//
+// Each stage has one compute stream that runs its actions in plan order; an
+// action starts as soon as the stream is free and its input has arrived (the
+// activation from stage r-1 for a forward, the activation gradient from stage
+// r+1 for a backward; same-stage dependencies hold by the plan's order, which
+// the validator proved). After a forward (backward) ends, its output is sent
+// to stage r+1 (r-1) over a point-to-point link: transfers on one directed
+// link run one at a time in FIFO order, each occupying it for bytes/bandwidth
+// and arriving latency + bytes/bandwidth after it starts.
+//
+// Determinism: events are ordered by (time, sequence number), the sequence
+// number being the order in which they were scheduled, so the same plan and
+// costs always give the same result, bit for bit.
+//
+// Memory: each stage keeps a ledger per buffer class: static bytes from time
+// 0, each action's allocations at its start and frees at its end. An end
+// event is processed before the start it enables, so a buffer freed at time t
+// does not count together with one allocated at t.
+//
+// Not the report: see report.h for step time, bubbles and OOM verdicts.
+//
+//   Result<EngineResult> r = RunPlan(plan, *costs, {.record_timeline = true});
+//   double step = r->step_time_s;
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "schedule/plan.h"
+#include "sim/cost_source.h"
+
+namespace stateflow::sim {
+
+struct EngineOptions {
+  // Keep every action's start/end and the memory after every change (for
+  // traces, plots and tests); costs time and memory on large plans.
+  bool record_timeline = false;
+};
+
+struct Slice {
+  schedule::Action action;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct MemorySample {
+  double time_s = 0;
+  ClassBytes bytes{};  // live bytes per class after the change at time_s
+};
+
+struct StageResult {
+  double busy_s = 0;
+  double end_s = 0;            // when its last action ended
+  double peak_bytes = 0;       // max over time of the total live bytes
+  double peak_time_s = 0;      // first time the peak was reached
+  ClassBytes peak_by_class{};  // live bytes per class at that moment
+  std::vector<Slice> slices;            // when record_timeline
+  std::vector<MemorySample> memory;     // when record_timeline
+};
+
+struct EngineResult {
+  double step_time_s = 0;
+  std::uint64_t num_events = 0;
+  std::vector<StageResult> stages;  // (P)
+};
+
+// REQUIRES: ValidatePlan(plan).ok(). An Internal error if the plan still
+// deadlocks (naming the stage and action it is stuck on).
+Result<EngineResult> RunPlan(const schedule::Plan& plan, const CostSource& costs,
+                             const EngineOptions& options = {});
+
+}  // namespace stateflow::sim

@@ -1,0 +1,62 @@
+// One simulated configuration, end to end: from a resolved scenario (model and
+// cluster filled in, see tools/scenario.h) and one schedule, build the cost
+// model, assign layers to stages, cut the sequence, make and validate the
+// plan, run the engine and summarise it as a Report.
+//
+// Not the command line (tools/) and not a search over configurations.
+//
+//   Result<Simulation> sim = Simulate(scenario, scenario.schedule());
+//   std::cout << sim->report.step_time_s();
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "common/status.h"
+#include "models/cost_model.h"
+#include "models/model.h"
+#include "proto/stateflow.pb.h"
+#include "schedule/partition.h"
+#include "schedule/plan.h"
+#include "sim/engine.h"
+
+namespace stateflow::sim {
+
+struct SimulationOptions {
+  bool record_timeline = false;
+  // Run this plan instead of the policy's (e.g. one edited by hand). Its
+  // stages, microbatches and chunks must match the scenario.
+  const schedule::Plan* plan = nullptr;
+};
+
+struct Simulation {
+  pb::Report report;
+  schedule::Plan plan;
+  schedule::Partition partition;
+  std::vector<models::StageLayers> stage_layers;
+  EngineResult engine;
+};
+
+// Errors name the scenario field at fault.
+Result<Simulation> Simulate(const pb::Scenario& scenario,
+                            const pb::ScheduleSpec& schedule,
+                            const SimulationOptions& options = {});
+
+// Cost-model options of a scenario and schedule (TP, microbatch size,
+// recompute mode).
+Result<models::CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
+                                                const pb::ScheduleSpec& schedule);
+
+// Stage assignment used by the simulator (and the backend): layers balanced
+// by their forward+backward FLOPs over the whole sequence.
+Result<std::vector<models::StageLayers>> AssignScenarioStages(
+    const models::CostModel& cost_model, int stages, std::int64_t seq_len);
+
+// The partition of a schedule: alpha-interpolated between equal and
+// FLOP-balanced for the whole model, rounded to the granularity (128 when
+// unset).
+Result<schedule::Partition> PartitionFor(const models::CostModel& cost_model,
+                                         std::int64_t seq_len,
+                                         const pb::ScheduleSpec& schedule);
+
+}  // namespace stateflow::sim

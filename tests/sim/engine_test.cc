@@ -1,0 +1,207 @@
+// The simulator against the paper's closed-form analysis (idealised uniform
+// costs, free communication), where it must be exact, and against the rules
+// any execution of a plan must obey.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "models/model.h"
+#include "sim/simulation.h"
+
+namespace stateflow::sim {
+namespace {
+
+// A recurrent GDN model with enough layers for P up to 16 stages.
+pb::Scenario UniformScenario(int stages, int microbatches, std::int64_t seq_len) {
+  pb::Scenario s;
+  s.set_name("uniform-test");
+  *s.mutable_model() = *models::ModelPreset("gdn-tiny");
+  s.mutable_model()->set_num_layers(16);
+  *s.mutable_cluster() = *models::ClusterPreset("a100-80gb-nvlink");
+  s.mutable_parallel()->set_pipeline_size(stages);
+  s.mutable_parallel()->set_tensor_size(1);
+  s.mutable_parallel()->set_data_size(1);
+  s.mutable_parallel()->set_microbatch_size(1);
+  s.mutable_parallel()->set_microbatches(microbatches);
+  s.set_seq_len(seq_len);
+  s.set_cost_model("uniform");
+  return s;
+}
+
+pb::ScheduleSpec Schedule(const std::string& policy, int chunks, const std::string& recompute) {
+  pb::ScheduleSpec spec;
+  spec.set_policy(policy);
+  spec.set_chunks(chunks);
+  spec.set_alpha(0);
+  spec.set_granularity(128);
+  spec.set_recompute(recompute);
+  return spec;
+}
+
+// Max over time of activations + boundary states on one stage.
+double PeakStored(const StageResult& stage) {
+  double peak = 0;
+  for (const MemorySample& m : stage.memory) {
+    peak = std::max(peak, m.bytes[static_cast<int>(BufferClass::kActivations)] +
+                              m.bytes[static_cast<int>(BufferClass::kBoundaryStates)]);
+  }
+  return peak;
+}
+
+struct Case {
+  int P, M, N;
+};
+
+std::vector<Case> RandomCases(int count) {
+  std::mt19937 rng(20261122);
+  std::vector<Case> cases = {{1, 1, 1}, {4, 4, 1}, {4, 1, 8}, {8, 16, 32}, {2, 3, 5}};
+  for (int k = 0; k < count; ++k) {
+    cases.push_back({std::uniform_int_distribution(1, 12)(rng),
+                     std::uniform_int_distribution(1, 12)(rng),
+                     std::uniform_int_distribution(1, 12)(rng)});
+  }
+  return cases;
+}
+
+TEST(UniformCosts, StepTimeMatchesThePapersFormulas) {
+  for (const Case& c : RandomCases(60)) {
+    SCOPED_TRACE("P=" + std::to_string(c.P) + " M=" + std::to_string(c.M) +
+                 " N=" + std::to_string(c.N));
+    const pb::Scenario s = UniformScenario(c.P, c.M, 128LL * c.N * 2);
+    const double t = 3.0;  // forward 1 + backward 2 units per whole microbatch
+    Result<Simulation> sf = Simulate(s, Schedule("stateflow", c.N, "none"));
+    ASSERT_TRUE(sf.ok()) << sf.status().message();
+    EXPECT_NEAR(sf->report.step_time_s(), (c.M * c.N + c.P - 1) * t / c.N, 1e-9);
+    Result<Simulation> base = Simulate(s, Schedule("1f1b", 1, "none"));
+    ASSERT_TRUE(base.ok()) << base.status().message();
+    EXPECT_NEAR(base->report.step_time_s(), (c.M + c.P - 1) * t, 1e-9);
+    // Busy time is the same work however it is cut: 3M units per stage.
+    for (const auto& stage : sf->report.stages()) EXPECT_NEAR(stage.busy_s(), 3.0 * c.M, 1e-9);
+  }
+}
+
+TEST(UniformCosts, PeakStoredActivationsMatchThePapersFormulas) {
+  for (const std::string recompute : {"none", "full"}) {
+    for (const Case& c : RandomCases(30)) {
+      SCOPED_TRACE(recompute + " P=" + std::to_string(c.P) + " M=" + std::to_string(c.M) +
+                   " N=" + std::to_string(c.N));
+      const std::int64_t seq_len = 128LL * c.N * 3;
+      const pb::Scenario s = UniformScenario(c.P, c.M, seq_len);
+      Result<Simulation> sf =
+          Simulate(s, Schedule("stateflow", c.N, recompute), {.record_timeline = true});
+      ASSERT_TRUE(sf.ok()) << sf.status().message();
+      Result<Simulation> base =
+          Simulate(s, Schedule("1f1b", 1, recompute), {.record_timeline = true});
+      ASSERT_TRUE(base.ok()) << base.status().message();
+
+      models::CostModelOptions opts;
+      opts.recompute = recompute == "full" ? models::Recompute::kFull : models::Recompute::kNone;
+      Result<models::CostModel> cm =
+          models::CostModel::Make(s.model(), s.precision(), s.cluster(), opts);
+      ASSERT_TRUE(cm.ok());
+      for (int r = 0; r < c.P; ++r) {
+        // A_r: one whole microbatch's stored activations; B_r: one chunk's
+        // boundary states (derived here from the cost model, layer by layer).
+        double a_whole = 0, a_chunk = 0, b = 0;
+        for (int l = sf->stage_layers[r].first; l < sf->stage_layers[r].last; ++l) {
+          a_whole += cm->StoredActivationBytes(l, seq_len);
+          a_chunk += cm->StoredActivationBytes(l, seq_len / c.N);
+          b += cm->BoundaryStateBytes(l);
+        }
+        EXPECT_NEAR(a_chunk * c.N, a_whole, 1e-6 * a_whole);  // A/N per equal chunk
+        const double units_sf = std::min(c.M * c.N, c.N + c.P - r - 1);
+        const double units_base = std::min(c.M, c.P - r);
+        EXPECT_NEAR(PeakStored(sf->engine.stages[r]), units_sf * (a_whole / c.N + b),
+                    1e-9 * a_whole);
+        EXPECT_NEAR(PeakStored(base->engine.stages[r]), units_base * (a_whole + b),
+                    1e-9 * a_whole);
+      }
+    }
+  }
+}
+
+// Every execution obeys the plan order, never overlaps on a stage, and
+// respects the cross-stage rules 1 and 4 with the link latency.
+TEST(AnalyticCosts, ExecutionRespectsPlanAndPrecedence) {
+  pb::Scenario s = UniformScenario(4, 3, 4096);
+  s.set_cost_model("analytic");
+  Result<Simulation> sim = Simulate(s, Schedule("stateflow", 4, "full"), {.record_timeline = true});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  const auto& stages = sim->engine.stages;
+  const double latency = s.cluster().pipeline_link().latency_s();
+  auto find = [&](int r, schedule::Pass pass, int a, int i) {
+    for (const Slice& sl : stages[r].slices) {
+      if (sl.action.pass == pass && sl.action.microbatch == a && sl.action.chunk == i) return sl;
+    }
+    ADD_FAILURE() << "missing action";
+    return Slice{};
+  };
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(stages[r].slices.size(), sim->plan.stage(r).size());
+    for (std::size_t k = 0; k < stages[r].slices.size(); ++k) {
+      EXPECT_EQ(stages[r].slices[k].action, sim->plan.stage(r)[k]);
+      if (k > 0) EXPECT_GE(stages[r].slices[k].start_s, stages[r].slices[k - 1].end_s);
+    }
+    for (const Slice& sl : stages[r].slices) {
+      if (sl.action.pass == schedule::Pass::kForward && r > 0) {
+        EXPECT_GE(sl.start_s, find(r - 1, sl.action.pass, sl.action.microbatch, sl.action.chunk).end_s + latency);
+      }
+      if (sl.action.pass == schedule::Pass::kBackward && r < 3) {
+        EXPECT_GE(sl.start_s, find(r + 1, sl.action.pass, sl.action.microbatch, sl.action.chunk).end_s + latency);
+      }
+    }
+  }
+  // Bubble fractions are consistent with busy time.
+  for (const auto& st : sim->report.stages()) {
+    EXPECT_NEAR(st.bubble_fraction(), 1.0 - st.busy_s() / sim->report.step_time_s(), 1e-12);
+  }
+}
+
+TEST(AnalyticCosts, DeterministicAcrossRuns) {
+  pb::Scenario s = UniformScenario(4, 4, 8192);
+  s.set_cost_model("analytic");
+  Result<Simulation> a = Simulate(s, Schedule("stateflow", 8, "none"), {.record_timeline = true});
+  Result<Simulation> b = Simulate(s, Schedule("stateflow", 8, "none"), {.record_timeline = true});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->report.SerializeAsString(), b->report.SerializeAsString());
+  for (std::size_t r = 0; r < a->engine.stages.size(); ++r) {
+    ASSERT_EQ(a->engine.stages[r].slices.size(), b->engine.stages[r].slices.size());
+    for (std::size_t k = 0; k < a->engine.stages[r].slices.size(); ++k) {
+      EXPECT_EQ(a->engine.stages[r].slices[k].start_s, b->engine.stages[r].slices[k].start_s);
+    }
+  }
+}
+
+TEST(AnalyticCosts, OomVerdictNamesStageAndClass) {
+  pb::Scenario s = UniformScenario(2, 4, 8192);
+  s.set_cost_model("analytic");
+  Result<Simulation> fits = Simulate(s, Schedule("1f1b", 1, "none"));
+  ASSERT_TRUE(fits.ok());
+  EXPECT_FALSE(fits->report.oom());
+  // A capacity just under the measured peak must be reported as OOM.
+  s.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(
+      fits->report.peak_memory_bytes() * 0.999);
+  Result<Simulation> tight = Simulate(s, Schedule("1f1b", 1, "none"));
+  ASSERT_TRUE(tight.ok());
+  EXPECT_TRUE(tight->report.oom());
+  EXPECT_NE(tight->report.oom_detail().find("stage "), std::string::npos);
+  EXPECT_NE(tight->report.oom_detail().find(tight->report.stages(0).peak_dominant_class()),
+            std::string::npos);
+}
+
+TEST(AnalyticCosts, SlowerLinksNeverSpeedUpTheStep) {
+  pb::Scenario s = UniformScenario(4, 4, 8192);
+  s.set_cost_model("analytic");
+  Result<Simulation> fast = Simulate(s, Schedule("stateflow", 4, "none"));
+  s.mutable_cluster()->mutable_pipeline_link()->set_latency_s(1e-3);
+  Result<Simulation> slow = Simulate(s, Schedule("stateflow", 4, "none"));
+  ASSERT_TRUE(fast.ok() && slow.ok());
+  EXPECT_GT(slow->report.step_time_s(), fast->report.step_time_s());
+  // The first chunk's forward and backward cross the P-1 links each way, one
+  // after the other.
+  EXPECT_GE(slow->report.step_time_s(), 2 * (4 - 1) * 1e-3);
+}
+
+}  // namespace
+}  // namespace stateflow::sim

@@ -1,0 +1,66 @@
+// Shared pieces of the `stateflow` subcommands: the exit-code convention, the
+// scenario options every command accepts, and error printing.
+//
+// Exit codes: 0 success; 2 bad input (flags, files, field values: the message
+// names which); 1 anything else (a resource ran out, an internal error).
+//
+// Not a library: only tools/ includes this.
+#pragma once
+
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "common/status.h"
+#include "proto/stateflow.pb.h"
+
+namespace stateflow::tools {
+
+namespace po = boost::program_options;
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+
+// Prints "stateflow <command>: <message>" to stderr and returns the exit code
+// for the status.
+int Fail(const std::string& command, const Status& status);
+
+// --scenario and the flag overrides of the common fields.
+struct ScenarioFlags {
+  std::string scenario_path;
+  std::string model_preset;
+  std::string cluster_preset;
+  std::string policy;
+  std::optional<long long> chunks;
+  std::optional<double> alpha;
+  std::optional<long long> microbatches;
+  std::optional<long long> stages;
+  std::optional<long long> tensor_size;
+  std::optional<long long> seq_len;
+  std::string recompute;
+  std::string cost_model;
+};
+
+// Adds the scenario options to `desc`, writing into `flags`.
+void AddScenarioOptions(po::options_description* desc, ScenarioFlags* flags);
+
+// Loads the scenario (the file, or the embedded default), applies the flag
+// overrides and resolves it. `policy` or `chunks`/`alpha` overrides apply to
+// the schedule under study; a `policy` override also drops the baselines.
+Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& flags);
+
+// Parses argv with `desc` (positional arguments are rejected); on error
+// returns a Status naming the bad option.
+Status ParseOptions(int argc, char** argv, const po::options_description& desc,
+                    po::variables_map* vm);
+
+// Subcommands (argv[0] is the subcommand name).
+int RunSimulate(int argc, char** argv);
+int RunPlanDump(int argc, char** argv);
+int RunPresets(int argc, char** argv);
+
+}  // namespace stateflow::tools

@@ -1,0 +1,95 @@
+// `stateflow plan-dump` and `stateflow presets`.
+#include <fstream>
+#include <iostream>
+
+#include "models/model.h"
+#include "schedule/plan.h"
+#include "sim/simulation.h"
+#include "tools/cli.h"
+#include "tools/scenario.h"
+
+namespace stateflow::tools {
+namespace {
+
+constexpr char kPlanDumpExamples[] = R"(examples:
+  stateflow plan-dump -P 4 -M 2 -N 3
+      print the StateFlow plan of the default scenario with 4 stages
+  stateflow plan-dump --policy 1f1b --out plan.txt
+  stateflow simulate --plan plan.txt
+      edit plan.txt by hand, then have it validated and simulated
+
+The text form: one line per stage listing its actions in order; an action
+"2F0.3" is stage 2, forward, microbatch 0, chunk 3 (B = backward).
+)";
+
+}  // namespace
+
+int RunPlanDump(int argc, char** argv) {
+  const char* name = "plan-dump";
+  ScenarioFlags flags;
+  std::string out_path;
+  po::options_description desc("stateflow plan-dump [options]");
+  desc.add_options()("help,h", "show this help")
+      ("out,o", po::value(&out_path), "write to this file instead of stdout");
+  AddScenarioOptions(&desc, &flags);
+  po::variables_map vm;
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(name, s);
+  if (vm.count("help")) {
+    std::cout << desc << "\n" << kPlanDumpExamples;
+    return kExitOk;
+  }
+  Result<pb::Scenario> scenario = LoadResolvedScenario(flags);
+  if (!scenario.ok()) return Fail(name, scenario.status());
+  const pb::ScheduleSpec& sched = scenario->schedule();
+  Result<schedule::Plan> plan =
+      schedule::MakePlan(sched.policy(), static_cast<int>(scenario->parallel().pipeline_size()),
+                         static_cast<int>(scenario->parallel().microbatches()),
+                         static_cast<int>(sched.chunks()));
+  if (!plan.ok()) return Fail(name, plan.status());
+  // The chunk boundaries, for the reader (the plan itself is order only).
+  std::string header = "# scenario " + scenario->name() + ", seq_len " +
+                       std::to_string(scenario->seq_len()) + "\n";
+  Result<models::CostModel> cm = models::CostModel::Make(
+      scenario->model(), scenario->precision(), scenario->cluster(),
+      *CostOptionsFor(*scenario, sched));
+  if (cm.ok()) {
+    Result<schedule::Partition> part = PartitionFor(*cm, scenario->seq_len(), sched);
+    if (!part.ok()) return Fail(name, part.status());
+    header += "# chunk boundaries:";
+    for (auto b : part->boundaries()) header += " " + std::to_string(b);
+    header += "\n";
+  }
+  const std::string text = header + schedule::PlanToText(*plan);
+  if (out_path.empty()) {
+    std::cout << text;
+    return kExitOk;
+  }
+  std::ofstream out(out_path);
+  out << text;
+  if (!out) return Fail(name, Status::Invalid(out_path + ": cannot write"));
+  std::cerr << "plan written to " << out_path << " (" << plan->num_actions() << " actions)\n";
+  return kExitOk;
+}
+
+int RunPresets(int argc, char** argv) {
+  po::options_description desc("stateflow presets");
+  desc.add_options()("help,h", "show this help");
+  po::variables_map vm;
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail("presets", s);
+  if (vm.count("help")) {
+    std::cout << desc << "\nexample:\n  stateflow presets\n";
+    return kExitOk;
+  }
+  std::cout << "models:\n";
+  for (const auto& n : models::ModelPresetNames()) {
+    const pb::ModelSpec m = *models::ModelPreset(n);
+    std::cout << "  " << n << "  (" << m.architecture() << ", "
+              << (m.layer_pattern().empty() ? "recurrent" : m.layer_pattern()) << ", "
+              << m.num_layers() << " layers, hidden " << m.hidden_size() << ")\n";
+  }
+  std::cout << "clusters:\n";
+  for (const auto& n : models::ClusterPresetNames()) std::cout << "  " << n << "\n";
+  return kExitOk;
+}
+
+}  // namespace stateflow::tools

@@ -1,0 +1,157 @@
+#include "tools/report_format.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+
+#ifndef SF_GIT_COMMIT
+#define SF_GIT_COMMIT ""
+#endif
+#ifndef SF_VERSION
+#define SF_VERSION ""
+#endif
+
+namespace stateflow::tools {
+namespace {
+
+std::string Printf(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, value);
+  return buf;
+}
+
+std::string Pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+std::string ScheduleLabel(const pb::Report& r) {
+  if (r.policy() == "stateflow" || r.policy() == "gpipe") {
+    return r.policy() + " N=" + std::to_string(r.chunks()) +
+           (r.alpha() != 0 ? Printf(" a=%.2f", r.alpha()) : "");
+  }
+  return r.policy();
+}
+
+std::string PeakWhere(const pb::Report& r) {
+  for (const auto& s : r.stages()) {
+    if (s.peak_memory_bytes() == r.peak_memory_bytes()) {
+      return FormatBytes(r.peak_memory_bytes()) + " (stage " + std::to_string(s.stage()) +
+             ", " + s.peak_dominant_class() + ")";
+    }
+  }
+  return FormatBytes(r.peak_memory_bytes());
+}
+
+std::string Throughput(const pb::Report& r) {
+  const double t = r.tokens_per_s();
+  if (r.time_unit() == "units") return Printf("%.4g tok/unit", t);
+  if (t >= 1e6) return Printf("%.3f M tok/s", t / 1e6);
+  if (t >= 1e3) return Printf("%.2f K tok/s", t / 1e3);
+  return Printf("%.1f tok/s", t);
+}
+
+std::string StageTable(const pb::Report& r) {
+  std::string out = "per stage, " + ScheduleLabel(r) + ":\n";
+  out += "  stage  layers    busy        bubble   peak memory   largest at peak\n";
+  for (const auto& s : r.stages()) {
+    out += "  " + Pad(std::to_string(s.stage()), 7) +
+           Pad(std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1), 10) +
+           Pad(FormatTime(s.busy_s(), r.time_unit()), 12) +
+           Pad(Printf("%.1f %%", 100.0 * s.bubble_fraction()), 9) +
+           Pad(FormatBytes(s.peak_memory_bytes()), 14) + s.peak_dominant_class() +
+           (s.oom() ? "  OOM" : "") + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatBytes(double bytes) {
+  const double kib = 1024.0;
+  if (bytes >= kib * kib * kib) return Printf("%.2f GiB", bytes / (kib * kib * kib));
+  if (bytes >= kib * kib) return Printf("%.1f MiB", bytes / (kib * kib));
+  if (bytes >= kib) return Printf("%.1f KiB", bytes / kib);
+  return Printf("%.0f B", bytes);
+}
+
+std::string FormatTime(double seconds, const std::string& unit) {
+  if (unit == "units") return Printf("%.4g units", seconds);
+  if (seconds >= 1.0) return Printf("%.3f s", seconds);
+  if (seconds >= 1e-3) return Printf("%.2f ms", seconds * 1e3);
+  return Printf("%.2f us", seconds * 1e6);
+}
+
+std::string ReportToJson(const pb::Report& report) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(report, &out, options);
+  return out;
+}
+
+void FillProvenance(int threads, pb::Report* report) {
+  pb::Provenance* p = report->mutable_provenance();
+  p->set_tool_version(SF_VERSION);
+  p->set_git_commit(SF_GIT_COMMIT);
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) p->set_host(host);
+  p->set_threads(threads);
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p->set_timestamp(stamp);
+}
+
+std::string FormatSimulateTable(const pb::Report& report) {
+  std::vector<const pb::Report*> all;
+  for (const auto& c : report.comparisons()) all.push_back(&c);
+  all.push_back(&report);  // baselines first, the schedule under study last
+
+  std::string out = "scenario " + report.scenario() + ": model " + report.model() + ", P=" +
+                    std::to_string(report.stages()) + " TP=" +
+                    std::to_string(report.tensor_size()) + " DP=" +
+                    std::to_string(report.data_size()) + ", M=" +
+                    std::to_string(report.microbatches()) + ", T=" +
+                    std::to_string(report.seq_len()) + ", recompute " + report.recompute() +
+                    ", cost model " + report.cost_model() + "\n\n";
+  const std::size_t label = 18, col = 30;
+  auto row = [&](const std::string& name, auto cell) {
+    out += Pad(name, label);
+    for (const pb::Report* r : all) out += Pad(cell(*r), col);
+    out += "\n";
+  };
+  row("", [](const pb::Report& r) { return ScheduleLabel(r); });
+  const pb::Report* base = all.front();
+  row("step time", [&](const pb::Report& r) {
+    std::string s = FormatTime(r.step_time_s(), r.time_unit());
+    if (&r != base && r.step_time_s() > 0) {
+      s += Printf(" (%.2fx)", base->step_time_s() / r.step_time_s());
+    }
+    return s;
+  });
+  row("throughput", [](const pb::Report& r) { return Throughput(r); });
+  row("bubble fraction",
+      [](const pb::Report& r) { return Printf("%.1f %%", 100.0 * r.bubble_fraction()); });
+  row("peak memory", [](const pb::Report& r) { return PeakWhere(r); });
+  row("fits in " + FormatBytes(report.capacity_bytes()),
+      [](const pb::Report& r) { return std::string(r.oom() ? "NO (OOM)" : "yes"); });
+  if (all.size() > 1 && report.peak_memory_bytes() > 0) {
+    out += Printf("\nmemory reduction vs the first column: %.2fx\n",
+                  base->peak_memory_bytes() / report.peak_memory_bytes());
+  }
+  for (const pb::Report* r : all) {
+    if (r->oom()) out += "OOM (" + ScheduleLabel(*r) + "): " + r->oom_detail() + "\n";
+  }
+  for (const pb::Report* r : all) out += "\n" + StageTable(*r);
+  return out;
+}
+
+}  // namespace stateflow::tools

@@ -1,0 +1,32 @@
+// Turning Reports into what people and other tools read: JSON with the
+// schema's snake_case names, and the human tables of `stateflow simulate`.
+//
+// Not the computation of any number: everything printed is in the Report.
+//
+//   std::cout << ReportToJson(report);
+//   std::cout << FormatSimulateTable(report);
+#pragma once
+
+#include <string>
+
+#include "proto/stateflow.pb.h"
+
+namespace stateflow::tools {
+
+// One JSON object, every field printed (zeros and false included), with the
+// proto field names.
+std::string ReportToJson(const pb::Report& report);
+
+// Machine, commit, threads and time of this run.
+void FillProvenance(int threads, pb::Report* report);
+
+// The side-by-side comparison of the report and its comparisons, then the
+// per-stage table of each.
+std::string FormatSimulateTable(const pb::Report& report);
+
+// "61.23 GiB", "512.0 MiB", ...
+std::string FormatBytes(double bytes);
+// "12.35 s", "812.4 ms", or "7.000 units" for the uniform cost model.
+std::string FormatTime(double seconds, const std::string& unit);
+
+}  // namespace stateflow::tools

@@ -1,0 +1,111 @@
+// `stateflow simulate`: one scenario, its schedule and baselines, simulated.
+#include <iostream>
+
+#include "common/trace.h"
+#include "schedule/plan.h"
+#include "sim/simulation.h"
+#include "tools/cli.h"
+#include "tools/report_format.h"
+#include "tools/scenario.h"
+
+namespace stateflow::tools {
+namespace {
+
+constexpr char kName[] = "simulate";
+
+constexpr char kExamples[] = R"(examples:
+  stateflow simulate
+      the default scenario: 3B GDN, 64K tokens, 8 A100s, StateFlow N=8 beside 1F1B
+  stateflow simulate --scenario scenarios/default.textproto --chunks 16 --json
+  stateflow simulate --policy stateflow -P 4 -M 8 -N 4 --cost-model uniform
+      the idealised case of the paper's analysis (times in units)
+  stateflow simulate --trace trace.json
+      open trace.json in ui.perfetto.dev: one track per stage, memory counters
+  stateflow plan-dump -N 4 --out plan.txt && stateflow simulate -N 4 --plan plan.txt
+      simulate a plan edited by hand (it is validated first)
+)";
+
+void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
+  trace->BeginProcess("simulate " + sim.report.policy() + " N=" +
+                          std::to_string(sim.report.chunks()),
+                      pid);
+  for (std::size_t r = 0; r < sim.engine.stages.size(); ++r) {
+    const StageResult& stage = sim.engine.stages[r];
+    for (const Slice& s : stage.slices) {
+      trace->AddSlice(static_cast<int>(r),
+                      SliceName(schedule::PassLetter(s.action.pass), s.action.microbatch,
+                                s.action.chunk),
+                      s.start_s, s.end_s);
+    }
+    for (const MemorySample& m : stage.memory) {
+      trace->AddMemory(static_cast<int>(r), m.time_s, m.bytes);
+    }
+  }
+}
+
+Result<schedule::Plan> LoadPlan(const std::string& path) {
+  std::string text;
+  SF_RETURN_IF_ERROR(ReadFile(path, &text));
+  SF_ASSIGN_OR_RETURN(schedule::Plan plan, schedule::ParsePlanText(text, path));
+  Status valid = schedule::ValidatePlan(plan);
+  if (!valid.ok()) return valid.WithPrefix(path);
+  return plan;
+}
+
+}  // namespace
+
+int RunSimulate(int argc, char** argv) {
+  ScenarioFlags flags;
+  std::string plan_path, trace_path;
+  po::options_description desc("stateflow simulate [options]");
+  desc.add_options()("help,h", "show this help")
+      ("json", "print the Report as JSON on stdout instead of the table")
+      ("plan", po::value(&plan_path), "simulate this plan file (see plan-dump) as the schedule")
+      ("trace", po::value(&trace_path), "write a Chrome/Perfetto trace to this file");
+  AddScenarioOptions(&desc, &flags);
+  po::variables_map vm;
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (vm.count("help")) {
+    std::cout << desc << "\n" << kExamples;
+    return kExitOk;
+  }
+  std::optional<schedule::Plan> plan;
+  if (!plan_path.empty()) {
+    Result<schedule::Plan> loaded = LoadPlan(plan_path);
+    if (!loaded.ok()) return Fail(kName, loaded.status());
+    plan = std::move(loaded).value();
+    // The plan decides the schedule's policy and chunk count; no baselines.
+    if (!flags.chunks) flags.chunks = plan->chunks();
+    if (flags.policy.empty()) flags.policy = plan->policy();
+  }
+  Result<pb::Scenario> scenario = LoadResolvedScenario(flags);
+  if (!scenario.ok()) return Fail(kName, scenario.status());
+
+  const bool want_trace = !trace_path.empty();
+  SimulationOptions options{.record_timeline = want_trace,
+                            .plan = plan ? &*plan : nullptr};
+  Result<Simulation> primary = Simulate(*scenario, scenario->schedule(), options);
+  if (!primary.ok()) return Fail(kName, primary.status());
+  TraceWriter trace("simulate");
+  if (want_trace) AddTrace(*primary, 0, &trace);
+
+  pb::Report report = primary->report;
+  for (int b = 0; b < scenario->baselines_size(); ++b) {
+    Result<Simulation> base = Simulate(*scenario, scenario->baselines(b),
+                                       {.record_timeline = want_trace});
+    if (!base.ok()) {
+      return Fail(kName, base.status().WithPrefix("baselines[" + std::to_string(b) + "]"));
+    }
+    *report.add_comparisons() = base->report;
+    if (want_trace) AddTrace(*base, b + 1, &trace);
+  }
+  FillProvenance(1, &report);
+  if (want_trace) {
+    if (Status s = trace.WriteFile(trace_path); !s.ok()) return Fail(kName, s);
+  }
+  std::cout << (vm.count("json") ? ReportToJson(report) : FormatSimulateTable(report));
+  if (want_trace && !vm.count("json")) std::cout << "\ntrace written to " << trace_path << "\n";
+  return kExitOk;
+}
+
+}  // namespace stateflow::tools
