@@ -57,23 +57,41 @@ class Partition {
   std::vector<std::int64_t> boundaries_;  // (N + 1)
 };
 
-// Real-valued boundaries (N + 1 values) of the equal partition.
+// Real-valued boundaries (N + 1 values) of the equal partition; c_0 = 0 and
+// c_N = seq_len exactly. Empty if num_chunks < 1.
 std::vector<double> EqualBoundaries(std::int64_t seq_len, int num_chunks);
 
-// Real-valued boundaries of the FLOP-balanced partition, solved exactly.
+// Real-valued boundaries of the FLOP-balanced partition, solved exactly:
+// c_i = 2 t_i / (W_tok + sqrt(W_tok^2 + 2 W_soft t_i)), t_i = (i/N) Acc(T)
+// (the positive root of the quadratic, in a form without cancellation).
+// per_pair == 0 returns EqualBoundaries. Empty if num_chunks < 1.
+// REQUIRES: coefficients finite, >= 0, not both 0 (MakePartition checks).
 std::vector<double> BalancedBoundaries(std::int64_t seq_len, int num_chunks,
                                        const ChunkCostCoefficients& coeffs);
 
-// The alpha-interpolated partition rounded to `granularity`. Errors (naming
-// the field): seq_len < 1, num_chunks < 1, alpha < 0 or not finite,
-// granularity < 1, or no way to cut seq_len into num_chunks non-empty chunks
-// whose inner boundaries are multiples of granularity.
+// The alpha-interpolated partition rounded to `granularity` (g). Each inner
+// boundary c_i(alpha), i = 1..N-1, is rounded to the nearest multiple of g
+// (halves away from zero); c_0 = 0 and c_N = seq_len stay exact, so the last
+// chunk need not be a multiple of g. Repair, which leaves boundaries that are
+// already distinct and inside (0, T) untouched: boundaries are clamped to the
+// multiples of g inside (0, T), sorted (alpha > 1 can make the real
+// boundaries non-monotone or push them past T), and then made strictly
+// increasing by moving a boundary that is not above its left neighbour one
+// multiple past it, and pulling back from the right end any that ran past
+// the last multiple below T. So alpha > 1 never fails, it only saturates:
+// a chunk it would make empty (or negative) gets one multiple of g instead.
+// Errors (naming the field): seq_len < 1, schedule.chunks < 1,
+// schedule.alpha < 0 or not finite, schedule.granularity < 1, coefficients
+// negative, not finite or both 0, or fewer than N - 1 multiples of g
+// inside (0, seq_len) ("seq_len 300 cannot be cut into 4 non-empty chunks at
+// granularity 128").
 Result<Partition> MakePartition(std::int64_t seq_len, int num_chunks,
                                 double alpha,
                                 const ChunkCostCoefficients& coeffs,
                                 int granularity);
 
-// Checks user-given boundaries (e.g. from a plan file).
+// Checks user-given boundaries (e.g. from a plan file): at least two values,
+// the first 0, strictly increasing. The error names the bad index.
 Result<Partition> MakeFromBoundaries(std::vector<std::int64_t> boundaries);
 
 }  // namespace stateflow::schedule

@@ -46,6 +46,9 @@ class Plan {
   const std::vector<std::vector<Action>>& per_stage() const { return per_stage_; }
   std::size_t num_actions() const;
 
+  // Same policy name, dimensions and per-stage lists.
+  bool operator==(const Plan&) const = default;
+
  private:
   std::string policy_;
   int stages_ = 0;
@@ -53,6 +56,10 @@ class Plan {
   int chunks_ = 0;
   std::vector<std::vector<Action>> per_stage_;  // (P) lists
 };
+
+// The largest microbatches * chunks a plan may have (so that every stage
+// list, up to 3 M N actions with W, is indexable by a 32-bit step).
+inline constexpr long long kMaxUnitsPerStage = 715'827'882;  // (2^31 - 1) / 3
 
 // The issue policies, by name:
 //   "gpipe":     all forwards in (microbatch, chunk) order, then all
@@ -65,12 +72,18 @@ class Plan {
 //                order; backwards per microbatch from the last chunk to the
 //                first. With N = 1 it is 1f1b.
 // Errors name the field: unknown policy (listing the known ones), stages,
-// microbatches or chunks < 1, 1f1b with chunks != 1.
+// microbatches or chunks < 1, microbatches * chunks > kMaxUnitsPerStage,
+// 1f1b with chunks != 1.
 Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
                       int chunks);
 
 // The names MakePlan accepts.
 const std::vector<std::string>& PolicyNames();
+
+// The number of forwards stage r of the "stateflow" policy runs before its
+// first backward: min(M N, N + P - r - 1) (for "1f1b", N = 1: min(M, P - r)).
+// REQUIRES: stages, microbatches, chunks >= 1 and 0 <= stage < stages.
+int StateflowWarmupForwards(int stages, int microbatches, int chunks, int stage);
 
 // Ok, or an error naming the broken rule (or missing/duplicate/out-of-range
 // action, or deadlock), the stage, step (index in the stage's list),
@@ -83,16 +96,42 @@ Status ValidatePlan(const Plan& plan);
 //   plan stateflow stages 4 microbatches 2 chunks 3
 //   stage 0: 0F0.0 0F0.1 0F0.2 ...
 //   stage 1: ...
-// Every stage line lists that stage's actions in order.
+// Every stage line lists that stage's actions in order. '#' starts a comment
+// anywhere on a line. REQUIRES: the policy name is one token (no whitespace
+// or '#'), as MakePlan's names are.
 std::string PlanToText(const Plan& plan);
 
-// Parses the text form. Errors are "<source_name>:<line>:<column>: message".
-// Parsing does not validate: call ValidatePlan.
+// Parses the text form. Errors are "<source_name>:<line>:<column>: message"
+// (1-based; a missing stage line points one past the last line). Checked
+// here, because they are about the text: the header's form and numbers
+// (>= 1, microbatches * chunks <= kMaxUnitsPerStage), one line per stage
+// in order 0..P-1 and exactly P of them, each action's syntax, and that each
+// action names the stage of its line and a microbatch and chunk below the
+// header's counts. Not checked: precedence, duplicates, completeness; call
+// ValidatePlan for those.
 Result<Plan> ParsePlanText(std::string_view text,
                            std::string_view source_name = "<plan>");
 
 // The per-stage grid (one row per stage, one column per step), for humans;
 // `mark` (if given) is surrounded by [brackets].
 std::string PlanGrid(const Plan& plan, const Action* mark = nullptr);
+
+// A rectangle of the grid: stages [first_stage, first_stage + num_stages) and
+// steps [first_step, first_step + num_steps), clipped to the plan; a negative
+// count means "to the end".
+struct GridWindow {
+  int first_stage = 0;
+  int num_stages = -1;
+  int first_step = 0;
+  int num_steps = -1;
+};
+
+// The grid restricted to `window`, with a first line saying which steps and
+// stages are shown when that is not all of them.
+std::string PlanGrid(const Plan& plan, const Action* mark, const GridWindow& window);
+
+// The window of +-radius steps and stages around (stage, step), for printing
+// one spot of a big plan.
+GridWindow GridWindowAround(int stage, int step, int radius);
 
 }  // namespace stateflow::schedule
