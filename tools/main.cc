@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
       return code;
     }
   }
-  std::cerr << "stateflow: unknown command '" << name << "'\n";
-  PrintUsage(std::cerr);
+  std::string known;
+  for (const Command& c : kCommands) known += (known.empty() ? "" : ", ") + std::string(c.name);
+  std::cerr << "stateflow: unknown command '" << name << "' (commands: " << known
+            << "; see stateflow --help)\n";
   return kExitBadInput;
 }

@@ -1,0 +1,229 @@
+// The `stateflow` command line end to end: good runs produce readable
+// outputs, bad input gets one line naming the field (or file:line:column) and
+// exit code 2, never a crash or a hang.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "proto/stateflow.pb.h"
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string TempPath(const std::string& name) {
+  return std::string(SF_BINARY_DIR) + "/test-tmp-" + name;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs `stateflow <args>` with a time limit; stderr goes to a file.
+Run Stateflow(const std::string& args) {
+  static int counter = 0;
+  const std::string err_path = TempPath("stderr-" + std::to_string(counter++));
+  const std::string cmd = "timeout 60 " + std::string(SF_BINARY_DIR) + "/stateflow " + args +
+                          " 2>" + err_path;
+  Run run;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return run;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.err = Slurp(err_path);
+  std::remove(err_path.c_str());
+  return run;
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = TempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+int Lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += (c == '\n');
+  return n;
+}
+
+// A valid small scenario to break one field at a time.
+std::string SmallScenario(const std::string& extra = "") {
+  return "name: \"small\"\nmodel_preset: \"gdn-3b\"\ncluster_preset: \"a100-80gb-nvlink\"\n"
+         "parallel { pipeline_size: 4 microbatches: 4 }\nseq_len: 8192\n"
+         "schedule { policy: \"stateflow\" chunks: 4 recompute: \"full\" }\n" + extra;
+}
+
+void ExpectBadInput(const Run& run, const std::string& needle) {
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find(needle), std::string::npos) << "stderr: " << run.err;
+  EXPECT_EQ(Lines(run.err), 1) << "stderr: " << run.err;
+  EXPECT_TRUE(run.out.empty()) << run.out;
+}
+
+TEST(Cli, DefaultScenarioPrintsTheComparison) {
+  Run run = Stateflow("simulate");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("1f1b"), std::string::npos);
+  EXPECT_NE(run.out.find("stateflow N=8"), std::string::npos);
+  EXPECT_NE(run.out.find("step time"), std::string::npos);
+  EXPECT_NE(run.out.find("peak memory"), std::string::npos);
+}
+
+TEST(Cli, JsonIsTheReportSchema) {
+  Run run = Stateflow("simulate --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  stateflow::pb::Report report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok()) << run.out;
+  for (const char* key : {"\"step_time_s\"", "\"tokens_per_s\"", "\"bubble_fraction\"",
+                          "\"oom\"", "\"stages\"", "\"peak_memory_bytes\"", "\"busy_s\""}) {
+    EXPECT_NE(run.out.find(key), std::string::npos) << key;
+  }
+  EXPECT_EQ(report.stages_size(), 8);
+  EXPECT_EQ(report.policy(), "stateflow");
+  ASSERT_EQ(report.comparisons_size(), 1);
+  EXPECT_EQ(report.comparisons(0).policy(), "1f1b");
+  EXPECT_GT(report.step_time_s(), 0);
+  EXPECT_NEAR(report.tokens_per_s(), 8 * 65536 / report.step_time_s(),
+              1e-9 * report.tokens_per_s());
+}
+
+TEST(Cli, UniformCostModelFromTheFlag) {
+  Run run = Stateflow("simulate --policy stateflow -P 4 -M 8 -N 4 --cost-model uniform --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  stateflow::pb::Report report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+  EXPECT_EQ(report.time_unit(), "units");
+  EXPECT_NEAR(report.step_time_s(), (8 * 4 + 4 - 1) * 3.0 / 4, 1e-9);
+  EXPECT_EQ(report.comparisons_size(), 0);
+}
+
+TEST(Cli, TraceHasOneTrackPerStageAndMemoryCounters) {
+  const std::string path = TempPath("trace.json");
+  Run run = Stateflow("simulate -P 4 -M 2 -N 3 --trace " + path);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  stateflow::pb::Trace trace;
+  const std::string text = Slurp(path);
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text, &trace).ok());
+  EXPECT_NE(text.find("\"traceEvents\""), std::string::npos);
+  int slices = 0, counters = 0, tracks = 0;
+  for (const auto& e : trace.trace_events()) {
+    slices += e.ph() == "X" && e.pid() == 0;
+    counters += e.ph() == "C";
+    tracks += e.ph() == "M" && e.name() == "thread_name" && e.pid() == 0;
+  }
+  EXPECT_EQ(slices, 4 * 2 * 2 * 3);  // P * (F, B) * M * N for the schedule under study
+  EXPECT_EQ(tracks, 4);
+  EXPECT_GT(counters, 0);
+  EXPECT_NE(text.find("\"F m1 c2\""), std::string::npos);
+}
+
+TEST(Cli, PlanDumpRoundTripsThroughSimulate) {
+  const std::string path = TempPath("plan.txt");
+  ASSERT_EQ(Stateflow("plan-dump -P 4 -M 2 -N 3 --out " + path).exit_code, 0);
+  Run direct = Stateflow("simulate -P 4 -M 2 -N 3 --policy stateflow --json");
+  Run replay = Stateflow("simulate -P 4 -M 2 --plan " + path + " --json");
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  stateflow::pb::Report a, b;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(direct.out, &a).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(replay.out, &b).ok());
+  EXPECT_EQ(a.step_time_s(), b.step_time_s());
+  EXPECT_EQ(a.peak_memory_bytes(), b.peak_memory_bytes());
+}
+
+TEST(Cli, HandBrokenPlanIsRejectedWithTheRule) {
+  const std::string path = TempPath("broken-plan.txt");
+  ASSERT_EQ(Stateflow("plan-dump -P 2 -M 1 -N 2 --out " + path).exit_code, 0);
+  std::string text = Slurp(path);
+  // Swap the first two forwards of stage 0: chunk 1 before chunk 0 breaks rule 2.
+  const auto a = text.find("0F0.0"), b = text.find("0F0.1");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  text.replace(b, 5, "0F0.0");
+  text.replace(a, 5, "0F0.1");
+  WriteFile("broken-plan.txt", text);
+  Run run = Stateflow("simulate -P 2 -M 1 --plan " + path);
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("rule 2"), std::string::npos) << run.err;
+}
+
+TEST(Cli, MalformedScenarioNamesFileLineColumn) {
+  const std::string path = WriteFile("malformed.textproto",
+                                     "name: \"x\"\nparallel { pipeline_size: 4 \n seq_len: }\n");
+  Run run = Stateflow("simulate --scenario " + path);
+  ExpectBadInput(run, path + ":3:");
+}
+
+TEST(Cli, UnknownFieldInScenarioNamesIt) {
+  ExpectBadInput(Stateflow("simulate --scenario " +
+                           WriteFile("unknown.textproto", SmallScenario("chunkz: 3\n"))),
+                 "chunkz");
+}
+
+TEST(Cli, MissingScenarioFileNamesThePath) {
+  ExpectBadInput(Stateflow("simulate --scenario /nonexistent/x.textproto"),
+                 "/nonexistent/x.textproto");
+}
+
+TEST(Cli, InvalidValuesNameTheField) {
+  ExpectBadInput(Stateflow("simulate --scenario " +
+                           WriteFile("n0.textproto",
+                                     "name: \"x\"\nmodel_preset: \"gdn-3b\"\ncluster_preset: "
+                                     "\"a100-80gb-nvlink\"\nparallel { pipeline_size: 4 "
+                                     "microbatches: 4 }\nseq_len: 8192\nschedule { policy: "
+                                     "\"stateflow\" chunks: 0 }\n")),
+                 "schedule.chunks");
+  ExpectBadInput(Stateflow("simulate --chunks 0"), "--chunks");
+  ExpectBadInput(Stateflow("simulate --alpha -0.5"), "alpha");
+  ExpectBadInput(Stateflow("simulate --scenario " +
+                           WriteFile("alpha.textproto",
+                                     SmallScenario("baselines { policy: \"stateflow\" chunks: 2 "
+                                                   "alpha: -1 }\n"))),
+                 "baselines[0].alpha");
+  ExpectBadInput(Stateflow("simulate -P 40"), "parallel.pipeline_size");
+  ExpectBadInput(Stateflow("simulate --seq-len 300 -N 4"), "300");
+  ExpectBadInput(Stateflow("simulate --policy zigzag"), "schedule.policy");
+  ExpectBadInput(Stateflow("simulate --policy 1f1b -N 4"), "schedule.chunks");
+  ExpectBadInput(Stateflow("simulate --recompute some"), "recompute");
+  ExpectBadInput(Stateflow("simulate --cost-model magic"), "cost_model");
+  ExpectBadInput(Stateflow("simulate --model gpt-5"), "model_preset");
+  ExpectBadInput(Stateflow("simulate --scenario " +
+                           WriteFile("arch.textproto",
+                                     SmallScenario("model { architecture: \"rwkv\" }\n"))),
+                 "model.architecture");
+  ExpectBadInput(Stateflow("simulate --scenario " +
+                           WriteFile("cap.textproto",
+                                     SmallScenario("cluster { device { memory_capacity_bytes: -1 "
+                                                   "} }\n"))),
+                 "memory_capacity_bytes");
+  ExpectBadInput(Stateflow("simulate --stages abc"), "stages");
+  ExpectBadInput(Stateflow("simulate --no-such-flag"), "no-such-flag");
+  ExpectBadInput(Stateflow("frobnicate"), "frobnicate");
+}
+
+TEST(Cli, HelpHasExamples) {
+  Run run = Stateflow("simulate --help");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_NE(run.out.find("examples:"), std::string::npos);
+  EXPECT_NE(run.out.find("--chunks"), std::string::npos);
+}
+
+}  // namespace
