@@ -1,8 +1,8 @@
 // The analytic cost and memory model of one model on one device kind: FLOPs,
 // time and bytes per layer of the layer list (model.h) for one chunk of one
 // microbatch, given the chunk's start c and length s (tokens), under a
-// tensor-parallel degree and a recompute mode. Formulas and their sources are
-// in docs/design.md.
+// tensor-parallel degree and a recompute mode. Formulas, their derivations and
+// which numbers are assumptions: docs/cost-model.md.
 //
 // Everything is per device (already divided by TP) and per microbatch
 // (microbatch_size sequences).
@@ -13,7 +13,10 @@
 //   double t = cm->ForwardTime(layer, c, s);
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/buffer_class.h"
@@ -28,6 +31,7 @@ enum class Recompute { kNone, kFull };
 
 // "none" or "full" ("" means none). Error names schedule.recompute.
 Result<Recompute> ParseRecompute(std::string_view text);
+std::string_view RecomputeName(Recompute recompute);  // "none" or "full"
 
 struct CostModelOptions {
   int tensor_size = 1;
@@ -58,11 +62,20 @@ class CostModel {
   double BackwardFlops(int l, std::int64_t c, std::int64_t s) const;
   // What backward re-runs under full recompute (the forward), else 0.
   double RecomputeFlops(int l, std::int64_t c, std::int64_t s) const;
+  // Whether backward replays layer l's forward: blocks under full recompute
+  // (the embedding and head are outside the recompute region, as in
+  // Megatron-LM's full recompute of transformer layers).
+  bool Recomputed(int l) const;
 
   // ---- time in seconds on the cluster's device ----
   double ForwardTime(int l, std::int64_t c, std::int64_t s) const;
   // Includes recompute under full recompute.
   double BackwardTime(int l, std::int64_t c, std::int64_t s) const;
+  // HOOK for tensor-parallel communication (the all-reduces of one pass of
+  // layer l over s tokens). Not modelled yet: returns 0. Forward and backward
+  // times (and a recompute replay) each add it once, so filling it in here is
+  // the only change needed.
+  double TensorParallelCommTime(int l, std::int64_t s) const;
 
   // ---- bytes ----
   double ParamCount(int l) const;  // per device (after TP)
@@ -74,8 +87,15 @@ class CostModel {
   // The recurrent state and conv tail a chunk hands to the next (0 for
   // attention, embedding, head).
   double BoundaryStateBytes(int l) const;
-  // K/V of one token of one softmax-attention layer (0 for other layers).
+  // K/V of one token position (microbatch_size sequences) of one
+  // softmax-attention layer (0 for other layers): its K/V buffer holds
+  // KvBytesPerToken * seq_len from the microbatch's first forward to its last
+  // backward.
   double KvBytesPerToken(int l) const;
+  // The fp32 gradient accumulator of that K/V buffer (later chunks' backward
+  // adds into earlier positions' dK, dV): held from the microbatch's first
+  // backward to its last. 0 for other layers.
+  double KvGradBytesPerToken(int l) const;
   // Transient bytes while layer l runs forward / backward (incl. recompute)
   // on s tokens.
   double ForwardWorkspaceBytes(int l, std::int64_t s) const;
@@ -94,12 +114,37 @@ class CostModel {
   double Efficiency(double tokens) const;
 
  private:
+  // Per layer kind, per sequence, already divided by TP.
+  struct KindTable {
+    double fwd_token = 0, fwd_pair = 0, bwd_token = 0, bwd_pair = 0;  // FLOPs
+    double params = 0;
+    double stored_per_token = 0;  // bytes, no recompute
+    double fwd_scratch_per_token = 0, fwd_scratch_per_block = 0;  // bytes
+    double bwd_scratch_per_token = 0, bwd_scratch_per_block = 0;  // bytes
+    double boundary_bytes = 0;
+    double kv_per_token = 0;  // bytes, activation precision
+  };
+
   CostModel() = default;
+  void FillTables();
+  const KindTable& Table(int l) const;
+  // max(flops / (peak * efficiency), bytes / bandwidth) for s tokens.
+  double KernelTime(double flops, double min_bytes, std::int64_t s) const;
+  double MinForwardBytes(int l, std::int64_t s) const;
+  double MinBackwardBytes(int l, std::int64_t s) const;
+  // Tensors that forward makes beyond the layer's input (what full recompute
+  // re-creates), for s tokens of the microbatch.
+  double IntermediateBytes(int l, std::int64_t s) const;
+  double Tokens(std::int64_t s) const {
+    return static_cast<double>(s) * options_.microbatch_size;
+  }
+
   pb::ModelSpec model_;
   pb::PrecisionSpec precision_;
   pb::ClusterSpec cluster_;
   CostModelOptions options_;
   std::vector<LayerKind> layers_;
+  std::array<KindTable, 4> tables_;  // indexed by LayerKind
 };
 
 }  // namespace stateflow::models

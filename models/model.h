@@ -6,7 +6,8 @@
 // softmax attention) plus a SwiGLU MLP, pre-norm, residual; the head (final
 // norm, output layer, loss) lives on the last stage.
 //
-// Not the costs: those are in cost_model.h.
+// Not the costs: those are in cost_model.h. The presets' shapes, parameter
+// formulas and the reasons for each default are in docs/models.md.
 //
 //   Result<pb::ModelSpec> m = ModelPreset("gdn-3b");
 //   std::vector<LayerKind> layers = LayerList(*m);
@@ -44,6 +45,19 @@ Status ValidateCluster(const pb::ClusterSpec& cluster);
 
 // [embedding, blocks..., head]; size num_layers + 2.
 std::vector<LayerKind> LayerList(const pb::ModelSpec& model);
+
+// Whether block j (0-based, 0 <= j < num_layers) is softmax attention: in a
+// hybrid, iff (j + 1) % (hybrid_period + 1) == 0 (3:1 gives R R R A R R R A
+// ...); never in a recurrent model.
+bool IsAttentionBlock(const pb::ModelSpec& model, int block);
+
+// Softmax-attention K/V heads: attn_heads / gqa_group_size.
+int KvHeads(const pb::ModelSpec& model);
+
+// Parameters of one layer of kind `kind` (whole layer, before any TP split),
+// and of the whole model. REQUIRES: ValidateModel(model).ok().
+double LayerParamCount(const pb::ModelSpec& model, LayerKind kind);
+double ModelParamCount(const pb::ModelSpec& model);
 
 // Layers [first, last) of the layer list on one stage.
 struct StageLayers {

@@ -1,0 +1,302 @@
+// CostModel: the per-layer formulas of layer_formulas.h scaled to one chunk of
+// one microbatch on one TP rank, plus times from the device's peak, efficiency
+// curve and bandwidth. Derivations: docs/cost-model.md.
+#include "models/cost_model.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "models/layer_formulas.h"
+
+namespace stateflow::models {
+namespace {
+
+// Mixed-precision Adam defaults (proto/stateflow.proto, PrecisionSpec).
+constexpr double kDefaultWeightBytes = 2;
+constexpr double kDefaultGradientBytes = 4;
+constexpr double kDefaultOptimizerBytes = 12;
+constexpr double kDefaultActivationBytes = 2;
+
+// 0 takes the default; anything else must be a positive finite number.
+Status FillPrecisionField(const char* field, double default_bytes,
+                          double* bytes) {
+  if (*bytes == 0) *bytes = default_bytes;
+  if (*bytes > 0 && std::isfinite(*bytes)) return Status::Ok();
+  return Status::Invalid(std::string("precision.") + field +
+                         " must be > 0 (0 takes the default)");
+}
+
+Result<pb::PrecisionSpec> FillPrecision(pb::PrecisionSpec p) {
+  double w = p.weight_bytes(), g = p.gradient_bytes();
+  double o = p.optimizer_bytes(), a = p.activation_bytes();
+  SF_RETURN_IF_ERROR(FillPrecisionField("weight_bytes", kDefaultWeightBytes, &w));
+  SF_RETURN_IF_ERROR(
+      FillPrecisionField("gradient_bytes", kDefaultGradientBytes, &g));
+  SF_RETURN_IF_ERROR(
+      FillPrecisionField("optimizer_bytes", kDefaultOptimizerBytes, &o));
+  SF_RETURN_IF_ERROR(
+      FillPrecisionField("activation_bytes", kDefaultActivationBytes, &a));
+  p.set_weight_bytes(w);
+  p.set_gradient_bytes(g);
+  p.set_optimizer_bytes(o);
+  p.set_activation_bytes(a);
+  return p;
+}
+
+bool IsBlock(LayerKind kind) {
+  return kind == LayerKind::kRecurrence || kind == LayerKind::kAttention;
+}
+
+// The causal query-key pairs of chunk [c, c + s): c s + s^2 / 2 (the paper's
+// Cost_i; the exact count c s + s (s + 1) / 2 differs by s / 2).
+double Pairs(std::int64_t c, std::int64_t s) {
+  const double cd = static_cast<double>(c), sd = static_cast<double>(s);
+  return cd * sd + sd * sd / 2;
+}
+
+double KernelBlocks(std::int64_t s) {
+  return std::ceil(static_cast<double>(s) / kKernelBlockTokens);
+}
+
+}  // namespace
+
+Result<Recompute> ParseRecompute(std::string_view text) {
+  if (text.empty() || text == "none") return Recompute::kNone;
+  if (text == "full") return Recompute::kFull;
+  return Status::Invalid("schedule.recompute: unknown '" + std::string(text) +
+                         "' (known: none, full)");
+}
+
+std::string_view RecomputeName(Recompute recompute) {
+  return recompute == Recompute::kFull ? "full" : "none";
+}
+
+Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
+                                  const pb::PrecisionSpec& precision,
+                                  const pb::ClusterSpec& cluster,
+                                  const CostModelOptions& options) {
+  SF_RETURN_IF_ERROR(ValidateModel(model, options.tensor_size));
+  if (options.microbatch_size < 1) {
+    return Status::Invalid("parallel.microbatch_size must be >= 1");
+  }
+  SF_ASSIGN_OR_RETURN(pb::PrecisionSpec filled, FillPrecision(precision));
+  SF_RETURN_IF_ERROR(ValidateCluster(cluster));
+  CostModel cm;
+  cm.model_ = model;
+  cm.precision_ = std::move(filled);
+  cm.cluster_ = cluster;
+  cm.options_ = options;
+  cm.layers_ = LayerList(model);
+  cm.FillTables();
+  return cm;
+}
+
+void CostModel::FillTables() {
+  const int tp = options_.tensor_size;
+  const double act = precision_.activation_bytes();
+  for (LayerKind kind : {LayerKind::kEmbedding, LayerKind::kRecurrence,
+                         LayerKind::kAttention, LayerKind::kHead}) {
+    KindTable& t = tables_[static_cast<int>(kind)];
+    const bool present =
+        kind != LayerKind::kAttention || model_.layer_pattern() == "hybrid";
+    if (!present) continue;  // attention fields may be unset
+    const FlopCoeffs f = LayerFlopCoeffs(model_, kind);
+    t.fwd_token = f.fwd_token / tp;
+    t.fwd_pair = f.fwd_pair / tp;
+    t.bwd_token = f.bwd_token / tp;
+    t.bwd_pair = f.bwd_pair / tp;
+    t.params = LayerParamCount(model_, kind) / tp;
+    t.stored_per_token = StoredElemsNoRecompute(model_, kind).Bytes(act, tp);
+    const ScratchBytes fwd = ForwardScratch(model_, kind, act, tp);
+    const ScratchBytes bwd = BackwardScratch(model_, kind, act, tp);
+    t.fwd_scratch_per_token = fwd.per_token;
+    t.fwd_scratch_per_block = fwd.per_kernel_block;
+    t.bwd_scratch_per_token = bwd.per_token;
+    t.bwd_scratch_per_block = bwd.per_kernel_block;
+    t.boundary_bytes = BoundaryStateBytesPerSequence(model_, kind, act, tp);
+    if (kind == LayerKind::kAttention) {
+      t.kv_per_token = 2.0 * KvHeads(model_) * model_.attn_head_dim() * act / tp;
+    }
+  }
+}
+
+const CostModel::KindTable& CostModel::Table(int l) const {
+  assert(l >= 0 && l < num_layers());
+  return tables_[static_cast<int>(layers_[l])];
+}
+
+// ---------------------------------------------------------------- FLOPs ----
+
+double CostModel::ForwardFlops(int l, std::int64_t c, std::int64_t s) const {
+  const KindTable& t = Table(l);
+  return options_.microbatch_size *
+         (t.fwd_token * static_cast<double>(s) + t.fwd_pair * Pairs(c, s));
+}
+
+double CostModel::BackwardFlops(int l, std::int64_t c, std::int64_t s) const {
+  const KindTable& t = Table(l);
+  return options_.microbatch_size *
+         (t.bwd_token * static_cast<double>(s) + t.bwd_pair * Pairs(c, s));
+}
+
+bool CostModel::Recomputed(int l) const {
+  return options_.recompute == Recompute::kFull && IsBlock(layers_[l]);
+}
+
+double CostModel::RecomputeFlops(int l, std::int64_t c, std::int64_t s) const {
+  return Recomputed(l) ? ForwardFlops(l, c, s) : 0.0;
+}
+
+schedule::ChunkCostCoefficients CostModel::ChunkCoefficients(int first,
+                                                             int last) const {
+  assert(0 <= first && first <= last && last <= num_layers());
+  schedule::ChunkCostCoefficients coeffs;
+  coeffs.per_token = 0;
+  coeffs.per_pair = 0;
+  for (int l = first; l < last; ++l) {
+    const KindTable& t = Table(l);
+    coeffs.per_token += options_.microbatch_size * (t.fwd_token + t.bwd_token);
+    coeffs.per_pair += options_.microbatch_size * (t.fwd_pair + t.bwd_pair);
+  }
+  return coeffs;
+}
+
+// ---------------------------------------------------------------- times ----
+
+double CostModel::Efficiency(double tokens) const {
+  const auto& points = cluster_.device().efficiency();
+  if (points.empty()) return 1.0;
+  if (!(tokens > points[0].tokens())) return points[0].efficiency();
+  const int last = points.size() - 1;
+  if (tokens >= points[last].tokens()) return points[last].efficiency();
+  int i = 1;
+  while (points[i].tokens() < tokens) ++i;
+  const double x0 = std::log(points[i - 1].tokens());
+  const double x1 = std::log(points[i].tokens());
+  const double u = (std::log(tokens) - x0) / (x1 - x0);
+  return points[i - 1].efficiency() +
+         u * (points[i].efficiency() - points[i - 1].efficiency());
+}
+
+double CostModel::KernelTime(double flops, double min_bytes,
+                             std::int64_t s) const {
+  const pb::DeviceSpec& d = cluster_.device();
+  const double compute_s = flops / (d.peak_flops() * Efficiency(Tokens(s)));
+  const double memory_s = min_bytes / d.memory_bandwidth_bytes_per_s();
+  return std::max(compute_s, memory_s);
+}
+
+// The bytes a pass must at least move: a block or the head reads its weights
+// once and its input, and writes its output; the embedding gathers s rows.
+double CostModel::MinForwardBytes(int l, std::int64_t s) const {
+  const double act_row = Tokens(s) * model_.hidden_size() *
+                         precision_.activation_bytes();
+  if (layers_[l] == LayerKind::kEmbedding) {
+    return Tokens(s) * model_.hidden_size() * precision_.weight_bytes() +
+           act_row;
+  }
+  return WeightBytes(l) + 2 * act_row;
+}
+
+// Backward also reads and writes the gradient accumulators (for the
+// embedding, the s rows it scatters into).
+double CostModel::MinBackwardBytes(int l, std::int64_t s) const {
+  const double act_row = Tokens(s) * model_.hidden_size() *
+                         precision_.activation_bytes();
+  if (layers_[l] == LayerKind::kEmbedding) {
+    return Tokens(s) * model_.hidden_size() * 2 * precision_.gradient_bytes() +
+           act_row;
+  }
+  return WeightBytes(l) + 2 * GradientBytes(l) + 2 * act_row;
+}
+
+double CostModel::TensorParallelCommTime(int /*l*/, std::int64_t /*s*/) const {
+  return 0.0;  // HOOK: see the header.
+}
+
+double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {
+  return KernelTime(ForwardFlops(l, c, s), MinForwardBytes(l, s), s) +
+         TensorParallelCommTime(l, s);
+}
+
+double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
+  const double backward =
+      KernelTime(BackwardFlops(l, c, s), MinBackwardBytes(l, s), s) +
+      TensorParallelCommTime(l, s);
+  return backward + (Recomputed(l) ? ForwardTime(l, c, s) : 0.0);
+}
+
+// ---------------------------------------------------------------- bytes ----
+
+double CostModel::ParamCount(int l) const { return Table(l).params; }
+
+double CostModel::WeightBytes(int l) const {
+  return ParamCount(l) * precision_.weight_bytes();
+}
+
+double CostModel::GradientBytes(int l) const {
+  return ParamCount(l) * precision_.gradient_bytes();
+}
+
+double CostModel::OptimizerBytes(int l) const {
+  return ParamCount(l) * precision_.optimizer_bytes();
+}
+
+double CostModel::IntermediateBytes(int l, std::int64_t s) const {
+  const double input_per_token =
+      model_.hidden_size() * precision_.activation_bytes();
+  return Tokens(s) * (Table(l).stored_per_token - input_per_token);
+}
+
+double CostModel::StoredActivationBytes(int l, std::int64_t s) const {
+  if (layers_[l] == LayerKind::kEmbedding) return Tokens(s) * kTokenIdBytes;
+  if (Recomputed(l)) {  // only the layer's input
+    return Tokens(s) * model_.hidden_size() * precision_.activation_bytes();
+  }
+  return Tokens(s) * Table(l).stored_per_token;
+}
+
+double CostModel::BoundaryStateBytes(int l) const {
+  return options_.microbatch_size * Table(l).boundary_bytes;
+}
+
+double CostModel::KvBytesPerToken(int l) const {
+  return options_.microbatch_size * Table(l).kv_per_token;
+}
+
+double CostModel::KvGradBytesPerToken(int l) const {
+  return KvBytesPerToken(l) / precision_.activation_bytes() * kFp32Bytes;
+}
+
+double CostModel::ForwardWorkspaceBytes(int l, std::int64_t s) const {
+  const KindTable& t = Table(l);
+  const double scratch =
+      Tokens(s) * t.fwd_scratch_per_token +
+      options_.microbatch_size * KernelBlocks(s) * t.fwd_scratch_per_block;
+  // Under full recompute forward still makes every intermediate, then drops
+  // it; counted as if all were alive at once (an upper bound).
+  return scratch + (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
+}
+
+double CostModel::BackwardWorkspaceBytes(int l, std::int64_t s) const {
+  const KindTable& t = Table(l);
+  const double scratch =
+      Tokens(s) * t.bwd_scratch_per_token +
+      options_.microbatch_size * KernelBlocks(s) * t.bwd_scratch_per_block;
+  // One gradient per saved tensor (the same shapes), all alive at once.
+  const double gradients = Tokens(s) * t.stored_per_token;
+  return scratch + gradients +
+         (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
+}
+
+double CostModel::LogitsBytes(int l, std::int64_t s) const {
+  if (layers_[l] != LayerKind::kHead) return 0;
+  return Tokens(s) * model_.vocab_size() * kFp32Bytes / options_.tensor_size;
+}
+
+double CostModel::BoundaryActivationBytes(std::int64_t s) const {
+  return Tokens(s) * model_.hidden_size() * precision_.activation_bytes();
+}
+
+}  // namespace stateflow::models

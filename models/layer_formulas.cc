@@ -1,0 +1,313 @@
+// Per-layer parameters, FLOPs and tensor sizes. Derivations: docs/models.md
+// (parameters) and docs/cost-model.md (everything else).
+//
+// Dimension legend (one sequence, one token unless said otherwise):
+//   h  hidden size            m  SwiGLU size           V  vocabulary
+//   n  recurrence heads       dk, dv  GDN key/value head dims
+//   P  Mamba-3 head dim       N  Mamba-3 state dim     G  Mamba-3 groups
+//   d_in = n P (Mamba-3)      w  short-conv width      C  kernel block T_C
+//   Hq, Hkv, d  attention query heads, K/V heads, head dim
+#include "models/layer_formulas.h"
+
+namespace stateflow::models {
+namespace {
+
+// Elementwise FLOP conventions: RMSNorm 4 per element (square, sum, scale,
+// weight), SiLU 5 (negate, exp, add, divide, multiply), rotary 3.
+constexpr double kNormFlops = 4;
+constexpr double kSiluFlops = 5;
+constexpr double kRotaryFlops = 3;
+constexpr double kGateFlops = 10;  // per head: softplus/sigmoid/exp of gates
+
+struct Dims {
+  double h, m, vocab, n, dk, dv, P, N, G, d_in, w, C, hq, hkv, d;
+};
+
+Dims DimsOf(const pb::ModelSpec& model) {
+  Dims x{};
+  x.h = model.hidden_size();
+  x.m = model.mlp_size();
+  x.vocab = model.vocab_size();
+  x.n = model.num_heads();
+  x.dk = model.head_dim_k();
+  x.dv = model.head_dim_v();
+  x.P = model.head_dim_v();
+  x.N = model.state_dim();
+  x.G = kMambaGroups;
+  x.d_in = MambaInner(model);
+  x.w = model.conv_width();
+  x.C = kKernelBlockTokens;
+  x.hq = model.attn_heads();
+  x.hkv = KvHeads(model);
+  x.d = model.attn_head_dim();
+  return x;
+}
+
+bool IsMamba(const pb::ModelSpec& model) {
+  return model.architecture() == "mamba3";
+}
+
+// ---- FLOPs per token, forward ----
+
+// SwiGLU (3 matmuls, SiLU, product), two RMSNorms, two residual adds.
+double MlpAndNormsFlops(const Dims& x) {
+  return 6 * x.h * x.m + (kSiluFlops + 1) * x.m + 2 * kNormFlops * x.h +
+         2 * x.h;
+}
+
+// GDN projections, short conv, q/k L2 norms, gates, gated output norm.
+double GdnDenseFlops(const Dims& x) {
+  const double proj = 2 * x.h * x.n * (2 * x.dk + 2 * x.dv + 2) +
+                      2 * x.n * x.dv * x.h;
+  const double conv_channels = x.n * (2 * x.dk + x.dv);
+  const double conv = (2 * x.w + kSiluFlops) * conv_channels;
+  const double qk_norm = kNormFlops * 2 * x.n * x.dk;
+  const double out_norm = (kNormFlops + kSiluFlops + 1) * x.n * x.dv;
+  return proj + conv + qk_norm + kGateFlops * x.n + out_norm;
+}
+
+// Chunkwise gated delta rule (WY form), per token, all heads.
+double GdnCoreFlops(const Dims& x) {
+  const double intra = x.C * (6 * x.dk + 4 * x.dv) + 2 * x.C * x.C / 3;
+  const double inter = 6 * x.dk * x.dv;
+  return x.n * (intra + inter);
+}
+
+// What GDN's backward replays from S_in: W, U and the per-block states.
+double GdnReplayFlops(const Dims& x) {
+  return x.n * (2 * x.C * (x.dk + x.dv) + 4 * x.dk * x.dv);
+}
+
+double MambaDenseFlops(const Dims& x) {
+  const double bc = x.G * x.N;  // B or C channels
+  const double proj = 2 * x.h * (2 * x.d_in + 2 * bc + 2 * x.n + bc / 2) +
+                      2 * x.d_in * x.h;
+  const double conv_channels = x.d_in + 2 * bc;
+  const double conv = (2 * x.w + kSiluFlops + 1) * conv_channels;
+  const double bc_prep = (kNormFlops + kRotaryFlops + 1) * 2 * bc;
+  const double out_norm = (kNormFlops + kSiluFlops + 1) * x.d_in;
+  const double skip = 2 * x.d_in;
+  return proj + conv + kGateFlops * x.n + bc_prep + out_norm + skip;
+}
+
+// SSD-style chunked scan with Mamba-3's trapezoidal mask, per token.
+double MambaCoreFlops(const Dims& x) {
+  const double per_group = 2 * x.C * x.N;  // C B^T within a block
+  const double per_head = 2 * x.C            // decay/trapezoid mask
+                          + 2 * x.C * x.P    // (C B^T o L) X
+                          + 4 * x.N * x.P    // block state B^T X, output C S
+                          + 2 * x.N * x.P / x.C;  // state passing
+  return x.G * per_group + x.n * per_head;
+}
+
+double MambaReplayFlops(const Dims& x) {
+  return x.n * (2 * x.N * x.P + 2 * x.N * x.P / x.C);
+}
+
+double AttentionDenseFlops(const Dims& x) {
+  const double proj = 2 * x.h * (x.hq * x.d + 2 * x.hkv * x.d) +
+                      2 * x.hq * x.d * x.h;
+  return proj + kRotaryFlops * (x.hq + x.hkv) * x.d;
+}
+
+FlopCoeffs RecurrenceFlops(const pb::ModelSpec& model, const Dims& x) {
+  const bool mamba = IsMamba(model);
+  const double dense =
+      (mamba ? MambaDenseFlops(x) : GdnDenseFlops(x)) + MlpAndNormsFlops(x);
+  const double core = mamba ? MambaCoreFlops(x) : GdnCoreFlops(x);
+  const double replay = mamba ? MambaReplayFlops(x) : GdnReplayFlops(x);
+  FlopCoeffs f;
+  f.fwd_token = dense + core;
+  f.bwd_token = 2 * dense + 2 * core + replay;
+  return f;
+}
+
+FlopCoeffs AttentionFlops(const Dims& x) {
+  const double dense = AttentionDenseFlops(x) + MlpAndNormsFlops(x);
+  FlopCoeffs f;
+  f.fwd_token = dense;
+  f.bwd_token = 2 * dense;
+  f.fwd_pair = 4 * x.hq * x.d;   // Q K^T and P V
+  f.bwd_pair = 10 * x.hq * x.d;  // S again, dV, dP, dQ, dK
+  return f;
+}
+
+FlopCoeffs HeadFlops(const Dims& x) {
+  FlopCoeffs f;
+  f.fwd_token = kNormFlops * x.h + 2 * x.h * x.vocab + 4 * x.vocab;
+  f.bwd_token = 2 * kNormFlops * x.h + 4 * x.h * x.vocab + 2 * x.vocab;
+  return f;
+}
+
+// ---- stored tensors ----
+
+// Block input, norm-1 output, mixer residual sum, norm-2 output; SwiGLU gate,
+// up and product; the two norms' rstd.
+TokenElems BlockCommonElems(const Dims& x) {
+  TokenElems e;
+  e.replicated = 4 * x.h;
+  e.replicated_fp32 = 2;
+  e.sharded = 3 * x.m;
+  return e;
+}
+
+void AddGdnElems(const Dims& x, TokenElems* e) {
+  const double qkv = x.n * (2 * x.dk + x.dv);
+  e->sharded += qkv          // conv inputs
+                + qkv        // recurrence inputs q, k, v
+                + 4 * x.n    // gate and beta, before and after activation
+                + x.n * x.dv   // recurrence output
+                + x.n * x.dv   // output gate
+                + x.n * x.dv;  // gated-norm output (o_proj input)
+  e->sharded_fp32 += 3 * x.n;  // q, k L2 norms and output norm, per head
+}
+
+void AddMambaElems(const Dims& x, TokenElems* e) {
+  const double bc = x.G * x.N;
+  const double xbc = x.d_in + 2 * bc;
+  e->sharded += x.d_in        // z (gate)
+                + xbc         // conv inputs
+                + 2 * x.n + bc / 2  // dt, lambda, angle projections
+                + xbc         // conv outputs
+                + 2 * bc      // B, C after norm, bias and rotation
+                + 2 * x.n     // dt, lambda after activation
+                + x.d_in      // scan output
+                + x.d_in;     // gated-norm output (out_proj input)
+  e->sharded_fp32 += 3 * x.G;  // gated-norm and B, C norm rstd
+}
+
+void AddAttentionElems(const Dims& x, TokenElems* e) {
+  e->sharded += x.hq * x.d     // q after rotary
+                + x.hq * x.d;  // attention output (o_proj input)
+  e->sharded_fp32 += x.hq;     // log-sum-exp per head
+}
+
+}  // namespace
+
+double MambaInner(const pb::ModelSpec& model) {
+  return static_cast<double>(model.num_heads()) * model.head_dim_v();
+}
+
+double MlpAndNormsParamCount(const pb::ModelSpec& model) {
+  const Dims x = DimsOf(model);
+  return 3 * x.h * x.m + 2 * x.h;
+}
+
+double MixerParamCount(const pb::ModelSpec& model, LayerKind kind) {
+  const Dims x = DimsOf(model);
+  if (kind == LayerKind::kAttention) {
+    return x.h * (x.hq * x.d + 2 * x.hkv * x.d) + x.hq * x.d * x.h;
+  }
+  if (IsMamba(model)) {
+    const double bc = x.G * x.N;
+    return x.h * (2 * x.d_in + 2 * bc + 2 * x.n + bc / 2)  // in_proj
+           + (x.w + 1) * (x.d_in + 2 * bc)                 // conv + bias
+           + 3 * x.n                                       // A_log, D, dt_bias
+           + 2 * x.N + 2 * bc                              // B, C norms, biases
+           + x.d_in                                        // gated norm
+           + x.d_in * x.h;                                 // out_proj
+  }
+  return x.h * x.n * (2 * x.dk + 2 * x.dv)  // q, k, v, output gate
+         + 2 * x.h * x.n                    // a (decay), b (beta)
+         + 2 * x.n                          // A_log, dt_bias
+         + x.w * x.n * (2 * x.dk + x.dv)    // short conv on q, k, v
+         + x.dv                             // output norm
+         + x.n * x.dv * x.h;                // o_proj
+}
+
+FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind) {
+  const Dims x = DimsOf(model);
+  switch (kind) {
+    case LayerKind::kEmbedding: {
+      FlopCoeffs f;
+      f.bwd_token = x.h;  // scatter-add of the output gradient
+      return f;
+    }
+    case LayerKind::kRecurrence: return RecurrenceFlops(model, x);
+    case LayerKind::kAttention: return AttentionFlops(x);
+    case LayerKind::kHead: return HeadFlops(x);
+  }
+  return {};
+}
+
+TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind) {
+  const Dims x = DimsOf(model);
+  TokenElems e;
+  switch (kind) {
+    case LayerKind::kEmbedding:
+      return e;
+    case LayerKind::kHead:  // norm input and output (output-layer input)
+      e.replicated = 2 * x.h;
+      e.replicated_fp32 = 1;
+      return e;
+    case LayerKind::kRecurrence:
+      e = BlockCommonElems(x);
+      if (IsMamba(model)) {
+        AddMambaElems(x, &e);
+      } else {
+        AddGdnElems(x, &e);
+      }
+      return e;
+    case LayerKind::kAttention:
+      e = BlockCommonElems(x);
+      AddAttentionElems(x, &e);
+      return e;
+  }
+  return e;
+}
+
+ScratchBytes ForwardScratch(const pb::ModelSpec& model, LayerKind kind,
+                            double activation_bytes, int tensor_size) {
+  const Dims x = DimsOf(model);
+  const double tp = tensor_size;
+  ScratchBytes b;
+  if (kind == LayerKind::kHead) {
+    b.per_token = x.vocab / tp * activation_bytes;  // logits before upcast
+  } else if (kind == LayerKind::kRecurrence && IsMamba(model)) {
+    b.per_token = x.G * x.C * kFp32Bytes / tp;            // C B^T per block
+    b.per_kernel_block = x.n * x.P * x.N * kFp32Bytes / tp;  // block states
+  } else if (kind == LayerKind::kRecurrence) {
+    // W, U, new values, (I + A)^-1; per block: the states S.
+    b.per_token = x.n * (x.dk + 2 * x.dv + x.C) * activation_bytes / tp;
+    b.per_kernel_block = x.n * x.dk * x.dv * activation_bytes / tp;
+  }
+  return b;
+}
+
+ScratchBytes BackwardScratch(const pb::ModelSpec& model, LayerKind kind,
+                             double activation_bytes, int tensor_size) {
+  const Dims x = DimsOf(model);
+  const double tp = tensor_size;
+  ScratchBytes b = ForwardScratch(model, kind, activation_bytes, tensor_size);
+  if (kind == LayerKind::kRecurrence) {
+    // The replayed states' gradients, fp32.
+    const double state = IsMamba(model) ? x.n * x.P * x.N : x.n * x.dk * x.dv;
+    b.per_kernel_block += state * kFp32Bytes / tp;
+  } else if (kind == LayerKind::kAttention) {
+    // fp32 dQ accumulator and the row sums D = rowsum(dO o O).
+    b.per_token += x.hq * (x.d + 1) * kFp32Bytes / tp;
+  }
+  return b;
+}
+
+double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
+                                     double activation_bytes,
+                                     int tensor_size) {
+  if (kind != LayerKind::kRecurrence) return 0;
+  const Dims x = DimsOf(model);
+  const double tp = tensor_size;
+  if (IsMamba(model)) {
+    const double bc = x.G * x.N;
+    const double state = x.n * x.P * x.N * kFp32Bytes;
+    const double conv_tail = (x.w - 1) * (x.d_in + 2 * bc) * activation_bytes;
+    const double carry = (x.d_in + bc) * activation_bytes  // last x and B
+                         + bc / 2 * kFp32Bytes;            // rotation angle
+    return (state + conv_tail + carry) / tp;
+  }
+  const double state = x.n * x.dk * x.dv * kFp32Bytes;
+  const double conv_tail =
+      (x.w - 1) * x.n * (2 * x.dk + x.dv) * activation_bytes;
+  return (state + conv_tail) / tp;
+}
+
+}  // namespace stateflow::models

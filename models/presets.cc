@@ -1,0 +1,231 @@
+// Model and cluster presets. Every number here is explained in docs/models.md
+// (models) and docs/cost-model.md (clusters); which ones are the paper's and
+// which are our assumptions is said there.
+#include <array>
+#include <functional>
+#include <utility>
+
+#include "models/model.h"
+
+namespace stateflow::models {
+namespace {
+
+// The paper's three sizes ("Model Configurations"): layers, hidden size,
+// GDN / softmax-attention heads, Mamba-3 SSM heads, GQA group size.
+struct PaperSize {
+  const char* suffix;
+  int layers;
+  int hidden;
+  int heads;        // GDN and softmax attention
+  int ssm_heads;    // Mamba-3
+  int gqa_group;    // hybrids
+};
+constexpr std::array<PaperSize, 3> kPaperSizes = {{
+    {"3b", 32, 2560, 20, 80, 4},
+    {"15b", 40, 5120, 40, 160, 5},
+    {"32b", 64, 6144, 64, 192, 4},
+}};
+
+constexpr int kPaperVocab = 50304;
+constexpr int kConvWidth = 4;
+constexpr int kMambaHeadDim = 64;
+constexpr int kMambaStateDim = 128;
+constexpr int kHybridPeriod = 3;  // 3 recurrence layers per attention layer
+
+// The common SwiGLU size: (8/3) * hidden rounded up to a multiple of 256.
+int SwigluSize(int hidden) {
+  const int raw = (8 * hidden + 2) / 3;  // ceil(8 h / 3)
+  return (raw + 255) / 256 * 256;
+}
+
+pb::ModelSpec Common(const std::string& name, int layers, int hidden,
+                     int vocab, int mlp) {
+  pb::ModelSpec m;
+  m.set_name(name);
+  m.set_layer_pattern("recurrent");
+  m.set_num_layers(layers);
+  m.set_hidden_size(hidden);
+  m.set_vocab_size(vocab);
+  m.set_mlp_size(mlp);
+  m.set_conv_width(kConvWidth);
+  m.set_untied_embeddings(true);
+  return m;
+}
+
+// GDN: one key and one value head dim of hidden / heads (docs/models.md says
+// why not the expand_v = 2 layout).
+void SetGdn(pb::ModelSpec* m, int heads, int head_dim) {
+  m->set_architecture("gdn");
+  m->set_num_heads(heads);
+  m->set_head_dim_k(head_dim);
+  m->set_head_dim_v(head_dim);
+}
+
+// Mamba-3: heads of head_dim channels, state_dim states each.
+void SetMamba3(pb::ModelSpec* m, int heads, int head_dim, int state_dim) {
+  m->set_architecture("mamba3");
+  m->set_num_heads(heads);
+  m->set_head_dim_v(head_dim);
+  m->set_state_dim(state_dim);
+}
+
+void SetHybrid(pb::ModelSpec* m, int period, int attn_heads, int head_dim,
+               int gqa_group) {
+  m->set_layer_pattern("hybrid");
+  m->set_hybrid_period(period);
+  m->set_attn_heads(attn_heads);
+  m->set_attn_head_dim(head_dim);
+  m->set_gqa_group_size(gqa_group);
+}
+
+pb::ModelSpec PaperModel(const PaperSize& size, bool mamba, bool hybrid) {
+  std::string name = std::string(mamba ? "mamba3" : "gdn") +
+                     (hybrid ? "-hybrid-" : "-") + size.suffix;
+  pb::ModelSpec m = Common(name, size.layers, size.hidden, kPaperVocab,
+                           SwigluSize(size.hidden));
+  const int head_dim = size.hidden / size.heads;
+  if (mamba) {
+    SetMamba3(&m, size.ssm_heads, kMambaHeadDim, kMambaStateDim);
+  } else {
+    SetGdn(&m, size.heads, head_dim);
+  }
+  if (hybrid) SetHybrid(&m, kHybridPeriod, size.heads, head_dim, size.gqa_group);
+  return m;
+}
+
+// Tiny models for the CPU backend (byte-level vocabulary) and the simulator.
+std::vector<pb::ModelSpec> TinyModels() {
+  std::vector<pb::ModelSpec> out;
+  pb::ModelSpec gdn_tiny = Common("gdn-tiny", 4, 64, 256, 128);
+  SetGdn(&gdn_tiny, 2, 32);
+  out.push_back(gdn_tiny);
+
+  pb::ModelSpec gdn_small = Common("gdn-small", 6, 128, 256, 384);
+  SetGdn(&gdn_small, 4, 32);
+  out.push_back(gdn_small);
+
+  pb::ModelSpec gdn_hybrid_tiny = Common("gdn-hybrid-tiny", 4, 64, 256, 128);
+  SetGdn(&gdn_hybrid_tiny, 2, 32);
+  SetHybrid(&gdn_hybrid_tiny, kHybridPeriod, 4, 16, 2);
+  out.push_back(gdn_hybrid_tiny);
+
+  // expand 2: 128 inner channels = 4 heads of 32.
+  pb::ModelSpec mamba_tiny = Common("mamba3-tiny", 4, 64, 256, 128);
+  SetMamba3(&mamba_tiny, 4, 32, 16);
+  out.push_back(mamba_tiny);
+
+  pb::ModelSpec mamba_hybrid_tiny =
+      Common("mamba3-hybrid-tiny", 4, 64, 256, 128);
+  SetMamba3(&mamba_hybrid_tiny, 4, 32, 16);
+  SetHybrid(&mamba_hybrid_tiny, kHybridPeriod, 4, 16, 2);
+  out.push_back(mamba_hybrid_tiny);
+  return out;
+}
+
+std::vector<pb::ModelSpec> AllModels() {
+  std::vector<pb::ModelSpec> out;
+  for (bool mamba : {false, true}) {
+    for (bool hybrid : {false, true}) {
+      for (const PaperSize& size : kPaperSizes) {
+        out.push_back(PaperModel(size, mamba, hybrid));
+      }
+    }
+  }
+  for (pb::ModelSpec& m : TinyModels()) out.push_back(std::move(m));
+  return out;
+}
+
+pb::LinkSpec Link(double latency_s, double bandwidth_bytes_per_s) {
+  pb::LinkSpec link;
+  link.set_latency_s(latency_s);
+  link.set_bandwidth_bytes_per_s(bandwidth_bytes_per_s);
+  return link;
+}
+
+// A100 80 GB SXM, 8 per node on NVLink, nodes on InfiniBand. The efficiency
+// curve is an assumption (docs/cost-model.md), not a measurement.
+pb::ClusterSpec A100Cluster() {
+  pb::ClusterSpec c;
+  c.set_name("a100-80gb-nvlink");
+  pb::DeviceSpec* d = c.mutable_device();
+  d->set_name("A100-SXM4-80GB");
+  d->set_peak_flops(312e12);
+  d->set_memory_bandwidth_bytes_per_s(2.039e12);
+  d->set_memory_capacity_bytes(80.0 * 1024 * 1024 * 1024);
+  const std::array<std::pair<double, double>, 8> curve = {{{128, 0.30},
+                                                           {256, 0.38},
+                                                           {512, 0.46},
+                                                           {1024, 0.53},
+                                                           {2048, 0.59},
+                                                           {4096, 0.64},
+                                                           {8192, 0.68},
+                                                           {16384, 0.70}}};
+  for (const auto& [tokens, efficiency] : curve) {
+    pb::EfficiencyPoint* p = d->add_efficiency();
+    p->set_tokens(tokens);
+    p->set_efficiency(efficiency);
+  }
+  *c.mutable_pipeline_link() = Link(3e-6, 300e9);
+  *c.mutable_intra_node_link() = Link(3e-6, 300e9);
+  *c.mutable_inter_node_link() = Link(5e-6, 25e9);
+  c.set_devices_per_node(8);
+  return c;
+}
+
+// This kind of machine: 2 cores, fp32 Eigen kernels, MPI ranks talking
+// through shared memory. Rough figures (docs/cost-model.md); flat efficiency.
+pb::ClusterSpec CpuCluster() {
+  pb::ClusterSpec c;
+  c.set_name("cpu");
+  pb::DeviceSpec* d = c.mutable_device();
+  d->set_name("cpu-core");
+  d->set_peak_flops(30e9);
+  d->set_memory_bandwidth_bytes_per_s(10e9);
+  d->set_memory_capacity_bytes(24.0 * 1024 * 1024 * 1024);
+  pb::EfficiencyPoint* flat = d->add_efficiency();
+  flat->set_tokens(1);
+  flat->set_efficiency(1.0);
+  *c.mutable_pipeline_link() = Link(3e-6, 4e9);
+  *c.mutable_intra_node_link() = Link(3e-6, 4e9);
+  *c.mutable_inter_node_link() = Link(50e-6, 1.25e9);
+  c.set_devices_per_node(2);
+  return c;
+}
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ModelPresetNames() {
+  std::vector<std::string> names;
+  for (const pb::ModelSpec& m : AllModels()) names.push_back(m.name());
+  return names;
+}
+
+Result<pb::ModelSpec> ModelPreset(std::string_view name) {
+  for (pb::ModelSpec& m : AllModels()) {
+    if (m.name() == name) return std::move(m);
+  }
+  return Status::Invalid("model_preset: unknown '" + std::string(name) +
+                         "' (known: " + JoinNames(ModelPresetNames()) + ")");
+}
+
+std::vector<std::string> ClusterPresetNames() {
+  return {"a100-80gb-nvlink", "cpu"};
+}
+
+Result<pb::ClusterSpec> ClusterPreset(std::string_view name) {
+  if (name == "a100-80gb-nvlink") return A100Cluster();
+  if (name == "cpu") return CpuCluster();
+  return Status::Invalid("cluster_preset: unknown '" + std::string(name) +
+                         "' (known: " + JoinNames(ClusterPresetNames()) + ")");
+}
+
+}  // namespace stateflow::models

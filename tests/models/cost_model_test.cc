@@ -1,0 +1,367 @@
+// CostModel: the Cost_i identity, attention's growth with the chunk start,
+// recompute, TP, precision defaults, efficiency curve, times and state bytes.
+// Expected values come from the model's fields and the formulas of
+// docs/cost-model.md, recomputed here.
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "models/cost_model.h"
+
+namespace stateflow::models {
+namespace {
+
+CostModel MakeModel(const std::string& preset, int tp = 1, int mbs = 1,
+                    Recompute rc = Recompute::kNone,
+                    const std::string& cluster = "a100-80gb-nvlink") {
+  CostModelOptions o;
+  o.tensor_size = tp;
+  o.microbatch_size = mbs;
+  o.recompute = rc;
+  Result<CostModel> cm = CostModel::Make(*ModelPreset(preset), {},
+                                         *ClusterPreset(cluster), o);
+  EXPECT_TRUE(cm.ok()) << cm.status().message();
+  return *std::move(cm);
+}
+
+int FirstLayerOf(const CostModel& cm, LayerKind kind) {
+  for (int l = 0; l < cm.num_layers(); ++l) {
+    if (cm.layers()[l] == kind) return l;
+  }
+  return -1;
+}
+
+// ---- the paper's Cost_i ----
+
+TEST(CostModel, ChunkCostIdentity) {
+  std::mt19937_64 rng(42);
+  struct Case {
+    const char* preset;
+    int tp, mbs;
+  };
+  for (const Case& k : {Case{"gdn-hybrid-3b", 1, 1}, Case{"gdn-hybrid-15b", 2, 3},
+                        Case{"mamba3-hybrid-32b", 4, 1}, Case{"gdn-3b", 1, 2},
+                        Case{"mamba3-15b", 1, 1}, Case{"gdn-hybrid-tiny", 2, 2}}) {
+    const CostModel cm = MakeModel(k.preset, k.tp, k.mbs);
+    for (int trial = 0; trial < 50; ++trial) {
+      int first = static_cast<int>(rng() % (cm.num_layers() + 1));
+      int last = static_cast<int>(rng() % (cm.num_layers() + 1));
+      if (first > last) std::swap(first, last);
+      const std::int64_t c = 128 * static_cast<std::int64_t>(rng() % 512);
+      const std::int64_t s = 1 + static_cast<std::int64_t>(rng() % 32768);
+      double total = 0;
+      for (int l = first; l < last; ++l) {
+        total += cm.ForwardFlops(l, c, s) + cm.BackwardFlops(l, c, s);
+      }
+      const schedule::ChunkCostCoefficients w = cm.ChunkCoefficients(first, last);
+      const double sd = static_cast<double>(s), cd = static_cast<double>(c);
+      const double predicted = w.per_token * sd + w.per_pair * (cd * sd + sd * sd / 2);
+      EXPECT_NEAR(total, predicted, 1e-12 * std::max(1.0, total))
+          << k.preset << " layers [" << first << ", " << last << ") c " << c
+          << " s " << s;
+    }
+  }
+}
+
+TEST(CostModel, RecurrentModelsHaveNoPairTerm) {
+  const CostModel cm = MakeModel("mamba3-32b");
+  EXPECT_EQ(cm.ChunkCoefficients(0, cm.num_layers()).per_pair, 0.0);
+  const CostModel hybrid = MakeModel("mamba3-hybrid-32b");
+  EXPECT_GT(hybrid.ChunkCoefficients(0, hybrid.num_layers()).per_pair, 0.0);
+}
+
+// ---- attention grows with c; recurrence does not ----
+
+TEST(CostModel, AttentionFlopsGrowWithChunkStart) {
+  for (int tp : {1, 4}) {
+    const int mbs = 2;
+    const CostModel cm = MakeModel("gdn-hybrid-32b", tp, mbs);
+    const pb::ModelSpec& m = cm.model();
+    const int l = FirstLayerOf(cm, LayerKind::kAttention);
+    ASSERT_GE(l, 0);
+    const std::int64_t s = 4096, c1 = 8192, c2 = 3 * 8192;
+    // Q K^T and P V: 2 matmuls of 2 FLOPs per multiply-add, per pair per head.
+    const double per_pair_fwd =
+        4.0 * m.attn_heads() * m.attn_head_dim() / tp;
+    const double extra_pairs = double(c2 - c1) * s;
+    const double fwd_growth = cm.ForwardFlops(l, c2, s) - cm.ForwardFlops(l, c1, s);
+    EXPECT_NEAR(fwd_growth, mbs * per_pair_fwd * extra_pairs, 1e-9 * fwd_growth);
+    // FlashAttention-style backward: 5 pair matmuls = 2.5x the forward's 2.
+    const double bwd_growth =
+        cm.BackwardFlops(l, c2, s) - cm.BackwardFlops(l, c1, s);
+    EXPECT_NEAR(bwd_growth / fwd_growth, 2.5, 1e-12);
+    // The s^2/2 pairs inside the chunk: doubling s adds s^2 pairs beyond 2x.
+    const double quad =
+        cm.ForwardFlops(l, 0, 2 * s) - 2 * cm.ForwardFlops(l, 0, s);
+    EXPECT_NEAR(quad, mbs * per_pair_fwd * double(s) * s, 1e-9 * quad);
+
+    const int r = FirstLayerOf(cm, LayerKind::kRecurrence);
+    EXPECT_EQ(cm.ForwardFlops(r, c1, s), cm.ForwardFlops(r, c2, s));
+    EXPECT_NEAR(cm.ForwardFlops(r, 0, 2 * s), 2 * cm.ForwardFlops(r, 0, s),
+                1e-12 * cm.ForwardFlops(r, 0, 2 * s));
+  }
+}
+
+// Dense FLOPs ~ 2 x parameters per token forward (the matmuls), backward ~ 2x
+// forward; the recurrence and elementwise terms add a few percent.
+TEST(CostModel, MatmulFlopsFollowTheParameterRule) {
+  for (const char* preset : {"gdn-3b", "mamba3-15b", "gdn-32b"}) {
+    const CostModel cm = MakeModel(preset);
+    double fwd = 0, bwd = 0;
+    const std::int64_t s = 2048;
+    for (int l = 0; l < cm.num_layers(); ++l) {
+      fwd += cm.ForwardFlops(l, 0, s);
+      bwd += cm.BackwardFlops(l, 0, s);
+    }
+    const double matmul_params = ModelParamCount(cm.model()) - cm.ParamCount(0);
+    const double ratio = fwd / (2.0 * matmul_params * s);
+    EXPECT_GT(ratio, 1.0) << preset;
+    EXPECT_LT(ratio, 1.06) << preset;
+    EXPECT_GT(bwd / fwd, 2.0) << preset;
+    EXPECT_LT(bwd / fwd, 2.1) << preset;
+  }
+}
+
+// ---- recompute ----
+
+// The GDN block's saved tensors (docs/cost-model.md), per token:
+//   replicated: block input, norm-1 output, residual sum, norm-2 output (4h)
+//   split by TP: q,k,v conv inputs and outputs, gate/beta before and after
+//     activation (4n), recurrence output, output gate, gated-norm output
+//     (3 n dv), SwiGLU gate, up, product (3m)
+//   fp32: two norm rstd (replicated), q/k/output norm statistics (3n, split).
+double GdnStoredPerToken(const pb::ModelSpec& m, int tp, double act) {
+  const double h = m.hidden_size(), n = m.num_heads();
+  const double qkv = n * (2.0 * m.head_dim_k() + m.head_dim_v());
+  const double split = 2 * qkv + 4 * n + 3 * n * m.head_dim_v() + 3.0 * m.mlp_size();
+  return (4 * h + split / tp) * act + (2 + 3 * n / tp) * 4;
+}
+
+TEST(CostModel, RecomputeKeepsOnlyTheLayerInput) {
+  const int tp = 2, mbs = 3;
+  const std::int64_t s = 1000;
+  const CostModel none = MakeModel("gdn-15b", tp, mbs, Recompute::kNone);
+  const CostModel full = MakeModel("gdn-15b", tp, mbs, Recompute::kFull);
+  const pb::ModelSpec& m = none.model();
+  const double act = none.precision().activation_bytes();
+  const int l = 5;
+  ASSERT_EQ(none.layers()[l], LayerKind::kRecurrence);
+  EXPECT_NEAR(none.StoredActivationBytes(l, s),
+              mbs * s * GdnStoredPerToken(m, tp, act), 1e-6);
+  EXPECT_DOUBLE_EQ(full.StoredActivationBytes(l, s),
+                   double(mbs) * s * m.hidden_size() * act);
+  // What full recompute no longer stores, forward now makes and drops, and
+  // backward makes again.
+  const double dropped =
+      none.StoredActivationBytes(l, s) - full.StoredActivationBytes(l, s);
+  EXPECT_NEAR(full.ForwardWorkspaceBytes(l, s) - none.ForwardWorkspaceBytes(l, s),
+              dropped, 1e-6 * dropped);
+  EXPECT_NEAR(full.BackwardWorkspaceBytes(l, s) - none.BackwardWorkspaceBytes(l, s),
+              dropped, 1e-6 * dropped);
+  // Backward replays the forward.
+  EXPECT_EQ(none.RecomputeFlops(l, 0, s), 0.0);
+  EXPECT_EQ(full.RecomputeFlops(l, 0, s), full.ForwardFlops(l, 0, s));
+  EXPECT_NEAR(full.BackwardTime(l, 0, s) - none.BackwardTime(l, 0, s),
+              none.ForwardTime(l, 0, s), 1e-15);
+  // Embedding and head are outside the recompute region.
+  for (int e : {0, none.num_layers() - 1}) {
+    EXPECT_FALSE(full.Recomputed(e));
+    EXPECT_EQ(full.RecomputeFlops(e, 0, s), 0.0);
+    EXPECT_EQ(full.StoredActivationBytes(e, s), none.StoredActivationBytes(e, s));
+  }
+}
+
+TEST(CostModel, AttentionStoresQueryOutputAndLseNotKv) {
+  const int tp = 2;
+  const std::int64_t s = 512;
+  const CostModel cm = MakeModel("gdn-hybrid-15b", tp, 1);
+  const pb::ModelSpec& m = cm.model();
+  const double act = cm.precision().activation_bytes();
+  const int l = FirstLayerOf(cm, LayerKind::kAttention);
+  const double q = double(m.attn_heads()) * m.attn_head_dim();
+  const double per_token = (4.0 * m.hidden_size() + (2 * q + 3.0 * m.mlp_size()) / tp) * act +
+                           (2 + double(m.attn_heads()) / tp) * 4;
+  EXPECT_NEAR(cm.StoredActivationBytes(l, s), s * per_token, 1e-6);
+  const double kv_heads = double(m.attn_heads()) / m.gqa_group_size();
+  EXPECT_DOUBLE_EQ(cm.KvBytesPerToken(l), 2 * kv_heads * m.attn_head_dim() * act / tp);
+  EXPECT_DOUBLE_EQ(cm.KvGradBytesPerToken(l), 2 * kv_heads * m.attn_head_dim() * 4.0 / tp);
+  EXPECT_EQ(cm.KvBytesPerToken(l - 1), 0.0);
+  EXPECT_EQ(cm.BoundaryStateBytes(l), 0.0);
+}
+
+// ---- TP ----
+
+TEST(CostModel, TensorParallelDividesFlopsAndWeights) {
+  const CostModel one = MakeModel("gdn-hybrid-32b", 1);
+  const CostModel four = MakeModel("gdn-hybrid-32b", 4);
+  for (int l = 0; l < one.num_layers(); ++l) {
+    EXPECT_DOUBLE_EQ(four.ForwardFlops(l, 4096, 1024) * 4, one.ForwardFlops(l, 4096, 1024));
+    EXPECT_DOUBLE_EQ(four.BackwardFlops(l, 4096, 1024) * 4, one.BackwardFlops(l, 4096, 1024));
+    EXPECT_DOUBLE_EQ(four.ParamCount(l) * 4, one.ParamCount(l));
+    EXPECT_DOUBLE_EQ(four.WeightBytes(l) * 4, one.WeightBytes(l));
+    EXPECT_DOUBLE_EQ(four.OptimizerBytes(l) * 4, one.OptimizerBytes(l));
+  }
+  EXPECT_EQ(four.TensorParallelCommTime(1, 1024), 0.0);  // the hook, unfilled
+}
+
+// ---- precision, parameters ----
+
+TEST(CostModel, PrecisionDefaultsAndParameterBytes) {
+  const CostModel cm = MakeModel("mamba3-3b");
+  EXPECT_EQ(cm.precision().weight_bytes(), 2);
+  EXPECT_EQ(cm.precision().gradient_bytes(), 4);
+  EXPECT_EQ(cm.precision().optimizer_bytes(), 12);
+  EXPECT_EQ(cm.precision().activation_bytes(), 2);
+  double params = 0;
+  for (int l = 0; l < cm.num_layers(); ++l) {
+    params += cm.ParamCount(l);
+    EXPECT_EQ(cm.WeightBytes(l), 2 * cm.ParamCount(l));
+    EXPECT_EQ(cm.GradientBytes(l), 4 * cm.ParamCount(l));
+    EXPECT_EQ(cm.OptimizerBytes(l), 12 * cm.ParamCount(l));
+  }
+  EXPECT_DOUBLE_EQ(params, ModelParamCount(cm.model()));
+
+  pb::PrecisionSpec p;
+  p.set_activation_bytes(4);
+  p.set_gradient_bytes(-2);
+  Result<CostModel> bad = CostModel::Make(cm.model(), p, cm.cluster(), {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("precision.gradient_bytes"), std::string::npos);
+  p.set_gradient_bytes(8);
+  Result<CostModel> fp32 = CostModel::Make(cm.model(), p, cm.cluster(), {});
+  ASSERT_TRUE(fp32.ok());
+  EXPECT_EQ(fp32->precision().activation_bytes(), 4);
+  EXPECT_EQ(fp32->GradientBytes(3), 8 * fp32->ParamCount(3));
+}
+
+TEST(CostModel, MakeErrorsNameTheField) {
+  const pb::ModelSpec m = *ModelPreset("gdn-tiny");
+  const pb::ClusterSpec c = *ClusterPreset("cpu");
+  CostModelOptions o;
+  o.microbatch_size = 0;
+  Result<CostModel> r = CostModel::Make(m, {}, c, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("parallel.microbatch_size"), std::string::npos);
+  o = {};
+  o.tensor_size = 3;
+  r = CostModel::Make(m, {}, c, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("parallel.tensor_size (3)"), std::string::npos);
+  pb::ClusterSpec bad = c;
+  bad.mutable_device()->set_peak_flops(0);
+  r = CostModel::Make(m, {}, bad, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cluster.device.peak_flops"), std::string::npos);
+}
+
+TEST(CostModel, ParseRecompute) {
+  EXPECT_EQ(*ParseRecompute(""), Recompute::kNone);
+  EXPECT_EQ(*ParseRecompute("none"), Recompute::kNone);
+  EXPECT_EQ(*ParseRecompute("full"), Recompute::kFull);
+  Result<Recompute> bad = ParseRecompute("selective");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("schedule.recompute"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("'selective'"), std::string::npos);
+  EXPECT_EQ(RecomputeName(Recompute::kFull), "full");
+}
+
+// ---- efficiency and times ----
+
+TEST(CostModel, EfficiencyIsPiecewiseLinearInLogTokens) {
+  const CostModel cm = MakeModel("gdn-3b");
+  const auto& pts = cm.cluster().device().efficiency();
+  ASSERT_GE(pts.size(), 2);
+  for (const auto& p : pts) EXPECT_NEAR(cm.Efficiency(p.tokens()), p.efficiency(), 1e-12);
+  for (int i = 1; i < pts.size(); ++i) {
+    // The geometric mean of two neighbours sits halfway in log(tokens).
+    const double mid = std::sqrt(pts[i - 1].tokens() * pts[i].tokens());
+    EXPECT_NEAR(cm.Efficiency(mid), (pts[i - 1].efficiency() + pts[i].efficiency()) / 2, 1e-12);
+  }
+  EXPECT_EQ(cm.Efficiency(1), pts[0].efficiency());
+  EXPECT_EQ(cm.Efficiency(0), pts[0].efficiency());
+  EXPECT_EQ(cm.Efficiency(1e9), pts[pts.size() - 1].efficiency());
+
+  pb::ClusterSpec flat = cm.cluster();
+  flat.mutable_device()->clear_efficiency();
+  Result<CostModel> no_curve = CostModel::Make(cm.model(), {}, flat, {});
+  EXPECT_EQ(no_curve->Efficiency(300), 1.0);
+}
+
+TEST(CostModel, TimeIsFlopsOverEffectivePeakWhenComputeBound) {
+  const int mbs = 2;
+  const CostModel cm = MakeModel("gdn-3b", 1, mbs);
+  const pb::DeviceSpec& d = cm.cluster().device();
+  const int l = 3;
+  const std::int64_t s = 4096;
+  const double tokens = double(s) * mbs;
+  const double compute = cm.ForwardFlops(l, 0, s) / (d.peak_flops() * cm.Efficiency(tokens));
+  const double floor = (cm.WeightBytes(l) + 2 * tokens * cm.model().hidden_size() * 2) /
+                       d.memory_bandwidth_bytes_per_s();
+  ASSERT_GT(compute, floor);
+  EXPECT_DOUBLE_EQ(cm.ForwardTime(l, 0, s), compute);
+}
+
+TEST(CostModel, TimeHasAWeightStreamingFloor) {
+  pb::ClusterSpec c = *ClusterPreset("a100-80gb-nvlink");
+  c.mutable_device()->set_peak_flops(1e30);  // compute is free
+  Result<CostModel> cm = CostModel::Make(*ModelPreset("gdn-3b"), {}, c, {});
+  ASSERT_TRUE(cm.ok());
+  const int l = 2;
+  const std::int64_t s = 256;
+  const double act_row = double(s) * cm->model().hidden_size() * 2;
+  const double bw = c.device().memory_bandwidth_bytes_per_s();
+  EXPECT_NEAR(cm->ForwardTime(l, 0, s), (cm->WeightBytes(l) + 2 * act_row) / bw, 1e-18);
+  EXPECT_NEAR(cm->BackwardTime(l, 0, s),
+              (cm->WeightBytes(l) + 2 * cm->GradientBytes(l) + 2 * act_row) / bw, 1e-18);
+}
+
+// ---- boundary states, logits, boundary activations ----
+
+TEST(CostModel, BoundaryStateIsStatePlusConvTail) {
+  const int tp = 2, mbs = 3;
+  const CostModel gdn = MakeModel("gdn-3b", tp, mbs);
+  const pb::ModelSpec& g = gdn.model();
+  const double act = 2;
+  const double state = double(g.num_heads()) * g.head_dim_k() * g.head_dim_v() * 4;
+  const double tail = (g.conv_width() - 1.0) * g.num_heads() *
+                      (2.0 * g.head_dim_k() + g.head_dim_v()) * act;
+  EXPECT_DOUBLE_EQ(gdn.BoundaryStateBytes(1), mbs * (state + tail) / tp);
+  EXPECT_EQ(gdn.BoundaryStateBytes(0), 0.0);
+  EXPECT_EQ(gdn.BoundaryStateBytes(gdn.num_layers() - 1), 0.0);
+
+  const CostModel mamba = MakeModel("mamba3-3b", 1, 1);
+  const pb::ModelSpec& m = mamba.model();
+  const double inner = double(m.num_heads()) * m.head_dim_v();
+  const double n = m.state_dim();
+  const double mstate = inner * n * 4;  // heads x head dim x state, fp32
+  const double mtail = (m.conv_width() - 1.0) * (inner + 2 * n) * act;
+  const double carry = (inner + n) * act + n / 2 * 4;
+  EXPECT_DOUBLE_EQ(mamba.BoundaryStateBytes(1), mstate + mtail + carry);
+}
+
+TEST(CostModel, LogitsAndBoundaryActivations) {
+  const int tp = 4, mbs = 2;
+  const CostModel cm = MakeModel("gdn-32b", tp, mbs);
+  const std::int64_t s = 3000;
+  const int head = cm.num_layers() - 1;
+  EXPECT_DOUBLE_EQ(cm.LogitsBytes(head, s), double(mbs) * s * cm.model().vocab_size() * 4 / tp);
+  EXPECT_EQ(cm.LogitsBytes(1, s), 0.0);
+  EXPECT_DOUBLE_EQ(cm.BoundaryActivationBytes(s), double(mbs) * s * cm.model().hidden_size() * 2);
+  EXPECT_DOUBLE_EQ(cm.StoredActivationBytes(0, s), double(mbs) * s * 4);  // token ids
+}
+
+TEST(CostModel, RecurrenceWorkspaceCountsKernelBlocks) {
+  const CostModel cm = MakeModel("gdn-3b");
+  const pb::ModelSpec& m = cm.model();
+  // Per kernel block of 64 tokens the forward keeps one bf16 state per head.
+  const double state = double(m.num_heads()) * m.head_dim_k() * m.head_dim_v() * 2;
+  const double per_token = (cm.ForwardWorkspaceBytes(1, 128) - cm.ForwardWorkspaceBytes(1, 64)) -
+                           state;  // one more block, 64 more tokens
+  EXPECT_NEAR(cm.ForwardWorkspaceBytes(1, 65) - cm.ForwardWorkspaceBytes(1, 64),
+              state + per_token / 64, 1e-6);
+  EXPECT_GT(cm.BackwardWorkspaceBytes(1, 128), cm.ForwardWorkspaceBytes(1, 128));
+}
+
+}  // namespace
+}  // namespace stateflow::models

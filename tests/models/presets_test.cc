@@ -1,0 +1,226 @@
+// Presets: they validate, follow the paper's "Model Configurations", and their
+// parameter counts match a reference count written here weight by weight.
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "models/model.h"
+
+namespace stateflow::models {
+namespace {
+
+// ---- reference parameter count: the weight tensors of each layer ----
+
+struct Shape {
+  double rows, cols;
+};
+
+double Sum(std::initializer_list<Shape> tensors) {
+  double total = 0;
+  for (const Shape& t : tensors) total += t.rows * t.cols;
+  return total;
+}
+
+double RefMlpAndNorms(const pb::ModelSpec& m) {
+  const double h = m.hidden_size(), f = m.mlp_size();
+  return Sum({{h, f}, {h, f}, {f, h},  // gate, up, down
+              {1, h}, {1, h}});        // pre-mixer and pre-MLP RMSNorm
+}
+
+double RefGdnMixer(const pb::ModelSpec& m) {
+  const double h = m.hidden_size(), n = m.num_heads();
+  const double kd = n * m.head_dim_k(), vd = n * m.head_dim_v();
+  return Sum({{h, kd}, {h, kd}, {h, vd},           // q, k, v
+              {h, n}, {h, n}, {1, n}, {1, n},      // a, b, A_log, dt_bias
+              {double(m.conv_width()), kd + kd + vd},      // depthwise conv
+              {h, vd}, {1, double(m.head_dim_v())},  // output gate, norm
+              {vd, h}});                           // o_proj
+}
+
+double RefMambaMixer(const pb::ModelSpec& m) {
+  const double h = m.hidden_size(), n = m.num_heads();
+  const double inner = n * m.head_dim_v(), st = m.state_dim();  // 1 group
+  const double conv_ch = inner + 2 * st;
+  return Sum({{h, inner}, {h, inner}, {h, st}, {h, st},  // z, x, B, C
+              {h, n}, {h, n}, {h, st / 2},               // dt, lambda, angle
+              {double(m.conv_width()), conv_ch}, {1, conv_ch},    // conv + bias
+              {3, n},                                     // A_log, D, dt_bias
+              {2, st}, {2, st},                           // B/C norm, bias
+              {1, inner}, {inner, h}});                   // norm, out_proj
+}
+
+double RefAttentionMixer(const pb::ModelSpec& m) {
+  const double h = m.hidden_size();
+  const double q = double(m.attn_heads()) * m.attn_head_dim();
+  const double kv = q / m.gqa_group_size();
+  return Sum({{h, q}, {h, kv}, {h, kv}, {q, h}});
+}
+
+double RefModelParams(const pb::ModelSpec& m) {
+  const double h = m.hidden_size(), vocab = m.vocab_size();
+  double total = vocab * h + h + (m.untied_embeddings() ? vocab * h : 0);
+  const bool hybrid = m.layer_pattern() == "hybrid";
+  for (uint32_t j = 0; j < m.num_layers(); ++j) {
+    // Hybrid: every (period + 1)-th block counted from 1 is attention.
+    const bool attention =
+        hybrid && (j % (m.hybrid_period() + 1)) == m.hybrid_period();
+    double mixer = attention ? RefAttentionMixer(m)
+                   : m.architecture() == "mamba3" ? RefMambaMixer(m)
+                                                  : RefGdnMixer(m);
+    total += mixer + RefMlpAndNorms(m);
+  }
+  return total;
+}
+
+TEST(ModelPresets, AllValidateAndAreUnique) {
+  std::set<std::string> seen;
+  for (const std::string& name : ModelPresetNames()) {
+    SCOPED_TRACE(name);
+    Result<pb::ModelSpec> m = ModelPreset(name);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    EXPECT_EQ(m->name(), name);
+    EXPECT_TRUE(ValidateModel(*m).ok()) << ValidateModel(*m).message();
+    EXPECT_TRUE(seen.insert(name).second);
+  }
+  for (const char* name :
+       {"gdn-3b", "gdn-15b", "gdn-32b", "mamba3-3b", "mamba3-15b",
+        "mamba3-32b", "gdn-hybrid-3b", "gdn-hybrid-15b", "gdn-hybrid-32b",
+        "mamba3-hybrid-3b", "mamba3-hybrid-15b", "mamba3-hybrid-32b",
+        "gdn-tiny", "gdn-small", "gdn-hybrid-tiny", "mamba3-tiny"}) {
+    EXPECT_TRUE(seen.count(name)) << name;
+  }
+}
+
+TEST(ModelPresets, UnknownNameListsTheKnownOnes) {
+  Result<pb::ModelSpec> m = ModelPreset("gdn-7b");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("'gdn-7b'"), std::string::npos);
+  for (const std::string& name : ModelPresetNames()) {
+    EXPECT_NE(m.status().message().find(name), std::string::npos) << name;
+  }
+}
+
+// The paper: 32/40/64 layers, hidden 2560/5120/6144, 20/40/64 GDN and
+// attention heads, 80/160/192 Mamba-3 heads of dim 64 and state 128,
+// vocabulary 50,304, untied, 3:1 hybrids with GQA groups 4/5/4.
+TEST(ModelPresets, FollowThePaper) {
+  struct Size {
+    const char* suffix;
+    uint32_t layers, hidden, heads, ssm_heads, gqa;
+  };
+  for (const Size& z : {Size{"3b", 32, 2560, 20, 80, 4},
+                        Size{"15b", 40, 5120, 40, 160, 5},
+                        Size{"32b", 64, 6144, 64, 192, 4}}) {
+    for (const std::string family :
+         {"gdn-", "mamba3-", "gdn-hybrid-", "mamba3-hybrid-"}) {
+      SCOPED_TRACE(family + z.suffix);
+      Result<pb::ModelSpec> m = ModelPreset(family + z.suffix);
+      ASSERT_TRUE(m.ok());
+      EXPECT_EQ(m->num_layers(), z.layers);
+      EXPECT_EQ(m->hidden_size(), z.hidden);
+      EXPECT_EQ(m->vocab_size(), 50304u);
+      EXPECT_TRUE(m->untied_embeddings());
+      EXPECT_EQ(m->conv_width(), 4u);
+      // SwiGLU size: 8/3 hidden rounded up to 256.
+      EXPECT_EQ(m->mlp_size() % 256, 0u);
+      EXPECT_GE(3.0 * m->mlp_size(), 8.0 * z.hidden);
+      EXPECT_LT(3.0 * (m->mlp_size() - 256), 8.0 * z.hidden);
+      if (m->architecture() == "mamba3") {
+        EXPECT_EQ(m->num_heads(), z.ssm_heads);
+        EXPECT_EQ(m->head_dim_v(), 64u);
+        EXPECT_EQ(m->state_dim(), 128u);
+        EXPECT_EQ(m->num_heads() * m->head_dim_v(), 2 * z.hidden);  // expand 2
+      } else {
+        EXPECT_EQ(m->num_heads(), z.heads);
+        EXPECT_EQ(m->num_heads() * m->head_dim_k(), z.hidden);
+      }
+      if (family.find("hybrid") != std::string::npos) {
+        EXPECT_EQ(m->layer_pattern(), "hybrid");
+        EXPECT_EQ(m->hybrid_period(), 3u);
+        EXPECT_EQ(m->attn_heads(), z.heads);
+        EXPECT_EQ(m->attn_heads() * m->attn_head_dim(), z.hidden);
+        EXPECT_EQ(m->gqa_group_size(), z.gqa);
+      }
+    }
+  }
+}
+
+TEST(ModelPresets, ParameterCountsMatchTheReference) {
+  for (const std::string& name : ModelPresetNames()) {
+    SCOPED_TRACE(name);
+    pb::ModelSpec m = *ModelPreset(name);
+    EXPECT_DOUBLE_EQ(ModelParamCount(m), RefModelParams(m));
+  }
+}
+
+// Near the nominal sizes, and Mamba-3 slightly larger than GDN (the paper).
+TEST(ModelPresets, ParameterCountsNearNominal) {
+  for (const auto& [suffix, nominal] :
+       {std::pair<const char*, double>{"3b", 3e9}, {"15b", 15e9},
+        {"32b", 32e9}}) {
+    const double gdn = ModelParamCount(*ModelPreset(std::string("gdn-") + suffix));
+    const double mamba =
+        ModelParamCount(*ModelPreset(std::string("mamba3-") + suffix));
+    EXPECT_NEAR(gdn / nominal, 1.0, 0.06) << suffix;
+    EXPECT_NEAR(mamba / nominal, 1.0, 0.10) << suffix;
+    EXPECT_GT(mamba, gdn) << suffix;
+    EXPECT_LT(mamba, 1.15 * gdn) << suffix;
+  }
+}
+
+TEST(ModelPresets, HybridPatternIsThreeToOne) {
+  pb::ModelSpec m = *ModelPreset("gdn-hybrid-3b");
+  std::vector<LayerKind> layers = LayerList(m);
+  ASSERT_EQ(layers.size(), m.num_layers() + 2);
+  EXPECT_EQ(layers.front(), LayerKind::kEmbedding);
+  EXPECT_EQ(layers.back(), LayerKind::kHead);
+  // Expected pattern built by counting: three R then one A, repeated.
+  int run = 0, attention = 0;
+  for (size_t l = 1; l + 1 < layers.size(); ++l) {
+    const LayerKind expected =
+        run == 3 ? LayerKind::kAttention : LayerKind::kRecurrence;
+    EXPECT_EQ(layers[l], expected) << "layer " << l;
+    run = run == 3 ? 0 : run + 1;
+    attention += layers[l] == LayerKind::kAttention;
+  }
+  EXPECT_EQ(attention, 8);
+}
+
+TEST(ModelPresets, HybridPatternOtherPeriods) {
+  pb::ModelSpec m = *ModelPreset("gdn-hybrid-tiny");
+  m.set_num_layers(12);
+  for (uint32_t period : {1u, 2u, 5u, 7u, 20u}) {
+    m.set_hybrid_period(period);
+    std::vector<LayerKind> layers = LayerList(m);
+    for (uint32_t j = 0; j < m.num_layers(); ++j) {
+      // j + 1 blocks so far; attention when they fill whole (period+1) groups.
+      const bool attention = (j + 1) % (period + 1) == 0;
+      EXPECT_EQ(layers[j + 1] == LayerKind::kAttention, attention)
+          << "period " << period << " block " << j;
+      EXPECT_EQ(IsAttentionBlock(m, j), attention);
+    }
+  }
+  m.set_layer_pattern("recurrent");
+  for (uint32_t j = 0; j < m.num_layers(); ++j) EXPECT_FALSE(IsAttentionBlock(m, j));
+}
+
+TEST(ClusterPresets, AllValidate) {
+  for (const std::string& name : ClusterPresetNames()) {
+    SCOPED_TRACE(name);
+    Result<pb::ClusterSpec> c = ClusterPreset(name);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->name(), name);
+    EXPECT_TRUE(ValidateCluster(*c).ok()) << ValidateCluster(*c).message();
+  }
+  Result<pb::ClusterSpec> a100 = ClusterPreset("a100-80gb-nvlink");
+  EXPECT_EQ(a100->device().memory_capacity_bytes(), 80.0 * (1ull << 30));
+  EXPECT_EQ(a100->devices_per_node(), 8u);
+  Result<pb::ClusterSpec> bad = ClusterPreset("h100");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a100-80gb-nvlink"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("cpu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stateflow::models
