@@ -6,6 +6,8 @@
 // constant number of passes over the plan: O(total actions) time and
 // 4 bytes of index per action.
 #include <algorithm>
+#include <cassert>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -23,7 +25,7 @@ constexpr const char* kRule4 = "rule 4: B(r+1,a,i) < B(r,a,i)";
 constexpr const char* kRule5 = "rule 5: B(r,a,i+1) < B(r,a,i)";
 constexpr const char* kRuleW = "B(r,a,i) < W(r,a,i)";
 constexpr int kGridRadius = 8;          // steps and stages shown around a bad step
-constexpr int kMaxBlockedLines = 16;    // deadlock: blocked stages listed
+constexpr std::size_t kMaxBlockedLines = 16;  // deadlock: blocked stages listed
 
 std::string Where(int stage, long long step) {
   return "stage " + std::to_string(stage) + " step " + std::to_string(step);
@@ -76,13 +78,18 @@ class Validator {
     return step_of_[x.stage * per_stage() + KeyInStage(x)];
   }
 
-  // `line` followed by the grid around (stage, step) with that step marked.
-  Status Located(const std::string& line, int stage, long long step) const {
+  // The grid of +-kGridRadius steps and stages around (stage, step), with
+  // that step marked, without a final newline.
+  std::string GridAround(int stage, long long step) const {
     const Action& mark = plan_.stage(stage)[step];
     std::string grid = PlanGrid(plan_, &mark,
                                 GridWindowAround(stage, static_cast<int>(step), kGridRadius));
     if (!grid.empty() && grid.back() == '\n') grid.pop_back();
-    return Status::Invalid(line + "\n" + grid);
+    return grid;
+  }
+  // `line` followed by the grid around (stage, step).
+  Status Located(const std::string& line, int stage, long long step) const {
+    return Status::Invalid(line + "\n" + GridAround(stage, step));
   }
 
   Status CheckDimensions();
@@ -131,6 +138,11 @@ Status Validator::CheckActionsInRange() {
     const std::vector<Action>& actions = plan_.stage(r);
     for (std::size_t k = 0; k < actions.size(); ++k) {
       const Action& x = actions[k];
+      const bool in_range = static_cast<int>(x.pass) <= static_cast<int>(Pass::kWeight) &&
+                            x.stage == r && x.microbatch >= 0 && x.microbatch < microbatches_ &&
+                            x.chunk >= 0 && x.chunk < chunks_;
+      has_weight = has_weight || x.pass == Pass::kWeight;
+      if (in_range) continue;
       const std::string at = Where(r, static_cast<long long>(k)) + ": action ";
       if (static_cast<int>(x.pass) > static_cast<int>(Pass::kWeight)) {
         return Status::Invalid(at + "has an invalid pass value " +
@@ -148,7 +160,6 @@ Status Validator::CheckActionsInRange() {
         return Located(at + ToString(x) + " has chunk " + std::to_string(x.chunk) +
                            ", outside [0, " + std::to_string(chunks_) + ")", r, k);
       }
-      has_weight = has_weight || x.pass == Pass::kWeight;
     }
   }
   passes_ = has_weight ? 3 : 2;
@@ -336,33 +347,60 @@ Status Validator::CheckDeadlockFree() {
   return Status::Ok();
 }
 
+// Every blocked head waits on a neighbouring stage (rule 1 looks at r - 1,
+// rule 4 at r + 1), so following the waits from any blocked stage ends in a
+// pair r, r + 1 that wait on each other: r for a backward of r + 1 (rule 4),
+// r + 1 for a forward of r (rule 1). The first line names that pair; the
+// other blocked stages wait behind it.
 Status Validator::ReportDeadlock(const std::vector<long long>& head) const {
-  std::vector<int> blocked;
-  for (int r = 0; r < stages_; ++r) {
-    if (head[r] < static_cast<long long>(plan_.stage(r).size())) blocked.push_back(r);
-  }
+  auto blocked = [&](int r) { return head[r] < static_cast<long long>(plan_.stage(r).size()); };
+  auto waited_stage = [&](int r) {
+    Dependency dep;
+    const bool has_dep = CrossStageDependency(plan_.stage(r)[head[r]], &dep);
+    assert(has_dep && "a blocked head must wait on another stage");
+    (void)has_dep;
+    return dep.action.stage;
+  };
   auto waits = [&](int r) {
     const Action& x = plan_.stage(r)[head[r]];
     Dependency dep;
-    const bool has_dep = CrossStageDependency(x, &dep);
-    assert(has_dep && "a blocked head must wait on another stage");
-    (void)has_dep;
+    CrossStageDependency(x, &dep);
     return Where(r, head[r]) + " waits for " + ToString(dep.action) + " (" + dep.rule +
-           ") before running " + ToString(x) + " (" + UnitOf(x) + "); stage " +
-           std::to_string(dep.action.stage) + " has it at step " +
-           std::to_string(StepOf(dep.action)) + " but is stuck at step " +
-           std::to_string(head[dep.action.stage]);
+           ") before running " + ToString(x) + " (" + UnitOf(x) + ")";
   };
-  const int first = blocked.front();
-  std::string message = "deadlock: " + waits(first) + " (" + std::to_string(blocked.size()) +
-                        " of " + std::to_string(stages_) + " stages blocked)";
-  for (std::size_t j = 0; j < blocked.size() && j < kMaxBlockedLines; ++j) {
-    message += "\n  " + waits(blocked[j]);
+  int first = 0;
+  while (!blocked(first)) ++first;
+  std::vector<char> seen(stages_, 0);
+  while (!seen[first]) {
+    seen[first] = 1;
+    first = waited_stage(first);
   }
-  if (blocked.size() > kMaxBlockedLines) {
-    message += "\n  ... and " + std::to_string(blocked.size() - kMaxBlockedLines) + " more";
+  const int second = waited_stage(first);
+  const int low = std::min(first, second), high = std::max(first, second);
+  std::string message = "deadlock: " + waits(low) + ", but " + waits(high);
+  std::vector<int> others;
+  for (int r = 0; r < stages_; ++r) {
+    if (blocked(r) && r != low && r != high) others.push_back(r);
   }
-  return Located(message, first, head[first]);
+  // (Appending piece by piece: GCC 12 warns falsely on "literal" + string&&.)
+  auto add_line = [&message](const std::string& line) {
+    message += '\n';
+    message += line;
+  };
+  if (!others.empty()) {
+    add_line(std::to_string(others.size()) + " more stages blocked behind them:");
+  }
+  for (std::size_t j = 0; j < others.size() && j < kMaxBlockedLines; ++j) {
+    add_line("  " + waits(others[j]));
+  }
+  if (others.size() > kMaxBlockedLines) {
+    add_line("  ... and " + std::to_string(others.size() - kMaxBlockedLines) + " more");
+  }
+  add_line(GridAround(low, head[low]));
+  if (std::abs(head[high] - head[low]) > kGridRadius) {  // partner off that window
+    add_line(GridAround(high, head[high]));
+  }
+  return Status::Invalid(message);
 }
 
 }  // namespace

@@ -1,0 +1,184 @@
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "schedule/plan.h"
+#include "tests/schedule/plan_testing.h"
+
+namespace stateflow::schedule {
+namespace {
+
+using testing::Describe;
+using testing::PassPattern;
+
+// Forwards before the first backward.
+long long LeadingForwards(const std::vector<Action>& actions) {
+  long long n = 0;
+  while (n < static_cast<long long>(actions.size()) && actions[n].pass == Pass::kForward) ++n;
+  return n;
+}
+
+// Most units whose forward has run and backward has not (the paper's count
+// of retained chunk activations).
+long long PeakInFlight(const std::vector<Action>& actions) {
+  long long now = 0, peak = 0;
+  for (const Action& x : actions) {
+    now += x.pass == Pass::kForward ? 1 : -1;
+    peak = std::max(peak, now);
+  }
+  return peak;
+}
+
+// The documented orders: forwards (microbatch, chunk) lexicographic;
+// backwards microbatch by microbatch, last chunk first.
+void ExpectDocumentedOrders(const Plan& plan, int r, const std::string& what) {
+  std::vector<Action> forwards, backwards;
+  for (const Action& x : plan.stage(r)) {
+    (x.pass == Pass::kForward ? forwards : backwards).push_back(x);
+  }
+  const int M = plan.microbatches(), N = plan.chunks();
+  ASSERT_EQ(forwards.size(), static_cast<std::size_t>(M * N)) << what;
+  ASSERT_EQ(backwards.size(), static_cast<std::size_t>(M * N)) << what;
+  for (int a = 0; a < M; ++a) {
+    for (int i = 0; i < N; ++i) {
+      EXPECT_EQ(forwards[a * N + i], (Action{r, Pass::kForward, a, i})) << what;
+      EXPECT_EQ(backwards[a * N + i], (Action{r, Pass::kBackward, a, N - 1 - i})) << what;
+    }
+  }
+}
+
+struct Shape {
+  int P, M, N;
+};
+
+// 300 seeded shapes with P in 1..12, M in 1..16, N in 1..12, plus the
+// corners of that box.
+std::vector<Shape> RandomShapes() {
+  std::mt19937 rng(20240601);
+  std::vector<Shape> shapes = {{1, 1, 1}, {12, 16, 12}, {12, 1, 1}, {1, 16, 12}, {12, 1, 12}};
+  while (shapes.size() < 300) {
+    shapes.push_back({std::uniform_int_distribution<int>(1, 12)(rng),
+                      std::uniform_int_distribution<int>(1, 16)(rng),
+                      std::uniform_int_distribution<int>(1, 12)(rng)});
+  }
+  return shapes;
+}
+
+TEST(PoliciesTest, StateflowOverRandomShapes) {
+  for (const Shape& s : RandomShapes()) {
+    const std::string what = Describe("stateflow", s.P, s.M, s.N);
+    Result<Plan> plan = MakePlan("stateflow", s.P, s.M, s.N);
+    ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().message();
+    EXPECT_EQ(plan->policy(), "stateflow");
+    const Status valid = ValidatePlan(*plan);
+    ASSERT_TRUE(valid.ok()) << what << ": " << valid.message();
+    const long long units = static_cast<long long>(s.M) * s.N;
+    EXPECT_EQ(plan->num_actions(), static_cast<std::size_t>(2 * units * s.P)) << what;
+    for (int r = 0; r < s.P; ++r) {
+      const std::vector<Action>& actions = plan->stage(r);
+      ASSERT_EQ(actions.size(), static_cast<std::size_t>(2 * units)) << what;
+      const long long warmup = std::min(units, static_cast<long long>(s.N) + s.P - r - 1);
+      EXPECT_EQ(LeadingForwards(actions), warmup) << what << " stage " << r;
+      EXPECT_EQ(StateflowWarmupForwards(s.P, s.M, s.N, r), warmup) << what;
+      // Warm-up, then (B F) while forwards remain, then the other backwards.
+      std::string pattern(warmup, 'F');
+      for (long long j = 0; j < units - warmup; ++j) pattern += "BF";
+      pattern += std::string(warmup, 'B');
+      EXPECT_EQ(PassPattern(actions), pattern) << what << " stage " << r;
+      // The paper's memory bound: min(MN, N + P - r - 1) chunks retained.
+      EXPECT_EQ(PeakInFlight(actions), warmup) << what << " stage " << r;
+      ExpectDocumentedOrders(*plan, r, what);
+    }
+  }
+}
+
+TEST(PoliciesTest, GpipeOverRandomShapes) {
+  for (const Shape& s : RandomShapes()) {
+    const std::string what = Describe("gpipe", s.P, s.M, s.N);
+    Result<Plan> plan = MakePlan("gpipe", s.P, s.M, s.N);
+    ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().message();
+    const Status valid = ValidatePlan(*plan);
+    ASSERT_TRUE(valid.ok()) << what << ": " << valid.message();
+    const long long units = static_cast<long long>(s.M) * s.N;
+    for (int r = 0; r < s.P; ++r) {
+      EXPECT_EQ(PassPattern(plan->stage(r)),
+                std::string(units, 'F') + std::string(units, 'B')) << what;
+      ExpectDocumentedOrders(*plan, r, what);
+    }
+  }
+}
+
+TEST(PoliciesTest, OneFOneBOverRandomShapesEqualsStateflowWithOneChunk) {
+  for (const Shape& s : RandomShapes()) {
+    const std::string what = Describe("1f1b", s.P, s.M, 1);
+    Result<Plan> plan = MakePlan("1f1b", s.P, s.M, 1);
+    ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().message();
+    const Status valid = ValidatePlan(*plan);
+    ASSERT_TRUE(valid.ok()) << what << ": " << valid.message();
+    for (int r = 0; r < s.P; ++r) {
+      // Conventional 1F1B keeps min(M, P - r) microbatches in flight.
+      EXPECT_EQ(LeadingForwards(plan->stage(r)), std::min(s.M, s.P - r)) << what;
+      EXPECT_EQ(PeakInFlight(plan->stage(r)), std::min(s.M, s.P - r)) << what;
+      EXPECT_EQ(plan->stage(r).size(), static_cast<std::size_t>(2 * s.M)) << what;
+    }
+    Result<Plan> stateflow = MakePlan("stateflow", s.P, s.M, 1);
+    ASSERT_TRUE(stateflow.ok());
+    EXPECT_EQ(plan->per_stage(), stateflow->per_stage()) << what;
+  }
+}
+
+TEST(PoliciesTest, SmallPlansAgreeWithTheBruteForceChecker) {
+  for (const std::string& policy : PolicyNames()) {
+    for (int P = 1; P <= 4; ++P) {
+      for (int M = 1; M <= 3; ++M) {
+        for (int N = 1; N <= 3; ++N) {
+          if (policy == "1f1b" && N != 1) continue;
+          Result<Plan> plan = MakePlan(policy, P, M, N);
+          ASSERT_TRUE(plan.ok());
+          EXPECT_TRUE(testing::BruteForceValid(*plan)) << Describe(policy, P, M, N);
+        }
+      }
+    }
+  }
+}
+
+TEST(PoliciesTest, PolicyNames) {
+  EXPECT_EQ(PolicyNames(), (std::vector<std::string>{"gpipe", "1f1b", "stateflow"}));
+  for (const std::string& name : PolicyNames()) {
+    Result<Plan> plan = MakePlan(name, 2, 2, 1);
+    ASSERT_TRUE(plan.ok()) << name;
+    EXPECT_EQ(plan->policy(), name);
+    EXPECT_EQ(plan->stages(), 2);
+    EXPECT_EQ(plan->microbatches(), 2);
+    EXPECT_EQ(plan->chunks(), 1);
+  }
+}
+
+TEST(PoliciesTest, ErrorsNameTheField) {
+  struct Case {
+    const char* policy;
+    int P, M, N;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"zb", 4, 4, 4, "schedule.policy 'zb' is unknown (known: gpipe, 1f1b, stateflow)"},
+      {"", 4, 4, 4, "schedule.policy"},
+      {"stateflow", 0, 4, 4, "stages"},
+      {"stateflow", 4, 0, 4, "microbatches"},
+      {"gpipe", 4, 4, -2, "chunks"},
+      {"1f1b", 4, 4, 2, "schedule.chunks must be 1 for policy 1f1b"},
+      {"stateflow", 4, 1 << 20, 1 << 20, "exceeds the limit"},
+  };
+  for (const Case& c : cases) {
+    Result<Plan> plan = MakePlan(c.policy, c.P, c.M, c.N);
+    ASSERT_FALSE(plan.ok()) << c.field;
+    EXPECT_NE(plan.status().message().find(c.field), std::string::npos)
+        << plan.status().message() << " lacks " << c.field;
+  }
+}
+
+}  // namespace
+}  // namespace stateflow::schedule
