@@ -1,0 +1,351 @@
+// The chunkwise Gated DeltaNet core (see gdn_core.h and docs/gdn-kernel.md).
+//
+// Dimensions: T tokens, H heads, Dk, Dv head dims, L tokens in a block.
+// Within a block (local token index r = 0..L-1, entering state S):
+//   G_r = g_0 + ... + g_r,  gam_r = exp(G_r),  Gam_rs = exp(G_r - G_s) (s<=r)
+//   A_rs = beta_r (k_r . k_s) Gam_rs  (s < r)
+//   (I + A) U = diag(beta) V,  (I + A) W = diag(beta gam) K
+//   V_new = U - W S^T                       (the true delta-rule updates u_r)
+//   S_out = gam_{L-1} S + V_new^T diag(Gam_{L-1,.}) K
+//   O     = diag(gam) Q S^T + ((Q K^T) o Gam) V_new
+#include "backend/kernels/gdn_core.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace stateflow::backend {
+
+namespace {
+
+// d (L) = exp(G_{L-1} - G_s): the decay from each token to the block's end.
+template <typename T>
+Vec<T> DecayToEnd(const Vec<T>& G) {
+  const T last = G(G.size() - 1);
+  return (-(G.array() - last)).exp().matrix();
+}
+
+}  // namespace
+
+template <typename T>
+void GdnBlockPre(GdnBlockOmega<T>* omega, CMatRef<T> K, CMatRef<T> V,
+                 CVecRef<T> g, CVecRef<T> beta) {
+  const Eigen::Index L = K.rows();
+  Vec<T>& G = omega->G;            // (L)
+  RowMat<T>& Gam = omega->Gam;     // (L, L)
+  RowMat<T>& KG = omega->KG;       // (L, L)
+  G.resize(L);
+  T acc = 0;
+  for (Eigen::Index r = 0; r < L; ++r) G(r) = acc += g(r);
+  Gam.resize(L, L);
+  for (Eigen::Index r = 0; r < L; ++r) {
+    Gam.row(r).head(r + 1) =
+        (-(G.head(r + 1).array() - G(r))).exp().matrix().transpose();
+    Gam.row(r).tail(L - r - 1).setZero();
+  }
+  KG.noalias() = K * K.transpose();
+  KG.array() *= Gam.array();
+  KG.template triangularView<Eigen::Upper>().setZero();
+  const RowMat<T> A = beta.asDiagonal() * KG;  // (L, L), strictly lower
+  omega->U.noalias() = beta.asDiagonal() * V;
+  omega->W.noalias() =
+      (beta.array() * G.array().exp()).matrix().asDiagonal() * K;
+  A.template triangularView<Eigen::UnitLower>().solveInPlace(omega->U);
+  A.template triangularView<Eigen::UnitLower>().solveInPlace(omega->W);
+}
+
+template <typename T>
+void GdnBlockST(MatRef<T> V_new, MatRef<T> S_out, CMatRef<T> S_in,
+                const GdnBlockOmega<T>& omega, CMatRef<T> K) {
+  const Vec<T> d = DecayToEnd(omega.G);                   // (L)
+  const T gam_last = std::exp(omega.G(omega.G.size() - 1));
+  V_new = omega.U;
+  V_new.noalias() -= omega.W * S_in.transpose();
+  const RowMat<T> Kd = d.asDiagonal() * K;                // (L, Dk)
+  S_out.noalias() = V_new.transpose() * Kd;
+  S_out += gam_last * S_in;
+}
+
+template <typename T>
+void GdnBlockOut(MatRef<T> O, CMatRef<T> Q, CMatRef<T> K, CMatRef<T> V_new,
+                 CMatRef<T> S_in, const GdnBlockOmega<T>& omega) {
+  RowMat<T> P(Q.rows(), K.rows());                        // (L, L)
+  P.noalias() = Q * K.transpose();
+  P.array() *= omega.Gam.array();
+  O.noalias() = Q * S_in.transpose();
+  O.array().colwise() *= omega.G.array().exp();
+  O.noalias() += P * V_new;
+}
+
+template <typename T>
+void GdnBlockGrads<T>::SetZero(int64_t L, int64_t Dk, int64_t Dv) {
+  dQ.setZero(L, Dk);
+  dK.setZero(L, Dk);
+  dV.setZero(L, Dv);
+  dG.setZero(L);
+  dbeta.setZero(L);
+}
+
+template <typename T>
+void GdnBlockOutBackward(GdnBlockGrads<T>* grads, MatRef<T> dV_new,
+                         MatRef<T> dS_in, CMatRef<T> dO, CMatRef<T> Q,
+                         CMatRef<T> K, CMatRef<T> V_new, CMatRef<T> S_in,
+                         const GdnBlockOmega<T>& omega) {
+  const Eigen::Index L = Q.rows();
+  // Intra-block part: O += P V_new, P = (Q K^T) o Gam.
+  RowMat<T> P(L, L), dP(L, L);                            // (L, L) each
+  P.noalias() = Q * K.transpose();
+  P.array() *= omega.Gam.array();
+  dV_new.noalias() = P.transpose() * dO;
+  dP.noalias() = dO * V_new.transpose();
+  P.array() *= dP.array();                                // E = dP o P
+  grads->dG += P.rowwise().sum() - P.colwise().sum().transpose();
+  dP.array() *= omega.Gam.array();                        // d(Q K^T)
+  grads->dQ.noalias() += dP * K;
+  grads->dK.noalias() += dP.transpose() * Q;
+  // Inter-block part: O += diag(gam) Q S_in^T.
+  const RowMat<T> dOg = dO.array().colwise() * omega.G.array().exp();  // (L, Dv)
+  const RowMat<T> dOgS = dOg * S_in;                      // (L, Dk)
+  grads->dQ += dOgS;
+  grads->dG += (dOgS.array() * Q.array()).rowwise().sum().matrix();
+  dS_in.noalias() += dOg.transpose() * Q;
+}
+
+template <typename T>
+void GdnBlockSTBackward(GdnBlockGrads<T>* grads, MatRef<T> dW,
+                        MatRef<T> dS_in, MatRef<T> dV_new,
+                        CMatRef<T> dS_out, CMatRef<T> V_new, CMatRef<T> S_in,
+                        const GdnBlockOmega<T>& omega, CMatRef<T> K) {
+  const Eigen::Index L = K.rows();
+  const Vec<T> d = DecayToEnd(omega.G);                   // (L)
+  const T gam_last = std::exp(omega.G(L - 1));
+  // S_out = gam_last S_in + V_new^T Kd, Kd = diag(d) K.
+  dS_in += gam_last * dS_out;
+  grads->dG(L - 1) += gam_last * (dS_out.array() * S_in.array()).sum();
+  const RowMat<T> Kd = d.asDiagonal() * K;                // (L, Dk)
+  dV_new.noalias() += Kd * dS_out.transpose();
+  const RowMat<T> dKd = V_new * dS_out;                   // (L, Dk)
+  grads->dK.noalias() += d.asDiagonal() * dKd;
+  const Vec<T> e =
+      ((dKd.array() * K.array()).rowwise().sum() * d.array()).matrix();
+  grads->dG(L - 1) += e.sum();
+  grads->dG -= e;
+  // V_new = U - W S_in^T (dU is dV_new itself).
+  dW.noalias() = -dV_new * S_in;
+  dS_in.noalias() -= dV_new.transpose() * omega.W;
+}
+
+template <typename T>
+void GdnBlockPreBackward(GdnBlockGrads<T>* grads, CMatRef<T> dU,
+                         CMatRef<T> dW, CMatRef<T> K, CMatRef<T> V,
+                         CVecRef<T> beta, const GdnBlockOmega<T>& omega) {
+  const Eigen::Index L = K.rows();
+  const RowMat<T> A = beta.asDiagonal() * omega.KG;       // (L, L)
+  // X = (I + A)^{-1} B  =>  dB = (I + A)^{-T} dX, dA = -dB X^T.
+  RowMat<T> dVb = dU;                                     // (L, Dv) d(diag(beta) V)
+  RowMat<T> dKb = dW;                                     // (L, Dk) d(diag(beta gam) K)
+  A.transpose().template triangularView<Eigen::UnitUpper>().solveInPlace(dVb);
+  A.transpose().template triangularView<Eigen::UnitUpper>().solveInPlace(dKb);
+  RowMat<T> dA(L, L);                                     // (L, L)
+  dA.noalias() = -dVb * omega.U.transpose();
+  dA.noalias() -= dKb * omega.W.transpose();
+  dA.template triangularView<Eigen::Upper>().setZero();
+  // diag(beta) V and diag(beta gam) K.
+  const Vec<T> gam = omega.G.array().exp();               // (L)
+  grads->dV.noalias() += beta.asDiagonal() * dVb;
+  grads->dbeta += (dVb.array() * V.array()).rowwise().sum().matrix();
+  const Vec<T> c = (dKb.array() * K.array()).rowwise().sum();  // (L)
+  grads->dK.noalias() +=
+      (beta.array() * gam.array()).matrix().asDiagonal() * dKb;
+  grads->dbeta += (gam.array() * c.array()).matrix();
+  grads->dG += (beta.array() * gam.array() * c.array()).matrix();
+  // A = diag(beta) KG, KG_rs = (k_r . k_s) Gam_rs.
+  RowMat<T> B = dA.cwiseProduct(omega.KG);                // (L, L)
+  const Vec<T> b_rows = B.rowwise().sum();                // (L)
+  grads->dbeta += b_rows;
+  B = beta.asDiagonal() * B;                              // E = dA o A
+  grads->dG += B.rowwise().sum() - B.colwise().sum().transpose();
+  dA.array() *= omega.Gam.array();
+  dA = beta.asDiagonal() * dA;                            // d(K K^T)
+  grads->dK.noalias() += dA * K;
+  grads->dK.noalias() += dA.transpose() * K;
+}
+
+// ---- the core over a chunk -----------------------------------------------
+
+template <typename T>
+void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
+                    const T* g, const T* beta, const T* S_in, int64_t T_len,
+                    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  using Eigen::InnerStride;
+  using Eigen::OuterStride;
+  GdnBlockOmega<T> omega;
+  RowMat<T> V_new;                                        // (L, Dv)
+  RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                    // (Dv, Dk) each
+  for (int64_t h = 0; h < H; ++h) {
+    if (S_in != nullptr) {
+      S = CMat<T>(S_in + h * Dv * Dk, Dv, Dk);
+    } else {
+      S.setZero();
+    }
+    for (int64_t t0 = 0; t0 < T_len; t0 += block_size) {
+      const int64_t L = std::min(block_size, T_len - t0);
+      CSMat<T> Q(q + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
+      CSMat<T> K(k + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
+      CSMat<T> V(v + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
+      SMat<T> O(o + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
+      CSVec<T> gb(g + t0 * H + h, L, InnerStride<>(H));
+      CSVec<T> bb(beta + t0 * H + h, L, InnerStride<>(H));
+      GdnBlockPre<T>(&omega, K, V, gb, bb);
+      V_new.resize(L, Dv);
+      GdnBlockST<T>(V_new, S_next, S, omega, K);
+      GdnBlockOut<T>(O, Q, K, V_new, S, omega);
+      S.swap(S_next);
+    }
+    if (S_out != nullptr) Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S;
+  }
+}
+
+int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t Dk, int64_t Dv,
+                                     int64_t block_size) {
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  return blocks * Dv * Dk;
+}
+
+namespace {
+
+// Runs Pre and ST over one head's blocks from S (Dv, Dk), storing the state
+// entering block b at states + b * Dv * Dk.
+template <typename T>
+void ReplayBlockStates(T* states, const T* k, const T* v, const T* g,
+                       const T* beta, RowMat<T> S, int64_t h, int64_t T_len,
+                       int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  using Eigen::InnerStride;
+  using Eigen::OuterStride;
+  GdnBlockOmega<T> omega;
+  RowMat<T> V_new, S_next(Dv, Dk);
+  for (int64_t t0 = 0, b = 0; t0 < T_len; t0 += block_size, ++b) {
+    const int64_t L = std::min(block_size, T_len - t0);
+    Mat<T>(states + b * Dv * Dk, Dv, Dk) = S;
+    if (t0 + L == T_len) break;  // the last block's exit state is not needed
+    CSMat<T> K(k + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
+    CSMat<T> V(v + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
+    CSVec<T> gb(g + t0 * H + h, L, InnerStride<>(H));
+    CSVec<T> bb(beta + t0 * H + h, L, InnerStride<>(H));
+    GdnBlockPre<T>(&omega, K, V, gb, bb);
+    V_new.resize(L, Dv);
+    GdnBlockST<T>(V_new, S_next, S, omega, K);
+    S.swap(S_next);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
+                     T* workspace, const T* dO, const T* dS_out, const T* q,
+                     const T* k, const T* v, const T* g, const T* beta,
+                     const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
+                     int64_t Dv, int64_t block_size) {
+  using Eigen::InnerStride;
+  using Eigen::OuterStride;
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  GdnBlockOmega<T> omega;
+  GdnBlockGrads<T> grads;
+  RowMat<T> V_new, dV_new, dW;                            // (L, Dv), (L, Dv), (L, Dk)
+  RowMat<T> dS(Dv, Dk), dS_prev(Dv, Dk);                  // (Dv, Dk) each
+  for (int64_t h = 0; h < H; ++h) {
+    const RowMat<T> S0 = S_in != nullptr
+                             ? RowMat<T>(CMat<T>(S_in + h * Dv * Dk, Dv, Dk))
+                             : RowMat<T>(RowMat<T>::Zero(Dv, Dk));
+    ReplayBlockStates<T>(workspace, k, v, g, beta, S0, h, T_len, H, Dk, Dv,
+                         block_size);
+    if (dS_out != nullptr) {
+      dS = CMat<T>(dS_out + h * Dv * Dk, Dv, Dk);
+    } else {
+      dS.setZero();
+    }
+    for (int64_t b = blocks - 1; b >= 0; --b) {
+      const int64_t t0 = b * block_size;
+      const int64_t L = std::min(block_size, T_len - t0);
+      CMat<T> S(workspace + b * Dv * Dk, Dv, Dk);
+      CSMat<T> Q(q + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
+      CSMat<T> K(k + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
+      CSMat<T> V(v + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
+      CSMat<T> dOb(dO + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
+      CSVec<T> gb(g + t0 * H + h, L, InnerStride<>(H));
+      CSVec<T> bb(beta + t0 * H + h, L, InnerStride<>(H));
+      GdnBlockPre<T>(&omega, K, V, gb, bb);
+      V_new = omega.U;
+      V_new.noalias() -= omega.W * S.transpose();
+      grads.SetZero(L, Dk, Dv);
+      dS_prev.setZero();
+      dV_new.resize(L, Dv);
+      dW.resize(L, Dk);
+      GdnBlockOutBackward<T>(&grads, dV_new, dS_prev, dOb, Q, K, V_new, S,
+                             omega);
+      GdnBlockSTBackward<T>(&grads, dW, dS_prev, dV_new, dS, V_new, S, omega,
+                            K);
+      GdnBlockPreBackward<T>(&grads, dV_new, dW, K, V, bb, omega);
+      SMat<T>(dq + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk)) = grads.dQ;
+      SMat<T>(dk + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk)) = grads.dK;
+      SMat<T>(dv + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv)) = grads.dV;
+      SVec<T>(dbeta + t0 * H + h, L, InnerStride<>(H)) = grads.dbeta;
+      T acc = 0;  // dg_s = sum_{r >= s} dG_r (G is the cumulative sum of g)
+      for (int64_t r = L - 1; r >= 0; --r) dg[(t0 + r) * H + h] = acc += grads.dG(r);
+      dS.swap(dS_prev);
+    }
+    if (dS_in != nullptr) Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS;
+  }
+}
+
+GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
+                               int64_t Dv, int64_t block_size) {
+  GdnCoreFlops f;
+  for (int64_t t0 = 0; t0 < T_len; t0 += block_size) {
+    const double L = static_cast<double>(std::min(block_size, T_len - t0));
+    const double dk = static_cast<double>(Dk), dv = static_cast<double>(Dv);
+    const double pre = 2 * L * L * dk + L * (L - 1) * (dk + dv);
+    const double st = 4 * L * dk * dv;
+    const double out = 2 * L * dk * dv + 2 * L * L * dk + 2 * L * L * dv;
+    f.forward += pre + st + out;
+    f.backward += 2 * pre + st + 2 * L * dk * dv +
+                  (6 * L * L * dk + 4 * L * L * dv + 4 * L * dk * dv) +
+                  8 * L * dk * dv +
+                  (L * (L - 1) * (dk + dv) + 2 * L * L * (dk + dv) +
+                   4 * L * L * dk);
+  }
+  f.forward *= static_cast<double>(H);
+  f.backward *= static_cast<double>(H);
+  return f;
+}
+
+#define SF_INSTANTIATE(T)                                                    \
+  template struct GdnBlockGrads<T>;                                          \
+  template void GdnBlockPre<T>(GdnBlockOmega<T>*, CMatRef<T>, CMatRef<T>,    \
+                               CVecRef<T>, CVecRef<T>);                      \
+  template void GdnBlockST<T>(MatRef<T>, MatRef<T>, CMatRef<T>,              \
+                              const GdnBlockOmega<T>&, CMatRef<T>);          \
+  template void GdnBlockOut<T>(MatRef<T>, CMatRef<T>, CMatRef<T>,            \
+                               CMatRef<T>, CMatRef<T>,                       \
+                               const GdnBlockOmega<T>&);                     \
+  template void GdnBlockOutBackward<T>(                                      \
+      GdnBlockGrads<T>*, MatRef<T>, MatRef<T>, CMatRef<T>, CMatRef<T>,       \
+      CMatRef<T>, CMatRef<T>, CMatRef<T>, const GdnBlockOmega<T>&);          \
+  template void GdnBlockSTBackward<T>(                                       \
+      GdnBlockGrads<T>*, MatRef<T>, MatRef<T>, MatRef<T>, CMatRef<T>,        \
+      CMatRef<T>, CMatRef<T>, const GdnBlockOmega<T>&, CMatRef<T>);          \
+  template void GdnBlockPreBackward<T>(GdnBlockGrads<T>*, CMatRef<T>,        \
+                                       CMatRef<T>, CMatRef<T>, CMatRef<T>,   \
+                                       CVecRef<T>, const GdnBlockOmega<T>&); \
+  template void GdnCoreForward<T>(T*, T*, const T*, const T*, const T*,      \
+                                  const T*, const T*, const T*, int64_t,     \
+                                  int64_t, int64_t, int64_t, int64_t);       \
+  template void GdnCoreBackward<T>(                                          \
+      T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,    \
+      const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
+      int64_t, int64_t);
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(double)
+#undef SF_INSTANTIATE
+
+}  // namespace stateflow::backend

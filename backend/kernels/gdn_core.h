@@ -1,0 +1,174 @@
+// The Gated DeltaNet recurrence core, per head, in chunkwise form over blocks
+// of T_C tokens (kGdnBlockSize = 64), as a forward/backward pair, with the
+// token-by-token float64 reference beside it (docs/gdn-kernel.md derives the
+// math). Per head, with S the (d_v, d_k) state:
+//   S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T,
+//   o_t = S_t q_t,          alpha_t = exp(g_t),
+// where g (log decay), beta, and the L2-normalised (and, for q, scaled) q, k
+// come from gdn_prep.h. The core takes the state entering the chunk (S_in,
+// the boundary state) and returns the state leaving it (S_out), so that a
+// sequence run chunk by chunk is exact; its backward turns d(S_out) into
+// d(S_in).
+//
+// Each block is processed by the paper's three functions (Pre, ST, Out):
+//   Pre  (block-parallel): cumulative log decays G, the decay matrix Gam and
+//        the UT/WY transform W, U of the block's delta-rule updates;
+//   ST   (sequential):     V_new = U - W S^T and the state leaving the block;
+//   Out  (block-parallel): o from the entering state and the intra-block
+//        causal attention over V_new.
+// Block-level gradients come from the matching *Backward functions.
+//
+// Saved for the backward: only the core's inputs q, k, v, g, beta, S_in (the
+// layer's activations). The backward replays the block-entering states from
+// S_in into a caller-provided workspace of GdnCoreBackwardWorkspaceSize
+// elements (BufferClass::kWorkspace) and recomputes Pre per block. Small
+// per-block scratch, O(T_C (T_C + d_k + d_v) + d_v d_k) elements, lives in
+// Eigen temporaries and is not tracked.
+//
+// Not the projections, short convolution, gates or output norm of the layer.
+//
+//   GdnCoreForward<float>(o, S_out, q, k, v, g, beta, S_in, T, H, Dk, Dv);
+//   GdnCoreBackward<float>(dq, dk, dv, dg, dbeta, dS_in, ws, dO, dS_out, q, k, v, g, beta, S_in, T, H, Dk, Dv);
+//
+// Dimensions: T tokens in the chunk, H heads, Dk key/query dim (d_k), Dv
+// value dim (d_v), L tokens in one block (T_C, or fewer for the last block).
+// Layouts: q, k (T, H, Dk); v, o (T, H, Dv); g, beta (T, H); S (H, Dv, Dk).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/kernels/eigen_types.h"
+
+namespace stateflow::backend {
+
+inline constexpr int64_t kGdnBlockSize = 64;  // T_C
+
+// ---- block level (one head, one block of L tokens) -------------------------
+
+// Omega_i: what Pre computes for ST and Out (and the backward).
+template <typename T>
+struct GdnBlockOmega {
+  Vec<T> G;       // (L)    G_r = g_0 + ... + g_r, cumulative log decay
+  RowMat<T> Gam;  // (L, L) exp(G_r - G_s) for s <= r, else 0
+  RowMat<T> KG;   // (L, L) (k_r . k_s) exp(G_r - G_s) for s < r, else 0
+  RowMat<T> W;    // (L, Dk) (I + A)^{-1} diag(beta exp(G)) K
+  RowMat<T> U;    // (L, Dv) (I + A)^{-1} diag(beta) V,  A = diag(beta) KG
+};
+
+// K (L, Dk), V (L, Dv), g (L), beta (L) -> *omega (resized to L).
+template <typename T>
+void GdnBlockPre(GdnBlockOmega<T>* omega, CMatRef<T> K, CMatRef<T> V,
+                 CVecRef<T> g, CVecRef<T> beta);
+
+// V_new (L, Dv) = U - W S_in^T;
+// S_out (Dv, Dk) = exp(G_{L-1}) S_in + V_new^T diag(exp(G_{L-1} - G)) K.
+// REQUIRES: S_out does not alias S_in.
+template <typename T>
+void GdnBlockST(MatRef<T> V_new, MatRef<T> S_out, CMatRef<T> S_in,
+                const GdnBlockOmega<T>& omega, CMatRef<T> K);
+
+// O (L, Dv) = diag(exp(G)) Q S_in^T + ((Q K^T) o Gam) V_new.
+template <typename T>
+void GdnBlockOut(MatRef<T> O, CMatRef<T> Q, CMatRef<T> K, CMatRef<T> V_new,
+                 CMatRef<T> S_in, const GdnBlockOmega<T>& omega);
+
+// Gradients of one block, accumulated by the three backward functions.
+template <typename T>
+struct GdnBlockGrads {
+  RowMat<T> dQ;     // (L, Dk)
+  RowMat<T> dK;     // (L, Dk)
+  RowMat<T> dV;     // (L, Dv)
+  Vec<T> dG;        // (L) w.r.t. the cumulative G (dg = reverse cumsum)
+  Vec<T> dbeta;     // (L)
+  void SetZero(int64_t L, int64_t Dk, int64_t Dv);
+};
+
+// Given dO (L, Dv): dV_new (L, Dv) written; dS_in (Dv, Dk) added;
+// grads->dQ, dK, dG added.
+template <typename T>
+void GdnBlockOutBackward(GdnBlockGrads<T>* grads, MatRef<T> dV_new,
+                         MatRef<T> dS_in, CMatRef<T> dO, CMatRef<T> Q,
+                         CMatRef<T> K, CMatRef<T> V_new, CMatRef<T> S_in,
+                         const GdnBlockOmega<T>& omega);
+
+// Given dS_out (Dv, Dk) and dV_new (L, Dv) from Out (to which ST's share is
+// added, making it dU): dW (L, Dk) written; dS_in added; grads->dK, dG added.
+template <typename T>
+void GdnBlockSTBackward(GdnBlockGrads<T>* grads, MatRef<T> dW,
+                        MatRef<T> dS_in, MatRef<T> dV_new,
+                        CMatRef<T> dS_out, CMatRef<T> V_new, CMatRef<T> S_in,
+                        const GdnBlockOmega<T>& omega, CMatRef<T> K);
+
+// Given dU (L, Dv) and dW (L, Dk): grads->dK, dV, dG, dbeta added.
+template <typename T>
+void GdnBlockPreBackward(GdnBlockGrads<T>* grads, CMatRef<T> dU,
+                         CMatRef<T> dW, CMatRef<T> K, CMatRef<T> V,
+                         CVecRef<T> beta, const GdnBlockOmega<T>& omega);
+
+// ---- the core over a chunk of T tokens, H heads ---------------------------
+
+// o (T, H, Dv); S_out (H, Dv, Dk) (nullptr skips it); q, k (T, H, Dk);
+// v (T, H, Dv); g, beta (T, H); S_in (H, Dv, Dk) (nullptr means zeros: the
+// sequence start). block_size: T_C (tests use small ones). T may be any
+// length >= 0; the last block is partial when T is not a multiple of T_C.
+template <typename T>
+void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
+                    const T* g, const T* beta, const T* S_in, int64_t T_len,
+                    int64_t H, int64_t Dk, int64_t Dv,
+                    int64_t block_size = kGdnBlockSize);
+
+// Elements of the backward's workspace: the (ceil(T / T_C), Dv, Dk) states
+// entering each block of one head (heads run one after another).
+int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t Dk, int64_t Dv,
+                                     int64_t block_size = kGdnBlockSize);
+
+// dq, dk (T, H, Dk), dv (T, H, Dv), dg, dbeta (T, H), dS_in (H, Dv, Dk):
+// written (dS_in nullptr skips it). workspace: GdnCoreBackwardWorkspaceSize
+// elements. dO (T, H, Dv); dS_out (H, Dv, Dk) (nullptr means zeros: the last
+// chunk of a sequence). The rest as in the forward.
+template <typename T>
+void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
+                     T* workspace, const T* dO, const T* dS_out, const T* q,
+                     const T* k, const T* v, const T* g, const T* beta,
+                     const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
+                     int64_t Dv, int64_t block_size = kGdnBlockSize);
+
+// The floating-point operations the chunkwise algorithm executes (matrix
+// products counted as 2mnk, unit-triangular solves as L(L-1) per right-hand
+// side column, elementwise work and exps not counted). Per block of L tokens:
+//   Pre = 2 L^2 Dk + L(L-1)(Dk + Dv)            (K K^T, two solves)
+//   ST  = 4 L Dk Dv                             (W S^T, V_new^T K)
+//   Out = 2 L Dk Dv + 2 L^2 Dk + 2 L^2 Dv       (Q S^T, Q K^T, P V_new)
+//   forward  = Pre + ST + Out
+//   backward = 2 Pre + ST + 2 L Dk Dv (replay and recompute)
+//            + (6 L^2 Dk + 4 L^2 Dv + 4 L Dk Dv)   (Out backward)
+//            + 8 L Dk Dv                          (ST backward)
+//            + L(L-1)(Dk + Dv) + 2 L^2 (Dk + Dv) + 4 L^2 Dk (Pre backward)
+// summed over blocks and multiplied by H.
+struct GdnCoreFlops {
+  double forward = 0;
+  double backward = 0;
+};
+GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
+                               int64_t Dv, int64_t block_size = kGdnBlockSize);
+
+// ---- float64 reference: the recurrence token by token ----------------------
+
+// Same arguments as GdnCoreForward (no block size): S_t and o_t token by
+// token.
+void GdnCoreForwardRef(double* o, double* S_out, const double* q,
+                       const double* k, const double* v, const double* g,
+                       const double* beta, const double* S_in, int64_t T_len,
+                       int64_t H, int64_t Dk, int64_t Dv);
+
+// Same arguments as GdnCoreBackward (the workspace is unused; the reference
+// keeps all T states itself): reverse mode through time.
+void GdnCoreBackwardRef(double* dq, double* dk, double* dv, double* dg,
+                        double* dbeta, double* dS_in, double* workspace,
+                        const double* dO, const double* dS_out,
+                        const double* q, const double* k, const double* v,
+                        const double* g, const double* beta,
+                        const double* S_in, int64_t T_len, int64_t H,
+                        int64_t Dk, int64_t Dv);
+
+}  // namespace stateflow::backend

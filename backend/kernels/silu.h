@@ -1,0 +1,36 @@
+// SiLU, y = x * sigmoid(x), elementwise, as a forward/backward kernel pair
+// with the plain float64 reference beside it. Conventions as in linear.h.
+//
+//   SiluForward<float>(y, x, n);
+//   SiluBackward<float>(dx, dy, x, n);
+//
+// Dimensions: n elements (any shape, flattened).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace stateflow::backend {
+
+// A sigmoid that does not overflow for large |x| (shared with the other
+// kernels that need one).
+template <typename T>
+inline T StableSigmoid(T x) {
+  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+  const T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+// y (n) = x * sigmoid(x). y may alias x.
+template <typename T>
+void SiluForward(T* y, const T* x, int64_t n);
+
+// dx (n) = dy * sigmoid(x) * (1 + x * (1 - sigmoid(x))). dx may alias dy.
+template <typename T>
+void SiluBackward(T* dx, const T* dy, const T* x, int64_t n);
+
+void SiluForwardRef(double* y, const double* x, int64_t n);
+void SiluBackwardRef(double* dx, const double* dy, const double* x,
+                     int64_t n);
+
+}  // namespace stateflow::backend

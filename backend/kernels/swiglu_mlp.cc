@@ -1,0 +1,102 @@
+#include "backend/kernels/swiglu_mlp.h"
+
+#include "backend/kernels/eigen_types.h"
+#include "backend/kernels/linear.h"
+#include "backend/kernels/silu.h"
+
+namespace stateflow::backend {
+
+template <typename T>
+void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
+                      const T* wu, const T* wd, int64_t N, int64_t C,
+                      int64_t F) {
+  LinearForward<T>(gate, x, wg, nullptr, N, C, F);
+  LinearForward<T>(up, x, wu, nullptr, N, C, F);
+  for (int64_t i = 0; i < N * F; ++i) {
+    h[i] = gate[i] * StableSigmoid(gate[i]) * up[i];
+  }
+  LinearForward<T>(y, h, wd, nullptr, N, F, C);
+}
+
+template <typename T>
+void SwigluMlpBackward(T* dx, T* dwg, T* dwu, T* dwd, T* workspace,
+                       const T* dy, const T* gate, const T* up, const T* x,
+                       const T* wg, const T* wu, const T* wd, int64_t N,
+                       int64_t C, int64_t F) {
+  T* hd = workspace;              // (N, F): h, then d(up)
+  T* dgate = workspace + N * F;   // (N, F): dh, then d(gate)
+  for (int64_t i = 0; i < N * F; ++i) {
+    hd[i] = gate[i] * StableSigmoid(gate[i]) * up[i];
+  }
+  // dwd += dy^T h, dh = dy wd.
+  LinearBackward<T>(dgate, dwd, nullptr, dy, hd, wd, N, F, C);
+  for (int64_t i = 0; i < N * F; ++i) {
+    const T s = StableSigmoid(gate[i]);
+    const T dh = dgate[i];
+    dgate[i] = dh * up[i] * s * (T(1) + gate[i] * (T(1) - s));
+    hd[i] = dh * gate[i] * s;
+  }
+  // dx = d(gate) wg + d(up) wu; dwg += d(gate)^T x; dwu += d(up)^T x.
+  LinearBackward<T>(dx, dwg, nullptr, dgate, x, wg, N, C, F);
+  LinearBackward<T>(nullptr, dwu, nullptr, hd, x, wu, N, C, F);
+  if (dx != nullptr) {
+    Mat<T>(dx, N, C).noalias() += CMat<T>(hd, N, F) * CMat<T>(wu, F, C);
+  }
+}
+
+#define SF_INSTANTIATE(T)                                                   \
+  template void SwigluMlpForward<T>(T*, T*, T*, T*, const T*, const T*,     \
+                                    const T*, const T*, int64_t, int64_t,   \
+                                    int64_t);                               \
+  template void SwigluMlpBackward<T>(T*, T*, T*, T*, T*, const T*,          \
+                                     const T*, const T*, const T*,          \
+                                     const T*, const T*, const T*, int64_t, \
+                                     int64_t, int64_t);
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(double)
+#undef SF_INSTANTIATE
+
+// The reference spells the chain rule out with the reference linear layers.
+void SwigluMlpForwardRef(double* y, double* gate, double* up, double* h,
+                         const double* x, const double* wg, const double* wu,
+                         const double* wd, int64_t N, int64_t C, int64_t F) {
+  LinearForwardRef(gate, x, wg, nullptr, N, C, F);
+  LinearForwardRef(up, x, wu, nullptr, N, C, F);
+  SiluForwardRef(h, gate, N * F);
+  for (int64_t i = 0; i < N * F; ++i) h[i] *= up[i];
+  LinearForwardRef(y, h, wd, nullptr, N, F, C);
+}
+
+void SwigluMlpBackwardRef(double* dx, double* dwg, double* dwu, double* dwd,
+                          double* workspace, const double* dy,
+                          const double* gate, const double* up,
+                          const double* x, const double* wg, const double* wu,
+                          const double* wd, int64_t N, int64_t C, int64_t F) {
+  double* a = workspace;          // (N, F): silu(gate), then d(gate)
+  double* b = workspace + N * F;  // (N, F): d(up)
+  SiluForwardRef(a, gate, N * F);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t f = 0; f < F; ++f) {
+      const int64_t i = n * F + f;
+      double dh = 0.0;  // dh = sum_c dy[n, c] wd[c, f]
+      for (int64_t c = 0; c < C; ++c) {
+        dh += dy[n * C + c] * wd[c * F + f];
+        dwd[c * F + f] += dy[n * C + c] * a[i] * up[i];
+      }
+      b[i] = dh * a[i];
+      a[i] = dh * up[i];  // d(silu(gate))
+    }
+  }
+  SiluBackwardRef(a, a, gate, N * F);
+  LinearBackwardRef(dx, dwg, nullptr, a, x, wg, N, C, F);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t f = 0; f < F; ++f) {
+      for (int64_t c = 0; c < C; ++c) {
+        dwu[f * C + c] += b[n * F + f] * x[n * C + c];
+        if (dx != nullptr) dx[n * C + c] += b[n * F + f] * wu[f * C + c];
+      }
+    }
+  }
+}
+
+}  // namespace stateflow::backend
