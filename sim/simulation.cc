@@ -151,7 +151,7 @@ Result<Simulation> Simulate(const pb::Scenario& scenario,
   report.set_source("simulate");
   report.set_model(scenario.model().name());
   report.set_policy(sim.plan.policy());
-  report.set_stages(stages);
+  report.set_pipeline_size(stages);
   report.set_tensor_size(cost_options.tensor_size);
   report.set_data_size(OrOne(par.data_size()));
   report.set_microbatches(microbatches);

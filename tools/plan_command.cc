@@ -11,6 +11,15 @@
 namespace stateflow::tools {
 namespace {
 
+using sim::CostOptionsFor;
+using sim::MemorySample;
+using sim::PartitionFor;
+using sim::SimulationOptions;
+using sim::Simulation;
+using sim::Simulate;
+using sim::Slice;
+using sim::StageResult;
+
 constexpr char kPlanDumpExamples[] = R"(examples:
   stateflow plan-dump -P 4 -M 2 -N 3
       print the StateFlow plan of the default scenario with 4 stages
@@ -56,7 +65,7 @@ int RunPlanDump(int argc, char** argv) {
     Result<schedule::Partition> part = PartitionFor(*cm, scenario->seq_len(), sched);
     if (!part.ok()) return Fail(name, part.status());
     header += "# chunk boundaries:";
-    for (auto b : part->boundaries()) header += " " + std::to_string(b);
+    for (auto b : part->boundaries()) header.append(" ").append(std::to_string(b));
     header += "\n";
   }
   const std::string text = header + schedule::PlanToText(*plan);

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <google/protobuf/util/json_util.h>
@@ -28,6 +30,25 @@ std::string Printf(const char* format, double value) {
 std::string Pad(std::string s, std::size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
   return s;
+}
+
+// Aligns cells into columns as wide as their widest cell (+2 spaces).
+std::string AlignTable(const std::vector<std::vector<std::string>>& rows,
+                       const std::string& indent = "") {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    if (row.size() > width.size()) width.resize(row.size(), 0);
+    for (std::size_t k = 0; k < row.size(); ++k) width[k] = std::max(width[k], row[k].size() + 2);
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (std::size_t k = 0; k < row.size(); ++k) {
+      line += (k + 1 == row.size()) ? row[k] : Pad(row[k], width[k]);
+    }
+    out += line + "\n";
+  }
+  return out;
 }
 
 std::string ScheduleLabel(const pb::Report& r) {
@@ -57,17 +78,17 @@ std::string Throughput(const pb::Report& r) {
 }
 
 std::string StageTable(const pb::Report& r) {
-  std::string out = "per stage, " + ScheduleLabel(r) + ":\n";
-  out += "  stage  layers    busy        bubble   peak memory   largest at peak\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"stage", "layers", "busy", "bubble", "peak memory", "largest at peak", ""}};
   for (const auto& s : r.stages()) {
-    out += "  " + Pad(std::to_string(s.stage()), 7) +
-           Pad(std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1), 10) +
-           Pad(FormatTime(s.busy_s(), r.time_unit()), 12) +
-           Pad(Printf("%.1f %%", 100.0 * s.bubble_fraction()), 9) +
-           Pad(FormatBytes(s.peak_memory_bytes()), 14) + s.peak_dominant_class() +
-           (s.oom() ? "  OOM" : "") + "\n";
+    rows.push_back({std::to_string(s.stage()),
+                    std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1),
+                    FormatTime(s.busy_s(), r.time_unit()),
+                    Printf("%.1f %%", 100.0 * s.bubble_fraction()),
+                    FormatBytes(s.peak_memory_bytes()), s.peak_dominant_class(),
+                    s.oom() ? "OOM" : ""});
   }
-  return out;
+  return "per stage, " + ScheduleLabel(r) + ":\n" + AlignTable(rows, "  ");
 }
 
 }  // namespace
@@ -116,17 +137,18 @@ std::string FormatSimulateTable(const pb::Report& report) {
   all.push_back(&report);  // baselines first, the schedule under study last
 
   std::string out = "scenario " + report.scenario() + ": model " + report.model() + ", P=" +
-                    std::to_string(report.stages()) + " TP=" +
+                    std::to_string(report.pipeline_size()) + " TP=" +
                     std::to_string(report.tensor_size()) + " DP=" +
                     std::to_string(report.data_size()) + ", M=" +
                     std::to_string(report.microbatches()) + ", T=" +
                     std::to_string(report.seq_len()) + ", recompute " + report.recompute() +
                     ", cost model " + report.cost_model() + "\n\n";
-  const std::size_t label = 18, col = 30;
+  // Rows are built first so that every column is as wide as its widest cell.
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
   auto row = [&](const std::string& name, auto cell) {
-    out += Pad(name, label);
-    for (const pb::Report* r : all) out += Pad(cell(*r), col);
-    out += "\n";
+    std::vector<std::string> cells;
+    for (const pb::Report* r : all) cells.push_back(cell(*r));
+    rows.emplace_back(name, std::move(cells));
   };
   row("", [](const pb::Report& r) { return ScheduleLabel(r); });
   const pb::Report* base = all.front();
@@ -143,6 +165,12 @@ std::string FormatSimulateTable(const pb::Report& report) {
   row("peak memory", [](const pb::Report& r) { return PeakWhere(r); });
   row("fits in " + FormatBytes(report.capacity_bytes()),
       [](const pb::Report& r) { return std::string(r.oom() ? "NO (OOM)" : "yes"); });
+  std::vector<std::vector<std::string>> table;
+  for (auto& [name, cells] : rows) {
+    table.push_back({name});
+    table.back().insert(table.back().end(), cells.begin(), cells.end());
+  }
+  out += AlignTable(table);
   if (all.size() > 1 && report.peak_memory_bytes() > 0) {
     out += Printf("\nmemory reduction vs the first column: %.2fx\n",
                   base->peak_memory_bytes() / report.peak_memory_bytes());
@@ -150,7 +178,7 @@ std::string FormatSimulateTable(const pb::Report& report) {
   for (const pb::Report* r : all) {
     if (r->oom()) out += "OOM (" + ScheduleLabel(*r) + "): " + r->oom_detail() + "\n";
   }
-  for (const pb::Report* r : all) out += "\n" + StageTable(*r);
+  for (const pb::Report* r : all) out.append("\n").append(StageTable(*r));
   return out;
 }
 

@@ -43,7 +43,7 @@ std::string Known(const std::vector<std::string>& names) {
 Status ResolveModel(pb::Scenario* s) {
   if (!s->model_preset().empty()) {
     Result<pb::ModelSpec> preset = models::ModelPreset(s->model_preset());
-    if (!preset.ok()) return preset.status().WithPrefix("model_preset");
+    if (!preset.ok()) return preset.status();
     pb::ModelSpec merged = *preset;
     merged.MergeFrom(s->model());
     *s->mutable_model() = merged;
@@ -59,7 +59,7 @@ Status ResolveModel(pb::Scenario* s) {
 Status ResolveCluster(pb::Scenario* s) {
   if (!s->cluster_preset().empty()) {
     Result<pb::ClusterSpec> preset = models::ClusterPreset(s->cluster_preset());
-    if (!preset.ok()) return preset.status().WithPrefix("cluster_preset");
+    if (!preset.ok()) return preset.status();
     pb::ClusterSpec merged = *preset;
     // Efficiency points given in the scenario replace the preset's curve.
     if (s->cluster().device().efficiency_size() > 0) {

@@ -11,6 +11,15 @@
 namespace stateflow::tools {
 namespace {
 
+using sim::CostOptionsFor;
+using sim::MemorySample;
+using sim::PartitionFor;
+using sim::SimulationOptions;
+using sim::Simulation;
+using sim::Simulate;
+using sim::Slice;
+using sim::StageResult;
+
 constexpr char kName[] = "simulate";
 
 constexpr char kExamples[] = R"(examples:

@@ -141,7 +141,9 @@ TEST(AnalyticCosts, ExecutionRespectsPlanAndPrecedence) {
     ASSERT_EQ(stages[r].slices.size(), sim->plan.stage(r).size());
     for (std::size_t k = 0; k < stages[r].slices.size(); ++k) {
       EXPECT_EQ(stages[r].slices[k].action, sim->plan.stage(r)[k]);
-      if (k > 0) EXPECT_GE(stages[r].slices[k].start_s, stages[r].slices[k - 1].end_s);
+      if (k > 0) {
+        EXPECT_GE(stages[r].slices[k].start_s, stages[r].slices[k - 1].end_s);
+      }
     }
     for (const Slice& sl : stages[r].slices) {
       if (sl.action.pass == schedule::Pass::kForward && r > 0) {

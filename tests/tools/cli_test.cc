@@ -16,7 +16,7 @@
 
 namespace {
 
-struct Run {
+struct CliRun {
   int exit_code = -1;
   std::string out;  // stdout
   std::string err;  // stderr
@@ -34,12 +34,12 @@ std::string Slurp(const std::string& path) {
 }
 
 // Runs `stateflow <args>` with a time limit; stderr goes to a file.
-Run Stateflow(const std::string& args) {
+CliRun Stateflow(const std::string& args) {
   static int counter = 0;
   const std::string err_path = TempPath("stderr-" + std::to_string(counter++));
   const std::string cmd = "timeout 60 " + std::string(SF_BINARY_DIR) + "/stateflow " + args +
                           " 2>" + err_path;
-  Run run;
+  CliRun run;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return run;
   std::array<char, 4096> buf;
@@ -71,7 +71,7 @@ std::string SmallScenario(const std::string& extra = "") {
          "schedule { policy: \"stateflow\" chunks: 4 recompute: \"full\" }\n" + extra;
 }
 
-void ExpectBadInput(const Run& run, const std::string& needle) {
+void ExpectBadInput(const CliRun& run, const std::string& needle) {
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_NE(run.err.find(needle), std::string::npos) << "stderr: " << run.err;
   EXPECT_EQ(Lines(run.err), 1) << "stderr: " << run.err;
@@ -79,7 +79,7 @@ void ExpectBadInput(const Run& run, const std::string& needle) {
 }
 
 TEST(Cli, DefaultScenarioPrintsTheComparison) {
-  Run run = Stateflow("simulate");
+  CliRun run = Stateflow("simulate");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("1f1b"), std::string::npos);
   EXPECT_NE(run.out.find("stateflow N=8"), std::string::npos);
@@ -88,7 +88,7 @@ TEST(Cli, DefaultScenarioPrintsTheComparison) {
 }
 
 TEST(Cli, JsonIsTheReportSchema) {
-  Run run = Stateflow("simulate --json");
+  CliRun run = Stateflow("simulate --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   stateflow::pb::Report report;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok()) << run.out;
@@ -106,7 +106,7 @@ TEST(Cli, JsonIsTheReportSchema) {
 }
 
 TEST(Cli, UniformCostModelFromTheFlag) {
-  Run run = Stateflow("simulate --policy stateflow -P 4 -M 8 -N 4 --cost-model uniform --json");
+  CliRun run = Stateflow("simulate --policy stateflow -P 4 -M 8 -N 4 --cost-model uniform --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   stateflow::pb::Report report;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
@@ -117,7 +117,7 @@ TEST(Cli, UniformCostModelFromTheFlag) {
 
 TEST(Cli, TraceHasOneTrackPerStageAndMemoryCounters) {
   const std::string path = TempPath("trace.json");
-  Run run = Stateflow("simulate -P 4 -M 2 -N 3 --trace " + path);
+  CliRun run = Stateflow("simulate -P 4 -M 2 -N 3 --trace " + path);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   stateflow::pb::Trace trace;
   const std::string text = Slurp(path);
@@ -138,8 +138,8 @@ TEST(Cli, TraceHasOneTrackPerStageAndMemoryCounters) {
 TEST(Cli, PlanDumpRoundTripsThroughSimulate) {
   const std::string path = TempPath("plan.txt");
   ASSERT_EQ(Stateflow("plan-dump -P 4 -M 2 -N 3 --out " + path).exit_code, 0);
-  Run direct = Stateflow("simulate -P 4 -M 2 -N 3 --policy stateflow --json");
-  Run replay = Stateflow("simulate -P 4 -M 2 --plan " + path + " --json");
+  CliRun direct = Stateflow("simulate -P 4 -M 2 -N 3 --policy stateflow --json");
+  CliRun replay = Stateflow("simulate -P 4 -M 2 --plan " + path + " --json");
   ASSERT_EQ(direct.exit_code, 0) << direct.err;
   ASSERT_EQ(replay.exit_code, 0) << replay.err;
   stateflow::pb::Report a, b;
@@ -160,7 +160,7 @@ TEST(Cli, HandBrokenPlanIsRejectedWithTheRule) {
   text.replace(b, 5, "0F0.0");
   text.replace(a, 5, "0F0.1");
   WriteFile("broken-plan.txt", text);
-  Run run = Stateflow("simulate -P 2 -M 1 --plan " + path);
+  CliRun run = Stateflow("simulate -P 2 -M 1 --plan " + path);
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_NE(run.err.find("rule 2"), std::string::npos) << run.err;
 }
@@ -168,7 +168,7 @@ TEST(Cli, HandBrokenPlanIsRejectedWithTheRule) {
 TEST(Cli, MalformedScenarioNamesFileLineColumn) {
   const std::string path = WriteFile("malformed.textproto",
                                      "name: \"x\"\nparallel { pipeline_size: 4 \n seq_len: }\n");
-  Run run = Stateflow("simulate --scenario " + path);
+  CliRun run = Stateflow("simulate --scenario " + path);
   ExpectBadInput(run, path + ":3:");
 }
 
@@ -220,7 +220,7 @@ TEST(Cli, InvalidValuesNameTheField) {
 }
 
 TEST(Cli, HelpHasExamples) {
-  Run run = Stateflow("simulate --help");
+  CliRun run = Stateflow("simulate --help");
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_NE(run.out.find("examples:"), std::string::npos);
   EXPECT_NE(run.out.find("--chunks"), std::string::npos);
