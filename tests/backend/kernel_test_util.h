@@ -72,8 +72,9 @@ inline ::testing::AssertionResult AllClose(const std::string& what,
   double worst = 0.0;  // largest |a - r| / (atol + rtol |r|)
   size_t worst_i = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
+    const double diff = std::abs(actual[i] - ref[i]);
     const double ratio =
-        std::abs(actual[i] - ref[i]) / (atol + rtol * std::abs(ref[i]));
+        diff == 0.0 ? 0.0 : diff / (atol + rtol * std::abs(ref[i]));
     if (!(ratio <= worst)) {  // also catches NaN
       worst = ratio;
       worst_i = i;

@@ -1,0 +1,315 @@
+// The chunkwise Gated DeltaNet core against the token-by-token float64
+// recurrence (outputs, final state and every gradient, relative error under
+// 1e-10 in float64, full and partial blocks), by central differences for every
+// input including S_in, chunking exactness (a sequence run in pieces with the
+// state handed over equals one run), any block size, and float32 agreement.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backend/kernels/gdn_core.h"
+#include "backend/kernels/gdn_prep.h"
+#include "tests/backend/kernel_test_util.h"
+
+namespace stateflow::backend {
+namespace {
+
+using testing::AllClose;
+using testing::Buffer;
+using testing::Buffers;
+using testing::Cast;
+using testing::CheckKernelCase;
+using testing::KernelCase;
+using testing::KernelRun;
+using testing::RandomVector;
+using testing::ToDouble;
+using testing::Variant;
+
+struct GdnShape {
+  int64_t T, H, Dk, Dv;
+  std::string Name() const {
+    std::ostringstream s;
+    s << "T=" << T << " H=" << H << " Dk=" << Dk << " Dv=" << Dv;
+    return s.str();
+  }
+};
+
+// The core's inputs {q, k, v, g, beta, S_in} as a GDN layer makes them:
+// q, k L2-normalised (q scaled by Dk^-1/2), g from the gate with A_log and
+// dt_bias (decays from ~0.999 to ~e^-10 per token), beta = sigmoid(b).
+Buffers LayerLikeInputs(const GdnShape& s, std::mt19937_64& rng) {
+  const int64_t rows = s.T * s.H;
+  const Buffer q_raw = RandomVector(rng, rows * s.Dk, -1, 1),
+               k_raw = RandomVector(rng, rows * s.Dk, -1, 1),
+               a = RandomVector(rng, rows, -4, 2),
+               A_log = RandomVector(rng, s.H, 0, 2.7),
+               dt_bias = Buffer(s.H, -2.0), b = RandomVector(rng, rows, -3, 3);
+  Buffer q(rows * s.Dk), k(rows * s.Dk), g(rows), beta(rows), rnorm(rows);
+  L2NormForwardRef(q.data(), rnorm.data(), q_raw.data(), rows, s.Dk,
+                   1.0 / std::sqrt(static_cast<double>(s.Dk)), 1e-6);
+  L2NormForwardRef(k.data(), rnorm.data(), k_raw.data(), rows, s.Dk, 1.0, 1e-6);
+  GdnGateForwardRef(g.data(), a.data(), A_log.data(), dt_bias.data(), s.T, s.H);
+  GdnBetaForwardRef(beta.data(), b.data(), rows);
+  return {q, k, RandomVector(rng, rows * s.Dv, -1, 1), g, beta,
+          RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5)};
+}
+
+// Small unconstrained inputs for finite differences (k not normalised, so the
+// kernel is checked as the function of its arguments that it claims to be).
+Buffers SmallInputs(const GdnShape& s, std::mt19937_64& rng) {
+  const int64_t rows = s.T * s.H;
+  return {RandomVector(rng, rows * s.Dk, -0.6, 0.6),
+          RandomVector(rng, rows * s.Dk, -0.6, 0.6),
+          RandomVector(rng, rows * s.Dv, -1, 1),
+          RandomVector(rng, rows, -0.8, -0.01),
+          RandomVector(rng, rows, 0.05, 0.95),
+          RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5)};
+}
+
+const std::vector<std::string> kInputNames = {"q", "k", "v", "g", "beta", "S_in"};
+
+// Runs the core (forward, then backward if douts = {dO, dS_out} is given):
+// outputs {o, S_out}, grads {dq, dk, dv, dg, dbeta, dS_in}.
+template <typename T>
+KernelRun RunCore(bool reference, const GdnShape& s, int64_t block,
+                  const Buffers& in, const Buffers& douts) {
+  const std::vector<T> q = Cast<T>(in[0]), k = Cast<T>(in[1]),
+                       v = Cast<T>(in[2]), g = Cast<T>(in[3]),
+                       beta = Cast<T>(in[4]), S_in = Cast<T>(in[5]);
+  const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv,
+                ns = s.H * s.Dv * s.Dk;
+  std::vector<T> o(nv), S_out(ns);
+  if constexpr (std::is_same_v<T, double>) {
+    if (reference) {
+      GdnCoreForwardRef(o.data(), S_out.data(), q.data(), k.data(), v.data(),
+                        g.data(), beta.data(), S_in.data(), s.T, s.H, s.Dk, s.Dv);
+    }
+  }
+  if (!reference) {
+    GdnCoreForward<T>(o.data(), S_out.data(), q.data(), k.data(), v.data(),
+                      g.data(), beta.data(), S_in.data(), s.T, s.H, s.Dk, s.Dv,
+                      block);
+  }
+  KernelRun r{{ToDouble(o), ToDouble(S_out)}, {}};
+  if (douts.empty()) return r;
+  const std::vector<T> dO = Cast<T>(douts[0]), dS_out = Cast<T>(douts[1]);
+  std::vector<T> dq(nk), dk(nk), dv(nv), dg(s.T * s.H), dbeta(s.T * s.H),
+      dS_in(ns), ws(GdnCoreBackwardWorkspaceSize(s.T, s.Dk, s.Dv, block));
+  if constexpr (std::is_same_v<T, double>) {
+    if (reference) {
+      GdnCoreBackwardRef(dq.data(), dk.data(), dv.data(), dg.data(),
+                         dbeta.data(), dS_in.data(), ws.data(), dO.data(),
+                         dS_out.data(), q.data(), k.data(), v.data(), g.data(),
+                         beta.data(), S_in.data(), s.T, s.H, s.Dk, s.Dv);
+    }
+  }
+  if (!reference) {
+    GdnCoreBackward<T>(dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(),
+                       dS_in.data(), ws.data(), dO.data(), dS_out.data(),
+                       q.data(), k.data(), v.data(), g.data(), beta.data(),
+                       S_in.data(), s.T, s.H, s.Dk, s.Dv, block);
+  }
+  r.grads = {ToDouble(dq), ToDouble(dk), ToDouble(dv),
+             ToDouble(dg), ToDouble(dbeta), ToDouble(dS_in)};
+  return r;
+}
+
+Buffers RandomDouts(const GdnShape& s, std::mt19937_64& rng) {
+  return {RandomVector(rng, s.T * s.H * s.Dv, -1, 1),
+          RandomVector(rng, s.H * s.Dv * s.Dk, -1, 1)};
+}
+
+// The harness case: fast vs reference, float32, central differences.
+class GdnCoreCase : public KernelCase {
+ public:
+  GdnCoreCase(GdnShape s, int64_t block) : s_(s), block_(block) {}
+  std::string Name() const override {
+    return "gdn_core " + s_.Name() + " block=" + std::to_string(block_);
+  }
+  std::vector<std::string> InputNames() const override { return kInputNames; }
+  Buffers MakeInputs(std::mt19937_64& rng) const override {
+    return SmallInputs(s_, rng);
+  }
+  KernelRun Run(Variant variant, const Buffers& in,
+                const Buffers& douts) const override {
+    if (variant == Variant::kFast32) return RunCore<float>(false, s_, block_, in, douts);
+    return RunCore<double>(variant == Variant::kRef, s_, block_, in, douts);
+  }
+  double Float32Tolerance() const override { return 1e-4; }
+
+ private:
+  GdnShape s_;
+  int64_t block_;
+};
+
+TEST(GdnCore, AgainstReferenceAndFiniteDifferences) {
+  // One partial block, several blocks with a partial last one, exact blocks.
+  CheckKernelCase(GdnCoreCase({5, 2, 3, 4}, 64), 1);
+  CheckKernelCase(GdnCoreCase({9, 2, 3, 4}, 4), 2);
+  CheckKernelCase(GdnCoreCase({8, 1, 4, 2}, 4), 3);
+  CheckKernelCase(GdnCoreCase({1, 1, 2, 3}, 64), 4);
+}
+
+// The chunkwise core equals the token-by-token recurrence to 1e-10 at the
+// lengths around the block size T_C = 64.
+TEST(GdnCore, ChunkwiseEqualsTokenByTokenRecurrence) {
+  for (int64_t T : {1, 5, 63, 64, 65, 130, 200}) {
+    const GdnShape s{T, 2, 16, 16};
+    SCOPED_TRACE(s.Name());
+    std::mt19937_64 rng(100 + T);
+    const Buffers in = LayerLikeInputs(s, rng);
+    const Buffers douts = RandomDouts(s, rng);
+    const KernelRun ref = RunCore<double>(true, s, kGdnBlockSize, in, douts);
+    const KernelRun fast = RunCore<double>(false, s, kGdnBlockSize, in, douts);
+    EXPECT_TRUE(AllClose("o", fast.outputs[0], ref.outputs[0], 1e-13, 1e-10, 1e-10));
+    EXPECT_TRUE(AllClose("S_out", fast.outputs[1], ref.outputs[1], 1e-13, 1e-10, 1e-10));
+    for (size_t i = 0; i < kInputNames.size(); ++i) {
+      EXPECT_TRUE(AllClose("d" + kInputNames[i], fast.grads[i], ref.grads[i],
+                           1e-13, 1e-10, 1e-10));
+    }
+  }
+}
+
+// Any block size gives the same function: 1 (token by token through the
+// chunkwise code), sizes that do and do not divide T, and one block.
+TEST(GdnCore, EveryBlockSizeAgrees) {
+  const GdnShape s{37, 1, 8, 6};
+  std::mt19937_64 rng(7);
+  const Buffers in = LayerLikeInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  const KernelRun ref = RunCore<double>(true, s, kGdnBlockSize, in, douts);
+  for (int64_t block : {1, 2, 7, 37, 64}) {
+    SCOPED_TRACE("block=" + std::to_string(block));
+    const KernelRun fast = RunCore<double>(false, s, block, in, douts);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(AllClose("output " + std::to_string(i), fast.outputs[i],
+                           ref.outputs[i], 1e-13, 1e-10, 1e-10));
+    }
+    for (size_t i = 0; i < kInputNames.size(); ++i) {
+      EXPECT_TRUE(AllClose("d" + kInputNames[i], fast.grads[i], ref.grads[i],
+                           1e-13, 1e-10, 1e-10));
+    }
+  }
+}
+
+// Slices [t0, t1) of a (T, H, D) buffer (or (T, H) when D = 1).
+Buffer Rows(const Buffer& x, int64_t t0, int64_t t1, int64_t H, int64_t D) {
+  return Buffer(x.begin() + t0 * H * D, x.begin() + t1 * H * D);
+}
+
+// A sequence cut at `cuts` and run piece by piece, with S handed forward and
+// dS_in of each piece fed back as dS_out of the one before, equals one run.
+void CheckCoreChunking(const GdnShape& s, const std::vector<int64_t>& cuts,
+                       uint64_t seed) {
+  std::ostringstream name;
+  name << s.Name() << " cuts=";
+  for (int64_t c : cuts) name << c << ",";
+  SCOPED_TRACE(name.str());
+  std::mt19937_64 rng(seed);
+  const Buffers in = LayerLikeInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  const KernelRun whole = RunCore<double>(false, s, kGdnBlockSize, in, douts);
+  std::vector<int64_t> bounds = {0};
+  bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+  bounds.push_back(s.T);
+  const size_t pieces = bounds.size() - 1;
+  const std::vector<int64_t> widths = {s.Dk, s.Dk, s.Dv, 1, 1};
+  // Forward: record each piece's entering state.
+  std::vector<Buffer> states = {in[5]};
+  Buffer o;
+  for (size_t p = 0; p < pieces; ++p) {
+    const GdnShape sp{bounds[p + 1] - bounds[p], s.H, s.Dk, s.Dv};
+    Buffers in_p;
+    for (size_t i = 0; i < 5; ++i) in_p.push_back(Rows(in[i], bounds[p], bounds[p + 1], s.H, widths[i]));
+    in_p.push_back(states[p]);
+    const KernelRun r = RunCore<double>(false, sp, kGdnBlockSize, in_p, {});
+    o.insert(o.end(), r.outputs[0].begin(), r.outputs[0].end());
+    states.push_back(r.outputs[1]);
+  }
+  EXPECT_TRUE(AllClose("o", o, whole.outputs[0], 1e-13, 1e-10, 1e-10));
+  EXPECT_TRUE(AllClose("S_out", states[pieces], whole.outputs[1], 1e-13, 1e-10, 1e-10));
+  // Backward, last piece first.
+  Buffers grads(5);
+  Buffer dS = douts[1];
+  for (size_t p = pieces; p-- > 0;) {
+    const GdnShape sp{bounds[p + 1] - bounds[p], s.H, s.Dk, s.Dv};
+    Buffers in_p;
+    for (size_t i = 0; i < 5; ++i) in_p.push_back(Rows(in[i], bounds[p], bounds[p + 1], s.H, widths[i]));
+    in_p.push_back(states[p]);
+    const KernelRun r = RunCore<double>(
+        false, sp, kGdnBlockSize, in_p,
+        {Rows(douts[0], bounds[p], bounds[p + 1], s.H, s.Dv), dS});
+    for (size_t i = 0; i < 5; ++i) grads[i].insert(grads[i].begin(), r.grads[i].begin(), r.grads[i].end());
+    dS = r.grads[5];
+  }
+  grads.push_back(dS);
+  for (size_t i = 0; i < kInputNames.size(); ++i) {
+    EXPECT_TRUE(AllClose("d" + kInputNames[i], grads[i], whole.grads[i], 1e-13,
+                         1e-10, 1e-10));
+  }
+}
+
+TEST(GdnCore, ChunkedSequenceEqualsOneRun) {
+  const GdnShape s{200, 2, 16, 16};
+  CheckCoreChunking(s, {1}, 1);
+  CheckCoreChunking(s, {64}, 2);
+  CheckCoreChunking(s, {100}, 3);
+  CheckCoreChunking(s, {199}, 4);
+  CheckCoreChunking(s, {30, 31, 130}, 5);  // a piece of one token
+}
+
+// Zero state in and no state gradient out (nullptr) mean zeros.
+TEST(GdnCore, NullStatesMeanZeros) {
+  const GdnShape s{20, 2, 4, 3};
+  std::mt19937_64 rng(11);
+  Buffers in = LayerLikeInputs(s, rng);
+  std::fill(in[5].begin(), in[5].end(), 0.0);
+  const KernelRun zeros = RunCore<double>(false, s, 8, in, {});
+  Buffer o(s.T * s.H * s.Dv);
+  GdnCoreForward<double>(o.data(), nullptr, in[0].data(), in[1].data(),
+                         in[2].data(), in[3].data(), in[4].data(), nullptr, s.T,
+                         s.H, s.Dk, s.Dv, 8);
+  EXPECT_TRUE(AllClose("o", o, zeros.outputs[0], 0, 0, 0));
+}
+
+// float32 agrees with the float64 reference at float tolerances, including
+// strong decays (alpha ~ e^-10) and beta near 1 at a larger head size.
+TEST(GdnCore, Float32AgreesWithFloat64) {
+  for (const GdnShape& s : {GdnShape{130, 2, 32, 32}, GdnShape{70, 1, 64, 48}}) {
+    SCOPED_TRACE(s.Name());
+    std::mt19937_64 rng(s.Dk);
+    const Buffers in = LayerLikeInputs(s, rng);
+    const Buffers douts = RandomDouts(s, rng);
+    const KernelRun ref = RunCore<double>(true, s, kGdnBlockSize, in, douts);
+    const KernelRun f32 = RunCore<float>(false, s, kGdnBlockSize, in, douts);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(AllClose("output " + std::to_string(i), f32.outputs[i],
+                           ref.outputs[i], 1e-4, 1e-3, 1e-5));
+    }
+    for (size_t i = 0; i < kInputNames.size(); ++i) {
+      EXPECT_TRUE(AllClose("d" + kInputNames[i], f32.grads[i], ref.grads[i],
+                           1e-4, 1e-3, 1e-5));
+    }
+  }
+}
+
+// The FLOP count is additive over blocks and linear in heads.
+TEST(GdnCore, FlopCountIsPerBlock) {
+  const GdnCoreFlops one = CountGdnCoreFlops(64, 1, 16, 8);
+  const GdnCoreFlops tail = CountGdnCoreFlops(5, 1, 16, 8);
+  const GdnCoreFlops both = CountGdnCoreFlops(69, 3, 16, 8);
+  EXPECT_DOUBLE_EQ(both.forward, 3 * (one.forward + tail.forward));
+  EXPECT_DOUBLE_EQ(both.backward, 3 * (one.backward + tail.backward));
+  // One block of L = 64, Dk = 16, Dv = 8 by the header's formula.
+  const double L = 64, dk = 16, dv = 8;
+  EXPECT_DOUBLE_EQ(one.forward, 2 * L * L * dk + L * (L - 1) * (dk + dv) +
+                                    4 * L * dk * dv + 2 * L * dk * dv +
+                                    2 * L * L * dk + 2 * L * L * dv);
+}
+
+}  // namespace
+}  // namespace stateflow::backend
