@@ -33,13 +33,16 @@ std::string_view LayerKindName(LayerKind kind);
 Result<pb::ModelSpec> ModelPreset(std::string_view name);
 std::vector<std::string> ModelPresetNames();
 
-// "a100-80gb-nvlink" (8 per node) and "cpu" (this kind of machine).
+// "a100-80gb-nvlink" (8 per node) and "cpu" (this kind of machine: one
+// device per core). Error: unknown name, listing the known ones.
 Result<pb::ClusterSpec> ClusterPreset(std::string_view name);
 std::vector<std::string> ClusterPresetNames();
 
 // Checks every field a model needs (names the field: "model.hidden_size must
 // be > 0", "model.architecture: unknown 'foo' (known: gdn, mamba3)", heads
-// divisible by TP, ...). tensor_size is the TP degree.
+// divisible by TP, ...). tensor_size is the TP degree; recurrence heads,
+// attention heads and K/V heads must all be divisible by it. Attention fields
+// are checked only for layer_pattern "hybrid". The full list: docs/models.md.
 Status ValidateModel(const pb::ModelSpec& model, int tensor_size = 1);
 Status ValidateCluster(const pb::ClusterSpec& cluster);
 
