@@ -1,0 +1,172 @@
+// GDN core kernel speed against Eigen's own matrix product, in one run,
+// single thread, float32:
+//   Gemm/N             C (N, N) = A (N, N) B (N, N), 2 N^3 FLOPs
+//   GdnForward/...     GdnCoreForward,  FLOPs from CountGdnCoreFlops
+//   GdnBackward/...    GdnCoreBackward, FLOPs from CountGdnCoreFlops
+// at a tiny head config (H=2, d_k=d_v=32, T=1024) and a paper-shaped one
+// (H=1, d_k=d_v=128, T=4096). After the runs it prints each GDN rate as a
+// fraction of the largest GEMM's rate (the target is >= 40%).
+//
+//   ./bench/bench_gdn_kernel --benchmark_min_time=1
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/kernels/gdn_core.h"
+#include "backend/kernels/gdn_prep.h"
+
+namespace stateflow::backend {
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+
+void Gemm(benchmark::State& state) {
+  Eigen::setNbThreads(1);
+  const Eigen::Index n = state.range(0);
+  const Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n);
+  Matrix c(n, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(n * n * n) / 1e9,
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Inputs as a GDN layer makes them: q, k L2-normalised (q scaled), decays
+// in (0, 1), beta in (0, 1). Layouts as in gdn_core.h.
+struct GdnInputs {
+  int64_t T, H, Dk, Dv;
+  std::vector<float> q, k, v, g, beta, S_in;
+  GdnInputs(int64_t T_, int64_t H_, int64_t Dk_, int64_t Dv_)
+      : T(T_), H(H_), Dk(Dk_), Dv(Dv_) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto fill = [&](int64_t n) {
+      std::vector<float> x(n);
+      for (float& e : x) e = u(rng);
+      return x;
+    };
+    const int64_t rows = T * H;
+    std::vector<float> rnorm(rows), raw = fill(rows * Dk);
+    q.resize(rows * Dk);
+    k.resize(rows * Dk);
+    L2NormForward<float>(q.data(), rnorm.data(), raw.data(), rows, Dk,
+                         1.0f / std::sqrt(static_cast<float>(Dk)), 1e-6f);
+    raw = fill(rows * Dk);
+    L2NormForward<float>(k.data(), rnorm.data(), raw.data(), rows, Dk, 1.0f,
+                         1e-6f);
+    v = fill(rows * Dv);
+    g = fill(rows);
+    for (float& e : g) e = -0.05f * (1.0f + e);   // alpha in (0.9, 1]
+    beta = fill(rows);
+    for (float& e : beta) e = 0.5f + 0.4f * e;    // (0.1, 0.9)
+    S_in = fill(H * Dv * Dk);
+  }
+};
+
+void SetRate(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void GdnForward(benchmark::State& state) {
+  Eigen::setNbThreads(1);
+  const GdnInputs in(state.range(0), state.range(1), state.range(2),
+                     state.range(3));
+  std::vector<float> o(in.T * in.H * in.Dv), S_out(in.H * in.Dv * in.Dk);
+  for (auto _ : state) {
+    GdnCoreForward<float>(o.data(), S_out.data(), in.q.data(), in.k.data(),
+                          in.v.data(), in.g.data(), in.beta.data(),
+                          in.S_in.data(), in.T, in.H, in.Dk, in.Dv);
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).forward);
+}
+
+void GdnBackward(benchmark::State& state) {
+  Eigen::setNbThreads(1);
+  const GdnInputs in(state.range(0), state.range(1), state.range(2),
+                     state.range(3));
+  const int64_t nk = in.T * in.H * in.Dk, nv = in.T * in.H * in.Dv,
+                ns = in.H * in.Dv * in.Dk;
+  std::vector<float> dO(nv, 0.01f), dS_out(ns, 0.01f), dq(nk), dk(nk), dv(nv),
+      dg(in.T * in.H), dbeta(in.T * in.H), dS_in(ns),
+      ws(GdnCoreBackwardWorkspaceSize(in.T, in.Dk, in.Dv));
+  for (auto _ : state) {
+    GdnCoreBackward<float>(dq.data(), dk.data(), dv.data(), dg.data(),
+                           dbeta.data(), dS_in.data(), ws.data(), dO.data(),
+                           dS_out.data(), in.q.data(), in.k.data(),
+                           in.v.data(), in.g.data(), in.beta.data(),
+                           in.S_in.data(), in.T, in.H, in.Dk, in.Dv);
+    benchmark::DoNotOptimize(dq.data());
+    benchmark::ClobberMemory();
+  }
+  SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).backward);
+}
+
+BENCHMARK(Gemm)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(GdnForward)
+    ->ArgNames({"T", "H", "Dk", "Dv"})
+    ->Args({1024, 2, 32, 32})
+    ->Args({4096, 1, 128, 128})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(GdnBackward)
+    ->ArgNames({"T", "H", "Dk", "Dv"})
+    ->Args({1024, 2, 32, 32})
+    ->Args({4096, 1, 128, 128})
+    ->Unit(benchmark::kMillisecond);
+
+// The console output plus, at the end, each GDN rate over the best GEMM rate.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration) continue;
+      auto it = run.counters.find("GFLOP/s");
+      if (it != run.counters.end()) rates_[run.benchmark_name()] = it->second;
+    }
+  }
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    double gemm = 0.0;
+    std::string gemm_name;
+    for (const auto& [name, rate] : rates_) {
+      if (name.rfind("Gemm/", 0) == 0 && rate > gemm) {
+        gemm = rate;
+        gemm_name = name;
+      }
+    }
+    if (gemm <= 0.0) return;
+    std::printf("\nGDN core rate / %s rate (%.2f GFLOP/s):\n", gemm_name.c_str(), gemm);
+    for (const auto& [name, rate] : rates_) {
+      if (name.rfind("Gdn", 0) != 0) continue;
+      std::printf("  %-48s %7.2f GFLOP/s  %5.1f%%\n", name.c_str(), rate,
+                  100.0 * rate / gemm);
+    }
+  }
+
+ private:
+  std::map<std::string, double> rates_;
+};
+
+}  // namespace
+}  // namespace stateflow::backend
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  stateflow::backend::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
