@@ -53,10 +53,16 @@ std::vector<std::int64_t> RoundedInnerMultiples(const std::vector<double>& real_
   const std::size_t n = real_inner.size();
   std::vector<std::int64_t> m(n);  // (N - 1) multiples of g
   for (std::size_t k = 0; k < n; ++k) {
-    double q = std::round(real_inner[k] / granularity);
-    if (std::isnan(q)) q = 1.0;  // not reachable with finite alpha; never UB
-    // Clamp in double first so that the conversion cannot overflow.
-    m[k] = static_cast<std::int64_t>(std::clamp(q, 1.0, static_cast<double>(max_multiple)));
+    const double q = std::round(real_inner[k] / granularity);
+    // Clamped before converting, so that the conversion cannot overflow
+    // (NaN, not reachable with a finite alpha, goes to 1).
+    if (!(q > 1.0)) {
+      m[k] = 1;
+    } else if (q >= static_cast<double>(max_multiple)) {
+      m[k] = max_multiple;
+    } else {
+      m[k] = static_cast<std::int64_t>(q);
+    }
   }
   std::sort(m.begin(), m.end());
   for (std::size_t k = 1; k < n; ++k) m[k] = std::max(m[k], m[k - 1] + 1);
