@@ -37,7 +37,7 @@ class TableCostSource : public CostSource {
         const std::int64_t c = setup.partition.start(i);
         const std::int64_t s = setup.partition.length(i);
         const int k = Key(r, i);
-        double held_activations = 0, boundary = 0, kv = 0, logits = 0;
+        double held_activations = 0, boundary = 0, kv = 0, kv_grad = 0, logits = 0;
         double fwd_ws = 0, bwd_ws = 0;
         for (int l = layers.first; l < layers.last; ++l) {
           forward_s_[k] += cm.ForwardTime(l, c, s);
@@ -45,6 +45,7 @@ class TableCostSource : public CostSource {
           held_activations += cm.StoredActivationBytes(l, s);
           boundary += cm.BoundaryStateBytes(l);
           kv += cm.KvBytesPerToken(l) * seq_len;
+          kv_grad += cm.KvGradBytesPerToken(l) * seq_len;
           logits += cm.LogitsBytes(l, s);
           fwd_ws = std::max(fwd_ws, cm.ForwardWorkspaceBytes(l, s));
           bwd_ws = std::max(bwd_ws, cm.BackwardWorkspaceBytes(l, s));
@@ -63,12 +64,16 @@ class TableCostSource : public CostSource {
         f.at_start[Index(BufferClass::kLogits)] = logits;
         f.at_start[Index(BufferClass::kWorkspace)] = fwd_ws;
         f.at_end[Index(BufferClass::kWorkspace)] = -fwd_ws;
+        // The K/V gradient accumulator: a later chunk's backward adds into
+        // earlier positions, so it lives from the microbatch's first backward
+        // (chunk N-1) to the end of its last (chunk 0).
         MemoryEffect& b = backward_memory_[k];
         b.at_start[Index(BufferClass::kWorkspace)] = bwd_ws;
+        b.at_start[Index(BufferClass::kKvBuffers)] = (i == chunks_ - 1) ? kv_grad : 0.0;
         b.at_end[Index(BufferClass::kWorkspace)] = -bwd_ws;
         b.at_end[Index(BufferClass::kActivations)] = -held_activations;
         b.at_end[Index(BufferClass::kBoundaryStates)] = -boundary;
-        b.at_end[Index(BufferClass::kKvBuffers)] = (i == 0) ? -kv : 0.0;
+        b.at_end[Index(BufferClass::kKvBuffers)] = (i == 0) ? -(kv + kv_grad) : 0.0;
         b.at_end[Index(BufferClass::kLogits)] = -logits;
       }
     }

@@ -207,3 +207,60 @@ TEST(AnalyticCosts, SlowerLinksNeverSpeedUpTheStep) {
 
 }  // namespace
 }  // namespace stateflow::sim
+
+namespace stateflow::sim {
+namespace {
+
+// Every buffer a step allocates is freed by its end: the ledger returns to
+// the static bytes, for every class, policy and model kind (including the
+// K/V buffers and their gradient accumulators of a hybrid).
+TEST(MemoryLedger, BalancedAtTheEndOfTheStep) {
+  for (const char* preset : {"gdn-tiny", "gdn-hybrid-tiny", "mamba3-tiny"}) {
+    for (const char* policy : {"gpipe", "stateflow"}) {
+      SCOPED_TRACE(std::string(preset) + " " + policy);
+      pb::Scenario s = UniformScenario(2, 3, 2048);
+      *s.mutable_model() = *models::ModelPreset(preset);
+      s.set_cost_model("analytic");
+      Result<Simulation> sim = Simulate(s, Schedule(policy, 4, "none"), {.record_timeline = true});
+      ASSERT_TRUE(sim.ok()) << sim.status().message();
+      for (const StageResult& stage : sim->engine.stages) {
+        const ClassBytes& first = stage.memory.front().bytes;
+        const ClassBytes& last = stage.memory.back().bytes;
+        for (int c = 0; c < kNumBufferClasses; ++c) {
+          EXPECT_NEAR(last[c], first[c], 1e-6 * (1 + first[c])) << kBufferClassNames[c];
+        }
+        for (const MemorySample& m : stage.memory) {
+          for (int c = 0; c < kNumBufferClasses; ++c) EXPECT_GE(m.bytes[c], -1e-6);
+        }
+      }
+    }
+  }
+}
+
+// In a hybrid, a stage holding an attention layer keeps one sequence-wide
+// K/V buffer per microbatch in flight, never one per chunk.
+TEST(MemoryLedger, HybridKvBufferIsPerMicrobatch) {
+  pb::Scenario s = UniformScenario(1, 1, 4096);
+  *s.mutable_model() = *models::ModelPreset("gdn-hybrid-tiny");
+  s.set_cost_model("analytic");
+  Result<Simulation> sim = Simulate(s, Schedule("stateflow", 8, "full"), {.record_timeline = true});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  models::CostModelOptions opts;
+  opts.recompute = models::Recompute::kFull;
+  Result<models::CostModel> cm = models::CostModel::Make(s.model(), s.precision(), s.cluster(), opts);
+  ASSERT_TRUE(cm.ok());
+  double kv = 0, kv_grad = 0;
+  for (int l = 0; l < cm->num_layers(); ++l) {
+    kv += cm->KvBytesPerToken(l) * 4096;
+    kv_grad += cm->KvGradBytesPerToken(l) * 4096;
+  }
+  ASSERT_GT(kv, 0);
+  double peak_kv = 0;
+  for (const MemorySample& m : sim->engine.stages[0].memory) {
+    peak_kv = std::max(peak_kv, m.bytes[static_cast<int>(BufferClass::kKvBuffers)]);
+  }
+  EXPECT_NEAR(peak_kv, kv + kv_grad, 1e-9 * kv);
+}
+
+}  // namespace
+}  // namespace stateflow::sim
