@@ -64,34 +64,6 @@ void FillStages(const EngineResult& engine,
 
 }  // namespace
 
-Result<models::CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
-                                                const pb::ScheduleSpec& schedule) {
-  models::CostModelOptions options;
-  options.tensor_size = OrOne(scenario.parallel().tensor_size());
-  options.microbatch_size = OrOne(scenario.parallel().microbatch_size());
-  SF_ASSIGN_OR_RETURN(options.recompute, models::ParseRecompute(schedule.recompute()));
-  return options;
-}
-
-Result<std::vector<models::StageLayers>> AssignScenarioStages(
-    const models::CostModel& cm, int stages, std::int64_t seq_len) {
-  std::vector<double> layer_costs(cm.num_layers());
-  for (int l = 0; l < cm.num_layers(); ++l) {
-    layer_costs[l] = cm.ForwardFlops(l, 0, seq_len) + cm.BackwardFlops(l, 0, seq_len);
-  }
-  return models::AssignStages(layer_costs, stages);
-}
-
-Result<schedule::Partition> PartitionFor(const models::CostModel& cm,
-                                         std::int64_t seq_len,
-                                         const pb::ScheduleSpec& schedule) {
-  const int granularity = schedule.granularity() == 0 ? 128 : schedule.granularity();
-  return schedule::MakePartition(seq_len, static_cast<int>(schedule.chunks()),
-                                 schedule.alpha(),
-                                 cm.ChunkCoefficients(0, cm.num_layers()),
-                                 granularity);
-}
-
 Result<Simulation> Simulate(const pb::Scenario& scenario,
                             const pb::ScheduleSpec& schedule,
                             const SimulationOptions& options) {
@@ -106,12 +78,12 @@ Result<Simulation> Simulate(const pb::Scenario& scenario,
   const double capacity = scenario.cluster().device().memory_capacity_bytes();
 
   SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
-                      CostOptionsFor(scenario, schedule));
+                      models::CostOptionsFor(scenario, schedule));
   SF_ASSIGN_OR_RETURN(models::CostModel cm,
                       models::CostModel::Make(scenario.model(), scenario.precision(),
                                               scenario.cluster(), cost_options));
-  SF_ASSIGN_OR_RETURN(sim.stage_layers, AssignScenarioStages(cm, stages, seq_len));
-  SF_ASSIGN_OR_RETURN(sim.partition, PartitionFor(cm, seq_len, schedule));
+  SF_ASSIGN_OR_RETURN(sim.stage_layers, models::AssignScenarioStages(cm, stages, seq_len));
+  SF_ASSIGN_OR_RETURN(sim.partition, models::PartitionFor(cm, seq_len, schedule));
 
   if (options.plan != nullptr) {
     const schedule::Plan& p = *options.plan;

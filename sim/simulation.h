@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "models/cost_model.h"
 #include "models/model.h"
+#include "models/placement.h"
 #include "proto/stateflow.pb.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
@@ -41,22 +42,5 @@ struct Simulation {
 Result<Simulation> Simulate(const pb::Scenario& scenario,
                             const pb::ScheduleSpec& schedule,
                             const SimulationOptions& options = {});
-
-// Cost-model options of a scenario and schedule (TP, microbatch size,
-// recompute mode).
-Result<models::CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
-                                                const pb::ScheduleSpec& schedule);
-
-// Stage assignment used by the simulator (and the backend): layers balanced
-// by their forward+backward FLOPs over the whole sequence.
-Result<std::vector<models::StageLayers>> AssignScenarioStages(
-    const models::CostModel& cost_model, int stages, std::int64_t seq_len);
-
-// The partition of a schedule: alpha-interpolated between equal and
-// FLOP-balanced for the whole model, rounded to the granularity (128 when
-// unset).
-Result<schedule::Partition> PartitionFor(const models::CostModel& cost_model,
-                                         std::int64_t seq_len,
-                                         const pb::ScheduleSpec& schedule);
 
 }  // namespace stateflow::sim

@@ -11,9 +11,9 @@
 namespace stateflow::tools {
 namespace {
 
-using sim::CostOptionsFor;
+using models::CostOptionsFor;
 using sim::MemorySample;
-using sim::PartitionFor;
+using models::PartitionFor;
 using sim::SimulationOptions;
 using sim::Simulation;
 using sim::Simulate;

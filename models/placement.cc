@@ -1,0 +1,34 @@
+#include "models/placement.h"
+
+namespace stateflow::models {
+
+Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
+                                        const pb::ScheduleSpec& schedule) {
+  CostModelOptions options;
+  const pb::ParallelSpec& par = scenario.parallel();
+  options.tensor_size = par.tensor_size() == 0 ? 1 : static_cast<int>(par.tensor_size());
+  options.microbatch_size =
+      par.microbatch_size() == 0 ? 1 : static_cast<int>(par.microbatch_size());
+  SF_ASSIGN_OR_RETURN(options.recompute, ParseRecompute(schedule.recompute()));
+  return options;
+}
+
+Result<std::vector<StageLayers>> AssignScenarioStages(const CostModel& cm, int stages,
+                                                      std::int64_t seq_len) {
+  std::vector<double> layer_costs(cm.num_layers());
+  for (int l = 0; l < cm.num_layers(); ++l) {
+    layer_costs[l] = cm.ForwardFlops(l, 0, seq_len) + cm.BackwardFlops(l, 0, seq_len);
+  }
+  return AssignStages(layer_costs, stages);
+}
+
+Result<schedule::Partition> PartitionFor(const CostModel& cm, std::int64_t seq_len,
+                                         const pb::ScheduleSpec& schedule) {
+  const int granularity =
+      schedule.has_granularity() ? static_cast<int>(schedule.granularity()) : 128;
+  const int chunks = schedule.has_chunks() ? static_cast<int>(schedule.chunks()) : 1;
+  return schedule::MakePartition(seq_len, chunks, schedule.alpha(),
+                                 cm.ChunkCoefficients(0, cm.num_layers()), granularity);
+}
+
+}  // namespace stateflow::models
