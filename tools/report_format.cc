@@ -46,6 +46,7 @@ std::string AlignTable(const std::vector<std::vector<std::string>>& rows,
     for (std::size_t k = 0; k < row.size(); ++k) {
       line += (k + 1 == row.size()) ? row[k] : Pad(row[k], width[k]);
     }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
   return out;
@@ -141,7 +142,7 @@ std::string FormatSimulateTable(const pb::Report& report) {
                     std::to_string(report.tensor_size()) + " DP=" +
                     std::to_string(report.data_size()) + ", M=" +
                     std::to_string(report.microbatches()) + ", T=" +
-                    std::to_string(report.seq_len()) + ", recompute " + report.recompute() +
+                    Printf("%.0f", report.seq_len()) + ", recompute " + report.recompute() +
                     ", cost model " + report.cost_model() + "\n\n";
   // Rows are built first so that every column is as wide as its widest cell.
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
