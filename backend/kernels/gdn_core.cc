@@ -172,33 +172,61 @@ void GdnBlockPreBackward(GdnBlockGrads<T>* grads, CMatRef<T> dU,
 
 // ---- the core over a chunk -----------------------------------------------
 
+namespace {
+
+// Head h's rows [t0, t0 + L) of a (T, H, D) buffer, as an (L, D) view.
+template <typename T>
+CSMat<T> HeadRows(const T* x, int64_t t0, int64_t L, int64_t h, int64_t H,
+                  int64_t D) {
+  return CSMat<T>(x + (t0 * H + h) * D, L, D, Eigen::OuterStride<>(H * D));
+}
+template <typename T>
+SMat<T> HeadRows(T* x, int64_t t0, int64_t L, int64_t h, int64_t H,
+                 int64_t D) {
+  return SMat<T>(x + (t0 * H + h) * D, L, D, Eigen::OuterStride<>(H * D));
+}
+// Head h's entries [t0, t0 + L) of a (T, H) buffer, as an (L) view.
+template <typename T>
+CSVec<T> HeadEntries(const T* x, int64_t t0, int64_t L, int64_t h,
+                     int64_t H) {
+  return CSVec<T>(x + t0 * H + h, L, Eigen::InnerStride<>(H));
+}
+template <typename T>
+SVec<T> HeadEntries(T* x, int64_t t0, int64_t L, int64_t h, int64_t H) {
+  return SVec<T>(x + t0 * H + h, L, Eigen::InnerStride<>(H));
+}
+
+// Head h's state in an (H, Dv, Dk) buffer, or zeros for nullptr.
+template <typename T>
+void LoadState(RowMat<T>* S, const T* states, int64_t h, int64_t Dk,
+               int64_t Dv) {
+  if (states != nullptr) {
+    *S = CMat<T>(states + h * Dv * Dk, Dv, Dk);
+  } else {
+    S->setZero(Dv, Dk);
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
                     const T* g, const T* beta, const T* S_in, int64_t T_len,
                     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
-  using Eigen::InnerStride;
-  using Eigen::OuterStride;
   GdnBlockOmega<T> omega;
   RowMat<T> V_new;                                        // (L, Dv)
   RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                    // (Dv, Dk) each
   for (int64_t h = 0; h < H; ++h) {
-    if (S_in != nullptr) {
-      S = CMat<T>(S_in + h * Dv * Dk, Dv, Dk);
-    } else {
-      S.setZero();
-    }
+    LoadState(&S, S_in, h, Dk, Dv);
     for (int64_t t0 = 0; t0 < T_len; t0 += block_size) {
       const int64_t L = std::min(block_size, T_len - t0);
-      CSMat<T> Q(q + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
-      CSMat<T> K(k + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
-      CSMat<T> V(v + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
-      SMat<T> O(o + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
-      CSVec<T> gb(g + t0 * H + h, L, InnerStride<>(H));
-      CSVec<T> bb(beta + t0 * H + h, L, InnerStride<>(H));
-      GdnBlockPre<T>(&omega, K, V, gb, bb);
+      const CSMat<T> K = HeadRows(k, t0, L, h, H, Dk);    // (L, Dk)
+      SMat<T> O = HeadRows(o, t0, L, h, H, Dv);           // (L, Dv)
+      GdnBlockPre<T>(&omega, K, HeadRows(v, t0, L, h, H, Dv),
+                     HeadEntries(g, t0, L, h, H), HeadEntries(beta, t0, L, h, H));
       V_new.resize(L, Dv);
       GdnBlockST<T>(V_new, S_next, S, omega, K);
-      GdnBlockOut<T>(O, Q, K, V_new, S, omega);
+      GdnBlockOut<T>(O, HeadRows(q, t0, L, h, H, Dk), K, V_new, S, omega);
       S.swap(S_next);
     }
     if (S_out != nullptr) Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S;
@@ -213,29 +241,77 @@ int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t Dk, int64_t Dv,
 
 namespace {
 
-// Runs Pre and ST over one head's blocks from S (Dv, Dk), storing the state
+// The chunk's forward inputs and the backward's outputs, with their sizes.
+template <typename T>
+struct CoreArgs {
+  T *dq, *dk, *dv, *dg, *dbeta;
+  const T *dO, *q, *k, *v, *g, *beta;
+  int64_t T_len, H, Dk, Dv, block_size;
+};
+
+// Runs Pre and ST over head h's blocks from S (Dv, Dk), storing the state
 // entering block b at states + b * Dv * Dk.
 template <typename T>
-void ReplayBlockStates(T* states, const T* k, const T* v, const T* g,
-                       const T* beta, RowMat<T> S, int64_t h, int64_t T_len,
-                       int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
-  using Eigen::InnerStride;
-  using Eigen::OuterStride;
+void ReplayBlockStates(T* states, RowMat<T> S, const CoreArgs<T>& a,
+                       int64_t h) {
   GdnBlockOmega<T> omega;
-  RowMat<T> V_new, S_next(Dv, Dk);
-  for (int64_t t0 = 0, b = 0; t0 < T_len; t0 += block_size, ++b) {
-    const int64_t L = std::min(block_size, T_len - t0);
-    Mat<T>(states + b * Dv * Dk, Dv, Dk) = S;
-    if (t0 + L == T_len) break;  // the last block's exit state is not needed
-    CSMat<T> K(k + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
-    CSMat<T> V(v + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
-    CSVec<T> gb(g + t0 * H + h, L, InnerStride<>(H));
-    CSVec<T> bb(beta + t0 * H + h, L, InnerStride<>(H));
-    GdnBlockPre<T>(&omega, K, V, gb, bb);
-    V_new.resize(L, Dv);
+  RowMat<T> V_new, S_next(a.Dv, a.Dk);
+  for (int64_t t0 = 0, b = 0; t0 < a.T_len; t0 += a.block_size, ++b) {
+    const int64_t L = std::min(a.block_size, a.T_len - t0);
+    Mat<T>(states + b * a.Dv * a.Dk, a.Dv, a.Dk) = S;
+    if (t0 + L == a.T_len) break;  // the last block's exit state is not needed
+    const CSMat<T> K = HeadRows(a.k, t0, L, h, a.H, a.Dk);  // (L, Dk)
+    GdnBlockPre<T>(&omega, K, HeadRows(a.v, t0, L, h, a.H, a.Dv),
+                   HeadEntries(a.g, t0, L, h, a.H),
+                   HeadEntries(a.beta, t0, L, h, a.H));
+    V_new.resize(L, a.Dv);
     GdnBlockST<T>(V_new, S_next, S, omega, K);
     S.swap(S_next);
   }
+}
+
+// Scratch of one block's backward, reused across blocks.
+template <typename T>
+struct BlockBackwardScratch {
+  GdnBlockOmega<T> omega;
+  GdnBlockGrads<T> grads;
+  RowMat<T> V_new, dV_new;  // (L, Dv) each
+  RowMat<T> dW;             // (L, Dk)
+  RowMat<T> dS_in;          // (Dv, Dk)
+};
+
+// Head h's block [t0, t0 + L) given the state S entering it: writes its
+// dq, dk, dv, dg, dbeta and turns *dS (the gradient of the state leaving the
+// block) into the gradient of S.
+template <typename T>
+void BackwardOneBlock(BlockBackwardScratch<T>* s, RowMat<T>* dS, CMat<T> S,
+                      const CoreArgs<T>& a, int64_t h, int64_t t0, int64_t L) {
+  const CSMat<T> Q = HeadRows(a.q, t0, L, h, a.H, a.Dk);   // (L, Dk)
+  const CSMat<T> K = HeadRows(a.k, t0, L, h, a.H, a.Dk);   // (L, Dk)
+  const CSMat<T> V = HeadRows(a.v, t0, L, h, a.H, a.Dv);   // (L, Dv)
+  const CSVec<T> beta = HeadEntries(a.beta, t0, L, h, a.H);  // (L)
+  GdnBlockPre<T>(&s->omega, K, V, HeadEntries(a.g, t0, L, h, a.H), beta);
+  s->V_new = s->omega.U;
+  s->V_new.noalias() -= s->omega.W * S.transpose();
+  s->grads.SetZero(L, a.Dk, a.Dv);
+  s->dS_in.setZero(a.Dv, a.Dk);
+  s->dV_new.resize(L, a.Dv);
+  s->dW.resize(L, a.Dk);
+  GdnBlockOutBackward<T>(&s->grads, s->dV_new, s->dS_in,
+                         HeadRows(a.dO, t0, L, h, a.H, a.Dv), Q, K, s->V_new,
+                         S, s->omega);
+  GdnBlockSTBackward<T>(&s->grads, s->dW, s->dS_in, s->dV_new, *dS, s->V_new,
+                        S, s->omega, K);
+  GdnBlockPreBackward<T>(&s->grads, s->dV_new, s->dW, K, V, beta, s->omega);
+  HeadRows(a.dq, t0, L, h, a.H, a.Dk) = s->grads.dQ;
+  HeadRows(a.dk, t0, L, h, a.H, a.Dk) = s->grads.dK;
+  HeadRows(a.dv, t0, L, h, a.H, a.Dv) = s->grads.dV;
+  HeadEntries(a.dbeta, t0, L, h, a.H) = s->grads.dbeta;
+  T acc = 0;  // dg_s = sum_{r >= s} dG_r (G is the cumulative sum of g)
+  for (int64_t r = L - 1; r >= 0; --r) {
+    a.dg[(t0 + r) * a.H + h] = acc += s->grads.dG(r);
+  }
+  dS->swap(s->dS_in);
 }
 
 }  // namespace
@@ -246,53 +322,20 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                      const T* k, const T* v, const T* g, const T* beta,
                      const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
                      int64_t Dv, int64_t block_size) {
-  using Eigen::InnerStride;
-  using Eigen::OuterStride;
+  const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
+                      T_len, H, Dk, Dv, block_size};
   const int64_t blocks = (T_len + block_size - 1) / block_size;
-  GdnBlockOmega<T> omega;
-  GdnBlockGrads<T> grads;
-  RowMat<T> V_new, dV_new, dW;                            // (L, Dv), (L, Dv), (L, Dk)
-  RowMat<T> dS(Dv, Dk), dS_prev(Dv, Dk);                  // (Dv, Dk) each
+  BlockBackwardScratch<T> scratch;
+  RowMat<T> S0, dS;  // (Dv, Dk) each
   for (int64_t h = 0; h < H; ++h) {
-    const RowMat<T> S0 = S_in != nullptr
-                             ? RowMat<T>(CMat<T>(S_in + h * Dv * Dk, Dv, Dk))
-                             : RowMat<T>(RowMat<T>::Zero(Dv, Dk));
-    ReplayBlockStates<T>(workspace, k, v, g, beta, S0, h, T_len, H, Dk, Dv,
-                         block_size);
-    if (dS_out != nullptr) {
-      dS = CMat<T>(dS_out + h * Dv * Dk, Dv, Dk);
-    } else {
-      dS.setZero();
-    }
+    LoadState(&S0, S_in, h, Dk, Dv);
+    ReplayBlockStates<T>(workspace, S0, a, h);
+    LoadState(&dS, dS_out, h, Dk, Dv);
     for (int64_t b = blocks - 1; b >= 0; --b) {
       const int64_t t0 = b * block_size;
-      const int64_t L = std::min(block_size, T_len - t0);
-      CMat<T> S(workspace + b * Dv * Dk, Dv, Dk);
-      CSMat<T> Q(q + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
-      CSMat<T> K(k + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk));
-      CSMat<T> V(v + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
-      CSMat<T> dOb(dO + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv));
-      CSVec<T> gb(g + t0 * H + h, L, InnerStride<>(H));
-      CSVec<T> bb(beta + t0 * H + h, L, InnerStride<>(H));
-      GdnBlockPre<T>(&omega, K, V, gb, bb);
-      V_new = omega.U;
-      V_new.noalias() -= omega.W * S.transpose();
-      grads.SetZero(L, Dk, Dv);
-      dS_prev.setZero();
-      dV_new.resize(L, Dv);
-      dW.resize(L, Dk);
-      GdnBlockOutBackward<T>(&grads, dV_new, dS_prev, dOb, Q, K, V_new, S,
-                             omega);
-      GdnBlockSTBackward<T>(&grads, dW, dS_prev, dV_new, dS, V_new, S, omega,
-                            K);
-      GdnBlockPreBackward<T>(&grads, dV_new, dW, K, V, bb, omega);
-      SMat<T>(dq + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk)) = grads.dQ;
-      SMat<T>(dk + (t0 * H + h) * Dk, L, Dk, OuterStride<>(H * Dk)) = grads.dK;
-      SMat<T>(dv + (t0 * H + h) * Dv, L, Dv, OuterStride<>(H * Dv)) = grads.dV;
-      SVec<T>(dbeta + t0 * H + h, L, InnerStride<>(H)) = grads.dbeta;
-      T acc = 0;  // dg_s = sum_{r >= s} dG_r (G is the cumulative sum of g)
-      for (int64_t r = L - 1; r >= 0; --r) dg[(t0 + r) * H + h] = acc += grads.dG(r);
-      dS.swap(dS_prev);
+      BackwardOneBlock<T>(&scratch, &dS,
+                          CMat<T>(workspace + b * Dv * Dk, Dv, Dk), a, h, t0,
+                          std::min(block_size, T_len - t0));
     }
     if (dS_in != nullptr) Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS;
   }
