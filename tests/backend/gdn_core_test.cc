@@ -275,6 +275,17 @@ TEST(GdnCore, NullStatesMeanZeros) {
   EXPECT_TRUE(AllClose("o", o, zeros.outputs[0], 0, 0, 0));
 }
 
+// An empty chunk hands the state through: S_out = S_in, dS_in = dS_out.
+TEST(GdnCore, EmptyChunkPassesTheStateThrough) {
+  const GdnShape s{0, 2, 3, 4};
+  std::mt19937_64 rng(12);
+  const Buffers in = SmallInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  const KernelRun r = RunCore<double>(false, s, kGdnBlockSize, in, douts);
+  EXPECT_EQ(r.outputs[1], in[5]);
+  EXPECT_EQ(r.grads[5], douts[1]);
+}
+
 // float32 agrees with the float64 reference at float tolerances, including
 // strong decays (alpha ~ e^-10) and beta near 1 at a larger head size.
 TEST(GdnCore, Float32AgreesWithFloat64) {
