@@ -80,6 +80,9 @@ Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
   if (options.microbatch_size < 1) {
     return Status::Invalid("parallel.microbatch_size must be >= 1");
   }
+  if (options.data_size < 1) {
+    return Status::Invalid("parallel.data_size must be >= 1");
+  }
   SF_ASSIGN_OR_RETURN(pb::PrecisionSpec filled, FillPrecision(precision));
   SF_RETURN_IF_ERROR(ValidateCluster(cluster));
   CostModel cm;
@@ -211,19 +214,64 @@ double CostModel::MinBackwardBytes(int l, std::int64_t s) const {
   return WeightBytes(l) + 2 * GradientBytes(l) + 2 * act_row;
 }
 
-double CostModel::TensorParallelCommTime(int /*l*/, std::int64_t /*s*/) const {
-  return 0.0;  // HOOK: see the header.
+double RingAllReduceTime(double bytes, int ranks, const pb::LinkSpec& link) {
+  if (ranks <= 1) return 0.0;
+  const double n = ranks;
+  return 2.0 * (n - 1) / n * bytes / link.bandwidth_bytes_per_s() +
+         2.0 * (n - 1) * link.latency_s();
+}
+
+double CostModel::TensorParallelForwardCommTime(int l, std::int64_t s) const {
+  const int tp = options_.tensor_size;
+  if (tp <= 1) return 0.0;
+  const pb::LinkSpec& link = cluster_.intra_node_link();
+  const double rows = BoundaryActivationBytes(s);  // [t, h] in act
+  switch (layers_[l]) {
+    case LayerKind::kEmbedding: return RingAllReduceTime(rows, tp, link);
+    case LayerKind::kRecurrence:
+    case LayerKind::kAttention: return 2 * RingAllReduceTime(rows, tp, link);
+    case LayerKind::kHead: return 3 * RingAllReduceTime(Tokens(s) * kFp32Bytes, tp, link);
+  }
+  return 0.0;
+}
+
+double CostModel::TensorParallelBackwardCommTime(int l, std::int64_t s) const {
+  const int tp = options_.tensor_size;
+  if (tp <= 1) return 0.0;
+  const pb::LinkSpec& link = cluster_.intra_node_link();
+  const double rows = BoundaryActivationBytes(s);
+  switch (layers_[l]) {
+    case LayerKind::kEmbedding: return 0.0;
+    case LayerKind::kRecurrence:
+    case LayerKind::kAttention: return 2 * RingAllReduceTime(rows, tp, link);
+    case LayerKind::kHead: return RingAllReduceTime(rows, tp, link);
+  }
+  return 0.0;
+}
+
+const pb::LinkSpec& CostModel::DataParallelLink() const {
+  const double group = static_cast<double>(options_.tensor_size) * options_.data_size;
+  return group <= cluster_.devices_per_node() ? cluster_.intra_node_link()
+                                              : cluster_.inter_node_link();
+}
+
+double CostModel::DataParallelSyncTime(int first, int last) const {
+  assert(0 <= first && first <= last && last <= num_layers());
+  if (options_.data_size <= 1) return 0.0;
+  double bytes = 0;
+  for (int l = first; l < last; ++l) bytes += GradientBytes(l);
+  return RingAllReduceTime(bytes, options_.data_size, DataParallelLink());
 }
 
 double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {
   return KernelTime(ForwardFlops(l, c, s), MinForwardBytes(l, s), s) +
-         TensorParallelCommTime(l, s);
+         TensorParallelForwardCommTime(l, s);
 }
 
 double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
   const double backward =
       KernelTime(BackwardFlops(l, c, s), MinBackwardBytes(l, s), s) +
-      TensorParallelCommTime(l, s);
+      TensorParallelBackwardCommTime(l, s);
   return backward + (Recomputed(l) ? ForwardTime(l, c, s) : 0.0);
 }
 

@@ -34,10 +34,17 @@ Result<Recompute> ParseRecompute(std::string_view text);
 std::string_view RecomputeName(Recompute recompute);  // "none" or "full"
 
 struct CostModelOptions {
-  int tensor_size = 1;
+  int tensor_size = 1;      // TP
+  int data_size = 1;        // DP: replicas whose gradients are all-reduced
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
 };
+
+// A ring all-reduce of `bytes` (per rank) over `ranks` ranks on `link`:
+//   2 (n - 1) / n * bytes / bandwidth + 2 (n - 1) * latency
+// (n - 1 reduce-scatter and n - 1 all-gather steps, each moving bytes / n).
+// 0 when ranks <= 1.
+double RingAllReduceTime(double bytes, int ranks, const pb::LinkSpec& link);
 
 class CostModel {
  public:
@@ -71,11 +78,28 @@ class CostModel {
   double ForwardTime(int l, std::int64_t c, std::int64_t s) const;
   // Includes recompute under full recompute.
   double BackwardTime(int l, std::int64_t c, std::int64_t s) const;
-  // HOOK for tensor-parallel communication (the all-reduces of one pass of
-  // layer l over s tokens). Not modelled yet: returns 0. Forward and backward
-  // times (and a recompute replay) each add it once, so filling it in here is
-  // the only change needed.
-  double TensorParallelCommTime(int l, std::int64_t s) const;
+  // Tensor-parallel all-reduces of one pass of layer l over s tokens, on the
+  // intra-node link (0 when TP = 1). Megatron-LM style: a block all-reduces
+  // its [t, h] output twice in forward (after the mixer's and the MLP's
+  // row-parallel projections) and its [t, h] input gradient twice in
+  // backward (the column-parallel input projections); the vocab-parallel
+  // embedding once in forward; the head's cross-entropy three fp32 values
+  // per token in forward (max, target logit, sum of exponentials) and the
+  // output layer's input gradient once in backward. ForwardTime and
+  // BackwardTime include these (a recompute replay its forward's again).
+  double TensorParallelForwardCommTime(int l, std::int64_t s) const;
+  double TensorParallelBackwardCommTime(int l, std::int64_t s) const;
+
+  // ---- data parallelism ----
+  // The link of one stage's DP all-reduce. Devices are numbered TP innermost,
+  // then DP, then PP (Megatron-LM's default order), so a stage's DP group
+  // spans TP * DP consecutive devices: the intra-node link when
+  // TP * DP <= devices_per_node, else the inter-node link.
+  const pb::LinkSpec& DataParallelLink() const;
+  // The gradient all-reduce of layers [first, last) across the DP replicas
+  // at the end of the step: a ring all-reduce of their gradient bytes (per
+  // TP rank) on DataParallelLink(). 0 when DP = 1.
+  double DataParallelSyncTime(int first, int last) const;
 
   // ---- bytes ----
   double ParamCount(int l) const;  // per device (after TP)

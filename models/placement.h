@@ -20,7 +20,7 @@
 
 namespace stateflow::models {
 
-// TP degree, microbatch size (1 when unset) and recompute mode.
+// TP and DP degrees, microbatch size (1 when unset) and recompute mode.
 Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
                                         const pb::ScheduleSpec& schedule);
 

@@ -22,12 +22,14 @@ class TableCostSource : public CostSource {
         transfer_occupancy_s_(Size()),
         forward_memory_(Size()),
         backward_memory_(Size()),
-        static_(stages_) {
+        static_(stages_),
+        sync_s_(stages_, 0.0) {
     const models::CostModel& cm = *setup.cost_model;
     const double seq_len = static_cast<double>(setup.partition.seq_len());
     const pb::LinkSpec& link = cm.cluster().pipeline_link();
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];
+      sync_s_[r] = cm.DataParallelSyncTime(layers.first, layers.last);
       for (int l = layers.first; l < layers.last; ++l) {
         static_[r][Index(BufferClass::kWeights)] += cm.WeightBytes(l);
         static_[r][Index(BufferClass::kGradients)] += cm.GradientBytes(l);
@@ -100,6 +102,7 @@ class TableCostSource : public CostSource {
   std::vector<MemoryEffect> forward_memory_;  // (P * N)
   std::vector<MemoryEffect> backward_memory_; // (P * N)
   std::vector<ClassBytes> static_;            // (P)
+  std::vector<double> sync_s_;                // (P) DP gradient all-reduce
 };
 
 class AnalyticCostSource final : public TableCostSource {
@@ -122,6 +125,7 @@ class AnalyticCostSource final : public TableCostSource {
   double TransferOccupancy(const Action& a) const override {
     return a.pass == Pass::kWeight ? 0.0 : transfer_occupancy_s_[Key(a.stage, a.chunk)];
   }
+  double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
 };
 
 class UniformCostSource final : public TableCostSource {
@@ -139,6 +143,7 @@ class UniformCostSource final : public TableCostSource {
   }
   double TransferLatency(const Action&) const override { return 0.0; }
   double TransferOccupancy(const Action&) const override { return 0.0; }
+  double GradientSyncTime(int) const override { return 0.0; }
 };
 
 }  // namespace

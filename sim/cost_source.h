@@ -65,6 +65,11 @@ class CostSource {
   // transfers on one link queue behind each other.
   virtual double TransferOccupancy(const schedule::Action& action) const = 0;
 
+  // The data-parallel gradient all-reduce of `stage`'s layers, run after the
+  // stage's last action (0 without data parallelism or when communication
+  // is free).
+  virtual double GradientSyncTime(int stage) const = 0;
+
   // Bytes held for the whole step (weights, gradients, optimizer state).
   virtual ClassBytes StaticBytes(int stage) const = 0;
   virtual MemoryEffect Memory(const schedule::Action& action) const = 0;

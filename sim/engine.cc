@@ -70,7 +70,9 @@ class Engine {
                                 " (" + schedule::ToString(plan_.stage(r)[next_[r]]) +
                                 "); was the plan validated?");
       }
-      result_.step_time_s = std::max(result_.step_time_s, result_.stages[r].end_s);
+      StageResult& stage = result_.stages[r];
+      stage.sync_s = costs_.GradientSyncTime(r);
+      result_.step_time_s = std::max(result_.step_time_s, stage.end_s + stage.sync_s);
     }
     return std::move(result_);
   }

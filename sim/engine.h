@@ -14,6 +14,10 @@
 // number being the order in which they were scheduled, so the same plan and
 // costs always give the same result, bit for bit.
 //
+// Data parallelism: after a stage's last action it runs its gradient
+// all-reduce (CostSource::GradientSyncTime); the step ends when the last
+// stage's all-reduce does.
+//
 // Memory: each stage keeps a ledger per buffer class: static bytes from time
 // 0, each action's allocations at its start and frees at its end. An end
 // event is processed before the start it enables, so a buffer freed at time t
@@ -54,6 +58,7 @@ struct MemorySample {
 struct StageResult {
   double busy_s = 0;
   double end_s = 0;            // when its last action ended
+  double sync_s = 0;           // DP gradient all-reduce after end_s
   double peak_bytes = 0;       // max over time of the total live bytes
   double peak_time_s = 0;      // first time the peak was reached
   ClassBytes peak_by_class{};  // live bytes per class at that moment
@@ -62,6 +67,9 @@ struct StageResult {
 };
 
 struct EngineResult {
+  // max over stages of end_s + sync_s: each stage all-reduces its gradients
+  // across data-parallel replicas after its last action (not overlapped with
+  // compute; the all-reduce is not busy time).
   double step_time_s = 0;
   std::uint64_t num_events = 0;
   std::vector<StageResult> stages;  // (P)

@@ -64,25 +64,54 @@ void FillStages(const EngineResult& engine,
 
 }  // namespace
 
-Result<Simulation> Simulate(const pb::Scenario& scenario,
-                            const pb::ScheduleSpec& schedule,
-                            const SimulationOptions& options) {
-  Simulation sim;
-  const pb::ParallelSpec& par = scenario.parallel();
-  const int stages = static_cast<int>(par.pipeline_size());
-  const int microbatches = static_cast<int>(par.microbatches());
+Result<PreparedScenario> PrepareScenario(const pb::Scenario& scenario,
+                                         const pb::ScheduleSpec& schedule) {
+  const int stages = static_cast<int>(scenario.parallel().pipeline_size());
   if (stages < 1) return Status::Invalid("parallel.pipeline_size must be >= 1");
-  if (microbatches < 1) return Status::Invalid("parallel.microbatches must be >= 1");
   if (scenario.seq_len() < 1) return Status::Invalid("seq_len must be >= 1");
   const auto seq_len = static_cast<std::int64_t>(scenario.seq_len());
-  const double capacity = scenario.cluster().device().memory_capacity_bytes();
-
   SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
                       models::CostOptionsFor(scenario, schedule));
   SF_ASSIGN_OR_RETURN(models::CostModel cm,
                       models::CostModel::Make(scenario.model(), scenario.precision(),
                                               scenario.cluster(), cost_options));
-  SF_ASSIGN_OR_RETURN(sim.stage_layers, models::AssignScenarioStages(cm, stages, seq_len));
+  SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
+                      models::AssignScenarioStages(cm, stages, seq_len));
+  return PreparedScenario{std::move(cm), std::move(layers)};
+}
+
+Result<Simulation> Simulate(const pb::Scenario& scenario,
+                            const pb::ScheduleSpec& schedule,
+                            const SimulationOptions& options) {
+  SF_ASSIGN_OR_RETURN(PreparedScenario prepared, PrepareScenario(scenario, schedule));
+  return SimulatePrepared(scenario, prepared, schedule, options);
+}
+
+Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
+                                    const PreparedScenario& prepared,
+                                    const pb::ScheduleSpec& schedule,
+                                    const SimulationOptions& options) {
+  Simulation sim;
+  const pb::ParallelSpec& par = scenario.parallel();
+  const int stages = static_cast<int>(par.pipeline_size());
+  const int microbatches = static_cast<int>(par.microbatches());
+  if (microbatches < 1) return Status::Invalid("parallel.microbatches must be >= 1");
+  const auto seq_len = static_cast<std::int64_t>(scenario.seq_len());
+  const double capacity = scenario.cluster().device().memory_capacity_bytes();
+  const models::CostModel& cm = prepared.cost_model;
+  const models::CostModelOptions& cost_options = cm.options();
+  SF_ASSIGN_OR_RETURN(models::Recompute recompute,
+                      models::ParseRecompute(schedule.recompute()));
+  if (static_cast<int>(prepared.stage_layers.size()) != stages ||
+      recompute != cost_options.recompute) {
+    return Status::Internal("SimulatePrepared: prepared for " +
+                            std::to_string(prepared.stage_layers.size()) +
+                            " stages and recompute " +
+                            std::string(models::RecomputeName(cost_options.recompute)) +
+                            ", asked for " + std::to_string(stages) + " and " +
+                            std::string(models::RecomputeName(recompute)));
+  }
+  sim.stage_layers = prepared.stage_layers;
   SF_ASSIGN_OR_RETURN(sim.partition, models::PartitionFor(cm, seq_len, schedule));
 
   if (options.plan != nullptr) {

@@ -3,7 +3,8 @@
 // model, assign layers to stages, cut the sequence, make and validate the
 // plan, run the engine and summarise it as a Report.
 //
-// Not the command line (tools/) and not a search over configurations.
+// Not the command line (tools/) and not a search over configurations
+// (sim/search.h).
 //
 //   Result<Simulation> sim = Simulate(scenario, scenario.schedule());
 //   std::cout << sim->report.step_time_s();
@@ -38,9 +39,33 @@ struct Simulation {
   EngineResult engine;
 };
 
-// Errors name the scenario field at fault.
+// Errors name the scenario field at fault. Same as PrepareScenario followed
+// by SimulatePrepared.
 Result<Simulation> Simulate(const pb::Scenario& scenario,
                             const pb::ScheduleSpec& schedule,
                             const SimulationOptions& options = {});
+
+// What the schedules of one scenario share when only the policy, N, alpha and
+// M change: the cost model (TP, DP, microbatch size, recompute mode) and the
+// stage assignment (which depends on P and the sequence length). A search
+// prepares it once and simulates each candidate with SimulatePrepared.
+struct PreparedScenario {
+  models::CostModel cost_model;
+  std::vector<models::StageLayers> stage_layers;  // (P)
+};
+
+// Errors name the scenario field at fault (the model, cluster, TP, P).
+Result<PreparedScenario> PrepareScenario(const pb::Scenario& scenario,
+                                         const pb::ScheduleSpec& schedule);
+
+// One schedule on a prepared scenario. REQUIRES: `prepared` came from
+// PrepareScenario on a scenario that differs from `scenario` at most in
+// parallel.microbatches, and on a schedule with the same recompute mode
+// (a different P or recompute mode is an Internal error; other differences
+// are not detected).
+Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
+                                    const PreparedScenario& prepared,
+                                    const pb::ScheduleSpec& schedule,
+                                    const SimulationOptions& options = {});
 
 }  // namespace stateflow::sim
