@@ -29,8 +29,9 @@ _BAR = 0.78                         # box height, fraction of a row
 _PT_PER_IN = 72.0
 
 
-def draw(trace, out, time_unit="s", dpi=110):
-    """Writes the Gantt chart of every process of `trace` to `out`."""
+def draw(trace, out, time_unit="s", dpi=110, context=""):
+    """Writes the Gantt chart of every process of `trace` to `out`;
+    `context` (e.g. the scenario) is written at the top right."""
     style.setup()
     procs = trace.drawing_order()
     t_max = max(p.step_time for p in procs)
@@ -44,8 +45,7 @@ def draw(trace, out, time_unit="s", dpi=110):
         if proc is procs[-1] and baseline is not None:
             _mark_speedup(ax, proc, baseline)
     axes[-1].set_xlabel("time (%s)" % time_unit)
-    fig.suptitle(_title(procs), x=_LEFT, ha="left", fontsize=12,
-                 fontweight="bold", y=1 - 0.12 / fig.get_figheight())
+    style.title(fig, _LEFT, _RIGHT, _title(procs), context)
     _legend(fig, procs)
     style.save(fig, out, dpi)
 
@@ -131,7 +131,7 @@ def _mark_speedup(ax, proc, baseline):
     speedup = baseline.step_time / proc.step_time
     ax.text((proc.step_time + baseline.step_time) / 2,
             (len(proc.stages) - 1) / 2,
-            "%.2fx shorter step\nthan %s" % (speedup, baseline.label),
+            "%.2f\u00d7 shorter step\nthan %s" % (speedup, baseline.label),
             ha="center", va="center", fontsize=10, color="#1f6b43",
             fontweight="bold")
 

@@ -23,8 +23,10 @@ _LEFT_IN, _RIGHT_IN = 0.95, 0.25
 _TOP_IN, _BOTTOM_IN = 1.2, 0.55
 
 
-def draw(processes, out, capacity_bytes=0.0, time_unit="s", dpi=110):
-    """Writes the memory panels of `processes` (columns) to `out`."""
+def draw(processes, out, capacity_bytes=0.0, time_unit="s", dpi=110,
+         context=""):
+    """Writes the memory panels of `processes` (columns) to `out`;
+    `context` (e.g. the scenario) is written at the top right."""
     style.setup()
     stages = sorted({r for p in processes for r in p.memory})
     fig, axes = _figure(len(stages), len(processes))
@@ -46,9 +48,9 @@ def draw(processes, out, capacity_bytes=0.0, time_unit="s", dpi=110):
     for ax in axes[-1]:
         ax.set_xlabel("time (%s)" % time_unit)
     _legend(fig, classes, capacity_bytes)
-    fig.suptitle("Memory per stage over one step, by buffer class",
-                 x=_LEFT_IN / fig.get_figwidth(), ha="left", fontsize=12,
-                 fontweight="bold", y=1 - 0.12 / fig.get_figheight())
+    width = fig.get_figwidth()
+    style.title(fig, _LEFT_IN / width, 1 - _RIGHT_IN / width,
+                "Memory per stage over one step, by buffer class", context)
     style.save(fig, out, dpi)
 
 

@@ -89,6 +89,17 @@ def text_width_pt(text, fontsize_pt):
     return width
 
 
+def title(fig, left, right, text, context=""):
+    """A bold title at the top left of `fig` and, in grey at the top right,
+    the context (scenario, model, ...); left and right in figure fractions."""
+    y = 1 - 0.12 / fig.get_figheight()
+    fig.text(left, y, text, ha="left", va="top", fontsize=12,
+             fontweight="bold", color=INK)
+    if context:
+        fig.text(right, y, context, ha="right", va="top", fontsize=9,
+                 color="#666666")
+
+
 def save(fig, out, dpi):
     """Writes `fig` to `out` (format from the extension) and closes it."""
     fig.savefig(out, dpi=dpi)

@@ -44,10 +44,10 @@ def draw(cells, out, policy_label="StateFlow", baseline_label="1F1B",
                    "alpha (0 equal, 1 FLOP-balanced)", "N = %d" % chunks)
         _row_label(axes[row][0], cell)
     _legend(fig, policy_label, baseline_label, legend_cols)
-    fig.suptitle("%s sensitivity: throughput (bars) and peak memory (line)"
-                 % policy_label, x=_LEFT_IN / fig.get_figwidth(), ha="left",
-                 fontsize=12, fontweight="bold",
-                 y=1 - 0.12 / fig.get_figheight())
+    width = fig.get_figwidth()
+    style.title(fig, _LEFT_IN / width, 1 - _RIGHT_IN / width,
+                "%s sensitivity: throughput (bars) and peak memory (line)"
+                % policy_label, _scenarios(cells))
     style.save(fig, out, dpi)
 
 
@@ -139,6 +139,11 @@ def _memory(ax, xs, rows, cell):
     ax.tick_params(axis="y", colors=_MEMORY_COLOR)
     ax.spines["right"].set_visible(True)
     ax.spines["right"].set_color(_MEMORY_COLOR)
+
+
+def _scenarios(cells):
+    names = sorted({c.key["scenario"] for c in cells})
+    return "scenario " + ", ".join(names) if len(names) <= 2 else ""
 
 
 def _row_label(ax, cell):

@@ -156,22 +156,35 @@ def _check_out(path):
 
 
 def _from_report(args):
-    """(time unit, capacity bytes) from the options and --report."""
+    """(time unit, capacity bytes, context line) from the options and
+    --report."""
     report = data.load_report(args.report) if args.report else {}
     unit = args.time_unit or report.get("time_unit") or "s"
     capacity = getattr(args, "capacity_bytes", None)
     if capacity is None:
         capacity = report.get("capacity_bytes", 0.0)
-    return unit, capacity
+    return unit, capacity, _context(report)
+
+
+def _context(report):
+    """"scenario gdn-3b-64k-pp8: gdn-3b, T=64K, P=8 TP=1, ..." or ""."""
+    if not report:
+        return ""
+    return "scenario %s: %s, T=%s, P=%s TP=%s, recompute %s, %s costs" % (
+        report.get("scenario", "?"), report.get("model", "?"),
+        data.format_tokens(int(report["seq_len"])),
+        report.get("pipeline_size", "?"), report.get("tensor_size", "?"),
+        report.get("recompute", "?"), report.get("cost_model", "?"))
 
 
 def _gantt(args):
     trace = data.load_trace(args.trace)
     if max(p.step_time for p in trace.processes) <= 0:
         raise DataError("%s: every slice has zero duration" % args.trace)
-    unit, _ = _from_report(args)
+    unit, _, context = _from_report(args)
     import plot_gantt
-    plot_gantt.draw(trace, args.out, time_unit=unit, dpi=args.dpi)
+    plot_gantt.draw(trace, args.out, time_unit=unit, dpi=args.dpi,
+                    context=context)
 
 
 def _sweep(args):
@@ -196,10 +209,10 @@ def _memory(args):
                         "stage r\")%s" % (args.trace, " for process '%s'"
                                           % args.process if args.process
                                           else ""))
-    unit, capacity = _from_report(args)
+    unit, capacity, context = _from_report(args)
     import plot_memory
     plot_memory.draw(procs, args.out, capacity_bytes=capacity,
-                     time_unit=unit, dpi=args.dpi)
+                     time_unit=unit, dpi=args.dpi, context=context)
 
 
 def main(argv=None):
