@@ -1,0 +1,25 @@
+// CopyTensor: a copy of a tensor counted by a given allocator. The layers
+// save their inputs with it because an input may come from another
+// allocator (a received activation, or, in single-process tests, another
+// stage's), while what a layer keeps must be counted on its own stage.
+// Tensor::CloneAs, by contrast, copies into the source's allocator.
+//
+//   SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
+#pragma once
+
+#include <cstring>
+
+#include "backend/tensor.h"
+
+namespace stateflow::backend {
+
+template <typename T>
+Result<Tensor<T>> CopyTensor(TrackingAllocator& alloc, BufferClass cls,
+                             const Tensor<T>& src) {
+  SF_ASSIGN_OR_RETURN(Tensor<T> t,
+                      Tensor<T>::Uninitialized(alloc, cls, src.shape()));
+  if (src.numel() > 0) std::memcpy(t.data(), src.data(), src.bytes());
+  return t;
+}
+
+}  // namespace stateflow::backend

@@ -1,0 +1,47 @@
+#include "backend/layers/embedding_layer.h"
+
+#include <string>
+
+#include "backend/kernels/embedding.h"
+
+namespace stateflow::backend {
+
+template <typename T>
+Result<EmbeddingLayer<T>> EmbeddingLayer<T>::Make(TrackingAllocator& alloc,
+                                                  int64_t V, int64_t C,
+                                                  int layer,
+                                                  std::uint64_t seed) {
+  EmbeddingLayer e(&alloc, V, C, layer);
+  SF_ASSIGN_OR_RETURN(Param<T> table,
+                      MakeParam<T>(alloc, "weight", {V, C},
+                                   InitSpec::Normal(0.02), seed, layer));
+  e.params_.push_back(std::move(table));
+  return e;
+}
+
+template <typename T>
+Status EmbeddingLayer<T>::Forward(Tensor<T>* y, const int32_t* ids,
+                                  int64_t S) {
+  SF_ASSIGN_OR_RETURN(*y, Tensor<T>::Uninitialized(
+                              *alloc_, BufferClass::kWorkspace, {S, C_}));
+  EmbeddingForward<T>(y->data(), ids, params_[0].value.data(), S, C_, V_);
+  return Status::Ok();
+}
+
+template <typename T>
+Status EmbeddingLayer<T>::Backward(const Tensor<T>& dy, const int32_t* ids) {
+  if (dy.rank() != 2 || dy.dim(1) != C_) {
+    return Status::Invalid("layer " + std::to_string(layer_) +
+                           " (embedding): output gradient has shape " +
+                           ShapeString(dy.shape()) + ", expected (S, " +
+                           std::to_string(C_) + ")");
+  }
+  EmbeddingBackward<T>(params_[0].grad.data(), dy.data(), ids, dy.dim(0), C_,
+                       V_);
+  return Status::Ok();
+}
+
+template class EmbeddingLayer<float>;
+template class EmbeddingLayer<double>;
+
+}  // namespace stateflow::backend

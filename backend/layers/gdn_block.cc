@@ -1,0 +1,504 @@
+// The GDN block's forward and backward, in the order of the formulas in
+// gdn_block.h. Dimension legend there. Every buffer below is a Tensor from the
+// block's allocator: saved tensors in the class the caller asks for
+// (kActivations, or kWorkspace when a recompute replays the forward), the
+// rest in kWorkspace, freed when the function that made it returns.
+#include "backend/layers/gdn_block.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "backend/kernels/eigen_types.h"
+#include "backend/kernels/gdn_prep.h"
+#include "backend/kernels/linear.h"
+#include "backend/kernels/rmsnorm.h"
+#include "backend/kernels/short_conv.h"
+#include "backend/kernels/silu.h"
+#include "backend/kernels/swiglu_mlp.h"
+#include "backend/layers/copy.h"
+
+namespace stateflow::backend {
+
+namespace {
+constexpr BufferClass kWs = BufferClass::kWorkspace;
+constexpr double kInitStd = 0.02;
+
+// Ok if `t` has exactly `shape`; else names the layer and tensor.
+Status CheckShape(int layer, const char* what, const Shape& actual,
+                  const Shape& expected) {
+  if (actual == expected) return Status::Ok();
+  return Status::Invalid("layer " + std::to_string(layer) + " (gdn block): " +
+                         what + " has shape " + ShapeString(actual) +
+                         ", expected " + ShapeString(expected));
+}
+}  // namespace
+
+GdnBlockDims GdnBlockDims::FromModel(const pb::ModelSpec& model) {
+  GdnBlockDims d;
+  d.C = model.hidden_size();
+  d.H = model.num_heads();
+  d.K = model.head_dim_k();
+  d.Dv = model.head_dim_v();
+  d.F = model.mlp_size();
+  d.W = model.conv_width();
+  return d;
+}
+
+// ---- GdnState, GdnBlockSaved ------------------------------------------------
+
+template <typename T>
+Result<GdnState<T>> GdnState<T>::Zeros(TrackingAllocator& alloc,
+                                       const GdnBlockDims& d,
+                                       BufferClass cls) {
+  GdnState s;
+  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {d.H, d.Dv, d.K}));
+  SF_ASSIGN_OR_RETURN(s.tail_q, Tensor<T>::Zeros(alloc, cls, {d.W - 1, d.HK()}));
+  SF_ASSIGN_OR_RETURN(s.tail_k, Tensor<T>::Zeros(alloc, cls, {d.W - 1, d.HK()}));
+  SF_ASSIGN_OR_RETURN(s.tail_v, Tensor<T>::Zeros(alloc, cls, {d.W - 1, d.HV()}));
+  return s;
+}
+
+template <typename T>
+int64_t GdnState<T>::Numel(const GdnBlockDims& d) {
+  return d.H * d.Dv * d.K + (d.W - 1) * (2 * d.HK() + d.HV());
+}
+
+template <typename T>
+int64_t GdnBlockSaved<T>::NumelPerToken(const GdnBlockDims& d) {
+  return 4 * d.C + 2 * d.F + 2 + 4 * d.HK() + 5 * d.HV() + 6 * d.H;
+}
+
+// ---- construction -----------------------------------------------------------
+
+template <typename T>
+const char* GdnBlock<T>::ParamName(ParamId id) {
+  static constexpr const char* kNames[kNumParams] = {
+      "attn_norm.weight", "q_proj.weight",        "k_proj.weight",
+      "v_proj.weight",    "a_proj.weight",        "b_proj.weight",
+      "g_proj.weight",    "q_conv.weight",        "k_conv.weight",
+      "v_conv.weight",    "A_log",                "dt_bias",
+      "o_norm.weight",    "o_proj.weight",        "mlp_norm.weight",
+      "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+  return kNames[id];
+}
+
+template <typename T>
+Result<GdnBlock<T>> GdnBlock<T>::Make(TrackingAllocator& alloc,
+                                      const GdnBlockDims& d, int layer,
+                                      int num_blocks, std::uint64_t seed) {
+  const InitSpec proj = InitSpec::Normal(kInitStd);
+  const InitSpec out = InitSpec::Normal(
+      kInitStd / std::sqrt(2.0 * std::max(num_blocks, 1)));
+  const double conv_bound = 1.0 / std::sqrt(static_cast<double>(d.W));
+  const InitSpec conv = InitSpec::Uniform(-conv_bound, conv_bound);
+  const InitSpec one = InitSpec::Constant(1.0);
+  const struct {
+    Shape shape;
+    InitSpec init;
+  } specs[kNumParams] = {
+      {{d.C}, one},           {{d.HK(), d.C}, proj},  {{d.HK(), d.C}, proj},
+      {{d.HV(), d.C}, proj},  {{d.H, d.C}, proj},     {{d.H, d.C}, proj},
+      {{d.HV(), d.C}, proj},  {{d.W, d.HK()}, conv},  {{d.W, d.HK()}, conv},
+      {{d.W, d.HV()}, conv},  {{d.H}, InitSpec::GdnALog()},
+      {{d.H}, InitSpec::GdnDtBias()},                 {{d.Dv}, one},
+      {{d.C, d.HV()}, out},   {{d.C}, one},           {{d.F, d.C}, proj},
+      {{d.F, d.C}, proj},     {{d.C, d.F}, out}};
+  GdnBlock block(&alloc, d, layer);
+  block.params_.reserve(kNumParams);
+  for (int id = 0; id < kNumParams; ++id) {
+    SF_ASSIGN_OR_RETURN(
+        Param<T> p, MakeParam<T>(alloc, ParamName(static_cast<ParamId>(id)),
+                                 specs[id].shape, specs[id].init, seed, layer));
+    block.params_.push_back(std::move(p));
+  }
+  return block;
+}
+
+template <typename T>
+Result<Tensor<T>> GdnBlock<T>::New(BufferClass cls, Shape shape) {
+  return Tensor<T>::Uninitialized(*alloc_, cls, std::move(shape));
+}
+
+template <typename T>
+Status GdnBlock<T>::CheckState(const GdnState<T>& s, const char* what) const {
+  const GdnBlockDims& d = dims_;
+  const std::string w(what);
+  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".S").c_str(), s.S.shape(), {d.H, d.Dv, d.K}));
+  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".tail_q").c_str(), s.tail_q.shape(), {d.W - 1, d.HK()}));
+  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".tail_k").c_str(), s.tail_k.shape(), {d.W - 1, d.HK()}));
+  return CheckShape(layer_, (w + ".tail_v").c_str(), s.tail_v.shape(), {d.W - 1, d.HV()});
+}
+
+// ---- forward ----------------------------------------------------------------
+
+template <typename T>
+Status GdnBlock<T>::Forward(Tensor<T>* y, GdnState<T>* state_out,
+                            GdnBlockSaved<T>* saved, const Tensor<T>& x,
+                            const GdnState<T>& state_in,
+                            models::Recompute recompute) {
+  if (x.rank() != 2) {
+    return CheckShape(layer_, "input x", x.shape(), {x.numel() / dims_.C, dims_.C});
+  }
+  SF_RETURN_IF_ERROR(CheckShape(layer_, "input x", x.shape(), {x.dim(0), dims_.C}));
+  SF_RETURN_IF_ERROR(CheckState(state_in, "state_in"));
+  if (state_out != nullptr) {
+    SF_ASSIGN_OR_RETURN(*state_out, GdnState<T>::Zeros(*alloc_, dims_,
+                                                       BufferClass::kBoundaryStates));
+  }
+  *saved = GdnBlockSaved<T>{};
+  SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
+  if (recompute == models::Recompute::kNone) {
+    return ForwardPass(y, state_out, saved, state_in, BufferClass::kActivations);
+  }
+  // kFull: run the forward with transient tensors, keep only x.
+  GdnBlockSaved<T> transient;
+  transient.x = std::move(saved->x);
+  SF_RETURN_IF_ERROR(ForwardPass(y, state_out, &transient, state_in, kWs));
+  saved->x = std::move(transient.x);
+  saved->recompute_full = true;
+  return Status::Ok();
+}
+
+template <typename T>
+Status GdnBlock<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
+                                GdnBlockSaved<T>* s,
+                                const GdnState<T>& state_in, BufferClass cls) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s->x.dim(0);
+  SF_RETURN_IF_ERROR(MixerInputsForward(s, state_out, state_in, cls));
+  SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HV()}));
+  GdnCoreForward<T>(s->o.data(),
+                    state_out != nullptr ? state_out->S.data() : nullptr,
+                    s->q.data(), s->k.data(), s->v.data(), s->g.data(),
+                    s->beta.data(), state_in.S.data(), S, d.H, d.K, d.Dv,
+                    d.block_size);
+  SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
+  return MlpForward(y, s, cls);
+}
+
+// xn, the six projections, conv + SiLU (+ L2 norm) of q, k, v, the gates.
+template <typename T>
+Status GdnBlock<T>::MixerInputsForward(GdnBlockSaved<T>* s,
+                                       GdnState<T>* state_out,
+                                       const GdnState<T>& state_in,
+                                       BufferClass cls) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s->x.dim(0);
+  SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
+  SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {S}));
+  RmsNormForward<T>(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
+                    S, d.C, static_cast<T>(d.norm_eps));
+  SF_ASSIGN_OR_RETURN(Tensor<T> b, New(kWs, {S, d.H}));  // (S, H)
+  const struct {
+    Tensor<T>* out;
+    BufferClass cls;
+    ParamId w;
+    int64_t D;
+  } projs[] = {{&s->q_in, cls, kQProj, d.HK()}, {&s->k_in, cls, kKProj, d.HK()},
+               {&s->v_in, cls, kVProj, d.HV()}, {&s->a, cls, kAProj, d.H},
+               {&b, kWs, kBProj, d.H},          {&s->z, cls, kGProj, d.HV()}};
+  for (const auto& p : projs) {
+    SF_ASSIGN_OR_RETURN(*p.out, New(p.cls, {S, p.D}));
+    LinearForward<T>(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
+  }
+  // q, k: L2-normalised SiLU(conv); v: SiLU(conv), the core's input as is.
+  SF_ASSIGN_OR_RETURN(Tensor<T> act, New(kWs, {S, d.HK()}));  // (S, HK)
+  const T q_scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.K)));
+  const T eps = static_cast<T>(d.l2_eps);
+  SF_ASSIGN_OR_RETURN(s->q_rnorm, New(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->k_rnorm, New(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HK()}));
+  SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HK()}));
+  SF_ASSIGN_OR_RETURN(s->v, New(cls, {S, d.HV()}));
+  ConvSiluForward(&act, state_out ? &state_out->tail_q : nullptr, s->q_in, kQConv, state_in.tail_q);
+  L2NormForward<T>(s->q.data(), s->q_rnorm.data(), act.data(), S * d.H, d.K, q_scale, eps);
+  ConvSiluForward(&act, state_out ? &state_out->tail_k : nullptr, s->k_in, kKConv, state_in.tail_k);
+  L2NormForward<T>(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, T(1), eps);
+  ConvSiluForward(&s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, kVConv, state_in.tail_v);
+  SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
+  GdnGateForward<T>(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
+  GdnBetaForward<T>(s->beta.data(), b.data(), S * d.H);
+  return Status::Ok();
+}
+
+// act (S, Ch) = silu(conv(in (S, Ch); tail_in)); tail_out (W-1, Ch) unless
+// nullptr. REQUIRES: act allocated with S * Ch elements.
+template <typename T>
+void GdnBlock<T>::ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
+                                  const Tensor<T>& in, ParamId conv,
+                                  const Tensor<T>& tail_in) {
+  const int64_t S = in.dim(0), Ch = in.dim(1);
+  ShortConvForward<T>(act->data(), tail_out ? tail_out->data() : nullptr,
+                      in.data(), w(conv), tail_in.data(), S, Ch, dims_.W);
+  SiluForward<T>(act->data(), act->data(), S * Ch);
+}
+
+// gated = RMSNorm_head(o) * o_norm * silu(z); h = x + gated Wo^T.
+template <typename T>
+Status GdnBlock<T>::MixerOutputForward(GdnBlockSaved<T>* s, BufferClass cls) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s->x.dim(0);
+  SF_ASSIGN_OR_RETURN(s->o_rstd, New(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HV()}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HV()}));  // (S, HV)
+  RmsNormForward<T>(s->gated.data(), s->o_rstd.data(), s->o.data(), w(kONorm),
+                    S * d.H, d.Dv, static_cast<T>(d.norm_eps));
+  SiluForward<T>(silu_z.data(), s->z.data(), S * d.HV());
+  s->gated.flat().array() *= silu_z.flat().array();
+  SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
+  LinearForward<T>(s->h.data(), s->gated.data(), w(kOProj), nullptr, S, d.HV(), d.C);
+  s->h.flat() += s->x.flat();
+  return Status::Ok();
+}
+
+// y = h + SwiGLU(RMSNorm(h) * mlp_norm).
+template <typename T>
+Status GdnBlock<T>::MlpForward(Tensor<T>* y, GdnBlockSaved<T>* s,
+                               BufferClass cls) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s->x.dim(0);
+  SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
+  SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {S}));
+  RmsNormForward<T>(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
+                    S, d.C, static_cast<T>(d.norm_eps));
+  SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
+  SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
+  SF_ASSIGN_OR_RETURN(*y, New(kWs, {S, d.C}));
+  SwigluMlpForward<T>(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
+                      prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
+                      w(kMlpDown), S, d.C, d.F);
+  y->flat() += s->h.flat();
+  return Status::Ok();
+}
+
+// ---- backward ---------------------------------------------------------------
+
+template <typename T>
+struct GdnBlock<T>::MixerGrads {
+  Tensor<T> dq, dk, dv;  // (S, HK), (S, HK), (S, HV) of the core inputs
+  Tensor<T> da, db;      // (S, H) of the a and b projections
+  Tensor<T> dz;          // (S, HV) of the output-gate projection
+};
+
+template <typename T>
+Status GdnBlock<T>::Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
+                             GdnBlockSaved<T>* saved, const Tensor<T>& dy,
+                             const GdnState<T>* dstate_out,
+                             const GdnState<T>& state_in) {
+  if (saved->x.rank() != 2) {
+    return Status::Invalid("layer " + std::to_string(layer_) +
+                           " (gdn block): backward without a saved forward");
+  }
+  const int64_t S = saved->x.dim(0);
+  SF_RETURN_IF_ERROR(CheckShape(layer_, "output gradient dy", dy.shape(), {S, dims_.C}));
+  SF_RETURN_IF_ERROR(CheckState(state_in, "state_in"));
+  if (dstate_out != nullptr) SF_RETURN_IF_ERROR(CheckState(*dstate_out, "dstate_out"));
+  if (dstate_in != nullptr) {
+    SF_ASSIGN_OR_RETURN(*dstate_in, GdnState<T>::Zeros(*alloc_, dims_,
+                                                       BufferClass::kBoundaryStates));
+  }
+  Status status;
+  if (!saved->recompute_full) {
+    status = BackwardPass(dx, dstate_in, *saved, dy, dstate_out, state_in);
+  } else {  // replay the forward from x, its tensors transient
+    GdnBlockSaved<T> replay;
+    replay.x = std::move(saved->x);
+    Tensor<T> y_unused;
+    status = ForwardPass(&y_unused, nullptr, &replay, state_in, kWs);
+    y_unused = Tensor<T>();
+    if (status.ok()) {
+      status = BackwardPass(dx, dstate_in, replay, dy, dstate_out, state_in);
+    }
+  }
+  *saved = GdnBlockSaved<T>{};
+  return status;
+}
+
+template <typename T>
+Status GdnBlock<T>::BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
+                                 const GdnBlockSaved<T>& s,
+                                 const Tensor<T>& dy,
+                                 const GdnState<T>* dstate_out,
+                                 const GdnState<T>& state_in) {
+  Tensor<T> dh;  // (S, C) d(h): the residual's dy plus the MLP branch's
+  SF_RETURN_IF_ERROR(MlpBackward(&dh, s, dy));
+  MixerGrads grads;
+  Tensor<T> d_o;  // (S, HV) d(core output)
+  SF_RETURN_IF_ERROR(MixerOutputBackward(&d_o, &grads.dz, s, dh));
+  SF_RETURN_IF_ERROR(CoreBackward(&grads, dstate_in, s, d_o, dstate_out, state_in));
+  d_o = Tensor<T>();
+  *dx = std::move(dh);  // the mixer's residual; the norm-1 branch is added
+  return MixerInputsBackward(dx, dstate_in, grads, s, dstate_out, state_in);
+}
+
+// dh (S, C) = dy + RMSNorm-backward(SwiGLU-backward(dy)).
+template <typename T>
+Status GdnBlock<T>::MlpBackward(Tensor<T>* dh, const GdnBlockSaved<T>& s,
+                                const Tensor<T>& dy) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s.x.dim(0);
+  SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {S, d.C}));      // (S, C)
+  SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, S, d.F}));     // (2, S, F)
+  SwigluMlpBackward<T>(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
+                       ws.data(), dy.data(), s.mlp_gate.data(),
+                       s.mlp_up.data(), s.hn.data(), w(kMlpGate), w(kMlpUp),
+                       w(kMlpDown), S, d.C, d.F);
+  ws = Tensor<T>();
+  SF_ASSIGN_OR_RETURN(*dh, New(kWs, {S, d.C}));
+  RmsNormBackward<T>(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
+                     w(kMlpNorm), s.rstd2.data(), S, d.C);
+  dh->flat() += dy.flat();
+  return Status::Ok();
+}
+
+// From dh: d_o (S, HV) of the core output and dz (S, HV) of the gate.
+template <typename T>
+Status GdnBlock<T>::MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
+                                        const GdnBlockSaved<T>& s,
+                                        const Tensor<T>& dh) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s.x.dim(0), R = S * d.H;  // R rows of Dv per head
+  SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HV()}));  // (S, HV)
+  LinearBackward<T>(dgated.data(), dw(kOProj), nullptr, dh.data(),
+                    s.gated.data(), w(kOProj), S, d.HV(), d.C);
+  // on (R, Dv) = o * o_rstd * o_norm, recomputed; silu_z (S, HV).
+  SF_ASSIGN_OR_RETURN(Tensor<T> on, New(kWs, {R, d.Dv}));
+  on.matrix().array() =
+      (s.o.matrix(R, d.Dv).array().colwise() * s.o_rstd.flat().array())
+          .rowwise() * params_[kONorm].value.flat().transpose().array();
+  SF_ASSIGN_OR_RETURN(Tensor<T> d_on, New(kWs, {R, d.Dv}));
+  SiluForward<T>(d_on.data(), s.z.data(), S * d.HV());
+  d_on.flat().array() *= dgated.flat().array();  // dgated * silu(z)
+  SF_ASSIGN_OR_RETURN(*dz, New(kWs, {S, d.HV()}));
+  dz->flat().array() = dgated.flat().array() * on.flat().array();
+  SiluBackward<T>(dz->data(), dz->data(), s.z.data(), S * d.HV());
+  SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HV()}));
+  RmsNormBackward<T>(d_o->data(), dw(kONorm), d_on.data(), s.o.data(),
+                     w(kONorm), s.o_rstd.data(), R, d.Dv);
+  return Status::Ok();
+}
+
+// The recurrence core, then the gates: grads->dq, dk, dv, da, db; dS_in.
+template <typename T>
+Status GdnBlock<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
+                                 const GdnBlockSaved<T>& s,
+                                 const Tensor<T>& d_o,
+                                 const GdnState<T>* dstate_out,
+                                 const GdnState<T>& state_in) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s.x.dim(0);
+  SF_ASSIGN_OR_RETURN(grads->dq, New(kWs, {S, d.HK()}));
+  SF_ASSIGN_OR_RETURN(grads->dk, New(kWs, {S, d.HK()}));
+  SF_ASSIGN_OR_RETURN(grads->dv, New(kWs, {S, d.HV()}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> dg, New(kWs, {S, d.H}));     // (S, H)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dbeta, New(kWs, {S, d.H}));  // (S, H)
+  SF_ASSIGN_OR_RETURN(
+      Tensor<T> ws,
+      New(kWs, {GdnCoreBackwardWorkspaceSize(S, d.K, d.Dv, d.block_size)}));
+  GdnCoreBackward<T>(grads->dq.data(), grads->dk.data(), grads->dv.data(),
+                     dg.data(), dbeta.data(),
+                     dstate_in != nullptr ? dstate_in->S.data() : nullptr,
+                     ws.data(), d_o.data(),
+                     dstate_out != nullptr ? dstate_out->S.data() : nullptr,
+                     s.q.data(), s.k.data(), s.v.data(), s.g.data(),
+                     s.beta.data(), state_in.S.data(), S, d.H, d.K, d.Dv,
+                     d.block_size);
+  ws = Tensor<T>();
+  SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(grads->db, New(kWs, {S, d.H}));
+  GdnGateBackward<T>(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
+                     s.a.data(), w(kALog), w(kDtBias), S, d.H);
+  GdnBetaBackward<T>(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
+  return Status::Ok();
+}
+
+// d_in (S, Ch) of the conv input and d(tail_in) (nullptr: skipped) from the
+// gradient d_out of silu(conv(in)), or, when rnorm is given, of its L2 norm
+// scaled by `scale` (per head of K). Replays conv(in) from in and tail_in.
+template <typename T>
+Status GdnBlock<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
+                                     const Tensor<T>& d_out,
+                                     const Tensor<T>* rnorm, T scale,
+                                     const Tensor<T>& in, ParamId conv,
+                                     const Tensor<T>& tail_in,
+                                     const Tensor<T>* dtail_out) {
+  const int64_t S = in.dim(0), Ch = in.dim(1), W = dims_.W;
+  SF_ASSIGN_OR_RETURN(Tensor<T> c, New(kWs, {S, Ch}));    // (S, Ch) conv out
+  SF_ASSIGN_OR_RETURN(Tensor<T> d_c, New(kWs, {S, Ch}));  // (S, Ch) its grad
+  ShortConvForward<T>(c.data(), nullptr, in.data(), w(conv), tail_in.data(),
+                      S, Ch, W);
+  if (rnorm != nullptr) {
+    SF_ASSIGN_OR_RETURN(Tensor<T> act, New(kWs, {S, Ch}));  // silu(c)
+    SiluForward<T>(act.data(), c.data(), S * Ch);
+    L2NormBackward<T>(d_c.data(), d_out.data(), act.data(), rnorm->data(),
+                      S * dims_.H, dims_.K, scale);
+    SiluBackward<T>(d_c.data(), d_c.data(), c.data(), S * Ch);
+  } else {
+    SiluBackward<T>(d_c.data(), d_out.data(), c.data(), S * Ch);
+  }
+  SF_ASSIGN_OR_RETURN(*d_in, New(kWs, {S, Ch}));
+  ShortConvBackward<T>(d_in->data(), dtail_in ? dtail_in->data() : nullptr,
+                       dw(conv), d_c.data(),
+                       dtail_out ? dtail_out->data() : nullptr, in.data(),
+                       w(conv), tail_in.data(), S, Ch, W);
+  return Status::Ok();
+}
+
+// dx += RMSNorm-backward(sum over the six projections of d(proj) W).
+template <typename T>
+Status GdnBlock<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
+                                        const MixerGrads& g,
+                                        const GdnBlockSaved<T>& s,
+                                        const GdnState<T>* dstate_out,
+                                        const GdnState<T>& state_in) {
+  const GdnBlockDims& d = dims_;
+  const int64_t S = s.x.dim(0);
+  const T q_scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.K)));
+  Tensor<T> dq_in, dk_in, dv_in;  // (S, HK), (S, HK), (S, HV)
+  auto dtail = [&](Tensor<T> GdnState<T>::*m) {
+    return dstate_in != nullptr ? &(dstate_in->*m) : nullptr;
+  };
+  auto dtail_out = [&](Tensor<T> GdnState<T>::*m) -> const Tensor<T>* {
+    return dstate_out != nullptr ? &(dstate_out->*m) : nullptr;
+  };
+  SF_RETURN_IF_ERROR(ConvSiluBackward(&dq_in, dtail(&GdnState<T>::tail_q), g.dq,
+                                      &s.q_rnorm, q_scale, s.q_in, kQConv,
+                                      state_in.tail_q, dtail_out(&GdnState<T>::tail_q)));
+  SF_RETURN_IF_ERROR(ConvSiluBackward(&dk_in, dtail(&GdnState<T>::tail_k), g.dk,
+                                      &s.k_rnorm, T(1), s.k_in, kKConv,
+                                      state_in.tail_k, dtail_out(&GdnState<T>::tail_k)));
+  SF_RETURN_IF_ERROR(ConvSiluBackward(&dv_in, dtail(&GdnState<T>::tail_v), g.dv,
+                                      nullptr, T(1), s.v_in, kVConv,
+                                      state_in.tail_v, dtail_out(&GdnState<T>::tail_v)));
+  const struct {
+    const Tensor<T>* dproj;
+    ParamId w;
+    int64_t D;
+  } projs[] = {{&dq_in, kQProj, d.HK()}, {&dk_in, kKProj, d.HK()},
+               {&dv_in, kVProj, d.HV()}, {&g.da, kAProj, d.H},
+               {&g.db, kBProj, d.H},     {&g.dz, kGProj, d.HV()}};
+  SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Zeros(*alloc_, kWs, {S, d.C}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> part, New(kWs, {S, d.C}));  // (S, C)
+  for (const auto& p : projs) {
+    LinearBackward<T>(part.data(), dw(p.w), nullptr, p.dproj->data(),
+                      s.xn.data(), w(p.w), S, d.C, p.D);
+    dxn.flat() += part.flat();
+  }
+  RmsNormBackward<T>(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
+                     w(kAttnNorm), s.rstd1.data(), S, d.C);
+  dx->flat() += part.flat();
+  return Status::Ok();
+}
+
+#define SF_INSTANTIATE(T)      \
+  template struct GdnState<T>; \
+  template struct GdnBlockSaved<T>; \
+  template class GdnBlock<T>;
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(double)
+#undef SF_INSTANTIATE
+
+}  // namespace stateflow::backend

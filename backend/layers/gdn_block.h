@@ -1,0 +1,207 @@
+// One Gated DeltaNet block of the model as a layer with an explicit forward
+// and backward over one sequence chunk (llm.c style: outputs first, then
+// inputs; shapes in comments). What it computes, per token of the chunk:
+//
+//   xn   = RMSNorm(x) * attn_norm                               (S, C)
+//   q_in = xn Wq^T, k_in = xn Wk^T, v_in = xn Wv^T               (S, HK|HK|HV)
+//   a    = xn Wa^T, b = xn Wb^T, z = xn Wg^T                     (S, H|H|HV)
+//   q    = d_k^{-1/2} L2norm(silu(conv_q(q_in)))  per head       (S, H, K)
+//   k    = L2norm(silu(conv_k(k_in)))             per head       (S, H, K)
+//   v    = silu(conv_v(v_in))                                    (S, H, Dv)
+//   g    = -exp(A_log) softplus(a + dt_bias),  beta = sigmoid(b) (S, H)
+//   o    = GdnCore(q, k, v, g, beta; S_in -> S_out)              (S, H, Dv)
+//   h    = x + (RMSNorm_head(o) * o_norm * silu(z)) Wo^T         (S, C)
+//   y    = h + SwiGLU(RMSNorm(h) * mlp_norm)                     (S, C)
+//
+// conv_* is the causal depthwise short convolution of width W (no bias) whose
+// tail (the last W-1 raw inputs) is carried between chunks. No projection has
+// a bias: the kernels do not need one and GDN has none.
+//
+// Boundary state (GdnState): everything a chunk hands to the next chunk of the
+// same sequence: the recurrent state S (H, Dv, K) and the three conv tails.
+// Backward turns d(state out) into d(state in).
+//
+// Recompute modes: kNone saves what the backward needs (GdnBlockSaved, in
+// BufferClass::kActivations); kFull saves only the chunk's input x, and the
+// backward re-runs the forward (its tensors then in kWorkspace) before the
+// backward proper; both give bit-identical results.
+//
+// Not the embedding or the head (embedding_layer.h, head_layer.h), not the
+// pipeline stage (backend/model/gdn_stage_module.h).
+//
+//   SF_ASSIGN_OR_RETURN(auto block, GdnBlock<float>::Make(alloc, dims, /*layer=*/1, /*num_blocks=*/4, seed));
+//   SF_RETURN_IF_ERROR(block.Forward(&y, &state_out, &saved, x, state_in, models::Recompute::kNone));
+//
+// Dimension legend: S tokens in the chunk, C hidden size, H heads, K key
+// (query) head dim d_k, Dv value head dim d_v, F SwiGLU size, W conv width,
+// HK = H K, HV = H Dv.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/kernels/gdn_core.h"
+#include "backend/layers/param.h"
+#include "backend/tensor.h"
+#include "common/status.h"
+#include "models/cost_model.h"
+#include "proto/stateflow.pb.h"
+
+namespace stateflow::backend {
+
+struct GdnBlockDims {
+  int64_t C = 0, H = 0, K = 0, Dv = 0, F = 0, W = 0;
+  int64_t block_size = kGdnBlockSize;  // T_C of the recurrence kernel
+  double norm_eps = 1e-6;              // the three RMSNorms
+  double l2_eps = 1e-6;                // the q and k L2 norms
+
+  int64_t HK() const { return H * K; }
+  int64_t HV() const { return H * Dv; }
+
+  // hidden_size, num_heads, head_dim_k, head_dim_v, mlp_size, conv_width.
+  // REQUIRES: models::ValidateModel(model).ok().
+  static GdnBlockDims FromModel(const pb::ModelSpec& model);
+};
+
+// The boundary state of one GDN block for one sequence (or its gradient).
+template <typename T>
+struct GdnState {
+  Tensor<T> S;       // (H, Dv, K) recurrent state
+  Tensor<T> tail_q;  // (W-1, HK) last W-1 conv inputs of q, oldest first
+  Tensor<T> tail_k;  // (W-1, HK)
+  Tensor<T> tail_v;  // (W-1, HV)
+
+  // Zeros: the state at the sequence start.
+  static Result<GdnState> Zeros(TrackingAllocator& alloc,
+                                const GdnBlockDims& dims, BufferClass cls);
+  // Elements of one state: H Dv K + (W-1)(2 HK + HV).
+  static int64_t Numel(const GdnBlockDims& dims);
+  bool empty() const { return S.numel() == 0; }
+};
+
+// What the forward keeps for the backward (one block, one chunk). Under
+// recompute kFull only x is held. Backward empties it.
+template <typename T>
+struct GdnBlockSaved {
+  bool recompute_full = false;
+  Tensor<T> x;                  // (S, C) block input
+  Tensor<T> xn, rstd1;          // (S, C) pre-norm output, (S) its 1/rms
+  Tensor<T> q_in, k_in, v_in;   // (S, HK), (S, HK), (S, HV) conv inputs
+  Tensor<T> q, k, v;            // (S, HK), (S, HK), (S, HV) core inputs
+  Tensor<T> q_rnorm, k_rnorm;   // (S, H) 1/|.| of the L2 norms
+  Tensor<T> a, g, beta;         // (S, H) decay input, log decay, beta
+  Tensor<T> o, o_rstd;          // (S, HV) core output, (S, H) its 1/rms
+  Tensor<T> z, gated;           // (S, HV) output gate, o_proj input
+  Tensor<T> h, hn, rstd2;       // (S, C) after the mixer, (S, C), (S)
+  Tensor<T> mlp_gate, mlp_up;   // (S, F) SwiGLU gate and up projections
+
+  // Elements per token under kNone: 4C + 2F + 2 + 4 HK + 5 HV + 6 H.
+  static int64_t NumelPerToken(const GdnBlockDims& dims);
+};
+
+template <typename T>
+class GdnBlock {
+ public:
+  // The parameters, in Parameters() order; names as in ParamName().
+  enum ParamId {
+    kAttnNorm, kQProj, kKProj, kVProj, kAProj, kBProj, kGProj,
+    kQConv, kKConv, kVConv, kALog, kDtBias, kONorm, kOProj,
+    kMlpNorm, kMlpGate, kMlpUp, kMlpDown, kNumParams
+  };
+  // "attn_norm.weight", "q_proj.weight", ..., "mlp.down_proj.weight".
+  static const char* ParamName(ParamId id);
+
+  // Weights (kWeights) and zero gradients (kGradients) of the block at
+  // `layer` (its index in the model's layer list), initialised from
+  // (seed, layer, name) only: norms 1; projections N(0, 0.02^2); o_proj and
+  // mlp.down_proj N(0, (0.02 / sqrt(2 num_blocks))^2); conv taps
+  // U(-W^{-1/2}, W^{-1/2}); A_log = log U(0, 16); dt_bias = softplus^{-1}(dt)
+  // with log dt ~ U(log 0.001, log 0.1). REQUIRES: dims from FromModel.
+  static Result<GdnBlock> Make(TrackingAllocator& alloc,
+                               const GdnBlockDims& dims, int layer,
+                               int num_blocks, std::uint64_t seed);
+
+  GdnBlock(GdnBlock&&) = default;
+  GdnBlock& operator=(GdnBlock&&) = default;
+
+  // Forward of one chunk.
+  //   y (S, C) out, kWorkspace (the caller hands it on);
+  //   state_out: filled (kBoundaryStates) unless nullptr (the last chunk);
+  //   saved: filled for Backward (kActivations);
+  //   x (S, C); state_in: as GdnState::Zeros at the sequence start.
+  // Errors: shapes (naming the layer and tensor), allocator capacity.
+  Status Forward(Tensor<T>* y, GdnState<T>* state_out, GdnBlockSaved<T>* saved,
+                 const Tensor<T>& x, const GdnState<T>& state_in,
+                 models::Recompute recompute);
+
+  // Backward of the chunk whose forward filled `saved` with `state_in`.
+  //   dx (S, C) out (kWorkspace); dstate_in: filled (kBoundaryStates) unless
+  //   nullptr (the first chunk); saved: emptied;
+  //   dy (S, C); dstate_out: nullptr means zeros (the last chunk).
+  // Parameter gradients are added to. Errors: an empty `saved` (no forward),
+  // shapes, allocator capacity.
+  Status Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
+                  GdnBlockSaved<T>* saved, const Tensor<T>& dy,
+                  const GdnState<T>* dstate_out, const GdnState<T>& state_in);
+
+  std::vector<Param<T>>& params() { return params_; }
+  Param<T>& param(ParamId id) { return params_[id]; }
+  const GdnBlockDims& dims() const { return dims_; }
+  int layer() const { return layer_; }
+
+ private:
+  // Gradients of the mixer's per-token intermediates (one chunk).
+  struct MixerGrads;
+
+  GdnBlock(TrackingAllocator* alloc, const GdnBlockDims& dims, int layer)
+      : alloc_(alloc), dims_(dims), layer_(layer) {}
+
+  Result<Tensor<T>> New(BufferClass cls, Shape shape);
+  const T* w(ParamId id) const { return params_[id].value.data(); }
+  T* dw(ParamId id) { return params_[id].grad.data(); }
+  Status CheckState(const GdnState<T>& state, const char* what) const;
+
+  // The forward, reading saved->x and filling the rest of *saved with
+  // tensors of class `cls`.
+  Status ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
+                     GdnBlockSaved<T>* saved, const GdnState<T>& state_in,
+                     BufferClass cls);
+  Status MixerInputsForward(GdnBlockSaved<T>* saved, GdnState<T>* state_out,
+                            const GdnState<T>& state_in, BufferClass cls);
+  void ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
+                       const Tensor<T>& in, ParamId conv,
+                       const Tensor<T>& tail_in);
+  Status MixerOutputForward(GdnBlockSaved<T>* saved, BufferClass cls);
+  Status MlpForward(Tensor<T>* y, GdnBlockSaved<T>* saved, BufferClass cls);
+
+  Status BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
+                      const GdnBlockSaved<T>& saved, const Tensor<T>& dy,
+                      const GdnState<T>* dstate_out,
+                      const GdnState<T>& state_in);
+  Status MlpBackward(Tensor<T>* dh, const GdnBlockSaved<T>& saved,
+                     const Tensor<T>& dy);
+  Status MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
+                             const GdnBlockSaved<T>& saved,
+                             const Tensor<T>& dh);
+  Status CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
+                      const GdnBlockSaved<T>& saved, const Tensor<T>& d_o,
+                      const GdnState<T>* dstate_out,
+                      const GdnState<T>& state_in);
+  Status ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
+                          const Tensor<T>& d_out, const Tensor<T>* rnorm,
+                          T scale, const Tensor<T>& in, ParamId conv,
+                          const Tensor<T>& tail_in,
+                          const Tensor<T>* dtail_out);
+  Status MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
+                             const MixerGrads& grads,
+                             const GdnBlockSaved<T>& saved,
+                             const GdnState<T>* dstate_out,
+                             const GdnState<T>& state_in);
+
+  TrackingAllocator* alloc_;  // not owned
+  GdnBlockDims dims_;
+  int layer_;
+  std::vector<Param<T>> params_;  // (kNumParams)
+};
+
+}  // namespace stateflow::backend

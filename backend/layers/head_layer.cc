@@ -1,0 +1,95 @@
+#include "backend/layers/head_layer.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backend/kernels/output_loss.h"
+#include "backend/kernels/rmsnorm.h"
+#include "backend/layers/copy.h"
+
+namespace stateflow::backend {
+
+namespace {
+constexpr BufferClass kAct = BufferClass::kActivations;
+constexpr BufferClass kWs = BufferClass::kWorkspace;
+enum { kNorm = 0, kOutput = 1 };
+}  // namespace
+
+template <typename T>
+Result<HeadLayer<T>> HeadLayer<T>::Make(TrackingAllocator& alloc, int64_t C,
+                                        int64_t V, int64_t vocab_slice,
+                                        int layer, std::uint64_t seed,
+                                        double norm_eps) {
+  HeadLayer head(&alloc, C, V, std::max<int64_t>(vocab_slice, 1), layer,
+                 norm_eps);
+  SF_ASSIGN_OR_RETURN(Param<T> norm, MakeParam<T>(alloc, "norm.weight", {C},
+                                                  InitSpec::Constant(1.0),
+                                                  seed, layer));
+  SF_ASSIGN_OR_RETURN(Param<T> out,
+                      MakeParam<T>(alloc, "output.weight", {V, C},
+                                   InitSpec::Normal(0.02), seed, layer));
+  head.params_.push_back(std::move(norm));
+  head.params_.push_back(std::move(out));
+  return head;
+}
+
+template <typename T>
+Status HeadLayer<T>::Forward(double* loss_sum, HeadSaved<T>* saved,
+                             const Tensor<T>& x, const int32_t* targets) {
+  if (x.rank() != 2 || x.dim(1) != C_) {
+    return Status::Invalid("layer " + std::to_string(layer_) +
+                           " (head): input has shape " +
+                           ShapeString(x.shape()) + ", expected (S, " +
+                           std::to_string(C_) + ")");
+  }
+  const int64_t S = x.dim(0), Vs = std::min(Vs_, V_);
+  *saved = HeadSaved<T>{};
+  SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, kAct, x));
+  SF_ASSIGN_OR_RETURN(saved->xn, Tensor<T>::Uninitialized(*alloc_, kAct, {S, C_}));
+  SF_ASSIGN_OR_RETURN(saved->rstd, Tensor<T>::Uninitialized(*alloc_, kAct, {S}));
+  SF_ASSIGN_OR_RETURN(saved->lse, Tensor<T>::Uninitialized(*alloc_, kAct, {S}));
+  RmsNormForward<T>(saved->xn.data(), saved->rstd.data(), x.data(),
+                    params_[kNorm].value.data(), S, C_, static_cast<T>(eps_));
+  SF_ASSIGN_OR_RETURN(Tensor<T> logits, Tensor<T>::Uninitialized(
+                                            *alloc_, BufferClass::kLogits, {S, Vs}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> losses, Tensor<T>::Uninitialized(*alloc_, kWs, {S}));
+  OutputLossForward<T>(losses.data(), saved->lse.data(), logits.data(),
+                       saved->xn.data(), params_[kOutput].value.data(),
+                       targets, S, C_, V_, Vs);
+  double sum = 0.0;
+  for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(losses.data()[s]);
+  *loss_sum = sum;
+  return Status::Ok();
+}
+
+template <typename T>
+Status HeadLayer<T>::Backward(Tensor<T>* dx, HeadSaved<T>* saved,
+                              const int32_t* targets, double loss_scale) {
+  if (saved->x.rank() != 2) {
+    return Status::Invalid("layer " + std::to_string(layer_) +
+                           " (head): backward without a saved forward");
+  }
+  const int64_t S = saved->x.dim(0), Vs = std::min(Vs_, V_);
+  SF_ASSIGN_OR_RETURN(Tensor<T> dlosses, Tensor<T>::Uninitialized(*alloc_, kWs, {S}));
+  dlosses.flat().setConstant(static_cast<T>(loss_scale));
+  SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
+  {
+    SF_ASSIGN_OR_RETURN(Tensor<T> logits, Tensor<T>::Uninitialized(
+                                              *alloc_, BufferClass::kLogits, {S, Vs}));
+    OutputLossBackward<T>(dxn.data(), params_[kOutput].grad.data(),
+                          logits.data(), dlosses.data(), saved->lse.data(),
+                          saved->xn.data(), params_[kOutput].value.data(),
+                          targets, S, C_, V_, Vs);
+  }
+  SF_ASSIGN_OR_RETURN(*dx, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
+  RmsNormBackward<T>(dx->data(), params_[kNorm].grad.data(), dxn.data(),
+                     saved->x.data(), params_[kNorm].value.data(),
+                     saved->rstd.data(), S, C_);
+  *saved = HeadSaved<T>{};
+  return Status::Ok();
+}
+
+template class HeadLayer<float>;
+template class HeadLayer<double>;
+
+}  // namespace stateflow::backend

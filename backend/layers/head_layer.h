@@ -1,0 +1,74 @@
+// The model's head as a layer (the last of the layer list, on the last
+// pipeline stage): final RMSNorm, output layer and cross-entropy, per token
+//   xn = RMSNorm(x) * norm;  loss_s = logsumexp_v(xn_s . W_v) - xn_s . W_{target_s}.
+// The logits are computed over vocabulary slices of `vocab_slice` columns
+// (output_loss.h), so only an (S, vocab_slice) buffer of them exists at a
+// time (BufferClass::kLogits, within one forward or backward); the backward
+// recomputes them slice by slice from the saved xn and log-sum-exps.
+//
+// Saved for the backward (kActivations): x, xn (S, C), rstd, lse (S).
+// Not the embedding (untied: the output weight is its own parameter), no
+// label smoothing, no ignored positions.
+//
+//   SF_ASSIGN_OR_RETURN(auto head, HeadLayer<float>::Make(alloc, C, V, 128, /*layer=*/5, seed));
+//   double loss_sum; SF_RETURN_IF_ERROR(head.Forward(&loss_sum, &saved, x, targets));
+//
+// Dimensions: S tokens in the chunk, C hidden size, V vocabulary size.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/layers/param.h"
+#include "backend/tensor.h"
+#include "common/status.h"
+
+namespace stateflow::backend {
+
+template <typename T>
+struct HeadSaved {
+  Tensor<T> x, xn;    // (S, C) head input, normalised
+  Tensor<T> rstd;     // (S) 1/rms of x
+  Tensor<T> lse;      // (S) logsumexp of the logits
+
+  static int64_t NumelPerToken(int64_t C) { return 2 * C + 2; }
+};
+
+template <typename T>
+class HeadLayer {
+ public:
+  // Parameters "norm.weight" (C) = 1 and "output.weight" (V, C) N(0, 0.02^2)
+  // from (seed, layer, name). REQUIRES: vocab_slice >= 1.
+  static Result<HeadLayer> Make(TrackingAllocator& alloc, int64_t C,
+                                int64_t V, int64_t vocab_slice, int layer,
+                                std::uint64_t seed, double norm_eps = 1e-6);
+
+  HeadLayer(HeadLayer&&) = default;
+  HeadLayer& operator=(HeadLayer&&) = default;
+
+  // loss_sum = sum over the chunk's S tokens of loss_s (in double).
+  // saved: filled. x (S, C); targets (S) in [0, V) (the caller checks).
+  Status Forward(double* loss_sum, HeadSaved<T>* saved, const Tensor<T>& x,
+                 const int32_t* targets);
+
+  // dx (S, C), kWorkspace: the gradient of loss_scale * loss_sum; parameter
+  // gradients added to; saved emptied. Error: an empty `saved`.
+  Status Backward(Tensor<T>* dx, HeadSaved<T>* saved, const int32_t* targets,
+                  double loss_scale);
+
+  std::vector<Param<T>>& params() { return params_; }
+  int layer() const { return layer_; }
+
+ private:
+  HeadLayer(TrackingAllocator* alloc, int64_t C, int64_t V, int64_t Vs,
+            int layer, double eps)
+      : alloc_(alloc), C_(C), V_(V), Vs_(Vs), layer_(layer), eps_(eps) {}
+
+  TrackingAllocator* alloc_;  // not owned
+  int64_t C_, V_, Vs_;
+  int layer_;
+  double eps_;
+  std::vector<Param<T>> params_;  // {norm.weight, output.weight}
+};
+
+}  // namespace stateflow::backend

@@ -1,0 +1,90 @@
+#include "backend/layers/param.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace stateflow::backend {
+
+std::uint64_t SplitMix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t ParamStreamKey(std::uint64_t seed, int layer,
+                             std::string_view name) {
+  // FNV-1a of the name, then the three parts mixed in turn.
+  std::uint64_t name_hash = 0xCBF29CE484222325ull;
+  for (char c : name) {
+    name_hash = (name_hash ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+  }
+  std::uint64_t key = SplitMix64(seed);
+  key = SplitMix64(key ^ static_cast<std::uint64_t>(layer));
+  return SplitMix64(key ^ name_hash);
+}
+
+double CounterUniform(std::uint64_t key, std::uint64_t counter) {
+  const std::uint64_t bits = SplitMix64(key ^ SplitMix64(counter)) >> 11;
+  return (static_cast<double>(bits) + 0.5) * 0x1.0p-53;  // in (0, 1)
+}
+
+double InitValue(const InitSpec& spec, std::uint64_t key, std::uint64_t e) {
+  const double u = CounterUniform(key, 2 * e);
+  switch (spec.kind) {
+    case InitSpec::Kind::kConstant:
+      return spec.a;
+    case InitSpec::Kind::kNormal: {  // Box-Muller, cosine branch
+      const double u2 = CounterUniform(key, 2 * e + 1);
+      return spec.a * std::sqrt(-2.0 * std::log(u)) *
+             std::cos(2.0 * std::numbers::pi * u2);
+    }
+    case InitSpec::Kind::kUniform:
+      return spec.a + (spec.b - spec.a) * u;
+    case InitSpec::Kind::kGdnALog:
+      return std::log(spec.a + (spec.b - spec.a) * u);
+    case InitSpec::Kind::kGdnDtBias: {
+      const double log_lo = std::log(spec.a), log_hi = std::log(spec.b);
+      const double dt = std::max(std::exp(log_lo + (log_hi - log_lo) * u), 1e-4);
+      return dt + std::log(-std::expm1(-dt));  // softplus(dt_bias) = dt
+    }
+  }
+  return 0.0;
+}
+
+template <typename T>
+void InitParam(Tensor<T>* value, const InitSpec& spec, std::uint64_t seed,
+               int layer, std::string_view name) {
+  const std::uint64_t key = ParamStreamKey(seed, layer, name);
+  T* v = value->data();
+  for (int64_t e = 0; e < value->numel(); ++e) {
+    v[e] = static_cast<T>(InitValue(spec, key, static_cast<std::uint64_t>(e)));
+  }
+}
+
+template <typename T>
+Result<Param<T>> MakeParam(TrackingAllocator& alloc, std::string name,
+                           Shape shape, const InitSpec& spec,
+                           std::uint64_t seed, int layer) {
+  Param<T> p;
+  SF_ASSIGN_OR_RETURN(p.value, Tensor<T>::Uninitialized(
+                                   alloc, BufferClass::kWeights, shape));
+  SF_ASSIGN_OR_RETURN(p.grad, Tensor<T>::Zeros(alloc, BufferClass::kGradients,
+                                               std::move(shape)));
+  InitParam(&p.value, spec, seed, layer, name);
+  p.name = std::move(name);
+  return p;
+}
+
+#define SF_INSTANTIATE(T)                                                    \
+  template void InitParam<T>(Tensor<T>*, const InitSpec&, std::uint64_t,     \
+                             int, std::string_view);                         \
+  template Result<Param<T>> MakeParam<T>(TrackingAllocator&, std::string,    \
+                                         Shape, const InitSpec&,             \
+                                         std::uint64_t, int);
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(double)
+#undef SF_INSTANTIATE
+
+}  // namespace stateflow::backend
