@@ -1,0 +1,424 @@
+// The GDN block layer: central-difference gradient checks (float64) of the
+// input, every part of the boundary state in (recurrent state, three conv
+// tails) and every parameter (sampled elements of the big ones), in both
+// recompute modes; recompute full bit-identical to none; float32 against
+// float64; what the forward saves; errors for misuse.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/layers/gdn_block.h"
+#include "tests/backend/layer_test_util.h"
+
+namespace stateflow::backend {
+namespace {
+
+using models::Recompute;
+using testing::FromVector;
+using testing::RelError;
+using testing::ToVector;
+using testing::Uniform;
+
+constexpr BufferClass kWs = BufferClass::kWorkspace;
+
+// One block configuration: dims, chunk length, kernel block size.
+struct BlockCase {
+  int64_t S;           // tokens in the chunk
+  int64_t W;           // conv width
+  int64_t block_size;  // T_C of the core
+  std::string Name() const {
+    std::ostringstream s;
+    s << "S=" << S << " W=" << W << " T_C=" << block_size;
+    return s.str();
+  }
+};
+
+GdnBlockDims SmallDims(const BlockCase& c) {
+  GdnBlockDims d;
+  d.C = 16, d.H = 2, d.K = 8, d.Dv = 6, d.F = 24, d.W = c.W;
+  d.block_size = c.block_size;
+  return d;
+}
+
+// Random, O(1) parameters (the 0.02 initialisation makes small gradients):
+// the same values for float and double from the same seed.
+template <typename T>
+void RandomizeParams(GdnBlock<T>* block, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (Param<T>& p : block->params()) {
+    const bool norm = p.name.find("norm") != std::string::npos;
+    const double lo = norm ? 0.5 : -0.5, hi = norm ? 1.5 : 0.5;
+    testing::Assign(&p.value, Uniform(rng, p.value.numel(), lo, hi));
+  }
+}
+
+// Inputs of one chunk and the weights of the objective
+// L = <ry, y> + <rstate, state_out> (all four parts).
+struct BlockInputs {
+  std::vector<double> x, S, tq, tk, tv;        // input and state in
+  std::vector<double> ry, rS, rtq, rtk, rtv;   // objective weights
+};
+
+BlockInputs MakeInputs(const GdnBlockDims& d, int64_t S, std::mt19937_64& rng) {
+  BlockInputs in;
+  const int64_t tail = d.W - 1;
+  in.x = Uniform(rng, S * d.C, -1, 1);
+  in.S = Uniform(rng, d.H * d.Dv * d.K, -0.5, 0.5);
+  in.tq = Uniform(rng, tail * d.HK(), -1, 1);
+  in.tk = Uniform(rng, tail * d.HK(), -1, 1);
+  in.tv = Uniform(rng, tail * d.HV(), -1, 1);
+  in.ry = Uniform(rng, S * d.C, -1, 1);
+  in.rS = Uniform(rng, d.H * d.Dv * d.K, -1, 1);
+  in.rtq = Uniform(rng, tail * d.HK(), -1, 1);
+  in.rtk = Uniform(rng, tail * d.HK(), -1, 1);
+  in.rtv = Uniform(rng, tail * d.HV(), -1, 1);
+  return in;
+}
+
+template <typename T>
+GdnState<T> MakeState(TrackingAllocator& alloc, const GdnBlockDims& d,
+                      const std::vector<double>& S, const std::vector<double>& tq,
+                      const std::vector<double>& tk, const std::vector<double>& tv) {
+  GdnState<T> s;
+  s.S = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.H, d.Dv, d.K}, S);
+  s.tail_q = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.W - 1, d.HK()}, tq);
+  s.tail_k = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.W - 1, d.HK()}, tk);
+  s.tail_v = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.W - 1, d.HV()}, tv);
+  return s;
+}
+
+// Everything one forward + backward gives.
+struct BlockRun {
+  std::vector<double> y, S_out, tq_out, tk_out, tv_out;
+  std::vector<double> dx, dS, dtq, dtk, dtv;
+  std::vector<std::vector<double>> dparams;  // per ParamId
+};
+
+template <typename T>
+double Objective(const BlockInputs& in, const Tensor<T>& y, const GdnState<T>& out) {
+  auto dot = [](const std::vector<double>& r, const Tensor<T>& t) {
+    double s = 0;
+    for (int64_t e = 0; e < t.numel(); ++e) s += r[e] * static_cast<double>(t.data()[e]);
+    return s;
+  };
+  return dot(in.ry, y) + dot(in.rS, out.S) + dot(in.rtq, out.tail_q) +
+         dot(in.rtk, out.tail_k) + dot(in.rtv, out.tail_v);
+}
+
+// The objective through a forward only (for finite differences).
+template <typename T>
+double ForwardObjective(GdnBlock<T>* block, TrackingAllocator& alloc,
+                        const BlockInputs& in, Recompute mode) {
+  const GdnBlockDims& d = block->dims();
+  const int64_t S = static_cast<int64_t>(in.x.size()) / d.C;
+  Tensor<T> x = FromVector<T>(alloc, kWs, {S, d.C}, in.x);
+  GdnState<T> state_in = MakeState<T>(alloc, d, in.S, in.tq, in.tk, in.tv);
+  Tensor<T> y;
+  GdnState<T> state_out;
+  GdnBlockSaved<T> saved;
+  const Status st = block->Forward(&y, &state_out, &saved, x, state_in, mode);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return Objective(in, y, state_out);
+}
+
+template <typename T>
+BlockRun ForwardBackward(GdnBlock<T>* block, TrackingAllocator& alloc,
+                         const BlockInputs& in, Recompute mode) {
+  const GdnBlockDims& d = block->dims();
+  const int64_t S = static_cast<int64_t>(in.x.size()) / d.C;
+  Tensor<T> x = FromVector<T>(alloc, kWs, {S, d.C}, in.x);
+  GdnState<T> state_in = MakeState<T>(alloc, d, in.S, in.tq, in.tk, in.tv);
+  GdnState<T> dstate_out = MakeState<T>(alloc, d, in.rS, in.rtq, in.rtk, in.rtv);
+  Tensor<T> dy = FromVector<T>(alloc, kWs, {S, d.C}, in.ry);
+  Tensor<T> y, dx;
+  GdnState<T> state_out, dstate_in;
+  GdnBlockSaved<T> saved;
+  Status st = block->Forward(&y, &state_out, &saved, x, state_in, mode);
+  EXPECT_TRUE(st.ok()) << st.message();
+  st = block->Backward(&dx, &dstate_in, &saved, dy, &dstate_out, state_in);
+  EXPECT_TRUE(st.ok()) << st.message();
+  BlockRun r{ToVector(y), ToVector(state_out.S), ToVector(state_out.tail_q),
+             ToVector(state_out.tail_k), ToVector(state_out.tail_v), ToVector(dx),
+             ToVector(dstate_in.S), ToVector(dstate_in.tail_q),
+             ToVector(dstate_in.tail_k), ToVector(dstate_in.tail_v), {}};
+  for (Param<T>& p : block->params()) r.dparams.push_back(ToVector(p.grad));
+  return r;
+}
+
+// Central differences of `f` at the elements `indices` of `values`.
+std::vector<double> CentralDiff(const std::function<double()>& f,
+                                std::vector<double>* values,
+                                const std::vector<int64_t>& indices, double h) {
+  std::vector<double> out;
+  for (int64_t i : indices) {
+    const double saved = (*values)[i];
+    (*values)[i] = saved + h;
+    const double up = f();
+    (*values)[i] = saved - h;
+    const double down = f();
+    (*values)[i] = saved;
+    out.push_back((up - down) / (2 * h));
+  }
+  return out;
+}
+
+std::vector<int64_t> AllIndices(int64_t n) {
+  std::vector<int64_t> idx(n);
+  for (int64_t i = 0; i < n; ++i) idx[i] = i;
+  return idx;
+}
+
+// Up to `k` indices spread over [0, n), always including the first and last.
+std::vector<int64_t> SampleIndices(int64_t n, int64_t k, std::mt19937_64& rng) {
+  if (n <= k) return AllIndices(n);
+  std::vector<int64_t> idx = {0, n - 1};
+  std::uniform_int_distribution<int64_t> dist(1, n - 2);
+  while (static_cast<int64_t>(idx.size()) < k) idx.push_back(dist(rng));
+  return idx;
+}
+
+::testing::AssertionResult MatchesDiff(const std::string& what,
+                                       const std::vector<double>& analytic,
+                                       const std::vector<int64_t>& indices,
+                                       const std::vector<double>& numeric) {
+  for (size_t j = 0; j < indices.size(); ++j) {
+    const double a = analytic[indices[j]], n = numeric[j];
+    if (!(std::abs(a - n) <= 1e-7 + 1e-6 * std::abs(n))) {
+      return ::testing::AssertionFailure()
+             << what << "[" << indices[j] << "]: backward " << a
+             << ", central difference " << n;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class GdnBlockGradTest
+    : public ::testing::TestWithParam<std::tuple<BlockCase, Recompute>> {};
+
+TEST_P(GdnBlockGradTest, BackwardMatchesCentralDifferences) {
+  const auto [c, mode] = GetParam();
+  SCOPED_TRACE(c.Name() + " recompute " + std::string(models::RecomputeName(mode)));
+  const GdnBlockDims d = SmallDims(c);
+  TrackingAllocator alloc(0);
+  auto block = GdnBlock<double>::Make(alloc, d, /*layer=*/2, /*num_blocks=*/3, 7);
+  ASSERT_TRUE(block.ok()) << block.status().message();
+  RandomizeParams(&*block, 11);
+  std::mt19937_64 rng(13);
+  BlockInputs in = MakeInputs(d, c.S, rng);
+  const BlockRun run = ForwardBackward(&*block, alloc, in, mode);
+  auto f = [&] { return ForwardObjective(&*block, alloc, in, mode); };
+  const double h = 1e-6;
+  const struct {
+    const char* name;
+    std::vector<double>* values;
+    const std::vector<double>* grad;
+  } inputs[] = {{"x", &in.x, &run.dx},      {"S_in", &in.S, &run.dS},
+                {"tail_q", &in.tq, &run.dtq}, {"tail_k", &in.tk, &run.dtk},
+                {"tail_v", &in.tv, &run.dtv}};
+  for (const auto& input : inputs) {
+    const std::vector<int64_t> idx = AllIndices(input.values->size());
+    EXPECT_TRUE(MatchesDiff(input.name, *input.grad, idx,
+                            CentralDiff(f, input.values, idx, h)));
+  }
+  for (int id = 0; id < GdnBlock<double>::kNumParams; ++id) {
+    Param<double>& p = block->param(static_cast<GdnBlock<double>::ParamId>(id));
+    std::vector<double> values = ToVector(p.value);
+    const std::vector<int64_t> idx = SampleIndices(p.value.numel(), 12, rng);
+    auto fp = [&] {
+      testing::Assign(&p.value, values);
+      return f();
+    };
+    EXPECT_TRUE(MatchesDiff(p.name, run.dparams[id], idx, CentralDiff(fp, &values, idx, h)));
+    testing::Assign(&p.value, values);
+  }
+}
+
+// Several kernel blocks with a partial last one; a chunk shorter than W - 1;
+// width 1 (no tail); the default T_C with a partial block.
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GdnBlockGradTest,
+    ::testing::Combine(::testing::Values(BlockCase{11, 4, 4}, BlockCase{2, 4, 4},
+                                         BlockCase{5, 1, 64}, BlockCase{70, 3, 64}),
+                       ::testing::Values(Recompute::kNone, Recompute::kFull)),
+    [](const ::testing::TestParamInfo<std::tuple<BlockCase, Recompute>>& info) {
+      const BlockCase& c = std::get<0>(info.param);
+      return "S" + std::to_string(c.S) + "_W" + std::to_string(c.W) + "_TC" +
+             std::to_string(c.block_size) + "_recompute_" +
+             std::string(models::RecomputeName(std::get<1>(info.param)));
+    });
+
+TEST(GdnBlockTest, RecomputeFullIsBitIdenticalToNone) {
+  const BlockCase c{37, 4, 16};
+  const GdnBlockDims d = SmallDims(c);
+  TrackingAllocator alloc(0);
+  auto none = GdnBlock<double>::Make(alloc, d, 1, 2, 5);
+  auto full = GdnBlock<double>::Make(alloc, d, 1, 2, 5);
+  ASSERT_TRUE(none.ok() && full.ok());
+  RandomizeParams(&*none, 3);
+  RandomizeParams(&*full, 3);
+  std::mt19937_64 rng(4);
+  const BlockInputs in = MakeInputs(d, c.S, rng);
+  // Twice, so that accumulated parameter gradients are compared too.
+  ForwardBackward(&*none, alloc, in, Recompute::kNone);
+  ForwardBackward(&*full, alloc, in, Recompute::kFull);
+  const BlockRun a = ForwardBackward(&*none, alloc, in, Recompute::kNone);
+  const BlockRun b = ForwardBackward(&*full, alloc, in, Recompute::kFull);
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.S_out, b.S_out);
+  EXPECT_EQ(a.tq_out, b.tq_out);
+  EXPECT_EQ(a.tv_out, b.tv_out);
+  EXPECT_EQ(a.dx, b.dx);
+  EXPECT_EQ(a.dS, b.dS);
+  EXPECT_EQ(a.dtq, b.dtq);
+  EXPECT_EQ(a.dtk, b.dtk);
+  EXPECT_EQ(a.dtv, b.dtv);
+  for (size_t id = 0; id < a.dparams.size(); ++id) {
+    EXPECT_EQ(a.dparams[id], b.dparams[id]) << none->params()[id].name;
+  }
+}
+
+// What the forward keeps: under kNone the per-token elements counted in
+// gdn_block.h, here recounted from the list of saved tensors
+//   x, xn, h, hn (4C); mlp gate, up (2F); rstd1, rstd2 (2);
+//   q_in, k_in, q, k (4 HK); v_in, v, o, z, gated (5 HV);
+//   q_rnorm, k_rnorm, a, g, beta, o_rstd (6 H);
+// under kFull only x (C). Nothing else stays live after the forward.
+TEST(GdnBlockTest, SavedBytesPerMode) {
+  const BlockCase c{9, 4, 64};
+  const GdnBlockDims d = SmallDims(c);
+  const int64_t per_token_none = 4 * d.C + 2 * d.F + 2 + 4 * d.HK() + 5 * d.HV() + 6 * d.H;
+  EXPECT_EQ(GdnBlockSaved<double>::NumelPerToken(d), per_token_none);
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    TrackingAllocator alloc(0);
+    auto block = GdnBlock<double>::Make(alloc, d, 1, 1, 5);
+    ASSERT_TRUE(block.ok());
+    std::mt19937_64 rng(1);
+    const BlockInputs in = MakeInputs(d, c.S, rng);
+    Tensor<double> x = FromVector<double>(alloc, kWs, {c.S, d.C}, in.x);
+    GdnState<double> state_in = MakeState<double>(alloc, d, in.S, in.tq, in.tk, in.tv);
+    const int64_t ws_before = alloc.LiveBytes(kWs);
+    Tensor<double> y;
+    GdnState<double> state_out;
+    GdnBlockSaved<double> saved;
+    ASSERT_TRUE(block->Forward(&y, &state_out, &saved, x, state_in, mode).ok());
+    const int64_t per_token = mode == Recompute::kNone ? per_token_none : d.C;
+    EXPECT_EQ(alloc.LiveBytes(BufferClass::kActivations),
+              c.S * per_token * int64_t{sizeof(double)});
+    // state in (made here) + state out.
+    EXPECT_EQ(alloc.LiveBytes(BufferClass::kBoundaryStates),
+              2 * GdnState<double>::Numel(d) * int64_t{sizeof(double)});
+    EXPECT_EQ(alloc.LiveBytes(kWs), ws_before + y.bytes());
+    Tensor<double> dy = FromVector<double>(alloc, kWs, {c.S, d.C}, in.ry), dx;
+    ASSERT_TRUE(block->Backward(&dx, nullptr, &saved, dy, nullptr, state_in).ok());
+    EXPECT_EQ(alloc.LiveBytes(BufferClass::kActivations), 0);
+  }
+}
+
+TEST(GdnBlockTest, Float32AgreesWithFloat64) {
+  const BlockCase c{70, 4, 64};
+  const GdnBlockDims d = SmallDims(c);
+  TrackingAllocator alloc(0);
+  auto b64 = GdnBlock<double>::Make(alloc, d, 1, 2, 9);
+  auto b32 = GdnBlock<float>::Make(alloc, d, 1, 2, 9);
+  ASSERT_TRUE(b64.ok() && b32.ok());
+  RandomizeParams(&*b64, 21);
+  RandomizeParams(&*b32, 21);
+  std::mt19937_64 rng(22);
+  const BlockInputs in = MakeInputs(d, c.S, rng);
+  const BlockRun r64 = ForwardBackward(&*b64, alloc, in, Recompute::kNone);
+  const BlockRun r32 = ForwardBackward(&*b32, alloc, in, Recompute::kNone);
+  const double tol = 1e-4;
+  EXPECT_LT(RelError(r32.y, r64.y), tol);
+  EXPECT_LT(RelError(r32.S_out, r64.S_out), tol);
+  EXPECT_LT(RelError(r32.dx, r64.dx), tol);
+  EXPECT_LT(RelError(r32.dS, r64.dS), tol);
+  EXPECT_LT(RelError(r32.dtq, r64.dtq), tol);
+  EXPECT_LT(RelError(r32.dtv, r64.dtv), tol);
+  for (size_t id = 0; id < r64.dparams.size(); ++id) {
+    EXPECT_LT(RelError(r32.dparams[id], r64.dparams[id]), tol) << b64->params()[id].name;
+  }
+}
+
+// Initialisation depends on (seed, layer, name) only: the same layer index
+// gives the same values whatever else exists; another layer index differs.
+TEST(GdnBlockTest, InitialisationIsKeyedBySeedLayerAndName) {
+  const GdnBlockDims d = SmallDims({4, 4, 64});
+  TrackingAllocator alloc(0);
+  auto a = GdnBlock<double>::Make(alloc, d, 3, 4, 42);
+  auto b = GdnBlock<double>::Make(alloc, d, 3, 4, 42);
+  auto other_layer = GdnBlock<double>::Make(alloc, d, 2, 4, 42);
+  auto other_seed = GdnBlock<double>::Make(alloc, d, 3, 4, 43);
+  ASSERT_TRUE(a.ok() && b.ok() && other_layer.ok() && other_seed.ok());
+  for (int id = 0; id < GdnBlock<double>::kNumParams; ++id) {
+    const auto pid = static_cast<GdnBlock<double>::ParamId>(id);
+    const std::vector<double> va = ToVector(a->param(pid).value);
+    EXPECT_EQ(va, ToVector(b->param(pid).value)) << a->param(pid).name;
+    const bool constant = std::all_of(va.begin(), va.end(), [&](double v) { return v == va[0]; });
+    if (constant) continue;  // norms start at 1 everywhere
+    EXPECT_NE(va, ToVector(other_layer->param(pid).value)) << a->param(pid).name;
+    EXPECT_NE(va, ToVector(other_seed->param(pid).value)) << a->param(pid).name;
+  }
+}
+
+// GDN's gate initialisation: A = exp(A_log) in (0, 16), and
+// dt = softplus(dt_bias) in [0.001, 0.1].
+TEST(GdnBlockTest, GateParametersInitialisedAsInGdn) {
+  GdnBlockDims d = SmallDims({4, 4, 64});
+  d.H = 64;  // many heads, to see the ranges
+  TrackingAllocator alloc(0);
+  auto block = GdnBlock<double>::Make(alloc, d, 1, 1, 3);
+  ASSERT_TRUE(block.ok());
+  for (double a_log : ToVector(block->param(GdnBlock<double>::kALog).value)) {
+    EXPECT_GT(std::exp(a_log), 0.0);
+    EXPECT_LT(std::exp(a_log), 16.0);
+  }
+  for (double b : ToVector(block->param(GdnBlock<double>::kDtBias).value)) {
+    const double dt = std::log1p(std::exp(b));
+    EXPECT_GE(dt, 0.001 * (1 - 1e-12));
+    EXPECT_LE(dt, 0.1 * (1 + 1e-12));
+  }
+}
+
+TEST(GdnBlockTest, MisuseIsAnErrorNotACrash) {
+  const GdnBlockDims d = SmallDims({4, 4, 64});
+  TrackingAllocator alloc(0);
+  auto block = GdnBlock<double>::Make(alloc, d, 4, 4, 1);
+  ASSERT_TRUE(block.ok());
+  auto state = GdnState<double>::Zeros(alloc, d, BufferClass::kBoundaryStates);
+  ASSERT_TRUE(state.ok());
+  GdnBlockSaved<double> empty;
+  Tensor<double> dy = FromVector<double>(alloc, kWs, {3, d.C}, std::vector<double>(3 * d.C, 0.0));
+  Tensor<double> dx;
+  Status st = block->Backward(&dx, nullptr, &empty, dy, nullptr, *state);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
+  EXPECT_NE(st.message().find("layer 4"), std::string::npos) << st.message();
+  // Input of the wrong width.
+  Tensor<double> bad = FromVector<double>(alloc, kWs, {3, d.C + 1}, std::vector<double>(3 * (d.C + 1), 0.0));
+  Tensor<double> y;
+  GdnBlockSaved<double> saved;
+  st = block->Forward(&y, nullptr, &saved, bad, *state, Recompute::kNone);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
+  EXPECT_NE(st.message().find("input x"), std::string::npos) << st.message();
+  // A state of the wrong shape.
+  GdnState<double> wrong;
+  st = block->Forward(&y, nullptr, &saved, dy, wrong, Recompute::kNone);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
+  EXPECT_NE(st.message().find("state_in.S"), std::string::npos) << st.message();
+}
+
+TEST(GdnBlockTest, CapacityErrorIsAStatus) {
+  const GdnBlockDims d = SmallDims({4, 4, 64});
+  TrackingAllocator alloc(0, /*capacity_bytes=*/1024);
+  auto block = GdnBlock<double>::Make(alloc, d, 1, 1, 1);
+  ASSERT_FALSE(block.ok());
+  EXPECT_EQ(block.status().code(), Status::Code::kResource);
+}
+
+}  // namespace
+}  // namespace stateflow::backend
