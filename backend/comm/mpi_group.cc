@@ -1,0 +1,93 @@
+#include <mpi.h>
+
+#include <vector>
+
+#include "backend/comm/mpi.h"
+
+namespace stateflow::backend {
+namespace {
+
+Status MpiFailed(const char* call, int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  return Status::Resource(std::string(call) + ": " + std::string(text, length));
+}
+
+#define SF_MPI_RETURN_IF_ERROR(call)                              \
+  do {                                                            \
+    const int sf_rc_ = (call);                                    \
+    if (sf_rc_ != MPI_SUCCESS) return MpiFailed(#call, sf_rc_);   \
+  } while (0)
+
+class MpiGroup final : public Group {
+ public:
+  MpiGroup() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status Agree(const Status& local) override {
+    int mine = local.ok() ? size_ : rank_;
+    int first = size_;
+    SF_MPI_RETURN_IF_ERROR(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (first == size_) return Status::Ok();
+    // The first failing rank tells the others its code and message.
+    int header[2] = {static_cast<int>(local.code()), static_cast<int>(local.message().size())};
+    SF_MPI_RETURN_IF_ERROR(MPI_Bcast(header, 2, MPI_INT, first, MPI_COMM_WORLD));
+    std::string message = rank_ == first ? local.message() : std::string(header[1], ' ');
+    SF_MPI_RETURN_IF_ERROR(
+        MPI_Bcast(message.data(), header[1], MPI_CHAR, first, MPI_COMM_WORLD));
+    switch (static_cast<Status::Code>(header[0])) {
+      case Status::Code::kInvalidInput: return Status::Invalid(message);
+      case Status::Code::kResource: return Status::Resource(message);
+      default: return Status::Internal(message);
+    }
+  }
+
+  Result<double> Broadcast(double value, int root) override {
+    SF_MPI_RETURN_IF_ERROR(MPI_Bcast(&value, 1, MPI_DOUBLE, root, MPI_COMM_WORLD));
+    return value;
+  }
+
+  Result<std::vector<std::vector<double>>> GatherToRoot(
+      const std::vector<double>& local) override {
+    int count = static_cast<int>(local.size());
+    std::vector<int> counts(rank_ == 0 ? size_ : 0);
+    SF_MPI_RETURN_IF_ERROR(
+        MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+    std::vector<int> offsets(counts.size(), 0);
+    int total = 0;
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      offsets[k] = total;
+      total += counts[k];
+    }
+    std::vector<double> all(static_cast<std::size_t>(total));
+    SF_MPI_RETURN_IF_ERROR(MPI_Gatherv(local.data(), count, MPI_DOUBLE, all.data(),
+                                       counts.data(), offsets.data(), MPI_DOUBLE, 0,
+                                       MPI_COMM_WORLD));
+    std::vector<std::vector<double>> out;
+    for (std::size_t k = 0; k < counts.size(); ++k) {
+      out.emplace_back(all.begin() + offsets[k], all.begin() + offsets[k] + counts[k]);
+    }
+    return out;
+  }
+
+  Status Barrier() override {
+    SF_MPI_RETURN_IF_ERROR(MPI_Barrier(MPI_COMM_WORLD));
+    return Status::Ok();
+  }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Group> MakeMpiGroup() { return std::make_unique<MpiGroup>(); }
+
+}  // namespace stateflow::backend

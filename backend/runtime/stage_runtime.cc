@@ -1,0 +1,163 @@
+#include "backend/runtime/stage_runtime.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace stateflow::backend {
+
+using schedule::Action;
+using schedule::Pass;
+
+template <typename T>
+StageRuntime<T>::StageRuntime(const schedule::Plan* plan, int stage,
+                              const schedule::Partition* partition, StageModule<T>* module,
+                              Comm<T>* comm, TrackingAllocator* alloc, const RunClock* clock)
+    : plan_(plan),
+      actions_(&plan->stage(stage)),
+      stage_(stage),
+      partition_(partition),
+      module_(module),
+      comm_(comm),
+      alloc_(alloc),
+      clock_(clock) {}
+
+template <typename T>
+void StageRuntime<T>::BeginStep() {
+  cursor_ = 0;
+  posted_until_ = 0;
+  records_.clear();
+  memory_.clear();
+  busy_s_ = 0;
+  peak_time_s_ = -1;
+}
+
+template <typename T>
+bool StageRuntime<T>::NeedsInput(const Action& a) const {
+  return a.pass == Pass::kForward ? stage_ > 0 : stage_ < plan_->stages() - 1;
+}
+
+template <typename T>
+MessageKey StageRuntime<T>::KeyOf(const Action& a) const {
+  return MessageKey{a.microbatch, a.chunk, a.pass};
+}
+
+template <typename T>
+int StageRuntime<T>::PeerOf(const Action& a) const {
+  return a.pass == Pass::kForward ? stage_ - 1 : stage_ + 1;
+}
+
+// Posts the receives of the next action and the one after it (lookahead 1).
+template <typename T>
+Status StageRuntime<T>::PostAhead() {
+  constexpr std::size_t kLookahead = 1;
+  if (posted_until_ < cursor_) posted_until_ = cursor_;
+  const std::size_t limit = std::min(actions_->size(), cursor_ + 1 + kLookahead);
+  const std::int64_t hidden = module_->hidden_size();
+  for (; posted_until_ < limit; ++posted_until_) {
+    const Action& a = (*actions_)[posted_until_];
+    if (!NeedsInput(a)) continue;
+    const std::int64_t s = partition_->length(a.chunk);
+    SF_ASSIGN_OR_RETURN(Tensor<T> buffer, Tensor<T>::Uninitialized(
+                                              *alloc_, BufferClass::kWorkspace, {s, hidden}));
+    SF_RETURN_IF_ERROR(comm_->PostRecv(PeerOf(a), KeyOf(a), std::move(buffer)));
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Result<bool> StageRuntime<T>::TryRunNext() {
+  SF_RETURN_IF_ERROR(PostAhead());
+  const Action& a = next();
+  if (NeedsInput(a)) {
+    SF_ASSIGN_OR_RETURN(bool arrived, comm_->Arrived(KeyOf(a)));
+    if (!arrived) return false;
+    SF_ASSIGN_OR_RETURN(Tensor<T> input, comm_->Wait(KeyOf(a)));
+    SF_RETURN_IF_ERROR(Execute(std::move(input), 0.0));
+  } else {
+    SF_RETURN_IF_ERROR(Execute(Tensor<T>(), 0.0));
+  }
+  return true;
+}
+
+template <typename T>
+Status StageRuntime<T>::RunNext() {
+  SF_RETURN_IF_ERROR(PostAhead());
+  const Action& a = next();
+  if (!NeedsInput(a)) return Execute(Tensor<T>(), 0.0);
+  const double wait_start = clock_->Now();
+  SF_ASSIGN_OR_RETURN(Tensor<T> input, comm_->Wait(KeyOf(a)));
+  return Execute(std::move(input), clock_->Now() - wait_start);
+}
+
+// Runs the module on the next action with `input` (empty when the action
+// has no input message), sends the output, records time and memory.
+template <typename T>
+Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
+  const Action a = next();
+  const Tensor<T>* in = NeedsInput(a) ? &input : nullptr;
+  const std::int64_t peak_before = alloc_->PeakTotalBytes();
+  const double start = clock_->Now();
+  Result<Tensor<T>> out = a.pass == Pass::kForward
+                              ? module_->Forward(a.microbatch, a.chunk, in)
+                              : module_->Backward(a.microbatch, a.chunk, in);
+  const double end = clock_->Now();
+  if (!out.ok()) return out.status().WithPrefix(ToString(a));
+  input = Tensor<T>();  // the receive buffer ends with its action
+  const bool sends = a.pass == Pass::kForward ? stage_ < plan_->stages() - 1 : stage_ > 0;
+  if (sends) {
+    const std::int64_t s = partition_->length(a.chunk);
+    if (out->numel() != s * module_->hidden_size()) {
+      return Status::Internal(ToString(a) + ": the module returned " + ShapeString(out->shape()) +
+                              ", expected (" + std::to_string(s) + ", " +
+                              std::to_string(module_->hidden_size()) + ")");
+    }
+    const int to = a.pass == Pass::kForward ? stage_ + 1 : stage_ - 1;
+    SF_RETURN_IF_ERROR(comm_->Send(to, KeyOf(a), std::move(out).value()));
+  }
+  SF_RETURN_IF_ERROR(comm_->Progress());
+  records_.push_back(ActionRecord{a, start, end, wait_s});
+  memory_.push_back(MemorySample{clock_->Now(), alloc_->Stats().live_bytes});
+  busy_s_ += end - start;
+  if (alloc_->PeakTotalBytes() > peak_before) peak_time_s_ = start;
+  ++cursor_;
+  return Status::Ok();
+}
+
+template <typename T>
+Status RunStepAlone(StageRuntime<T>& stage) {
+  while (!stage.done()) SF_RETURN_IF_ERROR(stage.RunNext());
+  return stage.comm().Flush();
+}
+
+template <typename T>
+Status RunStepInProcess(const std::vector<StageRuntime<T>*>& stages) {
+  for (;;) {
+    bool all_done = true, progress = false;
+    for (StageRuntime<T>* stage : stages) {
+      if (stage->done()) continue;
+      all_done = false;
+      SF_ASSIGN_OR_RETURN(bool ran, stage->TryRunNext());
+      progress |= ran;
+    }
+    if (all_done) break;
+    if (!progress) {
+      std::string blocked;
+      for (StageRuntime<T>* stage : stages) {
+        if (stage->done()) continue;
+        blocked += (blocked.empty() ? "" : ", ") + ToString(stage->next());
+      }
+      return Status::Internal("no stage can run; blocked: " + blocked);
+    }
+  }
+  for (StageRuntime<T>* stage : stages) SF_RETURN_IF_ERROR(stage->comm().Flush());
+  return Status::Ok();
+}
+
+template class StageRuntime<float>;
+template class StageRuntime<double>;
+template Status RunStepAlone<float>(StageRuntime<float>&);
+template Status RunStepAlone<double>(StageRuntime<double>&);
+template Status RunStepInProcess<float>(const std::vector<StageRuntime<float>*>&);
+template Status RunStepInProcess<double>(const std::vector<StageRuntime<double>*>&);
+
+}  // namespace stateflow::backend

@@ -1,0 +1,59 @@
+// AdamW (Loshchilov and Hutter's decoupled weight decay) over one stage's
+// parameters: each stage updates its own parameters after the step's M
+// microbatches, with no communication (the gradients of a stage's
+// parameters are complete on that stage). The moments m and v are allocated
+// once, as optimizer state (BufferClass::kOptimizerState), one pair per
+// parameter.
+//
+//   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+//   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + lr wd w
+// Weight decay applies to matrices (rank >= 2) only, not to gains or biases.
+//
+// Not a gradient clipper and not a learning-rate schedule.
+//
+//   SF_ASSIGN_OR_RETURN(AdamW<float> opt, AdamW<float>::Make(module->Parameters(), alloc, {}));
+//   opt.Step();   // after the step's backward passes
+#pragma once
+
+#include <vector>
+
+#include "backend/allocator.h"
+#include "backend/stage_module.h"
+#include "common/status.h"
+
+namespace stateflow::backend {
+
+struct AdamWOptions {
+  double learning_rate = 3e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double epsilon = 1e-8;
+  double weight_decay = 0.0;
+};
+
+template <typename T>
+class AdamW {
+ public:
+  // Error: the allocator's capacity error for the moments.
+  static Result<AdamW> Make(std::vector<ParamRef<T>> params, TrackingAllocator& alloc,
+                            const AdamWOptions& options);
+
+  AdamW(AdamW&&) = default;
+  AdamW& operator=(AdamW&&) = default;
+
+  // One update of every parameter from its gradient.
+  void Step();
+  int steps_taken() const { return steps_taken_; }
+
+ private:
+  AdamW(std::vector<ParamRef<T>> params, const AdamWOptions& options)
+      : params_(std::move(params)), options_(options) {}
+
+  std::vector<ParamRef<T>> params_;
+  std::vector<Tensor<T>> m_;  // same shapes as params_
+  std::vector<Tensor<T>> v_;
+  AdamWOptions options_;
+  int steps_taken_ = 0;
+};
+
+}  // namespace stateflow::backend

@@ -1,0 +1,53 @@
+#include "backend/train/text_data.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace stateflow::backend {
+
+std::uint64_t Mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+Result<TextData> TextData::Load(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return Status::Invalid("text " + path + ": cannot open file");
+  std::ostringstream buffer;
+  buffer << file.rdbuf();
+  if (file.bad()) return Status::Invalid("text " + path + ": read failed");
+  std::string bytes = buffer.str();
+  if (bytes.empty()) return Status::Invalid("text " + path + ": the file is empty");
+  return TextData(std::move(bytes), path);
+}
+
+TextData TextData::FromBytes(std::string bytes, std::string name) {
+  return TextData(std::move(bytes), std::move(name));
+}
+
+Result<Batch> TextData::MakeBatch(std::uint64_t seed, int step, int microbatches,
+                                  std::int64_t seq_len) const {
+  if (size() < seq_len + 1) {
+    return Status::Invalid("text " + name_ + " has " + std::to_string(size()) +
+                           " bytes, fewer than seq_len + 1 = " + std::to_string(seq_len + 1));
+  }
+  Batch batch;
+  batch.microbatches = microbatches;
+  batch.seq_len = seq_len;
+  batch.tokens.resize(static_cast<std::size_t>(microbatches) * (seq_len + 1));
+  const auto windows = static_cast<std::uint64_t>(size() - seq_len);  // starts 0..size-T-1
+  for (int a = 0; a < microbatches; ++a) {
+    const std::uint64_t h = Mix64(Mix64(Mix64(seed) ^ static_cast<std::uint64_t>(step)) ^
+                                  static_cast<std::uint64_t>(a));
+    const std::int64_t offset = static_cast<std::int64_t>(h % windows);
+    std::int32_t* out = batch.tokens.data() + a * (seq_len + 1);
+    for (std::int64_t t = 0; t <= seq_len; ++t) {
+      out[t] = static_cast<unsigned char>(bytes_[static_cast<std::size_t>(offset + t)]);
+    }
+  }
+  return batch;
+}
+
+}  // namespace stateflow::backend

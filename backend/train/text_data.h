@@ -1,0 +1,56 @@
+// The training text and its batches: a byte-level language model reads a
+// file's bytes as tokens (vocabulary 256). Each step's batch is M windows of
+// T + 1 consecutive bytes (inputs [0, T), targets [1, T + 1)) whose offsets
+// are drawn from (seed, step, microbatch) by a fixed integer hash, so every
+// rank builds the same batch without talking, on any machine and library.
+//
+// The default text is the GNU GPL version 3 at
+// /usr/share/common-licenses/GPL-3 (35 KB of English), present on every
+// Debian system through the base-files package, so training needs no
+// download.
+//
+// Not a tokenizer and not a data loader with shuffling epochs.
+//
+//   SF_ASSIGN_OR_RETURN(TextData text, TextData::Load(kDefaultTextPath));
+//   SF_ASSIGN_OR_RETURN(Batch batch, text.MakeBatch(/*seed=*/1, /*step=*/0, /*M=*/4, /*T=*/256));
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/stage_module.h"
+#include "common/status.h"
+
+namespace stateflow::backend {
+
+inline constexpr char kDefaultTextPath[] = "/usr/share/common-licenses/GPL-3";
+
+// SplitMix64's finaliser: a bijective 64-bit mix, for seeding by hashing.
+std::uint64_t Mix64(std::uint64_t x);
+
+class TextData {
+ public:
+  // Reads the whole file. Errors name the path (cannot open, empty).
+  static Result<TextData> Load(const std::string& path);
+  // Bytes given directly (tests).
+  static TextData FromBytes(std::string bytes, std::string name);
+
+  const std::string& name() const { return name_; }
+  std::int64_t size() const { return static_cast<std::int64_t>(bytes_.size()); }
+
+  // The batch of step `step`: microbatch a is the window starting at
+  // Mix64(seed, step, a) mod (size - T). Error (naming the file and both
+  // numbers) if the text is shorter than T + 1 bytes.
+  Result<Batch> MakeBatch(std::uint64_t seed, int step, int microbatches,
+                          std::int64_t seq_len) const;
+
+ private:
+  TextData(std::string bytes, std::string name)
+      : bytes_(std::move(bytes)), name_(std::move(name)) {}
+
+  std::string bytes_;
+  std::string name_;  // the path, for messages
+};
+
+}  // namespace stateflow::backend

@@ -1,0 +1,115 @@
+#include "backend/train/train_report.h"
+
+#include <algorithm>
+
+#include "models/cost_model.h"
+
+namespace stateflow::backend {
+namespace {
+
+// Per stage over steps: the step with the highest total peak.
+const StageStepStats* PeakStep(const std::vector<StepResult>& steps, int stage) {
+  const StageStepStats* best = nullptr;
+  for (const StepResult& s : steps) {
+    const StageStepStats& st = s.stages[stage];
+    if (best == nullptr || st.memory.peak_total_bytes > best->memory.peak_total_bytes) {
+      best = &st;
+    }
+  }
+  return best;
+}
+
+void FillStage(const std::vector<StepResult>& steps, const std::vector<StepResult>& measured,
+               const TrainSetup& setup, double step_time_s, int r, pb::StageReport* out) {
+  out->set_stage(r);
+  out->set_first_layer(setup.stage_layers[r].first);
+  out->set_last_layer(setup.stage_layers[r].last);
+  double busy = 0;
+  for (const StepResult& s : measured) busy += s.stages[r].busy_s;
+  busy /= static_cast<double>(measured.size());
+  out->set_busy_s(busy);
+  out->set_bubble_fraction(step_time_s > 0 ? 1.0 - busy / step_time_s : 0.0);
+  const StageStepStats* peak = PeakStep(steps, r);
+  out->set_peak_memory_bytes(static_cast<double>(peak->memory.peak_total_bytes));
+  out->set_peak_time_s(std::max(0.0, peak->peak_time_s));
+  int dominant = 0;
+  for (int c = 0; c < kNumBufferClasses; ++c) {
+    const std::int64_t bytes = peak->memory.at_total_peak_bytes[c];
+    if (bytes > peak->memory.at_total_peak_bytes[dominant]) dominant = c;
+    pb::BufferBytes* b = out->add_peak_by_class();
+    b->set_buffer_class(std::string(kBufferClassNames[c]));
+    b->set_bytes(static_cast<double>(bytes));
+  }
+  out->set_peak_dominant_class(std::string(kBufferClassNames[dominant]));
+}
+
+}  // namespace
+
+std::vector<StepResult> MeasuredSteps(const std::vector<StepResult>& steps) {
+  if (steps.size() < 2) return steps;
+  return std::vector<StepResult>(steps.begin() + 1, steps.end());
+}
+
+pb::Report MakeTrainReport(const TrainSetup& setup, const TrainOptions& options,
+                           const std::vector<StepResult>& steps) {
+  pb::Report report;
+  report.set_scenario(setup.scenario_name);
+  report.set_source("train");
+  report.set_model(setup.model.name());
+  report.set_policy(setup.plan.policy());
+  report.set_pipeline_size(setup.stages);
+  report.set_tensor_size(1);
+  report.set_data_size(1);
+  report.set_microbatches(setup.microbatches);
+  report.set_chunks(setup.partition.num_chunks());
+  report.set_alpha(setup.alpha);
+  report.set_seq_len(setup.seq_len);
+  report.set_recompute(std::string(models::RecomputeName(setup.recompute)));
+  report.set_cost_model("measured");
+  report.set_time_unit("s");
+  for (std::int64_t b : setup.partition.boundaries()) report.add_chunk_boundaries(b);
+  report.set_num_tasks(setup.plan.num_actions());
+  if (options.capacity_bytes) report.set_capacity_bytes(static_cast<double>(*options.capacity_bytes));
+  for (const StepResult& s : steps) report.add_losses(s.loss);
+  if (steps.empty()) return report;
+
+  const std::vector<StepResult> measured = MeasuredSteps(steps);
+  double step_time = 0;
+  for (const StepResult& s : measured) step_time += s.time_s;
+  step_time /= static_cast<double>(measured.size());
+  report.set_step_time_s(step_time);
+  const double tokens = static_cast<double>(setup.microbatches) * setup.seq_len;
+  report.set_tokens_per_s(step_time > 0 ? tokens / step_time : 0);
+  double busy_total = 0;
+  for (int r = 0; r < setup.stages; ++r) {
+    pb::StageReport* stage = report.add_stages();
+    FillStage(steps, measured, setup, step_time, r, stage);
+    busy_total += stage->busy_s();
+    report.set_peak_memory_bytes(std::max(report.peak_memory_bytes(), stage->peak_memory_bytes()));
+  }
+  report.set_bubble_fraction(step_time > 0 ? 1.0 - busy_total / (setup.stages * step_time) : 0);
+  return report;
+}
+
+void AddTrainTrace(const std::vector<StageTimeline>& timelines, const std::string& label,
+                   int pid, TraceWriter* trace) {
+  trace->BeginProcess(label, pid);
+  for (const StageTimeline& t : timelines) {
+    for (const ActionRecord& r : t.actions) {
+      trace->AddSlice(t.stage,
+                      SliceName(schedule::PassLetter(r.action.pass), r.action.microbatch,
+                                r.action.chunk),
+                      r.start_s, r.end_s);
+    }
+    for (std::size_t k = 0; k < t.optimizer_start_s.size(); ++k) {
+      trace->AddSlice(t.stage, "optimizer", t.optimizer_start_s[k], t.optimizer_end_s[k]);
+    }
+    for (const MemorySample& m : t.memory) {
+      std::array<double, kNumBufferClasses> bytes{};
+      for (int c = 0; c < kNumBufferClasses; ++c) bytes[c] = static_cast<double>(m.bytes[c]);
+      trace->AddMemory(t.stage, m.time_s, bytes);
+    }
+  }
+}
+
+}  // namespace stateflow::backend

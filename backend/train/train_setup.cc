@@ -1,0 +1,104 @@
+#include "backend/train/train_setup.h"
+
+#include <cmath>
+
+#include "backend/train/text_data.h"
+#include "models/placement.h"
+
+namespace stateflow::backend {
+namespace {
+
+constexpr int kByteVocab = 256;
+
+Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks) {
+  if (plan.stages() == stages && plan.microbatches() == microbatches &&
+      plan.chunks() == chunks) {
+    return Status::Ok();
+  }
+  return Status::Invalid("plan is for stages " + std::to_string(plan.stages()) +
+                         " microbatches " + std::to_string(plan.microbatches()) + " chunks " +
+                         std::to_string(plan.chunks()) +
+                         " but the scenario has parallel.pipeline_size " +
+                         std::to_string(stages) + ", parallel.microbatches " +
+                         std::to_string(microbatches) + ", schedule.chunks " +
+                         std::to_string(chunks));
+}
+
+Status CheckNoWeightPass(const schedule::Plan& plan) {
+  for (int r = 0; r < plan.stages(); ++r) {
+    for (const schedule::Action& a : plan.stage(r)) {
+      if (a.pass == schedule::Pass::kWeight) {
+        return Status::Invalid("plan has W actions (split backward, e.g. " + ToString(a) +
+                               "), which the backend does not run");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TrainSetup> MakeTrainSetup(const pb::Scenario& scenario, const schedule::Plan* plan) {
+  TrainSetup setup;
+  const pb::ScheduleSpec& schedule = scenario.schedule();
+  setup.scenario_name = scenario.name();
+  setup.model = scenario.model();
+  setup.stages = static_cast<int>(scenario.parallel().pipeline_size());
+  setup.microbatches = static_cast<int>(scenario.parallel().microbatches());
+  setup.seq_len = static_cast<std::int64_t>(scenario.seq_len());
+  setup.alpha = schedule.alpha();
+  if (setup.model.vocab_size() < kByteVocab) {
+    return Status::Invalid("model.vocab_size " + std::to_string(setup.model.vocab_size()) +
+                           " is below 256, the byte-level vocabulary of training");
+  }
+  if (scenario.parallel().tensor_size() > 1 || scenario.parallel().data_size() > 1) {
+    return Status::Invalid("parallel.tensor_size and parallel.data_size must be 1 for "
+                           "training (the backend runs pipeline parallelism only)");
+  }
+  SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
+                      models::CostOptionsFor(scenario, schedule));
+  setup.recompute = cost_options.recompute;
+  SF_ASSIGN_OR_RETURN(models::CostModel cm,
+                      models::CostModel::Make(scenario.model(), scenario.precision(),
+                                              scenario.cluster(), cost_options));
+  SF_ASSIGN_OR_RETURN(setup.stage_layers,
+                      models::AssignScenarioStages(cm, setup.stages, setup.seq_len));
+  SF_ASSIGN_OR_RETURN(setup.partition, models::PartitionFor(cm, setup.seq_len, schedule));
+  const int chunks = setup.partition.num_chunks();
+  if (plan != nullptr) {
+    SF_RETURN_IF_ERROR(CheckPlanShape(*plan, setup.stages, setup.microbatches, chunks));
+    setup.plan = *plan;
+  } else {
+    SF_ASSIGN_OR_RETURN(setup.plan, schedule::MakePlan(schedule.policy(), setup.stages,
+                                                       setup.microbatches, chunks));
+  }
+  SF_RETURN_IF_ERROR(schedule::ValidatePlan(setup.plan));
+  SF_RETURN_IF_ERROR(CheckNoWeightPass(setup.plan));
+  return setup;
+}
+
+Result<TrainOptions> TrainOptionsFromSpec(const pb::TrainSpec& spec) {
+  TrainOptions options;
+  if (spec.steps() > 0) options.steps = static_cast<int>(std::min<std::uint32_t>(spec.steps(), 1u << 30));
+  if (spec.seed() != 0) options.seed = spec.seed();
+  if (spec.learning_rate() != 0) options.adamw.learning_rate = spec.learning_rate();
+  options.adamw.weight_decay = spec.weight_decay();
+  options.text_path = spec.text_path().empty() ? kDefaultTextPath : spec.text_path();
+  if (!spec.dtype().empty()) options.dtype = spec.dtype();
+  if (spec.threads() > 0) options.threads = static_cast<int>(std::min<std::uint32_t>(spec.threads(), 1024));
+  if (!std::isfinite(options.adamw.learning_rate) || options.adamw.learning_rate <= 0) {
+    return Status::Invalid("train.learning_rate must be finite and > 0 (got " +
+                           std::to_string(options.adamw.learning_rate) + ")");
+  }
+  if (!std::isfinite(options.adamw.weight_decay) || options.adamw.weight_decay < 0) {
+    return Status::Invalid("train.weight_decay must be finite and >= 0 (got " +
+                           std::to_string(options.adamw.weight_decay) + ")");
+  }
+  if (options.dtype != "float32" && options.dtype != "float64") {
+    return Status::Invalid("train.dtype: unknown '" + options.dtype +
+                           "' (known: float32, float64)");
+  }
+  return options;
+}
+
+}  // namespace stateflow::backend

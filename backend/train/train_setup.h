@@ -1,0 +1,64 @@
+// What a training run is made of, resolved from a scenario: the plan (from
+// the scenario's policy, or a plan file), the chunk partition and the stage
+// assignment -- computed with models/placement.h exactly as the simulator
+// does, so the backend runs the configuration the simulator predicts -- and
+// the trainer's own options from the scenario's TrainSpec with defaults.
+//
+// Not the training loop (trainer.h).
+//
+//   SF_ASSIGN_OR_RETURN(TrainSetup setup, MakeTrainSetup(resolved_scenario, /*plan=*/nullptr));
+//   SF_ASSIGN_OR_RETURN(TrainOptions options, TrainOptionsFromSpec(resolved_scenario.train()));
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/train/adamw.h"
+#include "common/status.h"
+#include "models/cost_model.h"
+#include "models/model.h"
+#include "proto/stateflow.pb.h"
+#include "schedule/partition.h"
+#include "schedule/plan.h"
+
+namespace stateflow::backend {
+
+struct TrainSetup {
+  std::string scenario_name;
+  pb::ModelSpec model;
+  schedule::Plan plan;                            // validated, no W actions
+  schedule::Partition partition;                  // N chunks of T tokens
+  std::vector<models::StageLayers> stage_layers;  // (P) layers of the layer list
+  models::Recompute recompute = models::Recompute::kNone;
+  double alpha = 0;
+  int stages = 1;            // P
+  int microbatches = 1;      // M
+  std::int64_t seq_len = 1;  // T
+};
+
+// From a resolved scenario (tools/scenario.h's ResolveScenario). `plan`, if
+// given, replaces the policy's plan; it must match the scenario's stages,
+// microbatches and chunks (the error names both) and pass ValidatePlan.
+// Other errors: a byte-level vocabulary below 256 (model.vocab_size), a
+// partition that cannot cut seq_len into N chunks, W actions in the plan.
+Result<TrainSetup> MakeTrainSetup(const pb::Scenario& scenario, const schedule::Plan* plan);
+
+struct TrainOptions {
+  int steps = 10;
+  std::uint64_t seed = 1;
+  AdamWOptions adamw;
+  std::string text_path;             // the default text when empty in the spec
+  std::string dtype = "float32";     // or "float64"
+  int threads = 1;
+  std::optional<std::int64_t> capacity_bytes;  // per stage; none = unlimited
+};
+
+// Defaults for unset (zero) fields: steps 10, seed 1, learning rate 3e-3,
+// weight decay 0, text kDefaultTextPath, dtype float32, threads 1. Errors
+// name the field (train.learning_rate must be finite and > 0, train.dtype
+// unknown, ...).
+Result<TrainOptions> TrainOptionsFromSpec(const pb::TrainSpec& spec);
+
+}  // namespace stateflow::backend

@@ -1,0 +1,344 @@
+#include "backend/train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "backend/comm/in_process_comm.h"
+#include "backend/comm/mpi.h"
+
+namespace stateflow::backend {
+namespace {
+
+// Per-stage step statistics as a flat record of doubles (byte counts are
+// integers below 2^53, exact in a double).
+constexpr int kStatsHeader = 4;  // stage, busy_s, peak_time_s, peak_total
+constexpr int kStatsRecord = kStatsHeader + 3 * kNumBufferClasses;
+
+void AppendStats(const StageStepStats& s, std::vector<double>* out) {
+  out->push_back(s.stage);
+  out->push_back(s.busy_s);
+  out->push_back(s.peak_time_s);
+  out->push_back(static_cast<double>(s.memory.peak_total_bytes));
+  for (const ClassBytes* bytes :
+       {&s.memory.at_total_peak_bytes, &s.memory.peak_bytes, &s.memory.live_bytes}) {
+    for (std::int64_t b : *bytes) out->push_back(static_cast<double>(b));
+  }
+}
+
+StageStepStats ReadStats(const double* in) {
+  StageStepStats s;
+  s.stage = static_cast<int>(in[0]);
+  s.busy_s = in[1];
+  s.peak_time_s = in[2];
+  s.memory.peak_total_bytes = static_cast<std::int64_t>(in[3]);
+  ClassBytes* targets[] = {&s.memory.at_total_peak_bytes, &s.memory.peak_bytes,
+                           &s.memory.live_bytes};
+  const double* p = in + kStatsHeader;
+  for (ClassBytes* bytes : targets) {
+    for (std::int64_t& b : *bytes) b = static_cast<std::int64_t>(*p++);
+  }
+  for (std::int64_t b : s.memory.live_bytes) s.memory.live_total_bytes += b;
+  return s;
+}
+
+void AppendTimeline(const StageTimeline& t, std::vector<double>* out) {
+  out->push_back(t.stage);
+  out->push_back(static_cast<double>(t.actions.size()));
+  for (const ActionRecord& r : t.actions) {
+    out->insert(out->end(), {static_cast<double>(r.action.pass), double(r.action.microbatch),
+                             double(r.action.chunk), r.start_s, r.end_s, r.wait_s});
+  }
+  out->push_back(static_cast<double>(t.memory.size()));
+  for (const MemorySample& m : t.memory) {
+    out->push_back(m.time_s);
+    for (std::int64_t b : m.bytes) out->push_back(static_cast<double>(b));
+  }
+  out->push_back(static_cast<double>(t.optimizer_start_s.size()));
+  for (std::size_t k = 0; k < t.optimizer_start_s.size(); ++k) {
+    out->insert(out->end(), {t.optimizer_start_s[k], t.optimizer_end_s[k]});
+  }
+}
+
+// Reads one timeline at `*p` and advances it.
+StageTimeline ReadTimeline(const double*& p) {
+  StageTimeline t;
+  t.stage = static_cast<int>(*p++);
+  const auto actions = static_cast<std::size_t>(*p++);
+  for (std::size_t k = 0; k < actions; ++k, p += 6) {
+    schedule::Action a{t.stage, static_cast<schedule::Pass>(static_cast<int>(p[0])),
+                       static_cast<int>(p[1]), static_cast<int>(p[2])};
+    t.actions.push_back(ActionRecord{a, p[3], p[4], p[5]});
+  }
+  const auto samples = static_cast<std::size_t>(*p++);
+  for (std::size_t k = 0; k < samples; ++k) {
+    MemorySample m{*p++, {}};
+    for (std::int64_t& b : m.bytes) b = static_cast<std::int64_t>(*p++);
+    t.memory.push_back(m);
+  }
+  const auto optimizer = static_cast<std::size_t>(*p++);
+  for (std::size_t k = 0; k < optimizer; ++k, p += 2) {
+    t.optimizer_start_s.push_back(p[0]);
+    t.optimizer_end_s.push_back(p[1]);
+  }
+  return t;
+}
+
+}  // namespace
+
+template <typename T>
+Result<Transport<T>> MakeSingleProcessTransport(int stages) {
+  if (stages < 1) return Status::Invalid("parallel.pipeline_size must be >= 1");
+  Transport<T> t;
+  t.group = MakeSoloGroup();
+  t.comms = MakeInProcessComms<T>(stages);
+  return t;
+}
+
+template <typename T>
+Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks) {
+  Transport<T> t;
+  t.group = MakeMpiGroup();
+  if (t.group->size() != stages) {
+    return Status::Invalid("mpirun started " + std::to_string(t.group->size()) +
+                           " ranks but the scenario has parallel.pipeline_size " +
+                           std::to_string(stages) + " (one rank per stage: mpirun -n " +
+                           std::to_string(stages) + ")");
+  }
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<Comm<T>> comm, MakeMpiComm<T>(microbatches, chunks));
+  t.comms.push_back(std::move(comm));
+  return t;
+}
+
+// Declared in this order so that destruction runs runtime, comm, optimizer,
+// module and only then the allocator that all their tensors came from.
+template <typename T>
+struct Trainer<T>::LocalStage {
+  int stage = 0;
+  std::unique_ptr<TrackingAllocator> alloc;
+  std::unique_ptr<StageModule<T>> module;
+  std::optional<AdamW<T>> optimizer;
+  std::unique_ptr<Comm<T>> comm;
+  std::unique_ptr<StageRuntime<T>> runtime;
+  StageTimeline timeline;
+};
+
+template <typename T>
+Trainer<T>::Trainer(const TrainSetup& setup, const TrainOptions& options, const TextData& text,
+                    Transport<T> transport)
+    : setup_(setup), options_(options), text_(&text), group_(std::move(transport.group)) {
+  for (std::unique_ptr<Comm<T>>& comm : transport.comms) {
+    auto local = std::make_unique<LocalStage>();
+    local->stage = comm->stage();
+    local->comm = std::move(comm);
+    stages_.push_back(std::move(local));
+  }
+}
+
+// In one process the comms share one network holding tensors of every
+// stage's allocator: all runtimes and comms go before any allocator.
+template <typename T>
+Trainer<T>::~Trainer() {
+  for (std::unique_ptr<LocalStage>& local : stages_) local->runtime.reset();
+  for (std::unique_ptr<LocalStage>& local : stages_) local->comm.reset();
+}
+
+template <typename T>
+Result<std::unique_ptr<Trainer<T>>> Trainer<T>::Make(const TrainSetup& setup,
+                                                     const TrainOptions& options,
+                                                     const TextData& text,
+                                                     const StageModuleFactory<T>& factory,
+                                                     Transport<T> transport) {
+  std::unique_ptr<Trainer> trainer(new Trainer(setup, options, text, std::move(transport)));
+  Status made = trainer->MakeStages(factory);
+  if (made.ok()) {
+    made = text.MakeBatch(options.seed, 0, setup.microbatches, setup.seq_len).status();
+  }
+  SF_RETURN_IF_ERROR(trainer->group_->Agree(made));
+  SF_RETURN_IF_ERROR(trainer->group_->Barrier());
+  trainer->clock_.Restart();
+  return trainer;
+}
+
+template <typename T>
+StageModule<T>& Trainer<T>::module(int local) {
+  return *stages_[local]->module;
+}
+
+template <typename T>
+Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
+  const int P = setup_.stages;
+  for (std::unique_ptr<LocalStage>& local : stages_) {
+    const int r = local->stage;
+    if (r < 0 || r >= P || local->comm->stages() != P) {
+      return Status::Internal("stage " + std::to_string(r) + " of a transport with " +
+                              std::to_string(local->comm->stages()) + " stages, plan has " +
+                              std::to_string(P));
+    }
+    local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes);
+    SF_ASSIGN_OR_RETURN(local->module, factory(r, setup_.stage_layers[r], local->alloc.get()));
+    if (local->module->is_first() != (r == 0) || local->module->is_last() != (r == P - 1)) {
+      return Status::Internal("stage " + std::to_string(r) +
+                              ": the module's first/last flags do not match its place");
+    }
+    SF_ASSIGN_OR_RETURN(AdamW<T> opt, AdamW<T>::Make(local->module->Parameters(),
+                                                     *local->alloc, options_.adamw));
+    local->optimizer.emplace(std::move(opt));
+    local->runtime = std::make_unique<StageRuntime<T>>(
+        &setup_.plan, r, &setup_.partition, local->module.get(), local->comm.get(),
+        local->alloc.get(), &clock_);
+    local->timeline.stage = r;
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status Trainer<T>::BeginStep(int step) {
+  SF_ASSIGN_OR_RETURN(batch_, text_->MakeBatch(options_.seed, step, setup_.microbatches,
+                                               setup_.seq_len));
+  const double loss_scale = 1.0 / (static_cast<double>(setup_.microbatches) * setup_.seq_len);
+  for (std::unique_ptr<LocalStage>& local : stages_) {
+    local->module->ZeroGrads();
+    SF_RETURN_IF_ERROR(local->module->BeginStep(&batch_, &setup_.partition, loss_scale));
+    local->alloc->ResetPeaks();
+    local->runtime->BeginStep();
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status Trainer<T>::RunOptimizers() {
+  for (std::unique_ptr<LocalStage>& local : stages_) {
+    const std::int64_t peak_before = local->alloc->PeakTotalBytes();
+    const double start = clock_.Now();
+    local->optimizer->Step();
+    const double end = clock_.Now();
+    local->timeline.optimizer_start_s.push_back(start);
+    local->timeline.optimizer_end_s.push_back(end);
+    if (local->alloc->PeakTotalBytes() != peak_before) {
+      return Status::Internal("stage " + std::to_string(local->stage) +
+                              ": the optimizer step allocated memory");
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Result<double> Trainer<T>::ShareLoss() {
+  const int last = setup_.stages - 1;
+  double loss = 0;
+  for (const std::unique_ptr<LocalStage>& local : stages_) {
+    if (local->stage == last) loss = local->module->loss();
+  }
+  // In one process rank 0 holds every stage; under MPI rank P-1 is the last.
+  return group_->Broadcast(loss, group_->size() == 1 ? 0 : last);
+}
+
+template <typename T>
+Result<StepResult> Trainer<T>::Step(int step) {
+  const double start = clock_.Now();
+  SF_RETURN_IF_ERROR(BeginStep(step));
+  if (group_->size() == 1) {
+    std::vector<StageRuntime<T>*> runtimes;
+    for (std::unique_ptr<LocalStage>& local : stages_) runtimes.push_back(local->runtime.get());
+    SF_RETURN_IF_ERROR(RunStepInProcess(runtimes));
+  } else {
+    SF_RETURN_IF_ERROR(RunStepAlone(*stages_.front()->runtime));
+  }
+  SF_RETURN_IF_ERROR(RunOptimizers());
+  SF_ASSIGN_OR_RETURN(double loss, ShareLoss());
+  const double end = clock_.Now();
+  for (std::unique_ptr<LocalStage>& local : stages_) {
+    StageTimeline& t = local->timeline;
+    t.actions.insert(t.actions.end(), local->runtime->records().begin(),
+                     local->runtime->records().end());
+    t.memory.insert(t.memory.end(), local->runtime->memory().begin(),
+                    local->runtime->memory().end());
+  }
+  return GatherStepStats(step, loss, start, end);
+}
+
+template <typename T>
+Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double start_s,
+                                               double end_s) {
+  std::vector<double> local = {start_s, end_s};
+  for (const std::unique_ptr<LocalStage>& s : stages_) {
+    const double peak = s->runtime->peak_time_s();
+    AppendStats(StageStepStats{s->stage, s->alloc->Stats(), s->runtime->busy_s(),
+                               peak < 0 ? -1.0 : peak - start_s},
+                &local);
+  }
+  SF_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, group_->GatherToRoot(local));
+  StepResult result;
+  result.step = step;
+  result.loss = loss;
+  if (all.empty()) return result;  // not rank 0
+  double first = all[0][0], last = all[0][1];
+  for (const std::vector<double>& rank : all) {
+    first = std::min(first, rank[0]);
+    last = std::max(last, rank[1]);
+    for (std::size_t k = 2; k + kStatsRecord <= rank.size(); k += kStatsRecord) {
+      result.stages.push_back(ReadStats(rank.data() + k));
+    }
+  }
+  std::sort(result.stages.begin(), result.stages.end(),
+            [](const StageStepStats& a, const StageStepStats& b) { return a.stage < b.stage; });
+  result.start_s = first;
+  result.time_s = last - first;
+  const double tokens = static_cast<double>(setup_.microbatches) * setup_.seq_len;
+  result.tokens_per_s = result.time_s > 0 ? tokens / result.time_s : 0;
+  return result;
+}
+
+template <typename T>
+Result<std::vector<StageTimeline>> Trainer<T>::GatherTimelines() {
+  std::vector<double> local = {static_cast<double>(stages_.size())};
+  for (const std::unique_ptr<LocalStage>& s : stages_) AppendTimeline(s->timeline, &local);
+  SF_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, group_->GatherToRoot(local));
+  std::vector<StageTimeline> out;
+  for (const std::vector<double>& rank : all) {
+    const double* p = rank.data();
+    const auto count = static_cast<int>(*p++);
+    for (int k = 0; k < count; ++k) out.push_back(ReadTimeline(p));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const StageTimeline& a, const StageTimeline& b) { return a.stage < b.stage; });
+  return out;
+}
+
+template <typename T>
+TrainRun Train(Trainer<T>& trainer, int steps,
+               const std::function<void(const StepResult&)>& on_step) {
+  TrainRun run;
+  for (int k = 0; k < steps; ++k) {
+    Result<StepResult> step = trainer.Step(k);
+    if (!step.ok()) {
+      run.status = step.status();
+      run.on_every_rank = trainer.num_ranks() == 1;
+      return run;
+    }
+    run.steps.push_back(*step);
+    if (on_step) on_step(*step);
+    if (!std::isfinite(step->loss)) {
+      run.status = Status::Resource("step " + std::to_string(k) + ": the loss is " +
+                                    std::to_string(step->loss) +
+                                    " (not finite); training stopped on every stage");
+      return run;
+    }
+  }
+  return run;
+}
+
+template class Trainer<float>;
+template class Trainer<double>;
+template Result<Transport<float>> MakeSingleProcessTransport<float>(int);
+template Result<Transport<double>> MakeSingleProcessTransport<double>(int);
+template Result<Transport<float>> MakeMpiTransport<float>(int, int, int);
+template Result<Transport<double>> MakeMpiTransport<double>(int, int, int);
+template TrainRun Train<float>(Trainer<float>&, int,
+                               const std::function<void(const StepResult&)>&);
+template TrainRun Train<double>(Trainer<double>&, int,
+                                const std::function<void(const StepResult&)>&);
+
+}  // namespace stateflow::backend

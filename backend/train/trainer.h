@@ -1,0 +1,153 @@
+// The trainer: runs training steps of a byte-level language model with the
+// pipeline runtime, on this process's stages -- all P of them in a single
+// process, or stage r on MPI rank r -- and gathers what rank 0 reports.
+//
+// One step k: the batch of step k (text_data.h) on every stage; each stage's
+// module starts the step with loss scale 1 / (M T) (the loss is the mean over
+// the step's tokens); the stage runtimes run the plan; each stage's AdamW
+// updates its own parameters; the last stage's loss is broadcast to every
+// rank; per-stage memory (peaks within the step, per buffer class) and busy
+// time are gathered to rank 0. A non-finite loss is seen by every rank, so
+// Train stops on every rank at the same step with the same error.
+//
+// Failure in the middle of a step on one rank (a capacity error, a lost
+// peer) cannot be agreed on: the other ranks are blocked in receives.
+// TrainRun says so (`on_every_rank` false); in an MPI job the caller prints
+// the message and ends the job (AbortMpiJob).
+//
+// Not the command line and not the model: modules come from a factory.
+//
+//   SF_ASSIGN_OR_RETURN(auto transport, MakeSingleProcessTransport<float>(setup.stages));
+//   SF_ASSIGN_OR_RETURN(auto trainer, Trainer<float>::Make(setup, options, text, factory, std::move(transport)));
+//   TrainRun run = Train(*trainer, options.steps, [](const StepResult& s) { ... });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/allocator.h"
+#include "backend/comm/comm.h"
+#include "backend/comm/group.h"
+#include "backend/runtime/stage_runtime.h"
+#include "backend/stage_module.h"
+#include "backend/train/adamw.h"
+#include "backend/train/text_data.h"
+#include "backend/train/train_setup.h"
+#include "common/status.h"
+
+namespace stateflow::backend {
+
+// Makes stage `stage`'s module (layers setup.stage_layers[stage]) with its
+// tensors on `alloc`.
+template <typename T>
+using StageModuleFactory = std::function<Result<std::unique_ptr<StageModule<T>>>(
+    int stage, const models::StageLayers& layers, TrackingAllocator* alloc)>;
+
+// How the stages talk: the group of the job and this process's endpoints,
+// one per local stage, in stage order.
+template <typename T>
+struct Transport {
+  std::unique_ptr<Group> group;
+  std::vector<std::unique_ptr<Comm<T>>> comms;
+};
+
+// All P stages in this process (solo group, in-process comms).
+template <typename T>
+Result<Transport<T>> MakeSingleProcessTransport(int stages);
+
+// Stage r on rank r of MPI_COMM_WORLD. Error (the same on every rank): the
+// job's rank count differs from P ("mpirun started 3 ranks but the scenario
+// has parallel.pipeline_size 2 ..."), or the tags do not fit MPI_TAG_UB.
+// REQUIRES: an MpiSession is alive.
+template <typename T>
+Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks);
+
+// One stage in one step.
+struct StageStepStats {
+  int stage = 0;
+  MemoryStats memory;       // peaks within the step (reset at its start)
+  double busy_s = 0;        // compute time of its actions
+  double peak_time_s = -1;  // from the step's start, start of the action that peaked
+};
+
+struct StepResult {
+  int step = 0;
+  double loss = 0;        // mean over the step's M T tokens
+  double start_s = 0;     // first rank's start, on the run clock
+  double time_s = 0;      // last rank's end - first rank's start (incl. optimizer)
+  double tokens_per_s = 0;
+  std::vector<StageStepStats> stages;  // (P), on rank 0 only
+};
+
+// One stage's whole run, for traces and comparison with the simulator.
+struct StageTimeline {
+  int stage = 0;
+  std::vector<ActionRecord> actions;     // every step, in order
+  std::vector<MemorySample> memory;      // after every action
+  std::vector<double> optimizer_start_s, optimizer_end_s;  // one per step
+};
+
+template <typename T>
+class Trainer {
+ public:
+  // Makes the allocators (capacity from options), modules, optimizers and
+  // runtimes of the local stages, then agrees with every rank on success (so a
+  // failure on one rank, e.g. weights over capacity, stops all of them with
+  // its message), and starts the run clock after a barrier.
+  static Result<std::unique_ptr<Trainer>> Make(const TrainSetup& setup,
+                                               const TrainOptions& options,
+                                               const TextData& text,
+                                               const StageModuleFactory<T>& factory,
+                                               Transport<T> transport);
+  ~Trainer();
+
+  // Step k (0-based). Collective. Errors: see the header comment.
+  Result<StepResult> Step(int step);
+
+  // Rank 0 gets every stage's timeline (others: empty). Collective.
+  Result<std::vector<StageTimeline>> GatherTimelines();
+
+  int rank() const { return group_->rank(); }
+  int num_ranks() const { return group_->size(); }
+  const TrainSetup& setup() const { return setup_; }
+  // The local stages' modules (tests read parameters).
+  StageModule<T>& module(int local);
+  int num_local_stages() const { return static_cast<int>(stages_.size()); }
+
+ private:
+  struct LocalStage;
+
+  Trainer(const TrainSetup& setup, const TrainOptions& options, const TextData& text,
+          Transport<T> transport);
+  Status MakeStages(const StageModuleFactory<T>& factory);
+  Status BeginStep(int step);
+  Status RunOptimizers();
+  Result<double> ShareLoss();
+  Result<StepResult> GatherStepStats(int step, double loss, double start_s, double end_s);
+
+  TrainSetup setup_;
+  TrainOptions options_;
+  const TextData* text_;
+  std::unique_ptr<Group> group_;
+  std::vector<std::unique_ptr<LocalStage>> stages_;
+  RunClock clock_;
+  Batch batch_;
+};
+
+// The outcome of Train: the steps that completed, and why it stopped.
+struct TrainRun {
+  std::vector<StepResult> steps;
+  Status status;               // Ok after all steps
+  bool on_every_rank = true;   // whether every rank returned this status
+};
+
+// Runs `steps` steps, calling `on_step` after each; stops at the first error
+// or at a non-finite loss (kResource, "step 3: loss is nan ...", on every
+// rank).
+template <typename T>
+TrainRun Train(Trainer<T>& trainer, int steps,
+               const std::function<void(const StepResult&)>& on_step);
+
+}  // namespace stateflow::backend
