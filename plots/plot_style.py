@@ -91,13 +91,22 @@ def text_width_pt(text, fontsize_pt):
 
 def title(fig, left, right, text, context=""):
     """A bold title at the top left of `fig` and, in grey at the top right,
-    the context (scenario, model, ...); left and right in figure fractions."""
-    y = 1 - 0.12 / fig.get_figheight()
+    the context (scenario, model, ...); left and right in figure fractions.
+    When both do not fit on one line, the context goes under the title."""
+    height = fig.get_figheight()
+    y = 1 - 0.12 / height
     fig.text(left, y, text, ha="left", va="top", fontsize=12,
              fontweight="bold", color=INK)
-    if context:
+    if not context:
+        return
+    room_pt = (right - left) * fig.get_figwidth() * 72
+    needed_pt = 1.1 * text_width_pt(text, 12) + text_width_pt(context, 9)
+    if needed_pt + 18 <= room_pt:
         fig.text(right, y, context, ha="right", va="top", fontsize=9,
                  color="#666666")
+    else:
+        fig.text(left, y - 0.22 / height, context, ha="left", va="top",
+                 fontsize=8, color="#666666")
 
 
 def save(fig, out, dpi):

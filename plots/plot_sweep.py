@@ -46,8 +46,9 @@ def draw(cells, out, policy_label="StateFlow", baseline_label="1F1B",
     _legend(fig, policy_label, baseline_label, legend_cols)
     width = fig.get_figwidth()
     style.title(fig, _LEFT_IN / width, 1 - _RIGHT_IN / width,
-                "%s sensitivity: throughput (bars) and peak memory (line)"
-                % policy_label, _scenarios(cells))
+                "%s sensitivity to N%s" % (
+                    policy_label, " and alpha" if n_cols == 2 else ""),
+                _scenarios(cells))
     style.save(fig, out, dpi)
 
 

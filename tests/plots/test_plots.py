@@ -388,6 +388,25 @@ class RealTraceTest(TempDirTest):
             self.assertEqual((code, err), (0, ""))
             self.assert_png(out)
 
+    def test_real_sweep_csv_when_sweep_exists(self):
+        binary = os.path.join(os.environ["SF_BINARY_DIR"], "stateflow")
+        probe = subprocess.run([binary, "sweep", "--help"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            self.skipTest("this stateflow has no sweep command yet")
+        csv_path = self.path("s.csv")
+        subprocess.run([binary, "sweep", "--csv", csv_path], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rows = data.load_sweep(csv_path)
+        for cell in data.sweep_cells(csv_path, rows):
+            marked = [r for r in cell.study if r["best"]]
+            if marked:
+                self.assertIs(cell.best(), marked[0])
+        out = self.path("s.png")
+        self.assertEqual(run_cli("sweep", "--csv", csv_path, "--out", out)[0],
+                         0)
+        self.assert_png(out)
+
 
 # ----------------------------------------------------------- bad inputs ---
 
