@@ -5,7 +5,9 @@
 // which numbers are assumptions: docs/cost-model.md.
 //
 // Everything is per device (already divided by TP) and per microbatch
-// (microbatch_size sequences).
+// (microbatch_size sequences). Every per-layer function depends on the layer
+// `l` only through its kind, layers()[l] (callers may evaluate one layer of
+// each kind and multiply; the simulator's cost tables do).
 //
 // Not a scheduler and not a simulator: it answers "how much", never "when".
 //

@@ -9,6 +9,31 @@ namespace {
 using schedule::Action;
 using schedule::Pass;
 
+// The layers [first, last) grouped by kind: one representative layer of each
+// kind and how many there are. The cost model's per-layer functions depend
+// on a layer only through its kind (models/cost_model.h), so a stage's sums
+// over layers are sums over at most four kinds.
+struct KindGroup {
+  int layer = 0;
+  int count = 0;
+};
+
+std::vector<KindGroup> GroupByKind(const models::CostModel& cm,
+                                   const models::StageLayers& layers) {
+  std::vector<KindGroup> groups;
+  for (int l = layers.first; l < layers.last; ++l) {
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const KindGroup& g) {
+      return cm.layers()[g.layer] == cm.layers()[l];
+    });
+    if (same == groups.end()) {
+      groups.push_back({l, 1});
+    } else {
+      ++same->count;
+    }
+  }
+  return groups;
+}
+
 // Per (stage, chunk) tables shared by both sources: memory always comes from
 // the analytic model.
 class TableCostSource : public CostSource {
@@ -29,11 +54,12 @@ class TableCostSource : public CostSource {
     const pb::LinkSpec& link = cm.cluster().pipeline_link();
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];
+      const std::vector<KindGroup> kinds = GroupByKind(cm, layers);
       sync_s_[r] = cm.DataParallelSyncTime(layers.first, layers.last);
-      for (int l = layers.first; l < layers.last; ++l) {
-        static_[r][Index(BufferClass::kWeights)] += cm.WeightBytes(l);
-        static_[r][Index(BufferClass::kGradients)] += cm.GradientBytes(l);
-        static_[r][Index(BufferClass::kOptimizerState)] += cm.OptimizerBytes(l);
+      for (const KindGroup& g : kinds) {
+        static_[r][Index(BufferClass::kWeights)] += g.count * cm.WeightBytes(g.layer);
+        static_[r][Index(BufferClass::kGradients)] += g.count * cm.GradientBytes(g.layer);
+        static_[r][Index(BufferClass::kOptimizerState)] += g.count * cm.OptimizerBytes(g.layer);
       }
       for (int i = 0; i < chunks_; ++i) {
         const std::int64_t c = setup.partition.start(i);
@@ -41,14 +67,15 @@ class TableCostSource : public CostSource {
         const int k = Key(r, i);
         double held_activations = 0, boundary = 0, kv = 0, kv_grad = 0, logits = 0;
         double fwd_ws = 0, bwd_ws = 0;
-        for (int l = layers.first; l < layers.last; ++l) {
-          forward_s_[k] += cm.ForwardTime(l, c, s);
-          backward_s_[k] += cm.BackwardTime(l, c, s);
-          held_activations += cm.StoredActivationBytes(l, s);
-          boundary += cm.BoundaryStateBytes(l);
-          kv += cm.KvBytesPerToken(l) * seq_len;
-          kv_grad += cm.KvGradBytesPerToken(l) * seq_len;
-          logits += cm.LogitsBytes(l, s);
+        for (const KindGroup& g : kinds) {
+          const int l = g.layer;
+          forward_s_[k] += g.count * cm.ForwardTime(l, c, s);
+          backward_s_[k] += g.count * cm.BackwardTime(l, c, s);
+          held_activations += g.count * cm.StoredActivationBytes(l, s);
+          boundary += g.count * cm.BoundaryStateBytes(l);
+          kv += g.count * cm.KvBytesPerToken(l) * seq_len;
+          kv_grad += g.count * cm.KvGradBytesPerToken(l) * seq_len;
+          logits += g.count * cm.LogitsBytes(l, s);
           fwd_ws = std::max(fwd_ws, cm.ForwardWorkspaceBytes(l, s));
           bwd_ws = std::max(bwd_ws, cm.BackwardWorkspaceBytes(l, s));
         }

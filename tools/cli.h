@@ -62,5 +62,7 @@ Status ParseOptions(int argc, char** argv, const po::options_description& desc,
 int RunSimulate(int argc, char** argv);
 int RunPlanDump(int argc, char** argv);
 int RunPresets(int argc, char** argv);
+int RunSweep(int argc, char** argv);         // sweep_command.cc
+int RunCapacityPlan(int argc, char** argv);  // capacity_plan_command.cc
 
 }  // namespace stateflow::tools

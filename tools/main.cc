@@ -1,6 +1,8 @@
 // `stateflow`: the command line of StateFlow. One executable, subcommands:
 //   stateflow simulate   predict step time, bubbles and peak memory
 //   stateflow plan-dump  write a schedule's plan as editable text
+//   stateflow sweep      sweep N, alpha, lengths, batches and policies
+//   stateflow plan       capacity plan: P x TP x DP splits of a device count
 //   stateflow presets    list model and cluster presets
 // `stateflow <command> --help` explains each with examples.
 #include <cstring>
@@ -24,6 +26,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"simulate", "predict step time, bubbles and peak memory of a schedule", RunSimulate},
     {"plan-dump", "write the plan (per-stage action order) of a schedule as text", RunPlanDump},
+    {"sweep", "simulate ranges of N, alpha, lengths, batches; best per cell", RunSweep},
+    {"plan", "rank the P x TP x DP splits of a device count that fit in memory", RunCapacityPlan},
     {"presets", "list the model and cluster presets", RunPresets},
 };
 

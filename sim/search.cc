@@ -1,0 +1,348 @@
+#include "sim/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include "models/model.h"
+#include "models/placement.h"
+#include "schedule/plan.h"
+#include "sim/simulation.h"
+
+namespace stateflow::sim {
+namespace {
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+std::string Field(const char* name, int index) {
+  return std::string("sweep.") + name + "[" + std::to_string(index) + "]";
+}
+
+// "sweep.chunks[3] repeats 8" for the first value listed twice.
+template <typename List>
+Status NoRepeats(const char* name, const List& values) {
+  for (int i = 0; i < values.size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (values[j] == values[i]) {
+        return Status::Invalid(Field(name, i) + " repeats " + Num(values[i]) + " (also " +
+                               Field(name, j) + ")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename List>
+Status AtLeastOne(const char* name, const List& values) {
+  for (int i = 0; i < values.size(); ++i) {
+    if (values[i] < 1) {
+      return Status::Invalid(Field(name, i) + " must be >= 1 (got " + Num(values[i]) + ")");
+    }
+  }
+  return NoRepeats(name, values);
+}
+
+int BatchDivisor(const pb::Scenario& s) {
+  return static_cast<int>(std::max(1u, s.parallel().microbatch_size()) *
+                          std::max(1u, s.parallel().data_size()));
+}
+
+Status ValidatePolicies(const pb::SweepSpec& sweep) {
+  const std::vector<std::string>& known = schedule::PolicyNames();
+  for (int i = 0; i < sweep.policies_size(); ++i) {
+    if (std::find(known.begin(), known.end(), sweep.policies(i)) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      return Status::Invalid(Field("policies", i) + ": unknown '" + sweep.policies(i) +
+                             "' (known: " + list + ")");
+    }
+  }
+  for (int i = 0; i < sweep.policies_size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (sweep.policies(i) == sweep.policies(j)) {
+        return Status::Invalid(Field("policies", i) + " repeats '" + sweep.policies(i) +
+                               "' (also " + Field("policies", j) + ")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+bool HasAttention(const pb::ModelSpec& model) {
+  for (models::LayerKind kind : models::LayerList(model)) {
+    if (kind == models::LayerKind::kAttention) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> PoliciesOf(const pb::Scenario& s, const pb::SweepSpec& sweep) {
+  if (sweep.policies_size() > 0) return {sweep.policies().begin(), sweep.policies().end()};
+  std::vector<std::string> out = {s.schedule().policy()};
+  for (const pb::ScheduleSpec& b : s.baselines()) {
+    if (std::find(out.begin(), out.end(), b.policy()) == out.end()) out.push_back(b.policy());
+  }
+  return out;
+}
+
+// (global batch, M) pairs.
+std::vector<std::pair<int, int>> BatchesOf(const pb::Scenario& s, const pb::SweepSpec& sweep) {
+  const int divisor = BatchDivisor(s);
+  std::vector<std::pair<int, int>> out;
+  for (std::uint32_t gb : sweep.global_batch()) {
+    out.emplace_back(static_cast<int>(gb), static_cast<int>(gb) / divisor);
+  }
+  for (std::uint32_t m : sweep.microbatches()) {
+    out.emplace_back(static_cast<int>(m) * divisor, static_cast<int>(m));
+  }
+  if (out.empty()) {
+    const int m = static_cast<int>(s.parallel().microbatches());
+    out.emplace_back(m * divisor, m);
+  }
+  return out;
+}
+
+// The template schedule of a policy (see ScheduleFor).
+const pb::ScheduleSpec& TemplateFor(const pb::Scenario& s, const std::string& policy) {
+  if (s.schedule().policy() == policy) return s.schedule();
+  for (const pb::ScheduleSpec& b : s.baselines()) {
+    if (b.policy() == policy) return b;
+  }
+  return s.schedule();
+}
+
+// The SweepRun fields that come from a simulation.
+pb::SweepRun RunFromReport(const SweepConfig& config, const pb::ScheduleSpec& schedule,
+                           const pb::Report& report) {
+  pb::SweepRun run;
+  run.set_policy(config.policy);
+  run.set_seq_len(static_cast<double>(config.seq_len));
+  run.set_global_batch(config.global_batch);
+  run.set_microbatches(config.microbatches);
+  run.set_chunks(config.chunks);
+  run.set_alpha(config.alpha);
+  run.set_recompute(schedule.recompute());
+  run.set_step_time_s(report.step_time_s());
+  run.set_tokens_per_s(report.tokens_per_s());
+  run.set_bubble_fraction(report.bubble_fraction());
+  run.set_peak_memory_bytes(report.peak_memory_bytes());
+  run.set_oom(report.oom());
+  for (const pb::StageReport& stage : report.stages()) {
+    if (stage.peak_memory_bytes() == report.peak_memory_bytes()) {
+      run.set_peak_stage(stage.stage());
+      run.set_peak_class(stage.peak_dominant_class());
+      break;
+    }
+  }
+  run.set_num_tasks(static_cast<std::uint64_t>(report.num_tasks()));
+  return run;
+}
+
+bool SameCell(const SweepConfig& a, const SweepConfig& b) {
+  return a.policy == b.policy && a.seq_len == b.seq_len && a.global_batch == b.global_batch;
+}
+
+// Marks the best feasible run of runs[first, end) and records the cell.
+void FinishCell(const SweepConfig& config, int first, pb::SweepReport* report) {
+  pb::SweepCell* cell = report->add_cells();
+  cell->set_policy(config.policy);
+  cell->set_seq_len(static_cast<double>(config.seq_len));
+  cell->set_global_batch(config.global_batch);
+  cell->set_first_run(first);
+  cell->set_num_runs(report->runs_size() - first);
+  int best = -1;
+  for (int i = first; i < report->runs_size(); ++i) {
+    const pb::SweepRun& run = report->runs(i);
+    if (!run.oom() && (best < 0 || BetterRun(run, report->runs(best)))) best = i;
+  }
+  cell->set_best_run(best);
+  if (best >= 0) report->mutable_runs(best)->set_best(true);
+}
+
+// Cost models and stage assignments, one per (sequence length, recompute).
+class PreparedCache {
+ public:
+  Result<const PreparedScenario*> Get(const pb::Scenario& scenario,
+                                      const pb::ScheduleSpec& schedule) {
+    const auto key = std::make_pair(static_cast<std::int64_t>(scenario.seq_len()),
+                                    schedule.recompute());
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      SF_ASSIGN_OR_RETURN(PreparedScenario prepared, PrepareScenario(scenario, schedule));
+      it = cache_.emplace(key, std::move(prepared)).first;
+    }
+    return &it->second;
+  }
+
+ private:
+  std::map<std::pair<std::int64_t, std::string>, PreparedScenario> cache_;
+};
+
+// Simulates one configuration, or copies an earlier run of the same cell and
+// N whose rounded boundaries are the same (`seen`: boundaries -> run index).
+Result<pb::SweepRun> RunOne(const SweepConfig& config, pb::Scenario* work,
+                            PreparedCache* cache,
+                            std::map<std::vector<std::int64_t>, int>* seen,
+                            pb::SweepReport* report) {
+  const pb::ScheduleSpec schedule = ScheduleFor(*work, config);
+  work->set_seq_len(static_cast<std::uint64_t>(config.seq_len));
+  work->mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(config.microbatches));
+  SF_ASSIGN_OR_RETURN(const PreparedScenario* prepared, cache->Get(*work, schedule));
+  SF_ASSIGN_OR_RETURN(schedule::Partition partition,
+                      models::PartitionFor(prepared->cost_model, config.seq_len, schedule));
+  const auto [it, inserted] = seen->emplace(partition.boundaries(), report->runs_size());
+  if (!inserted) {
+    pb::SweepRun run = report->runs(it->second);
+    run.set_alpha(config.alpha);
+    run.set_reused(true);
+    return run;
+  }
+  SF_ASSIGN_OR_RETURN(Simulation sim, SimulatePrepared(*work, *prepared, schedule));
+  report->set_num_simulated(report->num_simulated() + 1);
+  return RunFromReport(config, schedule, sim.report);
+}
+
+void FillHeader(const pb::Scenario& s, pb::SweepReport* report) {
+  report->set_scenario(s.name());
+  report->set_model(s.model().name());
+  report->set_pipeline_size(s.parallel().pipeline_size());
+  report->set_tensor_size(std::max(1u, s.parallel().tensor_size()));
+  report->set_data_size(std::max(1u, s.parallel().data_size()));
+  report->set_microbatch_size(std::max(1u, s.parallel().microbatch_size()));
+  report->set_cost_model(s.cost_model().empty() ? "analytic" : s.cost_model());
+  report->set_time_unit(s.cost_model() == "uniform" ? "units" : "s");
+  report->set_capacity_bytes(s.cluster().device().memory_capacity_bytes());
+}
+
+}  // namespace
+
+std::string ConfigLabel(const SweepConfig& c) {
+  return c.policy + " T=" + std::to_string(c.seq_len) + " GBS=" +
+         std::to_string(c.global_batch) + " N=" + std::to_string(c.chunks) +
+         " alpha=" + Num(c.alpha);
+}
+
+Status ValidateSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep) {
+  SF_RETURN_IF_ERROR(AtLeastOne("chunks", sweep.chunks()));
+  for (int i = 0; i < sweep.alpha_size(); ++i) {
+    if (!std::isfinite(sweep.alpha(i)) || sweep.alpha(i) < 0) {
+      return Status::Invalid(Field("alpha", i) + " must be >= 0 (got " + Num(sweep.alpha(i)) +
+                             ")");
+    }
+  }
+  SF_RETURN_IF_ERROR(NoRepeats("alpha", sweep.alpha()));
+  if (sweep.microbatches_size() > 0 && sweep.global_batch_size() > 0) {
+    return Status::Invalid("sweep: set global_batch or microbatches, not both");
+  }
+  SF_RETURN_IF_ERROR(AtLeastOne("microbatches", sweep.microbatches()));
+  SF_RETURN_IF_ERROR(AtLeastOne("global_batch", sweep.global_batch()));
+  const int divisor = BatchDivisor(scenario);
+  for (int i = 0; i < sweep.global_batch_size(); ++i) {
+    if (sweep.global_batch(i) % divisor != 0) {
+      return Status::Invalid(Field("global_batch", i) + " (" +
+                             std::to_string(sweep.global_batch(i)) +
+                             ") must be divisible by parallel.microbatch_size * "
+                             "parallel.data_size (" + std::to_string(divisor) + ")");
+    }
+  }
+  SF_RETURN_IF_ERROR(AtLeastOne("seq_len", sweep.seq_len()));
+  return ValidatePolicies(sweep);
+}
+
+pb::ScheduleSpec ScheduleFor(const pb::Scenario& scenario, const SweepConfig& config) {
+  pb::ScheduleSpec spec = TemplateFor(scenario, config.policy);
+  spec.set_policy(config.policy);
+  spec.set_chunks(static_cast<std::uint32_t>(config.chunks));
+  spec.set_alpha(config.alpha);
+  return spec;
+}
+
+Result<SweepGrid> ExpandSweep(const pb::Scenario& s, const pb::SweepSpec& sweep) {
+  SF_RETURN_IF_ERROR(ValidateSweep(s, sweep));
+  SweepGrid grid;
+  std::vector<std::int64_t> seq_lens(sweep.seq_len().begin(), sweep.seq_len().end());
+  if (seq_lens.empty()) seq_lens.push_back(static_cast<std::int64_t>(s.seq_len()));
+  const bool alpha_matters = HasAttention(s.model());
+  bool collapsed = false;
+  for (const std::string& policy : PoliciesOf(s, sweep)) {
+    const pb::ScheduleSpec& tmpl = TemplateFor(s, policy);
+    std::vector<int> chunks(sweep.chunks().begin(), sweep.chunks().end());
+    if (chunks.empty()) chunks.push_back(static_cast<int>(std::max(1u, tmpl.chunks())));
+    std::vector<double> alphas(sweep.alpha().begin(), sweep.alpha().end());
+    if (alphas.empty()) alphas.push_back(tmpl.alpha());
+    if (policy == "1f1b") {
+      chunks = {1};
+      alphas = {0.0};
+    } else if (!alpha_matters && alphas.size() > 1) {
+      alphas = {alphas.front()};
+      collapsed = true;
+    }
+    for (std::int64_t seq_len : seq_lens) {
+      for (const auto& [gb, m] : BatchesOf(s, sweep)) {
+        for (int n : chunks) {
+          for (double alpha : alphas) grid.configs.push_back({policy, seq_len, gb, m, n, alpha});
+        }
+      }
+    }
+  }
+  if (collapsed) {
+    grid.notes.push_back("alpha has no effect on " + s.model().name() +
+                         " (no softmax-attention layers: the FLOP-balanced partition is the "
+                         "equal one), so only alpha = " + Num(sweep.alpha(0)) +
+                         " was simulated, not the other " +
+                         std::to_string(sweep.alpha_size() - 1) + " values listed");
+  }
+  return grid;
+}
+
+bool BetterRun(const pb::SweepRun& a, const pb::SweepRun& b) {
+  if (a.tokens_per_s() != b.tokens_per_s()) return a.tokens_per_s() > b.tokens_per_s();
+  if (a.peak_memory_bytes() != b.peak_memory_bytes()) {
+    return a.peak_memory_bytes() < b.peak_memory_bytes();
+  }
+  if (a.chunks() != b.chunks()) return a.chunks() < b.chunks();
+  if (a.alpha() != b.alpha()) return a.alpha() < b.alpha();
+  return a.policy() < b.policy();
+}
+
+Result<pb::SweepReport> RunSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep,
+                                 const SweepOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  SF_ASSIGN_OR_RETURN(SweepGrid grid, ExpandSweep(scenario, sweep));
+  pb::SweepReport report;
+  FillHeader(scenario, &report);
+  for (std::string& note : grid.notes) report.add_notes(std::move(note));
+  pb::Scenario work = scenario;
+  work.clear_sweep();
+  PreparedCache cache;
+  std::map<std::vector<std::int64_t>, int> seen;  // this cell and N
+  int cell_first = 0;
+  const std::size_t total = grid.configs.size();
+  for (std::size_t k = 0; k < total; ++k) {
+    const SweepConfig& config = grid.configs[k];
+    if (k > 0 && !SameCell(config, grid.configs[k - 1])) {
+      FinishCell(grid.configs[k - 1], cell_first, &report);
+      cell_first = report.runs_size();
+    }
+    if (k == 0 || !SameCell(config, grid.configs[k - 1]) ||
+        config.chunks != grid.configs[k - 1].chunks) {
+      seen.clear();
+    }
+    Result<pb::SweepRun> run = RunOne(config, &work, &cache, &seen, &report);
+    if (!run.ok()) return run.status().WithPrefix("sweep run " + ConfigLabel(config));
+    *report.add_runs() = std::move(run).value();
+    if (options.progress) options.progress(k + 1, total);
+  }
+  if (total > 0) FinishCell(grid.configs.back(), cell_first, &report);
+  report.set_elapsed_s(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return report;
+}
+
+}  // namespace stateflow::sim

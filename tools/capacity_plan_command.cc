@@ -1,0 +1,141 @@
+// `stateflow plan`: which P x TP x DP splits of a number of devices can
+// train a model at a sequence length and global batch, each with its best
+// (N, alpha), ranked; and why the others cannot.
+#include <iostream>
+
+#include "sim/capacity_plan.h"
+#include "tools/cli.h"
+#include "tools/report_format.h"
+#include "tools/scenario.h"
+#include "tools/sweep_format.h"
+#include "tools/sweep_options.h"
+
+namespace stateflow::tools {
+namespace {
+
+constexpr char kName[] = "plan";
+
+constexpr char kExamples[] = R"(Every split of --devices into P x TP x DP is checked: TP within a node
+(TP <= devices per node and divides it), heads (recurrence, attention, K/V)
+divisible by TP, P <= layers, global batch divisible by DP x microbatch size.
+Each legal split is swept over N (default 2,4,6,8,16,32) and alpha (default
+0,0.1,...,1,1.25; one value for models without softmax attention) with M =
+global batch / (DP x microbatch size); the fastest configuration that fits in
+memory is its best. Recompute mode, microbatch size, precision and the cost
+model come from the scenario (default: the embedded one, full recompute).
+
+examples:
+  stateflow plan --model gdn-hybrid-15b --seq-len 262144 --global-batch 8 --devices 32
+  stateflow plan --model mamba3-32b -T 131072 --global-batch 16 --devices 32 --top 3
+  stateflow plan --scenario scenarios/paper/gdn-hybrid-3b.textproto --devices 8 --json
+  stateflow plan --model gdn-3b --devices 8 --policies 1f1b,stateflow --chunks-list 4,8
+)";
+
+struct PlanFlags {
+  ScenarioFlags scenario;
+  SweepFlags sweep;
+  std::optional<long long> devices;
+  std::optional<long long> global_batch;
+  int top = 5;
+};
+
+template <typename T>
+auto Optional(std::optional<T>* target) {
+  return po::value<T>()->notifier([target](const T& v) { *target = v; });
+}
+
+void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
+  desc->add_options()
+      ("scenario", po::value(&f->scenario.scenario_path),
+       "scenario file: model, cluster, recompute, microbatch size; default: the embedded one")
+      ("model", po::value(&f->scenario.model_preset), "model preset (see `stateflow presets`)")
+      ("cluster", po::value(&f->scenario.cluster_preset), "cluster preset")
+      ("seq-len,T", Optional(&f->scenario.seq_len), "T, tokens per sequence (default: scenario)")
+      ("global-batch", Optional(&f->global_batch),
+       "sequences per step (default: the scenario's M x microbatch size x DP)")
+      ("devices", Optional(&f->devices),
+       "devices to split into P x TP x DP (default: the scenario's P x TP x DP)")
+      ("recompute", po::value(&f->scenario.recompute), "none or full")
+      ("top", po::value(&f->top)->default_value(5),
+       "feasible splits to show in the table (0: all; --json has all)");
+}
+
+Status CheckFlags(const PlanFlags& f) {
+  if (f.devices && (*f.devices < 1 || *f.devices > (1 << 20))) {
+    return Status::Invalid("--devices must be in [1, 1048576] (got " +
+                           std::to_string(*f.devices) + ")");
+  }
+  if (f.global_batch && (*f.global_batch < 1 || *f.global_batch > (1 << 20))) {
+    return Status::Invalid("--global-batch must be in [1, 1048576] (got " +
+                           std::to_string(*f.global_batch) + ")");
+  }
+  if (f.top < 0) return Status::Invalid("--top must be >= 0 (got " + std::to_string(f.top) + ")");
+  return Status::Ok();
+}
+
+// The scenario's devices (P x TP x DP) and global batch (M x microbatch size
+// x DP), the defaults of --devices and --global-batch, as its file says.
+Result<std::pair<int, int>> ScenarioDevicesAndBatch(const std::string& path) {
+  pb::Scenario raw;
+  if (path.empty()) {
+    SF_ASSIGN_OR_RETURN(raw, ParseScenarioText(DefaultScenarioText(), "<default scenario>"));
+  } else {
+    SF_ASSIGN_OR_RETURN(raw, LoadScenarioFile(path));
+  }
+  const pb::ParallelSpec& par = raw.parallel();
+  auto one = [](std::uint32_t v) { return static_cast<int>(std::max(1u, v)); };
+  const int dp = one(par.data_size());
+  return std::make_pair(one(par.pipeline_size()) * one(par.tensor_size()) * dp,
+                        one(par.microbatches()) * one(par.microbatch_size()) * dp);
+}
+
+Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
+  SF_RETURN_IF_ERROR(CheckFlags(f));
+  SF_ASSIGN_OR_RETURN(const auto defaults, ScenarioDevicesAndBatch(f.scenario.scenario_path));
+  // P, TP, DP and M are set per split; P = TP = 1 here so that the scenario's
+  // own split need not suit a model given by --model.
+  ScenarioFlags scenario_flags = f.scenario;
+  scenario_flags.stages = 1;
+  scenario_flags.tensor_size = 1;
+  SF_ASSIGN_OR_RETURN(pb::Scenario scenario, LoadResolvedScenario(scenario_flags));
+  sim::CapacityPlanRequest request;
+  request.devices = static_cast<int>(f.devices.value_or(defaults.first));
+  request.global_batch = static_cast<int>(f.global_batch.value_or(defaults.second));
+  request.seq_len = static_cast<std::int64_t>(scenario.seq_len());
+  request.sweep = scenario.sweep();
+  SF_RETURN_IF_ERROR(ApplySweepFlags(f.sweep, &request.sweep));
+  ProgressBar bar("configurations");
+  SF_ASSIGN_OR_RETURN(
+      pb::CapacityPlanReport report,
+      sim::PlanCapacity(scenario, request,
+                        {.progress = [&bar](std::size_t done, std::size_t total) {
+                          bar.Update(done, total);
+                        }}));
+  pb::Report provenance;
+  FillProvenance(1, &provenance);
+  *report.mutable_provenance() = provenance.provenance();
+  return report;
+}
+
+}  // namespace
+
+int RunCapacityPlan(int argc, char** argv) {
+  PlanFlags flags;
+  po::options_description desc("stateflow plan [options]");
+  desc.add_options()("help,h", "show this help")
+      ("json", "print the CapacityPlanReport as JSON on stdout instead of the tables");
+  AddPlanOptions(&desc, &flags);
+  AddSweepOptions(&desc, &flags.sweep, /*batches_and_lengths=*/false);
+  po::variables_map vm;
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (vm.count("help")) {
+    std::cout << desc << "\n" << kExamples;
+    return kExitOk;
+  }
+  Result<pb::CapacityPlanReport> report = Run(flags);
+  if (!report.ok()) return Fail(kName, report.status());
+  std::cout << (vm.count("json") ? MessageToJson(*report) : FormatPlanTable(*report, flags.top));
+  return kExitOk;
+}
+
+}  // namespace stateflow::tools
