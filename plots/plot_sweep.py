@@ -76,7 +76,8 @@ def _panel(ax, cell, rows, column, best, xlabel, fixed):
     _baseline(ax, cell.baseline)
     top = max([r["tokens_per_s"] for r in rows] + [_baseline_tps(cell)])
     ax.set_ylim(0, 1.28 * top / 1e3)
-    ax.set_xlim(-0.6, len(rows) - 0.4)
+    pad = max(0.0, (4 - len(rows)) / 2)   # a lone bar stays bar-sized
+    ax.set_xlim(-0.6 - pad, len(rows) - 0.4 + pad)
     _memory(ax.twinx(), xs, rows, cell)
 
 

@@ -31,7 +31,12 @@ figure1=(-P 4 -M 5 -N 4 --cost-model uniform)
 "${plots[@]}" gantt --trace out/figure1-trace.json \
   --report out/figure1-report.json --dpi 140 --out out/figure1-gantt.png
 if ./build/stateflow sweep --help >/dev/null 2>&1; then
-  ./build/stateflow sweep --csv out/default-sweep.csv
+  # The paper's N range, unless this sweep cannot take it.
+  sweep=(--csv out/default-sweep.csv)
+  if ./build/stateflow sweep --help | grep -q -- --chunks-list; then
+    sweep+=(--chunks-list 2,4,6,8,16,32)
+  fi
+  ./build/stateflow sweep "${sweep[@]}"
   "${plots[@]}" sweep --csv out/default-sweep.csv --out out/default-sweep.png
   pictures+=(out/default-sweep.png)
 fi
