@@ -98,6 +98,13 @@ def _common(sub, name, help_text, input_flag, input_help):
     return p
 
 
+_TRACE_HELP = "trace from `stateflow simulate --trace`"
+_REPORT_HELP = ("report from `stateflow simulate --json` (time unit, "
+                "capacity and scenario are taken from it)")
+_UNIT_HELP = ("time unit of the trace: s, or units for --cost-model uniform "
+              "(default s)")
+
+
 def _parser():
     parser = _Parser(prog=_PROG, description=__doc__.split("\n")[0],
                      epilog=_EXAMPLES,
@@ -105,17 +112,21 @@ def _parser():
     sub = parser.add_subparsers(dest="command", metavar="command",
                                 parser_class=_Parser)
     sub.required = True
-    trace_help = "trace from `stateflow simulate --trace`"
-    report_help = ("report from `stateflow simulate --json` (time unit and "
-                   "capacity are taken from it)")
-    unit_help = "time unit of the trace: s, or units for --cost-model uniform"
+    _gantt_options(sub)
+    _sweep_options(sub)
+    _memory_options(sub)
+    return parser
 
+
+def _gantt_options(sub):
     g = _common(sub, "gantt", "per-stage timelines of each schedule, "
                 "baselines above the schedule under study", "--trace",
-                trace_help)
-    g.add_argument("--report", metavar="FILE", help=report_help)
-    g.add_argument("--time-unit", help=unit_help + " (default s)")
+                _TRACE_HELP)
+    g.add_argument("--report", metavar="FILE", help=_REPORT_HELP)
+    g.add_argument("--time-unit", help=_UNIT_HELP)
 
+
+def _sweep_options(sub):
     s = _common(sub, "sweep", "throughput bars and peak-memory lines "
                 "against N and alpha", "--csv",
                 "CSV from `stateflow sweep --csv`")
@@ -133,16 +144,17 @@ def _parser():
     s.add_argument("--chunks", type=_positive_int,
                    help="N of the against-alpha panel (default: the best's)")
 
+
+def _memory_options(sub):
     m = _common(sub, "memory", "each stage's memory over the step, stacked "
-                "by buffer class", "--trace", trace_help)
+                "by buffer class", "--trace", _TRACE_HELP)
     m.add_argument("--process", metavar="NAME",
                    help="only this process (e.g. stateflow, 1f1b); "
                    "default: all, side by side")
     m.add_argument("--capacity-bytes", type=_nonnegative,
                    help="device capacity to draw as a dashed line")
-    m.add_argument("--report", metavar="FILE", help=report_help)
-    m.add_argument("--time-unit", help=unit_help + " (default s)")
-    return parser
+    m.add_argument("--report", metavar="FILE", help=_REPORT_HELP)
+    m.add_argument("--time-unit", help=_UNIT_HELP)
 
 
 def _check_out(path):
