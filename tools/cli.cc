@@ -56,6 +56,11 @@ Status ParseOptions(int argc, char** argv, const po::options_description& desc,
 }
 
 Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& f) {
+  return LoadResolvedScenario(f, DefaultScenarioText(), "<default scenario>");
+}
+
+Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& f, std::string_view default_text,
+                                          std::string_view default_name) {
   SF_RETURN_IF_ERROR(CheckRange("chunks", f.chunks, 1, 1 << 20));
   SF_RETURN_IF_ERROR(CheckRange("microbatches", f.microbatches, 1, 1 << 20));
   SF_RETURN_IF_ERROR(CheckRange("stages", f.stages, 1, 4096));
@@ -66,7 +71,7 @@ Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& f) {
   }
   pb::Scenario s;
   if (f.scenario_path.empty()) {
-    SF_ASSIGN_OR_RETURN(s, ParseScenarioText(DefaultScenarioText(), "<default scenario>"));
+    SF_ASSIGN_OR_RETURN(s, ParseScenarioText(default_text, default_name));
   } else {
     SF_ASSIGN_OR_RETURN(s, LoadScenarioFile(f.scenario_path));
   }

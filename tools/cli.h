@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -52,6 +53,11 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* flags);
 // overrides and resolves it. `policy` or `chunks`/`alpha` overrides apply to
 // the schedule under study; a `policy` override also drops the baselines.
 Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& flags);
+// As above, with `default_text` (a scenario in text format, called
+// `default_name` in messages) in place of the embedded default scenario.
+Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& flags,
+                                          std::string_view default_text,
+                                          std::string_view default_name);
 
 // Parses argv with `desc` (positional arguments are rejected); on error
 // returns a Status naming the bad option.
@@ -64,5 +70,6 @@ int RunPlanDump(int argc, char** argv);
 int RunPresets(int argc, char** argv);
 int RunSweep(int argc, char** argv);         // sweep_command.cc
 int RunCapacityPlan(int argc, char** argv);  // capacity_plan_command.cc
+int RunTrain(int argc, char** argv);         // train_command.cc
 
 }  // namespace stateflow::tools

@@ -3,6 +3,7 @@
 //   stateflow plan-dump  write a schedule's plan as editable text
 //   stateflow sweep      sweep N, alpha, lengths, batches and policies
 //   stateflow plan       capacity plan: P x TP x DP splits of a device count
+//   stateflow train      train on real text with the backend (mpirun -n P)
 //   stateflow presets    list model and cluster presets
 // `stateflow <command> --help` explains each with examples.
 #include <cstring>
@@ -28,6 +29,7 @@ constexpr Command kCommands[] = {
     {"plan-dump", "write the plan (per-stage action order) of a schedule as text", RunPlanDump},
     {"sweep", "simulate ranges of N, alpha, lengths, batches; best per cell", RunSweep},
     {"plan", "rank the P x TP x DP splits of a device count that fit in memory", RunCapacityPlan},
+    {"train", "train the model on real text with the MPI backend (one rank per stage)", RunTrain},
     {"presets", "list the model and cluster presets", RunPresets},
 };
 

@@ -1,0 +1,297 @@
+// `stateflow train`: trains the scenario's model on real text with the real
+// backend, one MPI rank per pipeline stage (under `mpirun -n P`) or one
+// process running every stage (without mpirun). Rank 0 prints; every rank
+// exits with the same code, except after a failure inside a step on one rank,
+// which prints its message and ends the job (MPI_Abort).
+#include <unistd.h>
+
+#include <Eigen/Core>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "backend/comm/mpi.h"
+#include "backend/model/gdn_stage_module.h"
+#include "backend/train/text_data.h"
+#include "backend/train/train_report.h"
+#include "backend/train/train_setup.h"
+#include "backend/train/trainer.h"
+#include "common/trace.h"
+#include "schedule/plan.h"
+#include "tools/cli.h"
+#include "tools/report_format.h"
+#include "tools/scenario.h"
+
+namespace stateflow::tools {
+namespace {
+
+using backend::StepResult;
+using backend::TrainOptions;
+using backend::TrainSetup;
+
+constexpr char kName[] = "train";
+
+// Embedded from scenarios/tiny-train.textproto by CMake.
+constexpr char kTinyTrainScenario[] =
+#include "tiny_train_scenario.inc"
+    ;
+
+// When set, each rank writes its pid to <dir>/rank<r>.pid before the first
+// step (for tests that kill one rank in the middle of a run).
+constexpr char kPidDirEnv[] = "SF_TRAIN_PID_DIR";
+
+constexpr char kExamples[] = R"(examples:
+  stateflow train --steps 20
+      the default scenario (scenarios/tiny-train.textproto) in one process:
+      tiny GDN, P = 2 stages, M = 4, T = 256, StateFlow N = 4, on GPL-3
+  mpirun -n 2 --oversubscribe stateflow train --steps 20
+      the same with one MPI rank per stage (as root add --allow-run-as-root)
+  mpirun -n 2 stateflow train --policy 1f1b -M 8 --json
+      conventional 1F1B; one JSON Report (source "train") on stdout
+  stateflow train --dtype float64 --trace train.json
+      open train.json in ui.perfetto.dev beside a `stateflow simulate --trace`
+)";
+
+struct TrainFlags {
+  ScenarioFlags scenario;
+  std::optional<long long> steps, seed, threads, capacity_bytes;
+  std::optional<double> learning_rate;
+  std::string dtype, text_path, plan_path, trace_path;
+  bool json = false;
+};
+
+template <typename T>
+auto Optional(std::optional<T>* target) {
+  return po::value<T>()->notifier([target](const T& v) { *target = v; });
+}
+
+void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
+  desc->add_options()("help,h", "show this help")
+      ("steps", Optional(&f->steps), "training steps (train.steps; default 10)")
+      ("dtype", po::value(&f->dtype), "float32 or float64 (train.dtype)")
+      ("threads", Optional(&f->threads), "Eigen threads per rank (train.threads)")
+      ("text", po::value(&f->text_path),
+       "training text, bytes are tokens (default /usr/share/common-licenses/GPL-3)")
+      ("seed", Optional(&f->seed), "seed of the parameters and the batches (train.seed)")
+      ("lr", Optional(&f->learning_rate), "AdamW learning rate (train.learning_rate)")
+      ("plan", po::value(&f->plan_path), "run this plan file (see plan-dump)")
+      ("capacity-bytes", Optional(&f->capacity_bytes), "memory capacity of each stage")
+      ("json", po::bool_switch(&f->json), "print one Report as JSON (rank 0) instead of text")
+      ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace");
+  AddScenarioOptions(desc, &f->scenario);
+}
+
+Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFlags& f) {
+  SF_ASSIGN_OR_RETURN(TrainOptions o, backend::TrainOptionsFromSpec(scenario.train()));
+  if (f.steps) {
+    if (*f.steps < 1 || *f.steps > (1 << 30)) return Status::Invalid("--steps must be >= 1");
+    o.steps = static_cast<int>(*f.steps);
+  }
+  if (f.seed) o.seed = static_cast<std::uint64_t>(*f.seed);
+  if (f.threads) {
+    if (*f.threads < 1 || *f.threads > 1024) return Status::Invalid("--threads must be in [1, 1024]");
+    o.threads = static_cast<int>(*f.threads);
+  }
+  if (f.capacity_bytes) {
+    if (*f.capacity_bytes < 0) return Status::Invalid("--capacity-bytes must be >= 0");
+    o.capacity_bytes = *f.capacity_bytes;
+  }
+  if (!f.text_path.empty()) o.text_path = f.text_path;
+  pb::TrainSpec checked;  // the flags go through the spec's checks
+  checked.set_learning_rate(f.learning_rate ? *f.learning_rate : o.adamw.learning_rate);
+  checked.set_weight_decay(o.adamw.weight_decay);
+  checked.set_dtype(f.dtype.empty() ? o.dtype : f.dtype);
+  SF_ASSIGN_OR_RETURN(TrainOptions c, backend::TrainOptionsFromSpec(checked));
+  o.adamw.learning_rate = c.adamw.learning_rate;
+  o.dtype = c.dtype;
+  return o;
+}
+
+Result<schedule::Plan> LoadPlan(const std::string& path) {
+  std::string text;
+  SF_RETURN_IF_ERROR(ReadFile(path, &text));
+  return schedule::ParsePlanText(text, path);
+}
+
+// Everything decided before the first tensor exists: the same on every rank.
+struct Prepared {
+  pb::Scenario scenario;
+  TrainSetup setup;
+  TrainOptions options;
+  std::optional<backend::TextData> text;
+};
+
+Result<Prepared> Prepare(TrainFlags flags) {
+  std::optional<schedule::Plan> plan;
+  if (!flags.plan_path.empty()) {
+    SF_ASSIGN_OR_RETURN(plan, LoadPlan(flags.plan_path));
+    if (!flags.scenario.chunks) flags.scenario.chunks = plan->chunks();
+    if (flags.scenario.policy.empty()) flags.scenario.policy = plan->policy();
+  }
+  Prepared p;
+  SF_ASSIGN_OR_RETURN(p.scenario, LoadResolvedScenario(flags.scenario, kTinyTrainScenario,
+                                                       "<tiny-train scenario>"));
+  SF_ASSIGN_OR_RETURN(p.options, ResolveOptions(p.scenario, flags));
+  Result<TrainSetup> setup = backend::MakeTrainSetup(p.scenario, plan ? &*plan : nullptr);
+  if (!setup.ok()) {
+    return plan ? setup.status().WithPrefix(flags.plan_path) : setup.status();
+  }
+  p.setup = std::move(setup).value();
+  SF_ASSIGN_OR_RETURN(p.text, backend::TextData::Load(p.options.text_path));
+  return p;
+}
+
+// "weights 104.0 KiB, gradients 104.0 KiB, ..." for the non-zero classes.
+std::string ClassList(const backend::ClassBytes& bytes) {
+  std::string out;
+  for (int c = 0; c < kNumBufferClasses; ++c) {
+    if (bytes[c] == 0) continue;
+    out += (out.empty() ? "" : ", ") + std::string(kBufferClassNames[c]) + " " +
+           FormatBytes(static_cast<double>(bytes[c]));
+  }
+  return out;
+}
+
+void PrintStep(const StepResult& s) {
+  char line[128];
+  std::snprintf(line, sizeof(line), "step %4d  loss %.4f  %9.1f tok/s  %7.1f ms\n", s.step,
+                s.loss, s.tokens_per_s, s.time_s * 1e3);
+  std::cout << line;
+  for (const backend::StageStepStats& st : s.stages) {
+    std::cout << "    stage " << st.stage << " peak "
+              << FormatBytes(static_cast<double>(st.memory.peak_total_bytes)) << ": "
+              << ClassList(st.memory.at_total_peak_bytes) << "\n";
+  }
+  std::cout.flush();
+}
+
+void PrintSummary(const pb::Report& r) {
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "\n%s N=%u, P=%u, M=%u, T=%.0f: step %.2f ms, %.1f tok/s, bubble %.1f %% "
+                "(mean of steps after the first)\n",
+                r.policy().c_str(), r.chunks(), r.pipeline_size(), r.microbatches(),
+                r.seq_len(), r.step_time_s() * 1e3, r.tokens_per_s(),
+                100.0 * r.bubble_fraction());
+  std::cout << line;
+  for (const pb::StageReport& s : r.stages()) {
+    std::snprintf(line, sizeof(line), "  stage %u (layers %u-%u): busy %.2f ms, peak %s (%s)\n",
+                  s.stage(), s.first_layer(), s.last_layer() - 1, s.busy_s() * 1e3,
+                  FormatBytes(s.peak_memory_bytes()).c_str(), s.peak_dominant_class().c_str());
+    std::cout << line;
+  }
+}
+
+// Prints on rank 0 only and returns the exit code of `status`.
+int FailOnce(int rank, const Status& status) {
+  if (rank == 0) return Fail(kName, status);
+  return status.code() == Status::Code::kInvalidInput ? kExitBadInput : kExitFailure;
+}
+
+void WritePidFile(int rank) {
+  const char* dir = std::getenv(kPidDirEnv);
+  if (dir == nullptr) return;
+  const std::string path = std::string(dir) + "/rank" + std::to_string(rank) + ".pid";
+  std::ofstream(path + ".tmp") << getpid() << "\n";
+  std::rename((path + ".tmp").c_str(), path.c_str());  // appears whole
+}
+
+template <typename T>
+Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
+  if (!mpi) return backend::MakeSingleProcessTransport<T>(setup.stages);
+  return backend::MakeMpiTransport<T>(setup.stages, setup.microbatches,
+                                      setup.partition.num_chunks());
+}
+
+template <typename T>
+backend::StageModuleFactory<T> GdnFactory(const Prepared& p) {
+  return [&p](int, const models::StageLayers& layers, backend::TrackingAllocator* alloc) {
+    return backend::MakeGdnStageModule<T>(p.setup.model, layers, p.setup.recompute,
+                                          p.options.seed, alloc);
+  };
+}
+
+// Report, trace and output after the last step (rank 0 prints; the timeline
+// gather is collective).
+template <typename T>
+int Finish(backend::Trainer<T>& trainer, const Prepared& p, const TrainFlags& flags,
+           const std::vector<StepResult>& steps) {
+  Result<std::vector<backend::StageTimeline>> timelines = trainer.GatherTimelines();
+  if (!timelines.ok()) return FailOnce(trainer.rank(), timelines.status());
+  if (trainer.rank() != 0) return kExitOk;
+  pb::Report report = backend::MakeTrainReport(p.setup, p.options, steps);
+  FillProvenance(Eigen::nbThreads(), &report);
+  if (!flags.trace_path.empty()) {
+    TraceWriter trace("train");
+    backend::AddTrainTrace(*timelines,
+                           "train " + report.policy() + " N=" + std::to_string(report.chunks()),
+                           0, &trace);
+    if (Status s = trace.WriteFile(flags.trace_path); !s.ok()) return Fail(kName, s);
+  }
+  if (flags.json) {
+    std::cout << ReportToJson(report);
+  } else {
+    PrintSummary(report);
+    if (!flags.trace_path.empty()) std::cout << "trace written to " << flags.trace_path << "\n";
+  }
+  return kExitOk;
+}
+
+template <typename T>
+int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
+  Result<backend::Transport<T>> transport = MakeTransport<T>(p.setup, mpi);
+  if (!transport.ok()) return FailOnce(rank, transport.status());
+  auto trainer = backend::Trainer<T>::Make(p.setup, p.options, *p.text, GdnFactory<T>(p),
+                                           std::move(transport).value());
+  if (!trainer.ok()) return FailOnce(rank, trainer.status());
+  WritePidFile(rank);
+  const bool print = rank == 0 && !flags.json;
+  backend::TrainRun run = backend::Train(**trainer, p.options.steps, [&](const StepResult& s) {
+    if (print) PrintStep(s);
+  });
+  if (!run.status.ok()) {
+    if (!run.on_every_rank && mpi) {
+      Fail(kName, run.status);  // the failing rank knows; the others are blocked
+      backend::AbortMpiJob(kExitFailure);
+    }
+    return FailOnce(rank, run.status);
+  }
+  return Finish(**trainer, p, flags, run.steps);
+}
+
+int RunTrainRanked(int argc, char** argv, int rank, bool mpi) {
+  TrainFlags flags;
+  po::options_description desc("stateflow train [options]");
+  AddTrainOptions(&desc, &flags);
+  po::variables_map vm;
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return FailOnce(rank, s);
+  if (vm.count("help")) {
+    if (rank == 0) std::cout << desc << "\n" << kExamples;
+    return kExitOk;
+  }
+  Result<Prepared> prepared = Prepare(flags);
+  if (!prepared.ok()) return FailOnce(rank, prepared.status());
+  Eigen::setNbThreads(prepared->options.threads);
+  if (rank == 0 && prepared->options.threads > 1 && Eigen::nbThreads() == 1) {
+    std::cerr << "stateflow train: note: this build runs Eigen on one thread (no OpenMP); "
+                 "--threads "
+              << prepared->options.threads << " has no effect\n";
+  }
+  return prepared->options.dtype == "float64" ? TrainTyped<double>(*prepared, flags, rank, mpi)
+                                              : TrainTyped<float>(*prepared, flags, rank, mpi);
+}
+
+}  // namespace
+
+int RunTrain(int argc, char** argv) {
+  if (!backend::LaunchedByMpirun()) return RunTrainRanked(argc, argv, 0, false);
+  backend::MpiSession session(nullptr, nullptr);
+  if (!session.status().ok()) return Fail(kName, session.status());
+  return RunTrainRanked(argc, argv, session.rank(), true);
+}
+
+}  // namespace stateflow::tools
