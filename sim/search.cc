@@ -140,7 +140,7 @@ pb::SweepRun RunFromReport(const SweepConfig& config, const pb::ScheduleSpec& sc
       break;
     }
   }
-  run.set_num_tasks(static_cast<std::uint64_t>(report.num_tasks()));
+  run.set_num_tasks(report.num_tasks());
   return run;
 }
 

@@ -1,0 +1,59 @@
+// Every scenario in scenarios/ (recursively) must keep loading, resolving and,
+// when it has a sweep block, expanding into a valid grid, so that the ready
+// experiments never rot. (Running one through `stateflow sweep` is in
+// sweep_cli_test.cc.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "sim/search.h"
+#include "tools/scenario.h"
+
+namespace stateflow::tools {
+namespace {
+
+std::vector<std::string> ScenarioFiles() {
+  std::vector<std::string> out;
+  const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios";
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".textproto") {
+      out.push_back(entry.path().string());
+    }
+  }
+  return out;
+}
+
+TEST(Scenarios, EveryFileResolvesAndItsSweepExpands) {
+  const std::vector<std::string> files = ScenarioFiles();
+  int paper = 0;
+  for (const std::string& path : files) {
+    SCOPED_TRACE(path);
+    Result<pb::Scenario> loaded = LoadScenarioFile(path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+    Result<pb::Scenario> resolved = ResolveScenario(*loaded);
+    ASSERT_TRUE(resolved.ok()) << resolved.status().message();
+    if (resolved->has_sweep()) {
+      Result<sim::SweepGrid> grid = sim::ExpandSweep(*resolved, resolved->sweep());
+      ASSERT_TRUE(grid.ok()) << grid.status().message();
+      EXPECT_FALSE(grid->configs.empty());
+    }
+    paper += path.find("/scenarios/paper/") != std::string::npos;
+  }
+  // The paper's grid: {gdn, mamba3} x {recurrent, hybrid} x {3b, 15b, 32b}.
+  EXPECT_EQ(paper, 12);
+}
+
+TEST(Scenarios, TheEmbeddedDefaultHasASweepBlock) {
+  Result<pb::Scenario> s = ParseScenarioText(DefaultScenarioText(), "<default>");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_TRUE(s->has_sweep());
+  EXPECT_EQ(s->sweep().chunks_size(), 5);
+  ASSERT_EQ(s->sweep().policies_size(), 2);
+  EXPECT_EQ(s->sweep().policies(0), "1f1b");
+  EXPECT_EQ(s->sweep().policies(1), "stateflow");
+}
+
+}  // namespace
+}  // namespace stateflow::tools

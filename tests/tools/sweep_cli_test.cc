@@ -1,0 +1,186 @@
+// `stateflow sweep` and `stateflow plan` end to end: the table, CSV and JSON
+// agree with each other, the plan explains its rejections and finds the one
+// split that is legal, and bad input gets one line naming the field and exit
+// code 2.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "proto/stateflow.pb.h"
+#include "tests/tools/cli_testing.h"
+
+namespace stateflow::testing {
+namespace {
+
+CliRun Cli(const std::string& args) { return Stateflow(args, "sweep"); }
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in(s);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  return out;
+}
+
+constexpr char kCsvHeader[] =
+    "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
+    "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
+    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best";
+
+TEST(SweepCli, DefaultSweepTableCsvAndJsonAgree) {
+  const std::string csv = TempPath("sweep.csv");
+  CliRun table = Cli("sweep --csv " + csv);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(table.err.empty()) << table.err;  // no progress bar off a terminal
+  EXPECT_NE(table.out.find("1f1b"), std::string::npos);
+  EXPECT_NE(table.out.find("best N, alpha"), std::string::npos);
+  EXPECT_NE(table.out.find("T=64K GBS=8"), std::string::npos);
+
+  CliRun json = Cli("sweep --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  pb::SweepReport report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &report).ok()) << json.out;
+  // The default's sweep block: 1f1b, and stateflow over N in {2, 4, 8, 16, 32}.
+  ASSERT_EQ(report.runs_size(), 1 + 5);
+  ASSERT_EQ(report.cells_size(), 2);
+
+  const std::vector<std::string> lines = Split(Slurp(csv), '\n');
+  ASSERT_EQ(lines.size(), 1u + report.runs_size());
+  EXPECT_EQ(lines[0], kCsvHeader);
+  const std::vector<std::string> columns = Split(kCsvHeader, ',');
+  for (int i = 0; i < report.runs_size(); ++i) {
+    const std::vector<std::string> row = Split(lines[i + 1], ',');
+    ASSERT_EQ(row.size(), columns.size()) << lines[i + 1];
+    std::map<std::string, std::string> field;
+    for (std::size_t k = 0; k < columns.size(); ++k) field[columns[k]] = row[k];
+    const pb::SweepRun& run = report.runs(i);
+    EXPECT_EQ(field["policy"], run.policy());
+    EXPECT_EQ(std::stoi(field["chunks"]), static_cast<int>(run.chunks()));
+    EXPECT_DOUBLE_EQ(std::stod(field["step_time_s"]), run.step_time_s());
+    EXPECT_DOUBLE_EQ(std::stod(field["peak_memory_bytes"]), run.peak_memory_bytes());
+    EXPECT_EQ(field["oom"], run.oom() ? "1" : "0");
+    EXPECT_EQ(field["best"], run.best() ? "1" : "0");
+    EXPECT_EQ(field["seq_len"], "65536");
+    EXPECT_EQ(field["recompute"], "full");
+  }
+  // The table names the best stateflow N of the JSON.
+  const pb::SweepRun& best = report.runs(report.cells(1).best_run());
+  EXPECT_NE(table.out.find("N=" + std::to_string(best.chunks()) + " alpha=0"),
+            std::string::npos);
+}
+
+// Every sweep flag on a paper scenario, cut down to one cell per policy.
+TEST(SweepCli, PaperScenarioWithListFlags) {
+  CliRun run = Cli("sweep --scenario " + std::string(SF_SOURCE_DIR) +
+                   "/scenarios/paper/gdn-hybrid-3b.textproto --seq-len-list 65536 "
+                   "--global-batch-list 4 --chunks-list 4,8 --alpha-list 0,1 "
+                   "--policies 1f1b,stateflow --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  pb::SweepReport report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+  EXPECT_EQ(report.runs_size(), 1 + 2 * 2);
+  EXPECT_EQ(report.runs(0).microbatches(), 4u);
+  EXPECT_EQ(report.pipeline_size(), 8u);
+}
+
+TEST(SweepCli, ScalarFlagFixesTheField) {
+  CliRun run = Cli("sweep -N 4 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  pb::SweepReport report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+  ASSERT_EQ(report.runs_size(), 2);
+  EXPECT_EQ(report.runs(1).chunks(), 4u);
+}
+
+TEST(SweepCli, SimulateIgnoresTheSweepBlock) {
+  const std::string with = Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/default.textproto");
+  const auto at = with.find("\nsweep {");
+  ASSERT_NE(at, std::string::npos);
+  const std::string without = WriteTemp("no-sweep.textproto", with.substr(0, at + 1));
+  CliRun a = Cli("simulate --json");
+  CliRun b = Cli("simulate --json --scenario " + without);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  pb::Report ra, rb;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(a.out, &ra).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(b.out, &rb).ok());
+  EXPECT_EQ(ra.step_time_s(), rb.step_time_s());
+  EXPECT_EQ(ra.peak_memory_bytes(), rb.peak_memory_bytes());
+}
+
+TEST(PlanCli, ExplainsIllegalSplits) {
+  CliRun run = Cli("plan --model gdn-3b --devices 8 --global-batch 1 --chunks-list 8");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("model.num_heads (20) must be divisible by parallel.tensor_size (8)"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("global batch 1 is not divisible by DP 2"), std::string::npos);
+  EXPECT_NE(run.out.find("feasible, fastest first"), std::string::npos);
+}
+
+// gdn-tiny (4 layers, 2 heads) on 8 CPU devices (2 per node), global batch 1:
+// DP = 1, TP <= 2 and P <= 4 leave 4 x 2 x 1 as the only legal split.
+TEST(PlanCli, FindsTheOnlyLegalSplit) {
+  const std::string scenario = WriteTemp(
+      "plan-tiny.textproto",
+      "name: \"tiny\"\nmodel_preset: \"gdn-tiny\"\ncluster_preset: \"cpu\"\n"
+      "parallel { pipeline_size: 1 microbatches: 1 }\nseq_len: 4096\n"
+      "schedule { policy: \"stateflow\" chunks: 1 recompute: \"full\" }\n");
+  CliRun run = Cli("plan --scenario " + scenario + " --devices 8 --global-batch 1 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  pb::CapacityPlanReport report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok()) << run.out;
+  int feasible = 0;
+  for (const pb::PlanCandidate& c : report.candidates()) {
+    if (c.verdict() == "feasible") {
+      ++feasible;
+      EXPECT_EQ(c.pipeline_size(), 4u);
+      EXPECT_EQ(c.tensor_size(), 2u);
+      EXPECT_EQ(c.data_size(), 1u);
+      EXPECT_EQ(c.rank(), 1u);
+    } else {
+      EXPECT_EQ(c.verdict(), "illegal");
+      EXPECT_FALSE(c.reason().empty());
+    }
+  }
+  EXPECT_EQ(feasible, 1);
+  EXPECT_EQ(report.devices(), 8u);
+}
+
+TEST(SweepCli, BadInputNamesTheFieldWithExitCode2) {
+  ExpectBadInput(Cli("sweep --alpha-list \"\""), "--alpha-list is empty");
+  ExpectBadInput(Cli("sweep --chunks-list ,"), "--chunks-list");
+  ExpectBadInput(Cli("sweep --alpha-list 0,0.5,1,-0.5"), "sweep.alpha[3] must be >= 0");
+  ExpectBadInput(Cli("sweep --chunks-list 0,2"), "sweep.chunks[0] must be >= 1");
+  ExpectBadInput(Cli("sweep --chunks-list 2,x"), "--chunks-list: 'x'");
+  ExpectBadInput(Cli("sweep --policies 1f1b,zigzag"), "sweep.policies[1]");
+  ExpectBadInput(Cli("sweep --global-batch-list 4 --microbatches-list 2"), "not both");
+  ExpectBadInput(Cli("sweep --seq-len-list 300"), "seq_len 300 cannot be cut");
+  ExpectBadInput(Cli("sweep --csv /nonexistent/dir/x.csv"), "/nonexistent/dir/x.csv");
+  ExpectBadInput(Cli("sweep --model gpt-5"), "model_preset");
+}
+
+TEST(PlanCli, BadInputNamesTheFieldWithExitCode2) {
+  ExpectBadInput(Cli("plan --devices 12"),
+                 "devices (12) must be a multiple of cluster.devices_per_node (8)");
+  ExpectBadInput(Cli("plan --devices 0"), "--devices");
+  ExpectBadInput(Cli("plan --global-batch 0"), "--global-batch");
+  ExpectBadInput(Cli("plan --cluster h100"), "cluster_preset: unknown 'h100'");
+  ExpectBadInput(Cli("plan --model gpt-5"), "model_preset: unknown 'gpt-5'");
+  ExpectBadInput(Cli("plan --alpha-list 0,-1"), "sweep.alpha[1] must be >= 0");
+  ExpectBadInput(Cli("plan --top -1"), "--top");
+}
+
+TEST(SweepCli, HelpHasExamples) {
+  for (const char* command : {"sweep", "plan"}) {
+    CliRun run = Cli(std::string(command) + " --help");
+    EXPECT_EQ(run.exit_code, 0);
+    EXPECT_NE(run.out.find("examples:"), std::string::npos) << command;
+  }
+}
+
+}  // namespace
+}  // namespace stateflow::testing
