@@ -8,6 +8,20 @@ namespace stateflow::backend {
 using schedule::Action;
 using schedule::Pass;
 
+namespace {
+
+// The module's error with the action it happened in: "... (during 1F0.2)".
+Status During(const Status& status, const Action& a) {
+  const std::string message = status.message() + " (during " + ToString(a) + ")";
+  switch (status.code()) {
+    case Status::Code::kInvalidInput: return Status::Invalid(message);
+    case Status::Code::kResource: return Status::Resource(message);
+    default: return Status::Internal(message);
+  }
+}
+
+}  // namespace
+
 template <typename T>
 StageRuntime<T>::StageRuntime(const schedule::Plan* plan, int stage,
                               const schedule::Partition* partition, StageModule<T>* module,
@@ -101,7 +115,7 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
                               ? module_->Forward(a.microbatch, a.chunk, in)
                               : module_->Backward(a.microbatch, a.chunk, in);
   const double end = clock_->Now();
-  if (!out.ok()) return out.status().WithPrefix(ToString(a));
+  if (!out.ok()) return During(out.status(), a);
   input = Tensor<T>();  // the receive buffer ends with its action
   const bool sends = a.pass == Pass::kForward ? stage_ < plan_->stages() - 1 : stage_ > 0;
   if (sends) {

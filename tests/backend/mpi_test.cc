@@ -1,0 +1,127 @@
+// P ranks under mpirun give what one process gives: the same per-step losses
+// and the same final parameters (float64, relative error < 1e-10), with the
+// toy module and with the Gated DeltaNet module. The test starts mpirun on
+// sf_backend_mpi_worker (mpi_worker.cc) itself and computes the one-process
+// reference in-process with the same trainer.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "backend/model/gdn_stage_module.h"
+#include "tests/backend/subprocess_util.h"
+#include "tests/backend/train_test_util.h"
+
+namespace stateflow::backend::testing {
+namespace {
+
+struct Outcome {
+  std::vector<double> losses;
+  Named params;
+};
+
+std::string TempPrefix(const std::string& name) {
+  return std::string(SF_BINARY_DIR) + "/test-tmp-mpi-" + name;
+}
+
+// Reads "<prefix>.rank<r>" for every rank.
+Outcome ReadWorkerFiles(const std::string& prefix, int ranks) {
+  Outcome o;
+  for (int r = 0; r < ranks; ++r) {
+    std::istringstream in(Slurp(prefix + ".rank" + std::to_string(r)));
+    std::string kind;
+    while (in >> kind) {
+      if (kind == "loss") {
+        int step = 0;
+        double v = 0;
+        in >> step >> v;
+        o.losses.push_back(v);
+      } else {
+        std::string name;
+        std::size_t n = 0;
+        in >> name >> n;
+        std::vector<double>& values = o.params[name];
+        values.resize(n);
+        for (double& v : values) in >> v;
+      }
+    }
+  }
+  return o;
+}
+
+struct Config {
+  const char* module;  // "toy" or "gdn"
+  int stages, microbatches, chunks;
+  std::int64_t seq_len;
+  const char* policy;
+  int steps;
+};
+
+void PrintTo(const Config& c, std::ostream* os) {
+  *os << c.module << " " << c.policy << " P=" << c.stages << " M=" << c.microbatches
+      << " N=" << c.chunks << " T=" << c.seq_len;
+}
+
+Outcome RunOneProcess(const Config& c) {
+  const TrainSetup setup = ToySetup({c.stages, c.microbatches, c.chunks, c.seq_len, c.policy});
+  StageModuleFactory<double> factory = ToyFactory<double>(setup, 11);
+  if (std::string(c.module) == "gdn") {
+    factory = [&setup](int, const models::StageLayers& layers, TrackingAllocator* alloc) {
+      return MakeGdnStageModule<double>(setup.model, layers, setup.recompute, 11, alloc);
+    };
+  }
+  const TextData text = Take(TextData::Load(kDefaultTextPath));
+  TrainOptions options;
+  options.seed = 3;
+  auto trainer = Take(Trainer<double>::Make(setup, options, text, factory,
+                                            Take(MakeSingleProcessTransport<double>(c.stages))));
+  TrainRun run = Train(*trainer, c.steps, nullptr);
+  EXPECT_TRUE(run.status.ok()) << run.status.message();
+  Outcome o;
+  for (const StepResult& s : run.steps) o.losses.push_back(s.loss);
+  o.params = CollectAll(*trainer, /*grads=*/false);
+  return o;
+}
+
+class MpiEqualsOneProcess : public ::testing::TestWithParam<Config> {};
+
+TEST_P(MpiEqualsOneProcess, LossesAndFinalParameters) {
+  const Config& c = GetParam();
+  const std::string prefix = TempPrefix(std::string(c.module) + "-" + std::to_string(c.stages) +
+                                        "-" + std::to_string(c.chunks));
+  const Finished f = RunFor(
+      Mpirun(c.stages, {SF_MPI_WORKER, std::string("module=") + c.module,
+                        "stages=" + std::to_string(c.stages),
+                        "microbatches=" + std::to_string(c.microbatches),
+                        "chunks=" + std::to_string(c.chunks),
+                        "seq_len=" + std::to_string(c.seq_len), std::string("policy=") + c.policy,
+                        "steps=" + std::to_string(c.steps), "out=" + prefix}),
+      prefix);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const Outcome mpi = ReadWorkerFiles(prefix, c.stages);
+  const Outcome one = RunOneProcess(c);
+  ASSERT_EQ(mpi.losses.size(), static_cast<std::size_t>(c.steps));
+  EXPECT_LT(RelError(mpi.losses, one.losses), 1e-10);
+  EXPECT_TRUE(SameNamed(mpi.params, one.params, 1e-10));
+  EXPECT_NE(one.losses.front(), one.losses.back());  // the parameters moved
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, MpiEqualsOneProcess,
+    ::testing::Values(Config{"toy", 2, 3, 4, 24, "stateflow", 3},
+                      Config{"toy", 4, 2, 3, 25, "stateflow", 3},
+                      Config{"toy", 4, 3, 1, 24, "1f1b", 2},
+                      Config{"gdn", 2, 2, 3, 40, "stateflow", 2},
+                      Config{"gdn", 4, 2, 2, 40, "stateflow", 2}));
+
+TEST(MpiTransport, RankCountDifferentFromStagesFailsOnEveryRank) {
+  const std::string prefix = TempPrefix("ranks");
+  const Finished f = RunFor(Mpirun(3, {SF_MPI_WORKER, "stages=2", "out=" + prefix}), prefix, 60);
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_NE(f.exit_code, 0);
+  EXPECT_NE(f.err.find("mpirun started 3 ranks but the scenario has parallel.pipeline_size 2"),
+            std::string::npos)
+      << f.err;
+}
+
+}  // namespace
+}  // namespace stateflow::backend::testing

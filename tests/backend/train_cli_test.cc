@@ -1,0 +1,218 @@
+// `stateflow train` end to end, as one process and under mpirun: the JSON
+// Report, exactness across ranks and policies, the loss falling on real text,
+// and every bad input or failure ending every rank with one line and a
+// non-zero exit, never a hang (each run has a deadline; one test kills a
+// rank in the middle of a run).
+#include <gtest/gtest.h>
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+#include "proto/stateflow.pb.h"
+#include "tests/backend/subprocess_util.h"
+
+namespace stateflow::backend::testing {
+namespace {
+
+const std::string kStateflow = std::string(SF_BINARY_DIR) + "/stateflow";
+
+std::string TempPrefix(const std::string& name) {
+  return std::string(SF_BINARY_DIR) + "/test-tmp-train-" + name;
+}
+
+std::vector<std::string> Train(std::vector<std::string> args) {
+  args.insert(args.begin(), {kStateflow, "train"});
+  return args;
+}
+
+pb::Report ParseReport(const Finished& f) {
+  pb::Report report;
+  const auto status = google::protobuf::util::JsonStringToMessage(f.out, &report);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << f.out << f.err;
+  return report;
+}
+
+double RelError(const pb::Report& a, const pb::Report& b) {
+  double num = 0, den = 0;
+  for (int k = 0; k < b.losses_size(); ++k) {
+    num += (a.losses(k) - b.losses(k)) * (a.losses(k) - b.losses(k));
+    den += b.losses(k) * b.losses(k);
+  }
+  return std::sqrt(num / den);
+}
+
+// A short float64 run of the default scenario's model.
+const std::vector<std::string> kSmall = {"--dtype", "float64", "--steps", "3", "-T", "48",
+                                         "-M",      "3",       "--json"};
+
+std::vector<std::string> With(std::vector<std::string> base, std::vector<std::string> more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+TEST(TrainCli, MpiRanksGiveTheLossesOfOneProcessAndAFullReport) {
+  const std::vector<std::string> args = With(kSmall, {"-N", "3"});
+  const Finished one = RunFor(Train(args), TempPrefix("one"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const Finished two = RunFor(Mpirun(2, Train(args)), TempPrefix("two"));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const pb::Report a = ParseReport(one), b = ParseReport(two);
+  ASSERT_EQ(b.losses_size(), 3);
+  EXPECT_LT(RelError(b, a), 1e-10);
+  EXPECT_EQ(b.source(), "train");
+  EXPECT_EQ(b.pipeline_size(), 2u);
+  EXPECT_EQ(b.chunks(), 3u);
+  EXPECT_GT(b.tokens_per_s(), 0);
+  ASSERT_EQ(b.stages_size(), 2);
+  for (const pb::StageReport& s : b.stages()) {
+    EXPECT_GT(s.busy_s(), 0);
+    double sum = 0;
+    for (const pb::BufferBytes& c : s.peak_by_class()) sum += c.bytes();
+    EXPECT_EQ(sum, s.peak_memory_bytes()) << "stage " << s.stage();  // composition at the peak
+    EXPECT_EQ(s.peak_by_class_size(), 8);
+  }
+}
+
+TEST(TrainCli, PoliciesGiveTheSameLosses) {
+  const Finished base = RunFor(Train(With(kSmall, {"--policy", "1f1b"})), TempPrefix("1f1b"));
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  const pb::Report ref = ParseReport(base);
+  for (const std::string policy : {"stateflow", "gpipe"}) {
+    const Finished f = RunFor(Train(With(kSmall, {"--policy", policy, "-N", "3"})),
+                              TempPrefix(policy));
+    ASSERT_EQ(f.exit_code, 0) << f.err;
+    EXPECT_LT(RelError(ParseReport(f), ref), 1e-10) << policy;
+  }
+}
+
+// The tiny model learns the text's byte statistics quickly: from about
+// ln 256 = 5.55 nats towards the unigram entropy of English text (about 3).
+TEST(TrainCli, LossFallsOverFiftyStepsOnRealText) {
+  const Finished f = RunFor(Train({"--steps", "50", "-T", "64", "-M", "2", "-N", "2", "--lr",
+                                   "0.01", "--json"}),
+                            TempPrefix("loss"));
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const pb::Report r = ParseReport(f);
+  ASSERT_EQ(r.losses_size(), 50);
+  const double first = std::accumulate(r.losses().begin(), r.losses().begin() + 5, 0.0) / 5;
+  const double last = std::accumulate(r.losses().end() - 5, r.losses().end(), 0.0) / 5;
+  EXPECT_NEAR(r.losses(0), std::log(256.0), 0.5);  // starts near uniform
+  EXPECT_LT(last, first - 0.5) << "first 5 " << first << ", last 5 " << last;
+}
+
+TEST(TrainCli, TraceHasOneTrackPerStage) {
+  const std::string trace = TempPrefix("trace.json");
+  const Finished f = RunFor(Mpirun(2, Train({"--steps", "2", "-T", "64", "--trace", trace})),
+                            TempPrefix("trace"));
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const std::string json = Slurp(trace);
+  EXPECT_NE(json.find("\"stage 0\""), std::string::npos);
+  EXPECT_NE(json.find("\"stage 1\""), std::string::npos);
+  EXPECT_NE(json.find("\"F m0 c0\""), std::string::npos);
+  EXPECT_NE(json.find("\"B m3 c0\""), std::string::npos);
+}
+
+// ----------------------------------------------------------- failures ----
+
+// One line from us on stderr (Open MPI may add its own banner after it).
+void ExpectOneLine(const Finished& f, const std::string& text) {
+  const std::size_t at = f.err.find(text);
+  ASSERT_NE(at, std::string::npos) << f.err;
+  EXPECT_EQ(f.err.find(text, at + 1), std::string::npos) << "printed twice:\n" << f.err;
+  EXPECT_FALSE(f.timed_out);
+}
+
+TEST(TrainCli, RankCountDifferentFromStages) {
+  const Finished f = RunFor(Mpirun(3, Train({"--steps", "1"})), TempPrefix("ranks"), 60);
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "mpirun started 3 ranks but the scenario has parallel.pipeline_size 2");
+}
+
+TEST(TrainCli, PlanForAnotherShapeOrBroken) {
+  const std::string plan = TempPrefix("plan.txt");
+  const Finished dump =
+      RunFor({kStateflow, "plan-dump", "-P", "2", "-M", "3", "-N", "4", "--out", plan},
+             TempPrefix("dump"));
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  const Finished wrong = RunFor(Mpirun(2, Train({"-M", "4", "--plan", plan})), TempPrefix("wp"));
+  EXPECT_EQ(wrong.exit_code, 2);
+  ExpectOneLine(wrong, "plan is for stages 2 microbatches 3 chunks 4");
+  // Right shape, but stage 1 runs its list backwards.
+  std::string text = Slurp(plan);
+  const std::size_t line = text.find("stage 1:");
+  std::istringstream actions(text.substr(line + 8));
+  std::vector<std::string> list{std::istream_iterator<std::string>(actions), {}};
+  std::string reversed = "stage 1:";
+  for (auto it = list.rbegin(); it != list.rend(); ++it) reversed += " " + *it;
+  std::ofstream(plan) << text.substr(0, line) << reversed << "\n";
+  const Finished broken = RunFor(Mpirun(2, Train({"-M", "3", "--plan", plan})), TempPrefix("bp"));
+  EXPECT_EQ(broken.exit_code, 2);
+  ExpectOneLine(broken, plan + ": ");
+}
+
+TEST(TrainCli, SequenceShorterThanTheChunks) {
+  const Finished f = RunFor(Mpirun(2, Train({"-T", "40", "-N", "8"})), TempPrefix("short"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "seq_len 40 cannot be cut into 8 non-empty chunks");
+}
+
+TEST(TrainCli, NonFiniteLossStopsEveryRankWithTheStepNumber) {
+  const Finished f = RunFor(Mpirun(2, Train({"--lr", "1e30", "--steps", "20", "-T", "64"})),
+                            TempPrefix("nan"));
+  EXPECT_EQ(f.exit_code, 1);
+  ExpectOneLine(f, ": the loss is ");
+  EXPECT_NE(f.err.find("stateflow train: step "), std::string::npos) << f.err;
+  EXPECT_NE(f.out.find("step    1"), std::string::npos) << f.out;  // trained a step first
+}
+
+TEST(TrainCli, OverCapacityInTheMiddleOfAStepNamesStageAndClass) {
+  // Weights, gradients and moments fit (about 1.7 MiB per stage), activations do not.
+  const Finished f =
+      RunFor(Mpirun(2, Train({"--capacity-bytes", "2000000", "--steps", "3"})), TempPrefix("cap"));
+  EXPECT_NE(f.exit_code, 0);
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_NE(f.err.find("would exceed the capacity"), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("stateflow train: "), std::string::npos) << f.err;
+  bool names_class = false;
+  for (const char* c : {"activations", "boundary_states", "workspace", "logits"}) {
+    names_class |= f.err.find(std::string("of ") + c + " would exceed") != std::string::npos;
+  }
+  EXPECT_TRUE(names_class) << f.err;
+}
+
+TEST(TrainCli, WeightsOverCapacityStopEveryRankCleanly) {
+  // Below the first weight tensor (the 256 x 64 embedding).
+  const Finished f = RunFor(Mpirun(2, Train({"--capacity-bytes", "1000"})), TempPrefix("capw"));
+  EXPECT_EQ(f.exit_code, 1);
+  ExpectOneLine(f, "of weights would exceed the capacity");
+}
+
+TEST(TrainCli, KilledRankEndsTheJobWithinSeconds) {
+  const std::string dir = TempPrefix("pids");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  setenv("SF_TRAIN_PID_DIR", dir.c_str(), 1);
+  Process job = Process::Start(Mpirun(2, Train({"--steps", "100000"})), TempPrefix("kill"), 120);
+  unsetenv("SF_TRAIN_PID_DIR");
+  const std::string pid_file = dir + "/rank1.pid";
+  while (!std::filesystem::exists(pid_file) && job.Elapsed() < 60) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(pid_file)) << "no pid file after 60 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into the steps
+  const pid_t victim = std::stoi(Slurp(pid_file));
+  const double killed_at = job.Elapsed();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const Finished f = job.Wait(killed_at + 30);
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_NE(f.exit_code, 0);
+  EXPECT_LT(f.elapsed_s - killed_at, 10.0) << "the other rank took too long to end";
+}
+
+}  // namespace
+}  // namespace stateflow::backend::testing
