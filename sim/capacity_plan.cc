@@ -88,6 +88,7 @@ Result<pb::SweepSpec> SplitSweep(const pb::Scenario& s, const CapacityPlanReques
   if (req.sweep.policies_size() > 0) {
     *spec.mutable_policies() = req.sweep.policies();
   } else {
+    spec.add_policies("1f1b");
     spec.add_policies("stateflow");
   }
   spec.add_seq_len(static_cast<std::uint64_t>(req.seq_len));

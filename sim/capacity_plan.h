@@ -27,7 +27,7 @@ struct CapacityPlanRequest {
   int global_batch = 0;       // sequences per step
   // Chunk counts, alphas and policies to try per split (its other ranges are
   // ignored). Empty chunks: the paper's {2, 4, 6, 8, 16, 32}; empty alpha:
-  // {0, 0.1, ..., 1.0, 1.25}; empty policies: {"stateflow"}. Chunk counts
+  // {0, 0.1, ..., 1.0, 1.25}; empty policies: {"1f1b", "stateflow"}. Chunk counts
   // that cannot cut seq_len at the schedule's granularity are dropped (noted).
   pb::SweepSpec sweep;
 };

@@ -18,11 +18,14 @@ constexpr char kName[] = "plan";
 constexpr char kExamples[] = R"(Every split of --devices into P x TP x DP is checked: TP within a node
 (TP <= devices per node and divides it), heads (recurrence, attention, K/V)
 divisible by TP, P <= layers, global batch divisible by DP x microbatch size.
-Each legal split is swept over N (default 2,4,6,8,16,32) and alpha (default
-0,0.1,...,1,1.25; one value for models without softmax attention) with M =
-global batch / (DP x microbatch size); the fastest configuration that fits in
-memory is its best. Recompute mode, microbatch size, precision and the cost
-model come from the scenario (default: the embedded one, full recompute).
+Each legal split is swept with M = global batch / (DP x microbatch size) over
+the policies 1f1b and stateflow, N in 2,4,6,8,16,32 and alpha in
+0,0.1,...,1,1.25 (one alpha for models without softmax attention), or the
+ranges of --scenario's sweep block and of the list flags; N too large to cut
+the sequence at the granularity is dropped. A split's best is its fastest
+configuration that fits in memory. Recompute mode, microbatch size, precision
+and cost model come from the scenario (default: the embedded one, full
+recompute).
 
 examples:
   stateflow plan --model gdn-hybrid-15b --seq-len 262144 --global-batch 8 --devices 32
@@ -102,7 +105,9 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
   request.devices = static_cast<int>(f.devices.value_or(defaults.first));
   request.global_batch = static_cast<int>(f.global_batch.value_or(defaults.second));
   request.seq_len = static_cast<std::int64_t>(scenario.seq_len());
-  request.sweep = scenario.sweep();
+  // A scenario file's sweep ranges apply; the embedded default's do not (the
+  // plan then tries the paper's N and alpha, with 1f1b and stateflow).
+  if (!f.scenario.scenario_path.empty()) request.sweep = scenario.sweep();
   SF_RETURN_IF_ERROR(ApplySweepFlags(f.sweep, &request.sweep));
   ProgressBar bar("configurations");
   SF_ASSIGN_OR_RETURN(

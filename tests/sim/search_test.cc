@@ -373,6 +373,7 @@ CapacityPlanRequest TinyRequest(int devices, int global_batch) {
   req.global_batch = global_batch;
   for (int n : {1, 2, 4}) req.sweep.add_chunks(n);
   for (double a : {0.0, 1.0}) req.sweep.add_alpha(a);
+  req.sweep.add_policies("stateflow");
   return req;
 }
 

@@ -1,0 +1,64 @@
+// Sweep speed: the whole paper grid (scenarios/paper/*.textproto: GDN and
+// Mamba-3, recurrent and hybrid, 3B/15B/32B, three lengths, three global
+// batches, every N and alpha, and the 1F1B baselines), loaded once and swept
+// in one process; configurations per second.
+//
+//   ./build/bench/bench_sweep --benchmark_min_time=3
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "sim/search.h"
+#include "tools/scenario.h"
+
+namespace stateflow {
+namespace {
+
+std::vector<pb::Scenario> PaperGrid() {
+  std::vector<std::string> paths;
+  const std::filesystem::path dir = std::filesystem::path(SF_SOURCE_DIR) / "scenarios" / "paper";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".textproto") paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<pb::Scenario> out;
+  for (const std::string& path : paths) {
+    Result<pb::Scenario> s = tools::LoadScenarioFile(path);
+    if (s.ok()) s = tools::ResolveScenario(*s);
+    if (s.ok()) out.push_back(*s);
+  }
+  return out;
+}
+
+void BM_PaperGrid(benchmark::State& state) {
+  const std::vector<pb::Scenario> grid = PaperGrid();
+  if (grid.size() != 12) state.SkipWithError("expected 12 scenarios in scenarios/paper");
+  std::uint64_t configurations = 0, simulated = 0, tasks = 0;
+  for (auto _ : state) {
+    for (const pb::Scenario& s : grid) {
+      Result<pb::SweepReport> r = sim::RunSweep(s, s.sweep());
+      if (!r.ok()) {
+        state.SkipWithError(r.status().message().c_str());
+        return;
+      }
+      configurations += r->runs_size();
+      simulated += r->num_simulated();
+      for (const pb::SweepRun& run : r->runs()) tasks += static_cast<std::uint64_t>(run.num_tasks());
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["configurations"] = static_cast<double>(configurations) / n;
+  state.counters["simulated"] = static_cast<double>(simulated) / n;
+  state.counters["tasks"] = static_cast<double>(tasks) / n;
+  state.counters["configurations/s"] =
+      benchmark::Counter(static_cast<double>(configurations), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PaperGrid)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+
+}  // namespace
+}  // namespace stateflow
+
+BENCHMARK_MAIN();
