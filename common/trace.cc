@@ -17,16 +17,26 @@ TraceWriter::TraceWriter(std::string_view process_name, int pid) {
 }
 
 void TraceWriter::BeginProcess(std::string_view process_name, int pid) {
+  // Named lazily, on its first event, so that a process begun and renamed
+  // before anything was added is named once.
   pid_ = pid;
   named_.fill(false);
+  process_name_ = std::string(process_name);
+  process_named_ = false;
+}
+
+void TraceWriter::NameProcess() {
+  if (process_named_) return;
+  process_named_ = true;
   pb::TraceEvent* e = trace_.add_trace_events();
   e->set_name("process_name");
   e->set_ph("M");
   e->set_pid(pid_);
-  (*e->mutable_args()->mutable_fields())["name"].set_string_value(std::string(process_name));
+  (*e->mutable_args()->mutable_fields())["name"].set_string_value(process_name_);
 }
 
 void TraceWriter::NameTrack(int stage) {
+  NameProcess();
   if (stage < 0 || static_cast<std::size_t>(stage) >= named_.size() || named_[stage]) return;
   named_[stage] = true;
   pb::TraceEvent* e = trace_.add_trace_events();

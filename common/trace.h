@@ -27,7 +27,8 @@ class TraceWriter {
   // `pid` tells several groups in one file apart.
   explicit TraceWriter(std::string_view process_name, int pid = 0);
 
-  // Starts a new group of tracks (another process) in the same file.
+  // Starts a new group of tracks (another process) in the same file. A
+  // process that gets no events is not written.
   void BeginProcess(std::string_view process_name, int pid);
 
   void AddSlice(int stage, std::string_view name, double start_s, double end_s);
@@ -40,10 +41,13 @@ class TraceWriter {
   Status WriteFile(const std::string& path) const;
 
  private:
+  void NameProcess();
   void NameTrack(int stage);
 
   pb::Trace trace_;
   int pid_ = 0;
+  std::string process_name_;
+  bool process_named_ = false;
   std::array<bool, 4096> named_{};  // stage tracks named in this process
 };
 
