@@ -265,7 +265,8 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
 
 int RunTrainRanked(int argc, char** argv, int rank, bool mpi) {
   TrainFlags flags;
-  po::options_description desc("stateflow train [options]");
+  po::options_description desc(
+      "stateflow train [options] (without --scenario: scenarios/tiny-train.textproto)");
   AddTrainOptions(&desc, &flags);
   po::variables_map vm;
   if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return FailOnce(rank, s);
