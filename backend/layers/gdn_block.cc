@@ -5,6 +5,7 @@
 // rest in kWorkspace, freed when the function that made it returns.
 #include "backend/layers/gdn_block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>

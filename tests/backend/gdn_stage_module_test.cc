@@ -423,6 +423,12 @@ TEST(GdnStageModuleTest, LedgerFollowsThePlanAndPeakMatchesThePaper) {
       const std::int64_t units = std::min(c.M * c.N, c.N + c.P - r - 1);
       EXPECT_EQ(model_peak[r], units * (T / c.N) * ledger[r].act_per_token * bytes)
           << "stage " << r;
+      // Transient logits: one (s_i, min(V, slice)) buffer at a time, so their
+      // peak is exactly 1/N of N = 1's.
+      const std::int64_t logits = r + 1 == c.P ? (T / c.N) * std::min<std::int64_t>(
+                                                     model.vocab_size(), kHeadVocabSlice) * bytes
+                                               : 0;
+      EXPECT_EQ(alloc.PeakBytes(BufferClass::kLogits), logits) << "stage " << r;
     }
   }
 }
