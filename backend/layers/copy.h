@@ -3,6 +3,7 @@
 // allocator (a received activation, or, in single-process tests, another
 // stage's), while what a layer keeps must be counted on its own stage.
 // Tensor::CloneAs, by contrast, copies into the source's allocator.
+// Not a view, a cast or a reshape: same shape, same element type.
 //
 //   SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
 #pragma once

@@ -15,6 +15,37 @@
 namespace stateflow::backend {
 namespace {
 
+// Ok if `batch` holds microbatches * (seq_len + 1) tokens (one sequence per
+// microbatch), `partition` covers seq_len, and, when vocab > 0, every token
+// is in [0, vocab). Errors start with `stage`.
+Status CheckBatch(const std::string& stage, const Batch* batch,
+                  const schedule::Partition* partition, std::int64_t vocab) {
+  if (batch == nullptr || partition == nullptr) {
+    return Status::Invalid(stage + ": BeginStep needs a batch and a partition");
+  }
+  const int M = batch->microbatches;
+  const std::int64_t T_len = batch->seq_len;
+  if (M < 1 || T_len < 1) {
+    return Status::Invalid(stage + ": batch has " + std::to_string(M) +
+                           " microbatches of " + std::to_string(T_len) +
+                           " tokens; both must be >= 1");
+  }
+  const std::int64_t expected = static_cast<std::int64_t>(M) * (T_len + 1);
+  if (static_cast<std::int64_t>(batch->tokens.size()) != expected) {
+    return Status::Invalid(stage + ": batch.tokens has " + std::to_string(batch->tokens.size()) +
+                           " tokens, expected microbatches * (seq_len + 1) = " +
+                           std::to_string(expected) + " (one sequence per microbatch)");
+  }
+  if (partition->num_chunks() < 1 || partition->seq_len() != T_len) {
+    return Status::Invalid(stage + ": the partition covers " +
+                           std::to_string(partition->num_chunks() < 1 ? 0 : partition->seq_len()) +
+                           " tokens, the batch's seq_len is " + std::to_string(T_len));
+  }
+  if (vocab == 0) return Status::Ok();  // a middle stage reads no tokens
+  Status ids = CheckTokenIds(batch->tokens.data(), expected, vocab);
+  return ids.WithPrefix(stage + ": batch.tokens");
+}
+
 template <typename T>
 class GdnStageModule final : public StageModule<T> {
  public:
@@ -122,36 +153,13 @@ template <typename T>
 Status GdnStageModule<T>::BeginStep(const Batch* batch,
                                     const schedule::Partition* partition,
                                     double loss_scale) {
-  const std::string stage = "stage " + std::to_string(alloc_->stage());
   int a = 0, i = 0;
   if (!step_failed_ && !StepComplete(&a, &i)) {
     return Status::Invalid(Where(a, i) + " has not run backward; a new step cannot begin");
   }
-  if (batch == nullptr || partition == nullptr) {
-    return Status::Invalid(stage + ": BeginStep needs a batch and a partition");
-  }
+  SF_RETURN_IF_ERROR(CheckBatch("stage " + std::to_string(alloc_->stage()), batch,
+                                partition, is_first() || is_last() ? vocab_ : 0));
   const int M = batch->microbatches;
-  const std::int64_t T_len = batch->seq_len;
-  if (M < 1 || T_len < 1) {
-    return Status::Invalid(stage + ": batch has " + std::to_string(M) +
-                           " microbatches of " + std::to_string(T_len) +
-                           " tokens; both must be >= 1");
-  }
-  const std::int64_t expected = static_cast<std::int64_t>(M) * (T_len + 1);
-  if (static_cast<std::int64_t>(batch->tokens.size()) != expected) {
-    return Status::Invalid(stage + ": batch.tokens has " + std::to_string(batch->tokens.size()) +
-                           " tokens, expected microbatches * (seq_len + 1) = " +
-                           std::to_string(expected) + " (one sequence per microbatch)");
-  }
-  if (partition->num_chunks() < 1 || partition->seq_len() != T_len) {
-    return Status::Invalid(stage + ": the partition covers " +
-                           std::to_string(partition->seq_len()) + " tokens, the batch's seq_len is " +
-                           std::to_string(T_len));
-  }
-  if (is_first() || is_last()) {  // the stage reads ids or targets
-    Status ids = CheckTokenIds(batch->tokens.data(), expected, vocab_);
-    if (!ids.ok()) return ids.WithPrefix(stage + ": batch.tokens");
-  }
   batch_ = batch;
   partition_ = partition;
   loss_scale_ = loss_scale;
