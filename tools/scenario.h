@@ -26,6 +26,14 @@ Result<pb::Scenario> ParseScenarioText(std::string_view text,
 // Reads and parses a file; errors name the path.
 Result<pb::Scenario> LoadScenarioFile(const std::string& path);
 
+// Parses any message's text format into `message`; errors as
+// "<source_name>:<line>:<column>: <message>".
+Status ParseTextProto(std::string_view text, std::string_view source_name,
+                      google::protobuf::Message* message);
+
+// Reads a measured cost table (written by `stateflow profile`).
+Result<pb::CostTable> LoadCostTableFile(const std::string& path);
+
 // Presets merged (fields set in the scenario win), defaults filled (TP, DP,
 // microbatch size 1; policy stateflow; chunks 1; granularity 128; recompute
 // none; cost model analytic; precision defaults), every field checked.

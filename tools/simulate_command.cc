@@ -1,5 +1,6 @@
 // `stateflow simulate`: one scenario, its schedule and baselines, simulated.
 #include <iostream>
+#include <optional>
 
 #include "common/trace.h"
 #include "schedule/plan.h"
@@ -32,6 +33,8 @@ constexpr char kExamples[] = R"(examples:
       open trace.json in ui.perfetto.dev: one track per stage, memory counters
   stateflow plan-dump -N 4 --out plan.txt && stateflow simulate -N 4 --plan plan.txt
       simulate a plan edited by hand (it is validated first)
+  stateflow simulate --scenario scenarios/tiny-train.textproto --costs costs.textproto
+      replay costs measured on this machine by `stateflow profile`
 )";
 
 void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
@@ -65,12 +68,14 @@ Result<schedule::Plan> LoadPlan(const std::string& path) {
 
 int RunSimulate(int argc, char** argv) {
   ScenarioFlags flags;
-  std::string plan_path, trace_path;
+  std::string plan_path, trace_path, costs_path;
   po::options_description desc("stateflow simulate [options]");
   desc.add_options()("help,h", "show this help")
       ("json", "print the Report as JSON on stdout instead of the table")
       ("plan", po::value(&plan_path), "simulate this plan file (see plan-dump) as the schedule")
-      ("trace", po::value(&trace_path), "write a Chrome/Perfetto trace to this file");
+      ("trace", po::value(&trace_path), "write a Chrome/Perfetto trace to this file")
+      ("costs", po::value(&costs_path),
+       "replay per-chunk costs measured by `stateflow profile` (a CostTable file)");
   AddScenarioOptions(&desc, &flags);
   po::variables_map vm;
   if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
@@ -90,9 +95,21 @@ int RunSimulate(int argc, char** argv) {
   Result<pb::Scenario> scenario = LoadResolvedScenario(flags);
   if (!scenario.ok()) return Fail(kName, scenario.status());
 
+  std::optional<sim::CostTableIndex> costs;
+  if (!costs_path.empty()) {
+    Result<pb::CostTable> table = LoadCostTableFile(costs_path);
+    if (!table.ok()) return Fail(kName, table.status());
+    if (Status s = sim::CheckCostTableModel(*table, scenario->model(), costs_path); !s.ok()) {
+      return Fail(kName, s);
+    }
+    Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, costs_path);
+    if (!index.ok()) return Fail(kName, index.status());
+    costs = std::move(index).value();
+  }
   const bool want_trace = !trace_path.empty();
   SimulationOptions options{.record_timeline = want_trace,
-                            .plan = plan ? &*plan : nullptr};
+                            .plan = plan ? &*plan : nullptr,
+                            .costs = costs ? &*costs : nullptr};
   Result<Simulation> primary = Simulate(*scenario, scenario->schedule(), options);
   if (!primary.ok()) return Fail(kName, primary.status());
   TraceWriter trace("simulate");
@@ -100,8 +117,9 @@ int RunSimulate(int argc, char** argv) {
 
   pb::Report report = primary->report;
   for (int b = 0; b < scenario->baselines_size(); ++b) {
-    Result<Simulation> base = Simulate(*scenario, scenario->baselines(b),
-                                       {.record_timeline = want_trace});
+    Result<Simulation> base =
+        Simulate(*scenario, scenario->baselines(b),
+                 {.record_timeline = want_trace, .costs = options.costs});
     if (!base.ok()) {
       return Fail(kName, base.status().WithPrefix("baselines[" + std::to_string(b) + "]"));
     }

@@ -227,3 +227,63 @@ TEST(Cli, HelpHasExamples) {
 }
 
 }  // namespace
+
+namespace {
+
+// A cost table for gdn-tiny measured at 128 tokens; `extra` is appended.
+std::string TinyCostTable(const std::string& model_fields, const std::string& extra = "") {
+  std::string t = "model { " + model_fields + " }\nlink { latency_s: 1e-6 bandwidth_bytes_per_s: 1e9 }\n";
+  for (const char* kind : {"embedding", "recurrence", "head"}) {
+    for (const char* pass : {"forward", "backward"}) {
+      t += std::string("samples { layer_kind: \"") + kind + "\" pass: \"" + pass +
+           "\" recompute: \"none\" tokens: 128 median_s: 0.001 }\n";
+    }
+  }
+  return t + extra;
+}
+
+// The tiny model's fields as the scenario resolves them.
+const char kTinyModel[] =
+    "name: \"gdn-tiny\" architecture: \"gdn\" layer_pattern: \"recurrent\" num_layers: 4 "
+    "hidden_size: 64 num_heads: 2 head_dim_k: 32 head_dim_v: 32 conv_width: 4 mlp_size: 128 "
+    "vocab_size: 256 untied_embeddings: true";
+
+std::string TinyReplayArgs(const std::string& table_path, int seq_len = 256) {
+  return "simulate --model gdn-tiny --cluster cpu --policy stateflow -P 2 -M 2 -N 2 --seq-len " +
+         std::to_string(seq_len) + " --recompute none --costs " + table_path;
+}
+
+TEST(CliReplay, ReplaysAMeasuredTable) {
+  const std::string path = WriteFile("costs-ok.textproto", TinyCostTable(kTinyModel));
+  CliRun run = Stateflow(TinyReplayArgs(path) + " --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  stateflow::pb::Report report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+  EXPECT_EQ(report.cost_model(), "replay");
+  EXPECT_GT(report.step_time_s(), 0);
+}
+
+TEST(CliReplay, BadTablesGetOneLineAndExitTwo) {
+  ExpectBadInput(Stateflow(TinyReplayArgs(WriteFile("costs-corrupt.textproto",
+                                                    "model { hidden_size: 64 \nsamples {"))),
+                 "costs-corrupt.textproto:2:");
+  std::string other = kTinyModel;
+  other.replace(other.find("hidden_size: 64"), 15, "hidden_size: 96");
+  ExpectBadInput(Stateflow(TinyReplayArgs(WriteFile("costs-model.textproto",
+                                                    TinyCostTable(other)))),
+                 "model.hidden_size");
+  std::string no_head = TinyCostTable(kTinyModel);
+  no_head = no_head.substr(0, no_head.find("samples { layer_kind: \"head\""));
+  ExpectBadInput(Stateflow(TinyReplayArgs(WriteFile("costs-nohead.textproto", no_head))),
+                 "no head");
+  ExpectBadInput(Stateflow(TinyReplayArgs(WriteFile(
+                     "costs-neg.textproto",
+                     TinyCostTable(kTinyModel, "samples { layer_kind: \"head\" pass: \"forward\" "
+                                               "recompute: \"none\" tokens: 64 median_s: -2 }\n")))),
+                 "median_s");
+  ExpectBadInput(Stateflow(TinyReplayArgs(WriteFile("costs-range.textproto",
+                                                    TinyCostTable(kTinyModel)), 512)),
+                 "outside the measured range");
+}
+
+}  // namespace

@@ -1,0 +1,64 @@
+// Reading a measured CostTable (proto/stateflow.proto) for replay: checks it
+// (no negative or non-finite time, known layer kinds and passes, a model whose
+// layer shapes match the scenario's) and answers the time of one layer kind's
+// pass over a chunk by interpolating between measured chunk lengths, linear in
+// tokens (recurrence and dense work are linear in tokens). A length outside
+// the measured range is an error naming the kind, pass and range, never an
+// extrapolation.
+//
+// Not a cost source by itself: MakeReplayCostSource (cost_source.h) sums these
+// times over each stage's layers.
+//
+//   Result<CostTableIndex> index = CostTableIndex::Make(table, "costs.textproto");
+//   Result<double> t = index->Time(LayerKind::kRecurrence, "forward", Recompute::kNone, 512, 0);
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "common/status.h"
+#include "models/cost_model.h"
+#include "models/model.h"
+#include "proto/stateflow.pb.h"
+
+namespace stateflow::sim {
+
+class CostTableIndex {
+ public:
+  // Errors name `source` and the sample ("costs.textproto: samples[3].median_s
+  // is negative").
+  static Result<CostTableIndex> Make(const pb::CostTable& table, std::string_view source);
+
+  // Seconds of `pass` ("forward" or "backward") of one layer of `kind` over a
+  // chunk of `tokens` tokens after `prefix` tokens, as measured under
+  // `recompute`.
+  Result<double> Time(models::LayerKind kind, std::string_view pass,
+                      models::Recompute recompute, double tokens, double prefix) const;
+
+  const pb::LinkSpec& link() const { return link_; }
+  double optimizer_s_per_param() const { return optimizer_s_per_param_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  // (kind, pass, recompute) -> prefix -> samples sorted by tokens.
+  using Key = std::tuple<std::string, std::string, std::string>;
+  using Curve = std::vector<std::pair<double, double>>;  // (tokens, seconds)
+
+  std::string source_;
+  std::map<Key, std::map<double, Curve>> curves_;
+  pb::LinkSpec link_;
+  double optimizer_s_per_param_ = 0;
+};
+
+// Checks that the table was measured on a model with the same layer shapes as
+// `model` (the name may differ). The error names the first differing field.
+Status CheckCostTableModel(const pb::CostTable& table, const pb::ModelSpec& model,
+                           std::string_view source);
+
+// "embedding", "recurrence", "attention", "head".
+std::string_view CostKindName(models::LayerKind kind);
+
+}  // namespace stateflow::sim
