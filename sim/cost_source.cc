@@ -112,6 +112,23 @@ class TableCostSource : public CostSource {
 
   ClassBytes StaticBytes(int stage) const override { return static_[stage]; }
 
+  // The per (stage, chunk) tables. A split W pass is not modelled yet: B
+  // carries the whole backward, W is free.
+  double Duration(const Action& a) const override {
+    switch (a.pass) {
+      case Pass::kForward: return forward_s_[Key(a.stage, a.chunk)];
+      case Pass::kBackward: return backward_s_[Key(a.stage, a.chunk)];
+      case Pass::kWeight: return 0.0;
+    }
+    return 0.0;
+  }
+  double TransferLatency(const Action& a) const override {
+    return a.pass == Pass::kWeight ? 0.0 : transfer_latency_s_[Key(a.stage, a.chunk)];
+  }
+  double TransferOccupancy(const Action& a) const override {
+    return a.pass == Pass::kWeight ? 0.0 : transfer_occupancy_s_[Key(a.stage, a.chunk)];
+  }
+
   MemoryEffect Memory(const Action& a) const override {
     return a.pass == Pass::kForward ? forward_memory_[Key(a.stage, a.chunk)]
                                     : backward_memory_[Key(a.stage, a.chunk)];
@@ -138,22 +155,6 @@ class AnalyticCostSource final : public TableCostSource {
  public:
   using TableCostSource::TableCostSource;
   std::string name() const override { return "analytic"; }
-  double Duration(const Action& a) const override {
-    // A split W pass is not modelled by the analytic source yet: B carries
-    // the whole backward, W is free.
-    switch (a.pass) {
-      case Pass::kForward: return forward_s_[Key(a.stage, a.chunk)];
-      case Pass::kBackward: return backward_s_[Key(a.stage, a.chunk)];
-      case Pass::kWeight: return 0.0;
-    }
-    return 0.0;
-  }
-  double TransferLatency(const Action& a) const override {
-    return a.pass == Pass::kWeight ? 0.0 : transfer_latency_s_[Key(a.stage, a.chunk)];
-  }
-  double TransferOccupancy(const Action& a) const override {
-    return a.pass == Pass::kWeight ? 0.0 : transfer_occupancy_s_[Key(a.stage, a.chunk)];
-  }
   double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
 };
 
@@ -211,20 +212,6 @@ class ReplayCostSource final : public TableCostSource {
   }
 
   std::string name() const override { return "replay"; }
-  double Duration(const Action& a) const override {
-    switch (a.pass) {
-      case Pass::kForward: return forward_s_[Key(a.stage, a.chunk)];
-      case Pass::kBackward: return backward_s_[Key(a.stage, a.chunk)];
-      case Pass::kWeight: return 0.0;
-    }
-    return 0.0;
-  }
-  double TransferLatency(const Action& a) const override {
-    return a.pass == Pass::kWeight ? 0.0 : transfer_latency_s_[Key(a.stage, a.chunk)];
-  }
-  double TransferOccupancy(const Action& a) const override {
-    return a.pass == Pass::kWeight ? 0.0 : transfer_occupancy_s_[Key(a.stage, a.chunk)];
-  }
   // Measured on one machine: no data parallelism is replayed.
   double GradientSyncTime(int) const override { return 0.0; }
   double OptimizerTime(int stage) const override { return optimizer_s_[stage]; }

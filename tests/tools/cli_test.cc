@@ -2,66 +2,25 @@
 // outputs, bad input gets one line naming the field (or file:line:column) and
 // exit code 2, never a crash or a hang.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "proto/stateflow.pb.h"
+#include "tests/tools/cli_testing.h"
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using stateflow::testing::CliRun;
+using stateflow::testing::ExpectBadInput;
+using stateflow::testing::Slurp;
+using stateflow::testing::TempPath;
 
-std::string TempPath(const std::string& name) {
-  return std::string(SF_BINARY_DIR) + "/test-tmp-" + name;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Runs `stateflow <args>` with a time limit; stderr goes to a file.
-CliRun Stateflow(const std::string& args) {
-  static int counter = 0;
-  const std::string err_path = TempPath("stderr-" + std::to_string(counter++));
-  const std::string cmd = "timeout 60 " + std::string(SF_BINARY_DIR) + "/stateflow " + args +
-                          " 2>" + err_path;
-  CliRun run;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) run.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.err = Slurp(err_path);
-  std::remove(err_path.c_str());
-  return run;
-}
+CliRun Stateflow(const std::string& args) { return stateflow::testing::Stateflow(args, "cli"); }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = TempPath(name);
-  std::ofstream(path) << text;
-  return path;
-}
-
-int Lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += (c == '\n');
-  return n;
+  return stateflow::testing::WriteTemp(name, text);
 }
 
 // A valid small scenario to break one field at a time.
@@ -71,12 +30,6 @@ std::string SmallScenario(const std::string& extra = "") {
          "schedule { policy: \"stateflow\" chunks: 4 recompute: \"full\" }\n" + extra;
 }
 
-void ExpectBadInput(const CliRun& run, const std::string& needle) {
-  EXPECT_EQ(run.exit_code, 2) << run.err;
-  EXPECT_NE(run.err.find(needle), std::string::npos) << "stderr: " << run.err;
-  EXPECT_EQ(Lines(run.err), 1) << "stderr: " << run.err;
-  EXPECT_TRUE(run.out.empty()) << run.out;
-}
 
 TEST(Cli, DefaultScenarioPrintsTheComparison) {
   CliRun run = Stateflow("simulate");
