@@ -47,7 +47,7 @@ double RelError(const pb::Report& a, const pb::Report& b) {
 }
 
 // A short float64 run of the default scenario's model.
-const std::vector<std::string> kSmall = {"--dtype", "float64", "--steps", "3", "-T", "48",
+const std::vector<std::string> kSmall = {"--dtype", "float64", "--steps", "2", "-T", "48",
                                          "-M",      "3",       "--json"};
 
 std::vector<std::string> With(std::vector<std::string> base, std::vector<std::string> more) {
@@ -62,7 +62,7 @@ TEST(TrainCli, MpiRanksGiveTheLossesOfOneProcessAndAFullReport) {
   const Finished two = RunFor(Mpirun(2, Train(args)), TempPrefix("two"));
   ASSERT_EQ(two.exit_code, 0) << two.err;
   const pb::Report a = ParseReport(one), b = ParseReport(two);
-  ASSERT_EQ(b.losses_size(), 3);
+  ASSERT_EQ(b.losses_size(), 2);
   EXPECT_LT(RelError(b, a), 1e-10);
   EXPECT_EQ(b.source(), "train");
   EXPECT_EQ(b.pipeline_size(), 2u);
@@ -78,7 +78,7 @@ TEST(TrainCli, MpiRanksGiveTheLossesOfOneProcessAndAFullReport) {
   }
 }
 
-TEST(TrainCli, PoliciesGiveTheSameLosses) {
+TEST(TrainCli, PoliciesAndRecomputeGiveTheSameLosses) {
   const Finished base = RunFor(Train(With(kSmall, {"--policy", "1f1b"})), TempPrefix("1f1b"));
   ASSERT_EQ(base.exit_code, 0) << base.err;
   const pb::Report ref = ParseReport(base);
@@ -88,12 +88,19 @@ TEST(TrainCli, PoliciesGiveTheSameLosses) {
     ASSERT_EQ(f.exit_code, 0) << f.err;
     EXPECT_LT(RelError(ParseReport(f), ref), 1e-10) << policy;
   }
+  // Full recompute replays the forward in the backward: the same math.
+  const Finished full = RunFor(Train(With(kSmall, {"-N", "3", "--recompute", "full"})),
+                               TempPrefix("full"));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const pb::Report recomputed = ParseReport(full);
+  EXPECT_EQ(recomputed.recompute(), "full");
+  EXPECT_LT(RelError(recomputed, ref), 1e-10);
 }
 
 // The tiny model learns the text's byte statistics quickly: from about
 // ln 256 = 5.55 nats towards the unigram entropy of English text (about 3).
 TEST(TrainCli, LossFallsOverFiftyStepsOnRealText) {
-  const Finished f = RunFor(Train({"--steps", "50", "-T", "64", "-M", "2", "-N", "2", "--lr",
+  const Finished f = RunFor(Train({"--steps", "50", "-T", "32", "-M", "2", "-N", "2", "--lr",
                                    "0.01", "--json"}),
                             TempPrefix("loss"));
   ASSERT_EQ(f.exit_code, 0) << f.err;
