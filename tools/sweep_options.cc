@@ -28,8 +28,7 @@ std::string Trim(const std::string& s) {
 // The items of "a,b,c"; errors name the flag.
 Result<std::vector<std::string>> Items(const std::string& flag, const std::string& text) {
   if (Trim(text).empty()) {
-    return Status::Invalid("--" + flag + " is empty (give at least one value, e.g. --" + flag +
-                           " 1,2)");
+    return Status::Invalid("--" + flag + " is empty (give one or more values, comma-separated)");
   }
   std::vector<std::string> items;
   std::size_t begin = 0;
