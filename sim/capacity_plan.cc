@@ -153,6 +153,25 @@ void FillHeader(const pb::Scenario& s, const CapacityPlanRequest& req,
   report->set_capacity_bytes(s.cluster().device().memory_capacity_bytes());
 }
 
+// Every P x TP x DP = devices, in (P, TP) order; illegal ones with their
+// reason, legal ones with an empty verdict (to be swept) and their M.
+void AddSplits(const pb::Scenario& scenario, const CapacityPlanRequest& req,
+               pb::CapacityPlanReport* report) {
+  const int mbs = static_cast<int>(report->microbatch_size());
+  for (int p : Divisors(req.devices)) {
+    for (int tp : Divisors(req.devices / p)) {
+      const int dp = req.devices / (p * tp);
+      pb::PlanCandidate* c = report->add_candidates();
+      c->set_pipeline_size(p);
+      c->set_tensor_size(tp);
+      c->set_data_size(dp);
+      c->set_reason(SplitRejection(scenario, p, tp, dp, req.global_batch));
+      c->set_verdict(c->reason().empty() ? "" : "illegal");
+      if (c->reason().empty()) c->set_microbatches(req.global_batch / (dp * mbs));
+    }
+  }
+}
+
 }  // namespace
 
 std::string SplitRejection(const pb::Scenario& s, int stages, int tensor_size, int data_size,
@@ -189,19 +208,7 @@ Result<pb::CapacityPlanReport> PlanCapacity(const pb::Scenario& scenario,
   pb::CapacityPlanReport report;
   FillHeader(scenario, req, &report);
   SF_ASSIGN_OR_RETURN(const pb::SweepSpec spec, SplitSweep(scenario, req, &report));
-  const int mbs = static_cast<int>(report.microbatch_size());
-  for (int p : Divisors(req.devices)) {
-    for (int tp : Divisors(req.devices / p)) {
-      const int dp = req.devices / (p * tp);
-      pb::PlanCandidate* c = report.add_candidates();
-      c->set_pipeline_size(p);
-      c->set_tensor_size(tp);
-      c->set_data_size(dp);
-      c->set_reason(SplitRejection(scenario, p, tp, dp, req.global_batch));
-      c->set_verdict(c->reason().empty() ? "" : "illegal");
-      if (c->reason().empty()) c->set_microbatches(req.global_batch / (dp * mbs));
-    }
-  }
+  AddSplits(scenario, req, &report);
   // Every legal split sweeps the same grid, so progress can count them all.
   pb::SweepSpec shape = spec;  // the batch does not change the grid's shape
   shape.clear_global_batch();

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -40,11 +41,13 @@ inline std::string WriteTemp(const std::string& name, const std::string& text) {
   return path;
 }
 
-// Runs `stateflow <args>` with a 60 s limit; stderr goes through a file.
-// `tag` keeps the stderr files of tests in different executables apart.
+// Runs `stateflow <args>` with a 60 s limit; stderr goes through a file
+// named by `tag`, the process id and a counter, so that tests running in
+// parallel (ctest -j) never share one.
 inline CliRun Stateflow(const std::string& args, const std::string& tag = "cli") {
   static int counter = 0;
-  const std::string err_path = TempPath(tag + "-stderr-" + std::to_string(counter++));
+  const std::string err_path = TempPath(tag + "-stderr-" + std::to_string(getpid()) + "-" +
+                                        std::to_string(counter++));
   const std::string cmd = "timeout 60 " + std::string(SF_BINARY_DIR) + "/stateflow " + args +
                           " 2>" + err_path;
   CliRun run;
