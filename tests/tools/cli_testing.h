@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
