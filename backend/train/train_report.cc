@@ -70,7 +70,10 @@ pb::Report MakeTrainReport(const TrainSetup& setup, const TrainOptions& options,
   for (std::int64_t b : setup.partition.boundaries()) report.add_chunk_boundaries(b);
   report.set_num_tasks(setup.plan.num_actions());
   if (options.capacity_bytes) report.set_capacity_bytes(static_cast<double>(*options.capacity_bytes));
-  for (const StepResult& s : steps) report.add_losses(s.loss);
+  for (const StepResult& s : steps) {
+    report.add_losses(s.loss);
+    report.add_step_times_s(s.time_s);
+  }
   if (steps.empty()) return report;
 
   const std::vector<StepResult> measured = MeasuredSteps(steps);

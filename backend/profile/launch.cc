@@ -1,0 +1,131 @@
+#include "backend/profile/launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace stateflow::backend {
+namespace {
+
+// A file in the temporary folder that is removed when this goes out of scope.
+class TempFile {
+ public:
+  TempFile() {
+    const char* dir = std::getenv("TMPDIR");
+    std::string pattern = std::string(dir != nullptr && *dir ? dir : "/tmp") +
+                          "/stateflow-child-XXXXXX";
+    const int fd = mkstemp(pattern.data());
+    if (fd >= 0) {
+      close(fd);
+      path_ = pattern;
+    }
+  }
+  ~TempFile() {
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string Read() const {
+    std::ifstream f(path_);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+
+ private:
+  std::string path_;
+};
+
+// Waits for `pid` until `timeout_s` after `start`, then kills its group.
+void WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point start,
+             ChildResult* result) {
+  int status = 0;
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    result->elapsed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done == pid) break;
+    if (result->elapsed_s > timeout_s) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result->timed_out = true;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
+}
+
+}  // namespace
+
+Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeout_s) {
+  if (argv.empty()) return Status::Internal("RunChild: no program");
+  TempFile out, err;
+  if (out.path().empty() || err.path().empty()) {
+    return Status::Resource("cannot make a temporary file to capture " + argv[0] + "'s output");
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out.path().c_str(), O_WRONLY | O_TRUNC, 0);
+  posix_spawn_file_actions_addopen(&actions, 2, err.path().c_str(), O_WRONLY | O_TRUNC, 0);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (std::string& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, cargv[0], &actions, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    return Status::Resource("cannot start " + argv[0] + " (error " + std::to_string(rc) + ")");
+  }
+  ChildResult result;
+  WaitFor(pid, timeout_s, start, &result);
+  result.out = out.Read();
+  result.err = err.Read();
+  return result;
+}
+
+std::string SelfExecutable() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : std::string();
+}
+
+std::vector<std::string> MpirunArgv(const std::string& mpirun, int ranks,
+                                    const std::vector<std::string>& program) {
+  std::vector<std::string> argv = {mpirun, "--oversubscribe"};
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  argv.insert(argv.end(), {"-n", std::to_string(ranks)});
+  argv.insert(argv.end(), program.begin(), program.end());
+  return argv;
+}
+
+std::string LastLine(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  return last;
+}
+
+}  // namespace stateflow::backend

@@ -1,0 +1,47 @@
+// Starting this program's MPI jobs from inside it: `stateflow profile` runs
+// its link ping-pong as `mpirun -n 2` of itself, and `stateflow validate`
+// runs the real backend as `mpirun -n P stateflow train`. A child runs with
+// stdin from /dev/null, stdout and stderr captured through files, in its own
+// process group, and is killed (the whole group) when its time is up.
+//
+// Not a general process library (POSIX only; no pipes, no streaming) and not
+// an MPI launcher of its own: mpirun starts the ranks.
+//
+//   std::vector<std::string> argv = MpirunArgv("mpirun", 2, {SelfExecutable(), "train", "--json"});
+//   SF_ASSIGN_OR_RETURN(ChildResult r, RunChild(argv, /*timeout_s=*/300));
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace stateflow::backend {
+
+struct ChildResult {
+  int exit_code = -1;      // -1 if killed by a signal or by the time limit
+  bool timed_out = false;
+  double elapsed_s = 0;
+  std::string out;         // stdout
+  std::string err;         // stderr
+};
+
+// Runs `argv` (argv[0] looked up in PATH) and waits for it, at most
+// `timeout_s` seconds. Error (Resource): the program could not be started,
+// or the capture files could not be made. A non-zero exit is not an error
+// here: the caller reads exit_code and err.
+Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeout_s);
+
+// The path of the running executable (/proc/self/exe), or "" if unknown.
+std::string SelfExecutable();
+
+// `<mpirun> --oversubscribe [--allow-run-as-root] -n <ranks> <program...>`;
+// --allow-run-as-root only when this process runs as root (Open MPI refuses
+// root otherwise), --oversubscribe so that P ranks start on fewer cores.
+std::vector<std::string> MpirunArgv(const std::string& mpirun, int ranks,
+                                    const std::vector<std::string>& program);
+
+// The last non-empty line of `text` (for one-line errors from a child).
+std::string LastLine(const std::string& text);
+
+}  // namespace stateflow::backend

@@ -1,0 +1,176 @@
+#include "backend/profile/layer_timer.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "backend/allocator.h"
+#include "backend/model/gdn_stage_module.h"
+#include "backend/train/adamw.h"
+
+namespace stateflow::backend {
+namespace {
+
+// Parameters are seeded from this; their values do not change the time.
+constexpr std::uint64_t kSeed = 1;
+constexpr int kChunks = 3;  // the middle one is timed
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Status CheckOptions(std::int64_t tokens, const TimingOptions& options) {
+  if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
+  if (options.repetitions < 1) return Status::Invalid("--repetitions must be >= 1");
+  if (options.warmup < 0) return Status::Invalid("--warmup must be >= 0");
+  return Status::Ok();
+}
+
+// Deterministic values in [-scale, scale], never denormal (a denormal input
+// would slow the kernels down and time something no run does).
+template <typename T>
+void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (std::int64_t e = 0; e < t->numel(); ++e) {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    const double u = static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
+    t->data()[e] = static_cast<T>(scale * (2 * u - 1));
+  }
+}
+
+// One sequence of kChunks * s byte tokens (inputs and targets).
+Batch MakeBatch(std::int64_t seq_len, std::int64_t vocab) {
+  Batch batch;
+  batch.microbatches = 1;
+  batch.seq_len = seq_len;
+  batch.tokens.resize(static_cast<std::size_t>(seq_len + 1));
+  for (std::size_t k = 0; k < batch.tokens.size(); ++k) {
+    batch.tokens[k] = static_cast<std::int32_t>((k * 2654435761u >> 7) % vocab);
+  }
+  return batch;
+}
+
+// The (s, C) inputs of each chunk for a module that takes them (else empty).
+template <typename T>
+Result<std::vector<Tensor<T>>> ChunkInputs(TrackingAllocator& alloc, bool needed,
+                                           std::int64_t s, std::int64_t hidden, double scale,
+                                           std::uint64_t seed) {
+  std::vector<Tensor<T>> inputs;
+  if (!needed) return inputs;
+  for (int i = 0; i < kChunks; ++i) {
+    SF_ASSIGN_OR_RETURN(Tensor<T> t,
+                        Tensor<T>::Uninitialized(alloc, BufferClass::kWorkspace, {s, hidden}));
+    FillPattern(&t, seed + i, scale);
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+// One repetition; the middle chunk's forward and backward seconds.
+template <typename T>
+Status RunRepetition(StageModule<T>& module, const Batch& batch,
+                     const schedule::Partition& partition, std::vector<Tensor<T>>& xs,
+                     std::vector<Tensor<T>>& dys, double* forward_s, double* backward_s) {
+  auto input = [](std::vector<Tensor<T>>& v, int i) { return v.empty() ? nullptr : &v[i]; };
+  module.ZeroGrads();
+  SF_RETURN_IF_ERROR(module.BeginStep(&batch, &partition, 1.0 / batch.seq_len));
+  for (int i = 0; i < kChunks; ++i) {
+    const double start = Now();
+    Result<Tensor<T>> y = module.Forward(0, i, input(xs, i));
+    const double end = Now();
+    if (!y.ok()) return y.status();
+    if (i == 1) *forward_s = end - start;
+  }
+  for (int i = kChunks - 1; i >= 0; --i) {
+    const double start = Now();
+    Result<Tensor<T>> dx = module.Backward(0, i, input(dys, i));
+    const double end = Now();
+    if (!dx.ok()) return dx.status();
+    if (i == 1) *backward_s = end - start;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<models::StageLayers> OneLayerOf(const pb::ModelSpec& model, models::LayerKind kind) {
+  const std::vector<models::LayerKind> layers = models::LayerList(model);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    if (layers[l] == kind) return models::StageLayers{static_cast<int>(l), static_cast<int>(l) + 1};
+  }
+  return Status::Invalid("model " + model.name() + " has no " +
+                         std::string(models::LayerKindName(kind)) + " layer");
+}
+
+template <typename T>
+Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKind kind,
+                                    models::Recompute recompute, std::int64_t tokens,
+                                    const TimingOptions& options) {
+  SF_RETURN_IF_ERROR(CheckOptions(tokens, options));
+  SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
+  TrackingAllocator alloc(0);
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<StageModule<T>> module,
+                      MakeGdnStageModule<T>(model, layers, recompute, kSeed, &alloc));
+  const std::int64_t s = tokens, C = module->hidden_size();
+  const schedule::Partition partition({0, s, 2 * s, 3 * s});
+  const Batch batch = MakeBatch(kChunks * s, model.vocab_size());
+  SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> xs,
+                      ChunkInputs<T>(alloc, !module->is_first(), s, C, 1.0, 11));
+  // Output gradients of the size a mean loss over the chunk's tokens gives.
+  SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> dys,
+                      ChunkInputs<T>(alloc, !module->is_last(), s, C, 1.0 / s, 23));
+  PassSamples samples;
+  for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
+    double forward_s = 0, backward_s = 0;
+    SF_RETURN_IF_ERROR(RunRepetition(*module, batch, partition, xs, dys, &forward_s, &backward_s));
+    if (rep < options.warmup) continue;
+    samples.forward_s.push_back(forward_s);
+    samples.backward_s.push_back(backward_s);
+  }
+  return samples;
+}
+
+template <typename T>
+Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
+                                                  const TimingOptions& options) {
+  SF_RETURN_IF_ERROR(CheckOptions(1, options));
+  TrackingAllocator alloc(0);
+  const int layers = static_cast<int>(models::LayerList(model).size());
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<StageModule<T>> module,
+                      MakeGdnStageModule<T>(model, {0, layers}, models::Recompute::kNone, kSeed,
+                                            &alloc));
+  std::vector<ParamRef<T>> params = module->Parameters();
+  double count = 0;
+  for (const ParamRef<T>& p : params) {
+    FillPattern(p.grad, 7, 1e-3);
+    count += static_cast<double>(p.value->numel());
+  }
+  SF_ASSIGN_OR_RETURN(AdamW<T> optimizer, AdamW<T>::Make(params, alloc, AdamWOptions{}));
+  std::vector<double> per_param;
+  for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
+    const double start = Now();
+    optimizer.Step();
+    module->ZeroGrads();
+    const double end = Now();
+    for (const ParamRef<T>& p : params) FillPattern(p.grad, 7 + rep, 1e-3);  // untimed
+    if (rep >= options.warmup) per_param.push_back((end - start) / count);
+  }
+  return per_param;
+}
+
+template Result<PassSamples> TimeLayerPasses<float>(const pb::ModelSpec&, models::LayerKind,
+                                                    models::Recompute, std::int64_t,
+                                                    const TimingOptions&);
+template Result<PassSamples> TimeLayerPasses<double>(const pb::ModelSpec&, models::LayerKind,
+                                                     models::Recompute, std::int64_t,
+                                                     const TimingOptions&);
+template Result<std::vector<double>> TimeOptimizerPerParam<float>(const pb::ModelSpec&,
+                                                                  const TimingOptions&);
+template Result<std::vector<double>> TimeOptimizerPerParam<double>(const pb::ModelSpec&,
+                                                                   const TimingOptions&);
+
+}  // namespace stateflow::backend

@@ -1,0 +1,69 @@
+// Timing one layer kind of the GDN backend (the embedding, one GDN block, the
+// head) the way the pipeline runtime times an action: the wall time of one
+// StageModule::Forward or ::Backward call on a chunk of s tokens, nothing
+// before or after it. The module holds a single layer of the layer list
+// (MakeGdnStageModule with layers [l, l + 1)), so the samples of each kind
+// can be summed over a stage's layers, which is what the replay cost source
+// does (sim/cost_source.h).
+//
+// The timed chunk is the middle one of a sequence of three chunks of s
+// tokens, so it receives a boundary state and hands one on (forward) and
+// gets and returns their gradients (backward), as most chunks of a run with
+// N > 1 do. One repetition: BeginStep, F(0), F(1) timed, F(2), B(2), B(1)
+// timed, B(0); the untimed actions are the setup the timed ones need. The
+// first `warmup` repetitions are thrown away (first-touch page faults, cold
+// caches). Under recompute full a block's timed backward includes the forward
+// it re-runs, as the runtime's would.
+//
+// Not the profile command (tools/profile_command.cc) and not a CostTable
+// writer (profiler.h); attention layers are not in this backend.
+//
+// Dimensions: s tokens of the timed chunk, C hidden size.
+//
+//   SF_ASSIGN_OR_RETURN(PassSamples t, TimeLayerPasses<float>(model, LayerKind::kRecurrence, Recompute::kNone, 64, {}));
+//   t.forward_s.size();   // == repetitions
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "models/cost_model.h"
+#include "models/model.h"
+#include "proto/stateflow.pb.h"
+
+namespace stateflow::backend {
+
+struct TimingOptions {
+  int repetitions = 10;  // kept samples
+  int warmup = 2;        // thrown away first
+};
+
+// Seconds of each kept repetition, in run order.
+struct PassSamples {
+  std::vector<double> forward_s;   // (repetitions)
+  std::vector<double> backward_s;  // (repetitions)
+};
+
+// The layers [l, l + 1) of the first layer of `kind` in
+// models::LayerList(model). Error naming the kind if the model has none.
+Result<models::StageLayers> OneLayerOf(const pb::ModelSpec& model, models::LayerKind kind);
+
+// Times Forward and Backward of one layer of `kind` over a chunk of `tokens`
+// tokens (T = float or double). Errors: the module's (an unsupported model
+// names model.architecture or model.layer_pattern), tokens < 1,
+// repetitions < 1 or warmup < 0.
+template <typename T>
+Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKind kind,
+                                    models::Recompute recompute, std::int64_t tokens,
+                                    const TimingOptions& options);
+
+// Seconds per parameter of the work the trainer does once per step on every
+// parameter outside the plan's actions: one AdamW step (adamw.h) and zeroing
+// the gradients, timed over every parameter of the whole model (all layers in
+// one module): one value per kept repetition.
+template <typename T>
+Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
+                                          const TimingOptions& options);
+
+}  // namespace stateflow::backend

@@ -1,0 +1,49 @@
+// The compute half of `stateflow profile`: every layer kind of a model timed
+// forward and backward at every requested chunk length under every
+// requested recompute mode (layer_timer.h), and the per-parameter optimizer
+// time, as the samples of a CostTable (proto/stateflow.proto) that the
+// simulator replays (sim/cost_table.h).
+//
+// Not the link (link_timer.h, which needs a second MPI rank), not provenance
+// and not the choice of lengths: the command line derives them from a
+// scenario (tools/profile_command.cc).
+//
+//   ProfileRequest req{.model = model, .tokens = {32, 64}, .recompute = {Recompute::kNone}};
+//   SF_ASSIGN_OR_RETURN(pb::CostTable table, ProfileLayers(req, nullptr));
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/profile/layer_timer.h"
+#include "common/status.h"
+#include "models/cost_model.h"
+#include "proto/stateflow.pb.h"
+
+namespace stateflow::backend {
+
+struct ProfileRequest {
+  pb::ModelSpec model;
+  std::vector<std::int64_t> tokens;            // chunk lengths s, each timed
+  std::vector<models::Recompute> recompute;    // modes, each timed
+  std::string dtype = "float32";               // or "float64"
+  TimingOptions timing;
+};
+
+// Called after each (kind, mode, length) with the count done and the total.
+using ProfileProgress = std::function<void(int done, int total)>;
+
+// A CostTable with `model`, `dtype`, one CostSample per (layer kind, pass,
+// mode, length) -- median, p10, p90 of the kept repetitions -- and
+// optimizer_s_per_param (median). Link and provenance are left empty.
+// Errors: no lengths or modes, a length < 1, an unknown dtype (names
+// --dtype), and the timer's (an unsupported model names its field).
+Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
+                                    const ProfileProgress& progress);
+
+// The distinct layer kinds of the model's layer list, in list order.
+std::vector<models::LayerKind> LayerKindsOf(const pb::ModelSpec& model);
+
+}  // namespace stateflow::backend

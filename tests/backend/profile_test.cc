@@ -1,0 +1,244 @@
+// The profiler's pieces in one process: percentiles against their
+// definition, the link fit recovering a known latency and bandwidth (and its
+// fallbacks), one-layer ranges of the layer list, layer and optimizer
+// timings of the right shape with errors for what the backend cannot run,
+// the in-process ping-pong, and a profiled table that the simulator's
+// replay index accepts and answers at the measured lengths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <tuple>
+
+#include "backend/profile/layer_timer.h"
+#include "backend/profile/link_timer.h"
+#include "backend/profile/profiler.h"
+#include "backend/profile/spread.h"
+#include "models/model.h"
+#include "sim/cost_table.h"
+
+namespace stateflow::backend {
+namespace {
+
+using models::LayerKind;
+using models::Recompute;
+
+pb::ModelSpec Tiny() { return *models::ModelPreset("gdn-tiny"); }
+
+const TimingOptions kQuick{.repetitions = 3, .warmup = 1};
+
+// ---- percentiles ----------------------------------------------------------------
+
+TEST(Spread, QuantilesInterpolateOrderStatistics) {
+  // 11 values 10, 20, ..., 110 shuffled: the q-quantile sits at position
+  // 10 q of the sorted list, i.e. 10 + 100 q.
+  const std::vector<double> values = {70, 10, 110, 40, 90, 20, 60, 100, 30, 80, 50};
+  for (double q : {0.0, 0.1, 0.25, 0.5, 0.9, 1.0}) {
+    EXPECT_NEAR(Quantile(values, q), 10 + 100 * q, 1e-12) << q;
+  }
+  const Spread s = Summarize(values);
+  EXPECT_DOUBLE_EQ(s.median_s, 60);
+  EXPECT_DOUBLE_EQ(s.p10_s, 20);
+  EXPECT_DOUBLE_EQ(s.p90_s, 100);
+  // Between order statistics: {1, 2} has median 1.5 and p10 1.1.
+  EXPECT_DOUBLE_EQ(Quantile({2, 1}, 0.5), 1.5);
+  EXPECT_DOUBLE_EQ(Quantile({2, 1}, 0.1), 1.1);
+  const Spread one = Summarize({0.25});
+  EXPECT_EQ(std::make_tuple(one.median_s, one.p10_s, one.p90_s),
+            std::make_tuple(0.25, 0.25, 0.25));
+}
+
+// ---- link fit ---------------------------------------------------------------------
+
+std::vector<pb::LinkSample> Samples(const std::vector<std::pair<double, double>>& points) {
+  std::vector<pb::LinkSample> out;
+  for (const auto& [bytes, seconds] : points) {
+    pb::LinkSample s;
+    s.set_bytes(bytes);
+    s.set_median_s(seconds);
+    s.set_repetitions(1);
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(FitLink, RecoversLatencyAndBandwidthOfExactSamples) {
+  const double latency = 3e-6, bandwidth = 5e9;
+  std::vector<std::pair<double, double>> points;
+  for (double bytes : {256.0, 4096.0, 65536.0, 1048576.0}) {
+    points.emplace_back(bytes, latency + bytes / bandwidth);
+  }
+  Result<pb::LinkSpec> link = FitLink(Samples(points));
+  ASSERT_TRUE(link.ok()) << link.status().message();
+  EXPECT_NEAR(link->latency_s(), latency, 1e-15);
+  EXPECT_NEAR(link->bandwidth_bytes_per_s() / bandwidth, 1.0, 1e-9);
+}
+
+TEST(FitLink, LeastSquaresOfNoisySamplesAndFallbacks) {
+  // Residuals +e, -e, -e, +e around the line at x = 0, 1, 2, 3 (units of
+  // 1000 bytes) are orthogonal to 1 and x, so least squares returns the line.
+  const double a = 2e-6, b = 1e-9, e = 1e-7;
+  const std::vector<double> sign = {1, -1, -1, 1};
+  std::vector<std::pair<double, double>> points;
+  for (int k = 0; k < 4; ++k) points.emplace_back(1000.0 * k, a + b * 1000.0 * k + sign[k] * e);
+  Result<pb::LinkSpec> fit = FitLink(Samples(points));
+  ASSERT_TRUE(fit.ok());
+  EXPECT_NEAR(fit->latency_s(), a, 1e-15);
+  EXPECT_NEAR(fit->bandwidth_bytes_per_s() * b, 1.0, 1e-9);
+
+  // A negative intercept is refitted through the origin: slope sum(xy)/sum(xx).
+  const auto through_origin = Samples({{1000, 0.5e-6}, {2000, 2e-6}});
+  Result<pb::LinkSpec> origin = FitLink(through_origin);
+  ASSERT_TRUE(origin.ok());
+  EXPECT_EQ(origin->latency_s(), 0.0);
+  const double slope = (1000 * 0.5e-6 + 2000 * 2e-6) / (1000.0 * 1000 + 2000.0 * 2000);
+  EXPECT_NEAR(origin->bandwidth_bytes_per_s() * slope, 1.0, 1e-12);
+
+  // No size dependence: the mean time is the latency, bandwidth stays > 0.
+  Result<pb::LinkSpec> flat = FitLink(Samples({{100, 4e-6}, {10000, 2e-6}}));
+  ASSERT_TRUE(flat.ok());
+  EXPECT_NEAR(flat->latency_s(), 3e-6, 1e-18);
+  EXPECT_GT(flat->bandwidth_bytes_per_s(), 0);
+
+  EXPECT_FALSE(FitLink({}).ok());
+  Result<pb::LinkSpec> bad = FitLink(Samples({{100, -1}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("link_samples[0]"), std::string::npos);
+}
+
+// ---- layers -----------------------------------------------------------------------
+
+TEST(LayerTimer, OneLayerOfEachKind) {
+  const pb::ModelSpec model = Tiny();
+  const int L = static_cast<int>(model.num_layers());
+  const std::vector<std::tuple<LayerKind, int>> expected = {
+      {LayerKind::kEmbedding, 0}, {LayerKind::kRecurrence, 1}, {LayerKind::kHead, L + 1}};
+  for (const auto& [kind, first] : expected) {
+    Result<models::StageLayers> layers = OneLayerOf(model, kind);
+    ASSERT_TRUE(layers.ok());
+    EXPECT_EQ(layers->first, first);
+    EXPECT_EQ(layers->last, first + 1);
+  }
+  Result<models::StageLayers> none = OneLayerOf(model, LayerKind::kAttention);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("attention"), std::string::npos);
+}
+
+TEST(LayerTimer, EveryKindAndModeGivesOnePositiveTimePerRepetition) {
+  for (LayerKind kind : {LayerKind::kEmbedding, LayerKind::kRecurrence, LayerKind::kHead}) {
+    for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+      Result<PassSamples> t = TimeLayerPasses<float>(Tiny(), kind, mode, 5, kQuick);
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      ASSERT_EQ(t->forward_s.size(), 3u);
+      ASSERT_EQ(t->backward_s.size(), 3u);
+      for (double s : t->forward_s) EXPECT_GT(s, 0);
+      for (double s : t->backward_s) EXPECT_GT(s, 0);
+    }
+  }
+  Result<PassSamples> one = TimeLayerPasses<double>(Tiny(), LayerKind::kRecurrence,
+                                                    Recompute::kNone, 1, {1, 0});
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->forward_s.size(), 1u);
+}
+
+TEST(LayerTimer, WhatTheBackendCannotRunIsAnError) {
+  Result<PassSamples> hybrid =
+      TimeLayerPasses<float>(*models::ModelPreset("gdn-hybrid-tiny"), LayerKind::kRecurrence,
+                             Recompute::kNone, 8, kQuick);
+  ASSERT_FALSE(hybrid.ok());
+  EXPECT_NE(hybrid.status().message().find("model.layer_pattern"), std::string::npos);
+  Result<PassSamples> mamba = TimeLayerPasses<float>(
+      *models::ModelPreset("mamba3-tiny"), LayerKind::kRecurrence, Recompute::kNone, 8, kQuick);
+  ASSERT_FALSE(mamba.ok());
+  EXPECT_NE(mamba.status().message().find("model.architecture"), std::string::npos);
+  EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 0, kQuick).ok());
+  EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 4, {0, 1}).ok());
+  EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 4, {1, -1}).ok());
+}
+
+TEST(LayerTimer, OptimizerPerParameter) {
+  Result<std::vector<double>> t = TimeOptimizerPerParam<float>(Tiny(), kQuick);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ASSERT_EQ(t->size(), 3u);
+  // An AdamW update reads and writes a few words per parameter: more than
+  // nothing, far less than a microsecond.
+  for (double s : *t) {
+    EXPECT_GT(s, 0);
+    EXPECT_LT(s, 1e-6);
+  }
+}
+
+// ---- link ping-pong in one process ------------------------------------------------------
+
+TEST(LinkTimer, InProcessPingPongOneSamplePerSize) {
+  const std::vector<std::int64_t> elements = {1, 64, 4096};
+  Result<std::vector<pb::LinkSample>> samples = PingPongInProcess<double>(elements, kQuick);
+  ASSERT_TRUE(samples.ok()) << samples.status().message();
+  ASSERT_EQ(samples->size(), elements.size());
+  for (std::size_t k = 0; k < elements.size(); ++k) {
+    EXPECT_EQ((*samples)[k].bytes(), static_cast<double>(elements[k] * sizeof(double)));
+    EXPECT_EQ((*samples)[k].repetitions(), 3u);
+    EXPECT_GT((*samples)[k].median_s(), 0);
+  }
+  EXPECT_FALSE(PingPongInProcess<float>({}, kQuick).ok());
+  EXPECT_FALSE(PingPongInProcess<float>({0}, kQuick).ok());
+}
+
+// ---- the whole table ---------------------------------------------------------------------
+
+TEST(Profiler, TableHasEverySampleAndReplays) {
+  ProfileRequest request{Tiny(), {4, 12}, {Recompute::kNone, Recompute::kFull}, "float32", kQuick};
+  int calls = 0, last_total = 0;
+  Result<pb::CostTable> table = ProfileLayers(request, [&](int done, int total) {
+    EXPECT_EQ(done, ++calls);
+    last_total = total;
+  });
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  // 3 kinds x 2 modes x 2 lengths, then the optimizer.
+  EXPECT_EQ(calls, 3 * 2 * 2 + 1);
+  EXPECT_EQ(last_total, calls);
+  ASSERT_EQ(table->samples_size(), 3 * 2 * 2 * 2);
+  std::set<std::tuple<std::string, std::string, std::string, double>> keys;
+  for (const pb::CostSample& s : table->samples()) {
+    keys.insert({s.layer_kind(), s.pass(), s.recompute(), s.tokens()});
+    EXPECT_LE(s.p10_s(), s.median_s());
+    EXPECT_LE(s.median_s(), s.p90_s());
+    EXPECT_EQ(s.repetitions(), 3u);
+  }
+  EXPECT_EQ(keys.size(), 24u);
+  EXPECT_GT(table->optimizer_s_per_param(), 0);
+  EXPECT_EQ(table->dtype(), "float32");
+
+  // With a link, the simulator's index accepts it and answers the measured
+  // points exactly, and the midpoint by linear interpolation.
+  table->mutable_link()->set_latency_s(1e-6);
+  table->mutable_link()->set_bandwidth_bytes_per_s(1e9);
+  ASSERT_TRUE(sim::CheckCostTableModel(*table, Tiny(), "profiled").ok());
+  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, "profiled");
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  double at4 = 0, at12 = 0;
+  for (const pb::CostSample& s : table->samples()) {
+    if (s.layer_kind() != "recurrence" || s.pass() != "backward" || s.recompute() != "full") continue;
+    (s.tokens() == 4 ? at4 : at12) = s.median_s();
+  }
+  EXPECT_EQ(*index->Time(LayerKind::kRecurrence, "backward", Recompute::kFull, 4, 0), at4);
+  EXPECT_NEAR(*index->Time(LayerKind::kRecurrence, "backward", Recompute::kFull, 8, 0),
+              (at4 + at12) / 2, 1e-15);
+}
+
+TEST(Profiler, BadRequests) {
+  ProfileRequest request{Tiny(), {}, {Recompute::kNone}, "float32", kQuick};
+  EXPECT_FALSE(ProfileLayers(request, nullptr).ok());
+  request.tokens = {4};
+  request.dtype = "float16";
+  Result<pb::CostTable> dtype = ProfileLayers(request, nullptr);
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_NE(dtype.status().message().find("--dtype"), std::string::npos);
+  request.dtype = "float32";
+  request.recompute = {};
+  EXPECT_FALSE(ProfileLayers(request, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace stateflow::backend
