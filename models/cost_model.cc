@@ -61,6 +61,24 @@ double KernelBlocks(std::int64_t s) {
 
 }  // namespace
 
+Result<pb::PrecisionSpec> PrecisionForDtype(std::string_view dtype) {
+  double bytes = 0;
+  if (dtype.empty() || dtype == "float32") {
+    bytes = 4;
+  } else if (dtype == "float64") {
+    bytes = 8;
+  } else {
+    return Status::Invalid("train.dtype: unknown '" + std::string(dtype) +
+                           "' (known: float32, float64)");
+  }
+  pb::PrecisionSpec p;
+  p.set_weight_bytes(bytes);
+  p.set_gradient_bytes(bytes);
+  p.set_optimizer_bytes(2 * bytes);  // AdamW's m and v
+  p.set_activation_bytes(bytes);
+  return p;
+}
+
 Result<Recompute> ParseRecompute(std::string_view text) {
   if (text.empty() || text == "none") return Recompute::kNone;
   if (text == "full") return Recompute::kFull;
@@ -111,6 +129,7 @@ void CostModel::FillTables() {
     t.bwd_pair = f.bwd_pair / tp;
     t.params = LayerParamCount(model_, kind) / tp;
     t.stored_per_token = StoredElemsNoRecompute(model_, kind).Bytes(act, tp);
+    // Scratch estimates: Mamba-3 and attention only (layer_formulas.h).
     const ScratchBytes fwd = ForwardScratch(model_, kind, act, tp);
     const ScratchBytes bwd = BackwardScratch(model_, kind, act, tp);
     t.fwd_scratch_per_token = fwd.per_token;
@@ -298,7 +317,7 @@ double CostModel::IntermediateBytes(int l, std::int64_t s) const {
 }
 
 double CostModel::StoredActivationBytes(int l, std::int64_t s) const {
-  if (layers_[l] == LayerKind::kEmbedding) return Tokens(s) * kTokenIdBytes;
+  if (layers_[l] == LayerKind::kEmbedding) return 0;
   if (Recomputed(l)) {  // only the layer's input
     return Tokens(s) * model_.hidden_size() * precision_.activation_bytes();
   }
@@ -314,33 +333,107 @@ double CostModel::KvBytesPerToken(int l) const {
 }
 
 double CostModel::KvGradBytesPerToken(int l) const {
-  return KvBytesPerToken(l) / precision_.activation_bytes() * kFp32Bytes;
-}
-
-double CostModel::ForwardWorkspaceBytes(int l, std::int64_t s) const {
-  const KindTable& t = Table(l);
-  const double scratch =
-      Tokens(s) * t.fwd_scratch_per_token +
-      options_.microbatch_size * KernelBlocks(s) * t.fwd_scratch_per_block;
-  // Under full recompute forward still makes every intermediate, then drops
-  // it; counted as if all were alive at once (an upper bound).
-  return scratch + (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
-}
-
-double CostModel::BackwardWorkspaceBytes(int l, std::int64_t s) const {
-  const KindTable& t = Table(l);
-  const double scratch =
-      Tokens(s) * t.bwd_scratch_per_token +
-      options_.microbatch_size * KernelBlocks(s) * t.bwd_scratch_per_block;
-  // One gradient per saved tensor (the same shapes), all alive at once.
-  const double gradients = Tokens(s) * t.stored_per_token;
-  return scratch + gradients +
-         (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
+  return KvBytesPerToken(l) / precision_.activation_bytes() *
+         StatBytes(precision_.activation_bytes());
 }
 
 double CostModel::LogitsBytes(int l, std::int64_t s) const {
   if (layers_[l] != LayerKind::kHead) return 0;
-  return Tokens(s) * model_.vocab_size() * kFp32Bytes / options_.tensor_size;
+  const double columns = std::min<double>(
+      kLossVocabSlice, static_cast<double>(model_.vocab_size()) / options_.tensor_size);
+  return Tokens(s) * columns * StatBytes(precision_.activation_bytes());
+}
+
+// ---------------------------------------------------------- memory events ----
+
+namespace {
+
+TensorBytes SizesOf(double tokens, std::int64_t s, double act, int tp) {
+  TensorBytes b;
+  b.tokens = tokens;
+  b.seq_tokens = static_cast<double>(s);
+  b.act = act;
+  b.tensor_size = tp;
+  return b;
+}
+
+}  // namespace
+
+MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
+  const TensorBytes b = SizesOf(Tokens(s), s, precision_.activation_bytes(),
+                                options_.tensor_size);
+  switch (layers_[l]) {
+    case LayerKind::kEmbedding: {
+      MemorySegment seg;  // the gathered rows
+      seg.Add(BufferClass::kWorkspace, BoundaryActivationBytes(s));
+      return seg;
+    }
+    case LayerKind::kHead: return HeadForwardMemory(model_, b);
+    case LayerKind::kRecurrence:
+      if (model_.architecture() != "mamba3") {
+        return GdnBlockForwardMemory(model_, b, Recomputed(l));
+      }
+      return CoarseForwardMemory(l, s);
+    case LayerKind::kAttention: return CoarseForwardMemory(l, s);
+  }
+  return {};
+}
+
+MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
+  const TensorBytes b = SizesOf(Tokens(s), s, precision_.activation_bytes(),
+                                options_.tensor_size);
+  switch (layers_[l]) {
+    case LayerKind::kEmbedding: return {};  // a scatter-add into its gradient
+    case LayerKind::kHead: return HeadBackwardMemory(model_, b);
+    case LayerKind::kRecurrence:
+      if (model_.architecture() != "mamba3") {
+        return GdnBlockBackwardMemory(model_, b, Recomputed(l));
+      }
+      return CoarseBackwardMemory(l, s);
+    case LayerKind::kAttention: return CoarseBackwardMemory(l, s);
+  }
+  return {};
+}
+
+// Stored tensors, then the scratch (under full recompute also every
+// intermediate, dropped at the end), then the output.
+MemorySegment CostModel::CoarseForwardMemory(int l, std::int64_t s) const {
+  const KindTable& t = Table(l);
+  const double scratch =
+      Tokens(s) * t.fwd_scratch_per_token +
+      options_.microbatch_size * KernelBlocks(s) * t.fwd_scratch_per_block +
+      (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
+  MemorySegment seg;
+  seg.Add(BufferClass::kActivations, StoredActivationBytes(l, s));
+  seg.Add(BufferClass::kWorkspace, scratch);
+  seg.Add(BufferClass::kWorkspace, BoundaryActivationBytes(s));
+  seg.Add(BufferClass::kWorkspace, -scratch);
+  return seg;
+}
+
+// The scratch, one gradient per stored tensor (same shapes) and, under full
+// recompute, the replayed intermediates, all alive at once (an upper bound);
+// then the input gradient; then the stored tensors go.
+MemorySegment CostModel::CoarseBackwardMemory(int l, std::int64_t s) const {
+  const KindTable& t = Table(l);
+  const double scratch =
+      Tokens(s) * t.bwd_scratch_per_token +
+      options_.microbatch_size * KernelBlocks(s) * t.bwd_scratch_per_block +
+      Tokens(s) * t.stored_per_token + (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
+  MemorySegment seg;
+  seg.Add(BufferClass::kWorkspace, scratch);
+  seg.Add(BufferClass::kWorkspace, BoundaryActivationBytes(s));
+  seg.Add(BufferClass::kWorkspace, -scratch);
+  seg.Add(BufferClass::kActivations, -StoredActivationBytes(l, s));
+  return seg;
+}
+
+double CostModel::ForwardWorkspaceBytes(int l, std::int64_t s) const {
+  return ForwardMemory(l, s).class_peak(BufferClass::kWorkspace);
+}
+
+double CostModel::BackwardWorkspaceBytes(int l, std::int64_t s) const {
+  return BackwardMemory(l, s).class_peak(BufferClass::kWorkspace);
 }
 
 double CostModel::BoundaryActivationBytes(std::int64_t s) const {

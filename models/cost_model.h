@@ -23,6 +23,7 @@
 
 #include "common/buffer_class.h"
 #include "common/status.h"
+#include "models/memory_segment.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
 #include "schedule/partition.h"
@@ -41,6 +42,12 @@ struct CostModelOptions {
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
 };
+
+// The precision of a run of the backend in `dtype` ("float32", "float64"):
+// weights, gradients and activations in that type, AdamW's two moments as
+// optimizer state (2 x the type), no master copy. "" means float32. Error
+// (one line) names train.dtype and the known types.
+Result<pb::PrecisionSpec> PrecisionForDtype(std::string_view dtype);
 
 // A ring all-reduce of `bytes` (per rank) over `ranks` ranks on `link`:
 //   2 (n - 1) / n * bytes / bandwidth + 2 (n - 1) * latency
@@ -108,28 +115,45 @@ class CostModel {
   double WeightBytes(int l) const;
   double GradientBytes(int l) const;
   double OptimizerBytes(int l) const;
-  // Saved by forward for backward, freed when the chunk's backward ends.
+  // Saved by forward for backward, freed when the chunk's backward ends (the
+  // activations of ForwardMemory). 0 for the embedding (its token ids belong
+  // to the batch).
   double StoredActivationBytes(int l, std::int64_t s) const;
   // The recurrent state and conv tail a chunk hands to the next (0 for
-  // attention, embedding, head).
+  // attention, embedding, head). A state gradient has the same size.
   double BoundaryStateBytes(int l) const;
   // K/V of one token position (microbatch_size sequences) of one
   // softmax-attention layer (0 for other layers): its K/V buffer holds
   // KvBytesPerToken * seq_len from the microbatch's first forward to its last
   // backward.
   double KvBytesPerToken(int l) const;
-  // The fp32 gradient accumulator of that K/V buffer (later chunks' backward
-  // adds into earlier positions' dK, dV): held from the microbatch's first
-  // backward to its last. 0 for other layers.
+  // The gradient accumulator of that K/V buffer (statistic precision: later
+  // chunks' backward adds into earlier positions' dK, dV): held from the
+  // microbatch's first backward to its last. 0 for other layers.
   double KvGradBytesPerToken(int l) const;
-  // Transient bytes while layer l runs forward / backward (incl. recompute)
-  // on s tokens.
-  double ForwardWorkspaceBytes(int l, std::int64_t s) const;
-  double BackwardWorkspaceBytes(int l, std::int64_t s) const;
-  // Logits (head only) held from the chunk's forward to its backward.
+  // The logits of one vocabulary slice (head only): StateFlow's sliced loss
+  // never holds more, and holds them only within the head's forward or
+  // backward, never from one to the other.
   double LogitsBytes(int l, std::int64_t s) const;
   // Bytes of the activation (or its gradient) sent between stages for s tokens.
   double BoundaryActivationBytes(std::int64_t s) const;
+
+  // ---- memory events of one pass of one layer (memory_segment.h) ----
+  // Layer l's forward over a chunk of s tokens, in the order the backend
+  // allocates and frees: what it saves (kActivations), its transient tensors
+  // (kWorkspace), logits slices (kLogits); it ends holding its output (t, h)
+  // in kWorkspace (the head: nothing). Its input, boundary states and K/V
+  // buffers are the stage's (memory_model.h). GDN blocks, the head and the
+  // embedding list the backend's tensors one by one; Mamba-3 and attention
+  // blocks, which the backend does not implement, use the scratch estimates
+  // of docs/cost-model.md section 3.
+  MemorySegment ForwardMemory(int l, std::int64_t s) const;
+  // Its backward, including a recompute's replay: frees what the forward
+  // saved and ends holding the input gradient (t, h) (the embedding: nothing).
+  MemorySegment BackwardMemory(int l, std::int64_t s) const;
+  // The highest workspace within one pass of layer l, its output included.
+  double ForwardWorkspaceBytes(int l, std::int64_t s) const;
+  double BackwardWorkspaceBytes(int l, std::int64_t s) const;
 
   // Coefficients of the paper's Cost_i for layers [first, last): W_tok and
   // W_soft in FLOPs (forward + backward).
@@ -145,6 +169,7 @@ class CostModel {
     double fwd_token = 0, fwd_pair = 0, bwd_token = 0, bwd_pair = 0;  // FLOPs
     double params = 0;
     double stored_per_token = 0;  // bytes, no recompute
+    // Mamba-3 and attention blocks only (no backend to list tensors from).
     double fwd_scratch_per_token = 0, fwd_scratch_per_block = 0;  // bytes
     double bwd_scratch_per_token = 0, bwd_scratch_per_block = 0;  // bytes
     double boundary_bytes = 0;
@@ -161,6 +186,10 @@ class CostModel {
   // Tensors that forward makes beyond the layer's input (what full recompute
   // re-creates), for s tokens of the microbatch.
   double IntermediateBytes(int l, std::int64_t s) const;
+  // ForwardMemory / BackwardMemory of the Mamba-3 and attention blocks: their
+  // stored tensors, scratch estimate and output, all alive at once.
+  MemorySegment CoarseForwardMemory(int l, std::int64_t s) const;
+  MemorySegment CoarseBackwardMemory(int l, std::int64_t s) const;
   double Tokens(std::int64_t s) const {
     return static_cast<double>(s) * options_.microbatch_size;
   }

@@ -9,6 +9,9 @@
 //   Hq, Hkv, d  attention query heads, K/V heads, head dim
 #include "models/layer_formulas.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace stateflow::models {
 namespace {
 
@@ -141,13 +144,14 @@ FlopCoeffs HeadFlops(const Dims& x) {
 
 // ---- stored tensors ----
 
-// Block input, norm-1 output, mixer residual sum, norm-2 output; SwiGLU gate,
-// up and product; the two norms' rstd.
+// Block input, norm-1 output, mixer residual sum, norm-2 output; SwiGLU gate
+// and up projections (their product is recomputed by the backward, as the
+// backend's SwigluMlpBackward does); the two norms' 1/rms.
 TokenElems BlockCommonElems(const Dims& x) {
   TokenElems e;
   e.replicated = 4 * x.h;
-  e.replicated_fp32 = 2;
-  e.sharded = 3 * x.m;
+  e.replicated_stat = 2;
+  e.sharded = 2 * x.m;
   return e;
 }
 
@@ -155,11 +159,11 @@ void AddGdnElems(const Dims& x, TokenElems* e) {
   const double qkv = x.n * (2 * x.dk + x.dv);
   e->sharded += qkv          // conv inputs
                 + qkv        // recurrence inputs q, k, v
-                + 4 * x.n    // gate and beta, before and after activation
+                + 3 * x.n    // decay input a, log decay g, beta
                 + x.n * x.dv   // recurrence output
                 + x.n * x.dv   // output gate
                 + x.n * x.dv;  // gated-norm output (o_proj input)
-  e->sharded_fp32 += 3 * x.n;  // q, k L2 norms and output norm, per head
+  e->sharded_stat += 3 * x.n;  // q, k L2 norms and output norm, per head
 }
 
 void AddMambaElems(const Dims& x, TokenElems* e) {
@@ -173,16 +177,209 @@ void AddMambaElems(const Dims& x, TokenElems* e) {
                 + 2 * x.n     // dt, lambda after activation
                 + x.d_in      // scan output
                 + x.d_in;     // gated-norm output (out_proj input)
-  e->sharded_fp32 += 3 * x.G;  // gated-norm and B, C norm rstd
+  e->sharded_stat += 3 * x.G;  // gated-norm and B, C norm rstd
 }
 
 void AddAttentionElems(const Dims& x, TokenElems* e) {
   e->sharded += x.hq * x.d     // q after rotary
                 + x.hq * x.d;  // attention output (o_proj input)
-  e->sharded_fp32 += x.hq;     // log-sum-exp per head
+  e->sharded_stat += x.hq;     // log-sum-exp per head
+}
+
+// ---- memory events ----
+
+// Appends allocations and frees of tensors of `per_token` elements per token
+// (activation or statistic precision), or of a fixed number of bytes.
+class Events {
+ public:
+  explicit Events(const TensorBytes& b) : b_(b) {}
+  // + t * per_token elements of activation precision.
+  void Act(BufferClass cls, double per_token) { seg_.Add(cls, b_.tokens * per_token * b_.act); }
+  void Stat(BufferClass cls, double per_token) { seg_.Add(cls, b_.tokens * per_token * b_.stat()); }
+  void FreeAct(BufferClass cls, double per_token) { seg_.Add(cls, -b_.tokens * per_token * b_.act); }
+  void FreeStat(BufferClass cls, double per_token) { seg_.Add(cls, -b_.tokens * per_token * b_.stat()); }
+  void Bytes(BufferClass cls, double bytes) { seg_.Add(cls, bytes); }
+  const MemorySegment& segment() const { return seg_; }
+
+ private:
+  const TensorBytes b_;
+  MemorySegment seg_;
+};
+
+constexpr BufferClass kAct = BufferClass::kActivations;
+constexpr BufferClass kWs = BufferClass::kWorkspace;
+
+// Per-token sizes of one GDN block on one TP rank (the legend of
+// backend/layers/gdn_block.h): C hidden, F SwiGLU, H heads, HK = H d_k,
+// HV = H d_v; everything but C is split by TP.
+struct GdnSizes {
+  double C, F, H, HK, HV;
+  GdnSizes(const Dims& x, int tp)
+      : C(x.h), F(x.m / tp), H(x.n / tp), HK(x.n * x.dk / tp), HV(x.n * x.dv / tp) {}
+};
+
+// GdnBlock::ForwardPass after the input copy: every tensor the backward
+// needs is made in class `saved` (kActivations, or kWorkspace when a
+// recompute replays it), the rest in kWorkspace; ends holding the output y.
+void GdnForwardPass(const GdnSizes& d, BufferClass saved, Events* ev) {
+  // MixerInputsForward.
+  ev->Act(saved, d.C);      // xn
+  ev->Stat(saved, 1);       // rstd1
+  ev->Act(kWs, d.H);        // b (allocated, then replaced by its projection)
+  ev->Act(saved, d.HK);     // q_in
+  ev->Act(saved, d.HK);     // k_in
+  ev->Act(saved, d.HV);     // v_in
+  ev->Act(saved, d.H);      // a
+  ev->Act(kWs, d.H);        // b = xn Wb^T
+  ev->FreeAct(kWs, d.H);    //   (the first b)
+  ev->Act(saved, d.HV);     // z
+  ev->Act(kWs, d.HK);       // act: silu(conv(.)) before the L2 norm
+  ev->Stat(saved, d.H);     // q_rnorm
+  ev->Stat(saved, d.H);     // k_rnorm
+  ev->Act(saved, d.HK);     // q
+  ev->Act(saved, d.HK);     // k
+  ev->Act(saved, d.HV);     // v
+  ev->Act(saved, d.H);      // g
+  ev->Act(saved, d.H);      // beta
+  ev->FreeAct(kWs, d.HK);   // act
+  ev->FreeAct(kWs, d.H);    // b
+  ev->Act(saved, d.HV);     // o = GdnCore(...)
+  // MixerOutputForward.
+  ev->Stat(saved, d.H);     // o_rstd
+  ev->Act(saved, d.HV);     // gated
+  ev->Act(kWs, d.HV);       // silu_z
+  ev->Act(saved, d.C);      // h
+  ev->FreeAct(kWs, d.HV);   // silu_z
+  // MlpForward.
+  ev->Act(saved, d.C);      // hn
+  ev->Stat(saved, 1);       // rstd2
+  ev->Act(saved, d.F);      // mlp_gate
+  ev->Act(saved, d.F);      // mlp_up
+  ev->Act(kWs, d.F);        // prod
+  ev->Act(kWs, d.C);        // y
+  ev->FreeAct(kWs, d.F);    // prod
+}
+
+// Frees what GdnForwardPass made in class `saved` (everything but x and y).
+void FreeGdnSaved(const GdnSizes& d, BufferClass saved, Events* ev) {
+  // xn, h, hn; q_in, k_in, q, k; v_in, z, v, o, gated; a, g, beta; gate, up.
+  ev->FreeAct(saved, 3 * d.C + 4 * d.HK + 5 * d.HV + 3 * d.H + 2 * d.F);
+  // rstd1, rstd2; q_rnorm, k_rnorm, o_rstd.
+  ev->FreeStat(saved, 2 + 3 * d.H);
+}
+
+// GdnBlock::BackwardPass: from dy (the caller's) to dx (S, C), which it
+// leaves allocated.
+void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
+  // MlpBackward.
+  ev->Act(kWs, d.C);         // d_hn
+  ev->Act(kWs, 2 * d.F);     // SwiGLU backward workspace (2, S, F)
+  ev->FreeAct(kWs, 2 * d.F);
+  ev->Act(kWs, d.C);         // dh (becomes dx)
+  ev->FreeAct(kWs, d.C);     // d_hn
+  // MixerOutputBackward.
+  ev->Act(kWs, d.HV);        // dgated
+  ev->Act(kWs, d.HV);        // on
+  ev->Act(kWs, d.HV);        // d_on
+  ev->Act(kWs, d.HV);        // dz
+  ev->Act(kWs, d.HV);        // d_o
+  ev->FreeAct(kWs, 3 * d.HV);  // d_on, on, dgated
+  // CoreBackward.
+  ev->Act(kWs, d.HK);        // dq
+  ev->Act(kWs, d.HK);        // dk
+  ev->Act(kWs, d.HV);        // dv
+  ev->Act(kWs, d.H);         // dg
+  ev->Act(kWs, d.H);         // dbeta
+  ev->Bytes(kWs, core_ws_bytes);   // the replayed block states of one head
+  ev->Bytes(kWs, -core_ws_bytes);
+  ev->Act(kWs, d.H);         // da
+  ev->Act(kWs, d.H);         // db
+  ev->FreeAct(kWs, 2 * d.H);   // dbeta, dg
+  ev->FreeAct(kWs, d.HV);      // d_o
+  // MixerInputsBackward: conv + SiLU (+ L2 norm) backward of q, k, v.
+  for (double ch : {d.HK, d.HK}) {
+    ev->Act(kWs, ch);        // c (conv output, replayed)
+    ev->Act(kWs, ch);        // d_c
+    ev->Act(kWs, ch);        // act = silu(c)
+    ev->FreeAct(kWs, ch);
+    ev->Act(kWs, ch);        // dq_in, dk_in
+    ev->FreeAct(kWs, 2 * ch);  // d_c, c
+  }
+  ev->Act(kWs, d.HV);        // c
+  ev->Act(kWs, d.HV);        // d_c
+  ev->Act(kWs, d.HV);        // dv_in
+  ev->FreeAct(kWs, 2 * d.HV);  // d_c, c
+  ev->Act(kWs, d.C);         // dxn
+  ev->Act(kWs, d.C);         // part
+  ev->FreeAct(kWs, 2 * d.C + 2 * d.HK + d.HV);  // part, dxn, dv_in, dk_in, dq_in
+  // The mixer gradients dq, dk, dv, da, db, dz.
+  ev->FreeAct(kWs, 2 * d.HK + d.HV + 2 * d.H + d.HV);
 }
 
 }  // namespace
+
+MemorySegment GdnBlockForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                    bool recompute_full) {
+  const GdnSizes d(DimsOf(model), b.tensor_size);
+  Events ev(b);
+  ev.Act(kAct, d.C);  // x, the block input, copied
+  const BufferClass saved = recompute_full ? kWs : kAct;
+  GdnForwardPass(d, saved, &ev);
+  if (recompute_full) FreeGdnSaved(d, saved, &ev);
+  return ev.segment();
+}
+
+MemorySegment GdnBlockBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                     bool recompute_full) {
+  const Dims x = DimsOf(model);
+  const GdnSizes d(x, b.tensor_size);
+  // GdnCoreBackwardWorkspaceSize: the states entering each kernel block of
+  // one head of one sequence.
+  const double core_ws =
+      std::ceil(b.seq_tokens / x.C) * x.dk * x.dv * b.stat();
+  Events ev(b);
+  if (recompute_full) {
+    GdnForwardPass(d, kWs, &ev);  // the replay, then its unused output
+    ev.FreeAct(kWs, d.C);
+  }
+  GdnBackwardPass(d, core_ws, &ev);
+  const BufferClass saved = recompute_full ? kWs : kAct;
+  FreeGdnSaved(d, saved, &ev);
+  ev.FreeAct(kAct, d.C);  // x
+  return ev.segment();
+}
+
+MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b) {
+  const Dims x = DimsOf(model);
+  const double slice = std::min<double>(kLossVocabSlice, x.vocab / b.tensor_size);
+  Events ev(b);
+  ev.Act(kAct, x.h);   // x, copied
+  ev.Act(kAct, x.h);   // xn
+  ev.Stat(kAct, 1);    // rstd
+  ev.Stat(kAct, 1);    // lse
+  ev.Stat(BufferClass::kLogits, slice);  // one vocabulary slice of logits
+  ev.Stat(kWs, 1);     // per-token losses
+  ev.FreeStat(kWs, 1);
+  ev.FreeStat(BufferClass::kLogits, slice);
+  return ev.segment();
+}
+
+MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b) {
+  const Dims x = DimsOf(model);
+  const double slice = std::min<double>(kLossVocabSlice, x.vocab / b.tensor_size);
+  Events ev(b);
+  ev.Stat(kWs, 1);     // d(losses)
+  ev.Act(kWs, x.h);    // dxn
+  ev.Stat(BufferClass::kLogits, slice);  // the slice being differentiated
+  ev.FreeStat(BufferClass::kLogits, slice);
+  ev.Act(kWs, x.h);    // dx
+  ev.FreeAct(kAct, 2 * x.h);  // x, xn
+  ev.FreeStat(kAct, 2);       // rstd, lse
+  ev.FreeAct(kWs, x.h);       // dxn
+  ev.FreeStat(kWs, 1);        // d(losses)
+  return ev.segment();
+}
+
 
 double MambaInner(const pb::ModelSpec& model) {
   return static_cast<double>(model.num_heads()) * model.head_dim_v();
@@ -238,7 +435,7 @@ TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind) {
       return e;
     case LayerKind::kHead:  // norm input and output (output-layer input)
       e.replicated = 2 * x.h;
-      e.replicated_fp32 = 1;
+      e.replicated_stat = 2;  // the norm's 1/rms and the log-sum-exp
       return e;
     case LayerKind::kRecurrence:
       e = BlockCommonElems(x);
@@ -259,17 +456,11 @@ TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind) {
 ScratchBytes ForwardScratch(const pb::ModelSpec& model, LayerKind kind,
                             double activation_bytes, int tensor_size) {
   const Dims x = DimsOf(model);
-  const double tp = tensor_size;
+  const double tp = tensor_size, stat = StatBytes(activation_bytes);
   ScratchBytes b;
-  if (kind == LayerKind::kHead) {
-    b.per_token = x.vocab / tp * activation_bytes;  // logits before upcast
-  } else if (kind == LayerKind::kRecurrence && IsMamba(model)) {
-    b.per_token = x.G * x.C * kFp32Bytes / tp;            // C B^T per block
-    b.per_kernel_block = x.n * x.P * x.N * kFp32Bytes / tp;  // block states
-  } else if (kind == LayerKind::kRecurrence) {
-    // W, U, new values, (I + A)^-1; per block: the states S.
-    b.per_token = x.n * (x.dk + 2 * x.dv + x.C) * activation_bytes / tp;
-    b.per_kernel_block = x.n * x.dk * x.dv * activation_bytes / tp;
+  if (kind == LayerKind::kRecurrence && IsMamba(model)) {
+    b.per_token = x.G * x.C * stat / tp;                // C B^T per block
+    b.per_kernel_block = x.n * x.P * x.N * stat / tp;   // block states
   }
   return b;
 }
@@ -277,15 +468,13 @@ ScratchBytes ForwardScratch(const pb::ModelSpec& model, LayerKind kind,
 ScratchBytes BackwardScratch(const pb::ModelSpec& model, LayerKind kind,
                              double activation_bytes, int tensor_size) {
   const Dims x = DimsOf(model);
-  const double tp = tensor_size;
+  const double tp = tensor_size, stat = StatBytes(activation_bytes);
   ScratchBytes b = ForwardScratch(model, kind, activation_bytes, tensor_size);
-  if (kind == LayerKind::kRecurrence) {
-    // The replayed states' gradients, fp32.
-    const double state = IsMamba(model) ? x.n * x.P * x.N : x.n * x.dk * x.dv;
-    b.per_kernel_block += state * kFp32Bytes / tp;
+  if (kind == LayerKind::kRecurrence && IsMamba(model)) {
+    b.per_kernel_block += x.n * x.P * x.N * stat / tp;  // the replayed states' gradients
   } else if (kind == LayerKind::kAttention) {
     // fp32 dQ accumulator and the row sums D = rowsum(dO o O).
-    b.per_token += x.hq * (x.d + 1) * kFp32Bytes / tp;
+    b.per_token += x.hq * (x.d + 1) * stat / tp;
   }
   return b;
 }
@@ -298,13 +487,13 @@ double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
   const double tp = tensor_size;
   if (IsMamba(model)) {
     const double bc = x.G * x.N;
-    const double state = x.n * x.P * x.N * kFp32Bytes;
+    const double state = x.n * x.P * x.N * StatBytes(activation_bytes);
     const double conv_tail = (x.w - 1) * (x.d_in + 2 * bc) * activation_bytes;
-    const double carry = (x.d_in + bc) * activation_bytes  // last x and B
-                         + bc / 2 * kFp32Bytes;            // rotation angle
+    const double carry = (x.d_in + bc) * activation_bytes     // last x and B
+                         + bc / 2 * StatBytes(activation_bytes);  // rotation angle
     return (state + conv_tail + carry) / tp;
   }
-  const double state = x.n * x.dk * x.dv * kFp32Bytes;
+  const double state = x.n * x.dk * x.dv * StatBytes(activation_bytes);
   const double conv_tail =
       (x.w - 1) * x.n * (2 * x.dk + x.dv) * activation_bytes;
   return (state + conv_tail) / tp;

@@ -10,6 +10,7 @@
 //   double fwd = f.fwd_token * s + f.fwd_pair * (c * s + s * s / 2.0);
 #pragma once
 
+#include "models/memory_segment.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
 
@@ -20,7 +21,18 @@ inline constexpr double kKernelBlockTokens = 64;
 // Mamba-3 B/C groups (the Mamba-2 default of one group shared by all heads).
 inline constexpr double kMambaGroups = 1;
 inline constexpr double kFp32Bytes = 4;
-inline constexpr double kTokenIdBytes = 4;  // int32 token ids
+// StateFlow's sliced loss: the head computes logits and the cross-entropy over
+// vocabulary slices of this many columns, so only one (t, slice) block of
+// logits exists at a time, within one forward or backward (the backend's
+// HeadLayer; docs/cost-model.md, section 3).
+inline constexpr int kLossVocabSlice = 128;
+
+// Bytes of one element of a statistic (norm 1/rms, log-sum-exp), a recurrent
+// state or its gradient, or a logit: fp32, or the activation precision when
+// that is wider (a float64 run keeps everything in float64).
+inline double StatBytes(double activation_bytes) {
+  return activation_bytes > kFp32Bytes ? activation_bytes : kFp32Bytes;
+}
 
 // Mamba-3 inner width d_in = heads * head_dim (= 2 * hidden in the presets).
 double MambaInner(const pb::ModelSpec& model);
@@ -42,28 +54,31 @@ struct FlopCoeffs {
 FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind);
 
 // Elements per token of one sequence: replicated across TP ranks, or split by
-// them; in activation precision, or fp32 (norm statistics, log-sum-exps).
+// them; in activation precision, or as statistics (StatBytes: norm 1/rms,
+// L2-norm 1/|.|, log-sum-exps).
 struct TokenElems {
   double replicated = 0;
   double sharded = 0;
-  double replicated_fp32 = 0;
-  double sharded_fp32 = 0;
+  double replicated_stat = 0;
+  double sharded_stat = 0;
 
   double Bytes(double activation_bytes, int tensor_size) const {
     return (replicated + sharded / tensor_size) * activation_bytes +
-           (replicated_fp32 + sharded_fp32 / tensor_size) * kFp32Bytes;
+           (replicated_stat + sharded_stat / tensor_size) * StatBytes(activation_bytes);
   }
 };
 
 // What the layer saves for its backward without recompute (K/V of attention
-// excluded: they live in the K/V buffer; logits excluded: LogitsBytes).
-// Embedding: nothing here (CostModel adds its int32 token ids,
-// kTokenIdBytes per token).
+// excluded: they live in the K/V buffer; logits are never kept: the loss is
+// sliced). The embedding saves nothing (its token ids belong to the batch).
 TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind);
 
-// Kernel scratch of one call (beside the stored tensors): per token, and per
-// kernel block of T_C tokens (the recurrence kernels' per-block states), in
-// bytes for one sequence and TP degree `tensor_size`.
+// Kernel scratch of one call of the layer kinds the backend does not
+// implement (Mamba-3 recurrence, softmax attention), beside the stored
+// tensors: per token, and per kernel block of T_C tokens (the recurrence
+// kernels' per-block states), in bytes for one sequence and TP degree
+// `tensor_size`. 0 for the other kinds, whose transient tensors are listed
+// one by one (GdnBlockForwardMemory, HeadForwardMemory, ...).
 struct ScratchBytes {
   double per_token = 0;
   double per_kernel_block = 0;
@@ -73,9 +88,40 @@ ScratchBytes ForwardScratch(const pb::ModelSpec& model, LayerKind kind,
 ScratchBytes BackwardScratch(const pb::ModelSpec& model, LayerKind kind,
                              double activation_bytes, int tensor_size);
 
-// The recurrent state plus short-convolution tail (and, for Mamba-3, the
-// previous-token carry) of one sequence, in bytes, after TP. 0 for other
-// kinds.
+// The sizes every tensor of a layer's memory events is built from: `tokens`
+// rows (t = microbatch_size * s), `seq_tokens` = s (kernels that work one
+// sequence at a time), element bytes and the TP degree.
+struct TensorBytes {
+  double tokens = 0;      // t
+  double seq_tokens = 0;  // s
+  double act = 0;         // activation element bytes
+  int tensor_size = 1;    // TP
+  double stat() const { return StatBytes(act); }
+};
+
+// The allocations and frees, in order, of one pass of one layer over one
+// chunk, as StateFlow's backend makes them: the tensors it saves
+// (kActivations), every transient tensor (kWorkspace) including the layer's
+// output (t, h) or input gradient, the logits slices (kLogits). Boundary
+// states and their gradients are not here: the stage adds them around the
+// layer (memory_model.h). The layer's input (or output gradient) is the
+// caller's. Derived from backend/layers/*.cc line by line; docs/cost-model.md
+// section 3 lists them.
+//
+// GDN block (GdnBlock::Forward / Backward); recompute_full saves only the
+// block input and replays the forward inside the backward.
+MemorySegment GdnBlockForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                    bool recompute_full);
+MemorySegment GdnBlockBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                     bool recompute_full);
+// Head (HeadLayer): final norm, output layer and cross-entropy over
+// vocabulary slices of kLossVocabSlice columns (V / TP columns on a TP rank).
+MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
+MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
+
+// The recurrent state (StatBytes) plus short-convolution tail (and, for
+// Mamba-3, the previous-token carry) of one sequence, in bytes, after TP. 0
+// for other kinds.
 double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
                                      double activation_bytes, int tensor_size);
 

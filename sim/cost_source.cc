@@ -1,5 +1,6 @@
 #include "sim/cost_source.h"
 
+#include "models/memory_model.h"
 #include "sim/cost_table.h"
 
 #include <algorithm>
@@ -36,6 +37,15 @@ std::vector<KindGroup> GroupByKind(const models::CostModel& cm,
   return groups;
 }
 
+// An action's memory segment as the engine applies it: the live bytes at the
+// segment's first peak when the action starts, the rest when it ends.
+MemoryEffect TwoPoints(const models::MemorySegment& seg) {
+  MemoryEffect e;
+  e.at_start = seg.at_peak();
+  for (int c = 0; c < kNumBufferClasses; ++c) e.at_end[c] = seg.net()[c] - seg.at_peak()[c];
+  return e;
+}
+
 // Per (stage, chunk) tables shared by both sources: memory always comes from
 // the analytic model.
 class TableCostSource : public CostSource {
@@ -52,60 +62,31 @@ class TableCostSource : public CostSource {
         static_(stages_),
         sync_s_(stages_, 0.0) {
     const models::CostModel& cm = *setup.cost_model;
-    const double seq_len = static_cast<double>(setup.partition.seq_len());
     const pb::LinkSpec& link = cm.cluster().pipeline_link();
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];
       const std::vector<KindGroup> kinds = GroupByKind(cm, layers);
       sync_s_[r] = cm.DataParallelSyncTime(layers.first, layers.last);
-      for (const KindGroup& g : kinds) {
-        static_[r][Index(BufferClass::kWeights)] += g.count * cm.WeightBytes(g.layer);
-        static_[r][Index(BufferClass::kGradients)] += g.count * cm.GradientBytes(g.layer);
-        static_[r][Index(BufferClass::kOptimizerState)] += g.count * cm.OptimizerBytes(g.layer);
-      }
+      static_[r] = models::StaticStageBytes(cm, layers);
       for (int i = 0; i < chunks_; ++i) {
         const std::int64_t c = setup.partition.start(i);
         const std::int64_t s = setup.partition.length(i);
         const int k = Key(r, i);
-        double held_activations = 0, boundary = 0, kv = 0, kv_grad = 0, logits = 0;
-        double fwd_ws = 0, bwd_ws = 0;
         for (const KindGroup& g : kinds) {
-          const int l = g.layer;
-          forward_s_[k] += g.count * cm.ForwardTime(l, c, s);
-          backward_s_[k] += g.count * cm.BackwardTime(l, c, s);
-          held_activations += g.count * cm.StoredActivationBytes(l, s);
-          boundary += g.count * cm.BoundaryStateBytes(l);
-          kv += g.count * cm.KvBytesPerToken(l) * seq_len;
-          kv_grad += g.count * cm.KvGradBytesPerToken(l) * seq_len;
-          logits += g.count * cm.LogitsBytes(l, s);
-          fwd_ws = std::max(fwd_ws, cm.ForwardWorkspaceBytes(l, s));
-          bwd_ws = std::max(bwd_ws, cm.BackwardWorkspaceBytes(l, s));
+          forward_s_[k] += g.count * cm.ForwardTime(g.layer, c, s);
+          backward_s_[k] += g.count * cm.BackwardTime(g.layer, c, s);
         }
         const double bytes = cm.BoundaryActivationBytes(s);
         transfer_occupancy_s_[k] = bytes / link.bandwidth_bytes_per_s();
         transfer_latency_s_[k] = link.latency_s() + transfer_occupancy_s_[k];
-
-        // Forward: its stored tensors, its input boundary state, the
-        // microbatch's K/V buffer (at chunk 0) and logits live until the
-        // chunk's backward ends; the workspace only while it runs.
-        MemoryEffect& f = forward_memory_[k];
-        f.at_start[Index(BufferClass::kActivations)] = held_activations;
-        f.at_start[Index(BufferClass::kBoundaryStates)] = boundary;
-        f.at_start[Index(BufferClass::kKvBuffers)] = (i == 0) ? kv : 0.0;
-        f.at_start[Index(BufferClass::kLogits)] = logits;
-        f.at_start[Index(BufferClass::kWorkspace)] = fwd_ws;
-        f.at_end[Index(BufferClass::kWorkspace)] = -fwd_ws;
-        // The K/V gradient accumulator: a later chunk's backward adds into
-        // earlier positions, so it lives from the microbatch's first backward
-        // (chunk N-1) to the end of its last (chunk 0).
-        MemoryEffect& b = backward_memory_[k];
-        b.at_start[Index(BufferClass::kWorkspace)] = bwd_ws;
-        b.at_start[Index(BufferClass::kKvBuffers)] = (i == chunks_ - 1) ? kv_grad : 0.0;
-        b.at_end[Index(BufferClass::kWorkspace)] = -bwd_ws;
-        b.at_end[Index(BufferClass::kActivations)] = -held_activations;
-        b.at_end[Index(BufferClass::kBoundaryStates)] = -boundary;
-        b.at_end[Index(BufferClass::kKvBuffers)] = (i == 0) ? -(kv + kv_grad) : 0.0;
-        b.at_end[Index(BufferClass::kLogits)] = -logits;
+        // The stage's memory model (models/memory_model.h): each action's
+        // allocations and frees summarised as the live bytes at its peak
+        // (applied at its start) and the rest (at its end), which keeps the
+        // stage's peak total and the bytes per class at that peak exact.
+        forward_memory_[k] = TwoPoints(models::ActionMemory(
+            cm, layers, setup.partition, {r, Pass::kForward, 0, i}));
+        backward_memory_[k] = TwoPoints(models::ActionMemory(
+            cm, layers, setup.partition, {r, Pass::kBackward, 0, i}));
       }
     }
   }
@@ -130,12 +111,15 @@ class TableCostSource : public CostSource {
   }
 
   MemoryEffect Memory(const Action& a) const override {
-    return a.pass == Pass::kForward ? forward_memory_[Key(a.stage, a.chunk)]
-                                    : backward_memory_[Key(a.stage, a.chunk)];
+    switch (a.pass) {
+      case Pass::kForward: return forward_memory_[Key(a.stage, a.chunk)];
+      case Pass::kBackward: return backward_memory_[Key(a.stage, a.chunk)];
+      case Pass::kWeight: return {};  // B carries the whole backward
+    }
+    return {};
   }
 
  protected:
-  static int Index(BufferClass c) { return static_cast<int>(c); }
   int Key(int stage, int chunk) const { return stage * chunks_ + chunk; }
   std::size_t Size() const { return static_cast<std::size_t>(stages_) * chunks_; }
 

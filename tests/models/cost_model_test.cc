@@ -127,14 +127,14 @@ TEST(CostModel, MatmulFlopsFollowTheParameterRule) {
 
 // The GDN block's saved tensors (docs/cost-model.md), per token:
 //   replicated: block input, norm-1 output, residual sum, norm-2 output (4h)
-//   split by TP: q,k,v conv inputs and outputs, gate/beta before and after
-//     activation (4n), recurrence output, output gate, gated-norm output
-//     (3 n dv), SwiGLU gate, up, product (3m)
+//   split by TP: q,k,v conv inputs and outputs, decay input a, log decay g
+//     and beta (3n), recurrence output, output gate, gated-norm output
+//     (3 n dv), SwiGLU gate and up (2m; the product is recomputed)
 //   fp32: two norm rstd (replicated), q/k/output norm statistics (3n, split).
 double GdnStoredPerToken(const pb::ModelSpec& m, int tp, double act) {
   const double h = m.hidden_size(), n = m.num_heads();
   const double qkv = n * (2.0 * m.head_dim_k() + m.head_dim_v());
-  const double split = 2 * qkv + 4 * n + 3 * n * m.head_dim_v() + 3.0 * m.mlp_size();
+  const double split = 2 * qkv + 3 * n + 3 * n * m.head_dim_v() + 2.0 * m.mlp_size();
   return (4 * h + split / tp) * act + (2 + 3 * n / tp) * 4;
 }
 
@@ -180,7 +180,7 @@ TEST(CostModel, AttentionStoresQueryOutputAndLseNotKv) {
   const double act = cm.precision().activation_bytes();
   const int l = FirstLayerOf(cm, LayerKind::kAttention);
   const double q = double(m.attn_heads()) * m.attn_head_dim();
-  const double per_token = (4.0 * m.hidden_size() + (2 * q + 3.0 * m.mlp_size()) / tp) * act +
+  const double per_token = (4.0 * m.hidden_size() + (2 * q + 2.0 * m.mlp_size()) / tp) * act +
                            (2 + double(m.attn_heads()) / tp) * 4;
   EXPECT_NEAR(cm.StoredActivationBytes(l, s), s * per_token, 1e-6);
   const double kv_heads = double(m.attn_heads()) / m.gqa_group_size();
@@ -344,22 +344,54 @@ TEST(CostModel, LogitsAndBoundaryActivations) {
   const CostModel cm = MakeModel("gdn-32b", tp, mbs);
   const std::int64_t s = 3000;
   const int head = cm.num_layers() - 1;
-  EXPECT_DOUBLE_EQ(cm.LogitsBytes(head, s), double(mbs) * s * cm.model().vocab_size() * 4 / tp);
+  // One fp32 slice of 128 vocabulary columns (of the V / TP on this rank).
+  ASSERT_GT(cm.model().vocab_size() / tp, 128);
+  EXPECT_DOUBLE_EQ(cm.LogitsBytes(head, s), double(mbs) * s * 128 * 4);
   EXPECT_EQ(cm.LogitsBytes(1, s), 0.0);
   EXPECT_DOUBLE_EQ(cm.BoundaryActivationBytes(s), double(mbs) * s * cm.model().hidden_size() * 2);
-  EXPECT_DOUBLE_EQ(cm.StoredActivationBytes(0, s), double(mbs) * s * 4);  // token ids
+  EXPECT_EQ(cm.StoredActivationBytes(0, s), 0.0);  // the token ids stay in the batch
+  // A vocabulary narrower than a slice is one slice.
+  const CostModel tiny = MakeModel("gdn-tiny", 2, 1);
+  EXPECT_DOUBLE_EQ(tiny.LogitsBytes(tiny.num_layers() - 1, 10),
+                   10.0 * tiny.model().vocab_size() / 2 * 4);
 }
 
-TEST(CostModel, RecurrenceWorkspaceCountsKernelBlocks) {
-  const CostModel cm = MakeModel("gdn-3b");
+// Mamba-3's scratch estimate (no backend lists its tensors): per kernel
+// block of 64 tokens, one fp32 state per head in forward.
+TEST(CostModel, MambaWorkspaceCountsKernelBlocks) {
+  const CostModel cm = MakeModel("mamba3-3b");
   const pb::ModelSpec& m = cm.model();
-  // Per kernel block of 64 tokens the forward keeps one bf16 state per head.
-  const double state = double(m.num_heads()) * m.head_dim_k() * m.head_dim_v() * 2;
+  const double state = double(m.num_heads()) * m.head_dim_v() * m.state_dim() * 4;
   const double per_token = (cm.ForwardWorkspaceBytes(1, 128) - cm.ForwardWorkspaceBytes(1, 64)) -
                            state;  // one more block, 64 more tokens
   EXPECT_NEAR(cm.ForwardWorkspaceBytes(1, 65) - cm.ForwardWorkspaceBytes(1, 64),
               state + per_token / 64, 1e-6);
   EXPECT_GT(cm.BackwardWorkspaceBytes(1, 128), cm.ForwardWorkspaceBytes(1, 128));
+}
+
+// float64 keeps statistics and states in float64 too; bf16 keeps them fp32.
+TEST(CostModel, StatisticsAreFp32OrWider) {
+  pb::PrecisionSpec f64 = *PrecisionForDtype("float64");
+  EXPECT_EQ(f64.weight_bytes(), 8);
+  EXPECT_EQ(f64.gradient_bytes(), 8);
+  EXPECT_EQ(f64.optimizer_bytes(), 16);  // AdamW's m and v
+  EXPECT_EQ(f64.activation_bytes(), 8);
+  EXPECT_EQ(PrecisionForDtype("")->activation_bytes(), 4);
+  Result<pb::PrecisionSpec> bad = PrecisionForDtype("float16");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("train.dtype"), std::string::npos);
+  Result<CostModel> cm = CostModel::Make(*ModelPreset("gdn-tiny"), f64,
+                                         *ClusterPreset("cpu"), CostModelOptions{});
+  ASSERT_TRUE(cm.ok());
+  const pb::ModelSpec& m = cm->model();
+  const double H = m.num_heads(), K = m.head_dim_k(), V = m.head_dim_v();
+  EXPECT_DOUBLE_EQ(cm->BoundaryStateBytes(1),
+                   (H * K * V + (m.conv_width() - 1.0) * H * (2 * K + V)) * 8);
+  // Every saved element in float64: 4C + 2F + 2 + 4 HK + 5 HV + 6 H per token
+  // (backend/layers/gdn_block.h, GdnBlockSaved::NumelPerToken).
+  const double C = m.hidden_size(), F = m.mlp_size();
+  EXPECT_DOUBLE_EQ(cm->StoredActivationBytes(1, 10),
+                   10 * (4 * C + 2 * F + 2 + 4 * H * K + 5 * H * V + 6 * H) * 8);
 }
 
 }  // namespace

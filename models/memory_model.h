@@ -1,0 +1,61 @@
+// The memory model of one pipeline stage: what each action (the forward or
+// backward of one chunk of one microbatch) does to the stage's memory ledger,
+// buffer class by buffer class, and the ledger's peaks over a whole step when
+// the stage runs its actions in plan order. It is the simulator's memory
+// model (sim/cost_source.cc applies ActionMemory to every action) and the
+// prediction the backend's TrackingAllocator is compared with
+// (backend/train/memory_check.h): both count the same buffers.
+//
+// An action is its layers' events (CostModel::ForwardMemory / BackwardMemory)
+// in layer order, plus what the stage holds around them:
+//   - its input (the activation from stage r-1 in F, the gradient from r+1
+//     in B), copied from the transport at the action's start, and its output,
+//     handed to the transport at its end (kWorkspace, inside the action only;
+//     messages waiting between actions are the transport's, not the stage's);
+//   - the output of one layer, the input of the next (kWorkspace), dropped
+//     when the next layer has made its own;
+//   - boundary states (kBoundaryStates): F(a, 0) makes chunk 0's zero state,
+//     every F(a, i) with i < N-1 makes chunk i+1's state in (at the start of
+//     each recurrence layer), B(a, i) frees chunk i's state in at its end; in
+//     B(a, i) each recurrence layer makes d(state in) (i > 0) and then frees
+//     the d(state out) B(a, i+1) made (i < N-1);
+//   - K/V buffers of attention layers: the sequence-wide buffer from F(a, 0),
+//     its gradient accumulator from B(a, N-1), both freed by B(a, 0).
+// Weights, gradients and optimizer state are static (StaticStageBytes).
+//
+// Depends only on the stage's own order: nothing here depends on when a
+// neighbour's message arrives.
+//
+//   MemorySegment f = ActionMemory(cm, layers, partition, {r, Pass::kForward, a, i});
+//   MemorySegment step = StageStepMemory(cm, layers, partition, plan.stage(r));
+#pragma once
+
+#include <vector>
+
+#include "models/cost_model.h"
+#include "models/memory_segment.h"
+#include "models/model.h"
+#include "schedule/action.h"
+#include "schedule/partition.h"
+
+namespace stateflow::models {
+
+// Weights, gradients and optimizer state of layers [first, last).
+ClassBytes StaticStageBytes(const CostModel& cm, const StageLayers& layers);
+
+// One action of the stage holding `layers` (the embedding if layers.first
+// is 0, the head if layers.last is cm.num_layers()). A W action (split
+// backward) does nothing to memory.
+// REQUIRES: action.chunk < partition.num_chunks().
+MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
+                           const schedule::Partition& partition,
+                           const schedule::Action& action);
+
+// The whole step of the stage: the static bytes, then `actions` in order.
+// Its at_peak() and class_peak() are absolute: the predicted peak total, the
+// bytes per class at that moment, and each class's own peak.
+MemorySegment StageStepMemory(const CostModel& cm, const StageLayers& layers,
+                              const schedule::Partition& partition,
+                              const std::vector<schedule::Action>& actions);
+
+}  // namespace stateflow::models
