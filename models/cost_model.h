@@ -32,6 +32,12 @@ namespace stateflow::models {
 
 enum class Recompute { kNone, kFull };
 
+// StateFlow's sliced loss: the head computes logits and the cross-entropy over
+// vocabulary slices of this many columns, so only one (t, slice) block of
+// logits exists at a time, within one forward or backward (the backend's
+// HeadLayer; docs/cost-model.md, section 3).
+inline constexpr int kLossVocabSlice = 128;
+
 // "none" or "full" ("" means none). Error names schedule.recompute.
 Result<Recompute> ParseRecompute(std::string_view text);
 std::string_view RecomputeName(Recompute recompute);  // "none" or "full"

@@ -10,6 +10,7 @@
 //   double fwd = f.fwd_token * s + f.fwd_pair * (c * s + s * s / 2.0);
 #pragma once
 
+#include "models/cost_model.h"
 #include "models/memory_segment.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
@@ -21,11 +22,6 @@ inline constexpr double kKernelBlockTokens = 64;
 // Mamba-3 B/C groups (the Mamba-2 default of one group shared by all heads).
 inline constexpr double kMambaGroups = 1;
 inline constexpr double kFp32Bytes = 4;
-// StateFlow's sliced loss: the head computes logits and the cross-entropy over
-// vocabulary slices of this many columns, so only one (t, slice) block of
-// logits exists at a time, within one forward or backward (the backend's
-// HeadLayer; docs/cost-model.md, section 3).
-inline constexpr int kLossVocabSlice = 128;
 
 // Bytes of one element of a statistic (norm 1/rms, log-sum-exp), a recurrent
 // state or its gradient, or a logit: fp32, or the activation precision when

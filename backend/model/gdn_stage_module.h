@@ -38,8 +38,9 @@
 
 namespace stateflow::backend {
 
-// Vocabulary columns of one logits slice of the head (output_loss.h).
-inline constexpr std::int64_t kHeadVocabSlice = 128;
+// Vocabulary columns of one logits slice of the head (output_loss.h): the
+// memory model's sliced loss.
+inline constexpr std::int64_t kHeadVocabSlice = models::kLossVocabSlice;
 
 // A stage module holding layers [layers.first, layers.last) of
 // models::LayerList(model). Blocks are recomputed in the backward when

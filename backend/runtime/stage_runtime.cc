@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "backend/layers/copy.h"
+
 namespace stateflow::backend {
 
 using schedule::Action;
@@ -25,7 +27,8 @@ Status During(const Status& status, const Action& a) {
 template <typename T>
 StageRuntime<T>::StageRuntime(const schedule::Plan* plan, int stage,
                               const schedule::Partition* partition, StageModule<T>* module,
-                              Comm<T>* comm, TrackingAllocator* alloc, const RunClock* clock)
+                              Comm<T>* comm, TrackingAllocator* alloc, const RunClock* clock,
+                              TrackingAllocator* transport)
     : plan_(plan),
       actions_(&plan->stage(stage)),
       stage_(stage),
@@ -33,7 +36,8 @@ StageRuntime<T>::StageRuntime(const schedule::Plan* plan, int stage,
       module_(module),
       comm_(comm),
       alloc_(alloc),
-      clock_(clock) {}
+      clock_(clock),
+      transport_(transport) {}
 
 template <typename T>
 void StageRuntime<T>::BeginStep() {
@@ -43,6 +47,7 @@ void StageRuntime<T>::BeginStep() {
   memory_.clear();
   busy_s_ = 0;
   peak_time_s_ = -1;
+  if (transport_ != nullptr) transport_->ResetPeaks();
 }
 
 template <typename T>
@@ -72,7 +77,7 @@ Status StageRuntime<T>::PostAhead() {
     if (!NeedsInput(a)) continue;
     const std::int64_t s = partition_->length(a.chunk);
     SF_ASSIGN_OR_RETURN(Tensor<T> buffer, Tensor<T>::Uninitialized(
-                                              *alloc_, BufferClass::kWorkspace, {s, hidden}));
+                                              MessageAlloc(), BufferClass::kWorkspace, {s, hidden}));
     SF_RETURN_IF_ERROR(comm_->PostRecv(PeerOf(a), KeyOf(a), std::move(buffer)));
   }
   return Status::Ok();
@@ -111,6 +116,11 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
   const Tensor<T>* in = NeedsInput(a) ? &input : nullptr;
   const std::int64_t peak_before = alloc_->PeakTotalBytes();
   const double start = clock_->Now();
+  if (in != nullptr && transport_ != nullptr) {  // the stage's own copy, for this action
+    Result<Tensor<T>> copy = CopyTensor(*alloc_, BufferClass::kWorkspace, input);
+    if (!copy.ok()) return During(copy.status(), a);
+    input = std::move(copy).value();  // frees the receive buffer
+  }
   Result<Tensor<T>> out = a.pass == Pass::kForward
                               ? module_->Forward(a.microbatch, a.chunk, in)
                               : module_->Backward(a.microbatch, a.chunk, in);
@@ -126,6 +136,11 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
                               std::to_string(module_->hidden_size()) + ")");
     }
     const int to = a.pass == Pass::kForward ? stage_ + 1 : stage_ - 1;
+    if (transport_ != nullptr) {  // the send buffer; the module's output ends here
+      Result<Tensor<T>> message = CopyTensor(*transport_, BufferClass::kWorkspace, *out);
+      if (!message.ok()) return During(message.status(), a);
+      out = std::move(message).value();
+    }
     SF_RETURN_IF_ERROR(comm_->Send(to, KeyOf(a), std::move(out).value()));
   }
   SF_RETURN_IF_ERROR(comm_->Progress());

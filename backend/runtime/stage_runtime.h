@@ -11,9 +11,18 @@
 // for the input, and the stage's live bytes per buffer class after each
 // action (for the trace and for comparison with the simulator).
 //
-// Memory: receive buffers are workspace, (s_i, H) each, from the post to the
-// end of the action that consumes them; the module's output is held by the
-// Comm until its send completes.
+// Memory: with a `transport` allocator (the trainer gives one per stage),
+// the stage's own allocator holds an action's input and output only while
+// the action runs: a received message is copied from its receive buffer into
+// the stage's allocator (kWorkspace, (s_i, H)) when the action starts and
+// freed when it ends; the module's output is copied into a send buffer when
+// the action ends. Receive buffers (posted ahead) and sends in flight, whose
+// lives depend on when the neighbours get there, are counted on `transport`,
+// so that the stage's ledger, and its peaks, depend only on the stage's own
+// action order, as the simulator's memory model has it
+// (models/memory_model.h). Without `transport`, receive buffers are the
+// stage's workspace from their post to the end of the consuming action and
+// the module's output stays held by the Comm until its send completes.
 //
 // Not the step: the trainer starts the module's step (BeginStep) and steps
 // the optimizer. Not a scheduler: the order is the plan's.
@@ -71,10 +80,11 @@ template <typename T>
 class StageRuntime {
  public:
   // REQUIRES: `plan` validated and without W actions; `partition` has
-  // plan->chunks() chunks; every pointer outlives the runtime.
+  // plan->chunks() chunks; every pointer outlives the runtime; `transport`
+  // (may be null: messages on `alloc`) outlives the comm's buffers too.
   StageRuntime(const schedule::Plan* plan, int stage, const schedule::Partition* partition,
                StageModule<T>* module, Comm<T>* comm, TrackingAllocator* alloc,
-               const RunClock* clock);
+               const RunClock* clock, TrackingAllocator* transport = nullptr);
 
   StageRuntime(const StageRuntime&) = delete;
   StageRuntime& operator=(const StageRuntime&) = delete;
@@ -108,6 +118,8 @@ class StageRuntime {
   int PeerOf(const schedule::Action& a) const;  // sender of the input, receiver of the output
   Status PostAhead();
   Status Execute(Tensor<T> input, double wait_s);
+  // Where receive and send buffers live: `transport` if given, else `alloc`.
+  TrackingAllocator& MessageAlloc() { return transport_ != nullptr ? *transport_ : *alloc_; }
 
   const schedule::Plan* plan_;
   const std::vector<schedule::Action>* actions_;
@@ -117,6 +129,7 @@ class StageRuntime {
   Comm<T>* comm_;
   TrackingAllocator* alloc_;
   const RunClock* clock_;
+  TrackingAllocator* transport_;  // null: messages on alloc_
   std::size_t cursor_ = 0;        // next action to run
   std::size_t posted_until_ = 0;  // receives of actions [cursor_, posted_until_) are posted
   std::vector<ActionRecord> records_;

@@ -117,6 +117,8 @@ template <typename T>
 struct Trainer<T>::LocalStage {
   int stage = 0;
   std::unique_ptr<TrackingAllocator> alloc;
+  // Receive buffers posted ahead and sends in flight (stage_runtime.h).
+  std::unique_ptr<TrackingAllocator> transport;
   std::unique_ptr<StageModule<T>> module;
   std::optional<AdamW<T>> optimizer;
   std::unique_ptr<Comm<T>> comm;
@@ -177,6 +179,7 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
                               std::to_string(P));
     }
     local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes);
+    local->transport = std::make_unique<TrackingAllocator>(r);
     SF_ASSIGN_OR_RETURN(local->module, factory(r, setup_.stage_layers[r], local->alloc.get()));
     if (local->module->is_first() != (r == 0) || local->module->is_last() != (r == P - 1)) {
       return Status::Internal("stage " + std::to_string(r) +
@@ -187,7 +190,7 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
     local->optimizer.emplace(std::move(opt));
     local->runtime = std::make_unique<StageRuntime<T>>(
         &setup_.plan, r, &setup_.partition, local->module.get(), local->comm.get(),
-        local->alloc.get(), &clock_);
+        local->alloc.get(), &clock_, local->transport.get());
     local->timeline.stage = r;
   }
   return Status::Ok();
