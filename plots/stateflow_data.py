@@ -1,8 +1,8 @@
 """Reading what the `stateflow` CLI writes, for the plots.
 
 What it is for: turning a trace (`stateflow simulate --trace`), a report
-(`stateflow simulate --json`) or a sweep CSV (`stateflow sweep --csv`) into
-small plain records that a plot can draw without parsing anything itself.
+(`stateflow simulate --json`), a sweep CSV (`stateflow sweep --csv`) or a
+validation report (`stateflow validate --json`) into small plain records that a plot can draw without parsing anything itself.
 What it is not: a plotting module (it never imports matplotlib), nor a
 validator of schedules (a trace is drawn as written).
 
@@ -484,3 +484,120 @@ def format_tokens(n):
         if n >= size and n % size == 0:
             return "%d%s" % (n // size, suffix)
     return str(n)
+
+
+# ------------------------------------------------------------- validation ---
+
+@dataclass(frozen=True)
+class ValidationStage:
+    """One stage of a validated configuration: predicted beside measured."""
+    stage: int
+    predicted_busy: float       # s
+    measured_busy: float        # s
+    predicted_peak: float       # bytes
+    measured_peak: float        # bytes
+
+    @property
+    def peak_error(self):
+        """(predicted - measured) / measured."""
+        return _rel_error(self.predicted_peak, self.measured_peak)
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    """One configuration of `stateflow validate --json`."""
+    policy: str
+    microbatches: int
+    chunks: int
+    recompute: str
+    seq_len: int
+    predicted_step: float       # s
+    measured_step: float        # s
+    stages: tuple               # (ValidationStage,)
+
+    @property
+    def step_error(self):
+        return _rel_error(self.predicted_step, self.measured_step)
+
+    @property
+    def label(self):
+        """"StateFlow N=4 M=8 full"."""
+        return "%s N=%d M=%d %s" % (display_policy(self.policy), self.chunks,
+                                    self.microbatches, self.recompute)
+
+
+@dataclass
+class Validation:
+    path: str
+    scenario: str
+    model: str
+    dtype: str
+    runs: list                  # [ValidationRun], in file order
+
+    def context(self):
+        """"scenario tiny-train: gdn-tiny, float32, 24 configurations"."""
+        return "scenario %s: %s, %s, %d configuration%s" % (
+            self.scenario, self.model, self.dtype, len(self.runs),
+            "" if len(self.runs) == 1 else "s")
+
+
+def _rel_error(predicted, measured):
+    return (predicted - measured) / measured if measured else 0.0
+
+
+def _positive(path, where, value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise DataError("%s: %s is %r, not a number >= 0"
+                        % (path, where, value))
+    return number
+
+
+def _validation_stage(path, where, doc):
+    get = lambda key: _positive(path, "%s.%s" % (where, key), doc.get(key, 0))
+    return ValidationStage(
+        stage=int(get("stage")),
+        predicted_busy=get("predicted_busy_s"),
+        measured_busy=get("measured_busy_s"),
+        predicted_peak=get("predicted_peak_memory_bytes"),
+        measured_peak=get("measured_peak_memory_bytes"))
+
+
+def _validation_run(path, index, doc):
+    where = "runs[%d]" % index
+    if not isinstance(doc, dict):
+        raise DataError("%s: %s is not an object" % (path, where))
+    get = lambda key: _positive(path, "%s.%s" % (where, key), doc.get(key, 0))
+    stages = doc.get("stages", [])
+    if not isinstance(stages, list) or not stages:
+        raise DataError("%s: %s has no stages" % (path, where))
+    if not get("measured_step_time_s") > 0:
+        raise DataError("%s: %s.measured_step_time_s is 0" % (path, where))
+    return ValidationRun(
+        policy=str(doc.get("policy", "?")),
+        microbatches=int(get("microbatches")), chunks=int(get("chunks")),
+        recompute=str(doc.get("recompute", "none")),
+        seq_len=int(get("seq_len")),
+        predicted_step=get("predicted_step_time_s"),
+        measured_step=get("measured_step_time_s"),
+        stages=tuple(_validation_stage(path, "%s.stages[%d]" % (where, k), s)
+                     for k, s in enumerate(stages)))
+
+
+def load_validation(path):
+    """The runs of a ValidationReport (`stateflow validate --json`)."""
+    doc = _read_json(path)
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list):
+        raise DataError("%s: not a validation report: no \"runs\" list"
+                        % path)
+    if not runs:
+        raise DataError("%s: the validation report has no runs" % path)
+    return Validation(path=path, scenario=str(doc.get("scenario", "?")),
+                      model=str(doc.get("model", "?")),
+                      dtype=str(doc.get("dtype", "?")),
+                      runs=[_validation_run(path, k, r)
+                            for k, r in enumerate(runs)])

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Pictures of StateFlow runs: schedule Gantt, sweep sensitivity, memory.
+"""Pictures of StateFlow runs: Gantt, sweep, memory, predicted vs measured.
 
 What it is for: the one command line of plots/, turning what `stateflow`
-writes (a trace, a report, a sweep CSV) into PNG (or SVG, PDF) files.
+writes (a trace, a report, a sweep CSV, a validation report) into PNG (or
+SVG, PDF) files.
 What it is not: a simulator; it draws files and computes nothing the files
 do not hold beyond sums and maxima.
 
@@ -38,6 +39,9 @@ _EXAMPLES = """examples:
   stateflow sweep --csv out/sweep.csv
   %(py)s sweep --csv out/sweep.csv --out out/sweep.png --seq-len 64K
       throughput and peak memory against N and alpha, OOM hatched
+  stateflow validate --json > out/validate.json
+  %(py)s validate --report out/validate.json --out out/validate.png
+      predicted versus measured step time and peak memory per stage
 """ % {"py": "stateflow_plots.py"}
 
 
@@ -115,6 +119,7 @@ def _parser():
     _gantt_options(sub)
     _sweep_options(sub)
     _memory_options(sub)
+    _validate_options(sub)
     return parser
 
 
@@ -155,6 +160,12 @@ def _memory_options(sub):
                    help="device capacity to draw as a dashed line")
     m.add_argument("--report", metavar="FILE", help=_REPORT_HELP)
     m.add_argument("--time-unit", help=_UNIT_HELP)
+
+
+def _validate_options(sub):
+    _common(sub, "validate", "predicted versus measured step time and peak "
+            "memory of each validated configuration", "--report",
+            "report from `stateflow validate --json`")
 
 
 def _check_out(path):
@@ -227,12 +238,18 @@ def _memory(args):
                      time_unit=unit, dpi=args.dpi, context=context)
 
 
+def _validate(args):
+    report = data.load_validation(args.report)
+    import plot_validate
+    plot_validate.draw(report, args.out, dpi=args.dpi)
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         _check_out(args.out)
-        {"gantt": _gantt, "sweep": _sweep, "memory": _memory}[
-            args.command](args)
+        {"gantt": _gantt, "sweep": _sweep, "memory": _memory,
+         "validate": _validate}[args.command](args)
     except DataError as e:
         sys.stderr.write("%s %s: error: %s\n" % (_PROG, args.command, e))
         return 2

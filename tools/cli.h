@@ -71,5 +71,7 @@ int RunPresets(int argc, char** argv);
 int RunSweep(int argc, char** argv);         // sweep_command.cc
 int RunCapacityPlan(int argc, char** argv);  // capacity_plan_command.cc
 int RunTrain(int argc, char** argv);         // train_command.cc
+int RunProfile(int argc, char** argv);       // profile_command.cc
+int RunValidate(int argc, char** argv);      // validate_command.cc
 
 }  // namespace stateflow::tools

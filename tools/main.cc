@@ -4,6 +4,8 @@
 //   stateflow sweep      sweep N, alpha, lengths, batches and policies
 //   stateflow plan       capacity plan: P x TP x DP splits of a device count
 //   stateflow train      train on real text with the backend (mpirun -n P)
+//   stateflow profile    measure layer, optimizer and link costs (CostTable)
+//   stateflow validate   predicted beside measured on real runs
 //   stateflow presets    list model and cluster presets
 // `stateflow <command> --help` explains each with examples.
 #include <cstring>
@@ -30,6 +32,8 @@ constexpr Command kCommands[] = {
     {"sweep", "simulate ranges of N, alpha, lengths, batches; best per cell", RunSweep},
     {"plan", "rank the P x TP x DP splits of a device count that fit in memory", RunCapacityPlan},
     {"train", "train the model on real text with the MPI backend (one rank per stage)", RunTrain},
+    {"profile", "measure per-chunk layer, optimizer and link costs here (a CostTable)", RunProfile},
+    {"validate", "compare the simulator's predictions with real runs of the backend", RunValidate},
     {"presets", "list the model and cluster presets", RunPresets},
 };
 

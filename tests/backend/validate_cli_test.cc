@@ -1,0 +1,291 @@
+// `stateflow profile` and `stateflow validate` end to end (each run with a
+// deadline; validate starts `mpirun -n 2 stateflow train` itself):
+//   - validate on a small configuration (gdn-tiny, P = 2, M = 2, N = 2,
+//     T = 64, 2 steps, 3 repetitions) predicts each stage's peak memory
+//     within 2 % and produces the timing comparison; its prediction is the
+//     one `simulate --costs` makes from the same table, its measurement the
+//     one `train` makes (peak bytes are deterministic);
+//   - profile writes a table with every (kind, pass, mode, length) the
+//     scenario's N range produces, that `simulate --costs` replays;
+//   - a corrupt or mismatched table (syntax, wrong model, missing layer kind,
+//     negative time, other dtype, lengths outside the measured range) and bad
+//     flags get one line naming the problem and exit code 2.
+#include <gtest/gtest.h>
+
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <tuple>
+
+#include "models/model.h"
+#include "proto/stateflow.pb.h"
+#include "tests/backend/subprocess_util.h"
+
+namespace stateflow::backend::testing {
+namespace {
+
+const std::string kStateflow = std::string(SF_BINARY_DIR) + "/stateflow";
+
+std::string Temp(const std::string& name) {
+  return std::string(SF_BINARY_DIR) + "/test-tmp-validate-" + name;
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = Temp(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::vector<std::string> Cmd(std::vector<std::string> args) {
+  args.insert(args.begin(), kStateflow);
+  return args;
+}
+
+Finished RunCli(const std::vector<std::string>& args, const std::string& tag) {
+  return RunFor(Cmd(args), Temp(tag), 120);
+}
+
+// The tiny model at P = 2, M = 2, T = 64, StateFlow N = 2, with the byte
+// sizes of float32 (what the backend computes in).
+constexpr char kScenario[] = R"(name: "validate-test"
+model_preset: "gdn-tiny"
+cluster_preset: "cpu"
+parallel { pipeline_size: 2 tensor_size: 1 data_size: 1 microbatch_size: 1 microbatches: 2 }
+seq_len: 64
+schedule { policy: "stateflow" chunks: 2 alpha: 0 granularity: 16 recompute: "none" }
+precision { weight_bytes: 4 gradient_bytes: 4 optimizer_bytes: 8 activation_bytes: 4 }
+train { steps: 2 seed: 1 dtype: "float32" threads: 1 }
+)";
+constexpr std::int64_t kSeqLen = 64;
+
+template <typename M>
+M FromJson(const Finished& f) {
+  M message;
+  const auto status = google::protobuf::util::JsonStringToMessage(f.out, &message);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << f.out << f.err;
+  return message;
+}
+
+pb::CostTable ReadTable(const std::string& path) {
+  pb::CostTable table;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(Slurp(path), &table)) << path;
+  return table;
+}
+
+double Rel(double predicted, double measured) { return (predicted - measured) / measured; }
+
+// ---- validate -------------------------------------------------------------------
+
+TEST(ValidateCli, PeakMemoryPerStageWithinTwoPercentAndTimingCompared) {
+  const std::string scenario = WriteFile("scenario.textproto", kScenario);
+  const std::string costs = Temp("costs.textproto");
+  const Finished v = RunCli({"validate", "--scenario", scenario, "--steps", "2", "--repetitions",
+                          "3", "--warmup", "1", "--json", "--costs-out", costs},
+                         "small");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  const pb::ValidationReport report = FromJson<pb::ValidationReport>(v);
+  ASSERT_EQ(report.runs_size(), 1);
+  const pb::ValidationRun& run = report.runs(0);
+  EXPECT_EQ(run.policy(), "stateflow");
+  EXPECT_EQ(std::make_tuple(run.pipeline_size(), run.microbatches(), run.chunks()),
+            std::make_tuple(2u, 2u, 2u));
+  EXPECT_EQ(run.measured_steps(), 1u);  // 2 steps, the first is warm-up
+  ASSERT_EQ(run.stages_size(), 2);
+  double worst = 0;
+  for (const pb::ValidationStage& s : run.stages()) {
+    ASSERT_GT(s.measured_peak_memory_bytes(), 0);
+    const double e = Rel(s.predicted_peak_memory_bytes(), s.measured_peak_memory_bytes());
+    EXPECT_LE(std::abs(e), 0.02) << "stage " << s.stage() << ": predicted "
+                                 << s.predicted_peak_memory_bytes() << " B, measured "
+                                 << s.measured_peak_memory_bytes() << " B";
+    EXPECT_NEAR(s.peak_memory_rel_error(), e, 1e-12);
+    if (std::abs(e) > std::abs(worst)) worst = e;
+    EXPECT_EQ(s.predicted_peak_by_class_size(), 8);
+    EXPECT_EQ(s.measured_peak_by_class_size(), 8);
+    // The timing comparison is there (its accuracy is a benchmark, not a test).
+    EXPECT_GT(s.predicted_busy_s(), 0);
+    EXPECT_GT(s.measured_busy_s(), 0);
+    EXPECT_NEAR(s.busy_rel_error(), Rel(s.predicted_busy_s(), s.measured_busy_s()), 1e-12);
+  }
+  EXPECT_NEAR(run.peak_memory_rel_error(), worst, 1e-12);
+  EXPECT_GT(run.predicted_step_time_s(), 0);
+  EXPECT_GT(run.measured_step_time_s(), 0);
+  EXPECT_NEAR(run.step_time_rel_error(),
+              Rel(run.predicted_step_time_s(), run.measured_step_time_s()), 1e-12);
+  EXPECT_NEAR(report.max_abs_step_time_rel_error(), std::abs(run.step_time_rel_error()), 1e-12);
+
+  // The prediction is the simulator's replay of the same table...
+  const Finished sim = RunCli({"simulate", "--scenario", scenario, "--costs", costs, "--json"},
+                           "small-sim");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const pb::Report predicted = FromJson<pb::Report>(sim);
+  EXPECT_EQ(predicted.cost_model(), "replay");
+  EXPECT_NEAR(Rel(run.predicted_step_time_s(), predicted.step_time_s()), 0, 1e-12);
+  // ...and the measurement is train's (peak bytes do not depend on timing).
+  const Finished train = RunFor(
+      Mpirun(2, Cmd({"train", "--scenario", scenario, "--steps", "1", "--json"})),
+      Temp("small-train"), 120);
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const pb::Report measured = FromJson<pb::Report>(train);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(run.stages(r).predicted_peak_memory_bytes(), predicted.stages(r).peak_memory_bytes());
+    EXPECT_EQ(run.stages(r).measured_peak_memory_bytes(), measured.stages(r).peak_memory_bytes());
+  }
+}
+
+TEST(ValidateCli, TextTableNamesEveryQuantity) {
+  const std::string scenario = WriteFile("text.textproto", kScenario);
+  const Finished v = RunCli({"validate", "--scenario", scenario, "--steps", "2", "--repetitions",
+                          "2", "--warmup", "0", "--link", "in-process"},
+                         "text");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  for (const char* word : {"step time", "bubble", "stage 0 busy", "stage 1 peak", "activations",
+                           "predicted", "measured", "error", "1 configurations",
+                           "NOT between MPI ranks"}) {
+    EXPECT_NE(v.out.find(word), std::string::npos) << word << "\n" << v.out;
+  }
+}
+
+// ---- profile ----------------------------------------------------------------------
+
+TEST(ProfileCli, WritesEveryLengthOfTheRangeAndSimulateReplaysIt) {
+  const std::string scenario = WriteFile("profile.textproto", kScenario);
+  const std::string costs = Temp("profile-costs.textproto");
+  const std::vector<int> chunk_counts = {1, 2};
+  const Finished p = RunCli({"profile", "--scenario", scenario, "--chunks-list", "1,2",
+                          "--recompute-list", "none,full", "--repetitions", "2", "--warmup", "0",
+                          "--out", costs},
+                         "profile");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("wrote " + costs), std::string::npos) << p.out;
+  const pb::CostTable table = ReadTable(costs);
+  EXPECT_EQ(table.model().hidden_size(), models::ModelPreset("gdn-tiny")->hidden_size());
+  EXPECT_EQ(table.dtype(), "float32");
+  EXPECT_FALSE(table.provenance().host().empty());
+  EXPECT_FALSE(table.provenance().timestamp().empty());
+  EXPECT_EQ(table.provenance().threads(), 1u);
+  // Every (kind, pass, mode) at every chunk length T / N of the range.
+  std::set<double> lengths;
+  for (int n : chunk_counts) lengths.insert(static_cast<double>(kSeqLen / n));
+  std::set<std::tuple<std::string, std::string, std::string, double>> want, have;
+  for (const char* kind : {"embedding", "recurrence", "head"}) {
+    for (const char* pass : {"forward", "backward"}) {
+      for (const char* mode : {"none", "full"}) {
+        for (double s : lengths) want.insert({kind, pass, mode, s});
+      }
+    }
+  }
+  for (const pb::CostSample& s : table.samples()) {
+    have.insert({s.layer_kind(), s.pass(), s.recompute(), s.tokens()});
+    EXPECT_EQ(s.repetitions(), 2u);
+    EXPECT_GE(s.median_s(), 0);
+  }
+  EXPECT_EQ(have, want);
+  EXPECT_EQ(table.samples_size(), static_cast<int>(want.size()));
+  EXPECT_GT(table.optimizer_s_per_param(), 0);
+  EXPECT_GT(table.link().bandwidth_bytes_per_s(), 0);
+  EXPECT_GE(table.link_samples_size(), 3);
+  EXPECT_GE(table.notes_size(), 4);
+
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, {"-N", "1"}, {"--recompute", "full"}}) {
+    std::vector<std::string> args = {"simulate", "--scenario", scenario, "--costs", costs, "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Finished sim = RunCli(args, "profile-sim");
+    ASSERT_EQ(sim.exit_code, 0) << sim.err;
+    const pb::Report r = FromJson<pb::Report>(sim);
+    EXPECT_EQ(r.cost_model(), "replay");
+    EXPECT_GT(r.step_time_s(), 0);
+  }
+}
+
+// ---- bad input ----------------------------------------------------------------------
+
+// Exit code 2, one line on stderr containing `text`, nothing on stdout.
+void ExpectBadInput(const Finished& f, const std::string& text) {
+  EXPECT_EQ(f.exit_code, 2) << f.err;
+  EXPECT_NE(f.err.find(text), std::string::npos) << f.err;
+  EXPECT_EQ(std::count(f.err.begin(), f.err.end(), '\n'), 1) << f.err;
+  EXPECT_TRUE(f.out.empty()) << f.out;
+}
+
+// gdn-tiny measured at `tokens` tokens; `extra` is appended.
+std::string Table(const std::string& model, int tokens, const std::string& extra = "") {
+  std::string t = "model { " + model + " }\ndtype: \"float32\"\n"
+                  "link { latency_s: 1e-6 bandwidth_bytes_per_s: 1e9 }\n";
+  for (const char* kind : {"embedding", "recurrence", "head"}) {
+    for (const char* pass : {"forward", "backward"}) {
+      t += std::string("samples { layer_kind: \"") + kind + "\" pass: \"" + pass +
+           "\" recompute: \"none\" tokens: " + std::to_string(tokens) + " median_s: 0.001 }\n";
+    }
+  }
+  return t + extra;
+}
+
+const char kTinyModel[] =
+    "name: \"gdn-tiny\" architecture: \"gdn\" layer_pattern: \"recurrent\" num_layers: 4 "
+    "hidden_size: 64 num_heads: 2 head_dim_k: 32 head_dim_v: 32 conv_width: 4 mlp_size: 128 "
+    "vocab_size: 256 untied_embeddings: true";
+
+Finished ValidateWith(const std::string& name, const std::string& table_text) {
+  const std::string scenario = WriteFile("bad-scenario.textproto", kScenario);
+  return RunCli({"validate", "--scenario", scenario, "--costs", WriteFile(name, table_text)}, name);
+}
+
+TEST(ValidateCli, BadCostTablesGetOneLineAndExitTwo) {
+  const int s = kSeqLen / 2;  // the scenario's chunk length
+  // The well-formed table runs, so each failure below is the named problem.
+  const Finished good = ValidateWith("good.textproto", Table(kTinyModel, s));
+  ASSERT_EQ(good.exit_code, 0) << good.err;
+  ExpectBadInput(ValidateWith("corrupt.textproto", "model { hidden_size: 64 \nsamples {"),
+                 "corrupt.textproto:2:");
+  std::string wider = kTinyModel;
+  wider.replace(wider.find("hidden_size: 64"), 15, "hidden_size: 96");
+  ExpectBadInput(ValidateWith("model.textproto", Table(wider, s)), "model.hidden_size");
+  std::string no_head = Table(kTinyModel, s);
+  no_head = no_head.substr(0, no_head.find("samples { layer_kind: \"head\""));
+  ExpectBadInput(ValidateWith("nohead.textproto", no_head), "no head");
+  ExpectBadInput(ValidateWith("negative.textproto",
+                              Table(kTinyModel, s,
+                                    "samples { layer_kind: \"head\" pass: \"forward\" recompute: "
+                                    "\"none\" tokens: 64 median_s: -2 }\n")),
+                 "median_s");
+  std::string other_dtype = Table(kTinyModel, s);
+  other_dtype.replace(other_dtype.find("float32"), 7, "float64");
+  ExpectBadInput(ValidateWith("dtype.textproto", other_dtype), "measured in float64");
+  ExpectBadInput(ValidateWith("range.textproto", Table(kTinyModel, 4 * s)),
+                 "outside the measured range");
+}
+
+TEST(ValidateCli, BadFlagsGetOneLineAndExitTwo) {
+  const std::string scenario = WriteFile("flags.textproto", kScenario);
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario}, "no-out"), "--out");
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--dtype", "float16"},
+                     "dtype"),
+                 "--dtype");
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--link", "carrier"},
+                     "link"),
+                 "--link");
+  ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--recompute-list", "some"}, "modes"),
+                 "--recompute-list");
+  ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--steps", "0"}, "steps"), "--steps");
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--model", "gdn-hybrid-tiny", "--out",
+                      Temp("x")},
+                     "hybrid"),
+                 "model.layer_pattern");
+  // Under mpirun: exit 2 and the message once (rank 0 prints it; Open MPI
+  // may add its own banner).
+  const Finished mpi = RunFor(Mpirun(2, Cmd({"validate", "--scenario", scenario})),
+                              Temp("mpirun"), 60);
+  EXPECT_EQ(mpi.exit_code, 2) << mpi.err;
+  const std::size_t at = mpi.err.find("without mpirun");
+  ASSERT_NE(at, std::string::npos) << mpi.err;
+  EXPECT_EQ(mpi.err.find("without mpirun", at + 1), std::string::npos) << mpi.err;
+}
+
+}  // namespace
+}  // namespace stateflow::backend::testing

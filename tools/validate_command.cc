@@ -1,0 +1,472 @@
+// `stateflow validate`: how well the simulator, fed with costs measured on
+// this machine, predicts real runs. For each configuration (the scenario's
+// schedule and baselines, or a grid from list flags) it simulates the plan
+// with the replayed CostTable (profiled here, or --costs), runs the real
+// backend on the same scenario (`mpirun -n P stateflow train --json`, one
+// process when P = 1), and prints predicted beside measured: step time,
+// bubble fraction, per-stage busy time and peak memory, and the bytes per
+// buffer class at each stage's peak, with relative errors
+// (predicted - measured) / measured.
+//
+// The prediction counts bytes at the backend's element size (float32: 4 per
+// weight, gradient and activation element, 8 of optimizer state per
+// parameter), not the scenario's mixed-precision defaults: the same buffers
+// in the same type.
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "backend/comm/mpi.h"
+#include "backend/profile/launch.h"
+#include "backend/profile/spread.h"
+#include "models/cost_model.h"
+#include "sim/cost_table.h"
+#include "sim/simulation.h"
+#include "tools/cli.h"
+#include "tools/profile_command.h"
+#include "tools/report_format.h"
+#include "tools/scenario.h"
+
+namespace stateflow::tools {
+namespace {
+
+constexpr char kName[] = "validate";
+
+constexpr char kExamples[] = R"(examples:
+  stateflow validate
+      the tiny-train scenario: profile, simulate, run under mpirun -n 2, compare
+  stateflow validate --costs costs.textproto -M 2 -N 2 -T 64 --steps 3 --json
+      reuse a table from `stateflow profile`; one JSON ValidationReport
+  stateflow validate --microbatches-list 2,4,8 --chunks-list 1,2,4,8 \
+      --recompute-list none,full --json --plot validate.png
+      a grid of 24 configurations and the predicted-versus-measured figure
+)";
+
+struct ValidateFlags {
+  ScenarioFlags scenario;
+  ConfigFlags configs;
+  ProfileFlags profile;
+  std::string costs_path, costs_out, plot_path;
+  std::string python = "/usr/bin/python3";
+  std::optional<long long> steps, timeout_s;
+  bool json = false;
+};
+
+template <typename T>
+auto Optional(std::optional<T>* target) {
+  return po::value<T>()->notifier([target](const T& v) { *target = v; });
+}
+
+double RelError(double predicted, double measured) {
+  return measured != 0 ? (predicted - measured) / measured : 0.0;
+}
+
+
+// Progress lines go to stderr only when it is a terminal (so that an error
+// stays the one line there).
+std::ostream* Log() { return isatty(STDERR_FILENO) ? &std::cerr : nullptr; }
+
+// The 1-minute load average (/proc/loadavg), or -1 if unknown.
+double LoadAverage() {
+  std::ifstream file("/proc/loadavg");
+  double load = -1;
+  file >> load;
+  return file ? load : -1;
+}
+
+// A sentence on how busy the machine was around the measurements.
+std::string LoadNote(double before, double after) {
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "machine load: 1-minute load average %.2f before profiling, %.2f after the last "
+                "run, on %u hardware threads (other processes share the cores with the ranks)",
+                before, after, std::thread::hardware_concurrency());
+  return text;
+}
+
+// ---- costs ----------------------------------------------------------------------
+
+struct Costs {
+  pb::CostTable table;
+  std::string label;  // the --costs path, or "profiled"
+};
+
+Result<Costs> LoadOrProfile(const pb::Scenario& scenario, const std::vector<RunConfig>& configs,
+                            const ValidateFlags& flags, const Precision& precision) {
+  if (flags.costs_path.empty()) {
+    SF_ASSIGN_OR_RETURN(pb::CostTable table,
+                        ProfileForConfigs(scenario, configs, flags.profile, Log()));
+    if (!flags.costs_out.empty()) {
+      std::ofstream out(flags.costs_out);
+      out << CostTableText(table);
+      if (!out) return Status::Invalid(flags.costs_out + ": cannot write the cost table");
+    }
+    return Costs{std::move(table), "profiled"};
+  }
+  SF_ASSIGN_OR_RETURN(pb::CostTable table, LoadCostTableFile(flags.costs_path));
+  SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, scenario.model(), flags.costs_path));
+  if (!table.dtype().empty() && table.dtype() != precision.dtype) {
+    return Status::Invalid(flags.costs_path + ": measured in " + table.dtype() +
+                           " but the runs use " + precision.dtype + " (--dtype)");
+  }
+  return Costs{std::move(table), flags.costs_path};
+}
+
+// ---- the real run -----------------------------------------------------------------
+
+// The line of `err` that train printed about itself, else its last line.
+std::string TrainMessage(const std::string& err) {
+  const std::size_t at = err.find("stateflow train:");
+  if (at == std::string::npos) return backend::LastLine(err);
+  return err.substr(at, err.find('\n', at) - at);
+}
+
+Result<std::string> WriteScenario(const pb::Scenario& scenario) {
+  char path[] = "/tmp/stateflow-validate-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return Status::Resource("cannot make a temporary scenario file");
+  close(fd);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(scenario, &text);
+  std::ofstream(path) << text;
+  return std::string(path);
+}
+
+std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& path,
+                                   const ValidateFlags& flags, const Precision& precision) {
+  const std::vector<std::string> program = {
+      backend::SelfExecutable(), "train", "--scenario", path, "--json",
+      "--steps", std::to_string(flags.steps.value_or(5)), "--dtype", precision.dtype,
+      "--threads", std::to_string(precision.threads)};
+  const int P = static_cast<int>(s.parallel().pipeline_size());
+  return P > 1 ? backend::MpirunArgv(flags.profile.mpirun, P, program) : program;
+}
+
+Result<pb::Report> RunTrain(const pb::Scenario& scenario, const ValidateFlags& flags,
+                            const Precision& precision) {
+  SF_ASSIGN_OR_RETURN(std::string path, WriteScenario(scenario));
+  Result<backend::ChildResult> run = backend::RunChild(
+      TrainArgv(scenario, path, flags, precision), static_cast<double>(flags.timeout_s.value_or(600)));
+  std::remove(path.c_str());
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    const std::string what = "stateflow train " +
+                             (run->timed_out ? std::string("timed out")
+                                             : "failed (exit " + std::to_string(run->exit_code) + ")") +
+                             ": " + TrainMessage(run->err);
+    return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);
+  }
+  pb::Report report;
+  if (!google::protobuf::util::JsonStringToMessage(run->out, &report).ok() ||
+      report.stages_size() != static_cast<int>(scenario.parallel().pipeline_size())) {
+    return Status::Internal("stateflow train printed no usable JSON report: " +
+                            backend::LastLine(run->out));
+  }
+  return report;
+}
+
+// The median of the steps after the first (the warm-up), or the only one.
+double MeasuredStepTime(const pb::Report& measured, std::uint32_t* steps) {
+  std::vector<double> times(measured.step_times_s().begin(), measured.step_times_s().end());
+  if (times.size() >= 2) times.erase(times.begin());
+  *steps = static_cast<std::uint32_t>(times.size());
+  return times.empty() ? measured.step_time_s() : backend::Quantile(times, 0.5);
+}
+
+// ---- comparison -------------------------------------------------------------------
+
+std::map<std::string, double> ByClass(const pb::StageReport& stage) {
+  std::map<std::string, double> bytes;
+  for (const pb::BufferBytes& b : stage.peak_by_class()) bytes[b.buffer_class()] = b.bytes();
+  return bytes;
+}
+
+void AddClasses(const pb::StageReport& stage,
+                google::protobuf::RepeatedPtrField<pb::BufferBytes>* out) {
+  const std::map<std::string, double> bytes = ByClass(stage);
+  for (std::string_view name : kBufferClassNames) {
+    pb::BufferBytes* b = out->Add();
+    b->set_buffer_class(std::string(name));
+    auto it = bytes.find(std::string(name));
+    b->set_bytes(it == bytes.end() ? 0.0 : it->second);
+  }
+}
+
+pb::ValidationStage CompareStage(const pb::StageReport& p, const pb::StageReport& m,
+                                 double measured_step_s) {
+  pb::ValidationStage s;
+  s.set_stage(p.stage());
+  s.set_predicted_busy_s(p.busy_s());
+  s.set_measured_busy_s(m.busy_s());
+  s.set_busy_rel_error(RelError(p.busy_s(), m.busy_s()));
+  s.set_predicted_bubble_fraction(p.bubble_fraction());
+  s.set_measured_bubble_fraction(measured_step_s > 0 ? 1 - m.busy_s() / measured_step_s : 0);
+  s.set_predicted_peak_memory_bytes(p.peak_memory_bytes());
+  s.set_measured_peak_memory_bytes(m.peak_memory_bytes());
+  s.set_peak_memory_rel_error(RelError(p.peak_memory_bytes(), m.peak_memory_bytes()));
+  AddClasses(p, s.mutable_predicted_peak_by_class());
+  AddClasses(m, s.mutable_measured_peak_by_class());
+  return s;
+}
+
+pb::ValidationRun Compare(const RunConfig& config, const pb::Report& predicted,
+                          const pb::Report& measured) {
+  pb::ValidationRun run;
+  run.set_policy(predicted.policy());
+  run.set_pipeline_size(predicted.pipeline_size());
+  run.set_microbatches(static_cast<std::uint32_t>(config.microbatches));
+  run.set_chunks(predicted.chunks());
+  run.set_alpha(predicted.alpha());
+  run.set_seq_len(static_cast<double>(config.seq_len));
+  run.set_recompute(predicted.recompute());
+  std::uint32_t steps = 0;
+  const double step = MeasuredStepTime(measured, &steps);
+  run.set_measured_steps(steps);
+  run.set_predicted_step_time_s(predicted.step_time_s());
+  run.set_measured_step_time_s(step);
+  run.set_step_time_rel_error(RelError(predicted.step_time_s(), step));
+  run.set_predicted_bubble_fraction(predicted.bubble_fraction());
+  double busy = 0;
+  for (int r = 0; r < predicted.stages_size(); ++r) {
+    pb::ValidationStage s = CompareStage(predicted.stages(r), measured.stages(r), step);
+    busy += s.measured_busy_s();
+    if (std::abs(s.peak_memory_rel_error()) >= std::abs(run.peak_memory_rel_error())) {
+      run.set_peak_memory_rel_error(s.peak_memory_rel_error());
+    }
+    *run.add_stages() = std::move(s);
+  }
+  const double stages = predicted.stages_size();
+  run.set_measured_bubble_fraction(step > 0 ? 1 - busy / (stages * step) : 0);
+  return run;
+}
+
+void Summarize(pb::ValidationReport* report) {
+  std::vector<double> step_errors;
+  for (const pb::ValidationRun& r : report->runs()) {
+    step_errors.push_back(std::abs(r.step_time_rel_error()));
+    report->set_max_abs_step_time_rel_error(
+        std::max(report->max_abs_step_time_rel_error(), std::abs(r.step_time_rel_error())));
+    report->set_max_abs_peak_memory_rel_error(
+        std::max(report->max_abs_peak_memory_rel_error(), std::abs(r.peak_memory_rel_error())));
+  }
+  if (!step_errors.empty()) {
+    report->set_median_abs_step_time_rel_error(backend::Quantile(step_errors, 0.5));
+  }
+}
+
+// ---- output ----------------------------------------------------------------------
+
+std::string Percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%+.1f %%", 100 * fraction);
+  return text;
+}
+
+std::string Row(const std::string& label, const std::string& predicted,
+                const std::string& measured, const std::string& error) {
+  char line[256];
+  std::snprintf(line, sizeof(line), "  %-22s %12s %12s %10s\n", label.c_str(), predicted.c_str(),
+                measured.c_str(), error.c_str());
+  return line;
+}
+
+std::string Ms(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f ms", seconds * 1e3);
+  return text;
+}
+
+std::string Fraction(double f) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f %%", 100 * f);
+  return text;
+}
+
+std::string FormatStage(const pb::ValidationStage& s) {
+  const std::string r = "stage " + std::to_string(s.stage());
+  std::string out = Row(r + " busy", Ms(s.predicted_busy_s()), Ms(s.measured_busy_s()),
+                        Percent(s.busy_rel_error()));
+  out += Row(r + " peak", FormatBytes(s.predicted_peak_memory_bytes()),
+             FormatBytes(s.measured_peak_memory_bytes()), Percent(s.peak_memory_rel_error()));
+  for (int c = 0; c < s.predicted_peak_by_class_size(); ++c) {
+    const double p = s.predicted_peak_by_class(c).bytes(), m = s.measured_peak_by_class(c).bytes();
+    if (p == 0 && m == 0) continue;
+    out += Row("  " + s.predicted_peak_by_class(c).buffer_class(), FormatBytes(p), FormatBytes(m),
+               m > 0 ? Percent(RelError(p, m)) : "-");
+  }
+  return out;
+}
+
+std::string FormatRun(const pb::ValidationRun& r, const std::string& name) {
+  std::string out = "\n" + name + " (P=" + std::to_string(r.pipeline_size()) + ", " +
+                    std::to_string(r.measured_steps()) + " measured steps)\n";
+  out += Row("", "predicted", "measured", "error");
+  out += Row("step time", Ms(r.predicted_step_time_s()), Ms(r.measured_step_time_s()),
+             Percent(r.step_time_rel_error()));
+  out += Row("bubble", Fraction(r.predicted_bubble_fraction()),
+             Fraction(r.measured_bubble_fraction()), "");
+  for (const pb::ValidationStage& s : r.stages()) out += FormatStage(s);
+  return out;
+}
+
+std::string FormatReport(const pb::ValidationReport& report, const std::vector<RunConfig>& configs) {
+  std::string out = "validate " + report.scenario() + " (" + report.model() + ", " +
+                    report.dtype() + ", costs " + report.costs() + ")\n";
+  for (int k = 0; k < report.runs_size(); ++k) out += FormatRun(report.runs(k), ConfigName(configs[k]));
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "\n%d configurations: step time |error| median %.1f %%, worst %.1f %%; "
+                "peak memory per stage |error| worst %.2f %%\n",
+                report.runs_size(), 100 * report.median_abs_step_time_rel_error(),
+                100 * report.max_abs_step_time_rel_error(),
+                100 * report.max_abs_peak_memory_rel_error());
+  out += line;
+  for (const std::string& note : report.notes()) out += "  " + note + "\n";
+  return out;
+}
+
+std::string ToJson(const pb::ValidationReport& report) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(report, &out, options);
+  return out;
+}
+
+// plots/stateflow_plots.py validate --report <json> --out <plot>.
+Status DrawPlot(const pb::ValidationReport& report, const ValidateFlags& flags) {
+  char path[] = "/tmp/stateflow-validate-json-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return Status::Resource("cannot make a temporary file for the plot's input");
+  close(fd);
+  std::ofstream(path) << ToJson(report);
+  Result<backend::ChildResult> run = backend::RunChild(
+      {flags.python, std::string(SF_PLOTS_DIR) + "/stateflow_plots.py", "validate", "--report",
+       path, "--out", flags.plot_path},
+      120);
+  std::remove(path);
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    return Status::Invalid("--plot: " + backend::LastLine(run->err));
+  }
+  return Status::Ok();
+}
+
+// ---- the command ------------------------------------------------------------------
+
+Result<pb::ValidationRun> ValidateOne(const pb::Scenario& scenario, const RunConfig& config,
+                                      const sim::CostTableIndex& costs,
+                                      const ValidateFlags& flags, const Precision& precision) {
+  pb::Scenario narrowed = ScenarioFor(scenario, config);
+  // The ledger in the backend's element type (models/cost_model.h).
+  SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
+  Result<sim::Simulation> predicted =
+      sim::Simulate(narrowed, narrowed.schedule(), {.costs = &costs});
+  if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
+  Result<pb::Report> measured = RunTrain(narrowed, flags, precision);
+  if (!measured.ok()) return measured.status().WithPrefix(ConfigName(config));
+  return Compare(config, predicted->report, *measured);
+}
+
+pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
+                               const Precision& precision) {
+  pb::ValidationReport report;
+  report.set_scenario(scenario.name());
+  report.set_model(scenario.model().name());
+  report.set_dtype(precision.dtype);
+  report.set_costs(costs.label);
+  pb::Report holder;
+  FillProvenance(precision.threads, &holder);
+  *report.mutable_provenance() = holder.provenance();
+  for (const std::string& note : costs.table.notes()) report.add_notes(note);
+  report.add_notes("measured step time: the median of the steps after the first; the "
+                   "prediction replays the costs on the same plan, counting bytes at the "
+                   "backend's " + precision.dtype + " element size");
+  return report;
+}
+
+int Validate(const ValidateFlags& flags) {
+  const double load_before = LoadAverage();
+  Result<pb::Scenario> scenario =
+      LoadResolvedScenario(flags.scenario, TinyTrainScenarioText(), "<tiny-train scenario>");
+  if (!scenario.ok()) return Fail(kName, scenario.status());
+  Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, false);
+  if (!configs.ok()) return Fail(kName, configs.status());
+  Result<Precision> precision = PrecisionFor(*scenario, flags.profile);
+  if (!precision.ok()) return Fail(kName, precision.status());
+  Result<Costs> costs = LoadOrProfile(*scenario, *configs, flags, *precision);
+  if (!costs.ok()) return Fail(kName, costs.status());
+  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs->table, costs->label);
+  if (!index.ok()) return Fail(kName, index.status());
+  pb::ValidationReport report = NewReport(*scenario, *costs, *precision);
+  for (std::size_t k = 0; k < configs->size(); ++k) {
+    if (std::ostream* log = Log()) {
+      *log << "stateflow validate: " << k + 1 << "/" << configs->size() << " "
+           << ConfigName((*configs)[k]) << "\n";
+    }
+    Result<pb::ValidationRun> run = ValidateOne(*scenario, (*configs)[k], *index, flags, *precision);
+    if (!run.ok()) return Fail(kName, run.status());
+    *report.add_runs() = std::move(run).value();
+  }
+  Summarize(&report);
+  report.add_notes(LoadNote(load_before, LoadAverage()));
+  std::cout << (flags.json ? ToJson(report) : FormatReport(report, *configs));
+  if (!flags.plot_path.empty()) {
+    if (Status s = DrawPlot(report, flags); !s.ok()) return Fail(kName, s);
+    if (!flags.json) std::cout << "figure written to " << flags.plot_path << "\n";
+  }
+  return kExitOk;
+}
+
+void AddValidateOptions(po::options_description* desc, ValidateFlags* f) {
+  desc->add_options()("help,h", "show this help")
+      ("costs", po::value(&f->costs_path), "replay this CostTable instead of profiling")
+      ("costs-out", po::value(&f->costs_out), "also write the profiled CostTable here")
+      ("steps", Optional(&f->steps), "training steps per run, the first is warm-up (default 5)")
+      ("json", po::bool_switch(&f->json), "print one ValidationReport as JSON")
+      ("plot", po::value(&f->plot_path), "draw predicted versus measured to this picture")
+      ("python", po::value(&f->python), "the Python with matplotlib (default /usr/bin/python3)")
+      ("timeout", Optional(&f->timeout_s), "seconds allowed per real run (default 600)");
+  AddProfileOptions(desc, &f->profile);
+  AddConfigOptions(desc, &f->configs);
+  AddScenarioOptions(desc, &f->scenario);
+}
+
+}  // namespace
+
+int RunValidate(int argc, char** argv) {
+  ValidateFlags flags;
+  po::options_description desc(
+      "stateflow validate [options] (without --scenario: scenarios/tiny-train.textproto)");
+  AddValidateOptions(&desc, &flags);
+  po::variables_map vm;
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (vm.count("help")) {
+    std::cout << desc << "\n" << kExamples;
+    return kExitOk;
+  }
+  if (backend::LaunchedByMpirun()) {
+    return FailOnRankZero(kName, Status::Invalid("run validate without mpirun: it starts "
+                                                 "`mpirun -n P` for each real run itself"));
+  }
+  if (flags.steps && (*flags.steps < 1 || *flags.steps > 100000)) {
+    return Fail(kName, Status::Invalid("--steps must be in [1, 100000]"));
+  }
+  if (flags.timeout_s && *flags.timeout_s < 1) {
+    return Fail(kName, Status::Invalid("--timeout must be >= 1"));
+  }
+  return Validate(flags);
+}
+
+}  // namespace stateflow::tools
