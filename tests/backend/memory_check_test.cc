@@ -1,0 +1,61 @@
+// Memory exactness, the fast cases (also run under the sanitizers): one
+// training step of the real backend (every stage in this process, each with
+// its own TrackingAllocator) holds, stage by stage, exactly the bytes the
+// memory model predicts: the peak total, every buffer class at that peak,
+// and every class's own peak (backend/train/memory_check.h); the simulator's
+// report carries the same peak and bytes per class at it. Issue 5's whole
+// grid is memory_grid_test.cc. Each case prints its relative errors.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/backend/memory_test_util.h"
+
+namespace stateflow::backend::testing {
+namespace {
+
+class StepMemory : public ::testing::TestWithParam<MemoryCase> {};
+
+TEST_P(StepMemory, PredictedEqualsMeasuredPerStageAndClass) { ExpectExactMemory(GetParam()); }
+
+// gdn-small (wider MLP, so that the last block's MLP, not the head, is a
+// forward's largest moment), chunks over several kernel blocks of 64 tokens,
+// uneven chunks (250 = 84 + 83 + 83), gpipe, and a corner of each policy.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, StepMemory,
+    ::testing::Values(MemoryCase{"gdn-small", "stateflow", 3, 2, 4, "none", "float32", 256},
+                      MemoryCase{"gdn-small", "1f1b", 2, 4, 1, "full", "float64", 256},
+                      MemoryCase{"gdn-small", "stateflow", 4, 1, 8, "full", "float32", 512},
+                      MemoryCase{"gdn-tiny", "stateflow", 2, 3, 3, "none", "float64", 250},
+                      MemoryCase{"gdn-tiny", "gpipe", 3, 2, 2, "full", "float32", 256},
+                      MemoryCase{"gdn-tiny", "stateflow", 4, 4, 8, "none", "float32", 256},
+                      MemoryCase{"gdn-tiny", "1f1b", 1, 2, 1, "none", "float64", 256}),
+    [](const auto& info) { return CaseName(info.param); });
+
+TEST(StepMemoryErrors, NamesTheUnsupportedModelAndDtype) {
+  MemoryCase c{"mamba3-tiny", "stateflow", 2, 1, 2, "none", "float32", 64};
+  Result<std::vector<StageMemoryCheck>> mamba = CheckStepMemory(ScenarioOf(c), "float32");
+  ASSERT_FALSE(mamba.ok());
+  EXPECT_NE(mamba.status().message().find("model.architecture"), std::string::npos);
+  c.preset = "gdn-tiny";
+  Result<std::vector<StageMemoryCheck>> dtype = CheckStepMemory(ScenarioOf(c), "int8");
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_NE(dtype.status().message().find("train.dtype"), std::string::npos);
+}
+
+TEST(StepMemoryErrors, RelativeErrorConventions) {
+  EXPECT_EQ(MemoryRelError(0, 0), 0.0);
+  EXPECT_EQ(MemoryRelError(5, 0), 1.0);
+  EXPECT_DOUBLE_EQ(MemoryRelError(102, 100), 0.02);
+  EXPECT_DOUBLE_EQ(MemoryRelError(98, 100), -0.02);
+  StageMemoryCheck off;
+  off.predicted.peak_total_bytes = 99;
+  off.measured.peak_total_bytes = 100;
+  off.predicted.class_peak[2] = 103;
+  off.measured.class_peak[2] = 100;
+  EXPECT_DOUBLE_EQ(WorstRelError({off}), 0.03);
+}
+
+}  // namespace
+}  // namespace stateflow::backend::testing

@@ -1,0 +1,45 @@
+// Memory exactness over issue 5's whole grid on gdn-tiny: policies 1f1b
+// (N = 1, its only N) and stateflow (N in {1, 2, 4, 8}), M in {1, 2, 4},
+// P in {1, 2, 3, 4}, recompute none and full, float32 and float64: 240 steps
+// of the real backend, each compared with the memory model and the
+// simulator, exactly (memory_test_util.h). T = 128, so that N = 1 spans two
+// kernel blocks and N = 8 has chunks of 16 tokens; memory_check_test.cc has
+// longer sequences on fewer cases. Labelled slow: about 25 s of CPU in a
+// Release build, so the sanitizer build leaves it out.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tests/backend/memory_test_util.h"
+
+namespace stateflow::backend::testing {
+namespace {
+
+constexpr std::int64_t kGridT = 128;
+
+std::vector<MemoryCase> Grid() {
+  std::vector<MemoryCase> cases;
+  for (const char* dtype : {"float32", "float64"}) {
+    for (const char* recompute : {"none", "full"}) {
+      for (int P : {1, 2, 3, 4}) {
+        for (int M : {1, 2, 4}) {
+          cases.push_back({"gdn-tiny", "1f1b", P, M, 1, recompute, dtype, kGridT});
+          for (int N : {1, 2, 4, 8}) {
+            cases.push_back({"gdn-tiny", "stateflow", P, M, N, recompute, dtype, kGridT});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+class StepMemoryGrid : public ::testing::TestWithParam<MemoryCase> {};
+
+TEST_P(StepMemoryGrid, PredictedEqualsMeasuredPerStageAndClass) { ExpectExactMemory(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Issue5, StepMemoryGrid, ::testing::ValuesIn(Grid()),
+                         [](const auto& info) { return CaseName(info.param); });
+
+}  // namespace
+}  // namespace stateflow::backend::testing

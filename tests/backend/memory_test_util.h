@@ -1,0 +1,108 @@
+// Helpers of the memory exactness tests (memory_check_test.cc, the fast
+// cases; memory_grid_test.cc, issue 5's whole grid): a case is one scenario
+// of a tiny GDN model, run for one step in this process and compared with the
+// memory model and the simulator, exactly, printing its relative errors.
+//
+//   ExpectExactMemory(MemoryCase{"gdn-tiny", "stateflow", 2, 4, 8, "full", "float32", 256});
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/train/memory_check.h"
+#include "models/cost_model.h"
+#include "models/model.h"
+#include "sim/simulation.h"
+
+namespace stateflow::backend::testing {
+
+struct MemoryCase {
+  const char* preset;
+  const char* policy;
+  int P, M, N;
+  const char* recompute;
+  const char* dtype;
+  std::int64_t T;
+};
+
+inline std::string CaseName(const MemoryCase& c) {
+  std::string name = std::string(c.preset) + "_" + c.policy + "_P" + std::to_string(c.P) + "_M" +
+                     std::to_string(c.M) + "_N" + std::to_string(c.N) + "_" + c.recompute + "_" +
+                     c.dtype + "_T" + std::to_string(c.T);
+  for (char& ch : name) {
+    if (ch == '-') ch = '_';
+  }
+  return name;
+}
+
+inline pb::Scenario ScenarioOf(const MemoryCase& c) {
+  pb::Scenario s;
+  s.set_name("memory-check");
+  *s.mutable_model() = *models::ModelPreset(c.preset);
+  *s.mutable_cluster() = *models::ClusterPreset("cpu");
+  pb::ParallelSpec* p = s.mutable_parallel();
+  p->set_pipeline_size(c.P);
+  p->set_tensor_size(1);
+  p->set_data_size(1);
+  p->set_microbatch_size(1);
+  p->set_microbatches(c.M);
+  s.set_seq_len(c.T);
+  pb::ScheduleSpec* sched = s.mutable_schedule();
+  sched->set_policy(c.policy);
+  sched->set_chunks(c.N);
+  sched->set_alpha(0);
+  sched->set_granularity(1);
+  sched->set_recompute(c.recompute);
+  *s.mutable_precision() = *models::PrecisionForDtype(c.dtype);
+  return s;
+}
+
+// Runs the case and expects, per stage, the measured peak total, every class
+// at the peak and every class's own peak to equal the prediction, and the
+// simulator's report to carry the same peak and classes at it.
+inline void ExpectExactMemory(const MemoryCase& c) {
+  const pb::Scenario scenario = ScenarioOf(c);
+  Result<std::vector<StageMemoryCheck>> checks = CheckStepMemory(scenario, c.dtype);
+  ASSERT_TRUE(checks.ok()) << checks.status().message();
+  ASSERT_EQ(checks->size(), static_cast<std::size_t>(c.P));
+  Result<sim::Simulation> sim = sim::Simulate(scenario, scenario.schedule());
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  for (const StageMemoryCheck& s : *checks) {
+    double worst_class = 0;
+    for (int k = 0; k < kNumBufferClasses; ++k) {
+      worst_class = std::max({worst_class,
+                              std::abs(MemoryRelError(s.predicted.at_peak[k], s.measured.at_peak[k])),
+                              std::abs(MemoryRelError(s.predicted.class_peak[k],
+                                                      s.measured.class_peak[k]))});
+    }
+    std::printf("%s stage %d: peak %.0f predicted, %.0f measured, relative error %.3g; "
+                "worst class %.3g\n",
+                CaseName(c).c_str(), s.stage, s.predicted.peak_total_bytes,
+                s.measured.peak_total_bytes,
+                MemoryRelError(s.predicted.peak_total_bytes, s.measured.peak_total_bytes),
+                worst_class);
+    // Exact: both sides add the same integers of bytes.
+    EXPECT_EQ(s.predicted.peak_total_bytes, s.measured.peak_total_bytes) << "stage " << s.stage;
+    for (int k = 0; k < kNumBufferClasses; ++k) {
+      EXPECT_EQ(s.predicted.at_peak[k], s.measured.at_peak[k])
+          << "stage " << s.stage << " " << kBufferClassNames[k] << " at the peak";
+      EXPECT_EQ(s.predicted.class_peak[k], s.measured.class_peak[k])
+          << "stage " << s.stage << " " << kBufferClassNames[k] << "'s own peak";
+    }
+    // The simulator applies the same model.
+    const pb::StageReport& report = sim->report.stages(s.stage);
+    EXPECT_EQ(report.peak_memory_bytes(), s.predicted.peak_total_bytes) << "stage " << s.stage;
+    for (int k = 0; k < kNumBufferClasses; ++k) {
+      EXPECT_EQ(report.peak_by_class(k).bytes(), s.predicted.at_peak[k])
+          << "stage " << s.stage << " " << kBufferClassNames[k];
+    }
+  }
+  EXPECT_EQ(WorstRelError(*checks), 0.0);
+}
+
+}  // namespace stateflow::backend::testing
