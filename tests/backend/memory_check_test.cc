@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/model/gdn_stage_module.h"
+#include "backend/train/trainer.h"
 #include "tests/backend/memory_test_util.h"
 
 namespace stateflow::backend::testing {
@@ -32,6 +34,37 @@ INSTANTIATE_TEST_SUITE_P(
                       MemoryCase{"gdn-tiny", "stateflow", 4, 4, 8, "none", "float32", 256},
                       MemoryCase{"gdn-tiny", "1f1b", 1, 2, 1, "none", "float64", 256}),
     [](const auto& info) { return CaseName(info.param); });
+
+// Messages never sit on a stage's ledger between actions: after every
+// action of every step, no stage holds workspace or logits (its input and
+// output lived inside the action; receive buffers posted ahead and sends in
+// flight are on the transport's allocator).
+TEST(StepMemoryTransport, NothingTransientOutlivesAnAction) {
+  const MemoryCase c{"gdn-tiny", "stateflow", 3, 3, 4, "none", "float32", 64};
+  const pb::Scenario scenario = ScenarioOf(c);
+  Result<TrainSetup> setup = MakeTrainSetup(scenario, nullptr);
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  StageModuleFactory<float> factory = [&](int, const models::StageLayers& layers,
+                                          TrackingAllocator* alloc) {
+    return MakeGdnStageModule<float>(setup->model, layers, setup->recompute, 1, alloc);
+  };
+  const TextData text = TextData::FromBytes(std::string(1000, 'a'), "a");
+  auto trainer = Trainer<float>::Make(*setup, TrainOptions{}, text, factory,
+                                      std::move(MakeSingleProcessTransport<float>(3)).value());
+  ASSERT_TRUE(trainer.ok()) << trainer.status().message();
+  ASSERT_TRUE(Train(**trainer, 2, nullptr).status.ok());
+  Result<std::vector<StageTimeline>> timelines = (*trainer)->GatherTimelines();
+  ASSERT_TRUE(timelines.ok());
+  for (const StageTimeline& t : *timelines) {
+    ASSERT_EQ(t.memory.size(), 2 * setup->plan.stage(t.stage).size());
+    for (std::size_t k = 0; k < t.memory.size(); ++k) {
+      EXPECT_EQ(t.memory[k].bytes[static_cast<int>(BufferClass::kWorkspace)], 0)
+          << "stage " << t.stage << " after " << schedule::ToString(t.actions[k].action);
+      EXPECT_EQ(t.memory[k].bytes[static_cast<int>(BufferClass::kLogits)], 0)
+          << "stage " << t.stage << " after " << schedule::ToString(t.actions[k].action);
+    }
+  }
+}
 
 TEST(StepMemoryErrors, NamesTheUnsupportedModelAndDtype) {
   MemoryCase c{"mamba3-tiny", "stateflow", 2, 1, 2, "none", "float32", 64};
