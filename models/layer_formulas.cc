@@ -218,11 +218,10 @@ struct GdnSizes {
       : C(x.h), F(x.m / tp), H(x.n / tp), HK(x.n * x.dk / tp), HV(x.n * x.dv / tp) {}
 };
 
-// GdnBlock::ForwardPass after the input copy: every tensor the backward
-// needs is made in class `saved` (kActivations, or kWorkspace when a
-// recompute replays it), the rest in kWorkspace; ends holding the output y.
-void GdnForwardPass(const GdnSizes& d, BufferClass saved, Events* ev) {
-  // MixerInputsForward.
+// GdnBlock::MixerInputsForward: xn, the six projections, conv + SiLU (+ L2
+// norm) of q, k, v, the gates. Tensors the backward needs are made in class
+// `saved` (kActivations, or kWorkspace when a recompute replays them).
+void GdnMixerInputsForward(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->Act(saved, d.C);      // xn
   ev->Stat(saved, 1);       // rstd1
   ev->Act(kWs, d.H);        // b (allocated, then replaced by its projection)
@@ -243,6 +242,11 @@ void GdnForwardPass(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->Act(saved, d.H);      // beta
   ev->FreeAct(kWs, d.HK);   // act
   ev->FreeAct(kWs, d.H);    // b
+}
+
+// GdnBlock::ForwardPass after the input copy; ends holding the output y.
+void GdnForwardPass(const GdnSizes& d, BufferClass saved, Events* ev) {
+  GdnMixerInputsForward(d, saved, ev);
   ev->Act(saved, d.HV);     // o = GdnCore(...)
   // MixerOutputForward.
   ev->Stat(saved, d.H);     // o_rstd
@@ -268,23 +272,24 @@ void FreeGdnSaved(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->FreeStat(saved, 2 + 3 * d.H);
 }
 
-// GdnBlock::BackwardPass: from dy (the caller's) to dx (S, C), which it
-// leaves allocated.
-void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
-  // MlpBackward.
+// GdnBlock::MlpBackward and MixerOutputBackward: dh (becomes dx), and the
+// core output's and the gate's gradients d_o, dz, left allocated.
+void GdnOutputBackward(const GdnSizes& d, Events* ev) {
   ev->Act(kWs, d.C);         // d_hn
   ev->Act(kWs, 2 * d.F);     // SwiGLU backward workspace (2, S, F)
   ev->FreeAct(kWs, 2 * d.F);
   ev->Act(kWs, d.C);         // dh (becomes dx)
   ev->FreeAct(kWs, d.C);     // d_hn
-  // MixerOutputBackward.
   ev->Act(kWs, d.HV);        // dgated
   ev->Act(kWs, d.HV);        // on
   ev->Act(kWs, d.HV);        // d_on
   ev->Act(kWs, d.HV);        // dz
   ev->Act(kWs, d.HV);        // d_o
   ev->FreeAct(kWs, 3 * d.HV);  // d_on, on, dgated
-  // CoreBackward.
+}
+
+// GdnBlock::CoreBackward: dq, dk, dv, da, db left allocated; then d_o freed.
+void GdnCoreBackward(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   ev->Act(kWs, d.HK);        // dq
   ev->Act(kWs, d.HK);        // dk
   ev->Act(kWs, d.HV);        // dv
@@ -296,7 +301,12 @@ void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   ev->Act(kWs, d.H);         // db
   ev->FreeAct(kWs, 2 * d.H);   // dbeta, dg
   ev->FreeAct(kWs, d.HV);      // d_o
-  // MixerInputsBackward: conv + SiLU (+ L2 norm) backward of q, k, v.
+}
+
+// GdnBlock::MixerInputsBackward: conv + SiLU (+ L2 norm) backward of q, k, v,
+// the six projections' input gradient into dx; then the mixer gradients
+// dq, dk, dv, da, db, dz go.
+void GdnMixerInputsBackward(const GdnSizes& d, Events* ev) {
   for (double ch : {d.HK, d.HK}) {
     ev->Act(kWs, ch);        // c (conv output, replayed)
     ev->Act(kWs, ch);        // d_c
@@ -312,8 +322,15 @@ void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   ev->Act(kWs, d.C);         // dxn
   ev->Act(kWs, d.C);         // part
   ev->FreeAct(kWs, 2 * d.C + 2 * d.HK + d.HV);  // part, dxn, dv_in, dk_in, dq_in
-  // The mixer gradients dq, dk, dv, da, db, dz.
   ev->FreeAct(kWs, 2 * d.HK + d.HV + 2 * d.H + d.HV);
+}
+
+// GdnBlock::BackwardPass: from dy (the caller's) to dx (S, C), which it
+// leaves allocated.
+void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
+  GdnOutputBackward(d, ev);
+  GdnCoreBackward(d, core_ws_bytes, ev);
+  GdnMixerInputsBackward(d, ev);
 }
 
 }  // namespace
