@@ -58,8 +58,14 @@ Result<TrainSetup> MakeTrainSetup(const pb::Scenario& scenario, const schedule::
   SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
                       models::CostOptionsFor(scenario, schedule));
   setup.recompute = cost_options.recompute;
+  // The run's own precision, not the scenario's (which describes a simulated
+  // run, bf16 by default): placement depends on FLOPs only, so this changes
+  // no result, but the setup's cost model is the one that counts the
+  // backend's bytes (models::PrecisionForDtype, as the memory check uses).
+  SF_ASSIGN_OR_RETURN(pb::PrecisionSpec precision,
+                      models::PrecisionForDtype(scenario.train().dtype()));
   SF_ASSIGN_OR_RETURN(models::CostModel cm,
-                      models::CostModel::Make(scenario.model(), scenario.precision(),
+                      models::CostModel::Make(scenario.model(), precision,
                                               scenario.cluster(), cost_options));
   SF_ASSIGN_OR_RETURN(setup.stage_layers,
                       models::AssignScenarioStages(cm, setup.stages, setup.seq_len));

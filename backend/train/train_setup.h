@@ -42,7 +42,9 @@ struct TrainSetup {
 // given, replaces the policy's plan; it must match the scenario's stages,
 // microbatches and chunks (the error names both) and pass ValidatePlan.
 // Other errors: a byte-level vocabulary below 256 (model.vocab_size), a
-// partition that cannot cut seq_len into N chunks, W actions in the plan.
+// partition that cannot cut seq_len into N chunks, W actions in the plan, an
+// unknown train.dtype. The scenario's precision is not used: a run's bytes
+// are its dtype's (models::PrecisionForDtype).
 Result<TrainSetup> MakeTrainSetup(const pb::Scenario& scenario, const schedule::Plan* plan);
 
 struct TrainOptions {
