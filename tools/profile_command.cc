@@ -6,11 +6,10 @@
 // shared with `stateflow validate` (profile_command.h).
 #include "tools/profile_command.h"
 
+#include <google/protobuf/text_format.h>
 #include <unistd.h>
 
 #include <Eigen/Core>
-#include <google/protobuf/text_format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -136,7 +135,8 @@ Result<Needs> NeedsOf(const pb::Scenario& scenario, const std::vector<RunConfig>
         models::PartitionFor(prepared->cost_model, c.seq_len, c.schedule);
     if (!partition.ok()) return partition.status().WithPrefix(ConfigName(c));
     for (int i = 0; i < partition->num_chunks(); ++i) needs.tokens.insert(partition->length(i));
-    needs.modes.insert(std::string(models::RecomputeName(prepared->cost_model.options().recompute)));
+    needs.modes.insert(
+        std::string(models::RecomputeName(prepared->cost_model.options().recompute)));
   }
   return needs;
 }
@@ -192,18 +192,18 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
   const std::vector<std::string> argv = backend::MpirunArgv(
       flags.mpirun, 2,
       {self, "profile", "--link-worker", out_path, "--link-elements", JoinNumbers(elements),
-       "--dtype", precision.dtype, "--repetitions", std::to_string(timing.repetitions),
-       "--warmup", std::to_string(timing.warmup)});
+       "--dtype", precision.dtype, "--repetitions", std::to_string(timing.repetitions), "--warmup",
+       std::to_string(timing.warmup)});
   Result<backend::ChildResult> run = backend::RunChild(argv, 120);
   Result<pb::CostTable> table = Status::Internal("no link samples");
   if (run.ok() && run->exit_code == 0) table = LoadCostTableFile(out_path);
   std::remove(out_path);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
-    return Status::Resource("mpirun -n 2 failed (" +
-                            (run->timed_out ? std::string("timed out")
-                                            : "exit " + std::to_string(run->exit_code)) +
-                            "): " + backend::LastLine(run->err));
+    return Status::Resource(
+        "mpirun -n 2 failed (" +
+        (run->timed_out ? std::string("timed out") : "exit " + std::to_string(run->exit_code)) +
+        "): " + backend::LastLine(run->err));
   }
   if (!table.ok()) return table.status();
   return std::vector<pb::LinkSample>(table->link_samples().begin(), table->link_samples().end());
@@ -227,9 +227,10 @@ Result<LinkMeasurement> MeasureLink(const std::vector<std::int64_t>& elements,
       precision.dtype == "float64" ? backend::PingPongInProcess<double>(elements, timing)
                                    : backend::PingPongInProcess<float>(elements, timing);
   if (!local.ok()) return local.status();
-  return LinkMeasurement{*local, "link: NOT between MPI ranks: timed between two in-process "
-                                 "endpoints (a copy), messages of " + SizeList(*local) +
-                                 ", because " + why_in_process};
+  return LinkMeasurement{*local,
+                         "link: NOT between MPI ranks: timed between two in-process "
+                         "endpoints (a copy), messages of " +
+                             SizeList(*local) + ", because " + why_in_process};
 }
 
 pb::Provenance MakeProvenance(int threads) {
@@ -241,11 +242,12 @@ pb::Provenance MakeProvenance(int threads) {
 void AddNotes(const Needs& needs, const ProfileFlags& flags, const Precision& precision,
               const pb::ModelSpec& model, pb::CostTable* table) {
   const backend::TimingOptions timing = Timing(flags);
-  table->add_notes("layers: wall time of one StageModule Forward or Backward call of a "
-                   "one-layer module on the middle of three chunks of s tokens, median of " +
-                   std::to_string(timing.repetitions) + " after " +
-                   std::to_string(timing.warmup) + " warm-up repetitions, " +
-                   std::to_string(precision.threads) + " Eigen thread(s), " + precision.dtype);
+  table->add_notes(
+      "layers: wall time of one StageModule Forward or Backward call of a "
+      "one-layer module on the middle of three chunks of s tokens, median of " +
+      std::to_string(timing.repetitions) + " after " + std::to_string(timing.warmup) +
+      " warm-up repetitions, " + std::to_string(precision.threads) + " Eigen thread(s), " +
+      precision.dtype);
   table->add_notes("optimizer_s_per_param: one AdamW step plus zeroing the gradients, over all " +
                    std::to_string(static_cast<long long>(models::ModelParamCount(model))) +
                    " parameters of the model in one process");
@@ -369,8 +371,8 @@ pb::Scenario ScenarioFor(const pb::Scenario& scenario, const RunConfig& config) 
 }
 
 bool ConfigFlags::any() const {
-  return sweep.chunks || sweep.alpha || sweep.seq_len || sweep.global_batch ||
-         sweep.microbatches || sweep.policies || recompute;
+  return sweep.chunks || sweep.alpha || sweep.seq_len || sweep.global_batch || sweep.microbatches ||
+         sweep.policies || recompute;
 }
 
 void AddConfigOptions(po::options_description* desc, ConfigFlags* flags) {
@@ -391,14 +393,14 @@ Result<std::vector<RunConfig>> ConfigsFor(const pb::Scenario& scenario, const Co
 }
 
 void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
-  desc->add_options()
-      ("repetitions", Optional(&flags->repetitions), "timed repetitions per sample (default 10)")
-      ("warmup", Optional(&flags->warmup), "repetitions thrown away first (default 2)")
-      ("dtype", po::value(&flags->dtype), "float32 or float64 (default: train.dtype)")
-      ("threads", Optional(&flags->threads), "Eigen threads (default: train.threads)")
-      ("link", po::value(&flags->link),
-       "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")
-      ("mpirun", po::value(&flags->mpirun), "the mpirun program (default: mpirun in PATH)");
+  desc->add_options()("repetitions", Optional(&flags->repetitions),
+                      "timed repetitions per sample (default 10)")(
+      "warmup", Optional(&flags->warmup), "repetitions thrown away first (default 2)")(
+      "dtype", po::value(&flags->dtype), "float32 or float64 (default: train.dtype)")(
+      "threads", Optional(&flags->threads), "Eigen threads (default: train.threads)")(
+      "link", po::value(&flags->link),
+      "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")(
+      "mpirun", po::value(&flags->mpirun), "the mpirun program (default: mpirun in PATH)");
 }
 
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags) {
@@ -437,7 +439,8 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
                                   {},
                                   precision.dtype,
                                   Timing(flags)};
-  for (const std::string& mode : needs.modes) request.recompute.push_back(*models::ParseRecompute(mode));
+  for (const std::string& mode : needs.modes)
+    request.recompute.push_back(*models::ParseRecompute(mode));
   ProgressBar bar("timings");
   if (log) {
     *log << "stateflow profile: timing " << needs.tokens.size() << " chunk lengths x "
@@ -448,9 +451,9 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
                         bar.Update(static_cast<std::size_t>(done), static_cast<std::size_t>(total));
                       }));
   // After the layers, so that a model the backend cannot run fails first.
-  SF_ASSIGN_OR_RETURN(LinkMeasurement link,
-                      MeasureLink(LinkElements(needs, scenario.model().hidden_size()), flags,
-                                  precision));
+  SF_ASSIGN_OR_RETURN(
+      LinkMeasurement link,
+      MeasureLink(LinkElements(needs, scenario.model().hidden_size()), flags, precision));
   for (const pb::LinkSample& s : link.samples) *table.add_link_samples() = s;
   SF_ASSIGN_OR_RETURN(pb::LinkSpec fitted, backend::FitLink(link.samples));
   *table.mutable_link() = fitted;
@@ -464,7 +467,8 @@ std::string CostTableText(const pb::CostTable& table) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(table, &text);
   return "# A CostTable (proto/stateflow.proto) measured by `stateflow profile`;\n"
-         "# replay it with `stateflow simulate --costs <this file>`.\n" + text;
+         "# replay it with `stateflow simulate --costs <this file>`.\n" +
+         text;
 }
 
 int FailOnRankZero(const std::string& command, const Status& status) {
@@ -480,9 +484,10 @@ int FailOnRankZero(const std::string& command, const Status& status) {
 int RunProfile(int argc, char** argv) {
   CommandFlags flags;
   po::options_description desc(
-      "stateflow profile --out FILE [options] (without --scenario: scenarios/tiny-train.textproto)");
-  desc.add_options()("help,h", "show this help")(
-      "out", po::value(&flags.out_path), "the cost table to write (text format)");
+      "stateflow profile --out FILE [options] (without --scenario: "
+      "scenarios/tiny-train.textproto)");
+  desc.add_options()("help,h", "show this help")("out", po::value(&flags.out_path),
+                                                 "the cost table to write (text format)");
   AddProfileOptions(&desc, &flags.profile);
   AddConfigOptions(&desc, &flags.configs);
   AddScenarioOptions(&desc, &flags.scenario);

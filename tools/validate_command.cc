@@ -70,7 +70,6 @@ double RelError(double predicted, double measured) {
   return measured != 0 ? (predicted - measured) / measured : 0.0;
 }
 
-
 // Progress lines go to stderr only when it is a terminal (so that an error
 // stays the one line there).
 std::ostream* Log() { return isatty(STDERR_FILENO) ? &std::cerr : nullptr; }
@@ -143,10 +142,17 @@ Result<std::string> WriteScenario(const pb::Scenario& scenario) {
 
 std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& path,
                                    const ValidateFlags& flags, const Precision& precision) {
-  const std::vector<std::string> program = {
-      backend::SelfExecutable(), "train", "--scenario", path, "--json",
-      "--steps", std::to_string(flags.steps.value_or(5)), "--dtype", precision.dtype,
-      "--threads", std::to_string(precision.threads)};
+  const std::vector<std::string> program = {backend::SelfExecutable(),
+                                            "train",
+                                            "--scenario",
+                                            path,
+                                            "--json",
+                                            "--steps",
+                                            std::to_string(flags.steps.value_or(5)),
+                                            "--dtype",
+                                            precision.dtype,
+                                            "--threads",
+                                            std::to_string(precision.threads)};
   const int P = static_cast<int>(s.parallel().pipeline_size());
   return P > 1 ? backend::MpirunArgv(flags.profile.mpirun, P, program) : program;
 }
@@ -154,15 +160,17 @@ std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& pat
 Result<pb::Report> RunTrain(const pb::Scenario& scenario, const ValidateFlags& flags,
                             const Precision& precision) {
   SF_ASSIGN_OR_RETURN(std::string path, WriteScenario(scenario));
-  Result<backend::ChildResult> run = backend::RunChild(
-      TrainArgv(scenario, path, flags, precision), static_cast<double>(flags.timeout_s.value_or(600)));
+  Result<backend::ChildResult> run =
+      backend::RunChild(TrainArgv(scenario, path, flags, precision),
+                        static_cast<double>(flags.timeout_s.value_or(600)));
   std::remove(path.c_str());
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
-    const std::string what = "stateflow train " +
-                             (run->timed_out ? std::string("timed out")
-                                             : "failed (exit " + std::to_string(run->exit_code) + ")") +
-                             ": " + TrainMessage(run->err);
+    const std::string what =
+        "stateflow train " +
+        (run->timed_out ? std::string("timed out")
+                        : "failed (exit " + std::to_string(run->exit_code) + ")") +
+        ": " + TrainMessage(run->err);
     return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);
   }
   pb::Report report;
@@ -271,8 +279,8 @@ std::string Percent(double fraction) {
   return text;
 }
 
-std::string Row(const std::string& label, const std::string& predicted,
-                const std::string& measured, const std::string& error) {
+std::string Row(const std::string& label, const std::string& predicted, const std::string& measured,
+                const std::string& error) {
   char line[256];
   std::snprintf(line, sizeof(line), "  %-22s %12s %12s %10s\n", label.c_str(), predicted.c_str(),
                 measured.c_str(), error.c_str());
@@ -318,10 +326,12 @@ std::string FormatRun(const pb::ValidationRun& r, const std::string& name) {
   return out;
 }
 
-std::string FormatReport(const pb::ValidationReport& report, const std::vector<RunConfig>& configs) {
+std::string FormatReport(const pb::ValidationReport& report,
+                         const std::vector<RunConfig>& configs) {
   std::string out = "validate " + report.scenario() + " (" + report.model() + ", " +
                     report.dtype() + ", costs " + report.costs() + ")\n";
-  for (int k = 0; k < report.runs_size(); ++k) out += FormatRun(report.runs(k), ConfigName(configs[k]));
+  for (int k = 0; k < report.runs_size(); ++k)
+    out += FormatRun(report.runs(k), ConfigName(configs[k]));
   char line[256];
   std::snprintf(line, sizeof(line),
                 "\n%d configurations: step time |error| median %.1f %%, worst %.1f %%; "
@@ -351,10 +361,10 @@ Status DrawPlot(const pb::ValidationReport& report, const ValidateFlags& flags) 
   if (fd < 0) return Status::Resource("cannot make a temporary file for the plot's input");
   close(fd);
   std::ofstream(path) << ToJson(report);
-  Result<backend::ChildResult> run = backend::RunChild(
-      {flags.python, std::string(SF_PLOTS_DIR) + "/stateflow_plots.py", "validate", "--report",
-       path, "--out", flags.plot_path},
-      120);
+  Result<backend::ChildResult> run =
+      backend::RunChild({flags.python, std::string(SF_PLOTS_DIR) + "/stateflow_plots.py",
+                         "validate", "--report", path, "--out", flags.plot_path},
+                        120);
   std::remove(path);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
@@ -366,8 +376,8 @@ Status DrawPlot(const pb::ValidationReport& report, const ValidateFlags& flags) 
 // ---- the command ------------------------------------------------------------------
 
 Result<pb::ValidationRun> ValidateOne(const pb::Scenario& scenario, const RunConfig& config,
-                                      const sim::CostTableIndex& costs,
-                                      const ValidateFlags& flags, const Precision& precision) {
+                                      const sim::CostTableIndex& costs, const ValidateFlags& flags,
+                                      const Precision& precision) {
   pb::Scenario narrowed = ScenarioFor(scenario, config);
   // The ledger in the backend's element type (models/cost_model.h).
   SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
@@ -390,9 +400,11 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
   FillProvenance(precision.threads, &holder);
   *report.mutable_provenance() = holder.provenance();
   for (const std::string& note : costs.table.notes()) report.add_notes(note);
-  report.add_notes("measured step time: the median of the steps after the first; the "
-                   "prediction replays the costs on the same plan, counting bytes at the "
-                   "backend's " + precision.dtype + " element size");
+  report.add_notes(
+      "measured step time: the median of the steps after the first; the "
+      "prediction replays the costs on the same plan, counting bytes at the "
+      "backend's " +
+      precision.dtype + " element size");
   return report;
 }
 
@@ -415,7 +427,8 @@ int Validate(const ValidateFlags& flags) {
       *log << "stateflow validate: " << k + 1 << "/" << configs->size() << " "
            << ConfigName((*configs)[k]) << "\n";
     }
-    Result<pb::ValidationRun> run = ValidateOne(*scenario, (*configs)[k], *index, flags, *precision);
+    Result<pb::ValidationRun> run =
+        ValidateOne(*scenario, (*configs)[k], *index, flags, *precision);
     if (!run.ok()) return Fail(kName, run.status());
     *report.add_runs() = std::move(run).value();
   }
@@ -430,14 +443,14 @@ int Validate(const ValidateFlags& flags) {
 }
 
 void AddValidateOptions(po::options_description* desc, ValidateFlags* f) {
-  desc->add_options()("help,h", "show this help")
-      ("costs", po::value(&f->costs_path), "replay this CostTable instead of profiling")
-      ("costs-out", po::value(&f->costs_out), "also write the profiled CostTable here")
-      ("steps", Optional(&f->steps), "training steps per run, the first is warm-up (default 5)")
-      ("json", po::bool_switch(&f->json), "print one ValidationReport as JSON")
-      ("plot", po::value(&f->plot_path), "draw predicted versus measured to this picture")
-      ("python", po::value(&f->python), "the Python with matplotlib (default /usr/bin/python3)")
-      ("timeout", Optional(&f->timeout_s), "seconds allowed per real run (default 600)");
+  desc->add_options()("help,h", "show this help")("costs", po::value(&f->costs_path),
+                                                  "replay this CostTable instead of profiling")(
+      "costs-out", po::value(&f->costs_out), "also write the profiled CostTable here")(
+      "steps", Optional(&f->steps), "training steps per run, the first is warm-up (default 5)")(
+      "json", po::bool_switch(&f->json), "print one ValidationReport as JSON")(
+      "plot", po::value(&f->plot_path), "draw predicted versus measured to this picture")(
+      "python", po::value(&f->python), "the Python with matplotlib (default /usr/bin/python3)")(
+      "timeout", Optional(&f->timeout_s), "seconds allowed per real run (default 600)");
   AddProfileOptions(desc, &f->profile);
   AddConfigOptions(desc, &f->configs);
   AddScenarioOptions(desc, &f->scenario);

@@ -22,8 +22,8 @@ class TempFile {
  public:
   TempFile() {
     const char* dir = std::getenv("TMPDIR");
-    std::string pattern = std::string(dir != nullptr && *dir ? dir : "/tmp") +
-                          "/stateflow-child-XXXXXX";
+    std::string pattern =
+        std::string(dir != nullptr && *dir ? dir : "/tmp") + "/stateflow-child-XXXXXX";
     const int fd = mkstemp(pattern.data());
     if (fd >= 0) {
       close(fd);

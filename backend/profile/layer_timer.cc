@@ -17,8 +17,7 @@ constexpr std::uint64_t kSeed = 1;
 constexpr int kChunks = 3;  // the middle one is timed
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 Status CheckOptions(std::int64_t tokens, const TimingOptions& options) {
@@ -56,9 +55,8 @@ Batch MakeBatch(std::int64_t seq_len, std::int64_t vocab) {
 
 // The (s, C) inputs of each chunk for a module that takes them (else empty).
 template <typename T>
-Result<std::vector<Tensor<T>>> ChunkInputs(TrackingAllocator& alloc, bool needed,
-                                           std::int64_t s, std::int64_t hidden, double scale,
-                                           std::uint64_t seed) {
+Result<std::vector<Tensor<T>>> ChunkInputs(TrackingAllocator& alloc, bool needed, std::int64_t s,
+                                           std::int64_t hidden, double scale, std::uint64_t seed) {
   std::vector<Tensor<T>> inputs;
   if (!needed) return inputs;
   for (int i = 0; i < kChunks; ++i) {
@@ -140,9 +138,9 @@ Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
   SF_RETURN_IF_ERROR(CheckOptions(1, options));
   TrackingAllocator alloc(0);
   const int layers = static_cast<int>(models::LayerList(model).size());
-  SF_ASSIGN_OR_RETURN(std::unique_ptr<StageModule<T>> module,
-                      MakeGdnStageModule<T>(model, {0, layers}, models::Recompute::kNone, kSeed,
-                                            &alloc));
+  SF_ASSIGN_OR_RETURN(
+      std::unique_ptr<StageModule<T>> module,
+      MakeGdnStageModule<T>(model, {0, layers}, models::Recompute::kNone, kSeed, &alloc));
   std::vector<ParamRef<T>> params = module->Parameters();
   double count = 0;
   for (const ParamRef<T>& p : params) {

@@ -17,8 +17,7 @@ namespace {
 using schedule::Pass;
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // Message keys: repetition k of size j is microbatch k, chunk j; the
@@ -37,8 +36,8 @@ template <typename T>
 Result<double> RoundTrip(Comm<T>& comm, TrackingAllocator& alloc, std::int64_t elements,
                          int repetition, int size_index) {
   SF_ASSIGN_OR_RETURN(Tensor<T> reply, Buffer<T>(alloc, elements));
-  SF_RETURN_IF_ERROR(comm.PostRecv(1, Key(repetition, size_index, Pass::kBackward),
-                                   std::move(reply)));
+  SF_RETURN_IF_ERROR(
+      comm.PostRecv(1, Key(repetition, size_index, Pass::kBackward), std::move(reply)));
   SF_ASSIGN_OR_RETURN(Tensor<T> data, Buffer<T>(alloc, elements));
   const double start = Now();
   SF_RETURN_IF_ERROR(comm.Send(1, Key(repetition, size_index, Pass::kForward), std::move(data)));
@@ -53,8 +52,8 @@ template <typename T>
 Status Echo(Comm<T>& comm, TrackingAllocator& alloc, std::int64_t elements, int repetition,
             int size_index) {
   SF_ASSIGN_OR_RETURN(Tensor<T> buffer, Buffer<T>(alloc, elements));
-  SF_RETURN_IF_ERROR(comm.PostRecv(0, Key(repetition, size_index, Pass::kForward),
-                                   std::move(buffer)));
+  SF_RETURN_IF_ERROR(
+      comm.PostRecv(0, Key(repetition, size_index, Pass::kForward), std::move(buffer)));
   SF_ASSIGN_OR_RETURN(Tensor<T> got, comm.Wait(Key(repetition, size_index, Pass::kForward)));
   SF_RETURN_IF_ERROR(comm.Send(0, Key(repetition, size_index, Pass::kBackward), std::move(got)));
   return comm.Flush();

@@ -23,11 +23,10 @@ pb::CostSample MakeSample(models::LayerKind kind, const char* pass, models::Reco
 }
 
 template <typename T>
-Status Fill(const ProfileRequest& request, const ProfileProgress& progress,
-            pb::CostTable* table) {
+Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::CostTable* table) {
   const std::vector<models::LayerKind> kinds = LayerKindsOf(request.model);
-  const int total = static_cast<int>(kinds.size() * request.recompute.size() *
-                                     request.tokens.size()) + 1;
+  const int total =
+      static_cast<int>(kinds.size() * request.recompute.size() * request.tokens.size()) + 1;
   int done = 0;
   for (models::LayerKind kind : kinds) {
     for (models::Recompute mode : request.recompute) {

@@ -45,8 +45,7 @@ TEST(Spread, QuantilesInterpolateOrderStatistics) {
   EXPECT_DOUBLE_EQ(Quantile({2, 1}, 0.5), 1.5);
   EXPECT_DOUBLE_EQ(Quantile({2, 1}, 0.1), 1.1);
   const Spread one = Summarize({0.25});
-  EXPECT_EQ(std::make_tuple(one.median_s, one.p10_s, one.p90_s),
-            std::make_tuple(0.25, 0.25, 0.25));
+  EXPECT_EQ(std::make_tuple(one.median_s, one.p10_s, one.p90_s), std::make_tuple(0.25, 0.25, 0.25));
 }
 
 // ---- link fit ---------------------------------------------------------------------
@@ -136,16 +135,15 @@ TEST(LayerTimer, EveryKindAndModeGivesOnePositiveTimePerRepetition) {
       for (double s : t->backward_s) EXPECT_GT(s, 0);
     }
   }
-  Result<PassSamples> one = TimeLayerPasses<double>(Tiny(), LayerKind::kRecurrence,
-                                                    Recompute::kNone, 1, {1, 0});
+  Result<PassSamples> one =
+      TimeLayerPasses<double>(Tiny(), LayerKind::kRecurrence, Recompute::kNone, 1, {1, 0});
   ASSERT_TRUE(one.ok()) << one.status().message();
   EXPECT_EQ(one->forward_s.size(), 1u);
 }
 
 TEST(LayerTimer, WhatTheBackendCannotRunIsAnError) {
-  Result<PassSamples> hybrid =
-      TimeLayerPasses<float>(*models::ModelPreset("gdn-hybrid-tiny"), LayerKind::kRecurrence,
-                             Recompute::kNone, 8, kQuick);
+  Result<PassSamples> hybrid = TimeLayerPasses<float>(
+      *models::ModelPreset("gdn-hybrid-tiny"), LayerKind::kRecurrence, Recompute::kNone, 8, kQuick);
   ASSERT_FALSE(hybrid.ok());
   EXPECT_NE(hybrid.status().message().find("model.layer_pattern"), std::string::npos);
   Result<PassSamples> mamba = TimeLayerPasses<float>(
@@ -219,7 +217,8 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
   ASSERT_TRUE(index.ok()) << index.status().message();
   double at4 = 0, at12 = 0;
   for (const pb::CostSample& s : table->samples()) {
-    if (s.layer_kind() != "recurrence" || s.pass() != "backward" || s.recompute() != "full") continue;
+    if (s.layer_kind() != "recurrence" || s.pass() != "backward" || s.recompute() != "full")
+      continue;
     (s.tokens() == 4 ? at4 : at12) = s.median_s();
   }
   EXPECT_EQ(*index->Time(LayerKind::kRecurrence, "backward", Recompute::kFull, 4, 0), at4);
