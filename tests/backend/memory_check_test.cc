@@ -27,8 +27,8 @@ TEST_P(StepMemory, PredictedEqualsMeasuredPerStageAndClass) { ExpectExactMemory(
 INSTANTIATE_TEST_SUITE_P(
     Shapes, StepMemory,
     ::testing::Values(MemoryCase{"gdn-small", "stateflow", 3, 2, 4, "none", "float32", 256},
-                      MemoryCase{"gdn-small", "1f1b", 2, 4, 1, "full", "float64", 256},
-                      MemoryCase{"gdn-small", "stateflow", 4, 1, 8, "full", "float32", 512},
+                      MemoryCase{"gdn-small", "1f1b", 2, 2, 1, "full", "float64", 192},
+                      MemoryCase{"gdn-small", "stateflow", 4, 1, 8, "full", "float32", 256},
                       MemoryCase{"gdn-tiny", "stateflow", 2, 3, 3, "none", "float64", 250},
                       MemoryCase{"gdn-tiny", "gpipe", 3, 2, 2, "full", "float32", 256},
                       MemoryCase{"gdn-tiny", "stateflow", 4, 4, 8, "none", "float32", 256},
