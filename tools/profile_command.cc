@@ -246,7 +246,7 @@ void AddNotes(const Needs& needs, const ProfileFlags& flags, const Precision& pr
       "layers: wall time of one StageModule Forward or Backward call of a "
       "one-layer module on the middle of three chunks of s tokens, median of " +
       std::to_string(timing.repetitions) + " after " + std::to_string(timing.warmup) +
-      " warm-up repetitions, " + std::to_string(precision.threads) + " Eigen thread(s), " +
+      " warm-up repetitions (each repetition times every kind and length once), " + std::to_string(precision.threads) + " Eigen thread(s), " +
       precision.dtype);
   table->add_notes("optimizer_s_per_param: one AdamW step plus zeroing the gradients, over all " +
                    std::to_string(static_cast<long long>(models::ModelParamCount(model))) +
@@ -441,7 +441,7 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
                                   Timing(flags)};
   for (const std::string& mode : needs.modes)
     request.recompute.push_back(*models::ParseRecompute(mode));
-  ProgressBar bar("timings");
+  ProgressBar bar("repetitions");
   if (log) {
     *log << "stateflow profile: timing " << needs.tokens.size() << " chunk lengths x "
          << needs.modes.size() << " recompute mode(s) of " << scenario.model().name() << "\n";

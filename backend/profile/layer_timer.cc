@@ -105,29 +105,62 @@ Result<models::StageLayers> OneLayerOf(const pb::ModelSpec& model, models::Layer
 }
 
 template <typename T>
+struct LayerTimer<T>::State {
+  // Declared first: the module's tensors come from it.
+  TrackingAllocator alloc{0};
+  std::unique_ptr<StageModule<T>> module;
+  std::int64_t vocab = 0;
+};
+
+template <typename T>
+Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& model,
+                                                           models::LayerKind kind,
+                                                           models::Recompute recompute) {
+  SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
+  std::unique_ptr<LayerTimer> timer(new LayerTimer());
+  timer->state_ = std::make_unique<State>();
+  SF_ASSIGN_OR_RETURN(timer->state_->module,
+                      MakeGdnStageModule<T>(model, layers, recompute, kSeed, &timer->state_->alloc));
+  timer->state_->vocab = model.vocab_size();
+  return timer;
+}
+
+template <typename T>
+LayerTimer<T>::~LayerTimer() {
+  if (state_) state_->module.reset();  // before the allocator
+}
+
+template <typename T>
+Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens) {
+  if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
+  StageModule<T>& module = *state_->module;
+  const std::int64_t s = tokens, C = module.hidden_size();
+  const schedule::Partition partition({0, s, 2 * s, 3 * s});
+  const Batch batch = MakeBatch(kChunks * s, state_->vocab);
+  SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> xs,
+                      ChunkInputs<T>(state_->alloc, !module.is_first(), s, C, 1.0, 11));
+  // Output gradients of the size a mean loss over the chunk's tokens gives.
+  SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> dys,
+                      ChunkInputs<T>(state_->alloc, !module.is_last(), s, C, 1.0 / s, 23));
+  std::pair<double, double> seconds;
+  SF_RETURN_IF_ERROR(
+      RunRepetition(module, batch, partition, xs, dys, &seconds.first, &seconds.second));
+  return seconds;
+}
+
+template <typename T>
 Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKind kind,
                                     models::Recompute recompute, std::int64_t tokens,
                                     const TimingOptions& options) {
   SF_RETURN_IF_ERROR(CheckOptions(tokens, options));
-  SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
-  TrackingAllocator alloc(0);
-  SF_ASSIGN_OR_RETURN(std::unique_ptr<StageModule<T>> module,
-                      MakeGdnStageModule<T>(model, layers, recompute, kSeed, &alloc));
-  const std::int64_t s = tokens, C = module->hidden_size();
-  const schedule::Partition partition({0, s, 2 * s, 3 * s});
-  const Batch batch = MakeBatch(kChunks * s, model.vocab_size());
-  SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> xs,
-                      ChunkInputs<T>(alloc, !module->is_first(), s, C, 1.0, 11));
-  // Output gradients of the size a mean loss over the chunk's tokens gives.
-  SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> dys,
-                      ChunkInputs<T>(alloc, !module->is_last(), s, C, 1.0 / s, 23));
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<LayerTimer<T>> timer,
+                      LayerTimer<T>::Make(model, kind, recompute));
   PassSamples samples;
   for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
-    double forward_s = 0, backward_s = 0;
-    SF_RETURN_IF_ERROR(RunRepetition(*module, batch, partition, xs, dys, &forward_s, &backward_s));
+    SF_ASSIGN_OR_RETURN(auto seconds, timer->TimeOnce(tokens));
     if (rep < options.warmup) continue;
-    samples.forward_s.push_back(forward_s);
-    samples.backward_s.push_back(backward_s);
+    samples.forward_s.push_back(seconds.first);
+    samples.backward_s.push_back(seconds.second);
   }
   return samples;
 }
@@ -160,6 +193,8 @@ Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
   return per_param;
 }
 
+template class LayerTimer<float>;
+template class LayerTimer<double>;
 template Result<PassSamples> TimeLayerPasses<float>(const pb::ModelSpec&, models::LayerKind,
                                                     models::Recompute, std::int64_t,
                                                     const TimingOptions&);

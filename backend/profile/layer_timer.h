@@ -25,6 +25,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -39,6 +41,32 @@ struct TimingOptions {
   int warmup = 2;        // thrown away first
 };
 
+// One layer of one kind in its own module, timed one repetition at a time
+// at any chunk length (so that a profiler can interleave kinds and lengths
+// in time: a burst of load on the machine then touches every sample a
+// little instead of a few samples entirely). Not copyable.
+template <typename T>
+class LayerTimer {
+ public:
+  // Errors: the module's (an unsupported model names model.architecture or
+  // model.layer_pattern), a kind the model lacks.
+  static Result<std::unique_ptr<LayerTimer>> Make(const pb::ModelSpec& model,
+                                                  models::LayerKind kind,
+                                                  models::Recompute recompute);
+  ~LayerTimer();
+  LayerTimer(const LayerTimer&) = delete;
+  LayerTimer& operator=(const LayerTimer&) = delete;
+
+  // One repetition over chunks of `tokens` tokens: the middle chunk's
+  // forward and backward seconds. Error: tokens < 1, the module's.
+  Result<std::pair<double, double>> TimeOnce(std::int64_t tokens);
+
+ private:
+  LayerTimer() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // Seconds of each kept repetition, in run order.
 struct PassSamples {
   std::vector<double> forward_s;   // (repetitions)
@@ -50,7 +78,8 @@ struct PassSamples {
 Result<models::StageLayers> OneLayerOf(const pb::ModelSpec& model, models::LayerKind kind);
 
 // Times Forward and Backward of one layer of `kind` over a chunk of `tokens`
-// tokens (T = float or double). Errors: the module's (an unsupported model
+// tokens (T = float or double), `warmup` + `repetitions` LayerTimer
+// repetitions in a row. Errors: the module's (an unsupported model
 // names model.architecture or model.layer_pattern), tokens < 1,
 // repetitions < 1 or warmup < 0.
 template <typename T>

@@ -1,6 +1,7 @@
 #include "backend/profile/profiler.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "backend/profile/spread.h"
 
@@ -22,27 +23,58 @@ pb::CostSample MakeSample(models::LayerKind kind, const char* pass, models::Reco
   return s;
 }
 
+// One timer per (kind, mode), each timed at every length.
+template <typename T>
+struct Timed {
+  models::LayerKind kind;
+  models::Recompute mode;
+  std::unique_ptr<LayerTimer<T>> timer;
+  std::vector<PassSamples> by_length;  // (lengths)
+};
+
+// Repetition by repetition, every (kind, mode, length) once, so that the
+// samples of each are spread over the whole profile.
+template <typename T>
+Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& progress,
+                       std::vector<Timed<T>>* timed) {
+  const int reps = request.timing.warmup + request.timing.repetitions;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (Timed<T>& t : *timed) {
+      for (std::size_t j = 0; j < request.tokens.size(); ++j) {
+        SF_ASSIGN_OR_RETURN(auto seconds, t.timer->TimeOnce(request.tokens[j]));
+        if (rep < request.timing.warmup) continue;
+        t.by_length[j].forward_s.push_back(seconds.first);
+        t.by_length[j].backward_s.push_back(seconds.second);
+      }
+    }
+    if (progress) progress(rep + 1, reps + 1);
+  }
+  return Status::Ok();
+}
+
 template <typename T>
 Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::CostTable* table) {
-  const std::vector<models::LayerKind> kinds = LayerKindsOf(request.model);
-  const int total =
-      static_cast<int>(kinds.size() * request.recompute.size() * request.tokens.size()) + 1;
-  int done = 0;
-  for (models::LayerKind kind : kinds) {
+  std::vector<Timed<T>> timed;
+  for (models::LayerKind kind : LayerKindsOf(request.model)) {
     for (models::Recompute mode : request.recompute) {
-      for (std::int64_t s : request.tokens) {
-        SF_ASSIGN_OR_RETURN(PassSamples t,
-                            TimeLayerPasses<T>(request.model, kind, mode, s, request.timing));
-        *table->add_samples() = MakeSample(kind, "forward", mode, s, t.forward_s);
-        *table->add_samples() = MakeSample(kind, "backward", mode, s, t.backward_s);
-        if (progress) progress(++done, total);
-      }
+      SF_ASSIGN_OR_RETURN(auto timer, LayerTimer<T>::Make(request.model, kind, mode));
+      timed.push_back(Timed<T>{kind, mode, std::move(timer),
+                               std::vector<PassSamples>(request.tokens.size())});
+    }
+  }
+  SF_RETURN_IF_ERROR(TimeInterleaved(request, progress, &timed));
+  for (const Timed<T>& t : timed) {
+    for (std::size_t j = 0; j < request.tokens.size(); ++j) {
+      const std::int64_t s = request.tokens[j];
+      *table->add_samples() = MakeSample(t.kind, "forward", t.mode, s, t.by_length[j].forward_s);
+      *table->add_samples() = MakeSample(t.kind, "backward", t.mode, s, t.by_length[j].backward_s);
     }
   }
   SF_ASSIGN_OR_RETURN(std::vector<double> per_param,
                       TimeOptimizerPerParam<T>(request.model, request.timing));
   table->set_optimizer_s_per_param(Quantile(per_param, 0.5));
-  if (progress) progress(++done, total);
+  const int reps = request.timing.warmup + request.timing.repetitions;
+  if (progress) progress(reps + 1, reps + 1);
   return Status::Ok();
 }
 
@@ -59,6 +91,11 @@ std::vector<models::LayerKind> LayerKindsOf(const pb::ModelSpec& model) {
 Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
                                     const ProfileProgress& progress) {
   if (request.tokens.empty()) return Status::Invalid("profile: no chunk lengths to time");
+  for (std::int64_t s : request.tokens) {
+    if (s < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
+  }
+  if (request.timing.repetitions < 1) return Status::Invalid("--repetitions must be >= 1");
+  if (request.timing.warmup < 0) return Status::Invalid("--warmup must be >= 0");
   if (request.recompute.empty()) return Status::Invalid("profile: no recompute modes to time");
   if (request.dtype != "float32" && request.dtype != "float64") {
     return Status::Invalid("--dtype: unknown '" + request.dtype + "' (known: float32, float64)");

@@ -32,12 +32,16 @@ struct ProfileRequest {
   TimingOptions timing;
 };
 
-// Called after each (kind, mode, length) with the count done and the total.
+// Called after each repetition and after the optimizer, with the count done
+// and the total.
 using ProfileProgress = std::function<void(int done, int total)>;
 
 // A CostTable with `model`, `dtype`, one CostSample per (layer kind, pass,
 // mode, length) -- median, p10, p90 of the kept repetitions -- and
 // optimizer_s_per_param (median). Link and provenance are left empty.
+// Repetitions are interleaved: each one times every (kind, mode, length)
+// once (LayerTimer), so that a burst of load on a shared machine spreads
+// over every sample instead of spoiling a few.
 // Errors: no lengths or modes, a length < 1, an unknown dtype (names
 // --dtype), and the timer's (an unsupported model names its field).
 Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
