@@ -240,6 +240,11 @@ Result<double> Trainer<T>::ShareLoss() {
 
 template <typename T>
 Result<StepResult> Trainer<T>::Step(int step) {
+  // Every rank starts the step together, as the simulator's step does: without
+  // the barrier a later stage would begin step k + 1 (and its clock) while the
+  // first stage still runs step k's last backward, and the time from the
+  // first rank's start to the last rank's end would count that overlap twice.
+  SF_RETURN_IF_ERROR(group_->Barrier());
   const double start = clock_.Now();
   SF_RETURN_IF_ERROR(BeginStep(step));
   if (group_->size() == 1) {

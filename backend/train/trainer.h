@@ -76,7 +76,8 @@ struct StepResult {
   int step = 0;
   double loss = 0;        // mean over the step's M T tokens
   double start_s = 0;     // first rank's start, on the run clock
-  double time_s = 0;      // last rank's end - first rank's start (incl. optimizer)
+  double time_s = 0;      // last rank's end - first rank's start (incl. optimizer);
+                          // the ranks start each step after a barrier
   double tokens_per_s = 0;
   std::vector<StageStepStats> stages;  // (P), on rank 0 only
 };

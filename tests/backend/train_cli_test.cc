@@ -7,6 +7,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -122,6 +123,40 @@ TEST(TrainCli, TraceHasOneTrackPerStage) {
   EXPECT_NE(json.find("\"stage 1\""), std::string::npos);
   EXPECT_NE(json.find("\"F m0 c0\""), std::string::npos);
   EXPECT_NE(json.find("\"B m3 c0\""), std::string::npos);
+}
+
+// Steps do not overlap: every rank starts a step together (after a barrier),
+// so a step's time is at most the span from the last optimizer end of the
+// step before to the last optimizer end of this one, plus the loss broadcast.
+// Without the barrier the last stage would start its clock for step k + 1
+// while the first still ran step k's last backward: for 1F1B at M = 2 that
+// made each step about 25 % too long.
+TEST(TrainCli, StepTimesDoNotCountTheNextStepsStart) {
+  const std::string trace = TempPrefix("steps.json");
+  const Finished f =
+      RunFor(Mpirun(2, Train({"--steps", "4", "-T", "128", "-M", "2", "--policy", "1f1b", "-N",
+                              "1", "--trace", trace, "--json"})),
+             TempPrefix("steps"));
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const pb::Report report = ParseReport(f);
+  ASSERT_EQ(report.step_times_s_size(), 4);
+  pb::Trace events;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Slurp(trace), &events, options).ok());
+  std::vector<std::vector<double>> optimizer_end(2);  // (stage, step), microseconds
+  for (const pb::TraceEvent& e : events.trace_events()) {
+    if (e.ph() == "X" && e.name() == "optimizer" && e.tid() < 2) {
+      optimizer_end[e.tid()].push_back(e.ts() + e.dur());
+    }
+  }
+  ASSERT_EQ(optimizer_end[0].size(), 4u);
+  ASSERT_EQ(optimizer_end[1].size(), 4u);
+  for (int k = 1; k < 4; ++k) {
+    const double last_end = std::max(optimizer_end[0][k], optimizer_end[1][k]) * 1e-6;
+    const double previous = std::max(optimizer_end[0][k - 1], optimizer_end[1][k - 1]) * 1e-6;
+    EXPECT_LE(report.step_times_s(k), 1.02 * (last_end - previous) + 0.005) << "step " << k;
+  }
 }
 
 // ----------------------------------------------------------- failures ----
