@@ -18,6 +18,7 @@
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "backend/comm/mpi.h"
 #include "backend/profile/launch.h"
@@ -258,7 +259,8 @@ void AddNotes(const Needs& needs, const ProfileFlags& flags, const Precision& pr
 
 // ---- the hidden link-worker mode ---------------------------------------------
 
-Result<std::vector<std::int64_t>> ParseElements(const std::string& text) {
+// "32,64" -> {32, 64}; errors name `flag`.
+Result<std::vector<std::int64_t>> ParseCounts(const std::string& text, const std::string& flag) {
   std::vector<std::int64_t> out;
   std::stringstream in(text);
   std::string item;
@@ -266,17 +268,18 @@ Result<std::vector<std::int64_t>> ParseElements(const std::string& text) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || v < 1) {
-      return Status::Invalid("--link-elements: '" + item + "' is not a whole number >= 1");
+      return Status::Invalid(flag + ": '" + item + "' is not a whole number >= 1");
     }
     out.push_back(v);
   }
+  if (out.empty()) return Status::Invalid(flag + " is empty");
   return out;
 }
 
 // Under mpirun -n 2: ranks 0 and 1 ping-pong; rank 0 writes the samples.
 int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
                   const ProfileFlags& flags) {
-  Result<std::vector<std::int64_t>> elements = ParseElements(elements_text);
+  Result<std::vector<std::int64_t>> elements = ParseCounts(elements_text, "--link-elements");
   if (!elements.ok()) return Fail(kName, elements.status());
   backend::MpiSession session(nullptr, nullptr);
   if (!session.status().ok()) return Fail(kName, session.status());
@@ -292,6 +295,169 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
   return kExitOk;
 }
 
+// ---- layers timed in several processes at once ------------------------------
+
+// This process's rank in the job mpirun started (from the environment; MPI
+// is not initialised), or -1.
+int EnvironmentRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* rank = std::getenv(name)) return std::atoi(rank);
+  }
+  return -1;
+}
+
+std::string RankTablePath(const std::string& prefix, int rank) {
+  return prefix + "." + std::to_string(rank);
+}
+
+std::string JoinModes(const std::vector<models::Recompute>& modes) {
+  std::string out;
+  for (models::Recompute m : modes) {
+    if (!out.empty()) out += ',';
+    out += std::string(models::RecomputeName(m));
+  }
+  return out;
+}
+
+// Under mpirun -n K: every rank times the same layers at the same time and
+// writes its table to <job>.<rank>; the model comes from the CostTable at
+// <job> (written by LayersByMpirun).
+int RunLayersWorker(const std::string& job, const std::string& tokens_text,
+                    const std::string& modes_text, const ProfileFlags& flags) {
+  const int rank = EnvironmentRank();
+  if (rank < 0) return Fail(kName, Status::Invalid("--layers-worker runs under mpirun only"));
+  Result<std::vector<std::int64_t>> tokens = ParseCounts(tokens_text, "--worker-tokens");
+  if (!tokens.ok()) return FailOnRankZero(kName, tokens.status());
+  Result<std::vector<std::string>> modes = RecomputeModes(modes_text);
+  if (!modes.ok()) return FailOnRankZero(kName, modes.status());
+  Result<pb::CostTable> spec = LoadCostTableFile(job);
+  if (!spec.ok()) return FailOnRankZero(kName, spec.status());
+  Eigen::setNbThreads(static_cast<int>(flags.threads.value_or(1)));
+  backend::ProfileRequest request{spec->model(), *tokens, {},
+                                  flags.dtype.empty() ? "float32" : flags.dtype, Timing(flags)};
+  for (const std::string& mode : *modes) request.recompute.push_back(*models::ParseRecompute(mode));
+  Result<pb::CostTable> table = backend::ProfileLayers(request, nullptr);
+  if (!table.ok()) return FailOnRankZero(kName, table.status());
+  std::ofstream out(RankTablePath(job, rank));
+  out << CostTableText(*table);
+  out.close();
+  if (!out) {
+    return Fail(kName, Status::Resource(RankTablePath(job, rank) + ": cannot write (rank " +
+                                        std::to_string(rank) + ")"));
+  }
+  return kExitOk;
+}
+
+std::string SampleKey(const pb::CostSample& s) {
+  return s.layer_kind() + "/" + s.pass() + "/" + s.recompute() + "/" +
+         std::to_string(static_cast<long long>(s.tokens()));
+}
+
+// One table from the workers' tables (same samples in the same order): each
+// median the mean of theirs, p10 the lowest, p90 the highest, repetitions
+// summed, the optimizer the mean. `spread` gets the largest ratio - 1 of the
+// highest to the lowest process median of any sample.
+Result<pb::CostTable> MergeRankTables(const std::vector<pb::CostTable>& tables, double* spread) {
+  pb::CostTable merged = tables.front();
+  *spread = 0;
+  double optimizer = 0;
+  for (const pb::CostTable& t : tables) optimizer += t.optimizer_s_per_param();
+  merged.set_optimizer_s_per_param(optimizer / static_cast<double>(tables.size()));
+  for (int i = 0; i < merged.samples_size(); ++i) {
+    pb::CostSample* m = merged.mutable_samples(i);
+    double sum = 0, lo = m->median_s(), hi = m->median_s();
+    std::uint32_t reps = 0;
+    for (std::size_t k = 0; k < tables.size(); ++k) {
+      if (tables[k].samples_size() != merged.samples_size() ||
+          SampleKey(tables[k].samples(i)) != SampleKey(*m)) {
+        return Status::Internal("profile worker " + std::to_string(k) +
+                                " timed other samples than worker 0");
+      }
+      const pb::CostSample& s = tables[k].samples(i);
+      sum += s.median_s();
+      lo = std::min(lo, s.median_s());
+      hi = std::max(hi, s.median_s());
+      m->set_p10_s(std::min(m->p10_s(), s.p10_s()));
+      m->set_p90_s(std::max(m->p90_s(), s.p90_s()));
+      reps += s.repetitions();
+    }
+    m->set_median_s(sum / static_cast<double>(tables.size()));
+    m->set_repetitions(reps);
+    if (lo > 0) *spread = std::max(*spread, hi / lo - 1);
+  }
+  return merged;
+}
+
+struct LayerMeasurement {
+  pb::CostTable table;
+  std::string note;
+};
+
+// `mpirun -n K` of this program in its hidden layers-worker mode.
+Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
+                                        const ProfileFlags& flags, int ranks) {
+  const std::string self = backend::SelfExecutable();
+  if (self.empty()) return Status::Resource("cannot find this program's path (/proc/self/exe)");
+  char job[] = "/tmp/stateflow-layers-XXXXXX";
+  const int fd = mkstemp(job);
+  if (fd < 0) return Status::Resource("cannot make a temporary file for the profile workers");
+  close(fd);
+  pb::CostTable spec;
+  *spec.mutable_model() = request.model;
+  spec.set_dtype(request.dtype);
+  std::ofstream(job) << CostTableText(spec);
+  const std::vector<std::string> argv = backend::MpirunArgv(
+      flags.mpirun, ranks,
+      {self, "profile", "--layers-worker", job, "--worker-tokens", JoinNumbers(request.tokens),
+       "--worker-modes", JoinModes(request.recompute), "--dtype", request.dtype, "--threads",
+       std::to_string(Eigen::nbThreads()), "--repetitions",
+       std::to_string(request.timing.repetitions), "--warmup",
+       std::to_string(request.timing.warmup)});
+  Result<backend::ChildResult> run = backend::RunChild(argv, 3600);
+  std::vector<pb::CostTable> tables;
+  Status read = Status::Ok();
+  for (int r = 0; r < ranks; ++r) {
+    if (read.ok() && run.ok() && run->exit_code == 0) {
+      Result<pb::CostTable> t = LoadCostTableFile(RankTablePath(job, r));
+      if (t.ok()) tables.push_back(std::move(t).value());
+      else read = t.status();
+    }
+    std::remove(RankTablePath(job, r).c_str());
+  }
+  std::remove(job);
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    // The workers' own message (a model the backend cannot run) when they
+    // printed one.
+    const std::size_t at = run->err.find("stateflow profile:");
+    const std::string why = at == std::string::npos
+                                ? backend::LastLine(run->err)
+                                : run->err.substr(at, run->err.find('\n', at) - at);
+    const std::string what =
+        "--concurrent " + std::to_string(ranks) + ": mpirun -n " + std::to_string(ranks) +
+        " failed (" +
+        (run->timed_out ? std::string("timed out") : "exit " + std::to_string(run->exit_code)) +
+        "): " + why;
+    return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);
+  }
+  SF_RETURN_IF_ERROR(read);
+  double spread = 0;
+  SF_ASSIGN_OR_RETURN(pb::CostTable merged, MergeRankTables(tables, &spread));
+  const unsigned threads = std::thread::hardware_concurrency();
+  char note[512];
+  std::snprintf(note, sizeof(note),
+                "concurrency: the layers and the optimizer timed in %d processes at once "
+                "(%s -n %d, %s), every core computing as in a %d-stage run; a sample's median "
+                "is the mean of the %d processes' medians (which differed by up to %.0f %%), "
+                "p10 and p90 the lowest and highest",
+                ranks, flags.mpirun.c_str(), ranks,
+                threads > 0 && static_cast<unsigned>(ranks) <= threads
+                    ? "each bound to its own hardware thread"
+                    : "more processes than hardware threads, unbound",
+                ranks, ranks, 100 * spread);
+  return LayerMeasurement{std::move(merged), note};
+}
+
 // ---- the command --------------------------------------------------------------
 
 struct CommandFlags {
@@ -301,6 +467,9 @@ struct CommandFlags {
   std::string out_path;
   std::string link_worker;    // hidden
   std::string link_elements;  // hidden
+  std::string layers_worker;  // hidden
+  std::string worker_tokens;  // hidden
+  std::string worker_modes;   // hidden
 };
 
 std::string Summary(const pb::CostTable& table, const std::string& path, double elapsed_s) {
@@ -400,7 +569,11 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
       "threads", Optional(&flags->threads), "Eigen threads (default: train.threads)")(
       "link", po::value(&flags->link),
       "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")(
-      "mpirun", po::value(&flags->mpirun), "the mpirun program (default: mpirun in PATH)");
+      "mpirun", po::value(&flags->mpirun), "the mpirun program (default: mpirun in PATH)")(
+      "concurrent", Optional(&flags->concurrent),
+      "time the layers in K processes at once (mpirun -n K, one per core), so that every core "
+      "is as busy as in a K-stage run; each sample the mean of their medians (default 1: this "
+      "process; validate: the runs' P)");
 }
 
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags) {
@@ -424,6 +597,9 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
   if (flags.link != "auto" && flags.link != "mpi" && flags.link != "in-process") {
     return Status::Invalid("--link: unknown '" + flags.link + "' (known: auto, mpi, in-process)");
   }
+  if (flags.concurrent && (*flags.concurrent < 1 || *flags.concurrent > 1024)) {
+    return Status::Invalid("--concurrent must be in [1, 1024]");
+  }
   return p;
 }
 
@@ -446,10 +622,22 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
     *log << "stateflow profile: timing " << needs.tokens.size() << " chunk lengths x "
          << needs.modes.size() << " recompute mode(s) of " << scenario.model().name() << "\n";
   }
-  SF_ASSIGN_OR_RETURN(pb::CostTable table,
-                      backend::ProfileLayers(request, [&bar](int done, int total) {
-                        bar.Update(static_cast<std::size_t>(done), static_cast<std::size_t>(total));
-                      }));
+  const int concurrent = static_cast<int>(flags.concurrent.value_or(1));
+  pb::CostTable table;
+  std::string concurrency_note =
+      "concurrency: the layers and the optimizer timed in this one process (the other cores "
+      "idle unless something else runs)";
+  if (concurrent > 1) {
+    if (log) *log << "  in " << concurrent << " processes at once (--concurrent)\n";
+    SF_ASSIGN_OR_RETURN(LayerMeasurement layers, LayersByMpirun(request, flags, concurrent));
+    table = std::move(layers.table);
+    concurrency_note = std::move(layers.note);
+  } else {
+    SF_ASSIGN_OR_RETURN(table, backend::ProfileLayers(request, [&bar](int done, int total) {
+                          bar.Update(static_cast<std::size_t>(done),
+                                     static_cast<std::size_t>(total));
+                        }));
+  }
   // After the layers, so that a model the backend cannot run fails first.
   SF_ASSIGN_OR_RETURN(
       LinkMeasurement link,
@@ -459,6 +647,7 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
   *table.mutable_link() = fitted;
   *table.mutable_provenance() = MakeProvenance(Eigen::nbThreads());
   AddNotes(needs, flags, precision, scenario.model(), &table);
+  table.add_notes(concurrency_note);
   table.add_notes(link.note);
   return table;
 }
@@ -493,7 +682,10 @@ int RunProfile(int argc, char** argv) {
   AddScenarioOptions(&desc, &flags.scenario);
   po::options_description hidden;
   hidden.add_options()("link-worker", po::value(&flags.link_worker), "")(
-      "link-elements", po::value(&flags.link_elements), "");
+      "link-elements", po::value(&flags.link_elements), "")(
+      "layers-worker", po::value(&flags.layers_worker), "")(
+      "worker-tokens", po::value(&flags.worker_tokens), "")(
+      "worker-modes", po::value(&flags.worker_modes), "");
   po::options_description all;
   all.add(desc).add(hidden);
   po::variables_map vm;
@@ -504,6 +696,10 @@ int RunProfile(int argc, char** argv) {
   }
   if (!flags.link_worker.empty()) {
     return RunLinkWorker(flags.link_worker, flags.link_elements, flags.profile);
+  }
+  if (!flags.layers_worker.empty()) {
+    return RunLayersWorker(flags.layers_worker, flags.worker_tokens, flags.worker_modes,
+                           flags.profile);
   }
   if (backend::LaunchedByMpirun()) {
     return FailOnRankZero(kName, Status::Invalid("run profile without mpirun: it starts "

@@ -71,6 +71,9 @@ struct ProfileFlags {
   std::optional<long long> threads;      // default train.threads
   std::string link = "auto";             // auto, mpi or in-process
   std::string mpirun = "mpirun";
+  // Processes timing the layers at once (mpirun -n K of this program, each
+  // bound to its own hardware thread when there are enough); 1: this one.
+  std::optional<long long> concurrent;
 };
 void AddProfileOptions(boost::program_options::options_description* desc, ProfileFlags* flags);
 
@@ -82,13 +85,16 @@ struct Precision {
 };
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags);
 
-// Profiles in this process every layer kind of the scenario's model at every
-// chunk length the configurations produce, under each of their recompute
-// modes, the optimizer, and the link (`mpirun -n 2` of this program; or, with
-// --link in-process or when that fails under --link auto, the in-process
-// comm, which the table's notes then say). Progress goes to `log` (may be
-// null). Errors: bad flags, a configuration that cannot be cut, the
-// timer's; with --link mpi, a failed MPI job.
+// Profiles every layer kind of the scenario's model at every chunk length the
+// configurations produce, under each of their recompute modes, and the
+// optimizer: in this process, or with --concurrent K > 1 in K processes at
+// once (`mpirun -n K` of this program in a hidden worker mode), so that every
+// core computes as in a K-stage run, each sample's median then the mean of
+// the K processes' medians. Then the link (`mpirun -n 2` of this program; or,
+// with --link in-process or when that fails under --link auto, the
+// in-process comm, which the table's notes then say). Progress goes to `log`
+// (may be null). Errors: bad flags, a configuration that cannot be cut, the
+// timer's; a failed worker job; with --link mpi, a failed MPI job.
 Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
                                         const std::vector<RunConfig>& configs,
                                         const ProfileFlags& flags, std::ostream* log);

@@ -49,6 +49,10 @@ constexpr char kExamples[] = R"(examples:
   stateflow validate --microbatches-list 2,4,8 --chunks-list 1,2,4,8 \
       --recompute-list none,full --json --plot validate.png
       a grid of 24 configurations and the predicted-versus-measured figure
+  stateflow validate --microbatches-list 2,4,8 --chunks-list 1,2,4,8 \
+      --recompute-list none,full --rounds 7 --json
+      the same, profiled and run 7 times in turn: medians that a noisy,
+      shared machine moves less (docs/validation.md)
 )";
 
 struct ValidateFlags {
@@ -57,7 +61,7 @@ struct ValidateFlags {
   ProfileFlags profile;
   std::string costs_path, costs_out, plot_path;
   std::string python = "/usr/bin/python3";
-  std::optional<long long> steps, timeout_s;
+  std::optional<long long> steps, timeout_s, rounds;
   bool json = false;
 };
 
@@ -99,18 +103,55 @@ struct Costs {
   std::string label;  // the --costs path, or "profiled"
 };
 
-Result<Costs> LoadOrProfile(const pb::Scenario& scenario, const std::vector<RunConfig>& configs,
-                            const ValidateFlags& flags, const Precision& precision) {
-  if (flags.costs_path.empty()) {
-    SF_ASSIGN_OR_RETURN(pb::CostTable table,
-                        ProfileForConfigs(scenario, configs, flags.profile, Log()));
-    if (!flags.costs_out.empty()) {
-      std::ofstream out(flags.costs_out);
-      out << CostTableText(table);
-      if (!out) return Status::Invalid(flags.costs_out + ": cannot write the cost table");
+// The profile of one round. Without --concurrent, the layers are timed in P
+// processes at once, so that every core is as busy as in the runs.
+Result<pb::CostTable> ProfileRound(const pb::Scenario& scenario,
+                                   const std::vector<RunConfig>& configs,
+                                   const ValidateFlags& flags) {
+  ProfileFlags profile = flags.profile;
+  if (!profile.concurrent) profile.concurrent = scenario.parallel().pipeline_size();
+  return ProfileForConfigs(scenario, configs, profile, Log());
+}
+
+// The rounds' tables as one: each sample's median the median of the rounds'
+// medians, p10 the lowest, p90 the highest, repetitions summed; the
+// optimizer the median; the link and the notes those of the first round.
+pb::CostTable MergeRounds(const std::vector<pb::CostTable>& tables) {
+  pb::CostTable merged = tables.front();
+  if (tables.size() == 1) return merged;
+  std::vector<double> optimizer;
+  for (const pb::CostTable& t : tables) optimizer.push_back(t.optimizer_s_per_param());
+  merged.set_optimizer_s_per_param(backend::Quantile(optimizer, 0.5));
+  for (int i = 0; i < merged.samples_size(); ++i) {
+    pb::CostSample* m = merged.mutable_samples(i);
+    std::vector<double> medians;
+    std::uint32_t reps = 0;
+    for (const pb::CostTable& t : tables) {
+      const pb::CostSample& s = t.samples(i);  // the same configurations each round
+      medians.push_back(s.median_s());
+      m->set_p10_s(std::min(m->p10_s(), s.p10_s()));
+      m->set_p90_s(std::max(m->p90_s(), s.p90_s()));
+      reps += s.repetitions();
     }
-    return Costs{std::move(table), "profiled"};
+    m->set_median_s(backend::Quantile(medians, 0.5));
+    m->set_repetitions(reps);
   }
+  merged.add_notes("rounds: " + std::to_string(tables.size()) +
+                   " profiles, one before each round of runs; each sample's median is the "
+                   "median of theirs");
+  return merged;
+}
+
+Status WriteCostsOut(const pb::CostTable& table, const ValidateFlags& flags) {
+  if (flags.costs_out.empty()) return Status::Ok();
+  std::ofstream out(flags.costs_out);
+  out << CostTableText(table);
+  if (!out) return Status::Invalid(flags.costs_out + ": cannot write the cost table");
+  return Status::Ok();
+}
+
+Result<Costs> LoadCosts(const pb::Scenario& scenario, const ValidateFlags& flags,
+                        const Precision& precision) {
   SF_ASSIGN_OR_RETURN(pb::CostTable table, LoadCostTableFile(flags.costs_path));
   SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, scenario.model(), flags.costs_path));
   if (!table.dtype().empty() && table.dtype() != precision.dtype) {
@@ -227,7 +268,17 @@ pb::ValidationStage CompareStage(const pb::StageReport& p, const pb::StageReport
 }
 
 pb::ValidationRun Compare(const RunConfig& config, const pb::Report& predicted,
-                          const pb::Report& measured) {
+                          const std::vector<pb::Report>& rounds) {
+  // The round whose step time is the median (the lower middle one).
+  std::vector<std::pair<double, std::size_t>> by_time;
+  std::vector<double> times;
+  std::uint32_t steps = 0;
+  for (std::size_t k = 0; k < rounds.size(); ++k) {
+    by_time.emplace_back(MeasuredStepTime(rounds[k], &steps), k);
+    times.push_back(by_time.back().first);
+  }
+  std::sort(by_time.begin(), by_time.end());
+  const pb::Report& measured = rounds[by_time[(by_time.size() - 1) / 2].second];
   pb::ValidationRun run;
   run.set_policy(predicted.policy());
   run.set_pipeline_size(predicted.pipeline_size());
@@ -236,9 +287,11 @@ pb::ValidationRun Compare(const RunConfig& config, const pb::Report& predicted,
   run.set_alpha(predicted.alpha());
   run.set_seq_len(static_cast<double>(config.seq_len));
   run.set_recompute(predicted.recompute());
-  std::uint32_t steps = 0;
-  const double step = MeasuredStepTime(measured, &steps);
+  const double step = backend::Quantile(times, 0.5);
   run.set_measured_steps(steps);
+  run.set_rounds(static_cast<std::uint32_t>(rounds.size()));
+  run.set_measured_step_time_min_s(by_time.front().first);
+  run.set_measured_step_time_max_s(by_time.back().first);
   run.set_predicted_step_time_s(predicted.step_time_s());
   run.set_measured_step_time_s(step);
   run.set_step_time_rel_error(RelError(predicted.step_time_s(), step));
@@ -316,10 +369,16 @@ std::string FormatStage(const pb::ValidationStage& s) {
 
 std::string FormatRun(const pb::ValidationRun& r, const std::string& name) {
   std::string out = "\n" + name + " (P=" + std::to_string(r.pipeline_size()) + ", " +
-                    std::to_string(r.measured_steps()) + " measured steps)\n";
+                    std::to_string(r.measured_steps()) + " measured steps" +
+                    (r.rounds() > 1 ? " in each of " + std::to_string(r.rounds()) + " runs" : "") +
+                    ")\n";
   out += Row("", "predicted", "measured", "error");
   out += Row("step time", Ms(r.predicted_step_time_s()), Ms(r.measured_step_time_s()),
              Percent(r.step_time_rel_error()));
+  if (r.rounds() > 1) {
+    out += Row("  runs' range", "", Ms(r.measured_step_time_min_s()) + " .. " +
+                                        Ms(r.measured_step_time_max_s()), "");
+  }
   out += Row("bubble", Fraction(r.predicted_bubble_fraction()),
              Fraction(r.measured_bubble_fraction()), "");
   for (const pb::ValidationStage& s : r.stages()) out += FormatStage(s);
@@ -375,22 +434,19 @@ Status DrawPlot(const pb::ValidationReport& report, const ValidateFlags& flags) 
 
 // ---- the command ------------------------------------------------------------------
 
-Result<pb::ValidationRun> ValidateOne(const pb::Scenario& scenario, const RunConfig& config,
-                                      const sim::CostTableIndex& costs, const ValidateFlags& flags,
-                                      const Precision& precision) {
+Result<pb::Report> Predict(const pb::Scenario& scenario, const RunConfig& config,
+                           const sim::CostTableIndex& costs, const Precision& precision) {
   pb::Scenario narrowed = ScenarioFor(scenario, config);
   // The ledger in the backend's element type (models/cost_model.h).
   SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
   Result<sim::Simulation> predicted =
       sim::Simulate(narrowed, narrowed.schedule(), {.costs = &costs});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
-  Result<pb::Report> measured = RunTrain(narrowed, flags, precision);
-  if (!measured.ok()) return measured.status().WithPrefix(ConfigName(config));
-  return Compare(config, predicted->report, *measured);
+  return predicted->report;
 }
 
 pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
-                               const Precision& precision) {
+                               const Precision& precision, int rounds) {
   pb::ValidationReport report;
   report.set_scenario(scenario.name());
   report.set_model(scenario.model().name());
@@ -401,9 +457,13 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
   *report.mutable_provenance() = holder.provenance();
   for (const std::string& note : costs.table.notes()) report.add_notes(note);
   report.add_notes(
-      "measured step time: the median of the steps after the first; the "
-      "prediction replays the costs on the same plan, counting bytes at the "
-      "backend's " +
+      "measured step time: the median of the steps after the first" +
+      std::string(rounds > 1 ? " of each run, then the median over the " + std::to_string(rounds) +
+                                   " runs of each configuration (one per round: a round "
+                                   "profiles, unless --costs, then runs every configuration "
+                                   "once)"
+                             : "") +
+      "; the prediction replays the costs on the same plan, counting bytes at the backend's " +
       precision.dtype + " element size");
   return report;
 }
@@ -417,20 +477,53 @@ int Validate(const ValidateFlags& flags) {
   if (!configs.ok()) return Fail(kName, configs.status());
   Result<Precision> precision = PrecisionFor(*scenario, flags.profile);
   if (!precision.ok()) return Fail(kName, precision.status());
-  Result<Costs> costs = LoadOrProfile(*scenario, *configs, flags, *precision);
-  if (!costs.ok()) return Fail(kName, costs.status());
-  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs->table, costs->label);
-  if (!index.ok()) return Fail(kName, index.status());
-  pb::ValidationReport report = NewReport(*scenario, *costs, *precision);
-  for (std::size_t k = 0; k < configs->size(); ++k) {
-    if (std::ostream* log = Log()) {
-      *log << "stateflow validate: " << k + 1 << "/" << configs->size() << " "
-           << ConfigName((*configs)[k]) << "\n";
+  const bool profiling = flags.costs_path.empty();
+  Costs costs;
+  if (!profiling) {
+    Result<Costs> loaded = LoadCosts(*scenario, flags, *precision);
+    if (!loaded.ok()) return Fail(kName, loaded.status());
+    costs = std::move(loaded).value();
+  }
+  const int rounds = static_cast<int>(flags.rounds.value_or(1));
+  std::vector<pb::CostTable> tables;
+  std::vector<std::vector<pb::Report>> measured(configs->size());
+  for (int round = 0; round < rounds; ++round) {
+    if (profiling) {
+      Result<pb::CostTable> table = ProfileRound(*scenario, *configs, flags);
+      if (!table.ok()) return Fail(kName, table.status());
+      tables.push_back(std::move(table).value());
     }
-    Result<pb::ValidationRun> run =
-        ValidateOne(*scenario, (*configs)[k], *index, flags, *precision);
-    if (!run.ok()) return Fail(kName, run.status());
-    *report.add_runs() = std::move(run).value();
+    const pb::CostTable& latest = profiling ? tables.back() : costs.table;
+    Result<sim::CostTableIndex> index =
+        sim::CostTableIndex::Make(latest, profiling ? "profiled" : costs.label);
+    if (!index.ok()) return Fail(kName, index.status());
+    for (std::size_t k = 0; k < configs->size(); ++k) {
+      if (std::ostream* log = Log()) {
+        *log << "stateflow validate: round " << round + 1 << "/" << rounds << ", " << k + 1 << "/"
+             << configs->size() << " " << ConfigName((*configs)[k]) << "\n";
+      }
+      // A plan the simulator cannot replay fails before its real run.
+      if (round == 0) {
+        Result<pb::Report> check = Predict(*scenario, (*configs)[k], *index, *precision);
+        if (!check.ok()) return Fail(kName, check.status());
+      }
+      Result<pb::Report> run =
+          RunTrain(ScenarioFor(*scenario, (*configs)[k]), flags, *precision);
+      if (!run.ok()) return Fail(kName, run.status().WithPrefix(ConfigName((*configs)[k])));
+      measured[k].push_back(std::move(run).value());
+    }
+  }
+  if (profiling) {
+    costs = Costs{MergeRounds(tables), "profiled"};
+    if (Status s = WriteCostsOut(costs.table, flags); !s.ok()) return Fail(kName, s);
+  }
+  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs.table, costs.label);
+  if (!index.ok()) return Fail(kName, index.status());
+  pb::ValidationReport report = NewReport(*scenario, costs, *precision, rounds);
+  for (std::size_t k = 0; k < configs->size(); ++k) {
+    Result<pb::Report> predicted = Predict(*scenario, (*configs)[k], *index, *precision);
+    if (!predicted.ok()) return Fail(kName, predicted.status());
+    *report.add_runs() = Compare((*configs)[k], *predicted, measured[k]);
   }
   Summarize(&report);
   report.add_notes(LoadNote(load_before, LoadAverage()));
@@ -450,7 +543,10 @@ void AddValidateOptions(po::options_description* desc, ValidateFlags* f) {
       "json", po::bool_switch(&f->json), "print one ValidationReport as JSON")(
       "plot", po::value(&f->plot_path), "draw predicted versus measured to this picture")(
       "python", po::value(&f->python), "the Python with matplotlib (default /usr/bin/python3)")(
-      "timeout", Optional(&f->timeout_s), "seconds allowed per real run (default 600)");
+      "timeout", Optional(&f->timeout_s), "seconds allowed per real run (default 600)")(
+      "rounds", Optional(&f->rounds),
+      "repeat: each round profiles (unless --costs) and runs every configuration once; "
+      "predicted from the rounds' median costs, measured the median run (default 1)");
   AddProfileOptions(desc, &f->profile);
   AddConfigOptions(desc, &f->configs);
   AddScenarioOptions(desc, &f->scenario);
@@ -475,6 +571,9 @@ int RunValidate(int argc, char** argv) {
   }
   if (flags.steps && (*flags.steps < 1 || *flags.steps > 100000)) {
     return Fail(kName, Status::Invalid("--steps must be in [1, 100000]"));
+  }
+  if (flags.rounds && (*flags.rounds < 1 || *flags.rounds > 1000)) {
+    return Fail(kName, Status::Invalid("--rounds must be in [1, 1000]"));
   }
   if (flags.timeout_s && *flags.timeout_s < 1) {
     return Fail(kName, Status::Invalid("--timeout must be >= 1"));

@@ -35,9 +35,13 @@ Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeou
 // The path of the running executable (/proc/self/exe), or "" if unknown.
 std::string SelfExecutable();
 
-// `<mpirun> --oversubscribe [--allow-run-as-root] -n <ranks> <program...>`;
-// --allow-run-as-root only when this process runs as root (Open MPI refuses
-// root otherwise), --oversubscribe so that P ranks start on fewer cores.
+// `<mpirun> --oversubscribe --bind-to hwthread|none [--allow-run-as-root]
+// -n <ranks> <program...>`; --allow-run-as-root only when this process runs
+// as root (Open MPI refuses root otherwise), --oversubscribe so that P ranks
+// start on fewer cores. Each rank is bound to its own hardware thread when
+// there are enough (std::thread::hardware_concurrency), so that a rank keeps
+// one core for the whole run and a profile can time on the cores a run uses;
+// else the ranks share the cores unbound.
 std::vector<std::string> MpirunArgv(const std::string& mpirun, int ranks,
                                     const std::vector<std::string>& program);
 

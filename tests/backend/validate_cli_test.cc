@@ -151,7 +151,67 @@ TEST(ValidateCli, TextTableNamesEveryQuantity) {
   }
 }
 
+// Rounds: each profiles (the layers in P = 2 processes at once) and runs the
+// configuration once; the measured step time is the median run's, between
+// the fastest and the slowest; the costs are the rounds' merged table.
+TEST(ValidateCli, RoundsTakeTheMedianRunAndPoolTheProfiles) {
+  const std::string scenario = WriteFile("rounds.textproto", kScenario);
+  const std::string costs = Temp("rounds-costs.textproto");
+  const Finished v = RunCli({"validate", "--scenario", scenario, "--steps", "2", "--repetitions",
+                             "2", "--warmup", "0", "--rounds", "3", "--json", "--costs-out", costs},
+                            "rounds");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  const pb::ValidationReport report = FromJson<pb::ValidationReport>(v);
+  ASSERT_EQ(report.runs_size(), 1);
+  const pb::ValidationRun& run = report.runs(0);
+  EXPECT_EQ(run.rounds(), 3u);
+  EXPECT_GT(run.measured_step_time_min_s(), 0);
+  EXPECT_LE(run.measured_step_time_min_s(), run.measured_step_time_s());
+  EXPECT_LE(run.measured_step_time_s(), run.measured_step_time_max_s());
+  EXPECT_NEAR(run.step_time_rel_error(),
+              Rel(run.predicted_step_time_s(), run.measured_step_time_s()), 1e-12);
+  EXPECT_LE(std::abs(run.peak_memory_rel_error()), 0.02);
+  // 3 rounds x 2 processes x 2 repetitions behind every sample.
+  const pb::CostTable table = ReadTable(costs);
+  ASSERT_GT(table.samples_size(), 0);
+  for (const pb::CostSample& s : table.samples()) {
+    EXPECT_EQ(s.repetitions(), 12u) << s.layer_kind() << " " << s.pass();
+    EXPECT_LE(s.p10_s(), s.median_s());
+    EXPECT_LE(s.median_s(), s.p90_s());
+  }
+  std::string notes;
+  for (const std::string& n : table.notes()) notes += n + "\n";
+  EXPECT_NE(notes.find("rounds: 3 profiles"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("2 processes at once"), std::string::npos) << notes;
+}
+
 // ---- profile ----------------------------------------------------------------------
+
+// --concurrent 2: two processes time the same samples at once; each sample
+// pools their repetitions and its median lies between their spreads.
+TEST(ProfileCli, ConcurrentProcessesPoolTheirRepetitions) {
+  const std::string scenario = WriteFile("concurrent.textproto", kScenario);
+  const std::string costs = Temp("concurrent-costs.textproto");
+  const Finished p =
+      RunCli({"profile", "--scenario", scenario, "--concurrent", "2", "--repetitions", "3",
+              "--warmup", "0", "--link", "in-process", "--out", costs},
+             "concurrent");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const pb::CostTable table = ReadTable(costs);
+  ASSERT_GT(table.samples_size(), 0);
+  for (const pb::CostSample& s : table.samples()) {
+    EXPECT_EQ(s.repetitions(), 6u) << s.layer_kind() << " " << s.pass();
+    EXPECT_GT(s.median_s(), 0);
+    EXPECT_LE(s.p10_s(), s.median_s());
+    EXPECT_LE(s.median_s(), s.p90_s());
+  }
+  EXPECT_GT(table.optimizer_s_per_param(), 0);
+  EXPECT_NE(p.out.find("2 processes at once"), std::string::npos) << p.out;
+  const Finished sim =
+      RunCli({"simulate", "--scenario", scenario, "--costs", costs, "--json"}, "concurrent-sim");
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
+}
+
 
 TEST(ProfileCli, WritesEveryLengthOfTheRangeAndSimulateReplaysIt) {
   const std::string scenario = WriteFile("profile.textproto", kScenario);
@@ -274,6 +334,16 @@ TEST(ValidateCli, BadFlagsGetOneLineAndExitTwo) {
   ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--recompute-list", "some"}, "modes"),
                  "--recompute-list");
   ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--steps", "0"}, "steps"), "--steps");
+  ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--rounds", "0"}, "rounds"),
+                 "--rounds");
+  ExpectBadInput(
+      RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--concurrent", "0"},
+             "concurrent"),
+      "--concurrent");
+  // A model the backend cannot run, found by the profile's worker processes.
+  ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--model", "gdn-hybrid-tiny"},
+                        "hybrid-workers"),
+                 "model.layer_pattern");
   ExpectBadInput(
       RunCli({"profile", "--scenario", scenario, "--model", "gdn-hybrid-tiny", "--out", Temp("x")},
              "hybrid"),
