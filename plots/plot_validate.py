@@ -3,9 +3,12 @@ measured on this machine, predicts real runs of the backend.
 
 What it is for: one figure of a `stateflow validate --json` report: (a) each
 configuration's predicted step time against the measured one, on the
-diagonal when the prediction is exact, with the 5 % and 10 % bands; (b) each
-configuration's step-time error as a bar; (c) each stage's predicted peak
-memory against the measured one, with the 2 % band.
+diagonal when the prediction is exact, with the 10 % band and, when the
+report has several runs per configuration, the range of their step times as
+a horizontal bar; (b) each configuration's step-time error as a bar, and as
+a cross the error of the simulator fed with that run's own action times
+(the schedule model's error without the costs'); (c) each stage's predicted
+peak memory against the measured one, with the 2 % band.
 What it is not: the comparison itself (the report holds every number) nor a
 statistics tool (no fits, no confidence intervals).
 
@@ -63,6 +66,10 @@ def _step_panel(ax, runs, chunk_values):
     predicted = [r.predicted_step * 1e3 for r in runs]
     _diagonal(ax, measured + predicted, 0.10, "within 10 %")
     for run, m, p in zip(runs, measured, predicted):
+        if run.measured_max > run.measured_min:
+            ax.plot([run.measured_min * 1e3, run.measured_max * 1e3], [p, p],
+                    color=_color(run.chunks, chunk_values), linewidth=0.7,
+                    alpha=0.5)
         ax.plot([m], [p], linestyle="none",
                 marker=_MODE_MARKERS.get(run.recompute, "s"),
                 color=_color(run.chunks, chunk_values),
@@ -79,7 +86,8 @@ def _step_panel(ax, runs, chunk_values):
                 if any(r.recompute == mode for r in runs)]
     ax.legend(handles=handles, loc="upper left", fontsize=8,
               handletextpad=0.3, labelspacing=0.3)
-    ax.text(0.98, 0.03, "marker size: M\ngrey: within 10 %",
+    ax.text(0.98, 0.03, "marker size: M; bar: range of the runs\n"
+            "grey: within 10 %",
             transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
             color="#666666")
 
@@ -96,6 +104,10 @@ def _error_panel(ax, runs, chunk_values):
         if run.recompute == "full":
             ax.plot([x], [e], marker="^", color=style.INK, markersize=3,
                     linestyle="none")
+    replays = [r.replay_error for r in runs]
+    if all(e is not None for e in replays):
+        ax.plot(list(xs), [100 * e for e in replays], marker="x",
+                color=style.INK, markersize=5, linestyle="none")
     ax.set_xticks(list(xs))
     ax.set_xticklabels(["M=%d N=%d" % (r.microbatches, r.chunks)
                         for r in runs], rotation=90, fontsize=7)
@@ -103,10 +115,18 @@ def _error_panel(ax, runs, chunk_values):
     bound = max(12.0, 1.15 * max(abs(e) for e in errors))
     ax.set_ylim(-bound, bound)
     ax.set_ylabel("step time error (%)\n(predicted - measured) / measured")
-    ax.set_title("(b) step time error: median |e| %.1f %%, worst %.1f %%"
-                 % (statistics.median(abs(e) for e in errors),
-                    max(abs(e) for e in errors)), loc="left")
-    ax.text(0.99, 0.97, "bands: 5 % and 10 %;  ^ recompute full",
+    title = ("(b) step time error: median |e| %.1f %%, worst %.1f %%"
+             % (statistics.median(abs(e) for e in errors),
+                max(abs(e) for e in errors)))
+    legend = "bands: 5 % and 10 %;  ^ recompute full"
+    if all(e is not None for e in replays):
+        title += ("\n    x with the run's own action times: median %.1f %%, "
+                  "worst %.1f %%"
+                  % (statistics.median(abs(100 * e) for e in replays),
+                     max(abs(100 * e) for e in replays)))
+        legend += ";  x the run's own times"
+    ax.set_title(title, loc="left")
+    ax.text(0.99, 0.97, legend,
             transform=ax.transAxes, ha="right", va="top", fontsize=7,
             color="#666666")
 

@@ -514,10 +514,25 @@ class ValidationRun:
     predicted_step: float       # s
     measured_step: float        # s
     stages: tuple               # (ValidationStage,)
+    # The fastest and slowest of the configuration's runs (validate --rounds;
+    # both the measured step with one run).
+    measured_min: float = 0.0   # s
+    measured_max: float = 0.0   # s
+    # The simulator with the median run's own action times, and that run's
+    # step time (0 when the report predates them).
+    replayed_step: float = 0.0  # s
+    replayed_run_step: float = 0.0  # s
 
     @property
     def step_error(self):
         return _rel_error(self.predicted_step, self.measured_step)
+
+    @property
+    def replay_error(self):
+        """None when the report has no replay of the run's own costs."""
+        if not (self.replayed_step > 0 and self.replayed_run_step > 0):
+            return None
+        return _rel_error(self.replayed_step, self.replayed_run_step)
 
     @property
     def label(self):
@@ -583,6 +598,10 @@ def _validation_run(path, index, doc):
         seq_len=int(get("seq_len")),
         predicted_step=get("predicted_step_time_s"),
         measured_step=get("measured_step_time_s"),
+        measured_min=get("measured_step_time_min_s") or get("measured_step_time_s"),
+        measured_max=get("measured_step_time_max_s") or get("measured_step_time_s"),
+        replayed_step=get("replayed_step_time_s"),
+        replayed_run_step=get("replayed_run_step_time_s"),
         stages=tuple(_validation_stage(path, "%s.stages[%d]" % (where, k), s)
                      for k, s in enumerate(stages)))
 

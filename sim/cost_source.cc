@@ -224,4 +224,56 @@ std::unique_ptr<CostSource> MakeUniformCostSource(const SimSetup& setup) {
   return std::make_unique<UniformCostSource>(setup);
 }
 
+
+namespace {
+
+class MeasuredDurationSource final : public CostSource {
+ public:
+  MeasuredDurationSource(std::unique_ptr<CostSource> base, const MeasuredDurations& measured)
+      : base_(std::move(base)), measured_(measured) {}
+  std::string name() const override { return "measured-run"; }
+  std::string time_unit() const override { return base_->time_unit(); }
+  double Duration(const schedule::Action& action) const override {
+    return measured_.action_s.at(action);
+  }
+  double TransferLatency(const schedule::Action& a) const override {
+    return base_->TransferLatency(a);
+  }
+  double TransferOccupancy(const schedule::Action& a) const override {
+    return base_->TransferOccupancy(a);
+  }
+  double GradientSyncTime(int stage) const override { return base_->GradientSyncTime(stage); }
+  double OptimizerTime(int stage) const override {
+    return measured_.optimizer_s[static_cast<std::size_t>(stage)];
+  }
+  ClassBytes StaticBytes(int stage) const override { return base_->StaticBytes(stage); }
+  MemoryEffect Memory(const schedule::Action& a) const override { return base_->Memory(a); }
+
+ private:
+  std::unique_ptr<CostSource> base_;
+  MeasuredDurations measured_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CostSource>> MakeMeasuredDurationSource(std::unique_ptr<CostSource> base,
+                                                               const MeasuredDurations& measured,
+                                                               const schedule::Plan& plan) {
+  if (measured.optimizer_s.size() != static_cast<std::size_t>(plan.stages())) {
+    return Status::Invalid("measured durations: optimizer times for " +
+                           std::to_string(measured.optimizer_s.size()) + " stages, plan has " +
+                           std::to_string(plan.stages()));
+  }
+  for (const std::vector<schedule::Action>& stage : plan.per_stage()) {
+    for (const schedule::Action& a : stage) {
+      auto it = measured.action_s.find(a);
+      if (it == measured.action_s.end() || !(it->second >= 0)) {
+        return Status::Invalid("measured durations: no time for action " + schedule::ToString(a) +
+                               " of stage " + std::to_string(a.stage));
+      }
+    }
+  }
+  return std::unique_ptr<CostSource>(new MeasuredDurationSource(std::move(base), measured));
+}
+
 }  // namespace stateflow::sim

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "models/cost_model.h"
 #include "schedule/action.h"
 #include "schedule/partition.h"
+#include "schedule/plan.h"
 
 namespace stateflow::sim {
 
@@ -94,5 +96,21 @@ std::unique_ptr<CostSource> MakeUniformCostSource(const SimSetup& setup);
 class CostTableIndex;
 Result<std::unique_ptr<CostSource>> MakeReplayCostSource(const SimSetup& setup,
                                                          const CostTableIndex& table);
+
+// The compute times a real run measured: every action's on its stage and
+// each stage's optimizer step (seconds; e.g. medians over a run's steps).
+// Replayed through the engine they say what the simulator's schedule model
+// predicts when every cost is right, apart from the costs' own error.
+struct MeasuredDurations {
+  std::map<schedule::Action, double> action_s;
+  std::vector<double> optimizer_s;  // (P)
+};
+
+// `base` with its durations and optimizer times replaced by `measured`
+// (transfers, gradient sync and memory stay the base's). Error: an action of
+// `plan` or a stage that `measured` lacks, named.
+Result<std::unique_ptr<CostSource>> MakeMeasuredDurationSource(std::unique_ptr<CostSource> base,
+                                                               const MeasuredDurations& measured,
+                                                               const schedule::Plan& plan);
 
 }  // namespace stateflow::sim

@@ -148,6 +148,10 @@ Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
     return Status::Invalid("cost_model: unknown '" + cost_model +
                            "' (known: analytic, uniform, replay)");
   }
+  if (options.durations != nullptr) {
+    SF_ASSIGN_OR_RETURN(costs,
+                        MakeMeasuredDurationSource(std::move(costs), *options.durations, sim.plan));
+  }
   SF_ASSIGN_OR_RETURN(sim.engine,
                       RunPlan(sim.plan, *costs, {.record_timeline = options.record_timeline}));
 

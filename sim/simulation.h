@@ -20,6 +20,7 @@
 #include "proto/stateflow.pb.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
+#include "sim/cost_source.h"
 #include "sim/cost_table.h"
 #include "sim/engine.h"
 
@@ -32,6 +33,9 @@ struct SimulationOptions {
   const schedule::Plan* plan = nullptr;
   // Replay these measured costs instead of the scenario's cost model.
   const CostTableIndex* costs = nullptr;
+  // And then take every action's and optimizer step's time from a real run
+  // (cost_source.h, MakeMeasuredDurationSource).
+  const MeasuredDurations* durations = nullptr;
 };
 
 struct Simulation {

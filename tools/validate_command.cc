@@ -23,6 +23,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "backend/comm/mpi.h"
@@ -182,12 +183,15 @@ Result<std::string> WriteScenario(const pb::Scenario& scenario) {
 }
 
 std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& path,
-                                   const ValidateFlags& flags, const Precision& precision) {
+                                   const std::string& trace_path, const ValidateFlags& flags,
+                                   const Precision& precision) {
   const std::vector<std::string> program = {backend::SelfExecutable(),
                                             "train",
                                             "--scenario",
                                             path,
                                             "--json",
+                                            "--trace",
+                                            trace_path,
                                             "--steps",
                                             std::to_string(flags.steps.value_or(5)),
                                             "--dtype",
@@ -198,13 +202,83 @@ std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& pat
   return P > 1 ? backend::MpirunArgv(flags.profile.mpirun, P, program) : program;
 }
 
-Result<pb::Report> RunTrain(const pb::Scenario& scenario, const ValidateFlags& flags,
-                            const Precision& precision) {
+// One real run: its report, and every action's and optimizer step's time
+// (the median over the steps after the first) from its trace.
+struct MeasuredRun {
+  pb::Report report;
+  sim::MeasuredDurations durations;
+};
+
+// From train's trace: slices "F m<a> c<i>", "B m<a> c<i>" and "optimizer"
+// on track r (stage r), once per step in step order.
+Result<sim::MeasuredDurations> DurationsFromTrace(const std::string& path, int stages) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  pb::Trace trace;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (!in || !google::protobuf::util::JsonStringToMessage(text.str(), &trace, options).ok()) {
+    return Status::Internal("stateflow train wrote no readable trace to " + path);
+  }
+  std::map<schedule::Action, std::vector<double>> actions;
+  std::vector<std::vector<double>> optimizer(static_cast<std::size_t>(stages));
+  for (const pb::TraceEvent& e : trace.trace_events()) {
+    if (e.ph() != "X" || e.tid() >= static_cast<std::uint32_t>(stages)) continue;
+    const int stage = static_cast<int>(e.tid());
+    if (e.name() == "optimizer") {
+      optimizer[static_cast<std::size_t>(stage)].push_back(e.dur() * 1e-6);
+      continue;
+    }
+    char pass = 0;
+    int microbatch = -1, chunk = -1;
+    if (std::sscanf(e.name().c_str(), "%c m%d c%d", &pass, &microbatch, &chunk) != 3 ||
+        (pass != 'F' && pass != 'B')) {
+      continue;
+    }
+    const schedule::Action a{stage, pass == 'F' ? schedule::Pass::kForward : schedule::Pass::kBackward,
+                             microbatch, chunk};
+    actions[a].push_back(e.dur() * 1e-6);
+  }
+  // The steps after the first (its page faults), when there are more.
+  const auto median = [](std::vector<double> v) {
+    if (v.size() >= 2) v.erase(v.begin());
+    return backend::Quantile(std::move(v), 0.5);
+  };
+  sim::MeasuredDurations out;
+  for (auto& [action, times] : actions) out.action_s[action] = median(times);
+  for (std::vector<double>& times : optimizer) {
+    if (times.empty()) return Status::Internal("the trace of stage " + std::to_string(out.optimizer_s.size()) + " has no optimizer step");
+    out.optimizer_s.push_back(median(times));
+  }
+  return out;
+}
+
+Result<std::string> TempPath(const char* what) {
+  char path[] = "/tmp/stateflow-validate-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return Status::Resource(std::string("cannot make a temporary ") + what + " file");
+  close(fd);
+  return std::string(path);
+}
+
+Result<MeasuredRun> RunTrain(const pb::Scenario& scenario, const ValidateFlags& flags,
+                             const Precision& precision) {
   SF_ASSIGN_OR_RETURN(std::string path, WriteScenario(scenario));
+  Result<std::string> trace_path = TempPath("trace");
+  if (!trace_path.ok()) {
+    std::remove(path.c_str());
+    return trace_path.status();
+  }
   Result<backend::ChildResult> run =
-      backend::RunChild(TrainArgv(scenario, path, flags, precision),
+      backend::RunChild(TrainArgv(scenario, path, *trace_path, flags, precision),
                         static_cast<double>(flags.timeout_s.value_or(600)));
   std::remove(path.c_str());
+  const int stages = static_cast<int>(scenario.parallel().pipeline_size());
+  Result<sim::MeasuredDurations> durations =
+      run.ok() && run->exit_code == 0 ? DurationsFromTrace(*trace_path, stages)
+                                      : Status::Internal("no run");
+  std::remove(trace_path->c_str());
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
     const std::string what =
@@ -216,11 +290,12 @@ Result<pb::Report> RunTrain(const pb::Scenario& scenario, const ValidateFlags& f
   }
   pb::Report report;
   if (!google::protobuf::util::JsonStringToMessage(run->out, &report).ok() ||
-      report.stages_size() != static_cast<int>(scenario.parallel().pipeline_size())) {
+      report.stages_size() != stages) {
     return Status::Internal("stateflow train printed no usable JSON report: " +
                             backend::LastLine(run->out));
   }
-  return report;
+  if (!durations.ok()) return durations.status();
+  return MeasuredRun{std::move(report), std::move(durations).value()};
 }
 
 // The median of the steps after the first (the warm-up), or the only one.
@@ -267,18 +342,28 @@ pb::ValidationStage CompareStage(const pb::StageReport& p, const pb::StageReport
   return s;
 }
 
+// The round whose step time is the median (the lower middle one).
+std::size_t MedianRound(const std::vector<MeasuredRun>& rounds) {
+  std::vector<std::pair<double, std::size_t>> by_time;
+  std::uint32_t steps = 0;
+  for (std::size_t k = 0; k < rounds.size(); ++k) {
+    by_time.emplace_back(MeasuredStepTime(rounds[k].report, &steps), k);
+  }
+  std::sort(by_time.begin(), by_time.end());
+  return by_time[(by_time.size() - 1) / 2].second;
+}
+
 pb::ValidationRun Compare(const RunConfig& config, const pb::Report& predicted,
-                          const std::vector<pb::Report>& rounds) {
-  // The round whose step time is the median (the lower middle one).
+                          const std::vector<MeasuredRun>& rounds, const pb::Report& replayed) {
   std::vector<std::pair<double, std::size_t>> by_time;
   std::vector<double> times;
   std::uint32_t steps = 0;
   for (std::size_t k = 0; k < rounds.size(); ++k) {
-    by_time.emplace_back(MeasuredStepTime(rounds[k], &steps), k);
+    by_time.emplace_back(MeasuredStepTime(rounds[k].report, &steps), k);
     times.push_back(by_time.back().first);
   }
   std::sort(by_time.begin(), by_time.end());
-  const pb::Report& measured = rounds[by_time[(by_time.size() - 1) / 2].second];
+  const pb::Report& measured = rounds[MedianRound(rounds)].report;
   pb::ValidationRun run;
   run.set_policy(predicted.policy());
   run.set_pipeline_size(predicted.pipeline_size());
@@ -292,6 +377,10 @@ pb::ValidationRun Compare(const RunConfig& config, const pb::Report& predicted,
   run.set_rounds(static_cast<std::uint32_t>(rounds.size()));
   run.set_measured_step_time_min_s(by_time.front().first);
   run.set_measured_step_time_max_s(by_time.back().first);
+  const double own = MeasuredStepTime(measured, &steps);
+  run.set_replayed_step_time_s(replayed.step_time_s());
+  run.set_replayed_run_step_time_s(own);
+  run.set_replay_step_time_rel_error(RelError(replayed.step_time_s(), own));
   run.set_predicted_step_time_s(predicted.step_time_s());
   run.set_measured_step_time_s(step);
   run.set_step_time_rel_error(RelError(predicted.step_time_s(), step));
@@ -319,8 +408,15 @@ void Summarize(pb::ValidationReport* report) {
     report->set_max_abs_peak_memory_rel_error(
         std::max(report->max_abs_peak_memory_rel_error(), std::abs(r.peak_memory_rel_error())));
   }
+  std::vector<double> replay_errors;
+  for (const pb::ValidationRun& r : report->runs()) {
+    replay_errors.push_back(std::abs(r.replay_step_time_rel_error()));
+    report->set_max_abs_replay_step_time_rel_error(std::max(
+        report->max_abs_replay_step_time_rel_error(), std::abs(r.replay_step_time_rel_error())));
+  }
   if (!step_errors.empty()) {
     report->set_median_abs_step_time_rel_error(backend::Quantile(step_errors, 0.5));
+    report->set_median_abs_replay_step_time_rel_error(backend::Quantile(replay_errors, 0.5));
   }
 }
 
@@ -379,6 +475,8 @@ std::string FormatRun(const pb::ValidationRun& r, const std::string& name) {
     out += Row("  runs' range", "", Ms(r.measured_step_time_min_s()) + " .. " +
                                         Ms(r.measured_step_time_max_s()), "");
   }
+  out += Row("  run's own costs", Ms(r.replayed_step_time_s()), Ms(r.replayed_run_step_time_s()),
+             Percent(r.replay_step_time_rel_error()));
   out += Row("bubble", Fraction(r.predicted_bubble_fraction()),
              Fraction(r.measured_bubble_fraction()), "");
   for (const pb::ValidationStage& s : r.stages()) out += FormatStage(s);
@@ -394,9 +492,12 @@ std::string FormatReport(const pb::ValidationReport& report,
   char line[256];
   std::snprintf(line, sizeof(line),
                 "\n%d configurations: step time |error| median %.1f %%, worst %.1f %%; "
+                "with each run's own costs median %.1f %%, worst %.1f %%; "
                 "peak memory per stage |error| worst %.2f %%\n",
                 report.runs_size(), 100 * report.median_abs_step_time_rel_error(),
                 100 * report.max_abs_step_time_rel_error(),
+                100 * report.median_abs_replay_step_time_rel_error(),
+                100 * report.max_abs_replay_step_time_rel_error(),
                 100 * report.max_abs_peak_memory_rel_error());
   out += line;
   for (const std::string& note : report.notes()) out += "  " + note + "\n";
@@ -435,12 +536,13 @@ Status DrawPlot(const pb::ValidationReport& report, const ValidateFlags& flags) 
 // ---- the command ------------------------------------------------------------------
 
 Result<pb::Report> Predict(const pb::Scenario& scenario, const RunConfig& config,
-                           const sim::CostTableIndex& costs, const Precision& precision) {
+                           const sim::CostTableIndex& costs, const Precision& precision,
+                           const sim::MeasuredDurations* durations = nullptr) {
   pb::Scenario narrowed = ScenarioFor(scenario, config);
   // The ledger in the backend's element type (models/cost_model.h).
   SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
   Result<sim::Simulation> predicted =
-      sim::Simulate(narrowed, narrowed.schedule(), {.costs = &costs});
+      sim::Simulate(narrowed, narrowed.schedule(), {.costs = &costs, .durations = durations});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
   return predicted->report;
 }
@@ -465,6 +567,11 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
                              : "") +
       "; the prediction replays the costs on the same plan, counting bytes at the backend's " +
       precision.dtype + " element size");
+  report.add_notes(
+      "run's own costs: the simulator on the same plan with every action's and optimizer "
+      "step's time taken from the median run's trace (each the median over its steps after "
+      "the first), transfers from the table, beside that run's step time: the schedule "
+      "model's error without the costs'");
   return report;
 }
 
@@ -486,7 +593,7 @@ int Validate(const ValidateFlags& flags) {
   }
   const int rounds = static_cast<int>(flags.rounds.value_or(1));
   std::vector<pb::CostTable> tables;
-  std::vector<std::vector<pb::Report>> measured(configs->size());
+  std::vector<std::vector<MeasuredRun>> measured(configs->size());
   for (int round = 0; round < rounds; ++round) {
     if (profiling) {
       Result<pb::CostTable> table = ProfileRound(*scenario, *configs, flags);
@@ -507,7 +614,7 @@ int Validate(const ValidateFlags& flags) {
         Result<pb::Report> check = Predict(*scenario, (*configs)[k], *index, *precision);
         if (!check.ok()) return Fail(kName, check.status());
       }
-      Result<pb::Report> run =
+      Result<MeasuredRun> run =
           RunTrain(ScenarioFor(*scenario, (*configs)[k]), flags, *precision);
       if (!run.ok()) return Fail(kName, run.status().WithPrefix(ConfigName((*configs)[k])));
       measured[k].push_back(std::move(run).value());
@@ -523,7 +630,11 @@ int Validate(const ValidateFlags& flags) {
   for (std::size_t k = 0; k < configs->size(); ++k) {
     Result<pb::Report> predicted = Predict(*scenario, (*configs)[k], *index, *precision);
     if (!predicted.ok()) return Fail(kName, predicted.status());
-    *report.add_runs() = Compare((*configs)[k], *predicted, measured[k]);
+    const MeasuredRun& median_run = measured[k][MedianRound(measured[k])];
+    Result<pb::Report> replayed =
+        Predict(*scenario, (*configs)[k], *index, *precision, &median_run.durations);
+    if (!replayed.ok()) return Fail(kName, replayed.status());
+    *report.add_runs() = Compare((*configs)[k], *predicted, measured[k], *replayed);
   }
   Summarize(&report);
   report.add_notes(LoadNote(load_before, LoadAverage()));

@@ -171,6 +171,14 @@ TEST(ValidateCli, RoundsTakeTheMedianRunAndPoolTheProfiles) {
   EXPECT_NEAR(run.step_time_rel_error(),
               Rel(run.predicted_step_time_s(), run.measured_step_time_s()), 1e-12);
   EXPECT_LE(std::abs(run.peak_memory_rel_error()), 0.02);
+  // The median run replayed with its own action times, beside its own step.
+  EXPECT_GT(run.replayed_step_time_s(), 0);
+  EXPECT_GE(run.replayed_run_step_time_s(), run.measured_step_time_min_s());
+  EXPECT_LE(run.replayed_run_step_time_s(), run.measured_step_time_max_s());
+  EXPECT_NEAR(run.replay_step_time_rel_error(),
+              Rel(run.replayed_step_time_s(), run.replayed_run_step_time_s()), 1e-12);
+  EXPECT_NEAR(report.max_abs_replay_step_time_rel_error(),
+              std::abs(run.replay_step_time_rel_error()), 1e-12);
   // 3 rounds x 2 processes x 2 repetitions behind every sample.
   const pb::CostTable table = ReadTable(costs);
   ASSERT_GT(table.samples_size(), 0);

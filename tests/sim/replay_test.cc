@@ -157,5 +157,41 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
   }
 }
 
+// A run's own action times replace the table's: 1F1B, P = 2, M = 2 with
+// stage 1 twice as slow as stage 0 (forward 1 and 2, backward 2 and 4) and
+// an optimizer step of 0.5 on each stage: the critical path is F0 on stage 0
+// (1), then stage 1's F0 B0 F1 B1 (2 + 4 + 2 + 4), then B1 on stage 0 (2),
+// then the optimizer (0.5): 15.5, whatever the table says.
+TEST(Replay, MeasuredActionTimesReplaceTheTable) {
+  const pb::Scenario s = TinyScenario(2, 2, 64);
+  Result<CostTableIndex> index = CostTableIndex::Make(KnownCosts(s.model(), 64, 7.0), "known");
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  MeasuredDurations measured;
+  measured.optimizer_s = {0.5, 0.5};
+  for (int r = 0; r < 2; ++r) {
+    for (int a = 0; a < 2; ++a) {
+      measured.action_s[{r, schedule::Pass::kForward, a, 0}] = 1.0 + r;
+      measured.action_s[{r, schedule::Pass::kBackward, a, 0}] = 2.0 * (1 + r);
+    }
+  }
+  Result<Simulation> sim =
+      Simulate(s, Stateflow(1), {.costs = &*index, .durations = &measured});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  EXPECT_EQ(sim->report.cost_model(), "measured-run");
+  EXPECT_NEAR(sim->report.step_time_s(), 15.5, 1e-12);
+  EXPECT_NEAR(sim->report.stages(1).busy_s(), 12.0, 1e-12);
+
+  // An action the run did not time is named.
+  measured.action_s.erase({1, schedule::Pass::kBackward, 1, 0});
+  sim = Simulate(s, Stateflow(1), {.costs = &*index, .durations = &measured});
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("of stage 1"), std::string::npos)
+      << sim.status().message();
+  measured.optimizer_s = {0.5};
+  sim = Simulate(s, Stateflow(1), {.costs = &*index, .durations = &measured});
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("optimizer"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace stateflow::sim
