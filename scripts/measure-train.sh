@@ -35,7 +35,7 @@ for rep in $(seq "$repeats"); do
     for N in 1 2 4 8; do
       policy=stateflow
       [ "$N" = 1 ] && policy=1f1b
-      timeout 600 mpirun -n 2 --oversubscribe "$build/stateflow" train --policy "$policy" \
+      timeout 600 mpirun -n 2 --oversubscribe --bind-to hwthread "$build/stateflow" train --policy "$policy" \
         -N "$N" -M "$M" -T "$seq_len" --steps "$steps" --json \
         --trace "$out/M$M-N$N-$rep.trace" > "$out/M$M-N$N-$rep.json"
     done
