@@ -164,11 +164,13 @@ class ReplayCostSource final : public TableCostSource {
  public:
   explicit ReplayCostSource(const SimSetup& setup) : TableCostSource(setup), optimizer_s_(stages_) {}
 
-  // Fills the durations from the table; errors name the stage and chunk.
-  Status Load(const SimSetup& setup, const CostTableIndex& table) {
+  // Fills the durations from the tables (stage r from tables[r], or all from
+  // tables[0]); errors name the stage and chunk.
+  Status Load(const SimSetup& setup, const std::vector<const CostTableIndex*>& tables) {
     const models::CostModel& cm = *setup.cost_model;
     const models::Recompute mode = cm.options().recompute;
     for (int r = 0; r < stages_; ++r) {
+      const CostTableIndex& table = *tables[tables.size() == 1 ? 0 : static_cast<std::size_t>(r)];
       const models::StageLayers& layers = setup.stage_layers[r];
       double params = 0;
       for (int l = layers.first; l < layers.last; ++l) params += cm.ParamCount(l);
@@ -208,9 +210,20 @@ class ReplayCostSource final : public TableCostSource {
 
 Result<std::unique_ptr<CostSource>> MakeReplayCostSource(const SimSetup& setup,
                                                          const CostTableIndex& table) {
+  return MakeReplayCostSource(setup, std::vector<const CostTableIndex*>{&table});
+}
+
+Result<std::unique_ptr<CostSource>> MakeReplayCostSource(
+    const SimSetup& setup, const std::vector<const CostTableIndex*>& per_stage) {
   assert(setup.cost_model != nullptr);
+  const std::size_t stages = setup.stage_layers.size();
+  if (per_stage.empty() || (per_stage.size() != 1 && per_stage.size() != stages)) {
+    return Status::Invalid("replay: " + std::to_string(per_stage.size()) +
+                           " cost tables for " + std::to_string(stages) +
+                           " stages (give one, or one per stage)");
+  }
   auto source = std::make_unique<ReplayCostSource>(setup);
-  SF_RETURN_IF_ERROR(source->Load(setup, table));
+  SF_RETURN_IF_ERROR(source->Load(setup, per_stage));
   return std::unique_ptr<CostSource>(std::move(source));
 }
 

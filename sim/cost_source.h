@@ -96,6 +96,11 @@ std::unique_ptr<CostSource> MakeUniformCostSource(const SimSetup& setup);
 class CostTableIndex;
 Result<std::unique_ptr<CostSource>> MakeReplayCostSource(const SimSetup& setup,
                                                          const CostTableIndex& table);
+// The same with stage r's costs (layers, optimizer, its outgoing link) from
+// per_stage[r]: devices that differ, e.g. cores of one machine running at
+// different speeds. Error: neither one table nor one per stage.
+Result<std::unique_ptr<CostSource>> MakeReplayCostSource(
+    const SimSetup& setup, const std::vector<const CostTableIndex*>& per_stage);
 
 // The compute times a real run measured: every action's on its stage and
 // each stage's optimizer step (seconds; e.g. medians over a run's steps).

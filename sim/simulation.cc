@@ -136,7 +136,9 @@ Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
   SimSetup setup{&cm, sim.stage_layers, sim.partition, microbatches};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
-  if (options.costs != nullptr) {
+  if (options.stage_costs != nullptr) {
+    SF_ASSIGN_OR_RETURN(costs, MakeReplayCostSource(setup, *options.stage_costs));
+  } else if (options.costs != nullptr) {
     SF_ASSIGN_OR_RETURN(costs, MakeReplayCostSource(setup, *options.costs));
   } else if (cost_model.empty() || cost_model == "analytic") {
     costs = MakeAnalyticCostSource(setup);

@@ -391,6 +391,7 @@ Result<pb::CostTable> MergeRankTables(const std::vector<pb::CostTable>& tables, 
 struct LayerMeasurement {
   pb::CostTable table;
   std::string note;
+  std::vector<pb::CostTable> per_process;  // each worker's own table
 };
 
 // `mpirun -n K` of this program in its hidden layers-worker mode.
@@ -455,7 +456,7 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
                     ? "each bound to its own hardware thread"
                     : "more processes than hardware threads, unbound",
                 ranks, ranks, 100 * spread);
-  return LayerMeasurement{std::move(merged), note};
+  return LayerMeasurement{std::move(merged), note, std::move(tables)};
 }
 
 // ---- the command --------------------------------------------------------------
@@ -605,7 +606,9 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
 
 Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
                                         const std::vector<RunConfig>& configs,
-                                        const ProfileFlags& flags, std::ostream* log) {
+                                        const ProfileFlags& flags, std::ostream* log,
+                                        std::vector<pb::CostTable>* per_process) {
+  if (per_process != nullptr) per_process->clear();
   SF_ASSIGN_OR_RETURN(Precision precision, PrecisionFor(scenario, flags));
   SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(scenario, configs));
   if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
@@ -624,6 +627,7 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
   }
   const int concurrent = static_cast<int>(flags.concurrent.value_or(1));
   pb::CostTable table;
+  std::vector<pb::CostTable> workers;
   std::string concurrency_note =
       "concurrency: the layers and the optimizer timed in this one process (the other cores "
       "idle unless something else runs)";
@@ -632,6 +636,7 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
     SF_ASSIGN_OR_RETURN(LayerMeasurement layers, LayersByMpirun(request, flags, concurrent));
     table = std::move(layers.table);
     concurrency_note = std::move(layers.note);
+    workers = std::move(layers.per_process);
   } else {
     SF_ASSIGN_OR_RETURN(table, backend::ProfileLayers(request, [&bar](int done, int total) {
                           bar.Update(static_cast<std::size_t>(done),
@@ -649,6 +654,18 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
   AddNotes(needs, flags, precision, scenario.model(), &table);
   table.add_notes(concurrency_note);
   table.add_notes(link.note);
+  if (per_process != nullptr) {
+    // Each worker's samples and optimizer time in the merged table's frame.
+    for (std::size_t k = 0; k < workers.size(); ++k) {
+      pb::CostTable own = table;
+      *own.mutable_samples() = workers[k].samples();
+      own.set_optimizer_s_per_param(workers[k].optimizer_s_per_param());
+      own.add_notes("this table: process " + std::to_string(k) + " of " +
+                    std::to_string(workers.size()) + " alone (bound to hardware thread " +
+                    std::to_string(k) + " when bound)");
+      per_process->push_back(std::move(own));
+    }
+  }
   return table;
 }
 

@@ -93,11 +93,15 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
 // the K processes' medians. Then the link (`mpirun -n 2` of this program; or,
 // with --link in-process or when that fails under --link auto, the
 // in-process comm, which the table's notes then say). Progress goes to `log`
-// (may be null). Errors: bad flags, a configuration that cannot be cut, the
-// timer's; a failed worker job; with --link mpi, a failed MPI job.
+// (may be null). With K > 1 processes, `per_process` (may be null) gets
+// each process's own table (process k is bound to hardware thread k, as MPI
+// rank k of a run is), else it is left empty. Errors: bad flags, a
+// configuration that cannot be cut, the timer's; a failed worker job; with
+// --link mpi, a failed MPI job.
 Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
                                         const std::vector<RunConfig>& configs,
-                                        const ProfileFlags& flags, std::ostream* log);
+                                        const ProfileFlags& flags, std::ostream* log,
+                                        std::vector<pb::CostTable>* per_process = nullptr);
 
 // The table in text format, opened by comment lines saying what it is.
 std::string CostTableText(const pb::CostTable& table);

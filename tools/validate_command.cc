@@ -22,9 +22,11 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "backend/comm/mpi.h"
 #include "backend/profile/launch.h"
@@ -104,42 +106,67 @@ struct Costs {
   std::string label;  // the --costs path, or "profiled"
 };
 
-// The profile of one round. Without --concurrent, the layers are timed in P
-// processes at once, so that every core is as busy as in the runs.
-Result<pb::CostTable> ProfileRound(const pb::Scenario& scenario,
-                                   const std::vector<RunConfig>& configs,
-                                   const ValidateFlags& flags) {
+// The profile taken right before one configuration's run: its chunk
+// lengths, in P processes at once (one per core, as the run's ranks) unless
+// --concurrent says otherwise; `per_stage` gets each process's own table.
+Result<pb::CostTable> ProfileBeforeRun(const pb::Scenario& scenario, const RunConfig& config,
+                                       const ValidateFlags& flags,
+                                       std::vector<pb::CostTable>* per_stage) {
   ProfileFlags profile = flags.profile;
   if (!profile.concurrent) profile.concurrent = scenario.parallel().pipeline_size();
-  return ProfileForConfigs(scenario, configs, profile, Log());
+  return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
 }
 
-// The rounds' tables as one: each sample's median the median of the rounds'
-// medians, p10 the lowest, p90 the highest, repetitions summed; the
-// optimizer the median; the link and the notes those of the first round.
-pb::CostTable MergeRounds(const std::vector<pb::CostTable>& tables) {
+std::string SampleKey(const pb::CostSample& s) {
+  return s.layer_kind() + "/" + s.pass() + "/" + s.recompute() + "/" +
+         std::to_string(static_cast<long long>(s.tokens())) + "/" +
+         std::to_string(static_cast<long long>(s.prefix()));
+}
+
+// All the profiles as one table (for --costs-out): each sample any of them
+// measured, its median the median of theirs, p10 the lowest, p90 the
+// highest, repetitions summed; the optimizer the median; the link and the
+// notes those of the first.
+pb::CostTable MergeTables(const std::vector<pb::CostTable>& tables) {
   pb::CostTable merged = tables.front();
-  if (tables.size() == 1) return merged;
+  merged.clear_samples();
   std::vector<double> optimizer;
-  for (const pb::CostTable& t : tables) optimizer.push_back(t.optimizer_s_per_param());
+  std::map<std::string, std::vector<const pb::CostSample*>> by_key;
+  std::vector<std::string> order;
+  for (const pb::CostTable& t : tables) {
+    optimizer.push_back(t.optimizer_s_per_param());
+    for (const pb::CostSample& s : t.samples()) {
+      auto& list = by_key[SampleKey(s)];
+      if (list.empty()) order.push_back(SampleKey(s));
+      list.push_back(&s);
+    }
+  }
   merged.set_optimizer_s_per_param(backend::Quantile(optimizer, 0.5));
-  for (int i = 0; i < merged.samples_size(); ++i) {
-    pb::CostSample* m = merged.mutable_samples(i);
+  for (const std::string& key : order) {
+    const std::vector<const pb::CostSample*>& list = by_key[key];
+    pb::CostSample m = *list.front();
     std::vector<double> medians;
     std::uint32_t reps = 0;
-    for (const pb::CostTable& t : tables) {
-      const pb::CostSample& s = t.samples(i);  // the same configurations each round
-      medians.push_back(s.median_s());
-      m->set_p10_s(std::min(m->p10_s(), s.p10_s()));
-      m->set_p90_s(std::max(m->p90_s(), s.p90_s()));
-      reps += s.repetitions();
+    for (const pb::CostSample* s : list) {
+      medians.push_back(s->median_s());
+      m.set_p10_s(std::min(m.p10_s(), s->p10_s()));
+      m.set_p90_s(std::max(m.p90_s(), s->p90_s()));
+      reps += s->repetitions();
     }
-    m->set_median_s(backend::Quantile(medians, 0.5));
-    m->set_repetitions(reps);
+    m.set_median_s(backend::Quantile(medians, 0.5));
+    m.set_repetitions(reps);
+    *merged.add_samples() = std::move(m);
   }
-  merged.add_notes("rounds: " + std::to_string(tables.size()) +
-                   " profiles, one before each round of runs; each sample's median is the "
-                   "median of theirs");
+  std::sort(merged.mutable_samples()->begin(), merged.mutable_samples()->end(),
+            [](const pb::CostSample& x, const pb::CostSample& y) {
+              return std::make_tuple(x.layer_kind(), x.recompute(), x.pass(), x.tokens(),
+                                     x.prefix()) <
+                     std::make_tuple(y.layer_kind(), y.recompute(), y.pass(), y.tokens(),
+                                     y.prefix());
+            });
+  merged.add_notes("merged: " + std::to_string(tables.size()) +
+                   " profiles (one before each run); each sample's median is the median of "
+                   "theirs");
   return merged;
 }
 
@@ -561,18 +588,60 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
   report.add_notes(
       "measured step time: the median of the steps after the first" +
       std::string(rounds > 1 ? " of each run, then the median over the " + std::to_string(rounds) +
-                                   " runs of each configuration (one per round: a round "
-                                   "profiles, unless --costs, then runs every configuration "
-                                   "once)"
+                                   " runs of each configuration (a round runs every "
+                                   "configuration once)"
                              : "") +
       "; the prediction replays the costs on the same plan, counting bytes at the backend's " +
-      precision.dtype + " element size");
+      precision.dtype + " element size" +
+      (costs.label == "profiled"
+           ? "; each run is predicted from a profile of its chunk lengths taken right before "
+             "it, in P processes at once bound as the run's ranks, stage r replaying the "
+             "costs of process r (the predicted step time is the median over the rounds)"
+           : ""));
   report.add_notes(
       "run's own costs: the simulator on the same plan with every action's and optimizer "
       "step's time taken from the median run's trace (each the median over its steps after "
       "the first), transfers from the table, beside that run's step time: the schedule "
       "model's error without the costs'");
   return report;
+}
+
+// The prediction of one configuration from one profile: stage r replays the
+// costs of the profile's process r when there is one per stage, else the
+// profile's merged table.
+Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunConfig& config,
+                                      const pb::CostTable& merged,
+                                      const std::vector<pb::CostTable>& per_stage,
+                                      const Precision& precision) {
+  SF_ASSIGN_OR_RETURN(sim::CostTableIndex index, sim::CostTableIndex::Make(merged, "profiled"));
+  if (per_stage.size() != static_cast<std::size_t>(scenario.parallel().pipeline_size())) {
+    return Predict(scenario, config, index, precision);
+  }
+  std::vector<sim::CostTableIndex> indexes;
+  for (std::size_t r = 0; r < per_stage.size(); ++r) {
+    SF_ASSIGN_OR_RETURN(sim::CostTableIndex i,
+                        sim::CostTableIndex::Make(per_stage[r], "profiled, process " +
+                                                                    std::to_string(r)));
+    indexes.push_back(std::move(i));
+  }
+  std::vector<const sim::CostTableIndex*> pointers;
+  for (const sim::CostTableIndex& i : indexes) pointers.push_back(&i);
+  pb::Scenario narrowed = ScenarioFor(scenario, config);
+  SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
+  Result<sim::Simulation> predicted =
+      sim::Simulate(narrowed, narrowed.schedule(), {.stage_costs = &pointers});
+  if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
+  return predicted->report;
+}
+
+// The report whose step time is the median (the lower middle one).
+const pb::Report& MedianReport(const std::vector<pb::Report>& reports) {
+  std::vector<std::pair<double, std::size_t>> by_time;
+  for (std::size_t k = 0; k < reports.size(); ++k) {
+    by_time.emplace_back(reports[k].step_time_s(), k);
+  }
+  std::sort(by_time.begin(), by_time.end());
+  return reports[by_time[(by_time.size() - 1) / 2].second];
 }
 
 int Validate(const ValidateFlags& flags) {
@@ -586,55 +655,82 @@ int Validate(const ValidateFlags& flags) {
   if (!precision.ok()) return Fail(kName, precision.status());
   const bool profiling = flags.costs_path.empty();
   Costs costs;
+  std::optional<sim::CostTableIndex> given;
   if (!profiling) {
     Result<Costs> loaded = LoadCosts(*scenario, flags, *precision);
     if (!loaded.ok()) return Fail(kName, loaded.status());
     costs = std::move(loaded).value();
+    Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs.table, costs.label);
+    if (!index.ok()) return Fail(kName, index.status());
+    given.emplace(std::move(index).value());
   }
   const int rounds = static_cast<int>(flags.rounds.value_or(1));
-  std::vector<pb::CostTable> tables;
+  std::vector<pb::CostTable> tables;                      // every profile, merged over processes
+  std::vector<std::vector<pb::Report>> predicted(configs->size());
   std::vector<std::vector<MeasuredRun>> measured(configs->size());
+  std::vector<std::vector<std::vector<pb::CostTable>>> stage_tables(configs->size());
   for (int round = 0; round < rounds; ++round) {
-    if (profiling) {
-      Result<pb::CostTable> table = ProfileRound(*scenario, *configs, flags);
-      if (!table.ok()) return Fail(kName, table.status());
-      tables.push_back(std::move(table).value());
-    }
-    const pb::CostTable& latest = profiling ? tables.back() : costs.table;
-    Result<sim::CostTableIndex> index =
-        sim::CostTableIndex::Make(latest, profiling ? "profiled" : costs.label);
-    if (!index.ok()) return Fail(kName, index.status());
     for (std::size_t k = 0; k < configs->size(); ++k) {
+      const RunConfig& config = (*configs)[k];
       if (std::ostream* log = Log()) {
         *log << "stateflow validate: round " << round + 1 << "/" << rounds << ", " << k + 1 << "/"
-             << configs->size() << " " << ConfigName((*configs)[k]) << "\n";
+             << configs->size() << " " << ConfigName(config) << "\n";
       }
-      // A plan the simulator cannot replay fails before its real run.
-      if (round == 0) {
-        Result<pb::Report> check = Predict(*scenario, (*configs)[k], *index, *precision);
-        if (!check.ok()) return Fail(kName, check.status());
+      // Predict first: a plan the simulator cannot replay fails before its run.
+      Result<pb::Report> prediction = Status::Internal("no prediction");
+      std::vector<pb::CostTable> per_stage;
+      if (profiling) {
+        Result<pb::CostTable> table = ProfileBeforeRun(*scenario, config, flags, &per_stage);
+        if (!table.ok()) return Fail(kName, table.status().WithPrefix(ConfigName(config)));
+        prediction = PredictFromProfile(*scenario, config, *table, per_stage, *precision);
+        tables.push_back(std::move(table).value());
+      } else {
+        prediction = Predict(*scenario, config, *given, *precision);
       }
-      Result<MeasuredRun> run =
-          RunTrain(ScenarioFor(*scenario, (*configs)[k]), flags, *precision);
-      if (!run.ok()) return Fail(kName, run.status().WithPrefix(ConfigName((*configs)[k])));
+      if (!prediction.ok()) return Fail(kName, prediction.status());
+      predicted[k].push_back(std::move(prediction).value());
+      stage_tables[k].push_back(profiling ? std::move(per_stage) : std::vector<pb::CostTable>{});
+      Result<MeasuredRun> run = RunTrain(ScenarioFor(*scenario, config), flags, *precision);
+      if (!run.ok()) return Fail(kName, run.status().WithPrefix(ConfigName(config)));
       measured[k].push_back(std::move(run).value());
     }
   }
   if (profiling) {
-    costs = Costs{MergeRounds(tables), "profiled"};
+    costs = Costs{MergeTables(tables), "profiled"};
     if (Status s = WriteCostsOut(costs.table, flags); !s.ok()) return Fail(kName, s);
   }
   Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs.table, costs.label);
   if (!index.ok()) return Fail(kName, index.status());
   pb::ValidationReport report = NewReport(*scenario, costs, *precision, rounds);
   for (std::size_t k = 0; k < configs->size(); ++k) {
-    Result<pb::Report> predicted = Predict(*scenario, (*configs)[k], *index, *precision);
-    if (!predicted.ok()) return Fail(kName, predicted.status());
-    const MeasuredRun& median_run = measured[k][MedianRound(measured[k])];
-    Result<pb::Report> replayed =
-        Predict(*scenario, (*configs)[k], *index, *precision, &median_run.durations);
+    const std::size_t median_round = MedianRound(measured[k]);
+    const MeasuredRun& median_run = measured[k][median_round];
+    // The run's own action times; transfers from the costs of its round.
+    Result<pb::Report> replayed = Status::Internal("no replay");
+    if (profiling && !stage_tables[k][median_round].empty()) {
+      std::vector<sim::CostTableIndex> indexes;
+      for (const pb::CostTable& t : stage_tables[k][median_round]) {
+        Result<sim::CostTableIndex> i = sim::CostTableIndex::Make(t, "profiled");
+        if (!i.ok()) return Fail(kName, i.status());
+        indexes.push_back(std::move(i).value());
+      }
+      std::vector<const sim::CostTableIndex*> pointers;
+      for (const sim::CostTableIndex& i : indexes) pointers.push_back(&i);
+      pb::Scenario narrowed = ScenarioFor(*scenario, (*configs)[k]);
+      Result<pb::PrecisionSpec> p = models::PrecisionForDtype(precision->dtype);
+      if (!p.ok()) return Fail(kName, p.status());
+      *narrowed.mutable_precision() = *p;
+      Result<sim::Simulation> sim = sim::Simulate(
+          narrowed, narrowed.schedule(),
+          {.stage_costs = &pointers, .durations = &median_run.durations});
+      if (!sim.ok()) return Fail(kName, sim.status().WithPrefix(ConfigName((*configs)[k])));
+      replayed = sim->report;
+    } else {
+      replayed = Predict(*scenario, (*configs)[k], *index, *precision, &median_run.durations);
+    }
     if (!replayed.ok()) return Fail(kName, replayed.status());
-    *report.add_runs() = Compare((*configs)[k], *predicted, measured[k], *replayed);
+    pb::ValidationRun run = Compare((*configs)[k], MedianReport(predicted[k]), measured[k], *replayed);
+    *report.add_runs() = std::move(run);
   }
   Summarize(&report);
   report.add_notes(LoadNote(load_before, LoadAverage()));

@@ -157,6 +157,28 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
   }
 }
 
+// One table per stage: stage 0's blocks take x = 1 forward and 2 backward,
+// stage 1's twice that. 1F1B with P = 2, M = 1 (two blocks per stage, free
+// embedding, head and link): F on stage 0 (2), F on stage 1 (4), B on stage
+// 1 (8), B on stage 0 (4): 18.
+TEST(Replay, EachStageItsOwnTable) {
+  const pb::Scenario s = TinyScenario(2, 1, 64);
+  Result<CostTableIndex> slow = CostTableIndex::Make(KnownCosts(s.model(), 64, 2.0), "slow");
+  Result<CostTableIndex> fast = CostTableIndex::Make(KnownCosts(s.model(), 64, 1.0), "fast");
+  ASSERT_TRUE(slow.ok() && fast.ok());
+  std::vector<const CostTableIndex*> per_stage = {&*fast, &*slow};
+  Result<Simulation> sim = Simulate(s, Stateflow(1), {.stage_costs = &per_stage});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  EXPECT_NEAR(sim->report.step_time_s(), 18.0, 1e-12);
+  EXPECT_NEAR(sim->report.stages(0).busy_s(), 6.0, 1e-12);
+  EXPECT_NEAR(sim->report.stages(1).busy_s(), 12.0, 1e-12);
+  per_stage.push_back(&*fast);
+  sim = Simulate(s, Stateflow(1), {.stage_costs = &per_stage});
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("3 cost tables for 2 stages"), std::string::npos)
+      << sim.status().message();
+}
+
 // A run's own action times replace the table's: 1F1B, P = 2, M = 2 with
 // stage 1 twice as slow as stage 0 (forward 1 and 2, backward 2 and 4) and
 // an optimizer step of 0.5 on each stage: the critical path is F0 on stage 0
