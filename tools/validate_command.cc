@@ -518,10 +518,11 @@ std::string FormatReport(const pb::ValidationReport& report,
     out += FormatRun(report.runs(k), ConfigName(configs[k]));
   char line[256];
   std::snprintf(line, sizeof(line),
-                "\n%d configurations: step time |error| median %.1f %%, worst %.1f %%; "
+                "\n%d configuration%s: step time |error| median %.1f %%, worst %.1f %%; "
                 "with each run's own costs median %.1f %%, worst %.1f %%; "
                 "peak memory per stage |error| worst %.2f %%\n",
-                report.runs_size(), 100 * report.median_abs_step_time_rel_error(),
+                report.runs_size(), report.runs_size() == 1 ? "" : "s",
+                100 * report.median_abs_step_time_rel_error(),
                 100 * report.max_abs_step_time_rel_error(),
                 100 * report.median_abs_replay_step_time_rel_error(),
                 100 * report.max_abs_replay_step_time_rel_error(),

@@ -150,7 +150,7 @@ TEST(ValidateCli, TextTableNamesEveryQuantity) {
   ASSERT_EQ(v.exit_code, 0) << v.err;
   for (const char* word :
        {"step time", "bubble", "stage 0 busy", "stage 0 peak", "activations", "predicted",
-        "measured", "error", "1 configurations", "(P=1", "NOT between MPI ranks"}) {
+        "measured", "error", "1 configuration:", "(P=1", "NOT between MPI ranks"}) {
     EXPECT_NE(v.out.find(word), std::string::npos) << word << "\n" << v.out;
   }
 }
