@@ -14,6 +14,7 @@
 
 #include <google/protobuf/stubs/common.h>
 
+#include "sf_git_commit.h"  // SF_GIT_COMMIT, stamped at build time
 #include "tools/cli.h"
 #include "tools/scenario.h"
 

@@ -11,9 +11,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#ifndef SF_GIT_COMMIT
-#define SF_GIT_COMMIT ""
-#endif
+#include "sf_git_commit.h"  // SF_GIT_COMMIT, stamped at build time (cmake/GitCommit.cmake)
 #ifndef SF_VERSION
 #define SF_VERSION ""
 #endif
