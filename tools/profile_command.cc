@@ -348,11 +348,6 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   return kExitOk;
 }
 
-std::string SampleKey(const pb::CostSample& s) {
-  return s.layer_kind() + "/" + s.pass() + "/" + s.recompute() + "/" +
-         std::to_string(static_cast<long long>(s.tokens()));
-}
-
 // One table from the workers' tables (same samples in the same order): each
 // median the mean of theirs, p10 the lowest, p90 the highest, repetitions
 // summed, the optimizer the mean. `spread` gets the largest ratio - 1 of the
@@ -369,7 +364,7 @@ Result<pb::CostTable> MergeRankTables(const std::vector<pb::CostTable>& tables, 
     std::uint32_t reps = 0;
     for (std::size_t k = 0; k < tables.size(); ++k) {
       if (tables[k].samples_size() != merged.samples_size() ||
-          SampleKey(tables[k].samples(i)) != SampleKey(*m)) {
+          CostSampleKey(tables[k].samples(i)) != CostSampleKey(*m)) {
         return Status::Internal("profile worker " + std::to_string(k) +
                                 " timed other samples than worker 0");
       }
@@ -517,6 +512,12 @@ int Profile(const CommandFlags& flags) {
 // ---- shared with validate -------------------------------------------------------
 
 std::string_view TinyTrainScenarioText() { return kTinyTrainScenario; }
+
+std::string CostSampleKey(const pb::CostSample& s) {
+  return s.layer_kind() + "/" + s.pass() + "/" + s.recompute() + "/" +
+         std::to_string(static_cast<long long>(s.tokens())) + "/" +
+         std::to_string(static_cast<long long>(s.prefix()));
+}
 
 std::string ConfigName(const RunConfig& c) {
   std::string name = c.schedule.policy() + " N=" + std::to_string(c.schedule.chunks()) +

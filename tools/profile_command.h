@@ -103,6 +103,10 @@ Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process = nullptr);
 
+// "recurrence/forward/none/64/0": what a sample measured (kind, pass, mode,
+// tokens, prefix), equal for the same measurement in two tables.
+std::string CostSampleKey(const pb::CostSample& sample);
+
 // The table in text format, opened by comment lines saying what it is.
 std::string CostTableText(const pb::CostTable& table);
 

@@ -117,12 +117,6 @@ Result<pb::CostTable> ProfileBeforeRun(const pb::Scenario& scenario, const RunCo
   return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
 }
 
-std::string SampleKey(const pb::CostSample& s) {
-  return s.layer_kind() + "/" + s.pass() + "/" + s.recompute() + "/" +
-         std::to_string(static_cast<long long>(s.tokens())) + "/" +
-         std::to_string(static_cast<long long>(s.prefix()));
-}
-
 // All the profiles as one table (for --costs-out): each sample any of them
 // measured, its median the median of theirs, p10 the lowest, p90 the
 // highest, repetitions summed; the optimizer the median; the link and the
@@ -136,8 +130,8 @@ pb::CostTable MergeTables(const std::vector<pb::CostTable>& tables) {
   for (const pb::CostTable& t : tables) {
     optimizer.push_back(t.optimizer_s_per_param());
     for (const pb::CostSample& s : t.samples()) {
-      auto& list = by_key[SampleKey(s)];
-      if (list.empty()) order.push_back(SampleKey(s));
+      auto& list = by_key[CostSampleKey(s)];
+      if (list.empty()) order.push_back(CostSampleKey(s));
       list.push_back(&s);
     }
   }
@@ -613,10 +607,11 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
 Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunConfig& config,
                                       const pb::CostTable& merged,
                                       const std::vector<pb::CostTable>& per_stage,
-                                      const Precision& precision) {
+                                      const Precision& precision,
+                                      const sim::MeasuredDurations* durations = nullptr) {
   SF_ASSIGN_OR_RETURN(sim::CostTableIndex index, sim::CostTableIndex::Make(merged, "profiled"));
   if (per_stage.size() != static_cast<std::size_t>(scenario.parallel().pipeline_size())) {
-    return Predict(scenario, config, index, precision);
+    return Predict(scenario, config, index, precision, durations);
   }
   std::vector<sim::CostTableIndex> indexes;
   for (std::size_t r = 0; r < per_stage.size(); ++r) {
@@ -630,7 +625,8 @@ Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunCon
   pb::Scenario narrowed = ScenarioFor(scenario, config);
   SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
   Result<sim::Simulation> predicted =
-      sim::Simulate(narrowed, narrowed.schedule(), {.stage_costs = &pointers});
+      sim::Simulate(narrowed, narrowed.schedule(),
+                    {.stage_costs = &pointers, .durations = durations});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
   return predicted->report;
 }
@@ -666,7 +662,7 @@ int Validate(const ValidateFlags& flags) {
     given.emplace(std::move(index).value());
   }
   const int rounds = static_cast<int>(flags.rounds.value_or(1));
-  std::vector<pb::CostTable> tables;                      // every profile, merged over processes
+  std::vector<pb::CostTable> tables;  // every profile (round by round), merged over processes
   std::vector<std::vector<pb::Report>> predicted(configs->size());
   std::vector<std::vector<MeasuredRun>> measured(configs->size());
   std::vector<std::vector<std::vector<pb::CostTable>>> stage_tables(configs->size());
@@ -707,28 +703,12 @@ int Validate(const ValidateFlags& flags) {
     const std::size_t median_round = MedianRound(measured[k]);
     const MeasuredRun& median_run = measured[k][median_round];
     // The run's own action times; transfers from the costs of its round.
-    Result<pb::Report> replayed = Status::Internal("no replay");
-    if (profiling && !stage_tables[k][median_round].empty()) {
-      std::vector<sim::CostTableIndex> indexes;
-      for (const pb::CostTable& t : stage_tables[k][median_round]) {
-        Result<sim::CostTableIndex> i = sim::CostTableIndex::Make(t, "profiled");
-        if (!i.ok()) return Fail(kName, i.status());
-        indexes.push_back(std::move(i).value());
-      }
-      std::vector<const sim::CostTableIndex*> pointers;
-      for (const sim::CostTableIndex& i : indexes) pointers.push_back(&i);
-      pb::Scenario narrowed = ScenarioFor(*scenario, (*configs)[k]);
-      Result<pb::PrecisionSpec> p = models::PrecisionForDtype(precision->dtype);
-      if (!p.ok()) return Fail(kName, p.status());
-      *narrowed.mutable_precision() = *p;
-      Result<sim::Simulation> sim = sim::Simulate(
-          narrowed, narrowed.schedule(),
-          {.stage_costs = &pointers, .durations = &median_run.durations});
-      if (!sim.ok()) return Fail(kName, sim.status().WithPrefix(ConfigName((*configs)[k])));
-      replayed = sim->report;
-    } else {
-      replayed = Predict(*scenario, (*configs)[k], *index, *precision, &median_run.durations);
-    }
+    Result<pb::Report> replayed =
+        profiling ? PredictFromProfile(*scenario, (*configs)[k],
+                                       tables[median_round * configs->size() + k],
+                                       stage_tables[k][median_round], *precision,
+                                       &median_run.durations)
+                  : Predict(*scenario, (*configs)[k], *index, *precision, &median_run.durations);
     if (!replayed.ok()) return Fail(kName, replayed.status());
     pb::ValidationRun run = Compare((*configs)[k], MedianReport(predicted[k]), measured[k], *replayed);
     *report.add_runs() = std::move(run);
