@@ -42,11 +42,6 @@ struct PlanFlags {
   int top = 5;
 };
 
-template <typename T>
-auto Optional(std::optional<T>* target) {
-  return po::value<T>()->notifier([target](const T& v) { *target = v; });
-}
-
 void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
   desc->add_options()
       ("scenario", po::value(&f->scenario.scenario_path),

@@ -5,11 +5,6 @@
 namespace stateflow::tools {
 namespace {
 
-template <typename T>
-auto Optional(std::optional<T>* target) {
-  return po::value<T>()->notifier([target](const T& v) { *target = v; });
-}
-
 Status CheckRange(const char* flag, const std::optional<long long>& v, long long lo,
                   long long hi) {
   if (v && (*v < lo || *v > hi)) {
@@ -20,6 +15,12 @@ Status CheckRange(const char* flag, const std::optional<long long>& v, long long
 }
 
 }  // namespace
+
+std::string Trim(const std::string& s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
 
 int Fail(const std::string& command, const Status& status) {
   std::cerr << "stateflow " << command << ": " << status.message() << "\n";

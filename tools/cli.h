@@ -22,6 +22,15 @@ namespace stateflow::tools {
 
 namespace po = boost::program_options;
 
+// A program_options value that sets `target` only when the flag is given.
+template <typename T>
+auto Optional(std::optional<T>* target) {
+  return po::value<T>()->notifier([target](const T& v) { *target = v; });
+}
+
+// `s` without leading and trailing spaces and tabs.
+std::string Trim(const std::string& s);
+
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;

@@ -54,17 +54,6 @@ constexpr char kExamples[] = R"(examples:
       replay the measured costs
 )";
 
-template <typename T>
-auto Optional(std::optional<T>* target) {
-  return po::value<T>()->notifier([target](const T& v) { *target = v; });
-}
-
-std::string Trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
-}
-
 // "none,full" -> {"none", "full"}; errors name --recompute-list.
 Result<std::vector<std::string>> RecomputeModes(const std::string& text) {
   std::vector<std::string> modes;

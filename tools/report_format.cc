@@ -107,13 +107,13 @@ std::string FormatTime(double seconds, const std::string& unit) {
   return Printf("%.2f us", seconds * 1e6);
 }
 
-std::string ReportToJson(const pb::Report& report) {
+std::string MessageToJson(const google::protobuf::Message& message) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
   options.preserve_proto_field_names = true;
   options.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(report, &out, options);
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   return out;
 }
 

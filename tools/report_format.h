@@ -3,7 +3,7 @@
 //
 // Not the computation of any number: everything printed is in the Report.
 //
-//   std::cout << ReportToJson(report);
+//   std::cout << MessageToJson(report);
 //   std::cout << FormatSimulateTable(report);
 #pragma once
 
@@ -13,9 +13,9 @@
 
 namespace stateflow::tools {
 
-// One JSON object, every field printed (zeros and false included), with the
-// proto field names.
-std::string ReportToJson(const pb::Report& report);
+// One JSON object (a Report, SweepReport, ValidationReport, ...), every
+// field printed (zeros and false included), with the proto field names.
+std::string MessageToJson(const google::protobuf::Message& message);
 
 // Machine, commit, threads and time of this run.
 void FillProvenance(int threads, pb::Report* report);

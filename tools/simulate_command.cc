@@ -130,7 +130,7 @@ int RunSimulate(int argc, char** argv) {
   if (want_trace) {
     if (Status s = trace.WriteFile(trace_path); !s.ok()) return Fail(kName, s);
   }
-  std::cout << (vm.count("json") ? ReportToJson(report) : FormatSimulateTable(report));
+  std::cout << (vm.count("json") ? MessageToJson(report) : FormatSimulateTable(report));
   if (want_trace && !vm.count("json")) std::cout << "\ntrace written to " << trace_path << "\n";
   return kExitOk;
 }

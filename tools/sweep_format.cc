@@ -260,14 +260,4 @@ std::string FormatPlanTable(const pb::CapacityPlanReport& r, int top) {
   return out;
 }
 
-std::string MessageToJson(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  options.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
 }  // namespace stateflow::tools

@@ -37,8 +37,7 @@ std::string FormatSweepTable(const pb::SweepReport& report);
 // rejected ones with their reasons.
 std::string FormatPlanTable(const pb::CapacityPlanReport& report, int top);
 
-// One JSON object with the proto field names, every field printed.
-std::string MessageToJson(const google::protobuf::Message& message);
+// JSON of either report: MessageToJson (report_format.h).
 
 // "64K" for 65536, "1M" for 1048576, else the number.
 std::string TokensLabel(double tokens);

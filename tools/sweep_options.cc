@@ -9,21 +9,10 @@
 #include <limits>
 #include <vector>
 
+#include "tools/cli.h"
+
 namespace stateflow::tools {
 namespace {
-
-namespace po = boost::program_options;
-
-template <typename T>
-auto Optional(std::optional<T>* target) {
-  return po::value<T>()->notifier([target](const T& v) { *target = v; });
-}
-
-std::string Trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
-}
 
 // The items of "a,b,c"; errors name the flag.
 Result<std::vector<std::string>> Items(const std::string& flag, const std::string& text) {

@@ -64,11 +64,6 @@ struct TrainFlags {
   bool json = false;
 };
 
-template <typename T>
-auto Optional(std::optional<T>* target) {
-  return po::value<T>()->notifier([target](const T& v) { *target = v; });
-}
-
 void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
   desc->add_options()("help,h", "show this help")
       ("steps", Optional(&f->steps), "training steps (train.steps; default 10)")
@@ -233,7 +228,7 @@ int Finish(backend::Trainer<T>& trainer, const Prepared& p, const TrainFlags& fl
     if (Status s = trace.WriteFile(flags.trace_path); !s.ok()) return Fail(kName, s);
   }
   if (flags.json) {
-    std::cout << ReportToJson(report);
+    std::cout << MessageToJson(report);
   } else {
     PrintSummary(report);
     if (!flags.trace_path.empty()) std::cout << "trace written to " << flags.trace_path << "\n";

@@ -68,11 +68,6 @@ struct ValidateFlags {
   bool json = false;
 };
 
-template <typename T>
-auto Optional(std::optional<T>* target) {
-  return po::value<T>()->notifier([target](const T& v) { *target = v; });
-}
-
 double RelError(double predicted, double measured) {
   return measured != 0 ? (predicted - measured) / measured : 0.0;
 }
@@ -526,23 +521,13 @@ std::string FormatReport(const pb::ValidationReport& report,
   return out;
 }
 
-std::string ToJson(const pb::ValidationReport& report) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  options.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(report, &out, options);
-  return out;
-}
-
 // plots/stateflow_plots.py validate --report <json> --out <plot>.
 Status DrawPlot(const pb::ValidationReport& report, const ValidateFlags& flags) {
   char path[] = "/tmp/stateflow-validate-json-XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) return Status::Resource("cannot make a temporary file for the plot's input");
   close(fd);
-  std::ofstream(path) << ToJson(report);
+  std::ofstream(path) << MessageToJson(report);
   Result<backend::ChildResult> run =
       backend::RunChild({flags.python, std::string(SF_PLOTS_DIR) + "/stateflow_plots.py",
                          "validate", "--report", path, "--out", flags.plot_path},
@@ -715,7 +700,7 @@ int Validate(const ValidateFlags& flags) {
   }
   Summarize(&report);
   report.add_notes(LoadNote(load_before, LoadAverage()));
-  std::cout << (flags.json ? ToJson(report) : FormatReport(report, *configs));
+  std::cout << (flags.json ? MessageToJson(report) : FormatReport(report, *configs));
   if (!flags.plot_path.empty()) {
     if (Status s = DrawPlot(report, flags); !s.ok()) return Fail(kName, s);
     if (!flags.json) std::cout << "figure written to " << flags.plot_path << "\n";
