@@ -30,18 +30,14 @@
 #include "sim/simulation.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/configure.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
 
 constexpr char kName[] = "profile";
-
-// Embedded from scenarios/tiny-train.textproto by CMake (the default
-// scenario of train, profile and validate: a model the backend runs).
-constexpr char kTinyTrainScenario[] =
-#include "tiny_train_scenario.inc"
-    ;
 
 constexpr char kExamples[] = R"(examples:
   stateflow profile --out costs.textproto
@@ -81,8 +77,9 @@ std::vector<RunConfig> ScheduleAndBaselines(const pb::Scenario& s) {
   return configs;
 }
 
-Result<std::vector<RunConfig>> SweepGrid(const pb::Scenario& scenario, const ConfigFlags& flags) {
-  pb::SweepSpec sweep = scenario.sweep();
+Result<std::vector<RunConfig>> SweepGrid(const scenario::ResolvedScenario& scenario,
+                                         const ConfigFlags& flags) {
+  pb::SweepSpec sweep = scenario.proto().sweep();
   SF_RETURN_IF_ERROR(ApplySweepFlags(flags.sweep, &sweep));
   SF_ASSIGN_OR_RETURN(sim::SweepGrid grid, sim::ExpandSweep(scenario, sweep));
   std::vector<RunConfig> configs;
@@ -115,18 +112,19 @@ struct Needs {
   std::set<std::string> modes;
 };
 
-Result<Needs> NeedsOf(const pb::Scenario& scenario, const std::vector<RunConfig>& configs) {
+Result<Needs> NeedsOf(const scenario::ResolvedScenario& scenario,
+                      const std::vector<RunConfig>& configs) {
   Needs needs;
   for (const RunConfig& c : configs) {
-    const pb::Scenario narrowed = ScenarioFor(scenario, c);
-    Result<sim::PreparedScenario> prepared = sim::PrepareScenario(narrowed, c.schedule);
-    if (!prepared.ok()) return prepared.status().WithPrefix(ConfigName(c));
-    Result<schedule::Partition> partition =
-        models::PartitionFor(prepared->cost_model, c.seq_len, c.schedule);
-    if (!partition.ok()) return partition.status().WithPrefix(ConfigName(c));
-    for (int i = 0; i < partition->num_chunks(); ++i) needs.tokens.insert(partition->length(i));
+    Result<scenario::ResolvedScenario> narrowed = ScenarioFor(scenario, c);
+    Result<scenario::Configuration> config =
+        narrowed.ok() ? scenario::Configure(*narrowed, narrowed->proto().schedule())
+                      : Result<scenario::Configuration>(narrowed.status());
+    if (!config.ok()) return config.status().WithPrefix(ConfigName(c));
+    const schedule::Partition& partition = config->partition;
+    for (int i = 0; i < partition.num_chunks(); ++i) needs.tokens.insert(partition.length(i));
     needs.modes.insert(
-        std::string(models::RecomputeName(prepared->cost_model.options().recompute)));
+        std::string(models::RecomputeName(config->placement->cost_model.options().recompute)));
   }
   return needs;
 }
@@ -186,7 +184,7 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
        std::to_string(timing.warmup)});
   Result<backend::ChildResult> run = backend::RunChild(argv, 120);
   Result<pb::CostTable> table = Status::Internal("no link samples");
-  if (run.ok() && run->exit_code == 0) table = LoadCostTableFile(out_path);
+  if (run.ok() && run->exit_code == 0) table = scenario::LoadCostTableFile(out_path);
   std::remove(out_path);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
@@ -319,7 +317,7 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   if (!tokens.ok()) return FailOnRankZero(kName, tokens.status());
   Result<std::vector<std::string>> modes = RecomputeModes(modes_text);
   if (!modes.ok()) return FailOnRankZero(kName, modes.status());
-  Result<pb::CostTable> spec = LoadCostTableFile(job);
+  Result<pb::CostTable> spec = scenario::LoadCostTableFile(job);
   if (!spec.ok()) return FailOnRankZero(kName, spec.status());
   Eigen::setNbThreads(static_cast<int>(flags.threads.value_or(1)));
   backend::ProfileRequest request{spec->model(), *tokens, {},
@@ -403,7 +401,7 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
   Status read = Status::Ok();
   for (int r = 0; r < ranks; ++r) {
     if (read.ok() && run.ok() && run->exit_code == 0) {
-      Result<pb::CostTable> t = LoadCostTableFile(RankTablePath(job, r));
+      Result<pb::CostTable> t = scenario::LoadCostTableFile(RankTablePath(job, r));
       if (t.ok()) tables.push_back(std::move(t).value());
       else read = t.status();
     }
@@ -477,8 +475,8 @@ std::string Summary(const pb::CostTable& table, const std::string& path, double 
 
 int Profile(const CommandFlags& flags) {
   const auto start = std::chrono::steady_clock::now();
-  Result<pb::Scenario> scenario =
-      LoadResolvedScenario(flags.scenario, kTinyTrainScenario, "<tiny-train scenario>");
+  Result<scenario::ResolvedScenario> scenario =
+      LoadResolvedScenario(flags.scenario, scenario::TinyTrainScenarioText(), "<tiny-train scenario>");
   if (!scenario.ok()) return Fail(kName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, true);
   if (!configs.ok()) return Fail(kName, configs.status());
@@ -500,8 +498,6 @@ int Profile(const CommandFlags& flags) {
 
 // ---- shared with validate -------------------------------------------------------
 
-std::string_view TinyTrainScenarioText() { return kTinyTrainScenario; }
-
 std::string CostSampleKey(const pb::CostSample& s) {
   return s.layer_kind() + "/" + s.pass() + "/" + s.recompute() + "/" +
          std::to_string(static_cast<long long>(s.tokens())) + "/" +
@@ -520,14 +516,17 @@ std::string ConfigName(const RunConfig& c) {
   return name + " recompute " + mode;
 }
 
-pb::Scenario ScenarioFor(const pb::Scenario& scenario, const RunConfig& config) {
-  pb::Scenario s = scenario;
+Result<scenario::ResolvedScenario> ScenarioFor(const scenario::ResolvedScenario& scenario,
+                                               const RunConfig& config,
+                                               const pb::PrecisionSpec* precision) {
+  pb::Scenario s = scenario.proto();
+  if (precision != nullptr) *s.mutable_precision() = *precision;
   *s.mutable_schedule() = config.schedule;
   s.clear_baselines();
   s.clear_sweep();
   s.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(config.microbatches));
   s.set_seq_len(static_cast<std::uint64_t>(config.seq_len));
-  return s;
+  return scenario::Resolve(std::move(s));
 }
 
 bool ConfigFlags::any() const {
@@ -541,10 +540,10 @@ void AddConfigOptions(po::options_description* desc, ConfigFlags* flags) {
                       "recompute modes, e.g. none,full (each configuration in each)");
 }
 
-Result<std::vector<RunConfig>> ConfigsFor(const pb::Scenario& scenario, const ConfigFlags& flags,
-                                          bool with_sweep) {
+Result<std::vector<RunConfig>> ConfigsFor(const scenario::ResolvedScenario& scenario,
+                                          const ConfigFlags& flags, bool with_sweep) {
   std::vector<RunConfig> configs;
-  if (!flags.any() || with_sweep) configs = ScheduleAndBaselines(scenario);
+  if (!flags.any() || with_sweep) configs = ScheduleAndBaselines(scenario.proto());
   if (flags.any() || with_sweep) {
     SF_ASSIGN_OR_RETURN(std::vector<RunConfig> grid, SweepGrid(scenario, flags));
     configs.insert(configs.end(), grid.begin(), grid.end());
@@ -594,13 +593,14 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
   return p;
 }
 
-Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
+Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolved,
                                         const std::vector<RunConfig>& configs,
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process) {
+  const pb::Scenario& scenario = resolved.proto();
   if (per_process != nullptr) per_process->clear();
   SF_ASSIGN_OR_RETURN(Precision precision, PrecisionFor(scenario, flags));
-  SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(scenario, configs));
+  SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(resolved, configs));
   if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
   Eigen::setNbThreads(precision.threads);
   backend::ProfileRequest request{scenario.model(),

@@ -22,13 +22,10 @@
 
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
+#include "scenario/resolve.h"
 #include "tools/sweep_options.h"
 
 namespace stateflow::tools {
-
-// scenarios/tiny-train.textproto (embedded): the default scenario of
-// profile and validate, a model the backend runs.
-std::string_view TinyTrainScenarioText();
 
 // One configuration: a schedule (policy, N, alpha, recompute) at M
 // microbatches of T tokens.
@@ -41,8 +38,11 @@ struct RunConfig {
 // "stateflow N=4 M=8 T=256 recompute full" (alpha when not 0).
 std::string ConfigName(const RunConfig& config);
 
-// The scenario narrowed to `config`: its schedule, no baselines, M and T set.
-pb::Scenario ScenarioFor(const pb::Scenario& scenario, const RunConfig& config);
+// The scenario narrowed to `config`: its schedule, no baselines and no
+// sweep, M and T set (and the precision, if given), resolved again.
+Result<scenario::ResolvedScenario> ScenarioFor(const scenario::ResolvedScenario& scenario,
+                                               const RunConfig& config,
+                                               const pb::PrecisionSpec* precision = nullptr);
 
 // The list flags (--policies, --chunks-list, --alpha-list,
 // --microbatches-list, --seq-len-list, --global-batch-list as in
@@ -60,7 +60,7 @@ void AddConfigOptions(boost::program_options::options_description* desc, ConfigF
 // --recompute-list (else each schedule keeps its mode). `with_sweep` adds
 // the grid of the scenario's own sweep ranges even without flags (what
 // `profile` measures for). Errors name the flag or sweep field.
-Result<std::vector<RunConfig>> ConfigsFor(const pb::Scenario& scenario, const ConfigFlags& flags,
+Result<std::vector<RunConfig>> ConfigsFor(const scenario::ResolvedScenario& scenario, const ConfigFlags& flags,
                                           bool with_sweep);
 
 // How to measure.
@@ -98,7 +98,7 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
 // rank k of a run is), else it is left empty. Errors: bad flags, a
 // configuration that cannot be cut, the timer's; a failed worker job; with
 // --link mpi, a failed MPI job.
-Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
+Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& scenario,
                                         const std::vector<RunConfig>& configs,
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process = nullptr);

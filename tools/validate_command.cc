@@ -37,7 +37,8 @@
 #include "tools/cli.h"
 #include "tools/profile_command.h"
 #include "tools/report_format.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
@@ -104,11 +105,12 @@ struct Costs {
 // The profile taken right before one configuration's run: its chunk
 // lengths, in P processes at once (one per core, as the run's ranks) unless
 // --concurrent says otherwise; `per_stage` gets each process's own table.
-Result<pb::CostTable> ProfileBeforeRun(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::CostTable> ProfileBeforeRun(const scenario::ResolvedScenario& scenario,
+                                       const RunConfig& config,
                                        const ValidateFlags& flags,
                                        std::vector<pb::CostTable>* per_stage) {
   ProfileFlags profile = flags.profile;
-  if (!profile.concurrent) profile.concurrent = scenario.parallel().pipeline_size();
+  if (!profile.concurrent) profile.concurrent = scenario.stages();
   return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
 }
 
@@ -169,7 +171,7 @@ Status WriteCostsOut(const pb::CostTable& table, const ValidateFlags& flags) {
 
 Result<Costs> LoadCosts(const pb::Scenario& scenario, const ValidateFlags& flags,
                         const Precision& precision) {
-  SF_ASSIGN_OR_RETURN(pb::CostTable table, LoadCostTableFile(flags.costs_path));
+  SF_ASSIGN_OR_RETURN(pb::CostTable table, scenario::LoadCostTableFile(flags.costs_path));
   SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, scenario.model(), flags.costs_path));
   if (!table.dtype().empty() && table.dtype() != precision.dtype) {
     return Status::Invalid(flags.costs_path + ": measured in " + table.dtype() +
@@ -542,14 +544,14 @@ Status DrawPlot(const pb::ValidationReport& report, const ValidateFlags& flags) 
 
 // ---- the command ------------------------------------------------------------------
 
-Result<pb::Report> Predict(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::Report> Predict(const scenario::ResolvedScenario& scenario, const RunConfig& config,
                            const sim::CostTableIndex& costs, const Precision& precision,
                            const sim::MeasuredDurations* durations = nullptr) {
-  pb::Scenario narrowed = ScenarioFor(scenario, config);
   // The ledger in the backend's element type (models/cost_model.h).
-  SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
-  Result<sim::Simulation> predicted =
-      sim::Simulate(narrowed, narrowed.schedule(), {.costs = &costs, .durations = durations});
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
+  Result<sim::Simulation> predicted = sim::Simulate(
+      narrowed, narrowed.proto().schedule(), {.costs = &costs, .durations = durations});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
   return predicted->report;
 }
@@ -589,13 +591,13 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
 // The prediction of one configuration from one profile: stage r replays the
 // costs of the profile's process r when there is one per stage, else the
 // profile's merged table.
-Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::Report> PredictFromProfile(const scenario::ResolvedScenario& scenario, const RunConfig& config,
                                       const pb::CostTable& merged,
                                       const std::vector<pb::CostTable>& per_stage,
                                       const Precision& precision,
                                       const sim::MeasuredDurations* durations = nullptr) {
   SF_ASSIGN_OR_RETURN(sim::CostTableIndex index, sim::CostTableIndex::Make(merged, "profiled"));
-  if (per_stage.size() != static_cast<std::size_t>(scenario.parallel().pipeline_size())) {
+  if (per_stage.size() != static_cast<std::size_t>(scenario.stages())) {
     return Predict(scenario, config, index, precision, durations);
   }
   std::vector<sim::CostTableIndex> indexes;
@@ -607,10 +609,10 @@ Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunCon
   }
   std::vector<const sim::CostTableIndex*> pointers;
   for (const sim::CostTableIndex& i : indexes) pointers.push_back(&i);
-  pb::Scenario narrowed = ScenarioFor(scenario, config);
-  SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
   Result<sim::Simulation> predicted =
-      sim::Simulate(narrowed, narrowed.schedule(),
+      sim::Simulate(narrowed, narrowed.proto().schedule(),
                     {.stage_costs = &pointers, .durations = durations});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
   return predicted->report;
@@ -628,18 +630,18 @@ const pb::Report& MedianReport(const std::vector<pb::Report>& reports) {
 
 int Validate(const ValidateFlags& flags) {
   const double load_before = LoadAverage();
-  Result<pb::Scenario> scenario =
-      LoadResolvedScenario(flags.scenario, TinyTrainScenarioText(), "<tiny-train scenario>");
+  Result<scenario::ResolvedScenario> scenario =
+      LoadResolvedScenario(flags.scenario, scenario::TinyTrainScenarioText(), "<tiny-train scenario>");
   if (!scenario.ok()) return Fail(kName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, false);
   if (!configs.ok()) return Fail(kName, configs.status());
-  Result<Precision> precision = PrecisionFor(*scenario, flags.profile);
+  Result<Precision> precision = PrecisionFor(scenario->proto(), flags.profile);
   if (!precision.ok()) return Fail(kName, precision.status());
   const bool profiling = flags.costs_path.empty();
   Costs costs;
   std::optional<sim::CostTableIndex> given;
   if (!profiling) {
-    Result<Costs> loaded = LoadCosts(*scenario, flags, *precision);
+    Result<Costs> loaded = LoadCosts(scenario->proto(), flags, *precision);
     if (!loaded.ok()) return Fail(kName, loaded.status());
     costs = std::move(loaded).value();
     Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs.table, costs.label);
@@ -672,7 +674,9 @@ int Validate(const ValidateFlags& flags) {
       if (!prediction.ok()) return Fail(kName, prediction.status());
       predicted[k].push_back(std::move(prediction).value());
       stage_tables[k].push_back(profiling ? std::move(per_stage) : std::vector<pb::CostTable>{});
-      Result<MeasuredRun> run = RunTrain(ScenarioFor(*scenario, config), flags, *precision);
+      Result<scenario::ResolvedScenario> narrowed = ScenarioFor(*scenario, config);
+      if (!narrowed.ok()) return Fail(kName, narrowed.status().WithPrefix(ConfigName(config)));
+      Result<MeasuredRun> run = RunTrain(narrowed->proto(), flags, *precision);
       if (!run.ok()) return Fail(kName, run.status().WithPrefix(ConfigName(config)));
       measured[k].push_back(std::move(run).value());
     }
@@ -683,7 +687,7 @@ int Validate(const ValidateFlags& flags) {
   }
   Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs.table, costs.label);
   if (!index.ok()) return Fail(kName, index.status());
-  pb::ValidationReport report = NewReport(*scenario, costs, *precision, rounds);
+  pb::ValidationReport report = NewReport(scenario->proto(), costs, *precision, rounds);
   for (std::size_t k = 0; k < configs->size(); ++k) {
     const std::size_t median_round = MedianRound(measured[k]);
     const MeasuredRun& median_run = measured[k][median_round];
