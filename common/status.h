@@ -18,7 +18,7 @@
 
 namespace stateflow {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   // What kind of failure, so that the command line can pick an exit code:
   // kInvalidInput (exit 2: the user's input is wrong), kResource (out of
@@ -57,7 +57,7 @@ class Status {
 };
 
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose
   Result(Status status) : status_(std::move(status)) {  // NOLINT

@@ -1,13 +1,16 @@
 // Cost sources: where the simulator reads every duration and every buffer it
-// allocates (ARCHITECTURE.md, invariant 2: costs are data). One interface, two
-// sources today:
+// allocates (ARCHITECTURE.md, invariant 2: costs are data). One interface,
+// these sources:
 //   - AnalyticCostSource: the analytic model (models/cost_model.h) on a
 //     cluster preset, summed over each stage's layers;
 //   - UniformCostSource: the idealised case of the paper's analysis, every
 //     chunk's forward takes 1/N and its backward 2/N time units, and
 //     communication is free. Memory still comes from the analytic model (the
 //     idealisation is about time only).
-// A later source replays measured per-chunk costs (a CostTable).
+//   - the replay of measured per-chunk costs (a CostTable, one for every
+//     stage or one per stage): MakeReplayCostSource;
+//   - on top of any of them, the measured durations of one real run:
+//     MakeMeasuredDurationSource.
 //
 // Not the engine: a cost source answers "how long / how many bytes", never
 // "when".

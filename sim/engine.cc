@@ -1,6 +1,7 @@
 #include "sim/engine.h"
 
 #include <cassert>
+#include <cmath>
 #include <queue>
 #include <string>
 
@@ -50,7 +51,7 @@ class Engine {
   Result<EngineResult> Run() {
     for (int r = 0; r < stages_; ++r) TryStart(r, 0.0);
     double now = 0.0;
-    while (!queue_.empty()) {
+    while (!queue_.empty() && error_.ok()) {
       const Event event = queue_.top();
       queue_.pop();
       assert(event.time_s >= now && "simulated time went backwards");
@@ -63,6 +64,7 @@ class Engine {
       }
       TryStart(event.stage, now);
     }
+    if (!error_.ok()) return error_;
     for (int r = 0; r < stages_; ++r) {
       if (next_[r] < plan_.stage(r).size()) {
         return Status::Internal("simulator stuck: stage " + std::to_string(r) +
@@ -102,6 +104,7 @@ class Engine {
     const Action& a = plan_.stage(r)[next_[r]];
     if (!InputReady(a)) return;
     const double duration = costs_.Duration(a);
+    if (!CheckTime(duration, "duration", a)) return;
     const MemoryEffect effect = costs_.Memory(a);
     Apply(r, effect.at_start, now);
     busy_until_[r] = now + duration;
@@ -128,8 +131,14 @@ class Engine {
   // Sends `a`'s output to stage `to` over directed link `link`.
   void Send(const Action& a, int to, std::size_t link, double now) {
     const double start = std::max(now, link_free_s_[link]);
-    link_free_s_[link] = start + costs_.TransferOccupancy(a);
-    const double arrival = start + costs_.TransferLatency(a);
+    const double occupancy = costs_.TransferOccupancy(a);
+    const double latency = costs_.TransferLatency(a);
+    if (!CheckTime(occupancy, "transfer occupancy", a) ||
+        !CheckTime(latency, "transfer latency", a)) {
+      return;
+    }
+    link_free_s_[link] = start + occupancy;
+    const double arrival = start + latency;
     Push({arrival, 0, Event::kArrival, to, InputKey(to, a.pass, a.microbatch, a.chunk)});
   }
 
@@ -156,6 +165,19 @@ class Engine {
     if (options_.record_timeline) s.memory.push_back({now, live_[r]});
   }
 
+  // Time never goes backwards: a cost source's negative or non-finite time
+  // (a bad cost table, an overflow) stops the run with an error naming the
+  // action, in every build, instead of a silently wrong step time.
+  bool CheckTime(double seconds, const char* what, const Action& a) {
+    if (std::isfinite(seconds) && seconds >= 0.0) return true;
+    if (error_.ok()) {
+      error_ = Status::Invalid("cost source " + costs_.name() + " gives action " +
+                               schedule::ToString(a) + " a " + what + " of " +
+                               std::to_string(seconds) + " (must be finite and >= 0)");
+    }
+    return false;
+  }
+
   void Push(Event e) {
     e.seq = seq_++;
     queue_.push(e);
@@ -173,6 +195,7 @@ class Engine {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   std::uint64_t seq_ = 0;
   EngineResult result_;
+  Status error_;  // the first bad time a cost source gave
 };
 
 }  // namespace

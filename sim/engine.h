@@ -23,7 +23,11 @@
 // event is processed before the start it enables, so a buffer freed at time t
 // does not count together with one allocated at t.
 //
-// Not the report: see report.h for step time, bubbles and OOM verdicts.
+// A negative or non-finite duration or transfer time from the cost source
+// ends the run with an error naming the action (in every build).
+//
+// Not the report: sim/simulation.h turns an EngineResult into a pb::Report
+// (step time, bubbles, OOM verdicts).
 //
 //   Result<EngineResult> r = RunPlan(plan, *costs, {.record_timeline = true});
 //   double step = r->step_time_s;

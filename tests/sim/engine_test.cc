@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
 #include <random>
 
 #include "models/model.h"
@@ -275,6 +278,61 @@ TEST(MemoryLedger, HybridKvBufferIsPerMicrobatch) {
     peak_kv = std::max(peak_kv, m.bytes[static_cast<int>(BufferClass::kKvBuffers)]);
   }
   EXPECT_NEAR(peak_kv, kv + kv_grad, 1e-9 * kv);
+}
+
+}  // namespace
+}  // namespace stateflow::sim
+
+namespace stateflow::sim {
+namespace {
+
+// The uniform source, except that one action's time is `bad`.
+class OneBadTime : public CostSource {
+ public:
+  OneBadTime(std::unique_ptr<CostSource> base, schedule::Action target, double bad, bool transfer)
+      : base_(std::move(base)), target_(target), bad_(bad), transfer_(transfer) {}
+  std::string name() const override { return "one-bad-time"; }
+  double Duration(const schedule::Action& a) const override {
+    return !transfer_ && a == target_ ? bad_ : base_->Duration(a);
+  }
+  double TransferLatency(const schedule::Action& a) const override {
+    return transfer_ && a == target_ ? bad_ : base_->TransferLatency(a);
+  }
+  double TransferOccupancy(const schedule::Action& a) const override {
+    return base_->TransferOccupancy(a);
+  }
+  double GradientSyncTime(int stage) const override { return base_->GradientSyncTime(stage); }
+  ClassBytes StaticBytes(int stage) const override { return base_->StaticBytes(stage); }
+  MemoryEffect Memory(const schedule::Action& a) const override { return base_->Memory(a); }
+
+ private:
+  std::unique_ptr<CostSource> base_;
+  schedule::Action target_;
+  double bad_;
+  bool transfer_;
+};
+
+TEST(Engine, RefusesANegativeOrNonFiniteTimeNamingTheAction) {
+  const scenario::ResolvedScenario s = MustResolve(UniformScenario(2, 2, 1024));
+  Result<scenario::Configuration> config = scenario::Configure(s, Schedule("stateflow", 4, "none"));
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  const SimSetup setup{&config->placement->cost_model, config->placement->stage_layers,
+                       config->partition, 2};
+  const schedule::Action target = config->plan.stage(0)[3];
+  for (const double bad : {-1e-3, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    for (const bool transfer : {false, true}) {
+      SCOPED_TRACE(std::to_string(bad) + (transfer ? " transfer" : " duration"));
+      OneBadTime costs(MakeUniformCostSource(setup), target, bad, transfer);
+      Result<EngineResult> r = RunPlan(config->plan, costs);
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.status().code(), Status::Code::kInvalidInput);
+      EXPECT_NE(r.status().message().find(schedule::ToString(target)), std::string::npos)
+          << r.status().message();
+    }
+  }
+  // Zero is a legal time.
+  OneBadTime zero(MakeUniformCostSource(setup), target, 0.0, false);
+  EXPECT_TRUE(RunPlan(config->plan, zero).ok());
 }
 
 }  // namespace
