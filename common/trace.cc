@@ -97,9 +97,4 @@ Status TraceWriter::WriteFile(const std::string& path) const {
   return Status::Ok();
 }
 
-std::string SliceName(char pass, int microbatch, int chunk) {
-  return std::string(1, pass) + " m" + std::to_string(microbatch) + " c" +
-         std::to_string(chunk);
-}
-
 }  // namespace stateflow

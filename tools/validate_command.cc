@@ -34,6 +34,7 @@
 #include "models/cost_model.h"
 #include "sim/cost_table.h"
 #include "sim/simulation.h"
+#include "sim/validation.h"
 #include "tools/cli.h"
 #include "tools/profile_command.h"
 #include "tools/report_format.h"
@@ -225,8 +226,8 @@ struct MeasuredRun {
   sim::MeasuredDurations durations;
 };
 
-// From train's trace: slices "F m<a> c<i>", "B m<a> c<i>" and "optimizer"
-// on track r (stage r), once per step in step order.
+// Every action's and optimizer step's time from train's trace
+// (sim::DurationsFromTrace).
 Result<sim::MeasuredDurations> DurationsFromTrace(const std::string& path, int stages) {
   std::ifstream in(path);
   std::stringstream text;
@@ -237,37 +238,7 @@ Result<sim::MeasuredDurations> DurationsFromTrace(const std::string& path, int s
   if (!in || !google::protobuf::util::JsonStringToMessage(text.str(), &trace, options).ok()) {
     return Status::Internal("stateflow train wrote no readable trace to " + path);
   }
-  std::map<schedule::Action, std::vector<double>> actions;
-  std::vector<std::vector<double>> optimizer(static_cast<std::size_t>(stages));
-  for (const pb::TraceEvent& e : trace.trace_events()) {
-    if (e.ph() != "X" || e.tid() >= static_cast<std::uint32_t>(stages)) continue;
-    const int stage = static_cast<int>(e.tid());
-    if (e.name() == "optimizer") {
-      optimizer[static_cast<std::size_t>(stage)].push_back(e.dur() * 1e-6);
-      continue;
-    }
-    char pass = 0;
-    int microbatch = -1, chunk = -1;
-    if (std::sscanf(e.name().c_str(), "%c m%d c%d", &pass, &microbatch, &chunk) != 3 ||
-        (pass != 'F' && pass != 'B')) {
-      continue;
-    }
-    const schedule::Action a{stage, pass == 'F' ? schedule::Pass::kForward : schedule::Pass::kBackward,
-                             microbatch, chunk};
-    actions[a].push_back(e.dur() * 1e-6);
-  }
-  // The steps after the first (its page faults), when there are more.
-  const auto median = [](std::vector<double> v) {
-    if (v.size() >= 2) v.erase(v.begin());
-    return backend::Quantile(std::move(v), 0.5);
-  };
-  sim::MeasuredDurations out;
-  for (auto& [action, times] : actions) out.action_s[action] = median(times);
-  for (std::vector<double>& times : optimizer) {
-    if (times.empty()) return Status::Internal("the trace of stage " + std::to_string(out.optimizer_s.size()) + " has no optimizer step");
-    out.optimizer_s.push_back(median(times));
-  }
-  return out;
+  return sim::DurationsFromTrace(trace, stages);
 }
 
 Result<std::string> TempPath(const char* what) {
