@@ -54,11 +54,12 @@ void TraceWriter::NameTrack(int stage) {
   (*order->mutable_args()->mutable_fields())["sort_index"].set_number_value(stage);
 }
 
-void TraceWriter::AddSlice(int stage, std::string_view name, double start_s, double end_s) {
+void TraceWriter::AddSlice(int stage, std::string_view name, std::string_view category,
+                           double start_s, double end_s) {
   NameTrack(stage);
   pb::TraceEvent* e = trace_.add_trace_events();
   e->set_name(std::string(name));
-  e->set_cat(name.empty() ? "" : std::string(1, name[0]));
+  e->set_cat(std::string(category));
   e->set_ph("X");
   e->set_ts(start_s * kMicrosPerSecond);
   e->set_dur((end_s - start_s) * kMicrosPerSecond);

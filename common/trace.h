@@ -9,7 +9,7 @@
 // Not a profiler: it only formats what it is given.
 //
 //   TraceWriter trace("simulate stateflow");
-//   trace.AddSlice(/*stage=*/0, "0F0.0", /*start_s=*/0.0, /*end_s=*/0.5);
+//   trace.AddSlice(/*stage=*/0, "0F0.0", "F", /*start_s=*/0.0, /*end_s=*/0.5);
 //   Status s = trace.WriteFile("out.json");
 #pragma once
 
@@ -33,7 +33,10 @@ class TraceWriter {
   // process that gets no events is not written.
   void BeginProcess(std::string_view process_name, int pid);
 
-  void AddSlice(int stage, std::string_view name, double start_s, double end_s);
+  // `category` groups slices in the viewer: an action's pass letter ("F",
+  // "B", "W"), or what else the slice is ("optimizer").
+  void AddSlice(int stage, std::string_view name, std::string_view category, double start_s,
+                double end_s);
   // Live bytes per class on `stage` from time_s on.
   void AddMemory(int stage, double time_s,
                  const std::array<double, kNumBufferClasses>& bytes);
