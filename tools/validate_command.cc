@@ -14,7 +14,7 @@
 // in the same type.
 //
 // Flags and orchestration only: the comparison is sim/validation.h, the
-// prediction and the real run tools/validate_runs.h, the output
+// rounds of predictions and real runs tools/validate_runs.h, the output
 // tools/validate_format.h.
 #include <unistd.h>
 
@@ -93,17 +93,6 @@ struct Costs {
   std::string label;  // the --costs path, or "profiled"
 };
 
-// The profile taken right before one configuration's run: its chunk
-// lengths, in P processes at once (one per core, as the run's ranks) unless
-// --concurrent says otherwise; `per_stage` gets each process's own table.
-Result<pb::CostTable> ProfileBeforeRun(const pb::Scenario& scenario, const RunConfig& config,
-                                       const ValidateFlags& flags,
-                                       std::vector<pb::CostTable>* per_stage) {
-  ProfileFlags profile = flags.profile;
-  if (!profile.concurrent) profile.concurrent = scenario.parallel().pipeline_size();
-  return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
-}
-
 // All the profiles as one table (for --costs-out): each sample's median the
 // median over the profiles that measured it (sim::MergeCostTables), sorted.
 pb::CostTable MergeProfiles(const std::vector<pb::CostTable>& tables) {
@@ -168,85 +157,6 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
   return report;
 }
 
-// Everything the rounds observed, per configuration k and round: the
-// prediction, the real run, and (profiling) the profile's merged and
-// per-process tables.
-struct Observations {
-  std::vector<pb::CostTable> tables;  // every profile, round by round, merged over processes
-  std::vector<std::vector<pb::Report>> predicted;                   // [k][round]
-  std::vector<std::vector<sim::MeasuredRun>> measured;              // [k][round]
-  std::vector<std::vector<std::vector<pb::CostTable>>> stage_tables;  // [k][round][r]
-};
-
-// One configuration in one round: profile (unless `given`), predict, run.
-Status ObserveOne(const pb::Scenario& scenario, const RunConfig& config,
-                  const ValidateFlags& flags, const Precision& precision,
-                  const sim::CostTableIndex* given, std::size_t k, Observations* seen) {
-  // Predict first: a plan the simulator cannot replay fails before its run.
-  Result<pb::Report> prediction = Status::Internal("no prediction");
-  std::vector<pb::CostTable> per_stage;
-  if (given == nullptr) {
-    Result<pb::CostTable> table = ProfileBeforeRun(scenario, config, flags, &per_stage);
-    if (!table.ok()) return table.status().WithPrefix(ConfigName(config));
-    prediction = PredictFromProfile(scenario, config, *table, per_stage, precision);
-    seen->tables.push_back(std::move(table).value());
-  } else {
-    prediction = Predict(scenario, config, *given, precision);
-  }
-  SF_RETURN_IF_ERROR(prediction.status());
-  seen->predicted[k].push_back(std::move(prediction).value());
-  seen->stage_tables[k].push_back(std::move(per_stage));
-  const TrainRunOptions train{static_cast<int>(flags.steps.value_or(5)),
-                              static_cast<double>(flags.timeout_s.value_or(600)),
-                              flags.profile.mpirun};
-  Result<sim::MeasuredRun> run = RunTrain(ScenarioFor(scenario, config), train, precision);
-  if (!run.ok()) return run.status().WithPrefix(ConfigName(config));
-  seen->measured[k].push_back(std::move(run).value());
-  return Status::Ok();
-}
-
-// Every round runs every configuration once.
-Result<Observations> Observe(const pb::Scenario& scenario, const std::vector<RunConfig>& configs,
-                             const ValidateFlags& flags, const Precision& precision,
-                             const sim::CostTableIndex* given, int rounds) {
-  Observations seen;
-  seen.predicted.resize(configs.size());
-  seen.measured.resize(configs.size());
-  seen.stage_tables.resize(configs.size());
-  for (int round = 0; round < rounds; ++round) {
-    for (std::size_t k = 0; k < configs.size(); ++k) {
-      if (std::ostream* log = Log()) {
-        *log << "stateflow validate: round " << round + 1 << "/" << rounds << ", " << k + 1 << "/"
-             << configs.size() << " " << ConfigName(configs[k]) << "\n";
-      }
-      SF_RETURN_IF_ERROR(ObserveOne(scenario, configs[k], flags, precision, given, k, &seen));
-    }
-  }
-  return seen;
-}
-
-// Configuration k compared: the median prediction against the rounds' runs,
-// and the median run replayed with its own durations (transfers from the
-// costs of its round).
-Result<pb::ValidationRun> CompareConfig(const pb::Scenario& scenario, const RunConfig& config,
-                                        std::size_t k, std::size_t num_configs,
-                                        const Observations& seen, const Precision& precision,
-                                        const sim::CostTableIndex* given) {
-  const std::size_t median_round = sim::MedianRound(seen.measured[k]);
-  const sim::MeasuredRun& median_run = seen.measured[k][median_round];
-  SF_ASSIGN_OR_RETURN(
-      pb::Report replayed,
-      given == nullptr
-          ? PredictFromProfile(scenario, config, seen.tables[median_round * num_configs + k],
-                               seen.stage_tables[k][median_round], precision,
-                               &median_run.durations)
-          : Predict(scenario, config, *given, precision, &median_run.durations));
-  return sim::Compare(seen.predicted[k][sim::MedianReport(seen.predicted[k])], seen.measured[k],
-                      replayed,
-                      {.microbatches = config.microbatches,
-                       .seq_len = static_cast<double>(config.seq_len)});
-}
-
 int Validate(const ValidateFlags& flags) {
   const double load_before = LoadAverage();
   Result<pb::Scenario> scenario =
@@ -268,8 +178,11 @@ int Validate(const ValidateFlags& flags) {
     given.emplace(std::move(index).value());
   }
   const int rounds = static_cast<int>(flags.rounds.value_or(1));
-  Result<Observations> seen = Observe(*scenario, *configs, flags, *precision,
-                                      given ? &*given : nullptr, rounds);
+  const TrainRunOptions train{static_cast<int>(flags.steps.value_or(5)),
+                              static_cast<double>(flags.timeout_s.value_or(600)),
+                              flags.profile.mpirun};
+  Result<Observations> seen = Observe(*scenario, *configs, flags.profile, train, *precision,
+                                      given ? &*given : nullptr, rounds, Log());
   if (!seen.ok()) return Fail(kName, seen.status());
   if (profiling) {
     costs = Costs{MergeProfiles(seen->tables), "profiled"};

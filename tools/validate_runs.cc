@@ -77,6 +77,17 @@ Result<std::string> TempPath(const char* what) {
   return std::string(path);
 }
 
+// The profile taken right before one configuration's run: its chunk
+// lengths, in P processes at once (one per core, as the run's ranks) unless
+// --concurrent says otherwise; `per_stage` gets each process's own table.
+Result<pb::CostTable> ProfileBeforeRun(const pb::Scenario& scenario, const RunConfig& config,
+                                       const ProfileFlags& flags,
+                                       std::vector<pb::CostTable>* per_stage) {
+  ProfileFlags profile = flags;
+  if (!profile.concurrent) profile.concurrent = scenario.parallel().pipeline_size();
+  return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
+}
+
 }  // namespace
 
 Result<pb::Report> Predict(const pb::Scenario& scenario, const RunConfig& config,
@@ -152,6 +163,78 @@ Result<sim::MeasuredRun> RunTrain(const pb::Scenario& scenario, const TrainRunOp
   }
   if (!durations.ok()) return durations.status();
   return sim::MeasuredRun{std::move(report), std::move(durations).value()};
+}
+
+namespace {
+
+// One configuration in one round: profile (unless `given`), predict, run.
+Status ObserveOne(const pb::Scenario& scenario, const RunConfig& config,
+                  const ProfileFlags& profile, const TrainRunOptions& train,
+                  const Precision& precision, const sim::CostTableIndex* given, std::size_t k,
+                  Observations* seen) {
+  // Predict first: a plan the simulator cannot replay fails before its run.
+  Result<pb::Report> prediction = Status::Internal("no prediction");
+  std::vector<pb::CostTable> per_stage;
+  if (given == nullptr) {
+    Result<pb::CostTable> table = ProfileBeforeRun(scenario, config, profile, &per_stage);
+    if (!table.ok()) return table.status().WithPrefix(ConfigName(config));
+    prediction = PredictFromProfile(scenario, config, *table, per_stage, precision);
+    seen->tables.push_back(std::move(table).value());
+  } else {
+    prediction = Predict(scenario, config, *given, precision);
+  }
+  SF_RETURN_IF_ERROR(prediction.status());
+  seen->predicted[k].push_back(std::move(prediction).value());
+  seen->stage_tables[k].push_back(std::move(per_stage));
+  Result<sim::MeasuredRun> run = RunTrain(ScenarioFor(scenario, config), train, precision);
+  if (!run.ok()) return run.status().WithPrefix(ConfigName(config));
+  seen->measured[k].push_back(std::move(run).value());
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Every round runs every configuration once.
+Result<Observations> Observe(const pb::Scenario& scenario, const std::vector<RunConfig>& configs,
+                             const ProfileFlags& profile, const TrainRunOptions& train,
+                             const Precision& precision, const sim::CostTableIndex* given,
+                             int rounds, std::ostream* log) {
+  Observations seen;
+  seen.predicted.resize(configs.size());
+  seen.measured.resize(configs.size());
+  seen.stage_tables.resize(configs.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t k = 0; k < configs.size(); ++k) {
+      if (log != nullptr) {
+        *log << "stateflow validate: round " << round + 1 << "/" << rounds << ", " << k + 1 << "/"
+             << configs.size() << " " << ConfigName(configs[k]) << "\n";
+      }
+      SF_RETURN_IF_ERROR(ObserveOne(scenario, configs[k], profile, train, precision, given, k, &seen));
+    }
+  }
+  return seen;
+}
+
+// Configuration k compared: the median prediction against the rounds' runs,
+// and the median run replayed with its own durations (transfers from the
+// costs of its round).
+Result<pb::ValidationRun> CompareConfig(const pb::Scenario& scenario, const RunConfig& config,
+                                        std::size_t k, std::size_t num_configs,
+                                        const Observations& seen, const Precision& precision,
+                                        const sim::CostTableIndex* given) {
+  const std::size_t median_round = sim::MedianRound(seen.measured[k]);
+  const sim::MeasuredRun& median_run = seen.measured[k][median_round];
+  SF_ASSIGN_OR_RETURN(
+      pb::Report replayed,
+      given == nullptr
+          ? PredictFromProfile(scenario, config, seen.tables[median_round * num_configs + k],
+                               seen.stage_tables[k][median_round], precision,
+                               &median_run.durations)
+          : Predict(scenario, config, *given, precision, &median_run.durations));
+  return sim::Compare(seen.predicted[k][sim::MedianReport(seen.predicted[k])], seen.measured[k],
+                      replayed,
+                      {.microbatches = config.microbatches,
+                       .seq_len = static_cast<double>(config.seq_len)});
 }
 
 }  // namespace stateflow::tools
