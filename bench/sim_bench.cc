@@ -8,8 +8,11 @@
 #include "models/model.h"
 #include "sim/cost_source.h"
 #include "sim/simulation.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::sim {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 pb::Scenario PaperScenario(int stages, int microbatches) {
@@ -36,7 +39,7 @@ pb::ScheduleSpec StateflowSchedule(int chunks) {
 }
 
 void BM_SimulateEndToEnd(benchmark::State& state) {
-  const pb::Scenario s = PaperScenario(8, 16);
+  const scenario::ResolvedScenario s = MustResolve(PaperScenario(8, 16));
   const pb::ScheduleSpec spec = StateflowSchedule(static_cast<int>(state.range(0)));
   std::uint64_t events = 0, tasks = 0;
   for (auto _ : state) {
@@ -53,17 +56,15 @@ void BM_SimulateEndToEnd(benchmark::State& state) {
 BENCHMARK(BM_SimulateEndToEnd)->Arg(32)->Unit(benchmark::kMillisecond);
 
 void BM_EventLoopOnly(benchmark::State& state) {
-  const pb::Scenario s = PaperScenario(8, 16);
+  const scenario::ResolvedScenario s = MustResolve(PaperScenario(8, 16));
   const pb::ScheduleSpec spec = StateflowSchedule(static_cast<int>(state.range(0)));
   Result<Simulation> sim = Simulate(s, spec);
-  models::CostModelOptions opts;
-  opts.recompute = models::Recompute::kFull;
-  Result<models::CostModel> cm = models::CostModel::Make(s.model(), s.precision(), s.cluster(), opts);
-  SimSetup setup{&*cm, sim->stage_layers, sim->partition, 16};
+  SimSetup setup{&sim->config.placement->cost_model, sim->config.placement->stage_layers,
+                 sim->config.partition, 16};
   auto costs = MakeAnalyticCostSource(setup);
   std::uint64_t events = 0;
   for (auto _ : state) {
-    Result<EngineResult> r = RunPlan(sim->plan, *costs);
+    Result<EngineResult> r = RunPlan(sim->config.plan, *costs);
     events += r->num_events;
     benchmark::DoNotOptimize(r->step_time_s);
   }

@@ -12,34 +12,36 @@
 #include <vector>
 
 #include "sim/search.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 
 namespace stateflow {
 namespace {
 
-std::vector<pb::Scenario> PaperGrid() {
+std::vector<scenario::ResolvedScenario> PaperGrid() {
   std::vector<std::string> paths;
   const std::filesystem::path dir = std::filesystem::path(SF_SOURCE_DIR) / "scenarios" / "paper";
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().extension() == ".textproto") paths.push_back(entry.path().string());
   }
   std::sort(paths.begin(), paths.end());
-  std::vector<pb::Scenario> out;
+  std::vector<scenario::ResolvedScenario> out;
   for (const std::string& path : paths) {
-    Result<pb::Scenario> s = tools::LoadScenarioFile(path);
-    if (s.ok()) s = tools::ResolveScenario(*s);
-    if (s.ok()) out.push_back(*s);
+    Result<pb::Scenario> s = scenario::LoadScenarioFile(path);
+    Result<scenario::ResolvedScenario> r =
+        s.ok() ? scenario::Resolve(*s) : Result<scenario::ResolvedScenario>(s.status());
+    if (r.ok()) out.push_back(*r);
   }
   return out;
 }
 
 void BM_PaperGrid(benchmark::State& state) {
-  const std::vector<pb::Scenario> grid = PaperGrid();
+  const std::vector<scenario::ResolvedScenario> grid = PaperGrid();
   if (grid.size() != 12) state.SkipWithError("expected 12 scenarios in scenarios/paper");
   std::uint64_t configurations = 0, simulated = 0, tasks = 0;
   for (auto _ : state) {
-    for (const pb::Scenario& s : grid) {
-      Result<pb::SweepReport> r = sim::RunSweep(s, s.sweep());
+    for (const scenario::ResolvedScenario& s : grid) {
+      Result<pb::SweepReport> r = sim::RunSweep(s, s.proto().sweep());
       if (!r.ok()) {
         state.SkipWithError(r.status().message().c_str());
         return;

@@ -1,25 +1,36 @@
-# sf_add_test(<name> SOURCES <files...> LIBS <targets...> [LABELS <label>])
+# sf_add_test(<name> SOURCES <files...> LIBS <targets...> [SPEED fast|slow])
 #
-# One GoogleTest executable per room (tests/<room>/), each TEST registered with
+# GoogleTest executables per room (tests/<room>/), each TEST registered with
 # CTest through gtest_discover_tests so that `ctest -R` can pick single cases.
+# Every test carries two labels: its room (the folder's name: schedule,
+# models, scenario, sim, backend, tools, plots), from the directory's LABELS,
+# and its speed: `fast` (the default) or `slow` (left out of the sanitizer
+# run). So `ctest -L sim`, `ctest -L fast`, `ctest -LE slow`.
 function(sf_add_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "SPEED" "SOURCES;LIBS" ${ARGN})
+  if(NOT ARG_SPEED)
+    set(ARG_SPEED fast)
+  endif()
+  if(NOT ARG_SPEED MATCHES "^(fast|slow)$")
+    message(FATAL_ERROR "sf_add_test(${name}): SPEED is fast or slow, not '${ARG_SPEED}'")
+  endif()
+  sf_label_room()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE
     SF_SOURCE_DIR="${CMAKE_SOURCE_DIR}" SF_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  # gtest_discover_tests passes its properties on as a flat list: "backend;
-  # slow" became LABELS backend plus a property named slow, and no label at
-  # all made TIMEOUT the label and dropped the timeout. So: at most one
-  # label, and LABELS only when there is one.
-  list(LENGTH ARG_LABELS label_count)
-  if(label_count GREATER 1)
-    message(FATAL_ERROR "sf_add_test(${name}): give one label, not '${ARG_LABELS}'")
+  # gtest_discover_tests passes its properties on as a flat list ("backend;
+  # slow" became LABELS backend plus a property named slow), so the test
+  # itself gets one label, its speed; the room comes from the directory.
+  gtest_discover_tests(${name} PROPERTIES TIMEOUT 300 LABELS ${ARG_SPEED} DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# The room label of every test in the calling folder (tests/<room>/).
+function(sf_label_room)
+  get_filename_component(room ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+  get_property(labels DIRECTORY PROPERTY LABELS)
+  if(NOT room IN_LIST labels)
+    set_property(DIRECTORY APPEND PROPERTY LABELS ${room})
   endif()
-  set(properties TIMEOUT 300)
-  if(label_count EQUAL 1)
-    list(APPEND properties LABELS ${ARG_LABELS})
-  endif()
-  gtest_discover_tests(${name} PROPERTIES ${properties} DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -33,7 +33,9 @@ std::string Num(double v) {
   return buf;
 }
 
-Status ValidateRequest(const pb::Scenario& s, const CapacityPlanRequest& req) {
+Status ValidateRequest(const scenario::ResolvedScenario& resolved,
+                       const CapacityPlanRequest& req) {
+  const pb::Scenario& s = resolved.proto();
   const int per_node = static_cast<int>(s.cluster().devices_per_node());
   if (req.devices < 1) {
     return Status::Invalid("devices must be >= 1 (got " + std::to_string(req.devices) + ")");
@@ -49,7 +51,7 @@ Status ValidateRequest(const pb::Scenario& s, const CapacityPlanRequest& req) {
   *ranges.mutable_chunks() = req.sweep.chunks();
   *ranges.mutable_alpha() = req.sweep.alpha();
   *ranges.mutable_policies() = req.sweep.policies();
-  return ValidateSweep(s, ranges);
+  return ValidateSweep(resolved, ranges);
 }
 
 // The (N, alpha, policy) ranges of every split, with chunk counts that
@@ -200,11 +202,12 @@ std::string SplitRejection(const pb::Scenario& s, int stages, int tensor_size, i
   return "";
 }
 
-Result<pb::CapacityPlanReport> PlanCapacity(const pb::Scenario& scenario,
+Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& resolved,
                                             const CapacityPlanRequest& req,
                                             const SweepOptions& options) {
+  const pb::Scenario& scenario = resolved.proto();
   const auto start = std::chrono::steady_clock::now();
-  SF_RETURN_IF_ERROR(ValidateRequest(scenario, req));
+  SF_RETURN_IF_ERROR(ValidateRequest(resolved, req));
   pb::CapacityPlanReport report;
   FillHeader(scenario, req, &report);
   SF_ASSIGN_OR_RETURN(const pb::SweepSpec spec, SplitSweep(scenario, req, &report));
@@ -212,7 +215,7 @@ Result<pb::CapacityPlanReport> PlanCapacity(const pb::Scenario& scenario,
   // Every legal split sweeps the same grid, so progress can count them all.
   pb::SweepSpec shape = spec;  // the batch does not change the grid's shape
   shape.clear_global_batch();
-  SF_ASSIGN_OR_RETURN(const SweepGrid grid, ExpandSweep(scenario, shape));
+  SF_ASSIGN_OR_RETURN(const SweepGrid grid, ExpandSweep(resolved, shape));
   int legal = 0;
   for (const pb::PlanCandidate& c : report.candidates()) legal += c.verdict().empty();
   const std::size_t per_split = grid.configs.size(), total = legal * per_split;
@@ -225,12 +228,14 @@ Result<pb::CapacityPlanReport> PlanCapacity(const pb::Scenario& scenario,
   }
   for (pb::PlanCandidate& c : *report.mutable_candidates()) {
     if (!c.verdict().empty()) continue;
-    pb::Scenario split = scenario;
-    split.mutable_parallel()->set_pipeline_size(c.pipeline_size());
-    split.mutable_parallel()->set_tensor_size(c.tensor_size());
-    split.mutable_parallel()->set_data_size(c.data_size());
-    split.mutable_parallel()->set_microbatches(c.microbatches());
-    Result<pb::SweepReport> sweep = RunSweep(split, spec, split_options);
+    pb::ParallelSpec parallel = scenario.parallel();
+    parallel.set_pipeline_size(c.pipeline_size());
+    parallel.set_tensor_size(c.tensor_size());
+    parallel.set_data_size(c.data_size());
+    parallel.set_microbatches(c.microbatches());
+    Result<scenario::ResolvedScenario> split = resolved.WithParallel(parallel);
+    Result<pb::SweepReport> sweep =
+        split.ok() ? RunSweep(*split, spec, split_options) : Result<pb::SweepReport>(split.status());
     if (!sweep.ok()) {
       return sweep.status().WithPrefix("split " + std::to_string(c.pipeline_size()) + " x " +
                                        std::to_string(c.tensor_size()) + " x " +

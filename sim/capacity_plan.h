@@ -43,12 +43,12 @@ std::string SplitRejection(const pb::Scenario& scenario, int stages, int tensor_
 
 // Checks the request (devices >= 1 and, when they span more than one node, a
 // multiple of cluster.devices_per_node; seq_len >= 1; global_batch >= 1; the
-// sweep ranges) and plans. REQUIRES: `scenario` resolved (its parallel
-// P/TP/DP/M are replaced per split; its microbatch size, schedule (recompute,
-// granularity), precision and cost model are kept). Candidates come
+// sweep ranges) and plans. The scenario's parallel P/TP/DP/M are replaced
+// per split; its microbatch size, schedule (recompute, granularity),
+// precision and cost model are kept. Candidates come
 // feasible-first by BetterRun on their best runs, then OOM, then illegal,
 // each group in (P, TP) order otherwise.
-Result<pb::CapacityPlanReport> PlanCapacity(const pb::Scenario& scenario,
+Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& scenario,
                                             const CapacityPlanRequest& request,
                                             const SweepOptions& options = {});
 

@@ -165,37 +165,46 @@ void FinishCell(const SweepConfig& config, int first, pb::SweepReport* report) {
   if (best >= 0) report->mutable_runs(best)->set_best(true);
 }
 
-// Cost models and stage assignments, one per (sequence length, recompute).
-class PreparedCache {
+// Placements (cost model and stage assignment), one per (sequence length,
+// recompute mode).
+class PlacementCache {
  public:
-  Result<const PreparedScenario*> Get(const pb::Scenario& scenario,
-                                      const pb::ScheduleSpec& schedule) {
-    const auto key = std::make_pair(static_cast<std::int64_t>(scenario.seq_len()),
-                                    schedule.recompute());
+  Result<std::shared_ptr<const scenario::Placement>> Get(
+      const scenario::ResolvedScenario& scenario, const pb::ScheduleSpec& schedule) {
+    const auto key = std::make_pair(scenario.seq_len(), schedule.recompute());
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      SF_ASSIGN_OR_RETURN(PreparedScenario prepared, PrepareScenario(scenario, schedule));
-      it = cache_.emplace(key, std::move(prepared)).first;
+      SF_ASSIGN_OR_RETURN(std::shared_ptr<const scenario::Placement> placement,
+                          scenario::Place(scenario, schedule));
+      it = cache_.emplace(key, std::move(placement)).first;
     }
-    return &it->second;
+    return it->second;
   }
 
  private:
-  std::map<std::pair<std::int64_t, std::string>, PreparedScenario> cache_;
+  std::map<std::pair<std::int64_t, std::string>, std::shared_ptr<const scenario::Placement>>
+      cache_;
 };
 
 // Simulates one configuration, or copies an earlier run of the same cell and
 // N whose rounded boundaries are the same (`seen`: boundaries -> run index).
-Result<pb::SweepRun> RunOne(const SweepConfig& config, pb::Scenario* work,
-                            PreparedCache* cache,
+// `work` is the scenario at the configuration's T and M (changed here when
+// they differ from the previous configuration's).
+Result<pb::SweepRun> RunOne(const SweepConfig& config, scenario::ResolvedScenario* work,
+                            PlacementCache* cache,
                             std::map<std::vector<std::int64_t>, int>* seen,
                             pb::SweepReport* report) {
   const pb::ScheduleSpec schedule = ScheduleFor(*work, config);
-  work->set_seq_len(static_cast<std::uint64_t>(config.seq_len));
-  work->mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(config.microbatches));
-  SF_ASSIGN_OR_RETURN(const PreparedScenario* prepared, cache->Get(*work, schedule));
+  if (work->seq_len() != config.seq_len) {
+    SF_ASSIGN_OR_RETURN(*work, work->WithSeqLen(config.seq_len));
+  }
+  if (work->microbatches() != config.microbatches) {
+    SF_ASSIGN_OR_RETURN(*work, work->WithMicrobatches(config.microbatches));
+  }
+  SF_ASSIGN_OR_RETURN(std::shared_ptr<const scenario::Placement> placement,
+                      cache->Get(*work, schedule));
   SF_ASSIGN_OR_RETURN(schedule::Partition partition,
-                      models::PartitionFor(prepared->cost_model, config.seq_len, schedule));
+                      models::PartitionFor(placement->cost_model, config.seq_len, schedule));
   const auto [it, inserted] = seen->emplace(partition.boundaries(), report->runs_size());
   if (!inserted) {
     pb::SweepRun run = report->runs(it->second);
@@ -203,7 +212,9 @@ Result<pb::SweepRun> RunOne(const SweepConfig& config, pb::Scenario* work,
     run.set_reused(true);
     return run;
   }
-  SF_ASSIGN_OR_RETURN(Simulation sim, SimulatePrepared(*work, *prepared, schedule));
+  SF_ASSIGN_OR_RETURN(scenario::Configuration configuration,
+                      scenario::ConfigurePlaced(*work, std::move(placement), schedule));
+  SF_ASSIGN_OR_RETURN(Simulation sim, SimulateConfigured(*work, std::move(configuration)));
   report->set_num_simulated(report->num_simulated() + 1);
   return RunFromReport(config, schedule, sim.report);
 }
@@ -228,7 +239,8 @@ std::string ConfigLabel(const SweepConfig& c) {
          " alpha=" + Num(c.alpha);
 }
 
-Status ValidateSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep) {
+Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::SweepSpec& sweep) {
+  const pb::Scenario& scenario = resolved.proto();
   SF_RETURN_IF_ERROR(AtLeastOne("chunks", sweep.chunks()));
   for (int i = 0; i < sweep.alpha_size(); ++i) {
     if (!std::isfinite(sweep.alpha(i)) || sweep.alpha(i) < 0) {
@@ -255,16 +267,18 @@ Status ValidateSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep) {
   return ValidatePolicies(sweep);
 }
 
-pb::ScheduleSpec ScheduleFor(const pb::Scenario& scenario, const SweepConfig& config) {
-  pb::ScheduleSpec spec = TemplateFor(scenario, config.policy);
+pb::ScheduleSpec ScheduleFor(const scenario::ResolvedScenario& scenario, const SweepConfig& config) {
+  pb::ScheduleSpec spec = TemplateFor(scenario.proto(), config.policy);
   spec.set_policy(config.policy);
   spec.set_chunks(static_cast<std::uint32_t>(config.chunks));
   spec.set_alpha(config.alpha);
   return spec;
 }
 
-Result<SweepGrid> ExpandSweep(const pb::Scenario& s, const pb::SweepSpec& sweep) {
-  SF_RETURN_IF_ERROR(ValidateSweep(s, sweep));
+Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
+                              const pb::SweepSpec& sweep) {
+  SF_RETURN_IF_ERROR(ValidateSweep(resolved, sweep));
+  const pb::Scenario& s = resolved.proto();
   SweepGrid grid;
   std::vector<std::int64_t> seq_lens(sweep.seq_len().begin(), sweep.seq_len().end());
   if (seq_lens.empty()) seq_lens.push_back(static_cast<std::int64_t>(s.seq_len()));
@@ -311,16 +325,15 @@ bool BetterRun(const pb::SweepRun& a, const pb::SweepRun& b) {
   return a.policy() < b.policy();
 }
 
-Result<pb::SweepReport> RunSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep,
-                                 const SweepOptions& options) {
+Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
+                                 const pb::SweepSpec& sweep, const SweepOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   SF_ASSIGN_OR_RETURN(SweepGrid grid, ExpandSweep(scenario, sweep));
   pb::SweepReport report;
-  FillHeader(scenario, &report);
+  FillHeader(scenario.proto(), &report);
   for (std::string& note : grid.notes) report.add_notes(std::move(note));
-  pb::Scenario work = scenario;
-  work.clear_sweep();
-  PreparedCache cache;
+  scenario::ResolvedScenario work = scenario;
+  PlacementCache cache;
   std::map<std::vector<std::int64_t>, int> seen;  // this cell and N
   int cell_first = 0;
   const std::size_t total = grid.configs.size();

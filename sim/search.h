@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::sim {
 
@@ -54,7 +55,7 @@ struct SweepOptions {
 // parallel.microbatch_size * parallel.data_size (4)", "sweep.policies[1]:
 // unknown 'zigzag' (known: ...)", "sweep.chunks[2] repeats 8", and "sweep:
 // set global_batch or microbatches, not both".
-Status ValidateSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep);
+Status ValidateSweep(const scenario::ResolvedScenario& scenario, const pb::SweepSpec& sweep);
 
 // The grid of a validated sweep. An empty range keeps the scenario's own
 // value: policies = the schedule's and the baselines' policies; seq_len =
@@ -63,23 +64,26 @@ Status ValidateSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep);
 // alpha = 0 only. A model without softmax-attention layers gets only the
 // first listed alpha (its FLOP-balanced partition is the equal one, so every
 // alpha gives the same chunks), with a note saying so.
-Result<SweepGrid> ExpandSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep);
+Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& scenario,
+                              const pb::SweepSpec& sweep);
 
 // The schedule a sweep simulates for `config`: the scenario's schedule if
 // its policy matches, else the first baseline with that policy, else the
 // scenario's schedule with the policy replaced; then N and alpha from
 // `config`. (Recompute mode and granularity come from that schedule.)
-pb::ScheduleSpec ScheduleFor(const pb::Scenario& scenario, const SweepConfig& config);
+pb::ScheduleSpec ScheduleFor(const scenario::ResolvedScenario& scenario,
+                             const SweepConfig& config);
 
-// Runs a sweep. REQUIRES: `scenario` resolved (tools/scenario.h). Each
-// configuration is simulated with SimulatePrepared, the cost model and stage
-// assignment being built once per (sequence length, recompute mode); a run
+// Runs a sweep. Each configuration is configured with
+// scenario::ConfigurePlaced and simulated with SimulateConfigured, the
+// placement (cost model and stage assignment) being made once per (sequence
+// length, recompute mode); a run
 // whose rounded chunk boundaries equal an earlier run's of the same cell and
 // N (alphas that rounding saturates) copies that run's result (`reused`).
 // Errors (bad ranges, a length that cannot be cut into N chunks) name the
 // field or the configuration.
-Result<pb::SweepReport> RunSweep(const pb::Scenario& scenario, const pb::SweepSpec& sweep,
-                                 const SweepOptions& options = {});
+Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
+                                 const pb::SweepSpec& sweep, const SweepOptions& options = {});
 
 // The order that picks a cell's best run among feasible (non-OOM) runs:
 // higher tokens/s; on a tie, lower peak memory, then fewer chunks, then

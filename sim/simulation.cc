@@ -64,76 +64,32 @@ void FillStages(const EngineResult& engine,
 
 }  // namespace
 
-Result<PreparedScenario> PrepareScenario(const pb::Scenario& scenario,
-                                         const pb::ScheduleSpec& schedule) {
-  const int stages = static_cast<int>(scenario.parallel().pipeline_size());
-  if (stages < 1) return Status::Invalid("parallel.pipeline_size must be >= 1");
-  if (scenario.seq_len() < 1) return Status::Invalid("seq_len must be >= 1");
-  const auto seq_len = static_cast<std::int64_t>(scenario.seq_len());
-  SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
-                      models::CostOptionsFor(scenario, schedule));
-  SF_ASSIGN_OR_RETURN(models::CostModel cm,
-                      models::CostModel::Make(scenario.model(), scenario.precision(),
-                                              scenario.cluster(), cost_options));
-  SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
-                      models::AssignScenarioStages(cm, stages, seq_len));
-  return PreparedScenario{std::move(cm), std::move(layers)};
-}
-
-Result<Simulation> Simulate(const pb::Scenario& scenario,
+Result<Simulation> Simulate(const scenario::ResolvedScenario& scenario,
                             const pb::ScheduleSpec& schedule,
                             const SimulationOptions& options) {
-  SF_ASSIGN_OR_RETURN(PreparedScenario prepared, PrepareScenario(scenario, schedule));
-  return SimulatePrepared(scenario, prepared, schedule, options);
+  SF_ASSIGN_OR_RETURN(scenario::Configuration config,
+                      scenario::Configure(scenario, schedule, {.plan = options.plan}));
+  return SimulateConfigured(scenario, std::move(config), options);
 }
 
-Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
-                                    const PreparedScenario& prepared,
-                                    const pb::ScheduleSpec& schedule,
-                                    const SimulationOptions& options) {
+Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved,
+                                      scenario::Configuration config,
+                                      const SimulationOptions& options) {
   Simulation sim;
+  sim.config = std::move(config);
+  const pb::Scenario& scenario = resolved.proto();
   const pb::ParallelSpec& par = scenario.parallel();
-  const int stages = static_cast<int>(par.pipeline_size());
-  const int microbatches = static_cast<int>(par.microbatches());
-  if (microbatches < 1) return Status::Invalid("parallel.microbatches must be >= 1");
-  const auto seq_len = static_cast<std::int64_t>(scenario.seq_len());
+  const int stages = resolved.stages();
+  const int microbatches = resolved.microbatches();
+  const std::int64_t seq_len = resolved.seq_len();
   const double capacity = scenario.cluster().device().memory_capacity_bytes();
-  const models::CostModel& cm = prepared.cost_model;
+  const models::CostModel& cm = sim.config.placement->cost_model;
   const models::CostModelOptions& cost_options = cm.options();
-  SF_ASSIGN_OR_RETURN(models::Recompute recompute,
-                      models::ParseRecompute(schedule.recompute()));
-  if (static_cast<int>(prepared.stage_layers.size()) != stages ||
-      recompute != cost_options.recompute) {
-    return Status::Internal("SimulatePrepared: prepared for " +
-                            std::to_string(prepared.stage_layers.size()) +
-                            " stages and recompute " +
-                            std::string(models::RecomputeName(cost_options.recompute)) +
-                            ", asked for " + std::to_string(stages) + " and " +
-                            std::string(models::RecomputeName(recompute)));
-  }
-  sim.stage_layers = prepared.stage_layers;
-  SF_ASSIGN_OR_RETURN(sim.partition, models::PartitionFor(cm, seq_len, schedule));
+  const std::vector<models::StageLayers>& stage_layers = sim.config.placement->stage_layers;
+  const schedule::Plan& plan = sim.config.plan;
+  const schedule::Partition& partition = sim.config.partition;
 
-  if (options.plan != nullptr) {
-    const schedule::Plan& p = *options.plan;
-    if (p.stages() != stages || p.microbatches() != microbatches ||
-        p.chunks() != static_cast<int>(schedule.chunks())) {
-      return Status::Invalid(
-          "plan is for stages " + std::to_string(p.stages()) + " microbatches " +
-          std::to_string(p.microbatches()) + " chunks " + std::to_string(p.chunks()) +
-          " but the scenario has parallel.pipeline_size " + std::to_string(stages) +
-          ", parallel.microbatches " + std::to_string(microbatches) +
-          ", schedule.chunks " + std::to_string(schedule.chunks()));
-    }
-    sim.plan = p;
-  } else {
-    SF_ASSIGN_OR_RETURN(sim.plan, schedule::MakePlan(schedule.policy(), stages,
-                                                     microbatches,
-                                                     static_cast<int>(schedule.chunks())));
-  }
-  SF_RETURN_IF_ERROR(schedule::ValidatePlan(sim.plan));
-
-  SimSetup setup{&cm, sim.stage_layers, sim.partition, microbatches};
+  SimSetup setup{&cm, stage_layers, partition, microbatches};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
   if (options.stage_costs != nullptr) {
@@ -152,35 +108,35 @@ Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
   }
   if (options.durations != nullptr) {
     SF_ASSIGN_OR_RETURN(costs,
-                        MakeMeasuredDurationSource(std::move(costs), *options.durations, sim.plan));
+                        MakeMeasuredDurationSource(std::move(costs), *options.durations, plan));
   }
   SF_ASSIGN_OR_RETURN(sim.engine,
-                      RunPlan(sim.plan, *costs, {.record_timeline = options.record_timeline}));
+                      RunPlan(plan, *costs, {.record_timeline = options.record_timeline}));
 
   pb::Report& report = sim.report;
   report.set_scenario(scenario.name());
   report.set_source("simulate");
   report.set_model(scenario.model().name());
-  report.set_policy(sim.plan.policy());
+  report.set_policy(plan.policy());
   report.set_pipeline_size(stages);
   report.set_tensor_size(cost_options.tensor_size);
   report.set_data_size(OrOne(par.data_size()));
   report.set_microbatches(microbatches);
-  report.set_chunks(schedule.chunks());
-  report.set_alpha(schedule.alpha());
+  report.set_chunks(static_cast<std::uint32_t>(partition.num_chunks()));
+  report.set_alpha(sim.config.schedule.alpha());
   report.set_seq_len(scenario.seq_len());
   report.set_recompute(cost_options.recompute == models::Recompute::kFull ? "full" : "none");
   report.set_cost_model(costs->name());
   report.set_time_unit(costs->time_unit());
-  for (std::int64_t b : sim.partition.boundaries()) report.add_chunk_boundaries(b);
+  for (std::int64_t b : partition.boundaries()) report.add_chunk_boundaries(b);
   report.set_step_time_s(sim.engine.step_time_s);
   const double tokens = static_cast<double>(microbatches) * cost_options.microbatch_size *
                         report.data_size() * static_cast<double>(seq_len);
   report.set_tokens_per_s(sim.engine.step_time_s > 0 ? tokens / sim.engine.step_time_s : 0);
-  report.set_num_tasks(sim.plan.num_actions());
+  report.set_num_tasks(plan.num_actions());
   report.set_num_events(sim.engine.num_events);
   report.set_capacity_bytes(capacity);
-  FillStages(sim.engine, sim.stage_layers, capacity, &report);
+  FillStages(sim.engine, stage_layers, capacity, &report);
   return sim;
 }
 

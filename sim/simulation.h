@@ -1,12 +1,12 @@
-// One simulated configuration, end to end: from a resolved scenario (model and
-// cluster filled in, see tools/scenario.h) and one schedule, build the cost
-// model, assign layers to stages, cut the sequence, make and validate the
-// plan, run the engine and summarise it as a Report.
+// One simulated configuration, end to end: a configured run
+// (scenario/configure.h: cost model, stage assignment, partition, validated
+// plan) driven through the discrete-event engine with a cost source, and
+// summarised as a Report.
 //
-// Not the command line (tools/) and not a search over configurations
-// (sim/search.h).
+// Not the command line (tools/), not the configuration step (scenario/), and
+// not a search over configurations (sim/search.h).
 //
-//   Result<Simulation> sim = Simulate(scenario, scenario.schedule());
+//   Result<Simulation> sim = Simulate(resolved, resolved.proto().schedule());
 //   std::cout << sim->report.step_time_s();
 #pragma once
 
@@ -14,11 +14,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "models/cost_model.h"
-#include "models/model.h"
-#include "models/placement.h"
 #include "proto/stateflow.pb.h"
-#include "schedule/partition.h"
+#include "scenario/configure.h"
+#include "scenario/resolve.h"
 #include "schedule/plan.h"
 #include "sim/cost_source.h"
 #include "sim/cost_table.h"
@@ -28,8 +26,8 @@ namespace stateflow::sim {
 
 struct SimulationOptions {
   bool record_timeline = false;
-  // Run this plan instead of the policy's (e.g. one edited by hand). Its
-  // stages, microbatches and chunks must match the scenario.
+  // Simulate only: run this plan instead of the policy's (e.g. one edited by
+  // hand); see scenario::ConfigureOptions.
   const schedule::Plan* plan = nullptr;
   // Replay these measured costs instead of the scenario's cost model.
   const CostTableIndex* costs = nullptr;
@@ -42,39 +40,22 @@ struct SimulationOptions {
 
 struct Simulation {
   pb::Report report;
-  schedule::Plan plan;
-  schedule::Partition partition;
-  std::vector<models::StageLayers> stage_layers;
+  scenario::Configuration config;  // what ran: placement, partition, plan
   EngineResult engine;
 };
 
-// Errors name the scenario field at fault. Same as PrepareScenario followed
-// by SimulatePrepared.
-Result<Simulation> Simulate(const pb::Scenario& scenario,
+// Configure (scenario/configure.h, with options.plan), then
+// SimulateConfigured. Errors name the scenario field at fault.
+Result<Simulation> Simulate(const scenario::ResolvedScenario& scenario,
                             const pb::ScheduleSpec& schedule,
                             const SimulationOptions& options = {});
 
-// What the schedules of one scenario share when only the policy, N, alpha and
-// M change: the cost model (TP, DP, microbatch size, recompute mode) and the
-// stage assignment (which depends on P and the sequence length). A search
-// prepares it once and simulates each candidate with SimulatePrepared.
-struct PreparedScenario {
-  models::CostModel cost_model;
-  std::vector<models::StageLayers> stage_layers;  // (P)
-};
-
-// Errors name the scenario field at fault (the model, cluster, TP, P).
-Result<PreparedScenario> PrepareScenario(const pb::Scenario& scenario,
-                                         const pb::ScheduleSpec& schedule);
-
-// One schedule on a prepared scenario. REQUIRES: `prepared` came from
-// PrepareScenario on a scenario that differs from `scenario` at most in
-// parallel.microbatches, and on a schedule with the same recompute mode
-// (a different P or recompute mode is an Internal error; other differences
-// are not detected).
-Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
-                                    const PreparedScenario& prepared,
-                                    const pb::ScheduleSpec& schedule,
-                                    const SimulationOptions& options = {});
+// Runs a configuration of `scenario` made by Configure or ConfigurePlaced
+// (options.plan is ignored: the configuration holds the plan). The cost
+// source is options' measured tables if given, else the scenario's cost
+// model (analytic or uniform).
+Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& scenario,
+                                      scenario::Configuration config,
+                                      const SimulationOptions& options = {});
 
 }  // namespace stateflow::sim

@@ -6,7 +6,8 @@
 #include "sim/capacity_plan.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 #include "tools/sweep_format.h"
 #include "tools/sweep_options.h"
 
@@ -76,9 +77,9 @@ Status CheckFlags(const PlanFlags& f) {
 Result<std::pair<int, int>> ScenarioDevicesAndBatch(const std::string& path) {
   pb::Scenario raw;
   if (path.empty()) {
-    SF_ASSIGN_OR_RETURN(raw, ParseScenarioText(DefaultScenarioText(), "<default scenario>"));
+    SF_ASSIGN_OR_RETURN(raw, scenario::ParseScenarioText(scenario::DefaultScenarioText(), "<default scenario>"));
   } else {
-    SF_ASSIGN_OR_RETURN(raw, LoadScenarioFile(path));
+    SF_ASSIGN_OR_RETURN(raw, scenario::LoadScenarioFile(path));
   }
   const pb::ParallelSpec& par = raw.parallel();
   auto one = [](std::uint32_t v) { return static_cast<int>(std::max(1u, v)); };
@@ -95,7 +96,8 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
   ScenarioFlags scenario_flags = f.scenario;
   scenario_flags.stages = 1;
   scenario_flags.tensor_size = 1;
-  SF_ASSIGN_OR_RETURN(pb::Scenario scenario, LoadResolvedScenario(scenario_flags));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved, LoadResolvedScenario(scenario_flags));
+  const pb::Scenario& scenario = resolved.proto();
   sim::CapacityPlanRequest request;
   request.devices = static_cast<int>(f.devices.value_or(defaults.first));
   request.global_batch = static_cast<int>(f.global_batch.value_or(defaults.second));
@@ -107,7 +109,7 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
   ProgressBar bar("configurations");
   SF_ASSIGN_OR_RETURN(
       pb::CapacityPlanReport report,
-      sim::PlanCapacity(scenario, request,
+      sim::PlanCapacity(resolved, request,
                         {.progress = [&bar](std::size_t done, std::size_t total) {
                           bar.Update(done, total);
                         }}));

@@ -1,6 +1,7 @@
 #include "tools/cli.h"
 
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
@@ -56,11 +57,11 @@ Status ParseOptions(int argc, char** argv, const po::options_description& desc,
   return Status::Ok();
 }
 
-Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& f) {
-  return LoadResolvedScenario(f, DefaultScenarioText(), "<default scenario>");
+Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) {
+  return LoadResolvedScenario(f, scenario::DefaultScenarioText(), "<default scenario>");
 }
 
-Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& f, std::string_view default_text,
+Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, std::string_view default_text,
                                           std::string_view default_name) {
   SF_RETURN_IF_ERROR(CheckRange("chunks", f.chunks, 1, 1 << 20));
   SF_RETURN_IF_ERROR(CheckRange("microbatches", f.microbatches, 1, 1 << 20));
@@ -72,9 +73,9 @@ Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& f, std::string_vi
   }
   pb::Scenario s;
   if (f.scenario_path.empty()) {
-    SF_ASSIGN_OR_RETURN(s, ParseScenarioText(default_text, default_name));
+    SF_ASSIGN_OR_RETURN(s, scenario::ParseScenarioText(default_text, default_name));
   } else {
-    SF_ASSIGN_OR_RETURN(s, LoadScenarioFile(f.scenario_path));
+    SF_ASSIGN_OR_RETURN(s, scenario::LoadScenarioFile(f.scenario_path));
   }
   if (!f.model_preset.empty()) {
     s.set_model_preset(f.model_preset);
@@ -101,7 +102,7 @@ Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& f, std::string_vi
   if (f.tensor_size) s.mutable_parallel()->set_tensor_size(static_cast<std::uint32_t>(*f.tensor_size));
   if (f.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*f.seq_len));
   if (!f.cost_model.empty()) s.set_cost_model(f.cost_model);
-  return ResolveScenario(std::move(s));
+  return scenario::Resolve(std::move(s));
 }
 
 }  // namespace stateflow::tools

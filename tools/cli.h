@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 
@@ -61,10 +62,10 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* flags);
 // Loads the scenario (the file, or the embedded default), applies the flag
 // overrides and resolves it. `policy` or `chunks`/`alpha` overrides apply to
 // the schedule under study; a `policy` override also drops the baselines.
-Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& flags);
+Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& flags);
 // As above, with `default_text` (a scenario in text format, called
 // `default_name` in messages) in place of the embedded default scenario.
-Result<pb::Scenario> LoadResolvedScenario(const ScenarioFlags& flags,
+Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& flags,
                                           std::string_view default_text,
                                           std::string_view default_name);
 

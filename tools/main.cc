@@ -16,7 +16,8 @@
 
 #include "sf_git_commit.h"  // SF_GIT_COMMIT, stamped at build time
 #include "tools/cli.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {

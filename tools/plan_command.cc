@@ -6,14 +6,14 @@
 #include "schedule/plan.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/configure.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
 
-using models::CostOptionsFor;
 using sim::MemorySample;
-using models::PartitionFor;
 using sim::SimulationOptions;
 using sim::Simulation;
 using sim::Simulate;
@@ -47,27 +47,17 @@ int RunPlanDump(int argc, char** argv) {
     std::cout << desc << "\n" << kPlanDumpExamples;
     return kExitOk;
   }
-  Result<pb::Scenario> scenario = LoadResolvedScenario(flags);
-  if (!scenario.ok()) return Fail(name, scenario.status());
-  const pb::ScheduleSpec& sched = scenario->schedule();
-  Result<schedule::Plan> plan =
-      schedule::MakePlan(sched.policy(), static_cast<int>(scenario->parallel().pipeline_size()),
-                         static_cast<int>(scenario->parallel().microbatches()),
-                         static_cast<int>(sched.chunks()));
-  if (!plan.ok()) return Fail(name, plan.status());
+  Result<scenario::ResolvedScenario> resolved = LoadResolvedScenario(flags);
+  if (!resolved.ok()) return Fail(name, resolved.status());
+  Result<scenario::Configuration> config =
+      scenario::Configure(*resolved, resolved->proto().schedule());
+  if (!config.ok()) return Fail(name, config.status());
+  const schedule::Plan* plan = &config->plan;
   // The chunk boundaries, for the reader (the plan itself is order only).
-  std::string header = "# scenario " + scenario->name() + ", seq_len " +
-                       std::to_string(scenario->seq_len()) + "\n";
-  Result<models::CostModel> cm = models::CostModel::Make(
-      scenario->model(), scenario->precision(), scenario->cluster(),
-      *CostOptionsFor(*scenario, sched));
-  if (cm.ok()) {
-    Result<schedule::Partition> part = PartitionFor(*cm, scenario->seq_len(), sched);
-    if (!part.ok()) return Fail(name, part.status());
-    header += "# chunk boundaries:";
-    for (auto b : part->boundaries()) header.append(" ").append(std::to_string(b));
-    header += "\n";
-  }
+  std::string header = "# scenario " + resolved->proto().name() + ", seq_len " +
+                       std::to_string(resolved->seq_len()) + "\n# chunk boundaries:";
+  for (auto b : config->partition.boundaries()) header.append(" ").append(std::to_string(b));
+  header += "\n";
   const std::string text = header + schedule::PlanToText(*plan);
   if (out_path.empty()) {
     std::cout << text;

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "backend/comm/mpi.h"
+#include "scenario/load.h"
 #include "sim/cost_table.h"
 #include "tools/cli.h"
 #include "tools/profile_jobs.h"
@@ -70,8 +71,8 @@ std::string Summary(const pb::CostTable& table, const std::string& path, double 
 
 int Profile(const CommandFlags& flags) {
   const auto start = std::chrono::steady_clock::now();
-  Result<pb::Scenario> scenario =
-      LoadResolvedScenario(flags.scenario, TinyTrainScenarioText(), "<tiny-train scenario>");
+  Result<scenario::ResolvedScenario> scenario = LoadResolvedScenario(
+      flags.scenario, scenario::TinyTrainScenarioText(), "<tiny-train scenario>");
   if (!scenario.ok()) return Fail(kName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, true);
   if (!configs.ok()) return Fail(kName, configs.status());

@@ -13,9 +13,9 @@
 #include "backend/profile/launch.h"
 #include "backend/profile/link_timer.h"
 #include "models/cost_model.h"
+#include "scenario/load.h"
 #include "sim/cost_table.h"
 #include "tools/cli.h"
-#include "tools/scenario.h"
 
 namespace stateflow::tools {
 namespace {
@@ -106,7 +106,7 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
        std::to_string(timing.warmup)});
   Result<backend::ChildResult> run = backend::RunChild(argv, 120);
   Result<pb::CostTable> table = Status::Internal("no link samples");
-  if (run.ok() && run->exit_code == 0) table = LoadCostTableFile(out_path);
+  if (run.ok() && run->exit_code == 0) table = scenario::LoadCostTableFile(out_path);
   std::remove(out_path);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
@@ -150,7 +150,7 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   if (!tokens.ok()) return FailOnRankZero(kName, tokens.status());
   Result<std::vector<std::string>> modes = RecomputeModes(modes_text);
   if (!modes.ok()) return FailOnRankZero(kName, modes.status());
-  Result<pb::CostTable> spec = LoadCostTableFile(job);
+  Result<pb::CostTable> spec = scenario::LoadCostTableFile(job);
   if (!spec.ok()) return FailOnRankZero(kName, spec.status());
   Eigen::setNbThreads(static_cast<int>(flags.threads.value_or(1)));
   backend::ProfileRequest request{spec->model(), *tokens, {},
@@ -193,7 +193,7 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
   Status read = Status::Ok();
   for (int r = 0; r < ranks; ++r) {
     if (read.ok() && run.ok() && run->exit_code == 0) {
-      Result<pb::CostTable> t = LoadCostTableFile(RankTablePath(job, r));
+      Result<pb::CostTable> t = scenario::LoadCostTableFile(RankTablePath(job, r));
       if (t.ok()) tables.push_back(std::move(t).value());
       else read = t.status();
     }

@@ -8,19 +8,13 @@
 #include "backend/profile/profiler.h"
 #include "backend/train/train_setup.h"
 #include "models/placement.h"
-#include "sim/simulation.h"
+#include "scenario/configure.h"
 #include "tools/cli.h"
 #include "tools/profile_jobs.h"
 #include "tools/report_format.h"
 
 namespace stateflow::tools {
 namespace {
-
-// Embedded from scenarios/tiny-train.textproto by CMake (the default
-// scenario of train, profile and validate: a model the backend runs).
-constexpr char kTinyTrainScenario[] =
-#include "tiny_train_scenario.inc"
-    ;
 
 
 // Chunk lengths and recompute modes the configurations need.
@@ -29,18 +23,19 @@ struct Needs {
   std::set<std::string> modes;
 };
 
-Result<Needs> NeedsOf(const pb::Scenario& scenario, const std::vector<RunConfig>& configs) {
+Result<Needs> NeedsOf(const scenario::ResolvedScenario& scenario,
+                      const std::vector<RunConfig>& configs) {
   Needs needs;
   for (const RunConfig& c : configs) {
-    const pb::Scenario narrowed = ScenarioFor(scenario, c);
-    Result<sim::PreparedScenario> prepared = sim::PrepareScenario(narrowed, c.schedule);
-    if (!prepared.ok()) return prepared.status().WithPrefix(ConfigName(c));
-    Result<schedule::Partition> partition =
-        models::PartitionFor(prepared->cost_model, c.seq_len, c.schedule);
-    if (!partition.ok()) return partition.status().WithPrefix(ConfigName(c));
-    for (int i = 0; i < partition->num_chunks(); ++i) needs.tokens.insert(partition->length(i));
+    Result<scenario::ResolvedScenario> narrowed = ScenarioFor(scenario, c);
+    Result<scenario::Configuration> config =
+        narrowed.ok() ? scenario::Configure(*narrowed, narrowed->proto().schedule())
+                      : Result<scenario::Configuration>(narrowed.status());
+    if (!config.ok()) return config.status().WithPrefix(ConfigName(c));
+    const schedule::Partition& partition = config->partition;
+    for (int i = 0; i < partition.num_chunks(); ++i) needs.tokens.insert(partition.length(i));
     needs.modes.insert(
-        std::string(models::RecomputeName(prepared->cost_model.options().recompute)));
+        std::string(models::RecomputeName(config->placement->cost_model.options().recompute)));
   }
   return needs;
 }
@@ -117,8 +112,6 @@ void AddNotes(const Needs& needs, const ProfileFlags& flags, const Precision& pr
 
 }  // namespace
 
-std::string_view TinyTrainScenarioText() { return kTinyTrainScenario; }
-
 backend::TimingOptions Timing(const ProfileFlags& flags) {
   return backend::TimingOptions{static_cast<int>(flags.repetitions.value_or(10)),
                                 static_cast<int>(flags.warmup.value_or(2))};
@@ -166,13 +159,14 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
   return p;
 }
 
-Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
+Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolved,
                                         const std::vector<RunConfig>& configs,
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process) {
+  const pb::Scenario& scenario = resolved.proto();
   if (per_process != nullptr) per_process->clear();
   SF_ASSIGN_OR_RETURN(Precision precision, PrecisionFor(scenario, flags));
-  SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(scenario, configs));
+  SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(resolved, configs));
   if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
   Eigen::setNbThreads(precision.threads);
   backend::ProfileRequest request{scenario.model(),

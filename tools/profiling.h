@@ -21,13 +21,11 @@
 #include "backend/profile/layer_timer.h"
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
+#include "scenario/resolve.h"
 #include "tools/run_configs.h"
 
 namespace stateflow::tools {
 
-// scenarios/tiny-train.textproto (embedded): the default scenario of
-// profile and validate, a model the backend runs.
-std::string_view TinyTrainScenarioText();
 
 // How to measure.
 struct ProfileFlags {
@@ -67,7 +65,7 @@ backend::TimingOptions Timing(const ProfileFlags& flags);
 // rank k of a run is), else it is left empty. Errors: bad flags, a
 // configuration that cannot be cut, the timer's; a failed worker job; with
 // --link mpi, a failed MPI job.
-Result<pb::CostTable> ProfileForConfigs(const pb::Scenario& scenario,
+Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& scenario,
                                         const std::vector<RunConfig>& configs,
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process = nullptr);

@@ -22,8 +22,9 @@ std::vector<RunConfig> ScheduleAndBaselines(const pb::Scenario& s) {
   return configs;
 }
 
-Result<std::vector<RunConfig>> SweepGrid(const pb::Scenario& scenario, const ConfigFlags& flags) {
-  pb::SweepSpec sweep = scenario.sweep();
+Result<std::vector<RunConfig>> SweepGrid(const scenario::ResolvedScenario& scenario,
+                                         const ConfigFlags& flags) {
+  pb::SweepSpec sweep = scenario.proto().sweep();
   SF_RETURN_IF_ERROR(ApplySweepFlags(flags.sweep, &sweep));
   SF_ASSIGN_OR_RETURN(sim::SweepGrid grid, sim::ExpandSweep(scenario, sweep));
   std::vector<RunConfig> configs;
@@ -77,14 +78,17 @@ std::string ConfigName(const RunConfig& c) {
   return name + " recompute " + mode;
 }
 
-pb::Scenario ScenarioFor(const pb::Scenario& scenario, const RunConfig& config) {
-  pb::Scenario s = scenario;
+Result<scenario::ResolvedScenario> ScenarioFor(const scenario::ResolvedScenario& scenario,
+                                               const RunConfig& config,
+                                               const pb::PrecisionSpec* precision) {
+  pb::Scenario s = scenario.proto();
+  if (precision != nullptr) *s.mutable_precision() = *precision;
   *s.mutable_schedule() = config.schedule;
   s.clear_baselines();
   s.clear_sweep();
   s.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(config.microbatches));
   s.set_seq_len(static_cast<std::uint64_t>(config.seq_len));
-  return s;
+  return scenario::Resolve(std::move(s));
 }
 
 bool ConfigFlags::any() const {
@@ -98,10 +102,10 @@ void AddConfigOptions(po::options_description* desc, ConfigFlags* flags) {
                       "recompute modes, e.g. none,full (each configuration in each)");
 }
 
-Result<std::vector<RunConfig>> ConfigsFor(const pb::Scenario& scenario, const ConfigFlags& flags,
-                                          bool with_sweep) {
+Result<std::vector<RunConfig>> ConfigsFor(const scenario::ResolvedScenario& scenario,
+                                          const ConfigFlags& flags, bool with_sweep) {
   std::vector<RunConfig> configs;
-  if (!flags.any() || with_sweep) configs = ScheduleAndBaselines(scenario);
+  if (!flags.any() || with_sweep) configs = ScheduleAndBaselines(scenario.proto());
   if (flags.any() || with_sweep) {
     SF_ASSIGN_OR_RETURN(std::vector<RunConfig> grid, SweepGrid(scenario, flags));
     configs.insert(configs.end(), grid.begin(), grid.end());

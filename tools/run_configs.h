@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
+#include "scenario/resolve.h"
 #include "tools/sweep_options.h"
 
 namespace stateflow::tools {
@@ -32,8 +33,11 @@ struct RunConfig {
 // "stateflow N=4 M=8 T=256 recompute full" (alpha when not 0).
 std::string ConfigName(const RunConfig& config);
 
-// The scenario narrowed to `config`: its schedule, no baselines, M and T set.
-pb::Scenario ScenarioFor(const pb::Scenario& scenario, const RunConfig& config);
+// The scenario narrowed to `config`: its schedule, no baselines and no
+// sweep, M and T set (and the precision, if given), resolved again.
+Result<scenario::ResolvedScenario> ScenarioFor(const scenario::ResolvedScenario& scenario,
+                                               const RunConfig& config,
+                                               const pb::PrecisionSpec* precision = nullptr);
 
 // The list flags (--policies, --chunks-list, --alpha-list,
 // --microbatches-list, --seq-len-list, --global-batch-list as in
@@ -51,8 +55,8 @@ void AddConfigOptions(boost::program_options::options_description* desc, ConfigF
 // --recompute-list (else each schedule keeps its mode). `with_sweep` adds
 // the grid of the scenario's own sweep ranges even without flags (what
 // `profile` measures for). Errors name the flag or sweep field.
-Result<std::vector<RunConfig>> ConfigsFor(const pb::Scenario& scenario, const ConfigFlags& flags,
-                                          bool with_sweep);
+Result<std::vector<RunConfig>> ConfigsFor(const scenario::ResolvedScenario& scenario,
+                                          const ConfigFlags& flags, bool with_sweep);
 
 // "none,full" -> {"none", "full"} (each once, in order); errors name
 // --recompute-list.

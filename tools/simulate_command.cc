@@ -7,14 +7,13 @@
 #include "sim/simulation.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
 
-using models::CostOptionsFor;
 using sim::MemorySample;
-using models::PartitionFor;
 using sim::SimulationOptions;
 using sim::Simulation;
 using sim::Simulate;
@@ -55,7 +54,7 @@ void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
 
 Result<schedule::Plan> LoadPlan(const std::string& path) {
   std::string text;
-  SF_RETURN_IF_ERROR(ReadFile(path, &text));
+  SF_RETURN_IF_ERROR(scenario::ReadFile(path, &text));
   SF_ASSIGN_OR_RETURN(schedule::Plan plan, schedule::ParsePlanText(text, path));
   Status valid = schedule::ValidatePlan(plan);
   if (!valid.ok()) return valid.WithPrefix(path);
@@ -90,14 +89,15 @@ int RunSimulate(int argc, char** argv) {
     if (!flags.chunks) flags.chunks = plan->chunks();
     if (flags.policy.empty()) flags.policy = plan->policy();
   }
-  Result<pb::Scenario> scenario = LoadResolvedScenario(flags);
-  if (!scenario.ok()) return Fail(kName, scenario.status());
+  Result<scenario::ResolvedScenario> resolved = LoadResolvedScenario(flags);
+  if (!resolved.ok()) return Fail(kName, resolved.status());
+  const pb::Scenario& scenario = resolved->proto();
 
   std::optional<sim::CostTableIndex> costs;
   if (!costs_path.empty()) {
-    Result<pb::CostTable> table = LoadCostTableFile(costs_path);
+    Result<pb::CostTable> table = scenario::LoadCostTableFile(costs_path);
     if (!table.ok()) return Fail(kName, table.status());
-    if (Status s = sim::CheckCostTableModel(*table, scenario->model(), costs_path); !s.ok()) {
+    if (Status s = sim::CheckCostTableModel(*table, scenario.model(), costs_path); !s.ok()) {
       return Fail(kName, s);
     }
     Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, costs_path);
@@ -108,15 +108,15 @@ int RunSimulate(int argc, char** argv) {
   SimulationOptions options{.record_timeline = want_trace,
                             .plan = plan ? &*plan : nullptr,
                             .costs = costs ? &*costs : nullptr};
-  Result<Simulation> primary = Simulate(*scenario, scenario->schedule(), options);
+  Result<Simulation> primary = Simulate(*resolved, scenario.schedule(), options);
   if (!primary.ok()) return Fail(kName, primary.status());
   TraceWriter trace("simulate");
   if (want_trace) AddTrace(*primary, 0, &trace);
 
   pb::Report report = primary->report;
-  for (int b = 0; b < scenario->baselines_size(); ++b) {
+  for (int b = 0; b < scenario.baselines_size(); ++b) {
     Result<Simulation> base =
-        Simulate(*scenario, scenario->baselines(b),
+        Simulate(*resolved, scenario.baselines(b),
                  {.record_timeline = want_trace, .costs = options.costs});
     if (!base.ok()) {
       return Fail(kName, base.status().WithPrefix("baselines[" + std::to_string(b) + "]"));

@@ -5,7 +5,8 @@
 #include "sim/search.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 #include "tools/sweep_format.h"
 #include "tools/sweep_options.h"
 
@@ -45,8 +46,8 @@ void ClearOverriddenRanges(const ScenarioFlags& f, pb::SweepSpec* sweep) {
 }
 
 Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_flags) {
-  SF_ASSIGN_OR_RETURN(pb::Scenario scenario, LoadResolvedScenario(flags));
-  pb::SweepSpec sweep = scenario.sweep();
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario scenario, LoadResolvedScenario(flags));
+  pb::SweepSpec sweep = scenario.proto().sweep();
   ClearOverriddenRanges(flags, &sweep);
   SF_RETURN_IF_ERROR(ApplySweepFlags(sweep_flags, &sweep));
   ProgressBar bar("configurations");

@@ -24,7 +24,8 @@
 #include "schedule/plan.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
@@ -34,11 +35,6 @@ using backend::TrainOptions;
 using backend::TrainSetup;
 
 constexpr char kName[] = "train";
-
-// Embedded from scenarios/tiny-train.textproto by CMake.
-constexpr char kTinyTrainScenario[] =
-#include "tiny_train_scenario.inc"
-    ;
 
 // When set, each rank writes its pid to <dir>/rank<r>.pid before the first
 // step (for tests that kill one rank in the middle of a run).
@@ -108,13 +104,12 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
 
 Result<schedule::Plan> LoadPlan(const std::string& path) {
   std::string text;
-  SF_RETURN_IF_ERROR(ReadFile(path, &text));
+  SF_RETURN_IF_ERROR(scenario::ReadFile(path, &text));
   return schedule::ParsePlanText(text, path);
 }
 
 // Everything decided before the first tensor exists: the same on every rank.
 struct Prepared {
-  pb::Scenario scenario;
   TrainSetup setup;
   TrainOptions options;
   std::optional<backend::TextData> text;
@@ -128,10 +123,11 @@ Result<Prepared> Prepare(TrainFlags flags) {
     if (flags.scenario.policy.empty()) flags.scenario.policy = plan->policy();
   }
   Prepared p;
-  SF_ASSIGN_OR_RETURN(p.scenario, LoadResolvedScenario(flags.scenario, kTinyTrainScenario,
-                                                       "<tiny-train scenario>"));
-  SF_ASSIGN_OR_RETURN(p.options, ResolveOptions(p.scenario, flags));
-  Result<TrainSetup> setup = backend::MakeTrainSetup(p.scenario, plan ? &*plan : nullptr);
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved,
+                      LoadResolvedScenario(flags.scenario, scenario::TinyTrainScenarioText(),
+                                           "<tiny-train scenario>"));
+  SF_ASSIGN_OR_RETURN(p.options, ResolveOptions(resolved.proto(), flags));
+  Result<TrainSetup> setup = backend::MakeTrainSetup(resolved, plan ? &*plan : nullptr);
   if (!setup.ok()) {
     return plan ? setup.status().WithPrefix(flags.plan_path) : setup.status();
   }

@@ -25,13 +25,14 @@
 #include <thread>
 
 #include "backend/comm/mpi.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 #include "sim/cost_table.h"
 #include "sim/validation.h"
 #include "tools/cli.h"
 #include "tools/profiling.h"
 #include "tools/report_format.h"
 #include "tools/run_configs.h"
-#include "tools/scenario.h"
 #include "tools/validate_format.h"
 #include "tools/validate_runs.h"
 
@@ -114,7 +115,7 @@ Status WriteCostsOut(const pb::CostTable& table, const ValidateFlags& flags) {
 
 Result<Costs> LoadCosts(const pb::Scenario& scenario, const ValidateFlags& flags,
                         const Precision& precision) {
-  SF_ASSIGN_OR_RETURN(pb::CostTable table, LoadCostTableFile(flags.costs_path));
+  SF_ASSIGN_OR_RETURN(pb::CostTable table, scenario::LoadCostTableFile(flags.costs_path));
   SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, scenario.model(), flags.costs_path));
   if (!table.dtype().empty() && table.dtype() != precision.dtype) {
     return Status::Invalid(flags.costs_path + ": measured in " + table.dtype() +
@@ -159,18 +160,18 @@ pb::ValidationReport NewReport(const pb::Scenario& scenario, const Costs& costs,
 
 int Validate(const ValidateFlags& flags) {
   const double load_before = LoadAverage();
-  Result<pb::Scenario> scenario =
-      LoadResolvedScenario(flags.scenario, TinyTrainScenarioText(), "<tiny-train scenario>");
+  Result<scenario::ResolvedScenario> scenario = LoadResolvedScenario(
+      flags.scenario, scenario::TinyTrainScenarioText(), "<tiny-train scenario>");
   if (!scenario.ok()) return Fail(kName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, false);
   if (!configs.ok()) return Fail(kName, configs.status());
-  Result<Precision> precision = PrecisionFor(*scenario, flags.profile);
+  Result<Precision> precision = PrecisionFor(scenario->proto(), flags.profile);
   if (!precision.ok()) return Fail(kName, precision.status());
   const bool profiling = flags.costs_path.empty();
   Costs costs;
   std::optional<sim::CostTableIndex> given;
   if (!profiling) {
-    Result<Costs> loaded = LoadCosts(*scenario, flags, *precision);
+    Result<Costs> loaded = LoadCosts(scenario->proto(), flags, *precision);
     if (!loaded.ok()) return Fail(kName, loaded.status());
     costs = std::move(loaded).value();
     Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs.table, costs.label);
@@ -188,7 +189,7 @@ int Validate(const ValidateFlags& flags) {
     costs = Costs{MergeProfiles(seen->tables), "profiled"};
     if (Status s = WriteCostsOut(costs.table, flags); !s.ok()) return Fail(kName, s);
   }
-  pb::ValidationReport report = NewReport(*scenario, costs, *precision, rounds);
+  pb::ValidationReport report = NewReport(scenario->proto(), costs, *precision, rounds);
   std::vector<std::string> names;
   for (std::size_t k = 0; k < configs->size(); ++k) {
     Result<pb::ValidationRun> run = CompareConfig(*scenario, (*configs)[k], k, configs->size(),

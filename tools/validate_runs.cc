@@ -80,35 +80,37 @@ Result<std::string> TempPath(const char* what) {
 // The profile taken right before one configuration's run: its chunk
 // lengths, in P processes at once (one per core, as the run's ranks) unless
 // --concurrent says otherwise; `per_stage` gets each process's own table.
-Result<pb::CostTable> ProfileBeforeRun(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::CostTable> ProfileBeforeRun(const scenario::ResolvedScenario& scenario,
+                                       const RunConfig& config,
                                        const ProfileFlags& flags,
                                        std::vector<pb::CostTable>* per_stage) {
   ProfileFlags profile = flags;
-  if (!profile.concurrent) profile.concurrent = scenario.parallel().pipeline_size();
+  if (!profile.concurrent) profile.concurrent = scenario.stages();
   return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
 }
 
 }  // namespace
 
-Result<pb::Report> Predict(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::Report> Predict(const scenario::ResolvedScenario& scenario, const RunConfig& config,
                            const sim::CostTableIndex& costs, const Precision& precision,
                            const sim::MeasuredDurations* durations) {
-  pb::Scenario narrowed = ScenarioFor(scenario, config);
   // The ledger in the backend's element type (models/cost_model.h).
-  SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
-  Result<sim::Simulation> predicted =
-      sim::Simulate(narrowed, narrowed.schedule(), {.costs = &costs, .durations = durations});
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
+  Result<sim::Simulation> predicted = sim::Simulate(
+      narrowed, narrowed.proto().schedule(), {.costs = &costs, .durations = durations});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
   return predicted->report;
 }
 
-Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::Report> PredictFromProfile(const scenario::ResolvedScenario& scenario,
+                                      const RunConfig& config,
                                       const pb::CostTable& merged,
                                       const std::vector<pb::CostTable>& per_stage,
                                       const Precision& precision,
                                       const sim::MeasuredDurations* durations) {
   SF_ASSIGN_OR_RETURN(sim::CostTableIndex index, sim::CostTableIndex::Make(merged, "profiled"));
-  if (per_stage.size() != static_cast<std::size_t>(scenario.parallel().pipeline_size())) {
+  if (per_stage.size() != static_cast<std::size_t>(scenario.stages())) {
     return Predict(scenario, config, index, precision, durations);
   }
   std::vector<sim::CostTableIndex> indexes;
@@ -120,10 +122,10 @@ Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunCon
   }
   std::vector<const sim::CostTableIndex*> pointers;
   for (const sim::CostTableIndex& i : indexes) pointers.push_back(&i);
-  pb::Scenario narrowed = ScenarioFor(scenario, config);
-  SF_ASSIGN_OR_RETURN(*narrowed.mutable_precision(), models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
   Result<sim::Simulation> predicted =
-      sim::Simulate(narrowed, narrowed.schedule(),
+      sim::Simulate(narrowed, narrowed.proto().schedule(),
                     {.stage_costs = &pointers, .durations = durations});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
   return predicted->report;
@@ -168,7 +170,7 @@ Result<sim::MeasuredRun> RunTrain(const pb::Scenario& scenario, const TrainRunOp
 namespace {
 
 // One configuration in one round: profile (unless `given`), predict, run.
-Status ObserveOne(const pb::Scenario& scenario, const RunConfig& config,
+Status ObserveOne(const scenario::ResolvedScenario& scenario, const RunConfig& config,
                   const ProfileFlags& profile, const TrainRunOptions& train,
                   const Precision& precision, const sim::CostTableIndex* given, std::size_t k,
                   Observations* seen) {
@@ -186,7 +188,9 @@ Status ObserveOne(const pb::Scenario& scenario, const RunConfig& config,
   SF_RETURN_IF_ERROR(prediction.status());
   seen->predicted[k].push_back(std::move(prediction).value());
   seen->stage_tables[k].push_back(std::move(per_stage));
-  Result<sim::MeasuredRun> run = RunTrain(ScenarioFor(scenario, config), train, precision);
+  Result<scenario::ResolvedScenario> narrowed = ScenarioFor(scenario, config);
+  if (!narrowed.ok()) return narrowed.status().WithPrefix(ConfigName(config));
+  Result<sim::MeasuredRun> run = RunTrain(narrowed->proto(), train, precision);
   if (!run.ok()) return run.status().WithPrefix(ConfigName(config));
   seen->measured[k].push_back(std::move(run).value());
   return Status::Ok();
@@ -195,7 +199,8 @@ Status ObserveOne(const pb::Scenario& scenario, const RunConfig& config,
 }  // namespace
 
 // Every round runs every configuration once.
-Result<Observations> Observe(const pb::Scenario& scenario, const std::vector<RunConfig>& configs,
+Result<Observations> Observe(const scenario::ResolvedScenario& scenario,
+                             const std::vector<RunConfig>& configs,
                              const ProfileFlags& profile, const TrainRunOptions& train,
                              const Precision& precision, const sim::CostTableIndex* given,
                              int rounds, std::ostream* log) {
@@ -209,7 +214,8 @@ Result<Observations> Observe(const pb::Scenario& scenario, const std::vector<Run
         *log << "stateflow validate: round " << round + 1 << "/" << rounds << ", " << k + 1 << "/"
              << configs.size() << " " << ConfigName(configs[k]) << "\n";
       }
-      SF_RETURN_IF_ERROR(ObserveOne(scenario, configs[k], profile, train, precision, given, k, &seen));
+      SF_RETURN_IF_ERROR(
+          ObserveOne(scenario, configs[k], profile, train, precision, given, k, &seen));
     }
   }
   return seen;
@@ -218,7 +224,8 @@ Result<Observations> Observe(const pb::Scenario& scenario, const std::vector<Run
 // Configuration k compared: the median prediction against the rounds' runs,
 // and the median run replayed with its own durations (transfers from the
 // costs of its round).
-Result<pb::ValidationRun> CompareConfig(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::ValidationRun> CompareConfig(const scenario::ResolvedScenario& scenario,
+                                        const RunConfig& config,
                                         std::size_t k, std::size_t num_configs,
                                         const Observations& seen, const Precision& precision,
                                         const sim::CostTableIndex* given) {

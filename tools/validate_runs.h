@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
+#include "scenario/resolve.h"
 #include "sim/cost_source.h"
 #include "sim/cost_table.h"
 #include "sim/validation.h"
@@ -32,14 +33,15 @@ namespace stateflow::tools {
 // ledger counted at the backend's element size (precision.dtype); with
 // `durations`, every action's and optimizer step's time from them instead.
 // Errors are prefixed with the configuration's name.
-Result<pb::Report> Predict(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::Report> Predict(const scenario::ResolvedScenario& scenario, const RunConfig& config,
                            const sim::CostTableIndex& costs, const Precision& precision,
                            const sim::MeasuredDurations* durations = nullptr);
 
 // The prediction of one configuration from one profile: stage r replays the
 // costs of the profile's process r when there is one per stage, else the
 // profile's merged table.
-Result<pb::Report> PredictFromProfile(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::Report> PredictFromProfile(const scenario::ResolvedScenario& scenario,
+                                      const RunConfig& config,
                                       const pb::CostTable& merged,
                                       const std::vector<pb::CostTable>& per_stage,
                                       const Precision& precision,
@@ -72,7 +74,8 @@ struct Observations {
 // table), a profile of its chunk lengths (`profile`, in P processes unless
 // --concurrent says otherwise), then its prediction, then its real run.
 // Progress lines go to `log` (may be null). Errors name the configuration.
-Result<Observations> Observe(const pb::Scenario& scenario, const std::vector<RunConfig>& configs,
+Result<Observations> Observe(const scenario::ResolvedScenario& scenario,
+                             const std::vector<RunConfig>& configs,
                              const ProfileFlags& profile, const TrainRunOptions& train,
                              const Precision& precision, const sim::CostTableIndex* given,
                              int rounds, std::ostream* log);
@@ -80,7 +83,8 @@ Result<Observations> Observe(const pb::Scenario& scenario, const std::vector<Run
 // Configuration k (of `num_configs`) compared: the median prediction against
 // the rounds' runs, and the median run replayed with its own durations
 // (transfers from the costs of its round: `given`, or its profile).
-Result<pb::ValidationRun> CompareConfig(const pb::Scenario& scenario, const RunConfig& config,
+Result<pb::ValidationRun> CompareConfig(const scenario::ResolvedScenario& scenario,
+                                        const RunConfig& config,
                                         std::size_t k, std::size_t num_configs,
                                         const Observations& seen, const Precision& precision,
                                         const sim::CostTableIndex* given);

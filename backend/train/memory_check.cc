@@ -1,5 +1,7 @@
 #include "backend/train/memory_check.h"
 
+#include "scenario/configure.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -57,14 +59,13 @@ TextData SyntheticText(std::int64_t seq_len) {
 
 }  // namespace
 
-Result<std::vector<StagePeaks>> PredictStageMemory(const pb::Scenario& scenario,
+Result<std::vector<StagePeaks>> PredictStageMemory(const scenario::ResolvedScenario& scenario,
                                                    const TrainSetup& setup,
                                                    const std::string& dtype) {
   SF_ASSIGN_OR_RETURN(pb::PrecisionSpec precision, models::PrecisionForDtype(dtype));
-  SF_ASSIGN_OR_RETURN(models::CostModelOptions options,
-                      models::CostOptionsFor(scenario, scenario.schedule()));
-  SF_ASSIGN_OR_RETURN(models::CostModel cm, models::CostModel::Make(setup.model, precision,
-                                                                    scenario.cluster(), options));
+  SF_ASSIGN_OR_RETURN(std::shared_ptr<const scenario::Placement> placement,
+                      scenario::Place(scenario, scenario.proto().schedule(), &precision));
+  const models::CostModel& cm = placement->cost_model;
   std::vector<StagePeaks> peaks;
   for (int r = 0; r < setup.stages; ++r) {
     peaks.push_back(FromSegment(models::StageStepMemory(cm, setup.stage_layers[r],
@@ -81,7 +82,7 @@ Result<std::vector<StagePeaks>> MeasureStageMemory(const TrainSetup& setup,
   return Status::Invalid("train.dtype: unknown '" + options.dtype + "' (known: float32, float64)");
 }
 
-Result<std::vector<StageMemoryCheck>> CheckStepMemory(const pb::Scenario& scenario,
+Result<std::vector<StageMemoryCheck>> CheckStepMemory(const scenario::ResolvedScenario& scenario,
                                                       const std::string& dtype) {
   SF_ASSIGN_OR_RETURN(TrainSetup setup, MakeTrainSetup(scenario, nullptr));
   SF_ASSIGN_OR_RETURN(std::vector<StagePeaks> predicted,

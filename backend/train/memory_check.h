@@ -45,7 +45,7 @@ struct StageMemoryCheck {
 // scenario's model, TP/DP/microbatch size and recompute mode, in the
 // precision of the backend's `dtype` (models::PrecisionForDtype). Errors:
 // the scenario's cost model (names the field), an unknown dtype.
-Result<std::vector<StagePeaks>> PredictStageMemory(const pb::Scenario& scenario,
+Result<std::vector<StagePeaks>> PredictStageMemory(const scenario::ResolvedScenario& scenario,
                                                    const TrainSetup& setup,
                                                    const std::string& dtype);
 
@@ -57,11 +57,10 @@ Result<std::vector<StagePeaks>> MeasureStageMemory(const TrainSetup& setup,
                                                    const TrainOptions& options,
                                                    const TextData& text);
 
-// Both, for a resolved scenario (model and cluster filled in, as
-// tools/scenario.h resolves them): the setup of MakeTrainSetup, the
+// Both, for a resolved scenario: the setup of MakeTrainSetup, the
 // prediction in `dtype`, one measured step in `dtype` on synthetic bytes
 // (the ledger does not depend on the tokens).
-Result<std::vector<StageMemoryCheck>> CheckStepMemory(const pb::Scenario& scenario,
+Result<std::vector<StageMemoryCheck>> CheckStepMemory(const scenario::ResolvedScenario& scenario,
                                                       const std::string& dtype);
 
 // (predicted - measured) / measured; 0 when both are 0; +/-1 when only the

@@ -4,25 +4,12 @@
 
 #include "backend/train/text_data.h"
 #include "models/placement.h"
+#include "scenario/configure.h"
 
 namespace stateflow::backend {
 namespace {
 
 constexpr int kByteVocab = 256;
-
-Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks) {
-  if (plan.stages() == stages && plan.microbatches() == microbatches &&
-      plan.chunks() == chunks) {
-    return Status::Ok();
-  }
-  return Status::Invalid("plan is for stages " + std::to_string(plan.stages()) +
-                         " microbatches " + std::to_string(plan.microbatches()) + " chunks " +
-                         std::to_string(plan.chunks()) +
-                         " but the scenario has parallel.pipeline_size " +
-                         std::to_string(stages) + ", parallel.microbatches " +
-                         std::to_string(microbatches) + ", schedule.chunks " +
-                         std::to_string(chunks));
-}
 
 Status CheckNoWeightPass(const schedule::Plan& plan) {
   for (int r = 0; r < plan.stages(); ++r) {
@@ -38,14 +25,16 @@ Status CheckNoWeightPass(const schedule::Plan& plan) {
 
 }  // namespace
 
-Result<TrainSetup> MakeTrainSetup(const pb::Scenario& scenario, const schedule::Plan* plan) {
+Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
+                                  const schedule::Plan* plan) {
   TrainSetup setup;
+  const pb::Scenario& scenario = resolved.proto();
   const pb::ScheduleSpec& schedule = scenario.schedule();
   setup.scenario_name = scenario.name();
   setup.model = scenario.model();
-  setup.stages = static_cast<int>(scenario.parallel().pipeline_size());
-  setup.microbatches = static_cast<int>(scenario.parallel().microbatches());
-  setup.seq_len = static_cast<std::int64_t>(scenario.seq_len());
+  setup.stages = resolved.stages();
+  setup.microbatches = resolved.microbatches();
+  setup.seq_len = resolved.seq_len();
   setup.alpha = schedule.alpha();
   if (setup.model.vocab_size() < kByteVocab) {
     return Status::Invalid("model.vocab_size " + std::to_string(setup.model.vocab_size()) +
@@ -55,31 +44,20 @@ Result<TrainSetup> MakeTrainSetup(const pb::Scenario& scenario, const schedule::
     return Status::Invalid("parallel.tensor_size and parallel.data_size must be 1 for "
                            "training (the backend runs pipeline parallelism only)");
   }
-  SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
-                      models::CostOptionsFor(scenario, schedule));
-  setup.recompute = cost_options.recompute;
   // The run's own precision, not the scenario's (which describes a simulated
   // run, bf16 by default): placement depends on FLOPs only, so this changes
   // no result, but the setup's cost model is the one that counts the
   // backend's bytes (models::PrecisionForDtype, as the memory check uses).
   SF_ASSIGN_OR_RETURN(pb::PrecisionSpec precision,
                       models::PrecisionForDtype(scenario.train().dtype()));
-  SF_ASSIGN_OR_RETURN(models::CostModel cm,
-                      models::CostModel::Make(scenario.model(), precision,
-                                              scenario.cluster(), cost_options));
-  SF_ASSIGN_OR_RETURN(setup.stage_layers,
-                      models::AssignScenarioStages(cm, setup.stages, setup.seq_len));
-  SF_ASSIGN_OR_RETURN(setup.partition, models::PartitionFor(cm, setup.seq_len, schedule));
-  const int chunks = setup.partition.num_chunks();
-  if (plan != nullptr) {
-    SF_RETURN_IF_ERROR(CheckPlanShape(*plan, setup.stages, setup.microbatches, chunks));
-    setup.plan = *plan;
-  } else {
-    SF_ASSIGN_OR_RETURN(setup.plan, schedule::MakePlan(schedule.policy(), setup.stages,
-                                                       setup.microbatches, chunks));
-  }
-  SF_RETURN_IF_ERROR(schedule::ValidatePlan(setup.plan));
-  SF_RETURN_IF_ERROR(CheckNoWeightPass(setup.plan));
+  SF_ASSIGN_OR_RETURN(scenario::Configuration config,
+                      scenario::Configure(resolved, schedule,
+                                          {.plan = plan, .precision = &precision}));
+  SF_RETURN_IF_ERROR(CheckNoWeightPass(config.plan));
+  setup.recompute = config.placement->cost_model.options().recompute;
+  setup.stage_layers = config.placement->stage_layers;
+  setup.partition = std::move(config.partition);
+  setup.plan = std::move(config.plan);
   return setup;
 }
 

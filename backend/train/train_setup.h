@@ -1,7 +1,7 @@
-// What a training run is made of, resolved from a scenario: the plan (from
+// What a training run is made of, from a resolved scenario: the plan (from
 // the scenario's policy, or a plan file), the chunk partition and the stage
-// assignment -- computed with models/placement.h exactly as the simulator
-// does, so the backend runs the configuration the simulator predicts -- and
+// assignment -- made by scenario::Configure, the same call the simulator
+// makes, so the backend runs the configuration the simulator predicts -- and
 // the trainer's own options from the scenario's TrainSpec with defaults.
 //
 // Not the training loop (trainer.h).
@@ -20,6 +20,7 @@
 #include "models/cost_model.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
+#include "scenario/resolve.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
 
@@ -38,14 +39,13 @@ struct TrainSetup {
   std::int64_t seq_len = 1;  // T
 };
 
-// From a resolved scenario (tools/scenario.h's ResolveScenario). `plan`, if
-// given, replaces the policy's plan; it must match the scenario's stages,
-// microbatches and chunks (the error names both) and pass ValidatePlan.
-// Other errors: a byte-level vocabulary below 256 (model.vocab_size), a
-// partition that cannot cut seq_len into N chunks, W actions in the plan, an
-// unknown train.dtype. The scenario's precision is not used: a run's bytes
-// are its dtype's (models::PrecisionForDtype).
-Result<TrainSetup> MakeTrainSetup(const pb::Scenario& scenario, const schedule::Plan* plan);
+// scenario::Configure in the run's dtype (models::PrecisionForDtype; the
+// scenario's precision describes a simulated run). `plan`, if given,
+// replaces the policy's plan (Configure checks its shape and validity).
+// Other errors: a byte-level vocabulary below 256 (model.vocab_size), TP or
+// DP above 1, W actions in the plan, an unknown train.dtype.
+Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& scenario,
+                                  const schedule::Plan* plan);
 
 struct TrainOptions {
   int steps = 10;

@@ -13,8 +13,11 @@
 #include "backend/model/gdn_stage_module.h"
 #include "backend/train/trainer.h"
 #include "tests/backend/memory_test_util.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::backend::testing {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 class StepMemory : public ::testing::TestWithParam<MemoryCase> {};
@@ -42,7 +45,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(StepMemoryTransport, NothingTransientOutlivesAnAction) {
   const MemoryCase c{"gdn-tiny", "stateflow", 3, 3, 4, "none", "float32", 64};
   const pb::Scenario scenario = ScenarioOf(c);
-  Result<TrainSetup> setup = MakeTrainSetup(scenario, nullptr);
+  Result<TrainSetup> setup = MakeTrainSetup(MustResolve(scenario), nullptr);
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   StageModuleFactory<float> factory = [&](int, const models::StageLayers& layers,
                                           TrackingAllocator* alloc) {
@@ -68,11 +71,11 @@ TEST(StepMemoryTransport, NothingTransientOutlivesAnAction) {
 
 TEST(StepMemoryErrors, NamesTheUnsupportedModelAndDtype) {
   MemoryCase c{"mamba3-tiny", "stateflow", 2, 1, 2, "none", "float32", 64};
-  Result<std::vector<StageMemoryCheck>> mamba = CheckStepMemory(ScenarioOf(c), "float32");
+  Result<std::vector<StageMemoryCheck>> mamba = CheckStepMemory(MustResolve(ScenarioOf(c)), "float32");
   ASSERT_FALSE(mamba.ok());
   EXPECT_NE(mamba.status().message().find("model.architecture"), std::string::npos);
   c.preset = "gdn-tiny";
-  Result<std::vector<StageMemoryCheck>> dtype = CheckStepMemory(ScenarioOf(c), "int8");
+  Result<std::vector<StageMemoryCheck>> dtype = CheckStepMemory(MustResolve(ScenarioOf(c)), "int8");
   ASSERT_FALSE(dtype.ok());
   EXPECT_NE(dtype.status().message().find("train.dtype"), std::string::npos);
 }

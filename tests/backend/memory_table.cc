@@ -21,8 +21,11 @@
 #include "backend/train/memory_check.h"
 #include "models/cost_model.h"
 #include "models/model.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::backend {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 struct Options {
@@ -123,7 +126,7 @@ int Run(const Options& o) {
     for (int M : {2, 4, 8}) {
       for (int N : {1, 2, 4, 8}) {
         const Config config{M, N, recompute};
-        Result<std::vector<StageMemoryCheck>> stages = CheckStepMemory(ScenarioFor(o, config), o.dtype);
+        Result<std::vector<StageMemoryCheck>> stages = CheckStepMemory(MustResolve(ScenarioFor(o, config)), o.dtype);
         if (!stages.ok()) {
           std::fprintf(stderr, "sf_memory_table: %s: %s\n", config.Name().c_str(),
                        stages.status().message().c_str());

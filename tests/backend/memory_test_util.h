@@ -18,8 +18,11 @@
 #include "models/cost_model.h"
 #include "models/model.h"
 #include "sim/simulation.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::backend::testing {
+
+using ::stateflow::testing::MustResolve;
 
 struct MemoryCase {
   const char* preset;
@@ -67,10 +70,10 @@ inline pb::Scenario ScenarioOf(const MemoryCase& c) {
 // simulator's report to carry the same peak and classes at it.
 inline void ExpectExactMemory(const MemoryCase& c) {
   const pb::Scenario scenario = ScenarioOf(c);
-  Result<std::vector<StageMemoryCheck>> checks = CheckStepMemory(scenario, c.dtype);
+  Result<std::vector<StageMemoryCheck>> checks = CheckStepMemory(MustResolve(scenario), c.dtype);
   ASSERT_TRUE(checks.ok()) << checks.status().message();
   ASSERT_EQ(checks->size(), static_cast<std::size_t>(c.P));
-  Result<sim::Simulation> sim = sim::Simulate(scenario, scenario.schedule());
+  Result<sim::Simulation> sim = sim::Simulate(MustResolve(scenario), scenario.schedule());
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   for (const StageMemoryCheck& s : *checks) {
     double worst_class = 0;

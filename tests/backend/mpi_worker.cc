@@ -18,8 +18,11 @@
 #include "backend/model/gdn_stage_module.h"
 #include "backend/train/trainer.h"
 #include "tests/backend/train_test_util.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::backend::testing {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 using Args = std::map<std::string, std::string>;
@@ -70,7 +73,7 @@ int Run(const Args& args) {
   const ToyShape shape{Int(args, "stages", 2), Int(args, "microbatches", 2),
                        Int(args, "chunks", 1), Int(args, "seq_len", 24),
                        args.count("policy") ? args.at("policy") : "stateflow"};
-  Result<TrainSetup> setup = MakeTrainSetup(ToyScenario(shape), nullptr);
+  Result<TrainSetup> setup = MakeTrainSetup(MustResolve(ToyScenario(shape)), nullptr);
   if (!setup.ok()) return std::cerr << setup.status().message() << "\n", 1;
   Result<TextData> text = TextData::Load(kDefaultTextPath);
   if (!text.ok()) return std::cerr << text.status().message() << "\n", 1;

@@ -14,8 +14,11 @@
 #include "backend/train/trainer.h"
 #include "schedule/plan.h"
 #include "tests/backend/train_test_util.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::backend::testing {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 using schedule::Pass;
@@ -345,7 +348,7 @@ TEST(Trainer, NonFiniteLossStopsWithTheStepNumber) {
 TEST(TrainSetup, RejectsMismatchedAndBrokenPlans) {
   const pb::Scenario scenario = ToyScenario({2, 3, 2, 24, "stateflow"});
   const schedule::Plan other = *schedule::MakePlan("stateflow", 2, 4, 2);
-  Result<TrainSetup> s = MakeTrainSetup(scenario, &other);
+  Result<TrainSetup> s = MakeTrainSetup(MustResolve(scenario), &other);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("plan is for stages 2 microbatches 4 chunks 2"),
             std::string::npos)
@@ -356,13 +359,13 @@ TEST(TrainSetup, RejectsMismatchedAndBrokenPlans) {
   std::vector<std::vector<schedule::Action>> lists = good.per_stage();
   std::reverse(lists[1].begin(), lists[1].end());
   const schedule::Plan broken("stateflow", 2, 3, 2, lists);
-  Result<TrainSetup> b = MakeTrainSetup(scenario, &broken);
+  Result<TrainSetup> b = MakeTrainSetup(MustResolve(scenario), &broken);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("stage 1"), std::string::npos) << b.status().message();
 }
 
 TEST(TrainSetup, SequenceShorterThanTheChunks) {
-  Result<TrainSetup> s = MakeTrainSetup(ToyScenario({2, 1, 8, 5, "stateflow"}), nullptr);
+  Result<TrainSetup> s = MakeTrainSetup(MustResolve(ToyScenario({2, 1, 8, 5, "stateflow"})), nullptr);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("cannot be cut into 8"), std::string::npos)
       << s.status().message();

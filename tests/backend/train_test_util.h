@@ -18,8 +18,11 @@
 #include "backend/train/trainer.h"
 #include "models/model.h"
 #include "tests/backend/toy_stage_module.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::backend::testing {
+
+using ::stateflow::testing::MustResolve;
 
 inline constexpr int kToyHidden = 8;
 
@@ -59,7 +62,7 @@ inline pb::Scenario ToyScenario(const ToyShape& shape) {
 }
 
 inline TrainSetup ToySetup(const ToyShape& shape) {
-  Result<TrainSetup> setup = MakeTrainSetup(ToyScenario(shape), nullptr);
+  Result<TrainSetup> setup = MakeTrainSetup(MustResolve(ToyScenario(shape)), nullptr);
   EXPECT_TRUE(setup.ok()) << setup.status().message();
   return std::move(setup).value();
 }

@@ -7,8 +7,11 @@
 
 #include "models/model.h"
 #include "sim/simulation.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::sim {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 pb::Scenario Scenario(int stages, int microbatches, int data_size) {
@@ -40,8 +43,8 @@ TEST(DataParallel, StepEndsWithTheSlowestStagesGradientAllReduce) {
   for (int dp : {2, 4, 16}) {
     SCOPED_TRACE("DP=" + std::to_string(dp));
     const pb::Scenario one = Scenario(3, 4, 1), many = Scenario(3, 4, dp);
-    Result<Simulation> a = Simulate(one, Schedule("stateflow", 4, 0.5));
-    Result<Simulation> b = Simulate(many, Schedule("stateflow", 4, 0.5));
+    Result<Simulation> a = Simulate(MustResolve(one), Schedule("stateflow", 4, 0.5));
+    Result<Simulation> b = Simulate(MustResolve(many), Schedule("stateflow", 4, 0.5));
     ASSERT_TRUE(a.ok()) << a.status().message();
     ASSERT_TRUE(b.ok()) << b.status().message();
     // The link: intra-node while TP * DP fits in a node (8 per node).
@@ -52,7 +55,7 @@ TEST(DataParallel, StepEndsWithTheSlowestStagesGradientAllReduce) {
     double expected_step = 0;
     for (int r = 0; r < 3; ++r) {
       double grad_bytes = 0;
-      for (int l = b->stage_layers[r].first; l < b->stage_layers[r].last; ++l) {
+      for (int l = b->config.placement->stage_layers[r].first; l < b->config.placement->stage_layers[r].last; ++l) {
         grad_bytes += models::LayerParamCount(many.model(), layers[l]) * 4.0;
       }
       const double sync = 2.0 * (dp - 1) / dp * grad_bytes / link.bandwidth_bytes_per_s() +
@@ -71,10 +74,18 @@ TEST(DataParallel, StepEndsWithTheSlowestStagesGradientAllReduce) {
   }
 }
 
-TEST(SimulatePrepared, SameReportAsSimulateForManySchedules) {
+TEST(SimulateConfigured, OnePlacementSameReportAsSimulateForManySchedules) {
   pb::Scenario s = Scenario(4, 2, 1);
-  Result<PreparedScenario> prepared = PrepareScenario(s, Schedule("stateflow", 1, 0));
-  ASSERT_TRUE(prepared.ok()) << prepared.status().message();
+  Result<std::shared_ptr<const scenario::Placement>> placement =
+      scenario::Place(MustResolve(s), Schedule("stateflow", 1, 0));
+  ASSERT_TRUE(placement.ok()) << placement.status().message();
+  const auto fast_path = [&](const pb::Scenario& sc, const pb::ScheduleSpec& spec) {
+    const scenario::ResolvedScenario resolved = MustResolve(sc);
+    Result<scenario::Configuration> config =
+        scenario::ConfigurePlaced(resolved, *placement, spec);
+    return config.ok() ? SimulateConfigured(resolved, *config)
+                       : Result<Simulation>(config.status());
+  };
   for (int m : {1, 3}) {
     s.mutable_parallel()->set_microbatches(m);
     for (const pb::ScheduleSpec& spec :
@@ -82,19 +93,19 @@ TEST(SimulatePrepared, SameReportAsSimulateForManySchedules) {
           Schedule("gpipe", 2, 0.3)}) {
       SCOPED_TRACE(spec.policy() + " N=" + std::to_string(spec.chunks()) +
                    " M=" + std::to_string(m));
-      Result<Simulation> direct = Simulate(s, spec);
-      Result<Simulation> fast = SimulatePrepared(s, *prepared, spec);
+      Result<Simulation> direct = Simulate(MustResolve(s), spec);
+      Result<Simulation> fast = fast_path(s, spec);
       ASSERT_TRUE(direct.ok()) << direct.status().message();
       ASSERT_TRUE(fast.ok()) << fast.status().message();
       EXPECT_EQ(direct->report.SerializeAsString(), fast->report.SerializeAsString());
     }
   }
-  // Prepared for another recompute mode or P: refused, not silently wrong.
+  // Placed for another recompute mode or P: refused, not silently wrong.
   pb::ScheduleSpec none = Schedule("stateflow", 2, 0);
   none.set_recompute("none");
-  EXPECT_FALSE(SimulatePrepared(s, *prepared, none).ok());
+  EXPECT_FALSE(fast_path(s, none).ok());
   s.mutable_parallel()->set_pipeline_size(2);
-  EXPECT_FALSE(SimulatePrepared(s, *prepared, Schedule("stateflow", 2, 0)).ok());
+  EXPECT_FALSE(fast_path(s, Schedule("stateflow", 2, 0)).ok());
 }
 
 }  // namespace

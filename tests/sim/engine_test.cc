@@ -8,8 +8,11 @@
 
 #include "models/model.h"
 #include "sim/simulation.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::sim {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 // A recurrent GDN model with enough layers for P up to 16 stages.
@@ -72,10 +75,10 @@ TEST(UniformCosts, StepTimeMatchesThePapersFormulas) {
                  " N=" + std::to_string(c.N));
     const pb::Scenario s = UniformScenario(c.P, c.M, 128LL * c.N * 2);
     const double t = 3.0;  // forward 1 + backward 2 units per whole microbatch
-    Result<Simulation> sf = Simulate(s, Schedule("stateflow", c.N, "none"));
+    Result<Simulation> sf = Simulate(MustResolve(s), Schedule("stateflow", c.N, "none"));
     ASSERT_TRUE(sf.ok()) << sf.status().message();
     EXPECT_NEAR(sf->report.step_time_s(), (c.M * c.N + c.P - 1) * t / c.N, 1e-9);
-    Result<Simulation> base = Simulate(s, Schedule("1f1b", 1, "none"));
+    Result<Simulation> base = Simulate(MustResolve(s), Schedule("1f1b", 1, "none"));
     ASSERT_TRUE(base.ok()) << base.status().message();
     EXPECT_NEAR(base->report.step_time_s(), (c.M + c.P - 1) * t, 1e-9);
     // Busy time is the same work however it is cut: 3M units per stage.
@@ -98,10 +101,10 @@ TEST(UniformCosts, PeakStoredActivationsMatchThePapersFormulas) {
       const std::int64_t seq_len = 128LL * c.N * 3;
       const pb::Scenario s = UniformScenario(c.P, c.M, seq_len);
       Result<Simulation> sf =
-          Simulate(s, Schedule("stateflow", c.N, recompute), {.record_timeline = true});
+          Simulate(MustResolve(s), Schedule("stateflow", c.N, recompute), {.record_timeline = true});
       ASSERT_TRUE(sf.ok()) << sf.status().message();
       Result<Simulation> base =
-          Simulate(s, Schedule("1f1b", 1, recompute), {.record_timeline = true});
+          Simulate(MustResolve(s), Schedule("1f1b", 1, recompute), {.record_timeline = true});
       ASSERT_TRUE(base.ok()) << base.status().message();
 
       models::CostModelOptions opts;
@@ -113,7 +116,7 @@ TEST(UniformCosts, PeakStoredActivationsMatchThePapersFormulas) {
         // A_r: one whole microbatch's stored activations; B_r: one chunk's
         // boundary states (derived here from the cost model, layer by layer).
         double a_whole = 0, a_chunk = 0, b = 0;
-        for (int l = sf->stage_layers[r].first; l < sf->stage_layers[r].last; ++l) {
+        for (int l = sf->config.placement->stage_layers[r].first; l < sf->config.placement->stage_layers[r].last; ++l) {
           a_whole += cm->StoredActivationBytes(l, seq_len);
           a_chunk += cm->StoredActivationBytes(l, seq_len / c.N);
           b += cm->BoundaryStateBytes(l);
@@ -138,7 +141,7 @@ TEST(UniformCosts, PeakStoredActivationsMatchThePapersFormulas) {
 TEST(AnalyticCosts, ExecutionRespectsPlanAndPrecedence) {
   pb::Scenario s = UniformScenario(4, 3, 4096);
   s.set_cost_model("analytic");
-  Result<Simulation> sim = Simulate(s, Schedule("stateflow", 4, "full"), {.record_timeline = true});
+  Result<Simulation> sim = Simulate(MustResolve(s), Schedule("stateflow", 4, "full"), {.record_timeline = true});
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   const auto& stages = sim->engine.stages;
   const double latency = s.cluster().pipeline_link().latency_s();
@@ -150,9 +153,9 @@ TEST(AnalyticCosts, ExecutionRespectsPlanAndPrecedence) {
     return Slice{};
   };
   for (int r = 0; r < 4; ++r) {
-    ASSERT_EQ(stages[r].slices.size(), sim->plan.stage(r).size());
+    ASSERT_EQ(stages[r].slices.size(), sim->config.plan.stage(r).size());
     for (std::size_t k = 0; k < stages[r].slices.size(); ++k) {
-      EXPECT_EQ(stages[r].slices[k].action, sim->plan.stage(r)[k]);
+      EXPECT_EQ(stages[r].slices[k].action, sim->config.plan.stage(r)[k]);
       if (k > 0) {
         EXPECT_GE(stages[r].slices[k].start_s, stages[r].slices[k - 1].end_s);
       }
@@ -175,8 +178,8 @@ TEST(AnalyticCosts, ExecutionRespectsPlanAndPrecedence) {
 TEST(AnalyticCosts, DeterministicAcrossRuns) {
   pb::Scenario s = UniformScenario(4, 4, 8192);
   s.set_cost_model("analytic");
-  Result<Simulation> a = Simulate(s, Schedule("stateflow", 8, "none"), {.record_timeline = true});
-  Result<Simulation> b = Simulate(s, Schedule("stateflow", 8, "none"), {.record_timeline = true});
+  Result<Simulation> a = Simulate(MustResolve(s), Schedule("stateflow", 8, "none"), {.record_timeline = true});
+  Result<Simulation> b = Simulate(MustResolve(s), Schedule("stateflow", 8, "none"), {.record_timeline = true});
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->report.SerializeAsString(), b->report.SerializeAsString());
   for (std::size_t r = 0; r < a->engine.stages.size(); ++r) {
@@ -190,13 +193,13 @@ TEST(AnalyticCosts, DeterministicAcrossRuns) {
 TEST(AnalyticCosts, OomVerdictNamesStageAndClass) {
   pb::Scenario s = UniformScenario(2, 4, 8192);
   s.set_cost_model("analytic");
-  Result<Simulation> fits = Simulate(s, Schedule("1f1b", 1, "none"));
+  Result<Simulation> fits = Simulate(MustResolve(s), Schedule("1f1b", 1, "none"));
   ASSERT_TRUE(fits.ok());
   EXPECT_FALSE(fits->report.oom());
   // A capacity just under the measured peak must be reported as OOM.
   s.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(
       fits->report.peak_memory_bytes() * 0.999);
-  Result<Simulation> tight = Simulate(s, Schedule("1f1b", 1, "none"));
+  Result<Simulation> tight = Simulate(MustResolve(s), Schedule("1f1b", 1, "none"));
   ASSERT_TRUE(tight.ok());
   EXPECT_TRUE(tight->report.oom());
   EXPECT_NE(tight->report.oom_detail().find("stage "), std::string::npos);
@@ -207,9 +210,9 @@ TEST(AnalyticCosts, OomVerdictNamesStageAndClass) {
 TEST(AnalyticCosts, SlowerLinksNeverSpeedUpTheStep) {
   pb::Scenario s = UniformScenario(4, 4, 8192);
   s.set_cost_model("analytic");
-  Result<Simulation> fast = Simulate(s, Schedule("stateflow", 4, "none"));
+  Result<Simulation> fast = Simulate(MustResolve(s), Schedule("stateflow", 4, "none"));
   s.mutable_cluster()->mutable_pipeline_link()->set_latency_s(1e-3);
-  Result<Simulation> slow = Simulate(s, Schedule("stateflow", 4, "none"));
+  Result<Simulation> slow = Simulate(MustResolve(s), Schedule("stateflow", 4, "none"));
   ASSERT_TRUE(fast.ok() && slow.ok());
   EXPECT_GT(slow->report.step_time_s(), fast->report.step_time_s());
   // The first chunk's forward and backward cross the P-1 links each way, one
@@ -233,7 +236,7 @@ TEST(MemoryLedger, BalancedAtTheEndOfTheStep) {
       pb::Scenario s = UniformScenario(2, 3, 2048);
       *s.mutable_model() = *models::ModelPreset(preset);
       s.set_cost_model("analytic");
-      Result<Simulation> sim = Simulate(s, Schedule(policy, 4, "none"), {.record_timeline = true});
+      Result<Simulation> sim = Simulate(MustResolve(s), Schedule(policy, 4, "none"), {.record_timeline = true});
       ASSERT_TRUE(sim.ok()) << sim.status().message();
       for (const StageResult& stage : sim->engine.stages) {
         const ClassBytes& first = stage.memory.front().bytes;
@@ -255,7 +258,7 @@ TEST(MemoryLedger, HybridKvBufferIsPerMicrobatch) {
   pb::Scenario s = UniformScenario(1, 1, 4096);
   *s.mutable_model() = *models::ModelPreset("gdn-hybrid-tiny");
   s.set_cost_model("analytic");
-  Result<Simulation> sim = Simulate(s, Schedule("stateflow", 8, "full"), {.record_timeline = true});
+  Result<Simulation> sim = Simulate(MustResolve(s), Schedule("stateflow", 8, "full"), {.record_timeline = true});
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   models::CostModelOptions opts;
   opts.recompute = models::Recompute::kFull;

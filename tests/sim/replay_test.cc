@@ -6,8 +6,11 @@
 #include "models/model.h"
 #include "sim/cost_table.h"
 #include "sim/simulation.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::sim {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 pb::Scenario TinyScenario(int stages, int microbatches, std::int64_t seq_len) {
@@ -75,9 +78,9 @@ TEST(Replay, OneKnownCostPerChunkGivesTheIdealisedFormulas) {
         Result<CostTableIndex> index =
             CostTableIndex::Make(KnownCosts(s.model(), 64, x), "known");
         ASSERT_TRUE(index.ok()) << index.status().message();
-        Result<Simulation> sim = Simulate(s, Stateflow(N), {.costs = &*index});
+        Result<Simulation> sim = Simulate(MustResolve(s), Stateflow(N), {.costs = &*index});
         ASSERT_TRUE(sim.ok()) << sim.status().message();
-        for (const auto& layers : sim->stage_layers) {
+        for (const auto& layers : sim->config.placement->stage_layers) {
           // The assumption above: blocks spread evenly.
           const int blocks = layers.last - layers.first - (layers.first == 0) -
                              (layers.last == 4 + 2);
@@ -102,7 +105,7 @@ TEST(Replay, InterpolatesLinearlyInTokensAndAddsTheOptimizer) {
   t.set_optimizer_s_per_param(1e-6);
   Result<CostTableIndex> index = CostTableIndex::Make(t, "interp");
   ASSERT_TRUE(index.ok()) << index.status().message();
-  Result<Simulation> sim = Simulate(s, Stateflow(1), {.costs = &*index});
+  Result<Simulation> sim = Simulate(MustResolve(s), Stateflow(1), {.costs = &*index});
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   // 96 tokens is halfway: forward 2 and backward 4 per block, 4 blocks.
   const double params = models::ModelParamCount(s.model());
@@ -116,7 +119,7 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
   {  // Chunks of 128 tokens, measured only at 64.
     Result<CostTableIndex> index = CostTableIndex::Make(good, "narrow.textproto");
     ASSERT_TRUE(index.ok());
-    Result<Simulation> sim = Simulate(s, Stateflow(2), {.costs = &*index});
+    Result<Simulation> sim = Simulate(MustResolve(s), Stateflow(2), {.costs = &*index});
     ASSERT_FALSE(sim.ok());
     EXPECT_NE(sim.status().message().find("outside the measured range [64, 64]"),
               std::string::npos) << sim.status().message();
@@ -127,7 +130,7 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
     t.mutable_samples()->DeleteSubrange(2, 2);  // the head's samples
     Result<CostTableIndex> index = CostTableIndex::Make(t, "nohead");
     ASSERT_TRUE(index.ok());
-    Result<Simulation> sim = Simulate(TinyScenario(2, 2, 128), Stateflow(2), {.costs = &*index});
+    Result<Simulation> sim = Simulate(MustResolve(TinyScenario(2, 2, 128)), Stateflow(2), {.costs = &*index});
     ASSERT_FALSE(sim.ok());
     EXPECT_NE(sim.status().message().find("no head forward samples"), std::string::npos)
         << sim.status().message();
@@ -167,13 +170,13 @@ TEST(Replay, EachStageItsOwnTable) {
   Result<CostTableIndex> fast = CostTableIndex::Make(KnownCosts(s.model(), 64, 1.0), "fast");
   ASSERT_TRUE(slow.ok() && fast.ok());
   std::vector<const CostTableIndex*> per_stage = {&*fast, &*slow};
-  Result<Simulation> sim = Simulate(s, Stateflow(1), {.stage_costs = &per_stage});
+  Result<Simulation> sim = Simulate(MustResolve(s), Stateflow(1), {.stage_costs = &per_stage});
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   EXPECT_NEAR(sim->report.step_time_s(), 18.0, 1e-12);
   EXPECT_NEAR(sim->report.stages(0).busy_s(), 6.0, 1e-12);
   EXPECT_NEAR(sim->report.stages(1).busy_s(), 12.0, 1e-12);
   per_stage.push_back(&*fast);
-  sim = Simulate(s, Stateflow(1), {.stage_costs = &per_stage});
+  sim = Simulate(MustResolve(s), Stateflow(1), {.stage_costs = &per_stage});
   ASSERT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("3 cost tables for 2 stages"), std::string::npos)
       << sim.status().message();
@@ -197,7 +200,7 @@ TEST(Replay, MeasuredActionTimesReplaceTheTable) {
     }
   }
   Result<Simulation> sim =
-      Simulate(s, Stateflow(1), {.costs = &*index, .durations = &measured});
+      Simulate(MustResolve(s), Stateflow(1), {.costs = &*index, .durations = &measured});
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   EXPECT_EQ(sim->report.cost_model(), "measured-run");
   EXPECT_NEAR(sim->report.step_time_s(), 15.5, 1e-12);
@@ -205,12 +208,12 @@ TEST(Replay, MeasuredActionTimesReplaceTheTable) {
 
   // An action the run did not time is named.
   measured.action_s.erase({1, schedule::Pass::kBackward, 1, 0});
-  sim = Simulate(s, Stateflow(1), {.costs = &*index, .durations = &measured});
+  sim = Simulate(MustResolve(s), Stateflow(1), {.costs = &*index, .durations = &measured});
   ASSERT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("of stage 1"), std::string::npos)
       << sim.status().message();
   measured.optimizer_s = {0.5};
-  sim = Simulate(s, Stateflow(1), {.costs = &*index, .durations = &measured});
+  sim = Simulate(MustResolve(s), Stateflow(1), {.costs = &*index, .durations = &measured});
   ASSERT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("optimizer"), std::string::npos);
 }

@@ -13,8 +13,11 @@
 #include "sim/capacity_plan.h"
 #include "sim/search.h"
 #include "sim/simulation.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::sim {
+
+using ::stateflow::testing::MustResolve;
 namespace {
 
 // A hybrid at a length where every N below cuts into distinct chunks.
@@ -77,7 +80,7 @@ std::vector<Candidate> ByHand(const pb::Scenario& scenario, const pb::SweepSpec&
             spec.set_policy(policy);
             spec.set_chunks(n);
             spec.set_alpha(a);
-            Result<Simulation> sim = Simulate(s, spec);
+            Result<Simulation> sim = Simulate(MustResolve(s), spec);
             EXPECT_TRUE(sim.ok()) << sim.status().message();
             out.push_back({{policy, static_cast<std::int64_t>(t), static_cast<int>(gb),
                             static_cast<int>(gb), static_cast<int>(n), a},
@@ -145,7 +148,7 @@ void ExpectSweepMatches(const pb::SweepReport& report, const std::vector<Candida
 TEST(Sweep, PicksTheSameBestAsSimulatingEachCandidateByHand) {
   const pb::Scenario s = HybridScenario();
   const pb::SweepSpec sweep = Ranges();
-  Result<pb::SweepReport> report = RunSweep(s, sweep);
+  Result<pb::SweepReport> report = RunSweep(MustResolve(s), sweep);
   ASSERT_TRUE(report.ok()) << report.status().message();
   // 2 lengths x 2 batches x (1 + 2 policies x 3 N x 4 alpha).
   EXPECT_EQ(report->runs_size(), 2 * 2 * (1 + 2 * 3 * 4));
@@ -176,7 +179,7 @@ TEST(Sweep, OomCandidatesAreNeverPicked) {
   ASSERT_GT(below, 0) << "the fastest candidate has the smallest peak: no capacity in between";
   const double capacity = (top + below) / 2;
   s.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(capacity);
-  Result<pb::SweepReport> report = RunSweep(s, sweep);
+  Result<pb::SweepReport> report = RunSweep(MustResolve(s), sweep);
   ASSERT_TRUE(report.ok()) << report.status().message();
   ExpectSweepMatches(*report, hand, capacity);
   const pb::SweepRun& picked = report->runs(report->cells(0).best_run());
@@ -187,7 +190,7 @@ TEST(Sweep, OomCandidatesAreNeverPicked) {
   double least = std::numeric_limits<double>::infinity();
   for (const Candidate& c : hand) least = std::min(least, c.report.peak_memory_bytes());
   s.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(least / 2);
-  report = RunSweep(s, sweep);
+  report = RunSweep(MustResolve(s), sweep);
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->cells(0).best_run(), -1);
   for (const pb::SweepRun& run : report->runs()) EXPECT_TRUE(run.oom() && !run.best());
@@ -215,7 +218,7 @@ TEST(Sweep, TiesGoToLowerPeakThenFewerChunksThenSmallerAlpha) {
 TEST(Sweep, GridShape) {
   pb::Scenario s = HybridScenario();
   // Empty ranges keep the scenario's values: its schedule and baseline.
-  Result<SweepGrid> own = ExpandSweep(s, {});
+  Result<SweepGrid> own = ExpandSweep(MustResolve(s), {});
   ASSERT_TRUE(own.ok()) << own.status().message();
   ASSERT_EQ(own->configs.size(), 2u);
   EXPECT_EQ(own->configs[0].policy, "stateflow");
@@ -230,20 +233,20 @@ TEST(Sweep, GridShape) {
   pb::SweepSpec sweep;
   sweep.add_global_batch(12);
   sweep.add_global_batch(24);
-  Result<SweepGrid> grid = ExpandSweep(s, sweep);
+  Result<SweepGrid> grid = ExpandSweep(MustResolve(s), sweep);
   ASSERT_TRUE(grid.ok()) << grid.status().message();
   EXPECT_EQ(grid->configs[0].microbatches, 2);
   EXPECT_EQ(grid->configs[1].microbatches, 4);
   sweep.clear_global_batch();
   sweep.add_microbatches(5);
-  grid = ExpandSweep(s, sweep);
+  grid = ExpandSweep(MustResolve(s), sweep);
   ASSERT_TRUE(grid.ok());
   EXPECT_EQ(grid->configs[0].global_batch, 30);
 
   // 1f1b never sweeps N or alpha; a recurrent model sweeps one alpha, noted.
   pb::SweepSpec ranges = Ranges();
   s = HybridScenario();
-  grid = ExpandSweep(s, ranges);
+  grid = ExpandSweep(MustResolve(s), ranges);
   ASSERT_TRUE(grid.ok());
   for (const SweepConfig& c : grid->configs) {
     if (c.policy == "1f1b") {
@@ -252,7 +255,7 @@ TEST(Sweep, GridShape) {
   }
   EXPECT_TRUE(grid->notes.empty());
   *s.mutable_model() = *models::ModelPreset("gdn-3b");
-  grid = ExpandSweep(s, ranges);
+  grid = ExpandSweep(MustResolve(s), ranges);
   ASSERT_TRUE(grid.ok());
   EXPECT_EQ(grid->configs.size(), 2u * 2 * (1 + 2 * 3));
   ASSERT_EQ(grid->notes.size(), 1u);
@@ -278,7 +281,7 @@ TEST(Sweep, SaturatedAlphasReuseTheResult) {
   sweep.add_policies("stateflow");
   sweep.add_chunks(4);
   for (double a : {0.0, 0.5, 1.0}) sweep.add_alpha(a);
-  Result<pb::SweepReport> report = RunSweep(s, sweep);
+  Result<pb::SweepReport> report = RunSweep(MustResolve(s), sweep);
   ASSERT_TRUE(report.ok()) << report.status().message();
   ASSERT_EQ(report->runs_size(), 3);
   EXPECT_EQ(report->num_simulated(), 1u);
@@ -292,7 +295,7 @@ TEST(Sweep, ProgressCountsEveryConfiguration) {
   std::vector<std::size_t> calls;
   std::size_t total_seen = 0;
   Result<pb::SweepReport> report =
-      RunSweep(HybridScenario(), Ranges(), {.progress = [&](std::size_t done, std::size_t total) {
+      RunSweep(MustResolve(HybridScenario()), Ranges(), {.progress = [&](std::size_t done, std::size_t total) {
                  calls.push_back(done);
                  total_seen = total;
                }});
@@ -304,7 +307,7 @@ TEST(Sweep, ProgressCountsEveryConfiguration) {
 
 void ExpectSweepError(const pb::SweepSpec& sweep, const std::string& needle,
                       pb::Scenario s = HybridScenario()) {
-  Result<pb::SweepReport> r = RunSweep(s, sweep);
+  Result<pb::SweepReport> r = RunSweep(MustResolve(s), sweep);
   ASSERT_FALSE(r.ok()) << needle;
   EXPECT_EQ(r.status().code(), Status::Code::kInvalidInput);
   EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
@@ -389,7 +392,7 @@ const pb::PlanCandidate* Find(const pb::CapacityPlanReport& r, int p, int tp, in
 
 TEST(CapacityPlan, RejectsIllegalSplitsWithTheRule) {
   const pb::Scenario s = TinyScenario("gdn-tiny");
-  Result<pb::CapacityPlanReport> r = PlanCapacity(s, TinyRequest(8, 2));
+  Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(s), TinyRequest(8, 2));
   ASSERT_TRUE(r.ok()) << r.status().message();
   int splits = 0;
   for (int p = 1; p <= 8; ++p) {
@@ -443,7 +446,7 @@ TEST(CapacityPlan, FindsTheOnlySplitThatFits) {
           pb::ScheduleSpec spec = s.schedule();
           spec.set_chunks(n);
           spec.set_alpha(a);
-          Result<Simulation> sim = Simulate(split, spec);
+          Result<Simulation> sim = Simulate(MustResolve(split), spec);
           ASSERT_TRUE(sim.ok()) << sim.status().message();
           least = std::min(least, sim->report.peak_memory_bytes());
         }
@@ -458,7 +461,7 @@ TEST(CapacityPlan, FindsTheOnlySplitThatFits) {
   s.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(
       (legal[0].least_peak + legal[1].least_peak) / 2);
 
-  Result<pb::CapacityPlanReport> r = PlanCapacity(s, req);
+  Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(s), req);
   ASSERT_TRUE(r.ok()) << r.status().message();
   int feasible = 0;
   for (const pb::PlanCandidate& c : r->candidates()) feasible += c.verdict() == "feasible";
@@ -479,7 +482,7 @@ TEST(CapacityPlan, FindsTheOnlySplitThatFits) {
 }
 
 TEST(CapacityPlan, FeasibleSplitsAreRankedByThroughput) {
-  Result<pb::CapacityPlanReport> r = PlanCapacity(TinyScenario(), TinyRequest(4, 4));
+  Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(TinyScenario()), TinyRequest(4, 4));
   ASSERT_TRUE(r.ok()) << r.status().message();
   double last = std::numeric_limits<double>::infinity();
   std::uint32_t rank = 0;
@@ -495,7 +498,7 @@ TEST(CapacityPlan, FeasibleSplitsAreRankedByThroughput) {
 TEST(CapacityPlan, BadRequestsNameTheField) {
   const pb::Scenario s = TinyScenario();
   auto error = [&](const CapacityPlanRequest& req) {
-    Result<pb::CapacityPlanReport> r = PlanCapacity(s, req);
+    Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(s), req);
     EXPECT_FALSE(r.ok());
     return r.ok() ? std::string() : r.status().message();
   };
@@ -508,7 +511,7 @@ TEST(CapacityPlan, BadRequestsNameTheField) {
   EXPECT_NE(error(bad).find("sweep.alpha[2] must be >= 0"), std::string::npos);
   bad = TinyRequest(4, 4);
   bad.seq_len = 128;  // no N > 1 fits; N = 1 stays
-  Result<pb::CapacityPlanReport> r = PlanCapacity(s, bad);
+  Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(s), bad);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->notes_size(), 1);
   EXPECT_NE(r->notes(0).find("N = 2, 4 dropped"), std::string::npos);

@@ -132,7 +132,8 @@ TEST(ValidationTest, CompareTakesTheMedianOverRoundsAndTheStagesOfTheMedianRun) 
   };
   pb::Report replayed;
   replayed.set_step_time_s(1.1);
-  const pb::ValidationRun run = Compare(predicted, rounds, replayed, {.microbatches = 3, .seq_len = 256});
+  const pb::ValidationRun run =
+      Compare(predicted, rounds, replayed, {.microbatches = 3, .seq_len = 256});
 
   const double step = Median({1.0, 1.4, 0.8});  // 1.0: round 0 is the median run
   EXPECT_EQ(run.policy(), "stateflow");

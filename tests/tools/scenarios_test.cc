@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "sim/search.h"
-#include "tools/scenario.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
@@ -30,12 +31,12 @@ TEST(Scenarios, EveryFileResolvesAndItsSweepExpands) {
   int paper = 0;
   for (const std::string& path : files) {
     SCOPED_TRACE(path);
-    Result<pb::Scenario> loaded = LoadScenarioFile(path);
+    Result<pb::Scenario> loaded = scenario::LoadScenarioFile(path);
     ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-    Result<pb::Scenario> resolved = ResolveScenario(*loaded);
+    Result<scenario::ResolvedScenario> resolved = scenario::Resolve(*loaded);
     ASSERT_TRUE(resolved.ok()) << resolved.status().message();
-    if (resolved->has_sweep()) {
-      Result<sim::SweepGrid> grid = sim::ExpandSweep(*resolved, resolved->sweep());
+    if (resolved->proto().has_sweep()) {
+      Result<sim::SweepGrid> grid = sim::ExpandSweep(*resolved, resolved->proto().sweep());
       ASSERT_TRUE(grid.ok()) << grid.status().message();
       EXPECT_FALSE(grid->configs.empty());
     }
@@ -46,7 +47,7 @@ TEST(Scenarios, EveryFileResolvesAndItsSweepExpands) {
 }
 
 TEST(Scenarios, TheEmbeddedDefaultHasASweepBlock) {
-  Result<pb::Scenario> s = ParseScenarioText(DefaultScenarioText(), "<default>");
+  Result<pb::Scenario> s = scenario::ParseScenarioText(scenario::DefaultScenarioText(), "<default>");
   ASSERT_TRUE(s.ok()) << s.status().message();
   ASSERT_TRUE(s->has_sweep());
   EXPECT_EQ(s->sweep().chunks_size(), 5);

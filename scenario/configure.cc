@@ -1,0 +1,81 @@
+#include "scenario/configure.h"
+
+#include <string>
+
+#include "models/placement.h"
+
+namespace stateflow::scenario {
+
+Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks) {
+  if (plan.stages() == stages && plan.microbatches() == microbatches &&
+      plan.chunks() == chunks) {
+    return Status::Ok();
+  }
+  return Status::Invalid("plan is for stages " + std::to_string(plan.stages()) +
+                         " microbatches " + std::to_string(plan.microbatches()) + " chunks " +
+                         std::to_string(plan.chunks()) +
+                         " but the scenario has parallel.pipeline_size " +
+                         std::to_string(stages) + ", parallel.microbatches " +
+                         std::to_string(microbatches) + ", schedule.chunks " +
+                         std::to_string(chunks));
+}
+
+Result<std::shared_ptr<const Placement>> Place(const ResolvedScenario& resolved,
+                                               const pb::ScheduleSpec& schedule,
+                                               const pb::PrecisionSpec* precision) {
+  const pb::Scenario& scenario = resolved.proto();
+  SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
+                      models::CostOptionsFor(scenario, schedule));
+  SF_ASSIGN_OR_RETURN(
+      models::CostModel cm,
+      models::CostModel::Make(scenario.model(),
+                              precision != nullptr ? *precision : scenario.precision(),
+                              scenario.cluster(), cost_options));
+  SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
+                      models::AssignScenarioStages(cm, resolved.stages(), resolved.seq_len()));
+  return std::make_shared<const Placement>(Placement{std::move(cm), std::move(layers)});
+}
+
+Result<Configuration> Configure(const ResolvedScenario& scenario,
+                                const pb::ScheduleSpec& schedule,
+                                const ConfigureOptions& options) {
+  SF_ASSIGN_OR_RETURN(std::shared_ptr<const Placement> placement,
+                      Place(scenario, schedule, options.precision));
+  return ConfigurePlaced(scenario, std::move(placement), schedule, options.plan);
+}
+
+Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
+                                      std::shared_ptr<const Placement> placement,
+                                      const pb::ScheduleSpec& schedule,
+                                      const schedule::Plan* plan) {
+  const int stages = scenario.stages();
+  const int microbatches = scenario.microbatches();
+  const models::CostModel& cm = placement->cost_model;
+  SF_ASSIGN_OR_RETURN(models::Recompute recompute, models::ParseRecompute(schedule.recompute()));
+  if (static_cast<int>(placement->stage_layers.size()) != stages ||
+      recompute != cm.options().recompute) {
+    return Status::Internal("ConfigurePlaced: placed for " +
+                            std::to_string(placement->stage_layers.size()) +
+                            " stages and recompute " +
+                            std::string(models::RecomputeName(cm.options().recompute)) +
+                            ", asked for " + std::to_string(stages) + " and " +
+                            std::string(models::RecomputeName(recompute)));
+  }
+  Configuration config;
+  SF_ASSIGN_OR_RETURN(config.partition,
+                      models::PartitionFor(cm, scenario.seq_len(), schedule));
+  const int chunks = config.partition.num_chunks();
+  if (plan != nullptr) {
+    SF_RETURN_IF_ERROR(CheckPlanShape(*plan, stages, microbatches, chunks));
+    config.plan = *plan;
+  } else {
+    SF_ASSIGN_OR_RETURN(config.plan,
+                        schedule::MakePlan(schedule.policy(), stages, microbatches, chunks));
+  }
+  SF_RETURN_IF_ERROR(schedule::ValidatePlan(config.plan));
+  config.schedule = schedule;
+  config.placement = std::move(placement);
+  return config;
+}
+
+}  // namespace stateflow::scenario

@@ -1,0 +1,168 @@
+#include "scenario/resolve.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "schedule/plan.h"
+
+namespace stateflow::scenario {
+namespace {
+
+std::string Known(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+Status ResolveModel(pb::Scenario* s) {
+  if (!s->model_preset().empty()) {
+    Result<pb::ModelSpec> preset = models::ModelPreset(s->model_preset());
+    if (!preset.ok()) return preset.status();
+    pb::ModelSpec merged = *preset;
+    merged.MergeFrom(s->model());
+    *s->mutable_model() = merged;
+  }
+  if (s->model().architecture().empty() && s->model().num_layers() == 0) {
+    return Status::Invalid("model: neither model_preset nor model fields given (presets: " +
+                           Known(models::ModelPresetNames()) + ")");
+  }
+  const int tp = static_cast<int>(s->parallel().tensor_size());
+  return models::ValidateModel(s->model(), tp);
+}
+
+Status ResolveCluster(pb::Scenario* s) {
+  if (!s->cluster_preset().empty()) {
+    Result<pb::ClusterSpec> preset = models::ClusterPreset(s->cluster_preset());
+    if (!preset.ok()) return preset.status();
+    pb::ClusterSpec merged = *preset;
+    // Efficiency points given in the scenario replace the preset's curve.
+    if (s->cluster().device().efficiency_size() > 0) {
+      merged.mutable_device()->clear_efficiency();
+    }
+    merged.MergeFrom(s->cluster());
+    *s->mutable_cluster() = merged;
+  }
+  if (!s->cluster().has_device()) {
+    return Status::Invalid("cluster: neither cluster_preset nor cluster.device given (presets: " +
+                           Known(models::ClusterPresetNames()) + ")");
+  }
+  return models::ValidateCluster(s->cluster());
+}
+
+// Fills TP, DP and microbatch size (1 when unset) and checks P and M.
+Status ResolveParallel(pb::ParallelSpec* par) {
+  if (par->tensor_size() == 0) par->set_tensor_size(1);
+  if (par->data_size() == 0) par->set_data_size(1);
+  if (par->microbatch_size() == 0) par->set_microbatch_size(1);
+  if (par->pipeline_size() < 1) return Status::Invalid("parallel.pipeline_size must be >= 1");
+  if (par->microbatches() < 1) return Status::Invalid("parallel.microbatches must be >= 1");
+  return Status::Ok();
+}
+
+// Every stage holds at least one layer.
+Status CheckStagesFitLayers(const pb::Scenario& s) {
+  if (s.parallel().pipeline_size() > s.model().num_layers()) {
+    return Status::Invalid("parallel.pipeline_size " + std::to_string(s.parallel().pipeline_size()) +
+                           " exceeds model.num_layers " +
+                           std::to_string(s.model().num_layers()));
+  }
+  return Status::Ok();
+}
+
+void FillScheduleDefaults(pb::ScheduleSpec* schedule) {
+  if (schedule->policy().empty()) schedule->set_policy("stateflow");
+  if (!schedule->has_chunks()) schedule->set_chunks(1);
+  if (!schedule->has_granularity()) schedule->set_granularity(128);
+  if (schedule->recompute().empty()) schedule->set_recompute("none");
+}
+
+}  // namespace
+
+Status ValidateSchedule(const pb::ScheduleSpec& schedule, std::string_view field) {
+  const std::string f(field);
+  bool known = false;
+  for (const auto& name : schedule::PolicyNames()) known |= (name == schedule.policy());
+  if (!known) {
+    return Status::Invalid(f + ".policy: unknown '" + schedule.policy() + "' (known: " +
+                           Known(schedule::PolicyNames()) + ")");
+  }
+  if (schedule.chunks() < 1) return Status::Invalid(f + ".chunks must be >= 1");
+  if (schedule.policy() == "1f1b" && schedule.chunks() != 1) {
+    return Status::Invalid(f + ".chunks must be 1 for policy 1f1b (got " +
+                           std::to_string(schedule.chunks()) + ")");
+  }
+  if (!std::isfinite(schedule.alpha()) || schedule.alpha() < 0) {
+    return Status::Invalid(f + ".alpha must be >= 0 (got " + std::to_string(schedule.alpha()) +
+                           ")");
+  }
+  if (schedule.granularity() < 1) return Status::Invalid(f + ".granularity must be >= 1");
+  if (schedule.recompute() != "none" && schedule.recompute() != "full") {
+    return Status::Invalid(f + ".recompute: unknown '" + schedule.recompute() +
+                           "' (known: none, full)");
+  }
+  return Status::Ok();
+}
+
+Result<pb::ScheduleSpec> ResolveSchedule(pb::ScheduleSpec schedule, std::string_view field) {
+  FillScheduleDefaults(&schedule);
+  SF_RETURN_IF_ERROR(ValidateSchedule(schedule, field));
+  return schedule;
+}
+
+Result<ResolvedScenario> Resolve(pb::Scenario s) {
+  SF_RETURN_IF_ERROR(ResolveParallel(s.mutable_parallel()));
+  if (s.seq_len() < 1) return Status::Invalid("seq_len must be >= 1");
+  if (s.cost_model().empty()) s.set_cost_model("analytic");
+  if (s.cost_model() != "analytic" && s.cost_model() != "uniform" &&
+      s.cost_model() != "replay") {
+    return Status::Invalid("cost_model: unknown '" + s.cost_model() +
+                           "' (known: analytic, uniform, replay)");
+  }
+  SF_RETURN_IF_ERROR(ResolveModel(&s));
+  SF_RETURN_IF_ERROR(ResolveCluster(&s));
+  SF_RETURN_IF_ERROR(CheckStagesFitLayers(s));
+  SF_ASSIGN_OR_RETURN(*s.mutable_schedule(), ResolveSchedule(s.schedule(), "schedule"));
+  for (int b = 0; b < s.baselines_size(); ++b) {
+    SF_ASSIGN_OR_RETURN(*s.mutable_baselines(b),
+                        ResolveSchedule(s.baselines(b), "baselines[" + std::to_string(b) + "]"));
+  }
+  return ResolvedScenario(std::move(s));
+}
+
+Result<ResolvedScenario> ResolvedScenario::WithSeqLen(std::int64_t seq_len) const {
+  if (seq_len < 1) return Status::Invalid("seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
+  ResolvedScenario out = *this;
+  out.scenario_.set_seq_len(static_cast<std::uint64_t>(seq_len));
+  return out;
+}
+
+Result<ResolvedScenario> ResolvedScenario::WithMicrobatches(std::int64_t microbatches) const {
+  if (microbatches < 1 || microbatches > UINT32_MAX) {
+    return Status::Invalid("parallel.microbatches must be >= 1 (got " +
+                           std::to_string(microbatches) + ")");
+  }
+  ResolvedScenario out = *this;
+  out.scenario_.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(microbatches));
+  return out;
+}
+
+Result<ResolvedScenario> ResolvedScenario::WithSchedule(pb::ScheduleSpec schedule) const {
+  ResolvedScenario out = *this;
+  SF_ASSIGN_OR_RETURN(*out.scenario_.mutable_schedule(),
+                      ResolveSchedule(std::move(schedule), "schedule"));
+  return out;
+}
+
+Result<ResolvedScenario> ResolvedScenario::WithParallel(const pb::ParallelSpec& parallel) const {
+  ResolvedScenario out = *this;
+  pb::Scenario& s = out.scenario_;
+  *s.mutable_parallel() = parallel;
+  SF_RETURN_IF_ERROR(ResolveParallel(s.mutable_parallel()));
+  SF_RETURN_IF_ERROR(models::ValidateModel(s.model(), static_cast<int>(s.parallel().tensor_size())));
+  SF_RETURN_IF_ERROR(CheckStagesFitLayers(s));
+  return out;
+}
+
+}  // namespace stateflow::scenario
