@@ -54,11 +54,12 @@ void TraceWriter::NameTrack(int stage) {
   (*order->mutable_args()->mutable_fields())["sort_index"].set_number_value(stage);
 }
 
-void TraceWriter::AddSlice(int stage, std::string_view name, double start_s, double end_s) {
+void TraceWriter::AddSlice(int stage, std::string_view name, std::string_view category,
+                           double start_s, double end_s) {
   NameTrack(stage);
   pb::TraceEvent* e = trace_.add_trace_events();
   e->set_name(std::string(name));
-  e->set_cat(name.empty() ? "" : std::string(1, name[0]));
+  e->set_cat(std::string(category));
   e->set_ph("X");
   e->set_ts(start_s * kMicrosPerSecond);
   e->set_dur((end_s - start_s) * kMicrosPerSecond);
@@ -95,11 +96,6 @@ Status TraceWriter::WriteFile(const std::string& path) const {
   file << ToJson() << '\n';
   if (!file) return Status::Invalid("trace: write to '" + path + "' failed");
   return Status::Ok();
-}
-
-std::string SliceName(char pass, int microbatch, int chunk) {
-  return std::string(1, pass) + " m" + std::to_string(microbatch) + " c" +
-         std::to_string(chunk);
 }
 
 }  // namespace stateflow

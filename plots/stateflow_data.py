@@ -41,12 +41,26 @@ _SWEEP_FLOATS = ("alpha", "step_time_s", "tokens_per_s", "bubble_fraction",
 _SWEEP_FLAGS = ("oom", "best")
 
 _US_PER_S = 1e6
-_SLICE_NAME = re.compile(r"^([FBW]) m(\d+)(?: c(\d+))?$")
+# An action's one text form (schedule/action.h): "<stage><pass><microbatch>.<chunk>".
+_ACTION_TEXT = re.compile(r"^([0-9]+)([FBW])([0-9]+)\.([0-9]+)$")
 _POLICY_NAMES = {"1f1b": "1F1B", "gpipe": "GPipe", "stateflow": "StateFlow"}
 
 
 class DataError(Exception):
     """A bad input file; str(error) is the one-line message for the user."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action of the schedule: pass F/B/W of (microbatch, chunk) on stage."""
+    stage: int
+    pass_: str
+    microbatch: int
+    chunk: int
+
+    def __str__(self):
+        return "%d%s%d.%d" % (self.stage, self.pass_, self.microbatch,
+                              self.chunk)
 
 
 @dataclass(frozen=True)
@@ -141,12 +155,18 @@ def display_policy(policy):
     return _POLICY_NAMES.get(policy.lower(), policy)
 
 
-def parse_slice_name(name):
-    """"F m2 c5" -> ("F", 2, 5); "B m1" -> ("B", 1, 0); else None."""
-    m = _SLICE_NAME.match(name.strip())
+def parse_action(text):
+    """"2F0.3" -> Action(2, "F", 0, 3); anything else -> None.
+
+    The grammar of the C++ ParseAction (schedule/action.h): a stage number,
+    a pass letter F, B or W, a microbatch number, '.', a chunk number; no
+    spaces. str(action) gives the text back.
+    """
+    m = _ACTION_TEXT.match(text)
     if not m:
         return None
-    return m.group(1), int(m.group(2)), int(m.group(3) or 0)
+    return Action(int(m.group(1)), m.group(2), int(m.group(3)),
+                  int(m.group(4)))
 
 
 def _read_json(path):
@@ -202,14 +222,17 @@ def _add_event(path, index, event, processes):
         _process(processes, event).name = str(event.get("args", {})
                                               .get("name", ""))
     elif ph == "X":
-        parsed = parse_slice_name(name)
-        if parsed is None:
+        action = parse_action(name)
+        if action is None:
             return   # not a schedule action (e.g. a backend's own slice)
         ts = _number(path, index, event, "ts") / _US_PER_S
         dur = _number(path, index, event, "dur") / _US_PER_S
         stage = int(event.get("tid", 0))
+        if action.stage != stage:
+            raise DataError("%s: event %d: action %s on the track of stage %d"
+                            % (path, index, name, stage))
         _process(processes, event).stages.setdefault(stage, []).append(
-            Slice(parsed[0], parsed[1], parsed[2], ts, dur))
+            Slice(action.pass_, action.microbatch, action.chunk, ts, dur))
     elif ph == "C" and name.startswith("memory stage"):
         _add_counter(path, index, event, processes)
 
@@ -249,7 +272,7 @@ def load_trace(path):
     kept = [p for p in processes.values() if p.stages or p.memory]
     if not any(p.stages for p in kept):
         raise DataError("%s: no schedule slices (ph \"X\" named like "
-                        "\"F m0 c0\")" % path)
+                        "\"0F0.0\")" % path)
     return Trace(path=path, processes=sorted(kept, key=lambda p: p.pid))
 
 

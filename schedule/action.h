@@ -12,6 +12,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -37,5 +38,24 @@ std::string ToString(const Action& action);
 
 // Parses the text form; the error names the text and what is wrong with it.
 Result<Action> ParseAction(std::string_view text);
+
+// The neighbours of an action in a pipeline of `stages` (P) stages: what
+// crosses stages is a forward's activation (stage r to r + 1) and a
+// backward's activation gradient (r to r - 1); a boundary state and a
+// weight-gradient pass never cross.
+//
+// InputFrom: the stage whose action of the same pass, microbatch and chunk
+// sends this action its input: r - 1 for a forward, r + 1 for a backward;
+// none for the first stage's forward, the last stage's backward and a W.
+// OutputTo: the stage this action sends its output to: r + 1 for a forward,
+// r - 1 for a backward; none for the last stage's forward, the first
+// stage's backward and a W.
+//
+//   InputFrom({.stage = 2, .pass = Pass::kBackward}, 4) == 3
+//   OutputTo({.stage = 3, .pass = Pass::kForward}, 4) == std::nullopt
+//
+// REQUIRES: 0 <= action.stage < stages.
+std::optional<int> InputFrom(const Action& action, int stages);
+std::optional<int> OutputTo(const Action& action, int stages);
 
 }  // namespace stateflow::schedule

@@ -9,6 +9,7 @@
 #include <cassert>
 #include <cstdlib>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -298,18 +299,13 @@ Status Validator::CheckSameStageOrder() {
 }
 
 // The dependency of x on another stage, if any (rules 1 and 4).
+// The action that sends x its input (InputFrom) runs the same pass, microbatch and chunk.
 bool Validator::CrossStageDependency(const Action& x, Dependency* dep) const {
-  if (x.pass == Pass::kForward && x.stage > 0) {
-    *dep = {x, kRule1};
-    --dep->action.stage;
-    return true;
-  }
-  if (x.pass == Pass::kBackward && x.stage + 1 < stages_) {
-    *dep = {x, kRule4};
-    ++dep->action.stage;
-    return true;
-  }
-  return false;
+  const std::optional<int> from = InputFrom(x, stages_);
+  if (!from) return false;
+  *dep = {x, x.pass == Pass::kForward ? kRule1 : kRule4};
+  dep->action.stage = *from;
+  return true;
 }
 
 // Each stage runs its list in order; the head of a list runs once its
@@ -337,8 +333,7 @@ Status Validator::CheckDeadlockFree() {
       Dependency dep;
       if (CrossStageDependency(x, &dep) && StepOf(dep.action) >= head[dep.action.stage]) break;
       ++head[r];
-      if (x.pass == Pass::kForward) wake(r + 1);
-      if (x.pass == Pass::kBackward) wake(r - 1);
+      if (const std::optional<int> to = OutputTo(x, stages_)) wake(*to);
     }
   }
   for (int r = 0; r < stages_; ++r) {

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
+#include <utility>
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/text_format.h>
+
+#include "common/quantile.h"
 
 namespace stateflow::sim {
 namespace {
@@ -44,7 +49,86 @@ Status CheckSample(const pb::CostSample& s, const std::string& where) {
   return Status::Ok();
 }
 
+double Combine(const std::vector<double>& values, MergeStatistic statistic) {
+  switch (statistic) {
+    case MergeStatistic::kMeanOverConcurrentProcesses: {
+      double sum = 0;
+      for (double v : values) sum += v;
+      return sum / static_cast<double>(values.size());
+    }
+    case MergeStatistic::kMedianOverRounds:
+      return Quantile(values, 0.5);
+  }
+  return 0;
+}
+
+// The samples of one key from every table that measured it, as one.
+pb::CostSample MergeSamples(const std::vector<const pb::CostSample*>& samples,
+                            MergeStatistic statistic, double* spread) {
+  pb::CostSample merged = *samples.front();
+  std::vector<double> medians;
+  std::uint32_t repetitions = 0;
+  for (const pb::CostSample* s : samples) {
+    medians.push_back(s->median_s());
+    merged.set_p10_s(std::min(merged.p10_s(), s->p10_s()));
+    merged.set_p90_s(std::max(merged.p90_s(), s->p90_s()));
+    repetitions += s->repetitions();
+  }
+  const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
+  if (*lo > 0) *spread = std::max(*spread, *hi / *lo - 1);
+  merged.set_median_s(Combine(medians, statistic));
+  merged.set_repetitions(repetitions);
+  return merged;
+}
+
 }  // namespace
+
+std::string CostSampleKey(const pb::CostSample& s) {
+  return s.layer_kind() + "/" + s.pass() + "/" + s.recompute() + "/" +
+         std::to_string(static_cast<long long>(s.tokens())) + "/" +
+         std::to_string(static_cast<long long>(s.prefix()));
+}
+
+pb::CostTable MergeCostTables(const std::vector<pb::CostTable>& tables, MergeStatistic statistic,
+                              double* spread) {
+  double own_spread = 0;
+  if (spread == nullptr) spread = &own_spread;
+  *spread = 0;
+  pb::CostTable merged = tables.front();
+  merged.clear_samples();
+  std::vector<double> optimizer;
+  std::map<std::string, std::vector<const pb::CostSample*>> by_key;
+  std::vector<std::string> order;
+  for (const pb::CostTable& t : tables) {
+    optimizer.push_back(t.optimizer_s_per_param());
+    for (const pb::CostSample& s : t.samples()) {
+      std::vector<const pb::CostSample*>& list = by_key[CostSampleKey(s)];
+      if (list.empty()) order.push_back(CostSampleKey(s));
+      list.push_back(&s);
+    }
+  }
+  merged.set_optimizer_s_per_param(Combine(optimizer, statistic));
+  for (const std::string& key : order) {
+    *merged.add_samples() = MergeSamples(by_key[key], statistic, spread);
+  }
+  return merged;
+}
+
+void SortCostSamples(pb::CostTable* table) {
+  const auto key = [](const pb::CostSample& s) {
+    return std::make_tuple(s.layer_kind(), s.recompute(), s.pass(), s.tokens(), s.prefix());
+  };
+  std::sort(table->mutable_samples()->begin(), table->mutable_samples()->end(),
+            [&key](const pb::CostSample& x, const pb::CostSample& y) { return key(x) < key(y); });
+}
+
+std::string CostTableText(const pb::CostTable& table) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(table, &text);
+  return "# A CostTable (proto/stateflow.proto) measured by `stateflow profile`;\n"
+         "# replay it with `stateflow simulate --costs <this file>`.\n" +
+         text;
+}
 
 std::string_view CostKindName(models::LayerKind kind) {
   switch (kind) {

@@ -61,4 +61,41 @@ Status CheckCostTableModel(const pb::CostTable& table, const pb::ModelSpec& mode
 // "embedding", "recurrence", "attention", "head".
 std::string_view CostKindName(models::LayerKind kind);
 
+// "recurrence/forward/none/64/0": what a sample measured (kind, pass,
+// recompute mode, tokens, prefix), equal for the same measurement in two
+// tables.
+std::string CostSampleKey(const pb::CostSample& sample);
+
+// How MergeCostTables combines the medians that several tables measured for
+// one sample, and their optimizer times.
+enum class MergeStatistic {
+  // The mean: tables timed at the same moment by concurrent processes
+  // (`profile --concurrent K`, one per core as the ranks of a K-stage run):
+  // each process is one stage's core, and their mean is the cost a stage
+  // sees on average.
+  kMeanOverConcurrentProcesses,
+  // The median: tables timed one after another (`validate --rounds`, one
+  // profile before each run): a round that a busy machine slowed down moves
+  // it less than a mean.
+  kMedianOverRounds,
+};
+
+// One table from several: every sample any of them measured (by
+// CostSampleKey, in the order of first appearance), its median_s the
+// `statistic` of the medians of the tables that measured it, p10_s the
+// lowest, p90_s the highest, repetitions summed; optimizer_s_per_param the
+// `statistic` of theirs; everything else (model, link, notes, provenance)
+// the first table's. `spread` (may be null) gets the largest ratio - 1 of
+// the highest to the lowest median of any sample (0 when all agree).
+// REQUIRES: tables non-empty.
+pb::CostTable MergeCostTables(const std::vector<pb::CostTable>& tables, MergeStatistic statistic,
+                              double* spread = nullptr);
+
+// Sorts the samples by (kind, recompute, pass, tokens, prefix).
+void SortCostSamples(pb::CostTable* table);
+
+// The table in text format, opened by comment lines saying what it is and
+// how to replay it.
+std::string CostTableText(const pb::CostTable& table);
+
 }  // namespace stateflow::sim

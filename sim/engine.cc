@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <optional>
 #include <queue>
 #include <string>
 
@@ -92,9 +93,7 @@ class Engine {
   }
 
   bool InputReady(const Action& a) const {
-    if (a.pass == Pass::kForward && a.stage == 0) return true;
-    if (a.pass == Pass::kBackward && a.stage == stages_ - 1) return true;
-    if (a.pass == Pass::kWeight) return true;
+    if (!schedule::InputFrom(a, stages_)) return true;  // no input crosses stages
     return arrived_[InputKey(a.stage, a.pass, a.microbatch, a.chunk)] != 0;
   }
 
@@ -121,15 +120,17 @@ class Engine {
     busy_until_[r] = -1.0;
     ++next_[r];
     result_.stages[r].end_s = now;
-    if (a.pass == Pass::kForward && r + 1 < stages_) {
-      Send(a, r + 1, /*link=*/2 * r, now);
-    } else if (a.pass == Pass::kBackward && r > 0) {
-      Send(a, r - 1, /*link=*/2 * r + 1, now);
-    }
+    if (const std::optional<int> to = schedule::OutputTo(a, stages_)) Send(a, *to, now);
   }
 
-  // Sends `a`'s output to stage `to` over directed link `link`.
-  void Send(const Action& a, int to, std::size_t link, double now) {
+  // Directed link r -> r + 1 is 2r, link r -> r - 1 is 2r + 1.
+  static std::size_t LinkIndex(int from, int to) {
+    return static_cast<std::size_t>(2 * from + (to < from ? 1 : 0));
+  }
+
+  // Sends `a`'s output to stage `to` over the directed link between them.
+  void Send(const Action& a, int to, double now) {
+    const std::size_t link = LinkIndex(a.stage, to);
     const double start = std::max(now, link_free_s_[link]);
     const double occupancy = costs_.TransferOccupancy(a);
     const double latency = costs_.TransferLatency(a);

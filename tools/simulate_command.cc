@@ -43,10 +43,8 @@ void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
   for (std::size_t r = 0; r < sim.engine.stages.size(); ++r) {
     const StageResult& stage = sim.engine.stages[r];
     for (const Slice& s : stage.slices) {
-      trace->AddSlice(static_cast<int>(r),
-                      SliceName(schedule::PassLetter(s.action.pass), s.action.microbatch,
-                                s.action.chunk),
-                      s.start_s, s.end_s);
+      trace->AddSlice(static_cast<int>(r), schedule::ToString(s.action),
+                      std::string(1, schedule::PassLetter(s.action.pass)), s.start_s, s.end_s);
     }
     for (const MemorySample& m : stage.memory) {
       trace->AddMemory(static_cast<int>(r), m.time_s, m.bytes);

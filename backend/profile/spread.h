@@ -13,6 +13,8 @@
 
 #include <vector>
 
+#include "common/quantile.h"
+
 namespace stateflow::backend {
 
 struct Spread {
@@ -21,8 +23,8 @@ struct Spread {
   double p90_s = 0;
 };
 
-// The q-quantile (0 <= q <= 1) of `values`. REQUIRES: values non-empty.
-double Quantile(std::vector<double> values, double q);
+// The q-quantile (common/quantile.h), shared with validation.
+using ::stateflow::Quantile;
 
 // REQUIRES: seconds non-empty.
 Spread Summarize(const std::vector<double>& seconds);

@@ -1,6 +1,7 @@
 #include "backend/runtime/stage_runtime.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "backend/layers/copy.h"
@@ -52,17 +53,12 @@ void StageRuntime<T>::BeginStep() {
 
 template <typename T>
 bool StageRuntime<T>::NeedsInput(const Action& a) const {
-  return a.pass == Pass::kForward ? stage_ > 0 : stage_ < plan_->stages() - 1;
+  return schedule::InputFrom(a, plan_->stages()).has_value();
 }
 
 template <typename T>
 MessageKey StageRuntime<T>::KeyOf(const Action& a) const {
   return MessageKey{a.microbatch, a.chunk, a.pass};
-}
-
-template <typename T>
-int StageRuntime<T>::PeerOf(const Action& a) const {
-  return a.pass == Pass::kForward ? stage_ - 1 : stage_ + 1;
 }
 
 // Posts the receives of the next action and the one after it (lookahead 1).
@@ -74,11 +70,12 @@ Status StageRuntime<T>::PostAhead() {
   const std::int64_t hidden = module_->hidden_size();
   for (; posted_until_ < limit; ++posted_until_) {
     const Action& a = (*actions_)[posted_until_];
-    if (!NeedsInput(a)) continue;
+    const std::optional<int> from = schedule::InputFrom(a, plan_->stages());
+    if (!from) continue;
     const std::int64_t s = partition_->length(a.chunk);
     SF_ASSIGN_OR_RETURN(Tensor<T> buffer, Tensor<T>::Uninitialized(
                                               MessageAlloc(), BufferClass::kWorkspace, {s, hidden}));
-    SF_RETURN_IF_ERROR(comm_->PostRecv(PeerOf(a), KeyOf(a), std::move(buffer)));
+    SF_RETURN_IF_ERROR(comm_->PostRecv(*from, KeyOf(a), std::move(buffer)));
   }
   return Status::Ok();
 }
@@ -127,21 +124,19 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
   const double end = clock_->Now();
   if (!out.ok()) return During(out.status(), a);
   input = Tensor<T>();  // the receive buffer ends with its action
-  const bool sends = a.pass == Pass::kForward ? stage_ < plan_->stages() - 1 : stage_ > 0;
-  if (sends) {
+  if (const std::optional<int> to = schedule::OutputTo(a, plan_->stages())) {
     const std::int64_t s = partition_->length(a.chunk);
     if (out->numel() != s * module_->hidden_size()) {
       return Status::Internal(ToString(a) + ": the module returned " + ShapeString(out->shape()) +
                               ", expected (" + std::to_string(s) + ", " +
                               std::to_string(module_->hidden_size()) + ")");
     }
-    const int to = a.pass == Pass::kForward ? stage_ + 1 : stage_ - 1;
     if (transport_ != nullptr) {  // the send buffer; the module's output ends here
       Result<Tensor<T>> message = CopyTensor(*transport_, BufferClass::kWorkspace, *out);
       if (!message.ok()) return During(message.status(), a);
       out = std::move(message).value();
     }
-    SF_RETURN_IF_ERROR(comm_->Send(to, KeyOf(a), std::move(out).value()));
+    SF_RETURN_IF_ERROR(comm_->Send(*to, KeyOf(a), std::move(out).value()));
   }
   SF_RETURN_IF_ERROR(comm_->Progress());
   records_.push_back(ActionRecord{a, start, end, wait_s});

@@ -112,10 +112,10 @@ class StageRuntime {
   double peak_time_s() const { return peak_time_s_; }
 
  private:
-  // Whether action k needs an input message, and its key and sender.
+  // Whether action k needs an input message (from schedule::InputFrom), and
+  // its key.
   bool NeedsInput(const schedule::Action& a) const;
   MessageKey KeyOf(const schedule::Action& a) const;
-  int PeerOf(const schedule::Action& a) const;  // sender of the input, receiver of the output
   Status PostAhead();
   Status Execute(Tensor<T> input, double wait_s);
   // Where receive and send buffers live: `transport` if given, else `alloc`.

@@ -99,13 +99,12 @@ void AddTrainTrace(const std::vector<StageTimeline>& timelines, const std::strin
   trace->BeginProcess(label, pid);
   for (const StageTimeline& t : timelines) {
     for (const ActionRecord& r : t.actions) {
-      trace->AddSlice(t.stage,
-                      SliceName(schedule::PassLetter(r.action.pass), r.action.microbatch,
-                                r.action.chunk),
-                      r.start_s, r.end_s);
+      trace->AddSlice(t.stage, schedule::ToString(r.action),
+                      std::string(1, schedule::PassLetter(r.action.pass)), r.start_s, r.end_s);
     }
     for (std::size_t k = 0; k < t.optimizer_start_s.size(); ++k) {
-      trace->AddSlice(t.stage, "optimizer", t.optimizer_start_s[k], t.optimizer_end_s[k]);
+      trace->AddSlice(t.stage, "optimizer", "optimizer", t.optimizer_start_s[k],
+                      t.optimizer_end_s[k]);
     }
     for (const MemorySample& m : t.memory) {
       std::array<double, kNumBufferClasses> bytes{};

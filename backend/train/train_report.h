@@ -1,7 +1,8 @@
 // A training run as the simulator reports a simulated one: a pb::Report with
 // source "train" (same schema, so the two can be compared field by field)
 // and a Chrome/Perfetto trace with the simulator's track layout (one track
-// per stage, slices "F m2 c5", a memory counter per stage).
+// per stage, slices named by the action's text form "2F5.3", a memory
+// counter per stage).
 //
 // Step time and tokens/s are means over the measured steps: every step after
 // the first (which pays for first-touch page faults), or the only one.

@@ -121,8 +121,8 @@ TEST(TrainCli, TraceHasOneTrackPerStage) {
   const std::string json = Slurp(trace);
   EXPECT_NE(json.find("\"stage 0\""), std::string::npos);
   EXPECT_NE(json.find("\"stage 1\""), std::string::npos);
-  EXPECT_NE(json.find("\"F m0 c0\""), std::string::npos);
-  EXPECT_NE(json.find("\"B m3 c0\""), std::string::npos);
+  EXPECT_NE(json.find("\"0F0.0\""), std::string::npos);
+  EXPECT_NE(json.find("\"0B3.0\""), std::string::npos);
 }
 
 // Steps do not overlap: every rank starts a step together (after a barrier),

@@ -79,7 +79,7 @@ def trace_events(pid, name, P, M, N, f, b):
         held = 0
         ev.append(counter(pid, r, 0.0, held))
         for pass_, a, i, start, dur in slices:
-            ev.append({"name": "%s m%d c%d" % (pass_, a, i), "cat": pass_,
+            ev.append({"name": str(data.Action(r, pass_, a, i)), "cat": pass_,
                        "ph": "X", "ts": start * US, "dur": dur * US,
                        "pid": pid, "tid": r})
             held += ACT_BYTES if pass_ == "F" else -ACT_BYTES
@@ -222,12 +222,26 @@ class TraceReaderTest(TempDirTest):
         self.assertEqual(by_class["activations"], [7.0, 0.0])
         self.assertEqual(by_class["workspace"], [0.0, 2.0])
 
-    def test_slice_names(self):
-        self.assertEqual(data.parse_slice_name("F m2 c5"), ("F", 2, 5))
-        self.assertEqual(data.parse_slice_name("W m10 c0"), ("W", 10, 0))
-        self.assertEqual(data.parse_slice_name("B m1"), ("B", 1, 0))
-        for bad in ("X m1 c2", "F 1 2", "F m1 c", "optimizer step", ""):
-            self.assertIsNone(data.parse_slice_name(bad), bad)
+    def test_action_text_form(self):
+        self.assertEqual(data.parse_action("2F0.3"), data.Action(2, "F", 0, 3))
+        self.assertEqual(data.parse_action("0W10.0"),
+                         data.Action(0, "W", 10, 0))
+        for stage, pass_, a, i in ((0, "B", 1, 0), (12, "F", 345, 6789)):
+            action = data.Action(stage, pass_, a, i)
+            self.assertEqual(str(action), "%d%s%d.%d" % (stage, pass_, a, i))
+            self.assertEqual(data.parse_action(str(action)), action)
+        for bad in ("F m1 c2", "2X0.3", "2F0", "2F0.", "F0.3", "2F0.3x",
+                    " 2F0.3", "2F0.-3", "optimizer", ""):
+            self.assertIsNone(data.parse_action(bad), bad)
+
+    def test_action_on_another_stage_track(self):
+        bad = self.path("t.json")
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write('{"traceEvents": [{"ph": "X", "tid": 0, '
+                    '"name": "1F0.0", "ts": 0, "dur": 1}]}')
+        with self.assertRaises(data.DataError) as e:
+            data.load_trace(bad)
+        self.assertIn("action 1F0.0 on the track of stage 0", str(e.exception))
 
     def test_find_process_by_policy_or_name(self):
         trace = self.load()
@@ -435,7 +449,7 @@ class BadInputTest(TempDirTest):
                      self.path("g.png")], missing + ": no such file")
 
     def test_not_json(self):
-        bad = self.write("t.json", "F m0 c0\n")
+        bad = self.write("t.json", "0F0.0\n")
         self.refuse(["memory", "--trace", bad, "--out", self.path("m.png")],
                     bad + ": not JSON")
 
@@ -452,7 +466,7 @@ class BadInputTest(TempDirTest):
 
     def test_bad_slice_time(self):
         bad = self.write("t.json", '{"traceEvents": [{"ph": "X", '
-                         '"name": "F m0 c0", "ts": "soon", "dur": 1}]}')
+                         '"name": "0F0.0", "ts": "soon", "dur": 1}]}')
         self.refuse(["gantt", "--trace", bad, "--out", self.path("g.png")],
                     bad + ": event 0: 'ts'")
 

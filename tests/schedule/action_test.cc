@@ -1,6 +1,7 @@
 #include "schedule/action.h"
 
 #include <climits>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -90,6 +91,52 @@ TEST(ActionTest, OrderIsLexicographicInStagePassMicrobatchChunk) {
   EXPECT_LT(a, b);
   EXPECT_LT(b, c);
   EXPECT_NE(a, c);
+}
+
+TEST(ActionNeighboursTest, HeaderExamples) {
+  EXPECT_EQ(InputFrom({.stage = 2, .pass = Pass::kBackward}, 4), 3);
+  EXPECT_EQ(OutputTo({.stage = 3, .pass = Pass::kForward}, 4), std::nullopt);
+}
+
+// A simple model: forward data moves one stage up the pipeline, backward
+// data one stage down, W data never moves; a neighbour outside [0, P) is none.
+std::optional<int> Neighbour(int stage, int step, int stages) {
+  const int s = stage + step;
+  return s >= 0 && s < stages ? std::optional<int>(s) : std::nullopt;
+}
+
+TEST(ActionNeighboursTest, MatchTheDirectionOfEachPassOnEveryStage) {
+  for (int P = 1; P <= 6; ++P) {
+    for (int r = 0; r < P; ++r) {
+      for (Pass pass : {Pass::kForward, Pass::kBackward, Pass::kWeight}) {
+        const Action a{.stage = r, .pass = pass, .microbatch = 1, .chunk = 2};
+        const int direction = pass == Pass::kForward ? 1 : pass == Pass::kBackward ? -1 : 0;
+        const std::optional<int> in = direction == 0 ? std::nullopt : Neighbour(r, -direction, P);
+        const std::optional<int> out = direction == 0 ? std::nullopt : Neighbour(r, direction, P);
+        EXPECT_EQ(InputFrom(a, P), in) << ToString(a) << " P=" << P;
+        EXPECT_EQ(OutputTo(a, P), out) << ToString(a) << " P=" << P;
+      }
+    }
+  }
+}
+
+TEST(ActionNeighboursTest, EverySendHasItsReceiver) {
+  for (int P = 1; P <= 6; ++P) {
+    int sends = 0;
+    for (int r = 0; r < P; ++r) {
+      for (Pass pass : {Pass::kForward, Pass::kBackward, Pass::kWeight}) {
+        const Action a{.stage = r, .pass = pass, .microbatch = 0, .chunk = 0};
+        const std::optional<int> to = OutputTo(a, P);
+        if (!to) continue;
+        ++sends;
+        Action received = a;
+        received.stage = *to;
+        EXPECT_EQ(InputFrom(received, P), r) << ToString(a) << " P=" << P;
+      }
+    }
+    // P - 1 links, each carrying one forward and one backward message.
+    EXPECT_EQ(sends, 2 * (P - 1)) << "P=" << P;
+  }
 }
 
 }  // namespace

@@ -1,17 +1,15 @@
-// What `stateflow profile` and `stateflow validate` share: the list of
-// configurations a command covers (the scenario's schedule and baselines, or
-// the grid of sweep list flags crossed with recompute modes), the options of
+// Profiling for `stateflow profile` and `stateflow validate`: the options of
 // a measurement (repetitions, warm-up, element type, threads, how to reach a
-// second MPI rank), and profiling everything a list of configurations needs
-// into one CostTable.
+// second MPI rank, concurrent processes) and profiling everything a list of
+// configurations needs into one CostTable.
 //
-// Not a library outside tools/; the measuring itself is backend/profile/.
+// Not a library outside tools/: the measuring itself is backend/profile/,
+// the merge of tables sim/cost_table.h, the mpirun jobs tools/profile_jobs.h.
 //
 //   SF_ASSIGN_OR_RETURN(std::vector<RunConfig> configs, ConfigsFor(scenario, flags.configs, false));
 //   SF_ASSIGN_OR_RETURN(pb::CostTable table, ProfileForConfigs(scenario, configs, flags.profile, &std::cerr));
 #pragma once
 
-#include <cstdint>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -20,48 +18,14 @@
 
 #include <boost/program_options.hpp>
 
+#include "backend/profile/layer_timer.h"
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
 #include "scenario/resolve.h"
-#include "tools/sweep_options.h"
+#include "tools/run_configs.h"
 
 namespace stateflow::tools {
 
-// One configuration: a schedule (policy, N, alpha, recompute) at M
-// microbatches of T tokens.
-struct RunConfig {
-  pb::ScheduleSpec schedule;
-  int microbatches = 1;       // M
-  std::int64_t seq_len = 1;   // T
-};
-
-// "stateflow N=4 M=8 T=256 recompute full" (alpha when not 0).
-std::string ConfigName(const RunConfig& config);
-
-// The scenario narrowed to `config`: its schedule, no baselines and no
-// sweep, M and T set (and the precision, if given), resolved again.
-Result<scenario::ResolvedScenario> ScenarioFor(const scenario::ResolvedScenario& scenario,
-                                               const RunConfig& config,
-                                               const pb::PrecisionSpec* precision = nullptr);
-
-// The list flags (--policies, --chunks-list, --alpha-list,
-// --microbatches-list, --seq-len-list, --global-batch-list as in
-// `stateflow sweep`, and --recompute-list none,full).
-struct ConfigFlags {
-  SweepFlags sweep;
-  std::optional<std::string> recompute;
-  bool any() const;
-};
-void AddConfigOptions(boost::program_options::options_description* desc, ConfigFlags* flags);
-
-// Without list flags: the scenario's schedule and each baseline, at its M
-// and T. With them: the grid sim::ExpandSweep makes of the scenario's sweep
-// ranges with the flags applied (1f1b gets N = 1), crossed with
-// --recompute-list (else each schedule keeps its mode). `with_sweep` adds
-// the grid of the scenario's own sweep ranges even without flags (what
-// `profile` measures for). Errors name the flag or sweep field.
-Result<std::vector<RunConfig>> ConfigsFor(const scenario::ResolvedScenario& scenario, const ConfigFlags& flags,
-                                          bool with_sweep);
 
 // How to measure.
 struct ProfileFlags {
@@ -85,6 +49,9 @@ struct Precision {
 };
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags);
 
+// Repetitions and warm-up of every timing (defaults 10 and 2).
+backend::TimingOptions Timing(const ProfileFlags& flags);
+
 // Profiles every layer kind of the scenario's model at every chunk length the
 // configurations produce, under each of their recompute modes, and the
 // optimizer: in this process, or with --concurrent K > 1 in K processes at
@@ -102,13 +69,6 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& scenar
                                         const std::vector<RunConfig>& configs,
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process = nullptr);
-
-// "recurrence/forward/none/64/0": what a sample measured (kind, pass, mode,
-// tokens, prefix), equal for the same measurement in two tables.
-std::string CostSampleKey(const pb::CostSample& sample);
-
-// The table in text format, opened by comment lines saying what it is.
-std::string CostTableText(const pb::CostTable& table);
 
 // Fail (cli.h), printing only on MPI rank 0 of a job mpirun started (the
 // rank read from the environment; MPI is not initialised).

@@ -1,0 +1,236 @@
+#include "tools/profile_jobs.h"
+
+#include <unistd.h>
+
+#include <Eigen/Core>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "backend/comm/mpi.h"
+#include "backend/profile/launch.h"
+#include "backend/profile/link_timer.h"
+#include "models/cost_model.h"
+#include "scenario/load.h"
+#include "sim/cost_table.h"
+#include "tools/cli.h"
+
+namespace stateflow::tools {
+namespace {
+
+constexpr char kName[] = "profile";
+
+std::string JoinNumbers(const std::vector<std::int64_t>& values) {
+  std::string out;
+  for (std::int64_t v : values) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(v);
+  }
+  return out;
+}
+
+
+// "32,64" -> {32, 64}; errors name `flag`.
+Result<std::vector<std::int64_t>> ParseCounts(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1) {
+      return Status::Invalid(flag + ": '" + item + "' is not a whole number >= 1");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return Status::Invalid(flag + " is empty");
+  return out;
+}
+
+// This process's rank in the job mpirun started (from the environment; MPI
+// is not initialised), or -1.
+int EnvironmentRank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* rank = std::getenv(name)) return std::atoi(rank);
+  }
+  return -1;
+}
+
+std::string RankTablePath(const std::string& prefix, int rank) {
+  return prefix + "." + std::to_string(rank);
+}
+
+std::string JoinModes(const std::vector<models::Recompute>& modes) {
+  std::string out;
+  for (models::Recompute m : modes) {
+    if (!out.empty()) out += ',';
+    out += std::string(models::RecomputeName(m));
+  }
+  return out;
+}
+
+// The workers' tables merged: each sample the mean of the processes' medians.
+// Every worker times the same samples; a table that differs is an internal
+// error.
+Result<pb::CostTable> MergeWorkerTables(const std::vector<pb::CostTable>& tables, double* spread) {
+  pb::CostTable merged =
+      sim::MergeCostTables(tables, sim::MergeStatistic::kMeanOverConcurrentProcesses, spread);
+  for (std::size_t k = 0; k < tables.size(); ++k) {
+    if (tables[k].samples_size() != merged.samples_size()) {
+      return Status::Internal("profile worker " + std::to_string(k) +
+                              " timed other samples than worker 0");
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+// `mpirun -n 2` of this program in its hidden link-worker mode.
+Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>& elements,
+                                                 const ProfileFlags& flags,
+                                                 const Precision& precision) {
+  const std::string self = backend::SelfExecutable();
+  if (self.empty()) return Status::Resource("cannot find this program's path (/proc/self/exe)");
+  char out_path[] = "/tmp/stateflow-link-XXXXXX";
+  const int fd = mkstemp(out_path);
+  if (fd < 0) return Status::Resource("cannot make a temporary file for the link samples");
+  close(fd);
+  const backend::TimingOptions timing = Timing(flags);
+  const std::vector<std::string> argv = backend::MpirunArgv(
+      flags.mpirun, 2,
+      {self, "profile", "--link-worker", out_path, "--link-elements", JoinNumbers(elements),
+       "--dtype", precision.dtype, "--repetitions", std::to_string(timing.repetitions), "--warmup",
+       std::to_string(timing.warmup)});
+  Result<backend::ChildResult> run = backend::RunChild(argv, 120);
+  Result<pb::CostTable> table = Status::Internal("no link samples");
+  if (run.ok() && run->exit_code == 0) table = scenario::LoadCostTableFile(out_path);
+  std::remove(out_path);
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    return Status::Resource(
+        "mpirun -n 2 failed (" +
+        (run->timed_out ? std::string("timed out") : "exit " + std::to_string(run->exit_code)) +
+        "): " + backend::LastLine(run->err));
+  }
+  if (!table.ok()) return table.status();
+  return std::vector<pb::LinkSample>(table->link_samples().begin(), table->link_samples().end());
+}
+
+// Under mpirun -n 2: ranks 0 and 1 ping-pong; rank 0 writes the samples.
+int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
+                  const ProfileFlags& flags) {
+  Result<std::vector<std::int64_t>> elements = ParseCounts(elements_text, "--link-elements");
+  if (!elements.ok()) return Fail(kName, elements.status());
+  backend::MpiSession session(nullptr, nullptr);
+  if (!session.status().ok()) return Fail(kName, session.status());
+  const backend::TimingOptions timing = Timing(flags);
+  Result<std::vector<pb::LinkSample>> samples =
+      flags.dtype == "float64" ? backend::PingPongMpi<double>(*elements, timing)
+                               : backend::PingPongMpi<float>(*elements, timing);
+  if (!samples.ok()) return Fail(kName, samples.status());
+  if (session.rank() != 0) return kExitOk;
+  pb::CostTable table;
+  for (const pb::LinkSample& s : *samples) *table.add_link_samples() = s;
+  std::ofstream(out_path) << sim::CostTableText(table);
+  return kExitOk;
+}
+
+
+// Under mpirun -n K: every rank times the same layers at the same time and
+// writes its table to <job>.<rank>; the model comes from the CostTable at
+// <job> (written by LayersByMpirun).
+int RunLayersWorker(const std::string& job, const std::string& tokens_text,
+                    const std::string& modes_text, const ProfileFlags& flags) {
+  const int rank = EnvironmentRank();
+  if (rank < 0) return Fail(kName, Status::Invalid("--layers-worker runs under mpirun only"));
+  Result<std::vector<std::int64_t>> tokens = ParseCounts(tokens_text, "--worker-tokens");
+  if (!tokens.ok()) return FailOnRankZero(kName, tokens.status());
+  Result<std::vector<std::string>> modes = RecomputeModes(modes_text);
+  if (!modes.ok()) return FailOnRankZero(kName, modes.status());
+  Result<pb::CostTable> spec = scenario::LoadCostTableFile(job);
+  if (!spec.ok()) return FailOnRankZero(kName, spec.status());
+  Eigen::setNbThreads(static_cast<int>(flags.threads.value_or(1)));
+  backend::ProfileRequest request{spec->model(), *tokens, {},
+                                  flags.dtype.empty() ? "float32" : flags.dtype, Timing(flags)};
+  for (const std::string& mode : *modes) request.recompute.push_back(*models::ParseRecompute(mode));
+  Result<pb::CostTable> table = backend::ProfileLayers(request, nullptr);
+  if (!table.ok()) return FailOnRankZero(kName, table.status());
+  std::ofstream out(RankTablePath(job, rank));
+  out << sim::CostTableText(*table);
+  out.close();
+  if (!out) {
+    return Fail(kName, Status::Resource(RankTablePath(job, rank) + ": cannot write (rank " +
+                                        std::to_string(rank) + ")"));
+  }
+  return kExitOk;
+}
+
+// `mpirun -n K` of this program in its hidden layers-worker mode.
+Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
+                                        const ProfileFlags& flags, int ranks) {
+  const std::string self = backend::SelfExecutable();
+  if (self.empty()) return Status::Resource("cannot find this program's path (/proc/self/exe)");
+  char job[] = "/tmp/stateflow-layers-XXXXXX";
+  const int fd = mkstemp(job);
+  if (fd < 0) return Status::Resource("cannot make a temporary file for the profile workers");
+  close(fd);
+  pb::CostTable spec;
+  *spec.mutable_model() = request.model;
+  spec.set_dtype(request.dtype);
+  std::ofstream(job) << sim::CostTableText(spec);
+  const std::vector<std::string> argv = backend::MpirunArgv(
+      flags.mpirun, ranks,
+      {self, "profile", "--layers-worker", job, "--worker-tokens", JoinNumbers(request.tokens),
+       "--worker-modes", JoinModes(request.recompute), "--dtype", request.dtype, "--threads",
+       std::to_string(Eigen::nbThreads()), "--repetitions",
+       std::to_string(request.timing.repetitions), "--warmup",
+       std::to_string(request.timing.warmup)});
+  Result<backend::ChildResult> run = backend::RunChild(argv, 3600);
+  std::vector<pb::CostTable> tables;
+  Status read = Status::Ok();
+  for (int r = 0; r < ranks; ++r) {
+    if (read.ok() && run.ok() && run->exit_code == 0) {
+      Result<pb::CostTable> t = scenario::LoadCostTableFile(RankTablePath(job, r));
+      if (t.ok()) tables.push_back(std::move(t).value());
+      else read = t.status();
+    }
+    std::remove(RankTablePath(job, r).c_str());
+  }
+  std::remove(job);
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    // The workers' own message (a model the backend cannot run) when they
+    // printed one.
+    const std::size_t at = run->err.find("stateflow profile:");
+    const std::string why = at == std::string::npos
+                                ? backend::LastLine(run->err)
+                                : run->err.substr(at, run->err.find('\n', at) - at);
+    const std::string what =
+        "--concurrent " + std::to_string(ranks) + ": mpirun -n " + std::to_string(ranks) +
+        " failed (" +
+        (run->timed_out ? std::string("timed out") : "exit " + std::to_string(run->exit_code)) +
+        "): " + why;
+    return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);
+  }
+  SF_RETURN_IF_ERROR(read);
+  double spread = 0;
+  SF_ASSIGN_OR_RETURN(pb::CostTable merged, MergeWorkerTables(tables, &spread));
+  const unsigned threads = std::thread::hardware_concurrency();
+  char note[512];
+  std::snprintf(note, sizeof(note),
+                "concurrency: the layers and the optimizer timed in %d processes at once "
+                "(%s -n %d, %s), every core computing as in a %d-stage run; a sample's median "
+                "is the mean of the %d processes' medians (which differed by up to %.0f %%), "
+                "p10 and p90 the lowest and highest",
+                ranks, flags.mpirun.c_str(), ranks,
+                threads > 0 && static_cast<unsigned>(ranks) <= threads
+                    ? "each bound to its own hardware thread"
+                    : "more processes than hardware threads, unbound",
+                ranks, ranks, 100 * spread);
+  return LayerMeasurement{std::move(merged), note, std::move(tables)};
+}
+
+}  // namespace stateflow::tools

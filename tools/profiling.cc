@@ -1,0 +1,239 @@
+#include "tools/profiling.h"
+
+#include <Eigen/Core>
+#include <cstdlib>
+#include <set>
+
+#include "backend/profile/link_timer.h"
+#include "backend/profile/profiler.h"
+#include "backend/train/train_setup.h"
+#include "models/placement.h"
+#include "scenario/configure.h"
+#include "tools/cli.h"
+#include "tools/profile_jobs.h"
+#include "tools/report_format.h"
+
+namespace stateflow::tools {
+namespace {
+
+
+// Chunk lengths and recompute modes the configurations need.
+struct Needs {
+  std::set<std::int64_t> tokens;
+  std::set<std::string> modes;
+};
+
+Result<Needs> NeedsOf(const scenario::ResolvedScenario& scenario,
+                      const std::vector<RunConfig>& configs) {
+  Needs needs;
+  for (const RunConfig& c : configs) {
+    Result<scenario::ResolvedScenario> narrowed = ScenarioFor(scenario, c);
+    Result<scenario::Configuration> config =
+        narrowed.ok() ? scenario::Configure(*narrowed, narrowed->proto().schedule())
+                      : Result<scenario::Configuration>(narrowed.status());
+    if (!config.ok()) return config.status().WithPrefix(ConfigName(c));
+    const schedule::Partition& partition = config->partition;
+    for (int i = 0; i < partition.num_chunks(); ++i) needs.tokens.insert(partition.length(i));
+    needs.modes.insert(
+        std::string(models::RecomputeName(config->placement->cost_model.options().recompute)));
+  }
+  return needs;
+}
+
+// Message sizes of the link ping-pong, in elements: one token's activation,
+// each chunk length's, and four times the largest.
+std::vector<std::int64_t> LinkElements(const Needs& needs, std::int64_t hidden) {
+  std::set<std::int64_t> elements = {hidden};
+  for (std::int64_t s : needs.tokens) elements.insert(s * hidden);
+  elements.insert(4 * *needs.tokens.rbegin() * hidden);
+  return {elements.begin(), elements.end()};
+}
+
+struct LinkMeasurement {
+  std::vector<pb::LinkSample> samples;
+  std::string note;
+};
+
+std::string SizeList(const std::vector<pb::LinkSample>& samples) {
+  std::string out;
+  for (const pb::LinkSample& s : samples) {
+    if (!out.empty()) out += ", ";
+    out += FormatBytes(s.bytes());
+  }
+  return out;
+}
+
+Result<LinkMeasurement> MeasureLink(const std::vector<std::int64_t>& elements,
+                                    const ProfileFlags& flags, const Precision& precision) {
+  std::string why_in_process = "--link in-process";
+  if (flags.link != "in-process") {
+    Result<std::vector<pb::LinkSample>> mpi = LinkByMpirun(elements, flags, precision);
+    if (mpi.ok()) {
+      return LinkMeasurement{*mpi, "link: ping-pong between two MPI ranks started by " +
+                                       flags.mpirun + " -n 2 on this host, messages of " +
+                                       SizeList(*mpi) + " (the backend's MPI comm)"};
+    }
+    if (flags.link == "mpi") return mpi.status().WithPrefix("link");
+    why_in_process = mpi.status().message();
+  }
+  const backend::TimingOptions timing = Timing(flags);
+  Result<std::vector<pb::LinkSample>> local =
+      precision.dtype == "float64" ? backend::PingPongInProcess<double>(elements, timing)
+                                   : backend::PingPongInProcess<float>(elements, timing);
+  if (!local.ok()) return local.status();
+  return LinkMeasurement{*local,
+                         "link: NOT between MPI ranks: timed between two in-process "
+                         "endpoints (a copy), messages of " +
+                             SizeList(*local) + ", because " + why_in_process};
+}
+
+pb::Provenance MakeProvenance(int threads) {
+  pb::Report holder;
+  FillProvenance(threads, &holder);
+  return holder.provenance();
+}
+
+void AddNotes(const Needs& needs, const ProfileFlags& flags, const Precision& precision,
+              const pb::ModelSpec& model, pb::CostTable* table) {
+  const backend::TimingOptions timing = Timing(flags);
+  table->add_notes(
+      "layers: wall time of one StageModule Forward or Backward call of a "
+      "one-layer module on the middle of three chunks of s tokens, median of " +
+      std::to_string(timing.repetitions) + " after " + std::to_string(timing.warmup) +
+      " warm-up repetitions (each repetition times every kind and length once), " + std::to_string(precision.threads) + " Eigen thread(s), " +
+      precision.dtype);
+  table->add_notes("optimizer_s_per_param: one AdamW step plus zeroing the gradients, over all " +
+                   std::to_string(static_cast<long long>(models::ModelParamCount(model))) +
+                   " parameters of the model in one process");
+  table->add_notes("chunk lengths: " + std::to_string(needs.tokens.size()) + " from " +
+                   std::to_string(*needs.tokens.begin()) + " to " +
+                   std::to_string(*needs.tokens.rbegin()) + " tokens");
+}
+
+}  // namespace
+
+backend::TimingOptions Timing(const ProfileFlags& flags) {
+  return backend::TimingOptions{static_cast<int>(flags.repetitions.value_or(10)),
+                                static_cast<int>(flags.warmup.value_or(2))};
+}
+
+void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
+  desc->add_options()("repetitions", Optional(&flags->repetitions),
+                      "timed repetitions per sample (default 10)")(
+      "warmup", Optional(&flags->warmup), "repetitions thrown away first (default 2)")(
+      "dtype", po::value(&flags->dtype), "float32 or float64 (default: train.dtype)")(
+      "threads", Optional(&flags->threads), "Eigen threads (default: train.threads)")(
+      "link", po::value(&flags->link),
+      "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")(
+      "mpirun", po::value(&flags->mpirun), "the mpirun program (default: mpirun in PATH)")(
+      "concurrent", Optional(&flags->concurrent),
+      "time the layers in K processes at once (mpirun -n K, one per core), so that every core "
+      "is as busy as in a K-stage run; each sample the mean of their medians (default 1: this "
+      "process; validate: the runs' P)");
+}
+
+Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags) {
+  SF_ASSIGN_OR_RETURN(backend::TrainOptions train, backend::TrainOptionsFromSpec(scenario.train()));
+  Precision p{flags.dtype.empty() ? train.dtype : flags.dtype, train.threads};
+  if (p.dtype != "float32" && p.dtype != "float64") {
+    return Status::Invalid("--dtype: unknown '" + p.dtype + "' (known: float32, float64)");
+  }
+  if (flags.threads) {
+    if (*flags.threads < 1 || *flags.threads > 1024) {
+      return Status::Invalid("--threads must be in [1, 1024]");
+    }
+    p.threads = static_cast<int>(*flags.threads);
+  }
+  if (flags.repetitions && (*flags.repetitions < 1 || *flags.repetitions > 100000)) {
+    return Status::Invalid("--repetitions must be in [1, 100000]");
+  }
+  if (flags.warmup && (*flags.warmup < 0 || *flags.warmup > 100000)) {
+    return Status::Invalid("--warmup must be in [0, 100000]");
+  }
+  if (flags.link != "auto" && flags.link != "mpi" && flags.link != "in-process") {
+    return Status::Invalid("--link: unknown '" + flags.link + "' (known: auto, mpi, in-process)");
+  }
+  if (flags.concurrent && (*flags.concurrent < 1 || *flags.concurrent > 1024)) {
+    return Status::Invalid("--concurrent must be in [1, 1024]");
+  }
+  return p;
+}
+
+Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolved,
+                                        const std::vector<RunConfig>& configs,
+                                        const ProfileFlags& flags, std::ostream* log,
+                                        std::vector<pb::CostTable>* per_process) {
+  const pb::Scenario& scenario = resolved.proto();
+  if (per_process != nullptr) per_process->clear();
+  SF_ASSIGN_OR_RETURN(Precision precision, PrecisionFor(scenario, flags));
+  SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(resolved, configs));
+  if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
+  Eigen::setNbThreads(precision.threads);
+  backend::ProfileRequest request{scenario.model(),
+                                  {needs.tokens.begin(), needs.tokens.end()},
+                                  {},
+                                  precision.dtype,
+                                  Timing(flags)};
+  for (const std::string& mode : needs.modes)
+    request.recompute.push_back(*models::ParseRecompute(mode));
+  ProgressBar bar("repetitions");
+  if (log) {
+    *log << "stateflow profile: timing " << needs.tokens.size() << " chunk lengths x "
+         << needs.modes.size() << " recompute mode(s) of " << scenario.model().name() << "\n";
+  }
+  const int concurrent = static_cast<int>(flags.concurrent.value_or(1));
+  pb::CostTable table;
+  std::vector<pb::CostTable> workers;
+  std::string concurrency_note =
+      "concurrency: the layers and the optimizer timed in this one process (the other cores "
+      "idle unless something else runs)";
+  if (concurrent > 1) {
+    if (log) *log << "  in " << concurrent << " processes at once (--concurrent)\n";
+    SF_ASSIGN_OR_RETURN(LayerMeasurement layers, LayersByMpirun(request, flags, concurrent));
+    table = std::move(layers.table);
+    concurrency_note = std::move(layers.note);
+    workers = std::move(layers.per_process);
+  } else {
+    SF_ASSIGN_OR_RETURN(table, backend::ProfileLayers(request, [&bar](int done, int total) {
+                          bar.Update(static_cast<std::size_t>(done),
+                                     static_cast<std::size_t>(total));
+                        }));
+  }
+  // After the layers, so that a model the backend cannot run fails first.
+  SF_ASSIGN_OR_RETURN(
+      LinkMeasurement link,
+      MeasureLink(LinkElements(needs, scenario.model().hidden_size()), flags, precision));
+  for (const pb::LinkSample& s : link.samples) *table.add_link_samples() = s;
+  SF_ASSIGN_OR_RETURN(pb::LinkSpec fitted, backend::FitLink(link.samples));
+  *table.mutable_link() = fitted;
+  *table.mutable_provenance() = MakeProvenance(Eigen::nbThreads());
+  AddNotes(needs, flags, precision, scenario.model(), &table);
+  table.add_notes(concurrency_note);
+  table.add_notes(link.note);
+  if (per_process != nullptr) {
+    // Each worker's samples and optimizer time in the merged table's frame.
+    for (std::size_t k = 0; k < workers.size(); ++k) {
+      pb::CostTable own = table;
+      *own.mutable_samples() = workers[k].samples();
+      own.set_optimizer_s_per_param(workers[k].optimizer_s_per_param());
+      own.add_notes("this table: process " + std::to_string(k) + " of " +
+                    std::to_string(workers.size()) + " alone (bound to hardware thread " +
+                    std::to_string(k) + " when bound)");
+      per_process->push_back(std::move(own));
+    }
+  }
+  return table;
+}
+
+int FailOnRankZero(const std::string& command, const Status& status) {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    const char* rank = std::getenv(name);
+    if (rank != nullptr && std::string(rank) != "0") {
+      return status.code() == Status::Code::kInvalidInput ? kExitBadInput : kExitFailure;
+    }
+  }
+  return Fail(command, status);
+}
+
+
+}  // namespace stateflow::tools

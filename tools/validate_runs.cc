@@ -1,0 +1,247 @@
+#include "tools/validate_runs.h"
+
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "backend/profile/launch.h"
+#include "models/cost_model.h"
+#include "sim/simulation.h"
+#include "tools/cli.h"
+
+namespace stateflow::tools {
+namespace {
+
+// The line of `err` that train printed about itself, else its last line.
+std::string TrainMessage(const std::string& err) {
+  const std::size_t at = err.find("stateflow train:");
+  if (at == std::string::npos) return backend::LastLine(err);
+  return err.substr(at, err.find('\n', at) - at);
+}
+
+Result<std::string> WriteScenario(const pb::Scenario& scenario) {
+  char path[] = "/tmp/stateflow-validate-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return Status::Resource("cannot make a temporary scenario file");
+  close(fd);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(scenario, &text);
+  std::ofstream(path) << text;
+  return std::string(path);
+}
+
+std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& path,
+                                   const std::string& trace_path, const TrainRunOptions& options,
+                                   const Precision& precision) {
+  const std::vector<std::string> program = {backend::SelfExecutable(),
+                                            "train",
+                                            "--scenario",
+                                            path,
+                                            "--json",
+                                            "--trace",
+                                            trace_path,
+                                            "--steps",
+                                            std::to_string(options.steps),
+                                            "--dtype",
+                                            precision.dtype,
+                                            "--threads",
+                                            std::to_string(precision.threads)};
+  const int P = static_cast<int>(s.parallel().pipeline_size());
+  return P > 1 ? backend::MpirunArgv(options.mpirun, P, program) : program;
+}
+
+// Every action's and optimizer step's time from train's trace
+// (sim::DurationsFromTrace).
+Result<sim::MeasuredDurations> DurationsFromTraceFile(const std::string& path, int stages) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  pb::Trace trace;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (!in || !google::protobuf::util::JsonStringToMessage(text.str(), &trace, options).ok()) {
+    return Status::Internal("stateflow train wrote no readable trace to " + path);
+  }
+  return sim::DurationsFromTrace(trace, stages);
+}
+
+Result<std::string> TempPath(const char* what) {
+  char path[] = "/tmp/stateflow-validate-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return Status::Resource(std::string("cannot make a temporary ") + what + " file");
+  close(fd);
+  return std::string(path);
+}
+
+// The profile taken right before one configuration's run: its chunk
+// lengths, in P processes at once (one per core, as the run's ranks) unless
+// --concurrent says otherwise; `per_stage` gets each process's own table.
+Result<pb::CostTable> ProfileBeforeRun(const scenario::ResolvedScenario& scenario,
+                                       const RunConfig& config,
+                                       const ProfileFlags& flags,
+                                       std::vector<pb::CostTable>* per_stage) {
+  ProfileFlags profile = flags;
+  if (!profile.concurrent) profile.concurrent = scenario.stages();
+  return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
+}
+
+}  // namespace
+
+Result<pb::Report> Predict(const scenario::ResolvedScenario& scenario, const RunConfig& config,
+                           const sim::CostTableIndex& costs, const Precision& precision,
+                           const sim::MeasuredDurations* durations) {
+  // The ledger in the backend's element type (models/cost_model.h).
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
+  Result<sim::Simulation> predicted = sim::Simulate(
+      narrowed, narrowed.proto().schedule(), {.costs = &costs, .durations = durations});
+  if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
+  return predicted->report;
+}
+
+Result<pb::Report> PredictFromProfile(const scenario::ResolvedScenario& scenario,
+                                      const RunConfig& config,
+                                      const pb::CostTable& merged,
+                                      const std::vector<pb::CostTable>& per_stage,
+                                      const Precision& precision,
+                                      const sim::MeasuredDurations* durations) {
+  SF_ASSIGN_OR_RETURN(sim::CostTableIndex index, sim::CostTableIndex::Make(merged, "profiled"));
+  if (per_stage.size() != static_cast<std::size_t>(scenario.stages())) {
+    return Predict(scenario, config, index, precision, durations);
+  }
+  std::vector<sim::CostTableIndex> indexes;
+  for (std::size_t r = 0; r < per_stage.size(); ++r) {
+    SF_ASSIGN_OR_RETURN(sim::CostTableIndex i,
+                        sim::CostTableIndex::Make(per_stage[r], "profiled, process " +
+                                                                    std::to_string(r)));
+    indexes.push_back(std::move(i));
+  }
+  std::vector<const sim::CostTableIndex*> pointers;
+  for (const sim::CostTableIndex& i : indexes) pointers.push_back(&i);
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
+  Result<sim::Simulation> predicted =
+      sim::Simulate(narrowed, narrowed.proto().schedule(),
+                    {.stage_costs = &pointers, .durations = durations});
+  if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
+  return predicted->report;
+}
+
+Result<sim::MeasuredRun> RunTrain(const pb::Scenario& scenario, const TrainRunOptions& options,
+                                  const Precision& precision) {
+  SF_ASSIGN_OR_RETURN(std::string path, WriteScenario(scenario));
+  Result<std::string> trace_path = TempPath("trace");
+  if (!trace_path.ok()) {
+    std::remove(path.c_str());
+    return trace_path.status();
+  }
+  Result<backend::ChildResult> run =
+      backend::RunChild(TrainArgv(scenario, path, *trace_path, options, precision),
+                        options.timeout_s);
+  std::remove(path.c_str());
+  const int stages = static_cast<int>(scenario.parallel().pipeline_size());
+  Result<sim::MeasuredDurations> durations =
+      run.ok() && run->exit_code == 0 ? DurationsFromTraceFile(*trace_path, stages)
+                                      : Status::Internal("no run");
+  std::remove(trace_path->c_str());
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    const std::string what =
+        "stateflow train " +
+        (run->timed_out ? std::string("timed out")
+                        : "failed (exit " + std::to_string(run->exit_code) + ")") +
+        ": " + TrainMessage(run->err);
+    return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);
+  }
+  pb::Report report;
+  if (!google::protobuf::util::JsonStringToMessage(run->out, &report).ok() ||
+      report.stages_size() != stages) {
+    return Status::Internal("stateflow train printed no usable JSON report: " +
+                            backend::LastLine(run->out));
+  }
+  if (!durations.ok()) return durations.status();
+  return sim::MeasuredRun{std::move(report), std::move(durations).value()};
+}
+
+namespace {
+
+// One configuration in one round: profile (unless `given`), predict, run.
+Status ObserveOne(const scenario::ResolvedScenario& scenario, const RunConfig& config,
+                  const ProfileFlags& profile, const TrainRunOptions& train,
+                  const Precision& precision, const sim::CostTableIndex* given, std::size_t k,
+                  Observations* seen) {
+  // Predict first: a plan the simulator cannot replay fails before its run.
+  Result<pb::Report> prediction = Status::Internal("no prediction");
+  std::vector<pb::CostTable> per_stage;
+  if (given == nullptr) {
+    Result<pb::CostTable> table = ProfileBeforeRun(scenario, config, profile, &per_stage);
+    if (!table.ok()) return table.status().WithPrefix(ConfigName(config));
+    prediction = PredictFromProfile(scenario, config, *table, per_stage, precision);
+    seen->tables.push_back(std::move(table).value());
+  } else {
+    prediction = Predict(scenario, config, *given, precision);
+  }
+  SF_RETURN_IF_ERROR(prediction.status());
+  seen->predicted[k].push_back(std::move(prediction).value());
+  seen->stage_tables[k].push_back(std::move(per_stage));
+  Result<scenario::ResolvedScenario> narrowed = ScenarioFor(scenario, config);
+  if (!narrowed.ok()) return narrowed.status().WithPrefix(ConfigName(config));
+  Result<sim::MeasuredRun> run = RunTrain(narrowed->proto(), train, precision);
+  if (!run.ok()) return run.status().WithPrefix(ConfigName(config));
+  seen->measured[k].push_back(std::move(run).value());
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Every round runs every configuration once.
+Result<Observations> Observe(const scenario::ResolvedScenario& scenario,
+                             const std::vector<RunConfig>& configs,
+                             const ProfileFlags& profile, const TrainRunOptions& train,
+                             const Precision& precision, const sim::CostTableIndex* given,
+                             int rounds, std::ostream* log) {
+  Observations seen;
+  seen.predicted.resize(configs.size());
+  seen.measured.resize(configs.size());
+  seen.stage_tables.resize(configs.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t k = 0; k < configs.size(); ++k) {
+      if (log != nullptr) {
+        *log << "stateflow validate: round " << round + 1 << "/" << rounds << ", " << k + 1 << "/"
+             << configs.size() << " " << ConfigName(configs[k]) << "\n";
+      }
+      SF_RETURN_IF_ERROR(
+          ObserveOne(scenario, configs[k], profile, train, precision, given, k, &seen));
+    }
+  }
+  return seen;
+}
+
+// Configuration k compared: the median prediction against the rounds' runs,
+// and the median run replayed with its own durations (transfers from the
+// costs of its round).
+Result<pb::ValidationRun> CompareConfig(const scenario::ResolvedScenario& scenario,
+                                        const RunConfig& config,
+                                        std::size_t k, std::size_t num_configs,
+                                        const Observations& seen, const Precision& precision,
+                                        const sim::CostTableIndex* given) {
+  const std::size_t median_round = sim::MedianRound(seen.measured[k]);
+  const sim::MeasuredRun& median_run = seen.measured[k][median_round];
+  SF_ASSIGN_OR_RETURN(
+      pb::Report replayed,
+      given == nullptr
+          ? PredictFromProfile(scenario, config, seen.tables[median_round * num_configs + k],
+                               seen.stage_tables[k][median_round], precision,
+                               &median_run.durations)
+          : Predict(scenario, config, *given, precision, &median_run.durations));
+  return sim::Compare(seen.predicted[k][sim::MedianReport(seen.predicted[k])], seen.measured[k],
+                      replayed,
+                      {.microbatches = config.microbatches,
+                       .seq_len = static_cast<double>(config.seq_len)});
+}
+
+}  // namespace stateflow::tools
