@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/search.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "sim/search.h"
 
 namespace stateflow {
 namespace {

@@ -4,6 +4,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "common/files.h"
+
 namespace stateflow {
 namespace {
 
@@ -91,11 +93,7 @@ std::string TraceWriter::ToJson() const {
 }
 
 Status TraceWriter::WriteFile(const std::string& path) const {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) return Status::Invalid("trace: cannot open '" + path + "' for writing");
-  file << ToJson() << '\n';
-  if (!file) return Status::Invalid("trace: write to '" + path + "' failed");
-  return Status::Ok();
+  return stateflow::WriteFile(path, ToJson() + "\n").WithPrefix("trace");
 }
 
 }  // namespace stateflow

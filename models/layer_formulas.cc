@@ -4,8 +4,10 @@
 // Dimension legend (one sequence, one token unless said otherwise):
 //   h  hidden size            m  SwiGLU size           V  vocabulary
 //   n  recurrence heads       dk, dv  GDN key/value head dims
-//   P  Mamba-3 head dim       N  Mamba-3 state dim     G  Mamba-3 groups
-//   d_in = n P (Mamba-3)      w  short-conv width      C  kernel block T_C
+//   dp Mamba-3 head dim       ds Mamba-3 state dim     G  Mamba-3 groups
+//   d_in = n dp (Mamba-3)     w  short-conv width      C  kernel block T_C
+// (P, M and N are pipeline size, microbatches and chunks everywhere, so the
+// Mamba paper's P and N are dp and ds here.)
 //   Hq, Hkv, d  attention query heads, K/V heads, head dim
 #include "models/layer_formulas.h"
 
@@ -23,7 +25,7 @@ constexpr double kRotaryFlops = 3;
 constexpr double kGateFlops = 10;  // per head: softplus/sigmoid/exp of gates
 
 struct Dims {
-  double h, m, vocab, n, dk, dv, P, N, G, d_in, w, C, hq, hkv, d;
+  double h, m, vocab, n, dk, dv, dp, ds, G, d_in, w, C, hq, hkv, d;
 };
 
 Dims DimsOf(const pb::ModelSpec& model) {
@@ -34,8 +36,8 @@ Dims DimsOf(const pb::ModelSpec& model) {
   x.n = model.num_heads();
   x.dk = model.head_dim_k();
   x.dv = model.head_dim_v();
-  x.P = model.head_dim_v();
-  x.N = model.state_dim();
+  x.dp = model.head_dim_v();
+  x.ds = model.state_dim();
   x.G = kMambaGroups;
   x.d_in = MambaInner(model);
   x.w = model.conv_width();
@@ -82,7 +84,7 @@ double GdnReplayFlops(const Dims& x) {
 }
 
 double MambaDenseFlops(const Dims& x) {
-  const double bc = x.G * x.N;  // B or C channels
+  const double bc = x.G * x.ds;  // B or C channels
   const double proj = 2 * x.h * (2 * x.d_in + 2 * bc + 2 * x.n + bc / 2) +
                       2 * x.d_in * x.h;
   const double conv_channels = x.d_in + 2 * bc;
@@ -95,16 +97,16 @@ double MambaDenseFlops(const Dims& x) {
 
 // SSD-style chunked scan with Mamba-3's trapezoidal mask, per token.
 double MambaCoreFlops(const Dims& x) {
-  const double per_group = 2 * x.C * x.N;  // C B^T within a block
+  const double per_group = 2 * x.C * x.ds;  // C B^T within a block
   const double per_head = 2 * x.C            // decay/trapezoid mask
-                          + 2 * x.C * x.P    // (C B^T o L) X
-                          + 4 * x.N * x.P    // block state B^T X, output C S
-                          + 2 * x.N * x.P / x.C;  // state passing
+                          + 2 * x.C * x.dp    // (C B^T o L) X
+                          + 4 * x.ds * x.dp    // block state B^T X, output C S
+                          + 2 * x.ds * x.dp / x.C;  // state passing
   return x.G * per_group + x.n * per_head;
 }
 
 double MambaReplayFlops(const Dims& x) {
-  return x.n * (2 * x.N * x.P + 2 * x.N * x.P / x.C);
+  return x.n * (2 * x.ds * x.dp + 2 * x.ds * x.dp / x.C);
 }
 
 double AttentionDenseFlops(const Dims& x) {
@@ -167,7 +169,7 @@ void AddGdnElems(const Dims& x, TokenElems* e) {
 }
 
 void AddMambaElems(const Dims& x, TokenElems* e) {
-  const double bc = x.G * x.N;
+  const double bc = x.G * x.ds;
   const double xbc = x.d_in + 2 * bc;
   e->sharded += x.d_in        // z (gate)
                 + xbc         // conv inputs
@@ -413,11 +415,11 @@ double MixerParamCount(const pb::ModelSpec& model, LayerKind kind) {
     return x.h * (x.hq * x.d + 2 * x.hkv * x.d) + x.hq * x.d * x.h;
   }
   if (IsMamba(model)) {
-    const double bc = x.G * x.N;
+    const double bc = x.G * x.ds;
     return x.h * (2 * x.d_in + 2 * bc + 2 * x.n + bc / 2)  // in_proj
            + (x.w + 1) * (x.d_in + 2 * bc)                 // conv + bias
            + 3 * x.n                                       // A_log, D, dt_bias
-           + 2 * x.N + 2 * bc                              // B, C norms, biases
+           + 2 * x.ds + 2 * bc                              // B, C norms, biases
            + x.d_in                                        // gated norm
            + x.d_in * x.h;                                 // out_proj
   }
@@ -477,7 +479,7 @@ ScratchBytes ForwardScratch(const pb::ModelSpec& model, LayerKind kind,
   ScratchBytes b;
   if (kind == LayerKind::kRecurrence && IsMamba(model)) {
     b.per_token = x.G * x.C * stat / tp;                // C B^T per block
-    b.per_kernel_block = x.n * x.P * x.N * stat / tp;   // block states
+    b.per_kernel_block = x.n * x.dp * x.ds * stat / tp;   // block states
   }
   return b;
 }
@@ -488,7 +490,7 @@ ScratchBytes BackwardScratch(const pb::ModelSpec& model, LayerKind kind,
   const double tp = tensor_size, stat = StatBytes(activation_bytes);
   ScratchBytes b = ForwardScratch(model, kind, activation_bytes, tensor_size);
   if (kind == LayerKind::kRecurrence && IsMamba(model)) {
-    b.per_kernel_block += x.n * x.P * x.N * stat / tp;  // the replayed states' gradients
+    b.per_kernel_block += x.n * x.dp * x.ds * stat / tp;  // the replayed states' gradients
   } else if (kind == LayerKind::kAttention) {
     // fp32 dQ accumulator and the row sums D = rowsum(dO o O).
     b.per_token += x.hq * (x.d + 1) * stat / tp;
@@ -503,8 +505,8 @@ double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
   const Dims x = DimsOf(model);
   const double tp = tensor_size;
   if (IsMamba(model)) {
-    const double bc = x.G * x.N;
-    const double state = x.n * x.P * x.N * StatBytes(activation_bytes);
+    const double bc = x.G * x.ds;
+    const double state = x.n * x.dp * x.ds * StatBytes(activation_bytes);
     const double conv_tail = (x.w - 1) * (x.d_in + 2 * bc) * activation_bytes;
     const double carry = (x.d_in + bc) * activation_bytes     // last x and B
                          + bc / 2 * StatBytes(activation_bytes);  // rotation angle

@@ -3,6 +3,8 @@
 #include <string>
 
 #include "models/placement.h"
+#include "schedule/policies.h"
+#include "schedule/validator.h"
 
 namespace stateflow::scenario {
 

@@ -6,6 +6,7 @@
 
 #include "models/model.h"
 #include "schedule/plan.h"
+#include "schedule/policies.h"
 
 namespace stateflow::scenario {
 namespace {

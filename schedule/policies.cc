@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <string>
 
-#include "schedule/plan.h"
+#include "schedule/policies.h"
 
 namespace stateflow::schedule {
 namespace {

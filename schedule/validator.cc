@@ -14,7 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "schedule/plan.h"
+#include "schedule/plan_text.h"
+#include "schedule/policies.h"
+#include "schedule/validator.h"
 
 namespace stateflow::schedule {
 namespace {

@@ -38,7 +38,7 @@ def keep(key):
     if key in ("provenance", "elapsed_s", "notes"):
         return False
     if mode == "run" and (key.endswith(measured) or "time" in key or "busy" in key
-                          or "bubble" in key or "error" in key or key.startswith("measured")
+                          or "bubble" in key or "error" in key
                           or key in ("range", "rounds")):
         return False
     return True
@@ -110,5 +110,12 @@ if command -v mpirun >/dev/null; then
   if ! cmp -s "$a" "$b"; then echo "DIFFERENT: train P=2 under mpirun"; diff "$a" "$b" | head; exit 1; fi
   echo "same: train float64 P=2 N=4 (mpirun)"
   cases=$((cases + 1))
+fi
+if [ "$quick" != --quick ] && command -v mpirun >/dev/null; then
+  # validate replays one cost table (profiled once, by the new build) in
+  # both builds: the predictions and the measured memory must agree.
+  "$new" profile --repetitions 2 --warmup 1 --link in-process --out "$work/costs.textproto" >/dev/null
+  check "validate --costs (json)" run validate --costs "$work/costs.textproto" --steps 2 \
+    --chunks-list 1,4 --recompute-list none,full --json
 fi
 echo "all $cases cases the same"

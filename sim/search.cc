@@ -10,6 +10,7 @@
 #include "models/model.h"
 #include "models/placement.h"
 #include "schedule/plan.h"
+#include "schedule/policies.h"
 #include "sim/simulation.h"
 
 namespace stateflow::sim {

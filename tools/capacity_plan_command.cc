@@ -1,20 +1,20 @@
-// `stateflow plan`: which P x TP x DP splits of a number of devices can
+// `stateflow capacity`: which P x TP x DP splits of a number of devices can
 // train a model at a sequence length and global batch, each with its best
 // (N, alpha), ranked; and why the others cannot.
 #include <iostream>
 
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 #include "sim/capacity_plan.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "scenario/load.h"
-#include "scenario/resolve.h"
 #include "tools/sweep_format.h"
 #include "tools/sweep_options.h"
 
 namespace stateflow::tools {
 namespace {
 
-constexpr char kName[] = "plan";
+constexpr char kName[] = "capacity";
 
 constexpr char kExamples[] = R"(Every split of --devices into P x TP x DP is checked: TP within a node
 (TP <= devices per node and divides it), heads (recurrence, attention, K/V)
@@ -29,10 +29,10 @@ and cost model come from the scenario (default: the embedded one, full
 recompute).
 
 examples:
-  stateflow plan --model gdn-hybrid-15b --seq-len 262144 --global-batch 8 --devices 32
-  stateflow plan --model mamba3-32b -T 131072 --global-batch 16 --devices 32 --top 3
-  stateflow plan --scenario scenarios/paper/gdn-hybrid-3b.textproto --devices 8 --json
-  stateflow plan --model gdn-3b --devices 8 --policies 1f1b,stateflow --chunks-list 4,8
+  stateflow capacity --model gdn-hybrid-15b --seq-len 262144 --global-batch 8 --devices 32
+  stateflow capacity --model mamba3-32b -T 131072 --global-batch 16 --devices 32 --top 3
+  stateflow capacity --scenario scenarios/paper/gdn-hybrid-3b.textproto --devices 8 --json
+  stateflow capacity --model gdn-3b --devices 8 --policies 1f1b,stateflow --chunks-list 4,8
 )";
 
 struct PlanFlags {
@@ -123,7 +123,7 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
 
 int RunCapacityPlan(int argc, char** argv) {
   PlanFlags flags;
-  po::options_description desc("stateflow plan [options]");
+  po::options_description desc("stateflow capacity [options]");
   desc.add_options()("help,h", "show this help")
       ("json", "print the CapacityPlanReport as JSON on stdout instead of the tables");
   AddPlanOptions(&desc, &flags);

@@ -2,13 +2,15 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/files.h"
 #include "models/model.h"
+#include "scenario/configure.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 #include "schedule/plan.h"
+#include "schedule/plan_text.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
-#include "scenario/load.h"
-#include "scenario/configure.h"
-#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
@@ -63,9 +65,7 @@ int RunPlanDump(int argc, char** argv) {
     std::cout << text;
     return kExitOk;
   }
-  std::ofstream out(out_path);
-  out << text;
-  if (!out) return Fail(name, Status::Invalid(out_path + ": cannot write"));
+  if (Status written = WriteFile(out_path, text); !written.ok()) return Fail(name, written);
   std::cerr << "plan written to " << out_path << " (" << plan->num_actions() << " actions)\n";
   return kExitOk;
 }

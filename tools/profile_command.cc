@@ -14,6 +14,7 @@
 #include <set>
 
 #include "backend/comm/mpi.h"
+#include "common/files.h"
 #include "scenario/load.h"
 #include "sim/cost_table.h"
 #include "tools/cli.h"
@@ -37,7 +38,6 @@ constexpr char kExamples[] = R"(examples:
   stateflow simulate --scenario scenarios/tiny-train.textproto --costs costs.textproto
       replay the measured costs
 )";
-
 
 struct CommandFlags {
   ScenarioFlags scenario;
@@ -79,10 +79,9 @@ int Profile(const CommandFlags& flags) {
   Result<pb::CostTable> table = ProfileForConfigs(*scenario, *configs, flags.profile,
                                                   isatty(STDERR_FILENO) ? &std::cerr : nullptr);
   if (!table.ok()) return Fail(kName, table.status());
-  std::ofstream out(flags.out_path);
-  out << sim::CostTableText(*table);
-  out.close();
-  if (!out) return Fail(kName, Status::Invalid(flags.out_path + ": cannot write the cost table"));
+  if (Status written = WriteFile(flags.out_path, sim::CostTableText(*table)); !written.ok()) {
+    return Fail(kName, written);
+  }
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << Summary(*table, flags.out_path, elapsed);

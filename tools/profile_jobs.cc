@@ -12,6 +12,7 @@
 #include "backend/comm/mpi.h"
 #include "backend/profile/launch.h"
 #include "backend/profile/link_timer.h"
+#include "common/files.h"
 #include "models/cost_model.h"
 #include "scenario/load.h"
 #include "sim/cost_table.h"
@@ -30,7 +31,6 @@ std::string JoinNumbers(const std::vector<std::int64_t>& values) {
   }
   return out;
 }
-
 
 // "32,64" -> {32, 64}; errors name `flag`.
 Result<std::vector<std::int64_t>> ParseCounts(const std::string& text, const std::string& flag) {
@@ -94,10 +94,8 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
                                                  const Precision& precision) {
   const std::string self = backend::SelfExecutable();
   if (self.empty()) return Status::Resource("cannot find this program's path (/proc/self/exe)");
-  char out_path[] = "/tmp/stateflow-link-XXXXXX";
-  const int fd = mkstemp(out_path);
-  if (fd < 0) return Status::Resource("cannot make a temporary file for the link samples");
-  close(fd);
+  SF_ASSIGN_OR_RETURN(TempFile out, TempFile::Create("link-samples"));
+  const std::string& out_path = out.path();
   const backend::TimingOptions timing = Timing(flags);
   const std::vector<std::string> argv = backend::MpirunArgv(
       flags.mpirun, 2,
@@ -107,7 +105,6 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
   Result<backend::ChildResult> run = backend::RunChild(argv, 120);
   Result<pb::CostTable> table = Status::Internal("no link samples");
   if (run.ok() && run->exit_code == 0) table = scenario::LoadCostTableFile(out_path);
-  std::remove(out_path);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
     return Status::Resource(
@@ -134,10 +131,11 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
   if (session.rank() != 0) return kExitOk;
   pb::CostTable table;
   for (const pb::LinkSample& s : *samples) *table.add_link_samples() = s;
-  std::ofstream(out_path) << sim::CostTableText(table);
+  if (Status written = WriteFile(out_path, sim::CostTableText(table)); !written.ok()) {
+    return Fail(kName, written);
+  }
   return kExitOk;
 }
-
 
 // Under mpirun -n K: every rank times the same layers at the same time and
 // writes its table to <job>.<rank>; the model comes from the CostTable at
@@ -158,12 +156,9 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   for (const std::string& mode : *modes) request.recompute.push_back(*models::ParseRecompute(mode));
   Result<pb::CostTable> table = backend::ProfileLayers(request, nullptr);
   if (!table.ok()) return FailOnRankZero(kName, table.status());
-  std::ofstream out(RankTablePath(job, rank));
-  out << sim::CostTableText(*table);
-  out.close();
-  if (!out) {
-    return Fail(kName, Status::Resource(RankTablePath(job, rank) + ": cannot write (rank " +
-                                        std::to_string(rank) + ")"));
+  if (Status written = WriteFile(RankTablePath(job, rank), sim::CostTableText(*table));
+      !written.ok()) {
+    return Fail(kName, written.WithPrefix("rank " + std::to_string(rank)));
   }
   return kExitOk;
 }
@@ -173,14 +168,12 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
                                         const ProfileFlags& flags, int ranks) {
   const std::string self = backend::SelfExecutable();
   if (self.empty()) return Status::Resource("cannot find this program's path (/proc/self/exe)");
-  char job[] = "/tmp/stateflow-layers-XXXXXX";
-  const int fd = mkstemp(job);
-  if (fd < 0) return Status::Resource("cannot make a temporary file for the profile workers");
-  close(fd);
+  SF_ASSIGN_OR_RETURN(TempFile job_file, TempFile::Create("profile-layers"));
+  const std::string& job = job_file.path();
   pb::CostTable spec;
   *spec.mutable_model() = request.model;
   spec.set_dtype(request.dtype);
-  std::ofstream(job) << sim::CostTableText(spec);
+  SF_RETURN_IF_ERROR(WriteFile(job, sim::CostTableText(spec)));
   const std::vector<std::string> argv = backend::MpirunArgv(
       flags.mpirun, ranks,
       {self, "profile", "--layers-worker", job, "--worker-tokens", JoinNumbers(request.tokens),
@@ -199,7 +192,6 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
     }
     std::remove(RankTablePath(job, r).c_str());
   }
-  std::remove(job);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
     // The workers' own message (a model the backend cannot run) when they

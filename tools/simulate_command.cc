@@ -3,12 +3,14 @@
 #include <optional>
 
 #include "common/trace.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 #include "schedule/plan.h"
+#include "schedule/plan_text.h"
+#include "schedule/validator.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "scenario/load.h"
-#include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {

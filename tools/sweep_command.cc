@@ -2,11 +2,11 @@
 // simulated, the best feasible (N, alpha) per cell, as a table, CSV or JSON.
 #include <iostream>
 
+#include "scenario/load.h"
+#include "scenario/resolve.h"
 #include "sim/search.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
-#include "scenario/load.h"
-#include "scenario/resolve.h"
 #include "tools/sweep_format.h"
 #include "tools/sweep_options.h"
 

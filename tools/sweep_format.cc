@@ -9,6 +9,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "common/files.h"
 #include "tools/report_format.h"
 
 namespace stateflow::tools {
@@ -205,12 +206,7 @@ std::string SweepCsv(const pb::SweepReport& r) {
 }
 
 Status WriteSweepCsv(const pb::SweepReport& report, const std::string& path) {
-  std::ofstream file(path, std::ios::binary);
-  if (!file) return Status::Invalid(path + ": cannot open for writing");
-  file << SweepCsv(report);
-  file.close();
-  if (!file) return Status::Resource(path + ": write failed");
-  return Status::Ok();
+  return WriteFile(path, SweepCsv(report));
 }
 
 std::string FormatSweepTable(const pb::SweepReport& r) {

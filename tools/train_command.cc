@@ -21,11 +21,12 @@
 #include "backend/train/train_setup.h"
 #include "backend/train/trainer.h"
 #include "common/trace.h"
-#include "schedule/plan.h"
-#include "tools/cli.h"
-#include "tools/report_format.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "schedule/plan.h"
+#include "schedule/plan_text.h"
+#include "tools/cli.h"
+#include "tools/report_format.h"
 
 namespace stateflow::tools {
 namespace {

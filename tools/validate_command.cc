@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "backend/comm/mpi.h"
+#include "common/files.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
 #include "sim/cost_table.h"
@@ -107,10 +108,7 @@ pb::CostTable MergeProfiles(const std::vector<pb::CostTable>& tables) {
 
 Status WriteCostsOut(const pb::CostTable& table, const ValidateFlags& flags) {
   if (flags.costs_out.empty()) return Status::Ok();
-  std::ofstream out(flags.costs_out);
-  out << sim::CostTableText(table);
-  if (!out) return Status::Invalid(flags.costs_out + ": cannot write the cost table");
-  return Status::Ok();
+  return WriteFile(flags.costs_out, sim::CostTableText(table));
 }
 
 Result<Costs> LoadCosts(const pb::Scenario& scenario, const ValidateFlags& flags,

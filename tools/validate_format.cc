@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "backend/profile/launch.h"
+#include "common/files.h"
 #include "sim/validation.h"
 #include "tools/report_format.h"
 
@@ -102,16 +103,12 @@ std::string FormatValidationReport(const pb::ValidationReport& report,
 // plots/stateflow_plots.py validate --report <json> --out <plot>.
 Status DrawValidationPlot(const pb::ValidationReport& report, const std::string& python,
                           const std::string& plot_path) {
-  char path[] = "/tmp/stateflow-validate-json-XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) return Status::Resource("cannot make a temporary file for the plot's input");
-  close(fd);
-  std::ofstream(path) << MessageToJson(report);
+  SF_ASSIGN_OR_RETURN(TempFile json, TempFile::Create("validate-json"));
+  SF_RETURN_IF_ERROR(WriteFile(json.path(), MessageToJson(report)));
   Result<backend::ChildResult> run =
       backend::RunChild({python, std::string(SF_PLOTS_DIR) + "/stateflow_plots.py",
-                         "validate", "--report", path, "--out", plot_path},
+                         "validate", "--report", json.path(), "--out", plot_path},
                         120);
-  std::remove(path);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
     return Status::Invalid("--plot: " + backend::LastLine(run->err));

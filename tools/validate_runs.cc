@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "backend/profile/launch.h"
+#include "common/files.h"
 #include "models/cost_model.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
@@ -23,15 +24,12 @@ std::string TrainMessage(const std::string& err) {
   return err.substr(at, err.find('\n', at) - at);
 }
 
-Result<std::string> WriteScenario(const pb::Scenario& scenario) {
-  char path[] = "/tmp/stateflow-validate-XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) return Status::Resource("cannot make a temporary scenario file");
-  close(fd);
+Result<TempFile> WriteScenario(const pb::Scenario& scenario) {
+  SF_ASSIGN_OR_RETURN(TempFile file, TempFile::Create("validate-scenario"));
   std::string text;
   google::protobuf::TextFormat::PrintToString(scenario, &text);
-  std::ofstream(path) << text;
-  return std::string(path);
+  SF_RETURN_IF_ERROR(WriteFile(file.path(), text));
+  return file;
 }
 
 std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& path,
@@ -67,14 +65,6 @@ Result<sim::MeasuredDurations> DurationsFromTraceFile(const std::string& path, i
     return Status::Internal("stateflow train wrote no readable trace to " + path);
   }
   return sim::DurationsFromTrace(trace, stages);
-}
-
-Result<std::string> TempPath(const char* what) {
-  char path[] = "/tmp/stateflow-validate-XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) return Status::Resource(std::string("cannot make a temporary ") + what + " file");
-  close(fd);
-  return std::string(path);
 }
 
 // The profile taken right before one configuration's run: its chunk
@@ -133,21 +123,15 @@ Result<pb::Report> PredictFromProfile(const scenario::ResolvedScenario& scenario
 
 Result<sim::MeasuredRun> RunTrain(const pb::Scenario& scenario, const TrainRunOptions& options,
                                   const Precision& precision) {
-  SF_ASSIGN_OR_RETURN(std::string path, WriteScenario(scenario));
-  Result<std::string> trace_path = TempPath("trace");
-  if (!trace_path.ok()) {
-    std::remove(path.c_str());
-    return trace_path.status();
-  }
-  Result<backend::ChildResult> run =
-      backend::RunChild(TrainArgv(scenario, path, *trace_path, options, precision),
-                        options.timeout_s);
-  std::remove(path.c_str());
+  SF_ASSIGN_OR_RETURN(TempFile scenario_file, WriteScenario(scenario));
+  SF_ASSIGN_OR_RETURN(TempFile trace_file, TempFile::Create("validate-trace"));
+  Result<backend::ChildResult> run = backend::RunChild(
+      TrainArgv(scenario, scenario_file.path(), trace_file.path(), options, precision),
+      options.timeout_s);
   const int stages = static_cast<int>(scenario.parallel().pipeline_size());
   Result<sim::MeasuredDurations> durations =
-      run.ok() && run->exit_code == 0 ? DurationsFromTraceFile(*trace_path, stages)
+      run.ok() && run->exit_code == 0 ? DurationsFromTraceFile(trace_file.path(), stages)
                                       : Status::Internal("no run");
-  std::remove(trace_path->c_str());
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
     const std::string what =

@@ -12,41 +12,19 @@
 #include <sstream>
 #include <thread>
 
+#include "common/files.h"
+
 extern char** environ;
 
 namespace stateflow::backend {
 namespace {
 
-// A file in the temporary folder that is removed when this goes out of scope.
-class TempFile {
- public:
-  TempFile() {
-    const char* dir = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(dir != nullptr && *dir ? dir : "/tmp") + "/stateflow-child-XXXXXX";
-    const int fd = mkstemp(pattern.data());
-    if (fd >= 0) {
-      close(fd);
-      path_ = pattern;
-    }
-  }
-  ~TempFile() {
-    if (!path_.empty()) unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string Read() const {
-    std::ifstream f(path_);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }
-
- private:
-  std::string path_;
-};
+std::string ReadAll(const TempFile& file) {
+  std::ifstream f(file.path());
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
 
 // Waits for `pid` until `timeout_s` after `start`, then kills its group.
 void WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point start,
@@ -72,10 +50,8 @@ void WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point 
 
 Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeout_s) {
   if (argv.empty()) return Status::Internal("RunChild: no program");
-  TempFile out, err;
-  if (out.path().empty() || err.path().empty()) {
-    return Status::Resource("cannot make a temporary file to capture " + argv[0] + "'s output");
-  }
+  SF_ASSIGN_OR_RETURN(TempFile out, TempFile::Create("child-out"));
+  SF_ASSIGN_OR_RETURN(TempFile err, TempFile::Create("child-err"));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -99,8 +75,8 @@ Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeou
   }
   ChildResult result;
   WaitFor(pid, timeout_s, start, &result);
-  result.out = out.Read();
-  result.err = err.Read();
+  result.out = ReadAll(out);
+  result.err = ReadAll(err);
   return result;
 }
 

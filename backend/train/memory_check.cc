@@ -1,7 +1,5 @@
 #include "backend/train/memory_check.h"
 
-#include "scenario/configure.h"
-
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -12,6 +10,7 @@
 #include "models/cost_model.h"
 #include "models/memory_model.h"
 #include "models/placement.h"
+#include "scenario/configure.h"
 
 namespace stateflow::backend {
 namespace {

@@ -23,6 +23,7 @@
 #include "models/model.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
+#include "schedule/policies.h"
 #include "tests/backend/layer_test_util.h"
 
 namespace stateflow::backend {

@@ -13,6 +13,7 @@
 #include "backend/train/text_data.h"
 #include "backend/train/trainer.h"
 #include "schedule/plan.h"
+#include "schedule/policies.h"
 #include "tests/backend/train_test_util.h"
 #include "tests/scenario_testing.h"
 

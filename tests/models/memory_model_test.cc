@@ -13,6 +13,7 @@
 #include "models/cost_model.h"
 #include "models/memory_model.h"
 #include "schedule/plan.h"
+#include "schedule/policies.h"
 
 namespace stateflow::models {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "backend/train/train_setup.h"
 #include "models/placement.h"
+#include "schedule/policies.h"
 #include "sim/simulation.h"
 #include "tests/scenario_testing.h"
 

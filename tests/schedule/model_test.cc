@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "schedule/plan.h"
+#include "schedule/plan_text.h"
+#include "schedule/policies.h"
+#include "schedule/validator.h"
 #include "tests/schedule/plan_testing.h"
 
 namespace stateflow::schedule {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "schedule/plan.h"
+#include "schedule/validator.h"
 
 namespace stateflow::schedule::testing {
 

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "schedule/plan.h"
+#include "schedule/policies.h"
+#include "schedule/validator.h"
 #include "tests/schedule/plan_testing.h"
 
 namespace stateflow::schedule {

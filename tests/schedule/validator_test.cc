@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "schedule/plan.h"
+#include "schedule/plan_text.h"
+#include "schedule/policies.h"
+#include "schedule/validator.h"
 
 namespace stateflow::schedule {
 namespace {

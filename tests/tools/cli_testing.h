@@ -3,7 +3,7 @@
 // build directory; the one-line-error-and-exit-code-2 check.
 //
 //   CliRun run = Stateflow("sweep --json");
-//   ExpectBadInput(Stateflow("plan --devices 0"), "--devices");
+//   ExpectBadInput(Stateflow("capacity --devices 0"), "--devices");
 #pragma once
 
 #include <gtest/gtest.h>

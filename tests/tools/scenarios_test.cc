@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/search.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "sim/search.h"
 
 namespace stateflow::tools {
 namespace {

@@ -1,5 +1,5 @@
-// `stateflow sweep` and `stateflow plan` end to end: the table, CSV and JSON
-// agree with each other, the plan explains its rejections and finds the one
+// `stateflow sweep` and `stateflow capacity` end to end: the table, CSV and JSON
+// agree with each other, the capacity plan explains its rejections and finds the one
 // split that is legal, and bad input gets one line naming the field and exit
 // code 2.
 #include <gtest/gtest.h>
@@ -111,8 +111,8 @@ TEST(SweepCli, SimulateIgnoresTheSweepBlock) {
   EXPECT_EQ(ra.peak_memory_bytes(), rb.peak_memory_bytes());
 }
 
-TEST(PlanCli, ExplainsIllegalSplits) {
-  CliRun run = Cli("plan --model gdn-3b --devices 8 --global-batch 1 --chunks-list 8");
+TEST(CapacityCli, ExplainsIllegalSplits) {
+  CliRun run = Cli("capacity --model gdn-3b --devices 8 --global-batch 1 --chunks-list 8");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("model.num_heads (20) must be divisible by parallel.tensor_size (8)"),
             std::string::npos)
@@ -123,13 +123,13 @@ TEST(PlanCli, ExplainsIllegalSplits) {
 
 // gdn-tiny (4 layers, 2 heads) on 8 CPU devices (2 per node), global batch 1:
 // DP = 1, TP <= 2 and P <= 4 leave 4 x 2 x 1 as the only legal split.
-TEST(PlanCli, FindsTheOnlyLegalSplit) {
+TEST(CapacityCli, FindsTheOnlyLegalSplit) {
   const std::string scenario = WriteTemp(
       "plan-tiny.textproto",
       "name: \"tiny\"\nmodel_preset: \"gdn-tiny\"\ncluster_preset: \"cpu\"\n"
       "parallel { pipeline_size: 1 microbatches: 1 }\nseq_len: 4096\n"
       "schedule { policy: \"stateflow\" chunks: 1 recompute: \"full\" }\n");
-  CliRun run = Cli("plan --scenario " + scenario + " --devices 8 --global-batch 1 --json");
+  CliRun run = Cli("capacity --scenario " + scenario + " --devices 8 --global-batch 1 --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   pb::CapacityPlanReport report;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok()) << run.out;
@@ -163,19 +163,21 @@ TEST(SweepCli, BadInputNamesTheFieldWithExitCode2) {
   ExpectBadInput(Cli("sweep --model gpt-5"), "model_preset");
 }
 
-TEST(PlanCli, BadInputNamesTheFieldWithExitCode2) {
-  ExpectBadInput(Cli("plan --devices 12"),
+TEST(CapacityCli, BadInputNamesTheFieldWithExitCode2) {
+  ExpectBadInput(Cli("capacity --devices 12"),
                  "devices (12) must be a multiple of cluster.devices_per_node (8)");
-  ExpectBadInput(Cli("plan --devices 0"), "--devices");
-  ExpectBadInput(Cli("plan --global-batch 0"), "--global-batch");
-  ExpectBadInput(Cli("plan --cluster h100"), "cluster_preset: unknown 'h100'");
-  ExpectBadInput(Cli("plan --model gpt-5"), "model_preset: unknown 'gpt-5'");
-  ExpectBadInput(Cli("plan --alpha-list 0,-1"), "sweep.alpha[1] must be >= 0");
-  ExpectBadInput(Cli("plan --top -1"), "--top");
+  ExpectBadInput(Cli("capacity --devices 0"), "--devices");
+  ExpectBadInput(Cli("capacity --global-batch 0"), "--global-batch");
+  ExpectBadInput(Cli("capacity --cluster h100"), "cluster_preset: unknown 'h100'");
+  ExpectBadInput(Cli("capacity --model gpt-5"), "model_preset: unknown 'gpt-5'");
+  ExpectBadInput(Cli("capacity --alpha-list 0,-1"), "sweep.alpha[1] must be >= 0");
+  ExpectBadInput(Cli("capacity --top -1"), "--top");
+  // Its old name points to both commands it could mean.
+  ExpectBadInput(Cli("plan --devices 8"), "'plan' is now 'capacity'");
 }
 
 TEST(SweepCli, HelpHasExamples) {
-  for (const char* command : {"sweep", "plan"}) {
+  for (const char* command : {"sweep", "capacity"}) {
     CliRun run = Cli(std::string(command) + " --help");
     EXPECT_EQ(run.exit_code, 0);
     EXPECT_NE(run.out.find("examples:"), std::string::npos) << command;

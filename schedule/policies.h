@@ -1,0 +1,43 @@
+// Issue policies: the plans the schedule core makes by name (GPipe, 1F1B,
+// StateFlow's 1F1B over chunk units).
+//
+// Not the validator (validator.h): a policy's plan is valid by construction,
+// and the tests prove it against the precedence rules.
+//
+//   Result<Plan> plan = MakePlan("stateflow", /*P=*/4, /*M=*/2, /*N=*/3);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "schedule/plan.h"
+
+namespace stateflow::schedule {
+
+// The issue policies, by name:
+//   "gpipe":     all forwards in (microbatch, chunk) order, then all
+//                backwards, microbatch by microbatch, last chunk first.
+//   "1f1b":      conventional 1F1B over whole-sequence microbatches;
+//                requires chunks == 1.
+//   "stateflow": 1F1B over the M*N chunk units: stage r runs
+//                min(M*N, N + P - r - 1) forwards, then alternates one
+//                backward and one forward; forwards in (microbatch, chunk)
+//                order; backwards per microbatch from the last chunk to the
+//                first. With N = 1 it is 1f1b.
+// Errors name the field: unknown policy (listing the known ones), stages,
+// microbatches or chunks < 1, microbatches * chunks > kMaxUnitsPerStage,
+// 1f1b with chunks != 1.
+Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
+                      int chunks);
+
+// The names MakePlan accepts.
+const std::vector<std::string>& PolicyNames();
+
+// The number of forwards stage r of the "stateflow" policy runs before its
+// first backward: min(M N, N + P - r - 1) (for "1f1b", N = 1: min(M, P - r)).
+// REQUIRES: stages, microbatches, chunks >= 1 and 0 <= stage < stages.
+int StateflowWarmupForwards(int stages, int microbatches, int chunks, int stage);
+
+}  // namespace stateflow::schedule
