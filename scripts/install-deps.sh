@@ -12,6 +12,10 @@ packages=(
   libbenchmark-dev
   libopenmpi-dev openmpi-bin
   python3 python3-matplotlib
+  # the PyTorch reference of the model (bench/torch_reference.py, ctest
+  # torch_reference): about 45 MB to download, 230 MB installed with
+  # libtorch1.13 and libtorch-test
+  python3-torch
 )
 
 missing=()

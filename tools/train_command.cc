@@ -15,7 +15,9 @@
 #include <optional>
 
 #include "backend/comm/mpi.h"
+#include "backend/layers/gdn_block.h"
 #include "backend/model/gdn_stage_module.h"
+#include "backend/train/run_dump.h"
 #include "backend/train/text_data.h"
 #include "backend/train/train_report.h"
 #include "backend/train/train_setup.h"
@@ -57,7 +59,7 @@ struct TrainFlags {
   ScenarioFlags scenario;
   std::optional<long long> steps, seed, threads, capacity_bytes;
   std::optional<double> learning_rate;
-  std::string dtype, text_path, plan_path, trace_path;
+  std::string dtype, text_path, plan_path, trace_path, dump_path;
   bool json = false;
 };
 
@@ -73,7 +75,10 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
       ("plan", po::value(&f->plan_path), "run this plan file (see plan-dump)")
       ("capacity-bytes", Optional(&f->capacity_bytes), "memory capacity of each stage")
       ("json", po::bool_switch(&f->json), "print one Report as JSON (rank 0) instead of text")
-      ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace");
+      ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace")
+      ("dump-weights", po::value(&f->dump_path),
+       "write the starting weights and every step's tokens to FILE and FILE.json "
+       "(backend/train/run_dump.h; one process, no mpirun)");
   AddScenarioOptions(desc, &f->scenario);
 }
 
@@ -240,6 +245,17 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
   auto trainer = backend::Trainer<T>::Make(p.setup, p.options, *p.text, GdnFactory<T>(p),
                                            std::move(transport).value());
   if (!trainer.ok()) return FailOnce(rank, trainer.status());
+  if (!flags.dump_path.empty()) {
+    if (mpi) {
+      return FailOnce(rank, Status::Invalid("--dump-weights needs one process (run without mpirun)"));
+    }
+    const backend::GdnBlockDims dims = backend::GdnBlockDims::FromModel(p.setup.model);
+    Status dumped = backend::WriteRunDump<T>(
+        flags.dump_path, **trainer, p.options, *p.text,
+        {{"norm_eps", dims.norm_eps}, {"l2_eps", dims.l2_eps},
+         {"block_size", static_cast<double>(dims.block_size)}});
+    if (!dumped.ok()) return FailOnce(rank, dumped);
+  }
   WritePidFile(rank);
   const bool print = rank == 0 && !flags.json;
   backend::TrainRun run = backend::Train(**trainer, p.options.steps, [&](const StepResult& s) {

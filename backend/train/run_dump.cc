@@ -1,0 +1,135 @@
+// WriteRunDump: the binary file first (so the index never names bytes that
+// are not there), then the JSON index beside it.
+#include "backend/train/run_dump.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <type_traits>
+
+namespace stateflow::backend {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the run dump is little-endian raw memory");
+
+// A number as JSON (17 significant digits: doubles round-trip).
+std::string JsonNumber(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.17g", x);
+  return buf;
+}
+
+std::string JsonShape(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    s += (i > 0 ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// Appends tensors to the binary file and their entries to the index.
+class DumpWriter {
+ public:
+  explicit DumpWriter(const std::string& path) : path_(path), out_(path, std::ios::binary) {}
+  bool is_open() const { return static_cast<bool>(out_); }
+
+  void Add(const std::string& name, const char* dtype, const std::vector<std::int64_t>& shape,
+           const void* data, std::int64_t bytes) {
+    static const char kZeros[8] = {};
+    const std::int64_t pad = (8 - offset_ % 8) % 8;
+    out_.write(kZeros, pad);
+    offset_ += pad;
+    out_.write(static_cast<const char*>(data), bytes);
+    entries_ += std::string(entries_.empty() ? "\n" : ",\n") + "    {\"name\": \"" + name +
+                "\", \"dtype\": \"" + dtype + "\", \"shape\": " + JsonShape(shape) +
+                ", \"offset\": " + std::to_string(offset_) +
+                ", \"bytes\": " + std::to_string(bytes) + "}";
+    offset_ += bytes;
+  }
+
+  Status Close() {
+    out_.close();
+    if (!out_) return Status::Invalid("run dump " + path_ + ": write failed");
+    return Status::Ok();
+  }
+  const std::string& entries() const { return entries_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+  std::int64_t offset_ = 0;
+  std::string entries_;  // the "tensors" list's items
+};
+
+std::string ModelJson(const pb::ModelSpec& model) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(model, &out, options);
+  return out;
+}
+
+}  // namespace
+
+template <typename T>
+Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
+                    const TrainOptions& options, const TextData& text,
+                    const std::vector<std::pair<std::string, double>>& constants) {
+  constexpr const char* kDtype = std::is_same_v<T, float> ? "float32" : "float64";
+  const TrainSetup& setup = trainer.setup();
+  DumpWriter writer(path);
+  if (!writer.is_open()) return Status::Invalid("run dump " + path + ": cannot open file");
+  for (int local = 0; local < trainer.num_local_stages(); ++local) {
+    for (const ParamRef<T>& p : trainer.module(local).Parameters()) {
+      writer.Add(p.name, kDtype, p.value->shape(), p.value->data(),
+                 p.value->numel() * static_cast<std::int64_t>(sizeof(T)));
+    }
+  }
+  for (int step = 0; step < options.steps; ++step) {
+    SF_ASSIGN_OR_RETURN(Batch batch,
+                        text.MakeBatch(options.seed, step, setup.microbatches, setup.seq_len));
+    writer.Add("tokens.step" + std::to_string(step), "int32",
+               {batch.microbatches, batch.seq_len + 1}, batch.tokens.data(),
+               static_cast<std::int64_t>(batch.tokens.size() * sizeof(std::int32_t)));
+  }
+  SF_RETURN_IF_ERROR(writer.Close());
+
+  std::string constants_json;
+  for (const auto& [name, value] : constants) {
+    constants_json += (constants_json.empty() ? "" : ", ") + ("\"" + name + "\": ") +
+                      JsonNumber(value);
+  }
+  const AdamWOptions& a = options.adamw;
+  std::ofstream index(path + ".json");
+  if (!index) return Status::Invalid("run dump " + path + ".json: cannot open file");
+  index << "{\n  \"format\": \"stateflow-run-dump 1\",\n"
+        << "  \"dtype\": \"" << kDtype << "\",\n"
+        << "  \"seed\": " << options.seed << ",\n"
+        << "  \"steps\": " << options.steps << ",\n"
+        << "  \"microbatches\": " << setup.microbatches << ",\n"
+        << "  \"seq_len\": " << setup.seq_len << ",\n"
+        << "  \"adamw\": {\"learning_rate\": " << JsonNumber(a.learning_rate)
+        << ", \"beta1\": " << JsonNumber(a.beta1) << ", \"beta2\": " << JsonNumber(a.beta2)
+        << ", \"epsilon\": " << JsonNumber(a.epsilon)
+        << ", \"weight_decay\": " << JsonNumber(a.weight_decay) << "},\n"
+        << "  \"constants\": {" << constants_json << "},\n"
+        << "  \"model\": " << ModelJson(setup.model) << ",\n"
+        << "  \"tensors\": [" << writer.entries() << "\n  ]\n}\n";
+  index.close();
+  if (!index) return Status::Invalid("run dump " + path + ".json: write failed");
+  return Status::Ok();
+}
+
+template Status WriteRunDump<float>(const std::string&, Trainer<float>&, const TrainOptions&,
+                                    const TextData&,
+                                    const std::vector<std::pair<std::string, double>>&);
+template Status WriteRunDump<double>(const std::string&, Trainer<double>&, const TrainOptions&,
+                                     const TextData&,
+                                     const std::vector<std::pair<std::string, double>>&);
+
+}  // namespace stateflow::backend
