@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A PyTorch reference of the backend's Gated DeltaNet model, built from torch
 ops with autograd: the same network (backend/model/gdn_stage_module.h,
-backend/layers/gdn_block.h), the same loss (the mean token cross-entropy of
+backend/layers/gdn_layer.h), the same loss (the mean token cross-entropy of
 the step's M T tokens) and the same AdamW (backend/train/adamw.h), started
 from the weights and fed the tokens that `stateflow train --dump-weights`
 writes (backend/train/run_dump.h).
@@ -205,7 +205,7 @@ class GdnModel:
                              f"expected {expected} for {self.d.layers} layers")
 
     def layer(self, x, i):
-        d, p = self.d, (lambda n: self.params[f"block{i}.{n}"])
+        d, p = self.d, (lambda n: self.params[f"layer{i}.{n}"])
         B, S_len, _ = x.shape
         xn = rms_norm(x, p("attn_norm.weight"), d.norm_eps)                 # (B, S, C)
         q_in, k_in = F.linear(xn, p("q_proj.weight")), F.linear(xn, p("k_proj.weight"))

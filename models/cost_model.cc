@@ -371,7 +371,7 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
     case LayerKind::kHead: return HeadForwardMemory(model_, b);
     case LayerKind::kRecurrence:
       if (model_.architecture() != "mamba3") {
-        return GdnBlockForwardMemory(model_, b, Recomputed(l));
+        return GdnLayerForwardMemory(model_, b, Recomputed(l));
       }
       return CoarseForwardMemory(l, s);
     case LayerKind::kAttention: return CoarseForwardMemory(l, s);
@@ -387,7 +387,7 @@ MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
     case LayerKind::kHead: return HeadBackwardMemory(model_, b);
     case LayerKind::kRecurrence:
       if (model_.architecture() != "mamba3") {
-        return GdnBlockBackwardMemory(model_, b, Recomputed(l));
+        return GdnLayerBackwardMemory(model_, b, Recomputed(l));
       }
       return CoarseBackwardMemory(l, s);
     case LayerKind::kAttention: return CoarseBackwardMemory(l, s);

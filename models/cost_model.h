@@ -149,7 +149,7 @@ class CostModel {
   // allocates and frees: what it saves (kActivations), its transient tensors
   // (kWorkspace), logits slices (kLogits); it ends holding its output (t, h)
   // in kWorkspace (the head: nothing). Its input, boundary states and K/V
-  // buffers are the stage's (memory_model.h). GDN blocks, the head and the
+  // buffers are the stage's (memory_model.h). GDN layers, the head and the
   // embedding list the backend's tensors one by one; Mamba-3 and attention
   // blocks, which the backend does not implement, use the scratch estimates
   // of docs/cost-model.md section 3.

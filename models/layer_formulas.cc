@@ -211,8 +211,8 @@ class Events {
 constexpr BufferClass kAct = BufferClass::kActivations;
 constexpr BufferClass kWs = BufferClass::kWorkspace;
 
-// Per-token sizes of one GDN block on one TP rank (the legend of
-// backend/layers/gdn_block.h): C hidden, F SwiGLU, H heads, HK = H d_k,
+// Per-token sizes of one GDN layer on one TP rank (the legend of
+// backend/layers/gdn_layer.h): C hidden, F SwiGLU, H heads, HK = H d_k,
 // HV = H d_v; everything but C is split by TP.
 struct GdnSizes {
   double C, F, H, HK, HV;
@@ -220,7 +220,7 @@ struct GdnSizes {
       : C(x.h), F(x.m / tp), H(x.n / tp), HK(x.n * x.dk / tp), HV(x.n * x.dv / tp) {}
 };
 
-// GdnBlock::MixerInputsForward: xn, the six projections, conv + SiLU (+ L2
+// GdnLayer::MixerInputsForward: xn, the six projections, conv + SiLU (+ L2
 // norm) of q, k, v, the gates. Tensors the backward needs are made in class
 // `saved` (kActivations, or kWorkspace when a recompute replays them).
 void GdnMixerInputsForward(const GdnSizes& d, BufferClass saved, Events* ev) {
@@ -246,7 +246,7 @@ void GdnMixerInputsForward(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->FreeAct(kWs, d.H);    // b
 }
 
-// GdnBlock::ForwardPass after the input copy; ends holding the output y.
+// GdnLayer::ForwardPass after the input copy; ends holding the output y.
 void GdnForwardPass(const GdnSizes& d, BufferClass saved, Events* ev) {
   GdnMixerInputsForward(d, saved, ev);
   ev->Act(saved, d.HV);     // o = GdnCore(...)
@@ -274,7 +274,7 @@ void FreeGdnSaved(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->FreeStat(saved, 2 + 3 * d.H);
 }
 
-// GdnBlock::MlpBackward and MixerOutputBackward: dh (becomes dx), and the
+// GdnLayer::MlpBackward and MixerOutputBackward: dh (becomes dx), and the
 // core output's and the gate's gradients d_o, dz, left allocated.
 void GdnOutputBackward(const GdnSizes& d, Events* ev) {
   ev->Act(kWs, d.C);         // d_hn
@@ -290,7 +290,7 @@ void GdnOutputBackward(const GdnSizes& d, Events* ev) {
   ev->FreeAct(kWs, 3 * d.HV);  // d_on, on, dgated
 }
 
-// GdnBlock::CoreBackward: dq, dk, dv, da, db left allocated; then d_o freed.
+// GdnLayer::CoreBackward: dq, dk, dv, da, db left allocated; then d_o freed.
 void GdnCoreBackward(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   ev->Act(kWs, d.HK);        // dq
   ev->Act(kWs, d.HK);        // dk
@@ -305,7 +305,7 @@ void GdnCoreBackward(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   ev->FreeAct(kWs, d.HV);      // d_o
 }
 
-// GdnBlock::MixerInputsBackward: conv + SiLU (+ L2 norm) backward of q, k, v,
+// GdnLayer::MixerInputsBackward: conv + SiLU (+ L2 norm) backward of q, k, v,
 // the six projections' input gradient into dx; then the mixer gradients
 // dq, dk, dv, da, db, dz go.
 void GdnMixerInputsBackward(const GdnSizes& d, Events* ev) {
@@ -327,7 +327,7 @@ void GdnMixerInputsBackward(const GdnSizes& d, Events* ev) {
   ev->FreeAct(kWs, 2 * d.HK + d.HV + 2 * d.H + d.HV);
 }
 
-// GdnBlock::BackwardPass: from dy (the caller's) to dx (S, C), which it
+// GdnLayer::BackwardPass: from dy (the caller's) to dx (S, C), which it
 // leaves allocated.
 void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   GdnOutputBackward(d, ev);
@@ -337,7 +337,7 @@ void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
 
 }  // namespace
 
-MemorySegment GdnBlockForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                     bool recompute_full) {
   const GdnSizes d(DimsOf(model), b.tensor_size);
   Events ev(b);
@@ -348,7 +348,7 @@ MemorySegment GdnBlockForwardMemory(const pb::ModelSpec& model, const TensorByte
   return ev.segment();
 }
 
-MemorySegment GdnBlockBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                      bool recompute_full) {
   const Dims x = DimsOf(model);
   const GdnSizes d(x, b.tensor_size);

@@ -74,7 +74,7 @@ TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind);
 // tensors: per token, and per kernel block of T_C tokens (the recurrence
 // kernels' per-block states), in bytes for one sequence and TP degree
 // `tensor_size`. 0 for the other kinds, whose transient tensors are listed
-// one by one (GdnBlockForwardMemory, HeadForwardMemory, ...).
+// one by one (GdnLayerForwardMemory, HeadForwardMemory, ...).
 struct ScratchBytes {
   double per_token = 0;
   double per_kernel_block = 0;
@@ -104,11 +104,11 @@ struct TensorBytes {
 // caller's. Derived from backend/layers/*.cc line by line; docs/cost-model.md
 // section 3 lists them.
 //
-// GDN block (GdnBlock::Forward / Backward); recompute_full saves only the
+// GDN layer (GdnLayer::Forward / Backward); recompute_full saves only the
 // block input and replays the forward inside the backward.
-MemorySegment GdnBlockForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                     bool recompute_full);
-MemorySegment GdnBlockBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                      bool recompute_full);
 // Head (HeadLayer): final norm, output layer and cross-entropy over
 // vocabulary slices of kLossVocabSlice columns (V / TP columns on a TP rank).

@@ -15,7 +15,7 @@
 #include <optional>
 
 #include "backend/comm/mpi.h"
-#include "backend/layers/gdn_block.h"
+#include "backend/layers/gdn_layer.h"
 #include "backend/model/gdn_stage_module.h"
 #include "backend/train/run_dump.h"
 #include "backend/train/text_data.h"
@@ -249,7 +249,7 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
     if (mpi) {
       return FailOnce(rank, Status::Invalid("--dump-weights needs one process (run without mpirun)"));
     }
-    const backend::GdnBlockDims dims = backend::GdnBlockDims::FromModel(p.setup.model);
+    const backend::GdnLayerDims dims = backend::GdnLayerDims::FromModel(p.setup.model);
     Status dumped = backend::WriteRunDump<T>(
         flags.dump_path, **trainer, p.options, *p.text,
         {{"norm_eps", dims.norm_eps}, {"l2_eps", dims.l2_eps},

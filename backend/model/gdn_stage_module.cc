@@ -9,7 +9,7 @@
 
 #include "backend/kernels/embedding.h"
 #include "backend/layers/embedding_layer.h"
-#include "backend/layers/gdn_block.h"
+#include "backend/layers/gdn_layer.h"
 #include "backend/layers/head_layer.h"
 
 namespace stateflow::backend {
@@ -49,7 +49,7 @@ Status CheckBatch(const std::string& stage, const Batch* batch,
 template <typename T>
 class GdnStageModule final : public StageModule<T> {
  public:
-  GdnStageModule(TrackingAllocator* alloc, const GdnBlockDims& dims,
+  GdnStageModule(TrackingAllocator* alloc, const GdnLayerDims& dims,
                  std::int64_t vocab, models::StageLayers layers,
                  int num_layer_list, models::Recompute recompute)
       : alloc_(alloc), dims_(dims), vocab_(vocab), layers_(layers),
@@ -71,16 +71,16 @@ class GdnStageModule final : public StageModule<T> {
  private:
   // What one (microbatch, chunk) keeps between its forward and backward.
   struct ChunkContext {
-    std::vector<GdnBlockSaved<T>> blocks;  // (blocks on this stage)
+    std::vector<GdnLayerSaved<T>> layers;  // (GDN layers on this stage)
     HeadSaved<T> head;
   };
   // One microbatch's chunks, boundary states and their gradients.
   struct MicrobatchContext {
     std::vector<ChunkContext> chunks;                 // (N)
-    std::vector<std::vector<GdnState<T>>> states_in;  // (N, blocks), live
+    std::vector<std::vector<GdnState<T>>> states_in;  // (N, GDN layers), live
                                                       // from the forward
                                                       // before to B(i)
-    std::vector<GdnState<T>> dstates;  // (blocks) d(state in) of the chunk
+    std::vector<GdnState<T>> dstates;  // (GDN layers) d(state in) of the chunk
                                        // after the next one to run backward
     int next_forward = 0;              // chunks [0, next_forward) ran F
     int next_backward = 0;             // the only chunk B may run next
@@ -98,13 +98,13 @@ class GdnStageModule final : public StageModule<T> {
   bool StepComplete(int* a, int* i) const;
 
   TrackingAllocator* alloc_;
-  GdnBlockDims dims_;
+  GdnLayerDims dims_;
   std::int64_t vocab_;  // V
   models::StageLayers layers_;
   int num_layer_list_;  // L + 2
   models::Recompute recompute_;
   std::vector<EmbeddingLayer<T>> embedding_;  // 0 or 1
-  std::vector<GdnBlock<T>> blocks_;
+  std::vector<GdnLayer<T>> gdn_layers_;
   std::vector<HeadLayer<T>> head_;            // 0 or 1
 
   const Batch* batch_ = nullptr;
@@ -117,7 +117,7 @@ class GdnStageModule final : public StageModule<T> {
 
 template <typename T>
 Status GdnStageModule<T>::Init(const pb::ModelSpec& model, std::uint64_t seed) {
-  const int num_blocks = static_cast<int>(model.num_layers());
+  const int num_layers = static_cast<int>(model.num_layers());
   for (int l = layers_.first; l < layers_.last; ++l) {
     if (l == 0) {
       SF_ASSIGN_OR_RETURN(auto e, EmbeddingLayer<T>::Make(*alloc_, vocab_, dims_.C, l, seed));
@@ -128,8 +128,8 @@ Status GdnStageModule<T>::Init(const pb::ModelSpec& model, std::uint64_t seed) {
                                                      dims_.norm_eps));
       head_.push_back(std::move(h));
     } else {
-      SF_ASSIGN_OR_RETURN(auto b, GdnBlock<T>::Make(*alloc_, dims_, l, num_blocks, seed));
-      blocks_.push_back(std::move(b));
+      SF_ASSIGN_OR_RETURN(auto b, GdnLayer<T>::Make(*alloc_, dims_, l, num_layers, seed));
+      gdn_layers_.push_back(std::move(b));
     }
   }
   return Status::Ok();
@@ -259,7 +259,7 @@ Status GdnStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
   ChunkContext& ctx = m.chunks[i];
   const int N = partition_->num_chunks();
   const std::int64_t start = partition_->start(i), s = partition_->length(i);
-  const size_t B = blocks_.size();
+  const size_t B = gdn_layers_.size();
   if (i == 0) {
     for (size_t b = 0; b < B; ++b) {
       SF_ASSIGN_OR_RETURN(auto zero, GdnState<T>::Zeros(*alloc_, dims_,
@@ -268,7 +268,7 @@ Status GdnStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
     }
   }
   if (i + 1 < N) m.states_in[i + 1].resize(B);
-  ctx.blocks.resize(B);
+  ctx.layers.resize(B);
   Tensor<T> h;  // (s, C) the activation between layers
   const Tensor<T>* cur = x;
   if (is_first()) {
@@ -278,7 +278,7 @@ Status GdnStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
   for (size_t b = 0; b < B; ++b) {
     Tensor<T> y;  // (s, C)
     GdnState<T>* state_out = i + 1 < N ? &m.states_in[i + 1][b] : nullptr;
-    SF_RETURN_IF_ERROR(blocks_[b].Forward(&y, state_out, &ctx.blocks[b], *cur,
+    SF_RETURN_IF_ERROR(gdn_layers_[b].Forward(&y, state_out, &ctx.layers[b], *cur,
                                           m.states_in[i][b], recompute_));
     h = std::move(y);
     cur = &h;
@@ -290,7 +290,7 @@ Status GdnStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
     loss_ += loss_scale_ * loss_sum;
     return Status::Ok();
   }
-  *out = std::move(h);  // not empty: a middle stage holds at least one block
+  *out = std::move(h);  // not empty: a middle stage holds at least one layer
   return Status::Ok();
 }
 
@@ -326,12 +326,12 @@ Status GdnStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
                                          loss_scale_));
     cur = &d;
   }
-  std::vector<GdnState<T>> dstates_in(i > 0 ? blocks_.size() : 0);
-  for (size_t b = blocks_.size(); b-- > 0;) {
+  std::vector<GdnState<T>> dstates_in(i > 0 ? gdn_layers_.size() : 0);
+  for (size_t b = gdn_layers_.size(); b-- > 0;) {
     Tensor<T> dx;  // (s, C)
     const GdnState<T>* dstate_out = i + 1 < N ? &m.dstates[b] : nullptr;
-    SF_RETURN_IF_ERROR(blocks_[b].Backward(&dx, i > 0 ? &dstates_in[b] : nullptr,
-                                           &ctx.blocks[b], *cur, dstate_out,
+    SF_RETURN_IF_ERROR(gdn_layers_[b].Backward(&dx, i > 0 ? &dstates_in[b] : nullptr,
+                                           &ctx.layers[b], *cur, dstate_out,
                                            m.states_in[i][b]));
     if (i + 1 < N) m.dstates[b] = GdnState<T>{};  // consumed
     d = std::move(dx);
@@ -341,7 +341,7 @@ Status GdnStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
   m.dstates = std::move(dstates_in);
   ctx = ChunkContext{};
   if (is_first()) return embedding_[0].Backward(*cur, batch_->inputs(a) + start);
-  *out = std::move(d);  // not empty: a stage after the first holds a block or the head
+  *out = std::move(d);  // not empty: a stage after the first holds a GDN layer or the head
   return Status::Ok();
 }
 
@@ -354,7 +354,7 @@ std::vector<ParamRef<T>> GdnStageModule<T>::Parameters() {
     for (Param<T>& p : params) refs.push_back({prefix + p.name, &p.value, &p.grad});
   };
   for (auto& e : embedding_) add("embedding.", e.params());
-  for (auto& b : blocks_) add("block" + std::to_string(b.layer() - 1) + ".", b.params());
+  for (auto& b : gdn_layers_) add("layer" + std::to_string(b.layer() - 1) + ".", b.params());
   for (auto& h : head_) add("head.", h.params());
   return refs;
 }
@@ -391,7 +391,7 @@ Result<std::unique_ptr<StageModule<T>>> MakeGdnStageModule(
   }
   if (alloc == nullptr) return Status::Invalid("MakeGdnStageModule: alloc is null");
   auto module = std::make_unique<GdnStageModule<T>>(
-      alloc, GdnBlockDims::FromModel(model), model.vocab_size(), layers,
+      alloc, GdnLayerDims::FromModel(model), model.vocab_size(), layers,
       num_layer_list, recompute);
   SF_RETURN_IF_ERROR(module->Init(model, seed));
   return std::unique_ptr<StageModule<T>>(std::move(module));

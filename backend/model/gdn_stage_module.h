@@ -1,6 +1,6 @@
 // The StageModule (backend/stage_module.h) of a Gated DeltaNet model: one
 // pipeline stage's layers [first, last) of the model's layer list
-// [embedding, block_0, ..., block_{L-1}, head] (models/model.h), run chunk
+// [embedding, layer_0, ..., layer_{L-1}, head] (models/model.h), run chunk
 // by chunk. It keeps, per (microbatch, chunk), the layers' saved tensors, and
 // per microbatch the boundary states between chunks and their gradients:
 //
@@ -17,7 +17,7 @@
 // live.
 //
 // Only architecture "gdn" with layer_pattern "recurrent" and untied
-// embeddings is supported; the blocks' parameters are seeded from
+// embeddings is supported; the GDN layers' parameters are seeded from
 // (seed, global layer index, parameter name) only, so that any split of the
 // layer list over stages holds exactly the parameters one process holds.
 // Not a scheduler (the runtime calls it in plan order) and not an optimizer.
@@ -43,7 +43,7 @@ namespace stateflow::backend {
 inline constexpr std::int64_t kHeadVocabSlice = models::kLossVocabSlice;
 
 // A stage module holding layers [layers.first, layers.last) of
-// models::LayerList(model). Blocks are recomputed in the backward when
+// models::LayerList(model). GDN layers are recomputed in the backward when
 // `recompute` is kFull (the embedding and head never are). `alloc` (not
 // owned) must outlive the module and every tensor it returns.
 // Errors (Invalid, one line): the model fails models::ValidateModel;

@@ -1,4 +1,4 @@
-// Timing one layer kind of the GDN backend (the embedding, one GDN block, the
+// Timing one layer kind of the GDN backend (the embedding, one GDN layer, the
 // head) the way the pipeline runtime times an action: the wall time of one
 // StageModule::Forward or ::Backward call on a chunk of s tokens, nothing
 // before or after it. The module holds a single layer of the layer list

@@ -325,16 +325,16 @@ TEST(GdnStageModuleTest, GradientsAccumulateOverStepsUntilZeroed) {
 
 // The ledger of one stage derived from its layers and the actions run so far:
 // per token of a live chunk (forward run, backward not), the saved elements
-//   block, recompute none: 4C + 2F + 2 + 4 HK + 5 HV + 6 H (gdn_block.h)
-//   block, recompute full: C (the block input only)
+//   GDN layer, recompute none: 4C + 2F + 2 + 4 HK + 5 HV + 6 H (gdn_layer.h)
+//   GDN layer, recompute full: C (the layer input only)
 //   head: 2C + 2 (x, xn, rstd, lse);   embedding: 0 (ids stay in the batch);
 // per microbatch a, with f_a forwards and b_a backwards run: the states in of
 // chunks j < min(f_a + 1, N, N - b_a) (when f_a >= 1) and one state gradient
 // while 1 <= b_a <= N - 1, each of H Dv K + (W-1)(2 HK + HV) elements per
-// block.
+// layer.
 struct StageLedgerModel {
   std::int64_t act_per_token = 0;  // elements
-  std::int64_t state = 0;          // elements of one state of all blocks
+  std::int64_t state = 0;          // elements of one state of all GDN layers
   std::vector<int> f, b;           // (M) forwards, backwards run
 
   StageLedgerModel(const pb::ModelSpec& m, StageLayers layers, Recompute mode, int M)

@@ -37,14 +37,14 @@ class ToyModule final : public StageModule<T> {
  public:
   using Matrix = typename Tensor<T>::RowMatrix;
 
-  ToyModule(int num_blocks, int hidden, models::StageLayers layers, TrackingAllocator* alloc)
-      : num_blocks_(num_blocks), H_(hidden), layers_(layers), alloc_(alloc) {}
+  ToyModule(int num_layers, int hidden, models::StageLayers layers, TrackingAllocator* alloc)
+      : num_layers_(num_layers), H_(hidden), layers_(layers), alloc_(alloc) {}
 
   Status Init(std::uint64_t seed) {
     for (int l = layers_.first; l < layers_.last; ++l) {
       if (l == 0) {
         SF_RETURN_IF_ERROR(Add(l, "embedding", {kToyVocab, H_}, seed, 0, 0.5, 0.0));
-      } else if (l == num_blocks_ + 1) {
+      } else if (l == num_layers_ + 1) {
         SF_RETURN_IF_ERROR(Add(l, "head", {kToyVocab, H_}, seed, 0, 0.5, 0.0));
       } else {
         const double w = 0.5 / std::sqrt(static_cast<double>(H_));
@@ -58,7 +58,7 @@ class ToyModule final : public StageModule<T> {
   }
 
   bool is_first() const override { return layers_.first == 0; }
-  bool is_last() const override { return layers_.last == num_blocks_ + 2; }
+  bool is_last() const override { return layers_.last == num_layers_ + 2; }
   std::int64_t hidden_size() const override { return H_; }
 
   Status BeginStep(const Batch* batch, const schedule::Partition* partition,
@@ -87,8 +87,8 @@ class ToyModule final : public StageModule<T> {
       if (x == nullptr || x->numel() != s * H_) return Status::Internal("toy: bad forward input");
       SF_ASSIGN_OR_RETURN(h, x->CloneAs(BufferClass::kWorkspace));
     }
-    for (int l = FirstBlock(); l < LastBlock(); ++l) {
-      SF_ASSIGN_OR_RETURN(h, BlockForward(l, a, i, std::move(h), &saved));
+    for (int l = FirstLayer(); l < LastLayer(); ++l) {
+      SF_ASSIGN_OR_RETURN(h, LayerForward(l, a, i, std::move(h), &saved));
     }
     if (!is_last()) return h;
     SF_ASSIGN_OR_RETURN(saved.head_input, h.CloneAs(BufferClass::kActivations));
@@ -108,8 +108,8 @@ class ToyModule final : public StageModule<T> {
       if (dy == nullptr) return Status::Internal("toy: missing output gradient");
       SF_ASSIGN_OR_RETURN(g, dy->CloneAs(BufferClass::kWorkspace));
     }
-    for (int l = LastBlock() - 1; l >= FirstBlock(); --l) {
-      SF_ASSIGN_OR_RETURN(g, BlockBackward(l, a, i, std::move(g), &saved));
+    for (int l = LastLayer() - 1; l >= FirstLayer(); --l) {
+      SF_ASSIGN_OR_RETURN(g, LayerBackward(l, a, i, std::move(g), &saved));
     }
     saved_.erase(it);
     if (!is_first()) return g;
@@ -130,8 +130,8 @@ class ToyModule final : public StageModule<T> {
 
  private:
   struct Saved {
-    std::map<int, Tensor<T>> block_input;   // per layer, (s, H)
-    std::map<int, Tensor<T>> block_states;  // per layer, (s + 1): s_{-1} .. s_{s-1}
+    std::map<int, Tensor<T>> layer_input;   // per layer, (s, H)
+    std::map<int, Tensor<T>> layer_states;  // per layer, (s + 1): s_{-1} .. s_{s-1}
     Tensor<T> head_input;                   // (s, H)
   };
 
@@ -147,8 +147,8 @@ class ToyModule final : public StageModule<T> {
   }
   Param<T>& P(int layer, const char* name) { return params_.at({layer, name}); }
 
-  int FirstBlock() const { return std::max(layers_.first, 1); }
-  int LastBlock() const { return std::min(layers_.last, num_blocks_ + 1); }
+  int FirstLayer() const { return std::max(layers_.first, 1); }
+  int LastLayer() const { return std::min(layers_.last, num_layers_ + 1); }
   const std::int32_t* Tokens(int a, int i) const {
     return batch_->inputs(a) + partition_->start(i);
   }
@@ -173,13 +173,13 @@ class ToyModule final : public StageModule<T> {
     for (std::int64_t t = 0; t < g.dim(0); ++t) dE.row(Tokens(a, i)[t]) += g.matrix().row(t);
   }
 
-  // The state entering chunk i of microbatch a for block layer l.
+  // The state entering chunk i of microbatch a for layer l.
   T StateIn(int l, int a, int i) {
     if (i == 0) return T(0);
     return states_.at({a, l}).data()[0];
   }
 
-  Result<Tensor<T>> BlockForward(int l, int a, int i, Tensor<T> x, Saved* saved) {
+  Result<Tensor<T>> LayerForward(int l, int a, int i, Tensor<T> x, Saved* saved) {
     const std::int64_t s = x.dim(0);
     const auto W = P(l, "W").value.matrix();
     const auto u = P(l, "u").value.flat();
@@ -197,8 +197,8 @@ class ToyModule final : public StageModule<T> {
       y.matrix().row(t) = x.matrix().row(t) + z.row(t).array().tanh().matrix() + st * v.transpose();
     }
     SF_RETURN_IF_ERROR(SetStateOut(l, a, states.data()[s]));
-    SF_ASSIGN_OR_RETURN(saved->block_input[l], x.CloneAs(BufferClass::kActivations));
-    saved->block_states[l] = std::move(states);
+    SF_ASSIGN_OR_RETURN(saved->layer_input[l], x.CloneAs(BufferClass::kActivations));
+    saved->layer_states[l] = std::move(states);
     return y;
   }
 
@@ -213,9 +213,9 @@ class ToyModule final : public StageModule<T> {
     return Status::Ok();
   }
 
-  Result<Tensor<T>> BlockBackward(int l, int a, int i, Tensor<T> dy, Saved* saved) {
-    const Tensor<T>& x = saved->block_input.at(l);
-    const T* states = saved->block_states.at(l).data();
+  Result<Tensor<T>> LayerBackward(int l, int a, int i, Tensor<T> dy, Saved* saved) {
+    const Tensor<T>& x = saved->layer_input.at(l);
+    const T* states = saved->layer_states.at(l).data();
     const std::int64_t s = x.dim(0);
     const auto W = P(l, "W").value.matrix();
     const auto u = P(l, "u").value.flat();
@@ -266,7 +266,7 @@ class ToyModule final : public StageModule<T> {
   }
 
   double HeadLoss(const Tensor<T>& x, const std::int32_t* targets) {
-    const Matrix logits = x.matrix() * P(num_blocks_ + 1, "head").value.matrix().transpose();
+    const Matrix logits = x.matrix() * P(num_layers_ + 1, "head").value.matrix().transpose();
     double total = 0;
     for (std::int64_t t = 0; t < logits.rows(); ++t) {
       const T m = logits.row(t).maxCoeff();
@@ -277,7 +277,7 @@ class ToyModule final : public StageModule<T> {
   }
 
   Result<Tensor<T>> HeadBackward(const Tensor<T>& x, const std::int32_t* targets) {
-    auto& head = P(num_blocks_ + 1, "head");
+    auto& head = P(num_layers_ + 1, "head");
     Matrix dlogits = x.matrix() * head.value.matrix().transpose();  // (s, V)
     for (std::int64_t t = 0; t < dlogits.rows(); ++t) {
       const T m = dlogits.row(t).maxCoeff();
@@ -293,7 +293,7 @@ class ToyModule final : public StageModule<T> {
     return dx;
   }
 
-  int num_blocks_;
+  int num_layers_;
   std::int64_t H_;
   models::StageLayers layers_;
   TrackingAllocator* alloc_;
@@ -311,15 +311,15 @@ class ToyModule final : public StageModule<T> {
 }  // namespace
 
 template <typename T>
-Result<std::unique_ptr<StageModule<T>>> MakeToyStageModule(int num_blocks, int hidden,
+Result<std::unique_ptr<StageModule<T>>> MakeToyStageModule(int num_layers, int hidden,
                                                            models::StageLayers layers,
                                                            std::uint64_t seed,
                                                            TrackingAllocator* alloc) {
-  if (layers.first < 0 || layers.last > num_blocks + 2 || layers.first >= layers.last) {
+  if (layers.first < 0 || layers.last > num_layers + 2 || layers.first >= layers.last) {
     return Status::Invalid("toy: layers [" + std::to_string(layers.first) + ", " +
                            std::to_string(layers.last) + ") outside the layer list");
   }
-  auto module = std::make_unique<ToyModule<T>>(num_blocks, hidden, layers, alloc);
+  auto module = std::make_unique<ToyModule<T>>(num_layers, hidden, layers, alloc);
   SF_RETURN_IF_ERROR(module->Init(seed));
   return std::unique_ptr<StageModule<T>>(std::move(module));
 }

@@ -3,18 +3,18 @@
 // (backend/stage_module.h) and exact hand-written gradients, checked against
 // central differences in runtime_test.cc.
 //
-// Layer list [embedding, block_0, ..., block_{L-1}, head] as models/model.h;
+// Layer list [embedding, layer_0, ..., layer_{L-1}, head] as models/model.h;
 // a stage holds layers [first, last). Per token t of a sequence:
 //   embedding: x_t = E[token_t]                            E (V, H)
-//   block:     z_t = W x_t;  s_t = lambda s_{t-1} + u . x_t  (scalar state)
+//   layer:     z_t = W x_t;  s_t = lambda s_{t-1} + u . x_t  (scalar state)
 //              y_t = x_t + tanh(z_t) + s_t v              W (H, H), u, v (H), lambda (1)
 //   head:      loss += scale * (logsumexp(O x_t) - (O x_t)[target_t])   O (V, H)
-// The scalar s is the block's boundary state: chunk i hands s to chunk i+1,
+// The scalar s is the layer's boundary state: chunk i hands s to chunk i+1,
 // and Backward(a, i+1) hands d s back to Backward(a, i). Parameters are
 // seeded from (seed, layer index, parameter) only, so any split over stages
 // holds exactly the parameters one stage holding every layer holds.
 //
-// Memory: weights kWeights, gradients kGradients, each chunk's saved block
+// Memory: weights kWeights, gradients kGradients, each chunk's saved layer
 // inputs and states and head inputs kActivations, the boundary states
 // kBoundaryStates, the returned output and input gradient kWorkspace.
 //
@@ -36,10 +36,10 @@ namespace stateflow::backend::testing {
 
 inline constexpr int kToyVocab = 256;
 
-// Layers [layers.first, layers.last) of a model with `num_blocks` blocks of
+// Layers [layers.first, layers.last) of a model with `num_layers` recurrent layers of
 // width `hidden`. Errors: an empty or out-of-range layer range.
 template <typename T>
-Result<std::unique_ptr<StageModule<T>>> MakeToyStageModule(int num_blocks, int hidden,
+Result<std::unique_ptr<StageModule<T>>> MakeToyStageModule(int num_layers, int hidden,
                                                            models::StageLayers layers,
                                                            std::uint64_t seed,
                                                            TrackingAllocator* alloc);

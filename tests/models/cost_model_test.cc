@@ -125,7 +125,7 @@ TEST(CostModel, MatmulFlopsFollowTheParameterRule) {
 
 // ---- recompute ----
 
-// The GDN block's saved tensors (docs/cost-model.md), per token:
+// The GDN layer's saved tensors (docs/cost-model.md), per token:
 //   replicated: block input, norm-1 output, residual sum, norm-2 output (4h)
 //   split by TP: q,k,v conv inputs and outputs, decay input a, log decay g
 //     and beta (3n), recurrence output, output gate, gated-norm output
@@ -388,7 +388,7 @@ TEST(CostModel, StatisticsAreFp32OrWider) {
   EXPECT_DOUBLE_EQ(cm->BoundaryStateBytes(1),
                    (H * K * V + (m.conv_width() - 1.0) * H * (2 * K + V)) * 8);
   // Every saved element in float64: 4C + 2F + 2 + 4 HK + 5 HV + 6 H per token
-  // (backend/layers/gdn_block.h, GdnBlockSaved::NumelPerToken).
+  // (backend/layers/gdn_layer.h, GdnLayerSaved::NumelPerToken).
   const double C = m.hidden_size(), F = m.mlp_size();
   EXPECT_DOUBLE_EQ(cm->StoredActivationBytes(1, 10),
                    10 * (4 * C + 2 * F + 2 + 4 * H * K + 5 * H * V + 6 * H) * 8);

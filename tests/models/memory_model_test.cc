@@ -128,7 +128,7 @@ TEST(LayerMemory, PassesAddUpToTheStoredTensorsAndOneActivation) {
   }
 }
 
-// The GDN block's forward workspace, from the tensor list of
+// The GDN layer's forward workspace, from the tensor list of
 // docs/cost-model.md: without recompute, the largest moment is the MLP's
 // product (t, F) beside the block output (t, C), when F + C exceeds the
 // earlier transients (b and the conv output: t (H + HK); the SiLU of the gate:

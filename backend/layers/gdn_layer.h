@@ -1,4 +1,4 @@
-// One Gated DeltaNet block of the model as a layer with an explicit forward
+// One Gated DeltaNet layer of the model (mixer and MLP) with an explicit forward
 // and backward over one sequence chunk (llm.c style: outputs first, then
 // inputs; shapes in comments). What it computes, per token of the chunk:
 //
@@ -21,7 +21,7 @@
 // same sequence: the recurrent state S (H, Dv, K) and the three conv tails.
 // Backward turns d(state out) into d(state in).
 //
-// Recompute modes: kNone saves what the backward needs (GdnBlockSaved, in
+// Recompute modes: kNone saves what the backward needs (GdnLayerSaved, in
 // BufferClass::kActivations); kFull saves only the chunk's input x, and the
 // backward re-runs the forward (its tensors then in kWorkspace) before the
 // backward proper; both give bit-identical results.
@@ -29,8 +29,8 @@
 // Not the embedding or the head (embedding_layer.h, head_layer.h), not the
 // pipeline stage (backend/model/gdn_stage_module.h).
 //
-//   SF_ASSIGN_OR_RETURN(auto block, GdnBlock<float>::Make(alloc, dims, /*layer=*/1, /*num_blocks=*/4, seed));
-//   SF_RETURN_IF_ERROR(block.Forward(&y, &state_out, &saved, x, state_in, models::Recompute::kNone));
+//   SF_ASSIGN_OR_RETURN(auto gdn, GdnLayer<float>::Make(alloc, dims, /*layer=*/1, /*num_layers=*/4, seed));
+//   SF_RETURN_IF_ERROR(gdn.Forward(&y, &state_out, &saved, x, state_in, models::Recompute::kNone));
 //
 // Dimension legend: S tokens in the chunk, C hidden size, H heads, K key
 // (query) head dim d_k, Dv value head dim d_v, F SwiGLU size, W conv width,
@@ -49,7 +49,7 @@
 
 namespace stateflow::backend {
 
-struct GdnBlockDims {
+struct GdnLayerDims {
   int64_t C = 0, H = 0, K = 0, Dv = 0, F = 0, W = 0;
   int64_t block_size = kGdnBlockSize;  // T_C of the recurrence kernel
   double norm_eps = 1e-6;              // the three RMSNorms
@@ -60,10 +60,10 @@ struct GdnBlockDims {
 
   // hidden_size, num_heads, head_dim_k, head_dim_v, mlp_size, conv_width.
   // REQUIRES: models::ValidateModel(model).ok().
-  static GdnBlockDims FromModel(const pb::ModelSpec& model);
+  static GdnLayerDims FromModel(const pb::ModelSpec& model);
 };
 
-// The boundary state of one GDN block for one sequence (or its gradient).
+// The boundary state of one GDN layer for one sequence (or its gradient).
 template <typename T>
 struct GdnState {
   Tensor<T> S;       // (H, Dv, K) recurrent state
@@ -73,18 +73,18 @@ struct GdnState {
 
   // Zeros: the state at the sequence start.
   static Result<GdnState> Zeros(TrackingAllocator& alloc,
-                                const GdnBlockDims& dims, BufferClass cls);
+                                const GdnLayerDims& dims, BufferClass cls);
   // Elements of one state: H Dv K + (W-1)(2 HK + HV).
-  static int64_t Numel(const GdnBlockDims& dims);
+  static int64_t Numel(const GdnLayerDims& dims);
   bool empty() const { return S.numel() == 0; }
 };
 
-// What the forward keeps for the backward (one block, one chunk). Under
+// What the forward keeps for the backward (one layer, one chunk). Under
 // recompute kFull only x is held. Backward empties it.
 template <typename T>
-struct GdnBlockSaved {
+struct GdnLayerSaved {
   bool recompute_full = false;
-  Tensor<T> x;                  // (S, C) block input
+  Tensor<T> x;                  // (S, C) layer input
   Tensor<T> xn, rstd1;          // (S, C) pre-norm output, (S) its 1/rms
   Tensor<T> q_in, k_in, v_in;   // (S, HK), (S, HK), (S, HV) conv inputs
   Tensor<T> q, k, v;            // (S, HK), (S, HK), (S, HV) core inputs
@@ -96,11 +96,11 @@ struct GdnBlockSaved {
   Tensor<T> mlp_gate, mlp_up;   // (S, F) SwiGLU gate and up projections
 
   // Elements per token under kNone: 4C + 2F + 2 + 4 HK + 5 HV + 6 H.
-  static int64_t NumelPerToken(const GdnBlockDims& dims);
+  static int64_t NumelPerToken(const GdnLayerDims& dims);
 };
 
 template <typename T>
-class GdnBlock {
+class GdnLayer {
  public:
   // The parameters, in Parameters() order; names as in ParamName().
   enum ParamId {
@@ -111,18 +111,18 @@ class GdnBlock {
   // "attn_norm.weight", "q_proj.weight", ..., "mlp.down_proj.weight".
   static const char* ParamName(ParamId id);
 
-  // Weights (kWeights) and zero gradients (kGradients) of the block at
+  // Weights (kWeights) and zero gradients (kGradients) of the layer at
   // `layer` (its index in the model's layer list), initialised from
   // (seed, layer, name) only: norms 1; projections N(0, 0.02^2); o_proj and
-  // mlp.down_proj N(0, (0.02 / sqrt(2 num_blocks))^2); conv taps
+  // mlp.down_proj N(0, (0.02 / sqrt(2 num_layers))^2); conv taps
   // U(-W^{-1/2}, W^{-1/2}); A_log = log U(0, 16); dt_bias = softplus^{-1}(dt)
   // with log dt ~ U(log 0.001, log 0.1). REQUIRES: dims from FromModel.
-  static Result<GdnBlock> Make(TrackingAllocator& alloc,
-                               const GdnBlockDims& dims, int layer,
-                               int num_blocks, std::uint64_t seed);
+  static Result<GdnLayer> Make(TrackingAllocator& alloc,
+                               const GdnLayerDims& dims, int layer,
+                               int num_layers, std::uint64_t seed);
 
-  GdnBlock(GdnBlock&&) = default;
-  GdnBlock& operator=(GdnBlock&&) = default;
+  GdnLayer(GdnLayer&&) = default;
+  GdnLayer& operator=(GdnLayer&&) = default;
 
   // Forward of one chunk.
   //   y (S, C) out, kWorkspace (the caller hands it on);
@@ -130,7 +130,7 @@ class GdnBlock {
   //   saved: filled for Backward (kActivations);
   //   x (S, C); state_in: as GdnState::Zeros at the sequence start.
   // Errors: shapes (naming the layer and tensor), allocator capacity.
-  Status Forward(Tensor<T>* y, GdnState<T>* state_out, GdnBlockSaved<T>* saved,
+  Status Forward(Tensor<T>* y, GdnState<T>* state_out, GdnLayerSaved<T>* saved,
                  const Tensor<T>& x, const GdnState<T>& state_in,
                  models::Recompute recompute);
 
@@ -141,19 +141,19 @@ class GdnBlock {
   // Parameter gradients are added to. Errors: an empty `saved` (no forward),
   // shapes, allocator capacity.
   Status Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
-                  GdnBlockSaved<T>* saved, const Tensor<T>& dy,
+                  GdnLayerSaved<T>* saved, const Tensor<T>& dy,
                   const GdnState<T>* dstate_out, const GdnState<T>& state_in);
 
   std::vector<Param<T>>& params() { return params_; }
   Param<T>& param(ParamId id) { return params_[id]; }
-  const GdnBlockDims& dims() const { return dims_; }
+  const GdnLayerDims& dims() const { return dims_; }
   int layer() const { return layer_; }
 
  private:
   // Gradients of the mixer's per-token intermediates (one chunk).
   struct MixerGrads;
 
-  GdnBlock(TrackingAllocator* alloc, const GdnBlockDims& dims, int layer)
+  GdnLayer(TrackingAllocator* alloc, const GdnLayerDims& dims, int layer)
       : alloc_(alloc), dims_(dims), layer_(layer) {}
 
   Result<Tensor<T>> New(BufferClass cls, Shape shape);
@@ -164,27 +164,27 @@ class GdnBlock {
   // The forward, reading saved->x and filling the rest of *saved with
   // tensors of class `cls`.
   Status ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
-                     GdnBlockSaved<T>* saved, const GdnState<T>& state_in,
+                     GdnLayerSaved<T>* saved, const GdnState<T>& state_in,
                      BufferClass cls);
-  Status MixerInputsForward(GdnBlockSaved<T>* saved, GdnState<T>* state_out,
+  Status MixerInputsForward(GdnLayerSaved<T>* saved, GdnState<T>* state_out,
                             const GdnState<T>& state_in, BufferClass cls);
   void ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
                        const Tensor<T>& in, ParamId conv,
                        const Tensor<T>& tail_in);
-  Status MixerOutputForward(GdnBlockSaved<T>* saved, BufferClass cls);
-  Status MlpForward(Tensor<T>* y, GdnBlockSaved<T>* saved, BufferClass cls);
+  Status MixerOutputForward(GdnLayerSaved<T>* saved, BufferClass cls);
+  Status MlpForward(Tensor<T>* y, GdnLayerSaved<T>* saved, BufferClass cls);
 
   Status BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
-                      const GdnBlockSaved<T>& saved, const Tensor<T>& dy,
+                      const GdnLayerSaved<T>& saved, const Tensor<T>& dy,
                       const GdnState<T>* dstate_out,
                       const GdnState<T>& state_in);
-  Status MlpBackward(Tensor<T>* dh, const GdnBlockSaved<T>& saved,
+  Status MlpBackward(Tensor<T>* dh, const GdnLayerSaved<T>& saved,
                      const Tensor<T>& dy);
   Status MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
-                             const GdnBlockSaved<T>& saved,
+                             const GdnLayerSaved<T>& saved,
                              const Tensor<T>& dh);
   Status CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
-                      const GdnBlockSaved<T>& saved, const Tensor<T>& d_o,
+                      const GdnLayerSaved<T>& saved, const Tensor<T>& d_o,
                       const GdnState<T>* dstate_out,
                       const GdnState<T>& state_in);
   Status ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
@@ -194,12 +194,12 @@ class GdnBlock {
                           const Tensor<T>* dtail_out);
   Status MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
                              const MixerGrads& grads,
-                             const GdnBlockSaved<T>& saved,
+                             const GdnLayerSaved<T>& saved,
                              const GdnState<T>* dstate_out,
                              const GdnState<T>& state_in);
 
   TrackingAllocator* alloc_;  // not owned
-  GdnBlockDims dims_;
+  GdnLayerDims dims_;
   int layer_;
   std::vector<Param<T>> params_;  // (kNumParams)
 };

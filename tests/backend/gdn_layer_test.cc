@@ -1,4 +1,4 @@
-// The GDN block layer: central-difference gradient checks (float64) of the
+// The GDN layer: central-difference gradient checks (float64) of the
 // input, every part of the boundary state in (recurrent state, three conv
 // tails) and every parameter (sampled elements of the big ones), in both
 // recompute modes; recompute full bit-identical to none; float32 against
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/layers/gdn_block.h"
+#include "backend/layers/gdn_layer.h"
 #include "tests/backend/layer_test_util.h"
 
 namespace stateflow::backend {
@@ -27,7 +27,7 @@ using testing::Uniform;
 
 constexpr BufferClass kWs = BufferClass::kWorkspace;
 
-// One block configuration: dims, chunk length, kernel block size.
+// One gdn configuration: dims, chunk length, kernel gdn size.
 struct BlockCase {
   int64_t S;           // tokens in the chunk
   int64_t W;           // conv width
@@ -39,8 +39,8 @@ struct BlockCase {
   }
 };
 
-GdnBlockDims SmallDims(const BlockCase& c) {
-  GdnBlockDims d;
+GdnLayerDims SmallDims(const BlockCase& c) {
+  GdnLayerDims d;
   d.C = 16, d.H = 2, d.K = 8, d.Dv = 6, d.F = 24, d.W = c.W;
   d.block_size = c.block_size;
   return d;
@@ -49,9 +49,9 @@ GdnBlockDims SmallDims(const BlockCase& c) {
 // Random, O(1) parameters (the 0.02 initialisation makes small gradients):
 // the same values for float and double from the same seed.
 template <typename T>
-void RandomizeParams(GdnBlock<T>* block, std::uint64_t seed) {
+void RandomizeParams(GdnLayer<T>* gdn, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  for (Param<T>& p : block->params()) {
+  for (Param<T>& p : gdn->params()) {
     const bool norm = p.name.find("norm") != std::string::npos;
     const double lo = norm ? 0.5 : -0.5, hi = norm ? 1.5 : 0.5;
     testing::Assign(&p.value, Uniform(rng, p.value.numel(), lo, hi));
@@ -65,7 +65,7 @@ struct BlockInputs {
   std::vector<double> ry, rS, rtq, rtk, rtv;   // objective weights
 };
 
-BlockInputs MakeInputs(const GdnBlockDims& d, int64_t S, std::mt19937_64& rng) {
+BlockInputs MakeInputs(const GdnLayerDims& d, int64_t S, std::mt19937_64& rng) {
   BlockInputs in;
   const int64_t tail = d.W - 1;
   in.x = Uniform(rng, S * d.C, -1, 1);
@@ -82,7 +82,7 @@ BlockInputs MakeInputs(const GdnBlockDims& d, int64_t S, std::mt19937_64& rng) {
 }
 
 template <typename T>
-GdnState<T> MakeState(TrackingAllocator& alloc, const GdnBlockDims& d,
+GdnState<T> MakeState(TrackingAllocator& alloc, const GdnLayerDims& d,
                       const std::vector<double>& S, const std::vector<double>& tq,
                       const std::vector<double>& tk, const std::vector<double>& tv) {
   GdnState<T> s;
@@ -94,7 +94,7 @@ GdnState<T> MakeState(TrackingAllocator& alloc, const GdnBlockDims& d,
 }
 
 // Everything one forward + backward gives.
-struct BlockRun {
+struct LayerRun {
   std::vector<double> y, S_out, tq_out, tk_out, tv_out;
   std::vector<double> dx, dS, dtq, dtk, dtv;
   std::vector<std::vector<double>> dparams;  // per ParamId
@@ -113,24 +113,24 @@ double Objective(const BlockInputs& in, const Tensor<T>& y, const GdnState<T>& o
 
 // The objective through a forward only (for finite differences).
 template <typename T>
-double ForwardObjective(GdnBlock<T>* block, TrackingAllocator& alloc,
+double ForwardObjective(GdnLayer<T>* gdn, TrackingAllocator& alloc,
                         const BlockInputs& in, Recompute mode) {
-  const GdnBlockDims& d = block->dims();
+  const GdnLayerDims& d = gdn->dims();
   const int64_t S = static_cast<int64_t>(in.x.size()) / d.C;
   Tensor<T> x = FromVector<T>(alloc, kWs, {S, d.C}, in.x);
   GdnState<T> state_in = MakeState<T>(alloc, d, in.S, in.tq, in.tk, in.tv);
   Tensor<T> y;
   GdnState<T> state_out;
-  GdnBlockSaved<T> saved;
-  const Status st = block->Forward(&y, &state_out, &saved, x, state_in, mode);
+  GdnLayerSaved<T> saved;
+  const Status st = gdn->Forward(&y, &state_out, &saved, x, state_in, mode);
   EXPECT_TRUE(st.ok()) << st.message();
   return Objective(in, y, state_out);
 }
 
 template <typename T>
-BlockRun ForwardBackward(GdnBlock<T>* block, TrackingAllocator& alloc,
+LayerRun ForwardBackward(GdnLayer<T>* gdn, TrackingAllocator& alloc,
                          const BlockInputs& in, Recompute mode) {
-  const GdnBlockDims& d = block->dims();
+  const GdnLayerDims& d = gdn->dims();
   const int64_t S = static_cast<int64_t>(in.x.size()) / d.C;
   Tensor<T> x = FromVector<T>(alloc, kWs, {S, d.C}, in.x);
   GdnState<T> state_in = MakeState<T>(alloc, d, in.S, in.tq, in.tk, in.tv);
@@ -138,16 +138,16 @@ BlockRun ForwardBackward(GdnBlock<T>* block, TrackingAllocator& alloc,
   Tensor<T> dy = FromVector<T>(alloc, kWs, {S, d.C}, in.ry);
   Tensor<T> y, dx;
   GdnState<T> state_out, dstate_in;
-  GdnBlockSaved<T> saved;
-  Status st = block->Forward(&y, &state_out, &saved, x, state_in, mode);
+  GdnLayerSaved<T> saved;
+  Status st = gdn->Forward(&y, &state_out, &saved, x, state_in, mode);
   EXPECT_TRUE(st.ok()) << st.message();
-  st = block->Backward(&dx, &dstate_in, &saved, dy, &dstate_out, state_in);
+  st = gdn->Backward(&dx, &dstate_in, &saved, dy, &dstate_out, state_in);
   EXPECT_TRUE(st.ok()) << st.message();
-  BlockRun r{ToVector(y), ToVector(state_out.S), ToVector(state_out.tail_q),
+  LayerRun r{ToVector(y), ToVector(state_out.S), ToVector(state_out.tail_q),
              ToVector(state_out.tail_k), ToVector(state_out.tail_v), ToVector(dx),
              ToVector(dstate_in.S), ToVector(dstate_in.tail_q),
              ToVector(dstate_in.tail_k), ToVector(dstate_in.tail_v), {}};
-  for (Param<T>& p : block->params()) r.dparams.push_back(ToVector(p.grad));
+  for (Param<T>& p : gdn->params()) r.dparams.push_back(ToVector(p.grad));
   return r;
 }
 
@@ -198,21 +198,21 @@ std::vector<int64_t> SampleIndices(int64_t n, int64_t k, std::mt19937_64& rng) {
   return ::testing::AssertionSuccess();
 }
 
-class GdnBlockGradTest
+class GdnLayerGradTest
     : public ::testing::TestWithParam<std::tuple<BlockCase, Recompute>> {};
 
-TEST_P(GdnBlockGradTest, BackwardMatchesCentralDifferences) {
+TEST_P(GdnLayerGradTest, BackwardMatchesCentralDifferences) {
   const auto [c, mode] = GetParam();
   SCOPED_TRACE(c.Name() + " recompute " + std::string(models::RecomputeName(mode)));
-  const GdnBlockDims d = SmallDims(c);
+  const GdnLayerDims d = SmallDims(c);
   TrackingAllocator alloc(0);
-  auto block = GdnBlock<double>::Make(alloc, d, /*layer=*/2, /*num_blocks=*/3, 7);
-  ASSERT_TRUE(block.ok()) << block.status().message();
-  RandomizeParams(&*block, 11);
+  auto gdn = GdnLayer<double>::Make(alloc, d, /*layer=*/2, /*num_layers=*/3, 7);
+  ASSERT_TRUE(gdn.ok()) << gdn.status().message();
+  RandomizeParams(&*gdn, 11);
   std::mt19937_64 rng(13);
   BlockInputs in = MakeInputs(d, c.S, rng);
-  const BlockRun run = ForwardBackward(&*block, alloc, in, mode);
-  auto f = [&] { return ForwardObjective(&*block, alloc, in, mode); };
+  const LayerRun run = ForwardBackward(&*gdn, alloc, in, mode);
+  auto f = [&] { return ForwardObjective(&*gdn, alloc, in, mode); };
   const double h = 1e-6;
   const struct {
     const char* name;
@@ -228,8 +228,8 @@ TEST_P(GdnBlockGradTest, BackwardMatchesCentralDifferences) {
     EXPECT_TRUE(MatchesDiff(input.name, *input.grad, idx,
                             CentralDiff(f, input.values, idx, h)));
   }
-  for (int id = 0; id < GdnBlock<double>::kNumParams; ++id) {
-    Param<double>& p = block->param(static_cast<GdnBlock<double>::ParamId>(id));
+  for (int id = 0; id < GdnLayer<double>::kNumParams; ++id) {
+    Param<double>& p = gdn->param(static_cast<GdnLayer<double>::ParamId>(id));
     std::vector<double> values = ToVector(p.value);
     const std::vector<int64_t> idx = SampleIndices(p.value.numel(), 12, rng);
     auto fp = [&] {
@@ -242,9 +242,9 @@ TEST_P(GdnBlockGradTest, BackwardMatchesCentralDifferences) {
 }
 
 // Several kernel blocks with a partial last one; a chunk shorter than W - 1;
-// width 1 (no tail); the default T_C with a partial block.
+// width 1 (no tail); the default T_C with a partial gdn.
 INSTANTIATE_TEST_SUITE_P(
-    Cases, GdnBlockGradTest,
+    Cases, GdnLayerGradTest,
     ::testing::Combine(::testing::Values(BlockCase{11, 4, 4}, BlockCase{2, 4, 4},
                                          BlockCase{5, 1, 64}, BlockCase{70, 3, 64}),
                        ::testing::Values(Recompute::kNone, Recompute::kFull)),
@@ -256,12 +256,12 @@ INSTANTIATE_TEST_SUITE_P(
       return name.str();
     });
 
-TEST(GdnBlockTest, RecomputeFullIsBitIdenticalToNone) {
+TEST(GdnLayerTest, RecomputeFullIsBitIdenticalToNone) {
   const BlockCase c{37, 4, 16};
-  const GdnBlockDims d = SmallDims(c);
+  const GdnLayerDims d = SmallDims(c);
   TrackingAllocator alloc(0);
-  auto none = GdnBlock<double>::Make(alloc, d, 1, 2, 5);
-  auto full = GdnBlock<double>::Make(alloc, d, 1, 2, 5);
+  auto none = GdnLayer<double>::Make(alloc, d, 1, 2, 5);
+  auto full = GdnLayer<double>::Make(alloc, d, 1, 2, 5);
   ASSERT_TRUE(none.ok() && full.ok());
   RandomizeParams(&*none, 3);
   RandomizeParams(&*full, 3);
@@ -270,8 +270,8 @@ TEST(GdnBlockTest, RecomputeFullIsBitIdenticalToNone) {
   // Twice, so that accumulated parameter gradients are compared too.
   ForwardBackward(&*none, alloc, in, Recompute::kNone);
   ForwardBackward(&*full, alloc, in, Recompute::kFull);
-  const BlockRun a = ForwardBackward(&*none, alloc, in, Recompute::kNone);
-  const BlockRun b = ForwardBackward(&*full, alloc, in, Recompute::kFull);
+  const LayerRun a = ForwardBackward(&*none, alloc, in, Recompute::kNone);
+  const LayerRun b = ForwardBackward(&*full, alloc, in, Recompute::kFull);
   EXPECT_EQ(a.y, b.y);
   EXPECT_EQ(a.S_out, b.S_out);
   EXPECT_EQ(a.tq_out, b.tq_out);
@@ -287,20 +287,20 @@ TEST(GdnBlockTest, RecomputeFullIsBitIdenticalToNone) {
 }
 
 // What the forward keeps: under kNone the per-token elements counted in
-// gdn_block.h, here recounted from the list of saved tensors
+// gdn_layer.h, here recounted from the list of saved tensors
 //   x, xn, h, hn (4C); mlp gate, up (2F); rstd1, rstd2 (2);
 //   q_in, k_in, q, k (4 HK); v_in, v, o, z, gated (5 HV);
 //   q_rnorm, k_rnorm, a, g, beta, o_rstd (6 H);
 // under kFull only x (C). Nothing else stays live after the forward.
-TEST(GdnBlockTest, SavedBytesPerMode) {
+TEST(GdnLayerTest, SavedBytesPerMode) {
   const BlockCase c{9, 4, 64};
-  const GdnBlockDims d = SmallDims(c);
+  const GdnLayerDims d = SmallDims(c);
   const int64_t per_token_none = 4 * d.C + 2 * d.F + 2 + 4 * d.HK() + 5 * d.HV() + 6 * d.H;
-  EXPECT_EQ(GdnBlockSaved<double>::NumelPerToken(d), per_token_none);
+  EXPECT_EQ(GdnLayerSaved<double>::NumelPerToken(d), per_token_none);
   for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
     TrackingAllocator alloc(0);
-    auto block = GdnBlock<double>::Make(alloc, d, 1, 1, 5);
-    ASSERT_TRUE(block.ok());
+    auto gdn = GdnLayer<double>::Make(alloc, d, 1, 1, 5);
+    ASSERT_TRUE(gdn.ok());
     std::mt19937_64 rng(1);
     const BlockInputs in = MakeInputs(d, c.S, rng);
     Tensor<double> x = FromVector<double>(alloc, kWs, {c.S, d.C}, in.x);
@@ -308,8 +308,8 @@ TEST(GdnBlockTest, SavedBytesPerMode) {
     const int64_t ws_before = alloc.LiveBytes(kWs);
     Tensor<double> y;
     GdnState<double> state_out;
-    GdnBlockSaved<double> saved;
-    ASSERT_TRUE(block->Forward(&y, &state_out, &saved, x, state_in, mode).ok());
+    GdnLayerSaved<double> saved;
+    ASSERT_TRUE(gdn->Forward(&y, &state_out, &saved, x, state_in, mode).ok());
     const int64_t per_token = mode == Recompute::kNone ? per_token_none : d.C;
     EXPECT_EQ(alloc.LiveBytes(BufferClass::kActivations),
               c.S * per_token * int64_t{sizeof(double)});
@@ -318,24 +318,24 @@ TEST(GdnBlockTest, SavedBytesPerMode) {
               2 * GdnState<double>::Numel(d) * int64_t{sizeof(double)});
     EXPECT_EQ(alloc.LiveBytes(kWs), ws_before + y.bytes());
     Tensor<double> dy = FromVector<double>(alloc, kWs, {c.S, d.C}, in.ry), dx;
-    ASSERT_TRUE(block->Backward(&dx, nullptr, &saved, dy, nullptr, state_in).ok());
+    ASSERT_TRUE(gdn->Backward(&dx, nullptr, &saved, dy, nullptr, state_in).ok());
     EXPECT_EQ(alloc.LiveBytes(BufferClass::kActivations), 0);
   }
 }
 
-TEST(GdnBlockTest, Float32AgreesWithFloat64) {
+TEST(GdnLayerTest, Float32AgreesWithFloat64) {
   const BlockCase c{70, 4, 64};
-  const GdnBlockDims d = SmallDims(c);
+  const GdnLayerDims d = SmallDims(c);
   TrackingAllocator alloc(0);
-  auto b64 = GdnBlock<double>::Make(alloc, d, 1, 2, 9);
-  auto b32 = GdnBlock<float>::Make(alloc, d, 1, 2, 9);
+  auto b64 = GdnLayer<double>::Make(alloc, d, 1, 2, 9);
+  auto b32 = GdnLayer<float>::Make(alloc, d, 1, 2, 9);
   ASSERT_TRUE(b64.ok() && b32.ok());
   RandomizeParams(&*b64, 21);
   RandomizeParams(&*b32, 21);
   std::mt19937_64 rng(22);
   const BlockInputs in = MakeInputs(d, c.S, rng);
-  const BlockRun r64 = ForwardBackward(&*b64, alloc, in, Recompute::kNone);
-  const BlockRun r32 = ForwardBackward(&*b32, alloc, in, Recompute::kNone);
+  const LayerRun r64 = ForwardBackward(&*b64, alloc, in, Recompute::kNone);
+  const LayerRun r32 = ForwardBackward(&*b32, alloc, in, Recompute::kNone);
   const double tol = 1e-4;
   EXPECT_LT(RelError(r32.y, r64.y), tol);
   EXPECT_LT(RelError(r32.S_out, r64.S_out), tol);
@@ -350,16 +350,16 @@ TEST(GdnBlockTest, Float32AgreesWithFloat64) {
 
 // Initialisation depends on (seed, layer, name) only: the same layer index
 // gives the same values whatever else exists; another layer index differs.
-TEST(GdnBlockTest, InitialisationIsKeyedBySeedLayerAndName) {
-  const GdnBlockDims d = SmallDims({4, 4, 64});
+TEST(GdnLayerTest, InitialisationIsKeyedBySeedLayerAndName) {
+  const GdnLayerDims d = SmallDims({4, 4, 64});
   TrackingAllocator alloc(0);
-  auto a = GdnBlock<double>::Make(alloc, d, 3, 4, 42);
-  auto b = GdnBlock<double>::Make(alloc, d, 3, 4, 42);
-  auto other_layer = GdnBlock<double>::Make(alloc, d, 2, 4, 42);
-  auto other_seed = GdnBlock<double>::Make(alloc, d, 3, 4, 43);
+  auto a = GdnLayer<double>::Make(alloc, d, 3, 4, 42);
+  auto b = GdnLayer<double>::Make(alloc, d, 3, 4, 42);
+  auto other_layer = GdnLayer<double>::Make(alloc, d, 2, 4, 42);
+  auto other_seed = GdnLayer<double>::Make(alloc, d, 3, 4, 43);
   ASSERT_TRUE(a.ok() && b.ok() && other_layer.ok() && other_seed.ok());
-  for (int id = 0; id < GdnBlock<double>::kNumParams; ++id) {
-    const auto pid = static_cast<GdnBlock<double>::ParamId>(id);
+  for (int id = 0; id < GdnLayer<double>::kNumParams; ++id) {
+    const auto pid = static_cast<GdnLayer<double>::ParamId>(id);
     const std::vector<double> va = ToVector(a->param(pid).value);
     EXPECT_EQ(va, ToVector(b->param(pid).value)) << a->param(pid).name;
     const bool constant = std::all_of(va.begin(), va.end(), [&](double v) { return v == va[0]; });
@@ -371,56 +371,56 @@ TEST(GdnBlockTest, InitialisationIsKeyedBySeedLayerAndName) {
 
 // GDN's gate initialisation: A = exp(A_log) in (0, 16), and
 // dt = softplus(dt_bias) in [0.001, 0.1].
-TEST(GdnBlockTest, GateParametersInitialisedAsInGdn) {
-  GdnBlockDims d = SmallDims({4, 4, 64});
+TEST(GdnLayerTest, GateParametersInitialisedAsInGdn) {
+  GdnLayerDims d = SmallDims({4, 4, 64});
   d.H = 64;  // many heads, to see the ranges
   TrackingAllocator alloc(0);
-  auto block = GdnBlock<double>::Make(alloc, d, 1, 1, 3);
-  ASSERT_TRUE(block.ok());
-  for (double a_log : ToVector(block->param(GdnBlock<double>::kALog).value)) {
+  auto gdn = GdnLayer<double>::Make(alloc, d, 1, 1, 3);
+  ASSERT_TRUE(gdn.ok());
+  for (double a_log : ToVector(gdn->param(GdnLayer<double>::kALog).value)) {
     EXPECT_GT(std::exp(a_log), 0.0);
     EXPECT_LT(std::exp(a_log), 16.0);
   }
-  for (double b : ToVector(block->param(GdnBlock<double>::kDtBias).value)) {
+  for (double b : ToVector(gdn->param(GdnLayer<double>::kDtBias).value)) {
     const double dt = std::log1p(std::exp(b));
     EXPECT_GE(dt, 0.001 * (1 - 1e-12));
     EXPECT_LE(dt, 0.1 * (1 + 1e-12));
   }
 }
 
-TEST(GdnBlockTest, MisuseIsAnErrorNotACrash) {
-  const GdnBlockDims d = SmallDims({4, 4, 64});
+TEST(GdnLayerTest, MisuseIsAnErrorNotACrash) {
+  const GdnLayerDims d = SmallDims({4, 4, 64});
   TrackingAllocator alloc(0);
-  auto block = GdnBlock<double>::Make(alloc, d, 4, 4, 1);
-  ASSERT_TRUE(block.ok());
+  auto gdn = GdnLayer<double>::Make(alloc, d, 4, 4, 1);
+  ASSERT_TRUE(gdn.ok());
   auto state = GdnState<double>::Zeros(alloc, d, BufferClass::kBoundaryStates);
   ASSERT_TRUE(state.ok());
-  GdnBlockSaved<double> empty;
+  GdnLayerSaved<double> empty;
   Tensor<double> dy = FromVector<double>(alloc, kWs, {3, d.C}, std::vector<double>(3 * d.C, 0.0));
   Tensor<double> dx;
-  Status st = block->Backward(&dx, nullptr, &empty, dy, nullptr, *state);
+  Status st = gdn->Backward(&dx, nullptr, &empty, dy, nullptr, *state);
   EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
   EXPECT_NE(st.message().find("layer 4"), std::string::npos) << st.message();
   // Input of the wrong width.
   Tensor<double> bad = FromVector<double>(alloc, kWs, {3, d.C + 1}, std::vector<double>(3 * (d.C + 1), 0.0));
   Tensor<double> y;
-  GdnBlockSaved<double> saved;
-  st = block->Forward(&y, nullptr, &saved, bad, *state, Recompute::kNone);
+  GdnLayerSaved<double> saved;
+  st = gdn->Forward(&y, nullptr, &saved, bad, *state, Recompute::kNone);
   EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
   EXPECT_NE(st.message().find("input x"), std::string::npos) << st.message();
   // A state of the wrong shape.
   GdnState<double> wrong;
-  st = block->Forward(&y, nullptr, &saved, dy, wrong, Recompute::kNone);
+  st = gdn->Forward(&y, nullptr, &saved, dy, wrong, Recompute::kNone);
   EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
   EXPECT_NE(st.message().find("state_in.S"), std::string::npos) << st.message();
 }
 
-TEST(GdnBlockTest, CapacityErrorIsAStatus) {
-  const GdnBlockDims d = SmallDims({4, 4, 64});
+TEST(GdnLayerTest, CapacityErrorIsAStatus) {
+  const GdnLayerDims d = SmallDims({4, 4, 64});
   TrackingAllocator alloc(0, /*capacity_bytes=*/1024);
-  auto block = GdnBlock<double>::Make(alloc, d, 1, 1, 1);
-  ASSERT_FALSE(block.ok());
-  EXPECT_EQ(block.status().code(), Status::Code::kResource);
+  auto gdn = GdnLayer<double>::Make(alloc, d, 1, 1, 1);
+  ASSERT_FALSE(gdn.ok());
+  EXPECT_EQ(gdn.status().code(), Status::Code::kResource);
 }
 
 }  // namespace

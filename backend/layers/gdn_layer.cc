@@ -1,9 +1,9 @@
-// The GDN block's forward and backward, in the order of the formulas in
-// gdn_block.h. Dimension legend there. Every buffer below is a Tensor from the
-// block's allocator: saved tensors in the class the caller asks for
+// The GDN layer's forward and backward, in the order of the formulas in
+// gdn_layer.h. Dimension legend there. Every buffer below is a Tensor from the
+// layer's allocator: saved tensors in the class the caller asks for
 // (kActivations, or kWorkspace when a recompute replays the forward), the
 // rest in kWorkspace, freed when the function that made it returns.
-#include "backend/layers/gdn_block.h"
+#include "backend/layers/gdn_layer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,14 +29,14 @@ constexpr double kInitStd = 0.02;
 Status CheckShape(int layer, const char* what, const Shape& actual,
                   const Shape& expected) {
   if (actual == expected) return Status::Ok();
-  return Status::Invalid("layer " + std::to_string(layer) + " (gdn block): " +
+  return Status::Invalid("layer " + std::to_string(layer) + " (gdn layer): " +
                          what + " has shape " + ShapeString(actual) +
                          ", expected " + ShapeString(expected));
 }
 }  // namespace
 
-GdnBlockDims GdnBlockDims::FromModel(const pb::ModelSpec& model) {
-  GdnBlockDims d;
+GdnLayerDims GdnLayerDims::FromModel(const pb::ModelSpec& model) {
+  GdnLayerDims d;
   d.C = model.hidden_size();
   d.H = model.num_heads();
   d.K = model.head_dim_k();
@@ -46,11 +46,11 @@ GdnBlockDims GdnBlockDims::FromModel(const pb::ModelSpec& model) {
   return d;
 }
 
-// ---- GdnState, GdnBlockSaved ------------------------------------------------
+// ---- GdnState, GdnLayerSaved ------------------------------------------------
 
 template <typename T>
 Result<GdnState<T>> GdnState<T>::Zeros(TrackingAllocator& alloc,
-                                       const GdnBlockDims& d,
+                                       const GdnLayerDims& d,
                                        BufferClass cls) {
   GdnState s;
   SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {d.H, d.Dv, d.K}));
@@ -61,19 +61,19 @@ Result<GdnState<T>> GdnState<T>::Zeros(TrackingAllocator& alloc,
 }
 
 template <typename T>
-int64_t GdnState<T>::Numel(const GdnBlockDims& d) {
+int64_t GdnState<T>::Numel(const GdnLayerDims& d) {
   return d.H * d.Dv * d.K + (d.W - 1) * (2 * d.HK() + d.HV());
 }
 
 template <typename T>
-int64_t GdnBlockSaved<T>::NumelPerToken(const GdnBlockDims& d) {
+int64_t GdnLayerSaved<T>::NumelPerToken(const GdnLayerDims& d) {
   return 4 * d.C + 2 * d.F + 2 + 4 * d.HK() + 5 * d.HV() + 6 * d.H;
 }
 
 // ---- construction -----------------------------------------------------------
 
 template <typename T>
-const char* GdnBlock<T>::ParamName(ParamId id) {
+const char* GdnLayer<T>::ParamName(ParamId id) {
   static constexpr const char* kNames[kNumParams] = {
       "attn_norm.weight", "q_proj.weight",        "k_proj.weight",
       "v_proj.weight",    "a_proj.weight",        "b_proj.weight",
@@ -85,12 +85,12 @@ const char* GdnBlock<T>::ParamName(ParamId id) {
 }
 
 template <typename T>
-Result<GdnBlock<T>> GdnBlock<T>::Make(TrackingAllocator& alloc,
-                                      const GdnBlockDims& d, int layer,
-                                      int num_blocks, std::uint64_t seed) {
+Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
+                                      const GdnLayerDims& d, int layer,
+                                      int num_layers, std::uint64_t seed) {
   const InitSpec proj = InitSpec::Normal(kInitStd);
   const InitSpec out = InitSpec::Normal(
-      kInitStd / std::sqrt(2.0 * std::max(num_blocks, 1)));
+      kInitStd / std::sqrt(2.0 * std::max(num_layers, 1)));
   const double conv_bound = 1.0 / std::sqrt(static_cast<double>(d.W));
   const InitSpec conv = InitSpec::Uniform(-conv_bound, conv_bound);
   const InitSpec one = InitSpec::Constant(1.0);
@@ -105,25 +105,25 @@ Result<GdnBlock<T>> GdnBlock<T>::Make(TrackingAllocator& alloc,
       {{d.H}, InitSpec::GdnDtBias()},                 {{d.Dv}, one},
       {{d.C, d.HV()}, out},   {{d.C}, one},           {{d.F, d.C}, proj},
       {{d.F, d.C}, proj},     {{d.C, d.F}, out}};
-  GdnBlock block(&alloc, d, layer);
-  block.params_.reserve(kNumParams);
+  GdnLayer gdn(&alloc, d, layer);
+  gdn.params_.reserve(kNumParams);
   for (int id = 0; id < kNumParams; ++id) {
     SF_ASSIGN_OR_RETURN(
         Param<T> p, MakeParam<T>(alloc, ParamName(static_cast<ParamId>(id)),
                                  specs[id].shape, specs[id].init, seed, layer));
-    block.params_.push_back(std::move(p));
+    gdn.params_.push_back(std::move(p));
   }
-  return block;
+  return gdn;
 }
 
 template <typename T>
-Result<Tensor<T>> GdnBlock<T>::New(BufferClass cls, Shape shape) {
+Result<Tensor<T>> GdnLayer<T>::New(BufferClass cls, Shape shape) {
   return Tensor<T>::Uninitialized(*alloc_, cls, std::move(shape));
 }
 
 template <typename T>
-Status GdnBlock<T>::CheckState(const GdnState<T>& s, const char* what) const {
-  const GdnBlockDims& d = dims_;
+Status GdnLayer<T>::CheckState(const GdnState<T>& s, const char* what) const {
+  const GdnLayerDims& d = dims_;
   const std::string w(what);
   SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".S").c_str(), s.S.shape(), {d.H, d.Dv, d.K}));
   SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".tail_q").c_str(), s.tail_q.shape(), {d.W - 1, d.HK()}));
@@ -134,8 +134,8 @@ Status GdnBlock<T>::CheckState(const GdnState<T>& s, const char* what) const {
 // ---- forward ----------------------------------------------------------------
 
 template <typename T>
-Status GdnBlock<T>::Forward(Tensor<T>* y, GdnState<T>* state_out,
-                            GdnBlockSaved<T>* saved, const Tensor<T>& x,
+Status GdnLayer<T>::Forward(Tensor<T>* y, GdnState<T>* state_out,
+                            GdnLayerSaved<T>* saved, const Tensor<T>& x,
                             const GdnState<T>& state_in,
                             models::Recompute recompute) {
   if (x.rank() != 2) {
@@ -147,13 +147,13 @@ Status GdnBlock<T>::Forward(Tensor<T>* y, GdnState<T>* state_out,
     SF_ASSIGN_OR_RETURN(*state_out, GdnState<T>::Zeros(*alloc_, dims_,
                                                        BufferClass::kBoundaryStates));
   }
-  *saved = GdnBlockSaved<T>{};
+  *saved = GdnLayerSaved<T>{};
   SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
   if (recompute == models::Recompute::kNone) {
     return ForwardPass(y, state_out, saved, state_in, BufferClass::kActivations);
   }
   // kFull: run the forward with transient tensors, keep only x.
-  GdnBlockSaved<T> transient;
+  GdnLayerSaved<T> transient;
   transient.x = std::move(saved->x);
   SF_RETURN_IF_ERROR(ForwardPass(y, state_out, &transient, state_in, kWs));
   saved->x = std::move(transient.x);
@@ -162,10 +162,10 @@ Status GdnBlock<T>::Forward(Tensor<T>* y, GdnState<T>* state_out,
 }
 
 template <typename T>
-Status GdnBlock<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
-                                GdnBlockSaved<T>* s,
+Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
+                                GdnLayerSaved<T>* s,
                                 const GdnState<T>& state_in, BufferClass cls) {
-  const GdnBlockDims& d = dims_;
+  const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_RETURN_IF_ERROR(MixerInputsForward(s, state_out, state_in, cls));
   SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HV()}));
@@ -180,11 +180,11 @@ Status GdnBlock<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
 
 // xn, the six projections, conv + SiLU (+ L2 norm) of q, k, v, the gates.
 template <typename T>
-Status GdnBlock<T>::MixerInputsForward(GdnBlockSaved<T>* s,
+Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
                                        GdnState<T>* state_out,
                                        const GdnState<T>& state_in,
                                        BufferClass cls) {
-  const GdnBlockDims& d = dims_;
+  const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {S}));
@@ -227,7 +227,7 @@ Status GdnBlock<T>::MixerInputsForward(GdnBlockSaved<T>* s,
 // act (S, Ch) = silu(conv(in (S, Ch); tail_in)); tail_out (W-1, Ch) unless
 // nullptr. REQUIRES: act allocated with S * Ch elements.
 template <typename T>
-void GdnBlock<T>::ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
+void GdnLayer<T>::ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
                                   const Tensor<T>& in, ParamId conv,
                                   const Tensor<T>& tail_in) {
   const int64_t S = in.dim(0), Ch = in.dim(1);
@@ -238,8 +238,8 @@ void GdnBlock<T>::ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
 
 // gated = RMSNorm_head(o) * o_norm * silu(z); h = x + gated Wo^T.
 template <typename T>
-Status GdnBlock<T>::MixerOutputForward(GdnBlockSaved<T>* s, BufferClass cls) {
-  const GdnBlockDims& d = dims_;
+Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
+  const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->o_rstd, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HV()}));
@@ -256,9 +256,9 @@ Status GdnBlock<T>::MixerOutputForward(GdnBlockSaved<T>* s, BufferClass cls) {
 
 // y = h + SwiGLU(RMSNorm(h) * mlp_norm).
 template <typename T>
-Status GdnBlock<T>::MlpForward(Tensor<T>* y, GdnBlockSaved<T>* s,
+Status GdnLayer<T>::MlpForward(Tensor<T>* y, GdnLayerSaved<T>* s,
                                BufferClass cls) {
-  const GdnBlockDims& d = dims_;
+  const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {S}));
@@ -278,20 +278,20 @@ Status GdnBlock<T>::MlpForward(Tensor<T>* y, GdnBlockSaved<T>* s,
 // ---- backward ---------------------------------------------------------------
 
 template <typename T>
-struct GdnBlock<T>::MixerGrads {
+struct GdnLayer<T>::MixerGrads {
   Tensor<T> dq, dk, dv;  // (S, HK), (S, HK), (S, HV) of the core inputs
   Tensor<T> da, db;      // (S, H) of the a and b projections
   Tensor<T> dz;          // (S, HV) of the output-gate projection
 };
 
 template <typename T>
-Status GdnBlock<T>::Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
-                             GdnBlockSaved<T>* saved, const Tensor<T>& dy,
+Status GdnLayer<T>::Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
+                             GdnLayerSaved<T>* saved, const Tensor<T>& dy,
                              const GdnState<T>* dstate_out,
                              const GdnState<T>& state_in) {
   if (saved->x.rank() != 2) {
     return Status::Invalid("layer " + std::to_string(layer_) +
-                           " (gdn block): backward without a saved forward");
+                           " (gdn layer): backward without a saved forward");
   }
   const int64_t S = saved->x.dim(0);
   SF_RETURN_IF_ERROR(CheckShape(layer_, "output gradient dy", dy.shape(), {S, dims_.C}));
@@ -305,7 +305,7 @@ Status GdnBlock<T>::Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
   if (!saved->recompute_full) {
     status = BackwardPass(dx, dstate_in, *saved, dy, dstate_out, state_in);
   } else {  // replay the forward from x, its tensors transient
-    GdnBlockSaved<T> replay;
+    GdnLayerSaved<T> replay;
     replay.x = std::move(saved->x);
     Tensor<T> y_unused;
     status = ForwardPass(&y_unused, nullptr, &replay, state_in, kWs);
@@ -314,13 +314,13 @@ Status GdnBlock<T>::Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
       status = BackwardPass(dx, dstate_in, replay, dy, dstate_out, state_in);
     }
   }
-  *saved = GdnBlockSaved<T>{};
+  *saved = GdnLayerSaved<T>{};
   return status;
 }
 
 template <typename T>
-Status GdnBlock<T>::BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
-                                 const GdnBlockSaved<T>& s,
+Status GdnLayer<T>::BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
+                                 const GdnLayerSaved<T>& s,
                                  const Tensor<T>& dy,
                                  const GdnState<T>* dstate_out,
                                  const GdnState<T>& state_in) {
@@ -337,9 +337,9 @@ Status GdnBlock<T>::BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
 
 // dh (S, C) = dy + RMSNorm-backward(SwiGLU-backward(dy)).
 template <typename T>
-Status GdnBlock<T>::MlpBackward(Tensor<T>* dh, const GdnBlockSaved<T>& s,
+Status GdnLayer<T>::MlpBackward(Tensor<T>* dh, const GdnLayerSaved<T>& s,
                                 const Tensor<T>& dy) {
-  const GdnBlockDims& d = dims_;
+  const GdnLayerDims& d = dims_;
   const int64_t S = s.x.dim(0);
   SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {S, d.C}));      // (S, C)
   SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, S, d.F}));     // (2, S, F)
@@ -357,10 +357,10 @@ Status GdnBlock<T>::MlpBackward(Tensor<T>* dh, const GdnBlockSaved<T>& s,
 
 // From dh: d_o (S, HV) of the core output and dz (S, HV) of the gate.
 template <typename T>
-Status GdnBlock<T>::MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
-                                        const GdnBlockSaved<T>& s,
+Status GdnLayer<T>::MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
+                                        const GdnLayerSaved<T>& s,
                                         const Tensor<T>& dh) {
-  const GdnBlockDims& d = dims_;
+  const GdnLayerDims& d = dims_;
   const int64_t S = s.x.dim(0), R = S * d.H;  // R rows of Dv per head
   SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HV()}));  // (S, HV)
   LinearBackward<T>(dgated.data(), dw(kOProj), nullptr, dh.data(),
@@ -384,12 +384,12 @@ Status GdnBlock<T>::MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
 
 // The recurrence core, then the gates: grads->dq, dk, dv, da, db; dS_in.
 template <typename T>
-Status GdnBlock<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
-                                 const GdnBlockSaved<T>& s,
+Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
+                                 const GdnLayerSaved<T>& s,
                                  const Tensor<T>& d_o,
                                  const GdnState<T>* dstate_out,
                                  const GdnState<T>& state_in) {
-  const GdnBlockDims& d = dims_;
+  const GdnLayerDims& d = dims_;
   const int64_t S = s.x.dim(0);
   SF_ASSIGN_OR_RETURN(grads->dq, New(kWs, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(grads->dk, New(kWs, {S, d.HK()}));
@@ -420,7 +420,7 @@ Status GdnBlock<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
 // gradient d_out of silu(conv(in)), or, when rnorm is given, of its L2 norm
 // scaled by `scale` (per head of K). Replays conv(in) from in and tail_in.
 template <typename T>
-Status GdnBlock<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
+Status GdnLayer<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
                                      const Tensor<T>& d_out,
                                      const Tensor<T>* rnorm, T scale,
                                      const Tensor<T>& in, ParamId conv,
@@ -450,12 +450,12 @@ Status GdnBlock<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
 
 // dx += RMSNorm-backward(sum over the six projections of d(proj) W).
 template <typename T>
-Status GdnBlock<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
+Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
                                         const MixerGrads& g,
-                                        const GdnBlockSaved<T>& s,
+                                        const GdnLayerSaved<T>& s,
                                         const GdnState<T>* dstate_out,
                                         const GdnState<T>& state_in) {
-  const GdnBlockDims& d = dims_;
+  const GdnLayerDims& d = dims_;
   const int64_t S = s.x.dim(0);
   const T q_scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.K)));
   Tensor<T> dq_in, dk_in, dv_in;  // (S, HK), (S, HK), (S, HV)
@@ -496,8 +496,8 @@ Status GdnBlock<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
 
 #define SF_INSTANTIATE(T)      \
   template struct GdnState<T>; \
-  template struct GdnBlockSaved<T>; \
-  template class GdnBlock<T>;
+  template struct GdnLayerSaved<T>; \
+  template class GdnLayer<T>;
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE
