@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <optional>
 
 namespace stateflow::sim {
 namespace {
@@ -63,6 +64,11 @@ class TableCostSource : public CostSource {
         sync_s_(stages_, 0.0) {
     const models::CostModel& cm = *setup.cost_model;
     const pb::LinkSpec& link = cm.cluster().pipeline_link();
+    assert(setup.memory_cache == nullptr ||
+           setup.memory_cache->cost_model().num_layers() == cm.num_layers());
+    std::optional<models::ActionMemoryCache> own_cache;
+    if (setup.memory_cache == nullptr) own_cache.emplace(cm);
+    models::ActionMemoryCache& memory = setup.memory_cache ? *setup.memory_cache : *own_cache;
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];
       const std::vector<KindGroup> kinds = GroupByKind(cm, layers);
@@ -83,10 +89,10 @@ class TableCostSource : public CostSource {
         // allocations and frees summarised as the live bytes at its peak
         // (applied at its start) and the rest (at its end), which keeps the
         // stage's peak total and the bytes per class at that peak exact.
-        forward_memory_[k] = TwoPoints(models::ActionMemory(
-            cm, layers, setup.partition, {r, Pass::kForward, 0, i}));
-        backward_memory_[k] = TwoPoints(models::ActionMemory(
-            cm, layers, setup.partition, {r, Pass::kBackward, 0, i}));
+        forward_memory_[k] =
+            TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kForward, 0, i}));
+        backward_memory_[k] =
+            TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kBackward, 0, i}));
       }
     }
   }

@@ -25,6 +25,7 @@
 #include "common/buffer_class.h"
 #include "common/status.h"
 #include "models/cost_model.h"
+#include "models/memory_model.h"
 #include "schedule/action.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
@@ -47,6 +48,12 @@ struct SimSetup {
   std::vector<models::StageLayers> stage_layers;  // (P)
   schedule::Partition partition;                  // N chunks of T tokens
   int microbatches = 1;                           // M
+  // Optional, not owned: action memory shared by the configurations of one
+  // cost model (a sweep's), so that each distinct (stage, pass, chunk shape)
+  // is composed once (models/memory_model.h). Null: the source composes
+  // every action's memory with a cache of its own.
+  // REQUIRES: made from *cost_model (or an equal copy of it).
+  models::ActionMemoryCache* memory_cache = nullptr;
 };
 
 class CostSource {

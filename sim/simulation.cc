@@ -77,7 +77,8 @@ Result<PreparedScenario> PrepareScenario(const pb::Scenario& scenario,
                                               scenario.cluster(), cost_options));
   SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
                       models::AssignScenarioStages(cm, stages, seq_len));
-  return PreparedScenario{std::move(cm), std::move(layers)};
+  auto memory_cache = std::make_shared<models::ActionMemoryCache>(cm);
+  return PreparedScenario{std::move(cm), std::move(layers), std::move(memory_cache)};
 }
 
 Result<Simulation> Simulate(const pb::Scenario& scenario,
@@ -133,7 +134,8 @@ Result<Simulation> SimulatePrepared(const pb::Scenario& scenario,
   }
   SF_RETURN_IF_ERROR(schedule::ValidatePlan(sim.plan));
 
-  SimSetup setup{&cm, sim.stage_layers, sim.partition, microbatches};
+  SimSetup setup{&cm, sim.stage_layers, sim.partition, microbatches,
+                 prepared.memory_cache.get()};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
   if (options.stage_costs != nullptr) {

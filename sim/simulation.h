@@ -10,11 +10,13 @@
 //   std::cout << sim->report.step_time_s();
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "common/status.h"
 #include "models/cost_model.h"
+#include "models/memory_model.h"
 #include "models/model.h"
 #include "models/placement.h"
 #include "proto/stateflow.pb.h"
@@ -61,6 +63,9 @@ Result<Simulation> Simulate(const pb::Scenario& scenario,
 struct PreparedScenario {
   models::CostModel cost_model;
   std::vector<models::StageLayers> stage_layers;  // (P)
+  // Every action memory composed so far, shared by the candidates (so a
+  // prepared scenario is simulated from one thread at a time).
+  std::shared_ptr<models::ActionMemoryCache> memory_cache;
 };
 
 // Errors name the scenario field at fault (the model, cluster, TP, P).

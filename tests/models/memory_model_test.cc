@@ -6,6 +6,8 @@
 // allocator, byte for byte, is tested in tests/backend/memory_check_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -252,6 +254,78 @@ TEST(StageMemory, StepReturnsToTheStaticBytes) {
       }
     }
   }
+}
+
+// ---- ActionMemoryCache -------------------------------------------------------------
+
+// Bit for bit: every field of every class.
+void ExpectSameSegment(const MemorySegment& got, const MemorySegment& want, const std::string& what) {
+  for (int k = 0; k < kNumBufferClasses; ++k) {
+    EXPECT_EQ(got.net()[k], want.net()[k]) << what << " net " << kBufferClassNames[k];
+    EXPECT_EQ(got.at_peak()[k], want.at_peak()[k]) << what << " at_peak " << kBufferClassNames[k];
+    EXPECT_EQ(got.class_peak()[k], want.class_peak()[k])
+        << what << " class_peak " << kBufferClassNames[k];
+  }
+}
+
+// The cache against the plain ActionMemory (the model it memoises), with one
+// cache shared by many partitions (sequence lengths, N, alpha > 0 with
+// chunks of unequal lengths) and microbatches, as a sweep shares it; the
+// cache is made from a copy of the cost model that dies before it is used.
+TEST(ActionMemoryCache, EqualsActionMemoryAcrossPartitions) {
+  for (const StageCase& c : kStageCases) {
+    SCOPED_TRACE(Name(c));
+    const CostModel cm = Make(c.preset, 1, 1, c.rc);
+    std::optional<ActionMemoryCache> cache;
+    {
+      const CostModel copy = cm;
+      cache.emplace(copy);
+    }
+    const std::vector<StageLayers> stages =
+        *AssignStages(std::vector<double>(cm.num_layers(), 1.0), c.P);
+    for (std::int64_t seq_len : {256, 384}) {
+      for (int n : {1, 2, 3, 5}) {
+        for (double alpha : {0.0, 1.0}) {
+          const schedule::Partition partition = *schedule::MakePartition(
+              seq_len, n, alpha, cm.ChunkCoefficients(0, cm.num_layers()), 1);
+          for (int r = 0; r < c.P; ++r) {
+            for (int i = 0; i < n; ++i) {
+              for (Pass pass : {Pass::kForward, Pass::kBackward, Pass::kWeight}) {
+                for (int a : {0, 1}) {
+                  const Action action{r, pass, a, i};
+                  ExpectSameSegment(cache->Get(stages[r], partition, action),
+                                    ActionMemory(cm, stages[r], partition, action),
+                                    "T=" + std::to_string(seq_len) + " N=" + std::to_string(n) +
+                                        " alpha=" + std::to_string(alpha) + " " +
+                                        schedule::ToString(action));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Chunks of one length share an entry: with N equal chunks, a stage's pass
+// has at most three distinct actions (the first chunk, the middle ones, the
+// last), whatever the microbatch.
+TEST(ActionMemoryCache, ComposesEachDistinctActionOnce) {
+  const StageCase c = {"gdn-hybrid-tiny", 3, 4, 6, Recompute::kNone};
+  const CostModel cm = Make(c.preset, 1, 1, c.rc);
+  ActionMemoryCache cache(cm);
+  const std::vector<StageLayers> stages =
+      *AssignStages(std::vector<double>(cm.num_layers(), 1.0), c.P);
+  const schedule::Partition partition =
+      *schedule::MakePartition(64 * c.N, c.N, 0, cm.ChunkCoefficients(0, cm.num_layers()), 1);
+  for (int i = 0; i < c.N; ++i) ASSERT_EQ(partition.length(i), 64);
+  const schedule::Plan plan = *schedule::MakePlan("stateflow", c.P, c.M, c.N);
+  for (int r = 0; r < c.P; ++r) {
+    for (const Action& a : plan.stage(r)) cache.Get(stages[r], partition, a);
+  }
+  const std::size_t distinct_chunks = std::min(c.N, 3);  // first, middle, last
+  EXPECT_EQ(cache.size(), static_cast<std::size_t>(c.P) * 2 * distinct_chunks);
 }
 
 }  // namespace
