@@ -35,11 +35,33 @@ namespace stateflow::sim {
 // Bytes per buffer class.
 using ClassBytes = std::array<double, kNumBufferClasses>;
 
+// Bytes per class added to a stage's ledger at one moment, with whether any
+// class changes and whether any grows, so that the engine need not look at
+// every class of every action to know.
+class MemoryDelta {
+ public:
+  MemoryDelta() = default;  // nothing changes
+  explicit MemoryDelta(const ClassBytes& bytes) : bytes_(bytes) {
+    for (double b : bytes_) {
+      changes_ = changes_ || b != 0.0;
+      grows_ = grows_ || b > 0.0;
+    }
+  }
+  const ClassBytes& bytes() const { return bytes_; }
+  bool changes() const { return changes_; }  // some class != 0
+  bool grows() const { return grows_; }      // some class > 0
+
+ private:
+  ClassBytes bytes_{};
+  bool changes_ = false;
+  bool grows_ = false;
+};
+
 // What one action does to its stage's memory: `at_start` is allocated when it
 // starts, `at_end` is added (usually negative: freed) when it ends.
 struct MemoryEffect {
-  ClassBytes at_start{};
-  ClassBytes at_end{};
+  MemoryDelta at_start;
+  MemoryDelta at_end;
 };
 
 // Everything about a simulated configuration that a cost source needs.
@@ -85,7 +107,9 @@ class CostSource {
 
   // Bytes held for the whole step (weights, gradients, optimizer state).
   virtual ClassBytes StaticBytes(int stage) const = 0;
-  virtual MemoryEffect Memory(const schedule::Action& action) const = 0;
+  // What `action` does to its stage's memory (all zero for a W action). The
+  // reference stays valid as long as the source.
+  virtual const MemoryEffect& Memory(const schedule::Action& action) const = 0;
 };
 
 // The analytic model. REQUIRES: setup.cost_model outlives the source.

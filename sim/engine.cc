@@ -38,6 +38,7 @@ class Engine {
                  0),
         next_(stages_, 0),
         busy_until_(stages_, -1.0),
+        running_end_(stages_, nullptr),
         live_(stages_),
         link_free_s_(static_cast<std::size_t>(stages_) * 2, 0.0) {
     result_.stages.resize(stages_);
@@ -102,8 +103,9 @@ class Engine {
     const Action& a = plan_.stage(r)[next_[r]];
     if (!InputReady(a)) return;
     const double duration = costs_.Duration(a);
-    const MemoryEffect effect = costs_.Memory(a);
+    const MemoryEffect& effect = costs_.Memory(a);
     Apply(r, effect.at_start, now);
+    running_end_[r] = &effect.at_end;
     busy_until_[r] = now + duration;
     result_.stages[r].busy_s += duration;
     if (options_.record_timeline) {
@@ -114,7 +116,7 @@ class Engine {
 
   void FinishAction(int r, double now) {
     const Action& a = plan_.stage(r)[next_[r]];
-    Apply(r, costs_.Memory(a).at_end, now);
+    Apply(r, *running_end_[r], now);
     busy_until_[r] = -1.0;
     ++next_[r];
     result_.stages[r].end_s = now;
@@ -133,15 +135,16 @@ class Engine {
     Push({arrival, 0, Event::kArrival, to, InputKey(to, a.pass, a.microbatch, a.chunk)});
   }
 
-  void Apply(int r, const ClassBytes& delta, double now) {
-    bool changed = false;
-    for (int c = 0; c < kNumBufferClasses; ++c) {
-      if (delta[c] != 0.0) {
-        live_[r][c] += delta[c];
-        changed = true;
-      }
-    }
-    if (changed) NoteMemory(r, now);
+  // Adds `delta` to stage r's live bytes, every class without a branch:
+  // adding a zero leaves a class as it was (live bytes are never -0). The
+  // total is summed again only if some class grew (or for the timeline, on
+  // any change): when none grew, every class is at most what it was, and so
+  // is their sum (rounding is monotonic), so the peak cannot have been passed.
+  void Apply(int r, const MemoryDelta& delta, double now) {
+    if (!delta.changes()) return;
+    ClassBytes& live = live_[r];
+    for (int c = 0; c < kNumBufferClasses; ++c) live[c] += delta.bytes()[c];
+    if (delta.grows() || options_.record_timeline) NoteMemory(r, now);
   }
 
   void NoteMemory(int r, double now) {
@@ -168,6 +171,7 @@ class Engine {
   std::vector<char> arrived_;         // (P * M * N * 2)
   std::vector<std::size_t> next_;     // (P) index of the next action
   std::vector<double> busy_until_;    // (P) < 0 when idle
+  std::vector<const MemoryDelta*> running_end_;  // (P) at_end of the running action
   std::vector<ClassBytes> live_;      // (P)
   std::vector<double> link_free_s_;   // (2P) directed links
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
