@@ -1,8 +1,10 @@
 #include "sim/engine.h"
 
+#include <algorithm>
 #include <cassert>
-#include <queue>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace stateflow::sim {
 namespace {
@@ -23,6 +25,42 @@ struct Event {
     if (time_s != other.time_s) return time_s > other.time_s;
     return seq > other.seq;
   }
+};
+
+// A binary min-heap of events on (time, seq). Besides push and pop it
+// replaces its top in one pass: the engine pops an event and usually pushes
+// one while handling it, and doing both at once saves a sift. Since no two
+// events have the same (time, seq), the order of pops does not depend on how
+// the heap is kept.
+class EventQueue {
+ public:
+  bool empty() const { return heap_.empty(); }
+  const Event& top() const { return heap_.front(); }
+  void Push(const Event& e) {
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+  }
+  void Pop() {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+    heap_.pop_back();
+  }
+  // Pop() then Push(e), in one sift down from the root.
+  void ReplaceTop(const Event& e) {
+    const std::size_t n = heap_.size();
+    std::size_t hole = 0;
+    while (true) {
+      std::size_t child = 2 * hole + 1;
+      if (child >= n) break;
+      if (child + 1 < n && heap_[child] > heap_[child + 1]) ++child;
+      if (!(e > heap_[child])) break;
+      heap_[hole] = heap_[child];
+      hole = child;
+    }
+    heap_[hole] = e;
+  }
+
+ private:
+  std::vector<Event> heap_;
 };
 
 class Engine {
@@ -53,7 +91,7 @@ class Engine {
     double now = 0.0;
     while (!queue_.empty()) {
       const Event event = queue_.top();
-      queue_.pop();
+      top_popped_ = false;  // the first Push while handling it replaces it
       assert(event.time_s >= now && "simulated time went backwards");
       now = event.time_s;
       ++result_.num_events;
@@ -63,6 +101,7 @@ class Engine {
         arrived_[event.key] = 1;
       }
       TryStart(event.stage, now);
+      if (!top_popped_) queue_.Pop();
     }
     for (int r = 0; r < stages_; ++r) {
       if (next_[r] < plan_.stage(r).size()) {
@@ -161,7 +200,12 @@ class Engine {
 
   void Push(Event e) {
     e.seq = seq_++;
-    queue_.push(e);
+    if (top_popped_) {
+      queue_.Push(e);
+    } else {
+      queue_.ReplaceTop(e);
+      top_popped_ = true;
+    }
   }
 
   const schedule::Plan& plan_;
@@ -174,7 +218,10 @@ class Engine {
   std::vector<const MemoryDelta*> running_end_;  // (P) at_end of the running action
   std::vector<ClassBytes> live_;      // (P)
   std::vector<double> link_free_s_;   // (2P) directed links
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  EventQueue queue_;
+  // Whether the event being handled has left the queue (true outside the
+  // loop, so that the first actions are pushed).
+  bool top_popped_ = true;
   std::uint64_t seq_ = 0;
   EngineResult result_;
 };
