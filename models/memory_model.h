@@ -69,7 +69,9 @@ MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
 // cached too, by (layer kind, pass, s), and shared by all stages.
 //
 // It keeps its own copy of the cost model, so it may outlive or be moved
-// apart from the one it was made from. Not thread-safe.
+// apart from the one it was made from. It grows by one segment (192 bytes)
+// per distinct action asked for and never forgets: the whole paper grid
+// holds about 60,000. Not thread-safe.
 //
 //   ActionMemoryCache cache(cm);
 //   const MemorySegment& f = cache.Get(layers, partition, {r, Pass::kForward, a, i});
@@ -100,7 +102,7 @@ class ActionMemoryCache {
   struct KeyHash {
     std::size_t operator()(const Key& k) const;
   };
-  class SharedKinds;  // adapts kinds_ to the composition's Of(l)
+  class SharedKinds;  // adapts LayerSegment to the composition's Of(l)
 
   // Layer l's segment for one pass over s tokens (cached by l's kind).
   const MemorySegment& LayerSegment(int l, bool forward, std::int64_t s);
