@@ -36,26 +36,40 @@ class KindSegments {
   std::array<std::optional<MemorySegment>, 4> cache_;  // by LayerKind
 };
 
+// Everything about an action's chunk that its segment depends on: its
+// length, the sequence length (the K/V buffers) and whether it is the first
+// (i == 0) or the last (i == N-1) chunk of the sequence. Nothing else of the
+// partition (not the chunk's start, not N) and nothing of the microbatch.
+struct ChunkShape {
+  std::int64_t s = 0;        // tokens of the chunk
+  std::int64_t seq_len = 0;  // T
+  bool first = false;        // i == 0
+  bool last = false;         // i == N - 1
+};
+
+ChunkShape ShapeOf(const schedule::Partition& partition, int i) {
+  return {partition.length(i), partition.seq_len(), i == 0, i == partition.num_chunks() - 1};
+}
+
+// `kinds.Of(l)` is layer l's segment for this pass over shape.s tokens.
+template <typename Kinds>
 MemorySegment ForwardAction(const CostModel& cm, const StageLayers& layers,
-                            const schedule::Partition& partition, int i) {
-  const int N = partition.num_chunks();
-  const std::int64_t s = partition.length(i);
-  const double io = cm.BoundaryActivationBytes(s);
-  const double seq_len = static_cast<double>(partition.seq_len());
+                            const ChunkShape& shape, Kinds& kinds) {
+  const double io = cm.BoundaryActivationBytes(shape.s);
+  const double seq_len = static_cast<double>(shape.seq_len);
   const bool first = layers.first == 0, last = layers.last == cm.num_layers();
-  KindSegments kinds(cm, s, /*forward=*/true);
   MemorySegment seg;
   if (!first) seg.Add(kWs, io);  // the activation received from stage r-1
-  for (int l = layers.first; l < layers.last && i == 0; ++l) {
+  for (int l = layers.first; l < layers.last && shape.first; ++l) {
     if (cm.layers()[l] == LayerKind::kRecurrence) seg.Add(kStates, cm.BoundaryStateBytes(l));
   }
   bool holds_input = false;  // whether the current layer input is the stage's own
   for (int l = layers.first; l < layers.last; ++l) {
     const LayerKind kind = cm.layers()[l];
-    if (kind == LayerKind::kRecurrence && i + 1 < N) {
+    if (kind == LayerKind::kRecurrence && !shape.last) {
       seg.Add(kStates, cm.BoundaryStateBytes(l));  // chunk i+1's state in
     }
-    if (kind == LayerKind::kAttention && i == 0) seg.Add(kKv, cm.KvBytesPerToken(l) * seq_len);
+    if (kind == LayerKind::kAttention && shape.first) seg.Add(kKv, cm.KvBytesPerToken(l) * seq_len);
     seg.Append(kinds.Of(l));
     if (kind == LayerKind::kHead) break;
     if (holds_input) seg.Add(kWs, -io);  // the layer's input, its own output now made
@@ -67,14 +81,12 @@ MemorySegment ForwardAction(const CostModel& cm, const StageLayers& layers,
   return seg;
 }
 
+template <typename Kinds>
 MemorySegment BackwardAction(const CostModel& cm, const StageLayers& layers,
-                             const schedule::Partition& partition, int i) {
-  const int N = partition.num_chunks();
-  const std::int64_t s = partition.length(i);
-  const double io = cm.BoundaryActivationBytes(s);
-  const double seq_len = static_cast<double>(partition.seq_len());
+                             const ChunkShape& shape, Kinds& kinds) {
+  const double io = cm.BoundaryActivationBytes(shape.s);
+  const double seq_len = static_cast<double>(shape.seq_len);
   const bool first = layers.first == 0, last = layers.last == cm.num_layers();
-  KindSegments kinds(cm, s, /*forward=*/false);
   MemorySegment seg;
   if (!last) seg.Add(kWs, io);  // the gradient received from stage r+1
   bool holds_input = false;     // whether the current output gradient is the stage's own
@@ -83,11 +95,11 @@ MemorySegment BackwardAction(const CostModel& cm, const StageLayers& layers,
     if (kind == LayerKind::kEmbedding) break;  // a scatter-add: nothing allocated
     const double state = cm.BoundaryStateBytes(l);
     const double kv = cm.KvBytesPerToken(l) * seq_len, kv_grad = cm.KvGradBytesPerToken(l) * seq_len;
-    if (kind == LayerKind::kAttention && i == N - 1) seg.Add(kKv, kv_grad);
-    if (kind == LayerKind::kRecurrence && i > 0) seg.Add(kStates, state);  // d(state in)
+    if (kind == LayerKind::kAttention && shape.last) seg.Add(kKv, kv_grad);
+    if (kind == LayerKind::kRecurrence && !shape.first) seg.Add(kStates, state);  // d(state in)
     seg.Append(kinds.Of(l));
-    if (kind == LayerKind::kRecurrence && i + 1 < N) seg.Add(kStates, -state);  // d(state out)
-    if (kind == LayerKind::kAttention && i == 0) seg.Add(kKv, -(kv + kv_grad));
+    if (kind == LayerKind::kRecurrence && !shape.last) seg.Add(kStates, -state);  // d(state out)
+    if (kind == LayerKind::kAttention && shape.first) seg.Add(kKv, -(kv + kv_grad));
     if (holds_input) seg.Add(kWs, -io);
     holds_input = true;
   }
@@ -115,11 +127,71 @@ ClassBytes StaticStageBytes(const CostModel& cm, const StageLayers& layers) {
 MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
                            const schedule::Partition& partition, const Action& action) {
   switch (action.pass) {
-    case Pass::kForward: return ForwardAction(cm, layers, partition, action.chunk);
-    case Pass::kBackward: return BackwardAction(cm, layers, partition, action.chunk);
+    case Pass::kForward: {
+      const ChunkShape shape = ShapeOf(partition, action.chunk);
+      KindSegments kinds(cm, shape.s, /*forward=*/true);
+      return ForwardAction(cm, layers, shape, kinds);
+    }
+    case Pass::kBackward: {
+      const ChunkShape shape = ShapeOf(partition, action.chunk);
+      KindSegments kinds(cm, shape.s, /*forward=*/false);
+      return BackwardAction(cm, layers, shape, kinds);
+    }
     case Pass::kWeight: return {};
   }
   return {};
+}
+
+class ActionMemoryCache::SharedKinds {
+ public:
+  SharedKinds(ActionMemoryCache& cache, std::int64_t s, bool forward)
+      : cache_(cache), s_(s), forward_(forward) {}
+  const MemorySegment& Of(int l) { return cache_.LayerSegment(l, forward_, s_); }
+
+ private:
+  ActionMemoryCache& cache_;
+  const std::int64_t s_;
+  const bool forward_;
+};
+
+std::size_t ActionMemoryCache::KeyHash::operator()(const Key& k) const {
+  std::uint64_t h = static_cast<std::uint64_t>(k.s);
+  for (std::uint64_t v : {static_cast<std::uint64_t>(k.seq_len),
+                          static_cast<std::uint64_t>(k.first_layer),
+                          static_cast<std::uint64_t>(k.last_layer),
+                          static_cast<std::uint64_t>(k.pass) * 4 + (k.first_chunk ? 2u : 0u) +
+                              (k.last_chunk ? 1u : 0u)}) {
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;  // a multiplicative mix (Fibonacci hashing)
+    h ^= h >> 29;
+  }
+  return static_cast<std::size_t>(h);
+}
+
+const MemorySegment& ActionMemoryCache::LayerSegment(int l, bool forward, std::int64_t s) {
+  const std::uint64_t key = static_cast<std::uint64_t>(s) * 8 +
+                            static_cast<std::uint64_t>(cm_.layers()[l]) * 2 + (forward ? 1 : 0);
+  auto it = layers_.find(key);
+  if (it == layers_.end()) {
+    it = layers_.emplace(key, forward ? cm_.ForwardMemory(l, s) : cm_.BackwardMemory(l, s)).first;
+  }
+  return it->second;
+}
+
+const MemorySegment& ActionMemoryCache::Get(const StageLayers& layers,
+                                            const schedule::Partition& partition,
+                                            const Action& action) {
+  static const MemorySegment kNothing;  // a W action
+  if (action.pass == Pass::kWeight) return kNothing;
+  const ChunkShape shape = ShapeOf(partition, action.chunk);
+  const Key key{layers.first, layers.last, action.pass, shape.first, shape.last, shape.s,
+                shape.seq_len};
+  auto it = actions_.find(key);
+  if (it != actions_.end()) return it->second;
+  const bool forward = action.pass == Pass::kForward;
+  SharedKinds kinds(*this, shape.s, forward);
+  MemorySegment seg = forward ? ForwardAction(cm_, layers, shape, kinds)
+                              : BackwardAction(cm_, layers, shape, kinds);
+  return actions_.emplace(key, seg).first->second;
 }
 
 MemorySegment StageStepMemory(const CostModel& cm, const StageLayers& layers,

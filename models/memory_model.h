@@ -30,6 +30,9 @@
 //   MemorySegment step = StageStepMemory(cm, layers, partition, plan.stage(r));
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "models/cost_model.h"
@@ -50,6 +53,65 @@ ClassBytes StaticStageBytes(const CostModel& cm, const StageLayers& layers);
 MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
                            const schedule::Partition& partition,
                            const schedule::Action& action);
+
+// ActionMemory, memoised for one cost model: what a simulator needs for
+// every (stage, chunk) of many configurations of the same model (a sweep).
+// An action's segment depends on the action only through
+//   - its stage's layers [first, last) (their kinds, and whether the stage
+//     holds the embedding or the head),
+//   - its pass,
+//   - its chunk's length s,
+//   - whether its chunk is the sequence's first (i == 0) and last (i == N-1),
+//   - the sequence length T (the K/V buffers' size);
+// not on its microbatch, its chunk's start or N otherwise. The cache is keyed
+// on all of these, so Get returns, bit for bit, what ActionMemory computes.
+// The layers' own segments (CostModel::ForwardMemory / BackwardMemory) are
+// cached too, by (layer kind, pass, s), and shared by all stages.
+//
+// It keeps its own copy of the cost model, so it may outlive or be moved
+// apart from the one it was made from. It grows by one segment (192 bytes)
+// per distinct action asked for and never forgets: the whole paper grid
+// holds about 60,000. Not thread-safe.
+//
+//   ActionMemoryCache cache(cm);
+//   const MemorySegment& f = cache.Get(layers, partition, {r, Pass::kForward, a, i});
+class ActionMemoryCache {
+ public:
+  explicit ActionMemoryCache(const CostModel& cm) : cm_(cm) {}
+  ActionMemoryCache(const ActionMemoryCache&) = delete;
+  ActionMemoryCache& operator=(const ActionMemoryCache&) = delete;
+
+  // Same as ActionMemory(cost_model(), layers, partition, action). The
+  // reference stays valid as long as the cache.
+  // REQUIRES: action.chunk < partition.num_chunks().
+  const MemorySegment& Get(const StageLayers& layers, const schedule::Partition& partition,
+                           const schedule::Action& action);
+
+  const CostModel& cost_model() const { return cm_; }
+  // Distinct actions computed so far.
+  std::size_t size() const { return actions_.size(); }
+
+ private:
+  struct Key {
+    int first_layer = 0, last_layer = 0;
+    schedule::Pass pass = schedule::Pass::kForward;
+    bool first_chunk = false, last_chunk = false;
+    std::int64_t s = 0, seq_len = 0;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const;
+  };
+  class SharedKinds;  // adapts LayerSegment to the composition's Of(l)
+
+  // Layer l's segment for one pass over s tokens (cached by l's kind).
+  const MemorySegment& LayerSegment(int l, bool forward, std::int64_t s);
+
+  const CostModel cm_;
+  std::unordered_map<Key, MemorySegment, KeyHash> actions_;
+  // Key: s * 8 + kind * 2 + (forward ? 1 : 0).
+  std::unordered_map<std::uint64_t, MemorySegment> layers_;
+};
 
 // The whole step of the stage: the static bytes, then `actions` in order.
 // Its at_peak() and class_peak() are absolute: the predicted peak total, the

@@ -35,8 +35,24 @@ class MemorySegment {
   // The empty sequence: nothing changes, every peak is 0 (the level before).
   MemorySegment() = default;
 
-  // Appends one allocation (bytes > 0) or free (bytes < 0).
+  // Appends one allocation (bytes > 0) or free (bytes < 0). The same, bit
+  // for bit, as Append of the one-event segment (AddByAppend below), with
+  // the classes it leaves alone skipped: adding 0 to a level changes nothing
+  // (no level is ever -0), and each class's peak is at least its level.
   void Add(BufferClass cls, double bytes) {
+    const int k = Index(cls);
+    const double rise = bytes > 0 ? bytes : 0.0;  // the event's own peak
+    if (TotalBytes(net_) + rise > peak_total()) {
+      at_peak_ = net_;
+      at_peak_[k] = net_[k] + rise;
+    }
+    class_peak_[k] = std::max(class_peak_[k], net_[k] + rise);
+    net_[k] += bytes;
+  }
+
+  // Add by its definition: Append of the segment of that one event (the
+  // reference Add is tested against).
+  void AddByAppend(BufferClass cls, double bytes) {
     MemorySegment one;
     one.net_[Index(cls)] = bytes;
     if (bytes > 0) {

@@ -35,7 +35,9 @@ Result<std::shared_ptr<const Placement>> Place(const ResolvedScenario& resolved,
                               scenario.cluster(), cost_options));
   SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
                       models::AssignScenarioStages(cm, resolved.stages(), resolved.seq_len()));
-  return std::make_shared<const Placement>(Placement{std::move(cm), std::move(layers)});
+  auto memory_cache = std::make_shared<models::ActionMemoryCache>(cm);
+  return std::make_shared<const Placement>(
+      Placement{std::move(cm), std::move(layers), std::move(memory_cache)});
 }
 
 Result<Configuration> Configure(const ResolvedScenario& scenario,

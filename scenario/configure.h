@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "models/cost_model.h"
+#include "models/memory_model.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
 #include "scenario/resolve.h"
@@ -32,6 +33,10 @@ namespace stateflow::scenario {
 struct Placement {
   models::CostModel cost_model;
   std::vector<models::StageLayers> stage_layers;  // (P)
+  // The memory of each distinct action shape, composed once and shared by
+  // every configuration made from this placement (a memo: filling it
+  // changes no result; models/memory_model.h).
+  std::shared_ptr<models::ActionMemoryCache> memory_cache;
 };
 
 struct Configuration {

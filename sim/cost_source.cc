@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <optional>
 
 namespace stateflow::sim {
 namespace {
@@ -37,13 +38,41 @@ std::vector<KindGroup> GroupByKind(const models::CostModel& cm,
   return groups;
 }
 
+// One layer's forward and backward time on one chunk.
+struct KindTimes {
+  double forward_s = 0;
+  double backward_s = 0;
+};
+
+// The cost model's times per (layer kind, chunk), each computed once and
+// shared by every stage holding a layer of that kind (the time depends on a
+// layer only through its kind).
+class ChunkTimes {
+ public:
+  ChunkTimes(const models::CostModel& cm, const schedule::Partition& partition)
+      : cm_(cm), partition_(partition), times_(4 * static_cast<std::size_t>(partition.num_chunks())) {}
+  const KindTimes& Of(int l, int i) {
+    std::optional<KindTimes>& t = times_[4 * static_cast<std::size_t>(i) +
+                                         static_cast<std::size_t>(cm_.layers()[l])];
+    if (!t) {
+      const std::int64_t c = partition_.start(i), s = partition_.length(i);
+      t = KindTimes{cm_.ForwardTime(l, c, s), cm_.BackwardTime(l, c, s)};
+    }
+    return *t;
+  }
+
+ private:
+  const models::CostModel& cm_;
+  const schedule::Partition& partition_;
+  std::vector<std::optional<KindTimes>> times_;  // (N, 4 kinds)
+};
+
 // An action's memory segment as the engine applies it: the live bytes at the
 // segment's first peak when the action starts, the rest when it ends.
 MemoryEffect TwoPoints(const models::MemorySegment& seg) {
-  MemoryEffect e;
-  e.at_start = seg.at_peak();
-  for (int c = 0; c < kNumBufferClasses; ++c) e.at_end[c] = seg.net()[c] - seg.at_peak()[c];
-  return e;
+  ClassBytes at_end{};
+  for (int c = 0; c < kNumBufferClasses; ++c) at_end[c] = seg.net()[c] - seg.at_peak()[c];
+  return MemoryEffect{MemoryDelta(seg.at_peak()), MemoryDelta(at_end)};
 }
 
 // Per (stage, chunk) tables shared by both sources: memory always comes from
@@ -63,18 +92,24 @@ class TableCostSource : public CostSource {
         sync_s_(stages_, 0.0) {
     const models::CostModel& cm = *setup.cost_model;
     const pb::LinkSpec& link = cm.cluster().pipeline_link();
+    assert(setup.memory_cache == nullptr ||
+           setup.memory_cache->cost_model().num_layers() == cm.num_layers());
+    std::optional<models::ActionMemoryCache> own_cache;
+    if (setup.memory_cache == nullptr) own_cache.emplace(cm);
+    models::ActionMemoryCache& memory = setup.memory_cache ? *setup.memory_cache : *own_cache;
+    ChunkTimes times(cm, setup.partition);
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];
       const std::vector<KindGroup> kinds = GroupByKind(cm, layers);
       sync_s_[r] = cm.DataParallelSyncTime(layers.first, layers.last);
       static_[r] = models::StaticStageBytes(cm, layers);
       for (int i = 0; i < chunks_; ++i) {
-        const std::int64_t c = setup.partition.start(i);
         const std::int64_t s = setup.partition.length(i);
         const int k = Key(r, i);
         for (const KindGroup& g : kinds) {
-          forward_s_[k] += g.count * cm.ForwardTime(g.layer, c, s);
-          backward_s_[k] += g.count * cm.BackwardTime(g.layer, c, s);
+          const KindTimes& t = times.Of(g.layer, i);
+          forward_s_[k] += g.count * t.forward_s;
+          backward_s_[k] += g.count * t.backward_s;
         }
         const double bytes = cm.BoundaryActivationBytes(s);
         transfer_occupancy_s_[k] = bytes / link.bandwidth_bytes_per_s();
@@ -83,10 +118,10 @@ class TableCostSource : public CostSource {
         // allocations and frees summarised as the live bytes at its peak
         // (applied at its start) and the rest (at its end), which keeps the
         // stage's peak total and the bytes per class at that peak exact.
-        forward_memory_[k] = TwoPoints(models::ActionMemory(
-            cm, layers, setup.partition, {r, Pass::kForward, 0, i}));
-        backward_memory_[k] = TwoPoints(models::ActionMemory(
-            cm, layers, setup.partition, {r, Pass::kBackward, 0, i}));
+        forward_memory_[k] =
+            TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kForward, 0, i}));
+        backward_memory_[k] =
+            TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kBackward, 0, i}));
       }
     }
   }
@@ -110,13 +145,14 @@ class TableCostSource : public CostSource {
     return a.pass == Pass::kWeight ? 0.0 : transfer_occupancy_s_[Key(a.stage, a.chunk)];
   }
 
-  MemoryEffect Memory(const Action& a) const override {
+  const MemoryEffect& Memory(const Action& a) const override {
+    static const MemoryEffect kNothing;  // W: B carries the whole backward
     switch (a.pass) {
       case Pass::kForward: return forward_memory_[Key(a.stage, a.chunk)];
       case Pass::kBackward: return backward_memory_[Key(a.stage, a.chunk)];
-      case Pass::kWeight: return {};  // B carries the whole backward
+      case Pass::kWeight: return kNothing;
     }
-    return {};
+    return kNothing;
   }
 
  protected:
@@ -260,7 +296,9 @@ class MeasuredDurationSource final : public CostSource {
     return measured_.optimizer_s[static_cast<std::size_t>(stage)];
   }
   ClassBytes StaticBytes(int stage) const override { return base_->StaticBytes(stage); }
-  MemoryEffect Memory(const schedule::Action& a) const override { return base_->Memory(a); }
+  const MemoryEffect& Memory(const schedule::Action& a) const override {
+    return base_->Memory(a);
+  }
 
  private:
   std::unique_ptr<CostSource> base_;

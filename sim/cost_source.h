@@ -28,6 +28,7 @@
 #include "common/buffer_class.h"
 #include "common/status.h"
 #include "models/cost_model.h"
+#include "models/memory_model.h"
 #include "schedule/action.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
@@ -37,11 +38,33 @@ namespace stateflow::sim {
 // Bytes per buffer class.
 using ClassBytes = std::array<double, kNumBufferClasses>;
 
+// Bytes per class added to a stage's ledger at one moment, with whether any
+// class changes and whether any grows, so that the engine need not look at
+// every class of every action to know.
+class MemoryDelta {
+ public:
+  MemoryDelta() = default;  // nothing changes
+  explicit MemoryDelta(const ClassBytes& bytes) : bytes_(bytes) {
+    for (double b : bytes_) {
+      changes_ = changes_ || b != 0.0;
+      grows_ = grows_ || b > 0.0;
+    }
+  }
+  const ClassBytes& bytes() const { return bytes_; }
+  bool changes() const { return changes_; }  // some class != 0
+  bool grows() const { return grows_; }      // some class > 0
+
+ private:
+  ClassBytes bytes_{};
+  bool changes_ = false;
+  bool grows_ = false;
+};
+
 // What one action does to its stage's memory: `at_start` is allocated when it
 // starts, `at_end` is added (usually negative: freed) when it ends.
 struct MemoryEffect {
-  ClassBytes at_start{};
-  ClassBytes at_end{};
+  MemoryDelta at_start;
+  MemoryDelta at_end;
 };
 
 // Everything about a simulated configuration that a cost source needs.
@@ -50,6 +73,12 @@ struct SimSetup {
   std::vector<models::StageLayers> stage_layers;  // (P)
   schedule::Partition partition;                  // N chunks of T tokens
   int microbatches = 1;                           // M
+  // Optional, not owned: action memory shared by the configurations of one
+  // cost model (a sweep's), so that each distinct (stage, pass, chunk shape)
+  // is composed once (models/memory_model.h). Null: the source composes
+  // every action's memory with a cache of its own.
+  // REQUIRES: made from *cost_model (or an equal copy of it).
+  models::ActionMemoryCache* memory_cache = nullptr;
 };
 
 class CostSource {
@@ -81,7 +110,9 @@ class CostSource {
 
   // Bytes held for the whole step (weights, gradients, optimizer state).
   virtual ClassBytes StaticBytes(int stage) const = 0;
-  virtual MemoryEffect Memory(const schedule::Action& action) const = 0;
+  // What `action` does to its stage's memory (all zero for a W action). The
+  // reference stays valid as long as the source.
+  virtual const MemoryEffect& Memory(const schedule::Action& action) const = 0;
 };
 
 // The analytic model. REQUIRES: setup.cost_model outlives the source.

@@ -1,10 +1,12 @@
 #include "sim/engine.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <functional>
 #include <optional>
-#include <queue>
 #include <string>
+#include <vector>
 
 namespace stateflow::sim {
 namespace {
@@ -27,6 +29,42 @@ struct Event {
   }
 };
 
+// A binary min-heap of events on (time, seq). Besides push and pop it
+// replaces its top in one pass: the engine pops an event and usually pushes
+// one while handling it, and doing both at once saves a sift. Since no two
+// events have the same (time, seq), the order of pops does not depend on how
+// the heap is kept.
+class EventQueue {
+ public:
+  bool empty() const { return heap_.empty(); }
+  const Event& top() const { return heap_.front(); }
+  void Push(const Event& e) {
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+  }
+  void Pop() {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+    heap_.pop_back();
+  }
+  // Pop() then Push(e), in one sift down from the root.
+  void ReplaceTop(const Event& e) {
+    const std::size_t n = heap_.size();
+    std::size_t hole = 0;
+    while (true) {
+      std::size_t child = 2 * hole + 1;
+      if (child >= n) break;
+      if (child + 1 < n && heap_[child] > heap_[child + 1]) ++child;
+      if (!(e > heap_[child])) break;
+      heap_[hole] = heap_[child];
+      hole = child;
+    }
+    heap_[hole] = e;
+  }
+
+ private:
+  std::vector<Event> heap_;
+};
+
 class Engine {
  public:
   Engine(const schedule::Plan& plan, const CostSource& costs,
@@ -40,6 +78,7 @@ class Engine {
                  0),
         next_(stages_, 0),
         busy_until_(stages_, -1.0),
+        running_end_(stages_, nullptr),
         live_(stages_),
         link_free_s_(static_cast<std::size_t>(stages_) * 2, 0.0) {
     result_.stages.resize(stages_);
@@ -54,7 +93,7 @@ class Engine {
     double now = 0.0;
     while (!queue_.empty() && error_.ok()) {
       const Event event = queue_.top();
-      queue_.pop();
+      top_popped_ = false;  // the first Push while handling it replaces it
       assert(event.time_s >= now && "simulated time went backwards");
       now = event.time_s;
       ++result_.num_events;
@@ -64,6 +103,7 @@ class Engine {
         arrived_[event.key] = 1;
       }
       TryStart(event.stage, now);
+      if (!top_popped_) queue_.Pop();
     }
     if (!error_.ok()) return error_;
     for (int r = 0; r < stages_; ++r) {
@@ -104,8 +144,9 @@ class Engine {
     if (!InputReady(a)) return;
     const double duration = costs_.Duration(a);
     if (!CheckTime(duration, "duration", a)) return;
-    const MemoryEffect effect = costs_.Memory(a);
+    const MemoryEffect& effect = costs_.Memory(a);
     Apply(r, effect.at_start, now);
+    running_end_[r] = &effect.at_end;
     busy_until_[r] = now + duration;
     result_.stages[r].busy_s += duration;
     if (options_.record_timeline) {
@@ -116,7 +157,7 @@ class Engine {
 
   void FinishAction(int r, double now) {
     const Action& a = plan_.stage(r)[next_[r]];
-    Apply(r, costs_.Memory(a).at_end, now);
+    Apply(r, *running_end_[r], now);
     busy_until_[r] = -1.0;
     ++next_[r];
     result_.stages[r].end_s = now;
@@ -143,15 +184,16 @@ class Engine {
     Push({arrival, 0, Event::kArrival, to, InputKey(to, a.pass, a.microbatch, a.chunk)});
   }
 
-  void Apply(int r, const ClassBytes& delta, double now) {
-    bool changed = false;
-    for (int c = 0; c < kNumBufferClasses; ++c) {
-      if (delta[c] != 0.0) {
-        live_[r][c] += delta[c];
-        changed = true;
-      }
-    }
-    if (changed) NoteMemory(r, now);
+  // Adds `delta` to stage r's live bytes, every class without a branch:
+  // adding a zero leaves a class as it was (live bytes are never -0). The
+  // total is summed again only if some class grew (or for the timeline, on
+  // any change): when none grew, every class is at most what it was, and so
+  // is their sum (rounding is monotonic), so the peak cannot have been passed.
+  void Apply(int r, const MemoryDelta& delta, double now) {
+    if (!delta.changes()) return;
+    ClassBytes& live = live_[r];
+    for (int c = 0; c < kNumBufferClasses; ++c) live[c] += delta.bytes()[c];
+    if (delta.grows() || options_.record_timeline) NoteMemory(r, now);
   }
 
   void NoteMemory(int r, double now) {
@@ -181,7 +223,12 @@ class Engine {
 
   void Push(Event e) {
     e.seq = seq_++;
-    queue_.push(e);
+    if (top_popped_) {
+      queue_.Push(e);
+    } else {
+      queue_.ReplaceTop(e);
+      top_popped_ = true;
+    }
   }
 
   const schedule::Plan& plan_;
@@ -191,9 +238,13 @@ class Engine {
   std::vector<char> arrived_;         // (P * M * N * 2)
   std::vector<std::size_t> next_;     // (P) index of the next action
   std::vector<double> busy_until_;    // (P) < 0 when idle
+  std::vector<const MemoryDelta*> running_end_;  // (P) at_end of the running action
   std::vector<ClassBytes> live_;      // (P)
   std::vector<double> link_free_s_;   // (2P) directed links
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  EventQueue queue_;
+  // Whether the event being handled has left the queue (true outside the
+  // loop, so that the first actions are pushed).
+  bool top_popped_ = true;
   std::uint64_t seq_ = 0;
   EngineResult result_;
   Status error_;  // the first bad time a cost source gave

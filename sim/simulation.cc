@@ -89,7 +89,8 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
   const schedule::Plan& plan = sim.config.plan;
   const schedule::Partition& partition = sim.config.partition;
 
-  SimSetup setup{&cm, stage_layers, partition, microbatches};
+  SimSetup setup{&cm, stage_layers, partition, microbatches,
+                 sim.config.placement->memory_cache.get()};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
   if (options.stage_costs != nullptr) {

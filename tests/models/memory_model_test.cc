@@ -6,6 +6,9 @@
 // allocator, byte for byte, is tested in tests/backend/memory_check_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -253,6 +256,113 @@ TEST(StageMemory, StepReturnsToTheStaticBytes) {
       }
     }
   }
+}
+
+// Add skips the classes an event leaves alone; it must still equal Append of
+// the one-event segment bit for bit, on sums that round (non-integers, mixed
+// magnitudes), zeros, repeated totals and runs that return below zero.
+TEST(MemorySegment, AddEqualsAppendOfOneEvent) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> frac(-1.0, 1.2);
+  for (int trial = 0; trial < 500; ++trial) {
+    MemorySegment fast, reference;
+    const int n = std::uniform_int_distribution(0, 60)(rng);
+    for (int k = 0; k < n; ++k) {
+      const auto cls = static_cast<BufferClass>(std::uniform_int_distribution(0, 7)(rng));
+      const int kind = std::uniform_int_distribution(0, 3)(rng);
+      const double bytes = kind == 0   ? 0.0
+                           : kind == 1 ? double(std::uniform_int_distribution(-5, 6)(rng))
+                           : kind == 2 ? frac(rng) * 1e9
+                                       : frac(rng) * 3e-3;
+      fast.Add(cls, bytes);
+      reference.AddByAppend(cls, bytes);
+      // Composing the two the same way must agree too.
+      if (k % 7 == 3) {
+        const MemorySegment copy = reference;
+        fast.Append(copy);
+        reference.Append(copy);
+      }
+    }
+    for (int c = 0; c < kNumBufferClasses; ++c) {
+      EXPECT_EQ(fast.net()[c], reference.net()[c]) << "trial " << trial << " class " << c;
+      EXPECT_EQ(fast.at_peak()[c], reference.at_peak()[c]) << "trial " << trial << " class " << c;
+      EXPECT_EQ(fast.class_peak()[c], reference.class_peak()[c])
+          << "trial " << trial << " class " << c;
+      EXPECT_FALSE(std::signbit(fast.net()[c]) && fast.net()[c] == 0.0) << "a level of -0";
+    }
+  }
+}
+
+// ---- ActionMemoryCache -------------------------------------------------------------
+
+// Bit for bit: every field of every class.
+void ExpectSameSegment(const MemorySegment& got, const MemorySegment& want, const std::string& what) {
+  for (int k = 0; k < kNumBufferClasses; ++k) {
+    EXPECT_EQ(got.net()[k], want.net()[k]) << what << " net " << kBufferClassNames[k];
+    EXPECT_EQ(got.at_peak()[k], want.at_peak()[k]) << what << " at_peak " << kBufferClassNames[k];
+    EXPECT_EQ(got.class_peak()[k], want.class_peak()[k])
+        << what << " class_peak " << kBufferClassNames[k];
+  }
+}
+
+// The cache against the plain ActionMemory (the model it memoises), with one
+// cache shared by many partitions (sequence lengths, N, alpha > 0 with
+// chunks of unequal lengths) and microbatches, as a sweep shares it; the
+// cache is made from a copy of the cost model that dies before it is used.
+TEST(ActionMemoryCache, EqualsActionMemoryAcrossPartitions) {
+  for (const StageCase& c : kStageCases) {
+    SCOPED_TRACE(Name(c));
+    const CostModel cm = Make(c.preset, 1, 1, c.rc);
+    std::optional<ActionMemoryCache> cache;
+    {
+      const CostModel copy = cm;
+      cache.emplace(copy);
+    }
+    const std::vector<StageLayers> stages =
+        *AssignStages(std::vector<double>(cm.num_layers(), 1.0), c.P);
+    for (std::int64_t seq_len : {256, 384}) {
+      for (int n : {1, 2, 3, 5}) {
+        for (double alpha : {0.0, 1.0}) {
+          const schedule::Partition partition = *schedule::MakePartition(
+              seq_len, n, alpha, cm.ChunkCoefficients(0, cm.num_layers()), 1);
+          for (int r = 0; r < c.P; ++r) {
+            for (int i = 0; i < n; ++i) {
+              for (Pass pass : {Pass::kForward, Pass::kBackward, Pass::kWeight}) {
+                for (int a : {0, 1}) {
+                  const Action action{r, pass, a, i};
+                  ExpectSameSegment(cache->Get(stages[r], partition, action),
+                                    ActionMemory(cm, stages[r], partition, action),
+                                    "T=" + std::to_string(seq_len) + " N=" + std::to_string(n) +
+                                        " alpha=" + std::to_string(alpha) + " " +
+                                        schedule::ToString(action));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Chunks of one length share an entry: with N equal chunks, a stage's pass
+// has at most three distinct actions (the first chunk, the middle ones, the
+// last), whatever the microbatch.
+TEST(ActionMemoryCache, ComposesEachDistinctActionOnce) {
+  const StageCase c = {"gdn-hybrid-tiny", 3, 4, 6, Recompute::kNone};
+  const CostModel cm = Make(c.preset, 1, 1, c.rc);
+  ActionMemoryCache cache(cm);
+  const std::vector<StageLayers> stages =
+      *AssignStages(std::vector<double>(cm.num_layers(), 1.0), c.P);
+  const schedule::Partition partition =
+      *schedule::MakePartition(64 * c.N, c.N, 0, cm.ChunkCoefficients(0, cm.num_layers()), 1);
+  for (int i = 0; i < c.N; ++i) ASSERT_EQ(partition.length(i), 64);
+  const schedule::Plan plan = *schedule::MakePlan("stateflow", c.P, c.M, c.N);
+  for (int r = 0; r < c.P; ++r) {
+    for (const Action& a : plan.stage(r)) cache.Get(stages[r], partition, a);
+  }
+  const std::size_t distinct_chunks = std::min(c.N, 3);  // first, middle, last
+  EXPECT_EQ(cache.size(), static_cast<std::size_t>(c.P) * 2 * distinct_chunks);
 }
 
 }  // namespace

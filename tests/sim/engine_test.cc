@@ -303,7 +303,7 @@ class OneBadTime : public CostSource {
   }
   double GradientSyncTime(int stage) const override { return base_->GradientSyncTime(stage); }
   ClassBytes StaticBytes(int stage) const override { return base_->StaticBytes(stage); }
-  MemoryEffect Memory(const schedule::Action& a) const override { return base_->Memory(a); }
+  const MemoryEffect& Memory(const schedule::Action& a) const override { return base_->Memory(a); }
 
  private:
   std::unique_ptr<CostSource> base_;
