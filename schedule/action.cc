@@ -93,32 +93,5 @@ Result<Action> ParseAction(std::string_view text) {
   return action;
 }
 
-std::optional<int> InputFrom(const Action& action, int stages) {
-  switch (action.pass) {
-    case Pass::kForward:
-      if (action.stage > 0) return action.stage - 1;
-      return std::nullopt;
-    case Pass::kBackward:
-      if (action.stage + 1 < stages) return action.stage + 1;
-      return std::nullopt;
-    case Pass::kWeight:
-      return std::nullopt;
-  }
-  return std::nullopt;
-}
-
-std::optional<int> OutputTo(const Action& action, int stages) {
-  switch (action.pass) {
-    case Pass::kForward:
-      if (action.stage + 1 < stages) return action.stage + 1;
-      return std::nullopt;
-    case Pass::kBackward:
-      if (action.stage > 0) return action.stage - 1;
-      return std::nullopt;
-    case Pass::kWeight:
-      return std::nullopt;
-  }
-  return std::nullopt;
-}
 
 }  // namespace stateflow::schedule

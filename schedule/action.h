@@ -55,7 +55,16 @@ Result<Action> ParseAction(std::string_view text);
 //   OutputTo({.stage = 3, .pass = Pass::kForward}, 4) == std::nullopt
 //
 // REQUIRES: 0 <= action.stage < stages.
-std::optional<int> InputFrom(const Action& action, int stages);
-std::optional<int> OutputTo(const Action& action, int stages);
+// (Inline: the engine asks at every event.)
+inline std::optional<int> InputFrom(const Action& action, int stages) {
+  if (action.pass == Pass::kForward && action.stage > 0) return action.stage - 1;
+  if (action.pass == Pass::kBackward && action.stage + 1 < stages) return action.stage + 1;
+  return std::nullopt;  // the first stage's forward, the last's backward, any W
+}
+inline std::optional<int> OutputTo(const Action& action, int stages) {
+  if (action.pass == Pass::kForward && action.stage + 1 < stages) return action.stage + 1;
+  if (action.pass == Pass::kBackward && action.stage > 0) return action.stage - 1;
+  return std::nullopt;  // the last stage's forward, the first's backward, any W
+}
 
 }  // namespace stateflow::schedule

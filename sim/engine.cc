@@ -212,13 +212,16 @@ class Engine {
   // (a bad cost table, an overflow) stops the run with an error naming the
   // action, in every build, instead of a silently wrong step time.
   bool CheckTime(double seconds, const char* what, const Action& a) {
-    if (std::isfinite(seconds) && seconds >= 0.0) return true;
+    if (std::isfinite(seconds) && seconds >= 0.0) [[likely]] return true;
+    BadTime(seconds, what, a);
+    return false;
+  }
+  [[gnu::noinline, gnu::cold]] void BadTime(double seconds, const char* what, const Action& a) {
     if (error_.ok()) {
       error_ = Status::Invalid("cost source " + costs_.name() + " gives action " +
                                schedule::ToString(a) + " a " + what + " of " +
                                std::to_string(seconds) + " (must be finite and >= 0)");
     }
-    return false;
   }
 
   void Push(Event e) {
