@@ -22,15 +22,7 @@
 namespace stateflow::backend {
 namespace {
 
-using testing::Buffer;
-using testing::Buffers;
-using testing::Cast;
-using testing::CheckKernelCase;
-using testing::KernelCase;
-using testing::KernelRun;
-using testing::RandomVector;
-using testing::ToDouble;
-using testing::Variant;
+using namespace kernel_test;  // kernel_test_util.h
 
 std::string Dims(std::initializer_list<std::pair<const char*, int64_t>> d) {
   std::ostringstream s;

@@ -16,6 +16,11 @@
 #include "backend/layers/gdn_layer.h"
 #include "tests/backend/layer_test_util.h"
 
+namespace stateflow::models {
+// Readable recompute modes in test logs.
+inline void PrintTo(Recompute r, std::ostream* os) { *os << RecomputeName(r); }
+}  // namespace stateflow::models
+
 namespace stateflow::backend {
 namespace {
 
@@ -28,7 +33,7 @@ using testing::Uniform;
 constexpr BufferClass kWs = BufferClass::kWorkspace;
 
 // One gdn configuration: dims, chunk length, kernel gdn size.
-struct BlockCase {
+struct LayerCase {
   int64_t S;           // tokens in the chunk
   int64_t W;           // conv width
   int64_t block_size;  // T_C of the core
@@ -39,7 +44,11 @@ struct BlockCase {
   }
 };
 
-GdnLayerDims SmallDims(const BlockCase& c) {
+// Readable parameters in test logs (gtest prints unknown types as bytes).
+void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.Name(); }
+
+
+GdnLayerDims SmallDims(const LayerCase& c) {
   GdnLayerDims d;
   d.C = 16, d.H = 2, d.K = 8, d.Dv = 6, d.F = 24, d.W = c.W;
   d.block_size = c.block_size;
@@ -199,7 +208,7 @@ std::vector<int64_t> SampleIndices(int64_t n, int64_t k, std::mt19937_64& rng) {
 }
 
 class GdnLayerGradTest
-    : public ::testing::TestWithParam<std::tuple<BlockCase, Recompute>> {};
+    : public ::testing::TestWithParam<std::tuple<LayerCase, Recompute>> {};
 
 TEST_P(GdnLayerGradTest, BackwardMatchesCentralDifferences) {
   const auto [c, mode] = GetParam();
@@ -245,11 +254,11 @@ TEST_P(GdnLayerGradTest, BackwardMatchesCentralDifferences) {
 // width 1 (no tail); the default T_C with a partial gdn.
 INSTANTIATE_TEST_SUITE_P(
     Cases, GdnLayerGradTest,
-    ::testing::Combine(::testing::Values(BlockCase{11, 4, 4}, BlockCase{2, 4, 4},
-                                         BlockCase{5, 1, 64}, BlockCase{70, 3, 64}),
+    ::testing::Combine(::testing::Values(LayerCase{11, 4, 4}, LayerCase{2, 4, 4},
+                                         LayerCase{5, 1, 64}, LayerCase{70, 3, 64}),
                        ::testing::Values(Recompute::kNone, Recompute::kFull)),
-    [](const ::testing::TestParamInfo<std::tuple<BlockCase, Recompute>>& info) {
-      const BlockCase& c = std::get<0>(info.param);
+    [](const ::testing::TestParamInfo<std::tuple<LayerCase, Recompute>>& info) {
+      const LayerCase& c = std::get<0>(info.param);
       std::ostringstream name;
       name << "S" << c.S << "_W" << c.W << "_TC" << c.block_size << "_recompute_"
            << models::RecomputeName(std::get<1>(info.param));
@@ -257,7 +266,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(GdnLayerTest, RecomputeFullIsBitIdenticalToNone) {
-  const BlockCase c{37, 4, 16};
+  const LayerCase c{37, 4, 16};
   const GdnLayerDims d = SmallDims(c);
   TrackingAllocator alloc(0);
   auto none = GdnLayer<double>::Make(alloc, d, 1, 2, 5);
@@ -293,7 +302,7 @@ TEST(GdnLayerTest, RecomputeFullIsBitIdenticalToNone) {
 //   q_rnorm, k_rnorm, a, g, beta, o_rstd (6 H);
 // under kFull only x (C). Nothing else stays live after the forward.
 TEST(GdnLayerTest, SavedBytesPerMode) {
-  const BlockCase c{9, 4, 64};
+  const LayerCase c{9, 4, 64};
   const GdnLayerDims d = SmallDims(c);
   const int64_t per_token_none = 4 * d.C + 2 * d.F + 2 + 4 * d.HK() + 5 * d.HV() + 6 * d.H;
   EXPECT_EQ(GdnLayerSaved<double>::NumelPerToken(d), per_token_none);
@@ -324,7 +333,7 @@ TEST(GdnLayerTest, SavedBytesPerMode) {
 }
 
 TEST(GdnLayerTest, Float32AgreesWithFloat64) {
-  const BlockCase c{70, 4, 64};
+  const LayerCase c{70, 4, 64};
   const GdnLayerDims d = SmallDims(c);
   TrackingAllocator alloc(0);
   auto b64 = GdnLayer<double>::Make(alloc, d, 1, 2, 9);

@@ -207,3 +207,19 @@ inline void CheckKernelCase(const KernelCase& c, uint64_t seed) {
 }
 
 }  // namespace stateflow::backend::testing
+
+// The preamble of every kernel test, in one place: a kernel test opens its
+// anonymous namespace with `using namespace stateflow::backend::kernel_test;`.
+namespace stateflow::backend::kernel_test {
+using testing::AllClose;
+using testing::Buffer;
+using testing::Buffers;
+using testing::Cast;
+using testing::CheckKernelCase;
+using testing::KernelCase;
+using testing::KernelRun;
+using testing::RandomVector;
+using testing::ToDouble;
+using testing::Variant;
+}  // namespace stateflow::backend::kernel_test
+

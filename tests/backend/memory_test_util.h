@@ -43,6 +43,9 @@ inline std::string CaseName(const MemoryCase& c) {
   return name;
 }
 
+// Readable parameters in test logs (gtest prints unknown types as bytes).
+inline void PrintTo(const MemoryCase& c, std::ostream* os) { *os << CaseName(c); }
+
 inline pb::Scenario ScenarioOf(const MemoryCase& c) {
   pb::Scenario s;
   s.set_name("memory-check");

@@ -14,16 +14,7 @@
 namespace stateflow::backend {
 namespace {
 
-using testing::AllClose;
-using testing::Buffer;
-using testing::Buffers;
-using testing::Cast;
-using testing::CheckKernelCase;
-using testing::KernelCase;
-using testing::KernelRun;
-using testing::RandomVector;
-using testing::ToDouble;
-using testing::Variant;
+using namespace kernel_test;  // kernel_test_util.h
 
 class ShortConvCase : public KernelCase {
  public:
