@@ -98,7 +98,7 @@ KernelRun RunCore(bool reference, const GdnShape& s, int64_t block,
   if (douts.empty()) return r;
   const std::vector<T> dO = Cast<T>(douts[0]), dS_out = Cast<T>(douts[1]);
   std::vector<T> dq(nk), dk(nk), dv(nv), dg(s.T * s.H), dbeta(s.T * s.H),
-      dS_in(ns), ws(GdnCoreBackwardWorkspaceSize(s.T, s.Dk, s.Dv, block));
+      dS_in(ns), ws(GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block));
   if constexpr (std::is_same_v<T, double>) {
     if (reference) {
       GdnCoreBackwardRef(dq.data(), dk.data(), dv.data(), dg.data(),
