@@ -21,8 +21,9 @@ void StableSigmoidSpan(T* s, const T* x, int64_t n) {
 
 template <typename T>
 void SiluForward(T* y, const T* x, int64_t n) {
-  T s[kSigmoidSpan];
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
+    T s[kSigmoidSpan];
     const int64_t m = std::min(kSigmoidSpan, n - i0);
     StableSigmoidSpan(s, x + i0, m);
     for (int64_t j = 0; j < m; ++j) y[i0 + j] = x[i0 + j] * s[j];
@@ -31,8 +32,9 @@ void SiluForward(T* y, const T* x, int64_t n) {
 
 template <typename T>
 void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) {
-  T s[kSigmoidSpan];
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
+    T s[kSigmoidSpan];
     const int64_t m = std::min(kSigmoidSpan, n - i0);
     StableSigmoidSpan(s, x + i0, m);
     for (int64_t j = 0; j < m; ++j) {
