@@ -1,5 +1,5 @@
 // GDN core kernel speed against Eigen's own matrix product, in one run,
-// single thread, float32:
+// one kernel thread (SetKernelThreads(1)), float32:
 //   Gemm/N             C (N, N) = A (N, N) B (N, N), 2 N^3 FLOPs
 //   GdnForward/...     GdnCoreForward,  FLOPs from CountGdnCoreFlops
 //   GdnBackward/...    GdnCoreBackward, FLOPs from CountGdnCoreFlops
@@ -20,6 +20,7 @@
 
 #include "backend/kernels/gdn_core.h"
 #include "backend/kernels/gdn_prep.h"
+#include "backend/threading.h"
 
 namespace stateflow::backend {
 namespace {
@@ -27,7 +28,7 @@ namespace {
 using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
 
 void Gemm(benchmark::State& state) {
-  Eigen::setNbThreads(1);
+  SetKernelThreads(1);
   const Eigen::Index n = state.range(0);
   const Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n);
   Matrix c(n, n);
@@ -79,7 +80,7 @@ void SetRate(benchmark::State& state, double flops) {
 }
 
 void GdnForward(benchmark::State& state) {
-  Eigen::setNbThreads(1);
+  SetKernelThreads(1);
   const GdnInputs in(state.range(0), state.range(1), state.range(2),
                      state.range(3));
   std::vector<float> o(in.T * in.H * in.Dv), S_out(in.H * in.Dv * in.Dk);
@@ -94,14 +95,14 @@ void GdnForward(benchmark::State& state) {
 }
 
 void GdnBackward(benchmark::State& state) {
-  Eigen::setNbThreads(1);
+  SetKernelThreads(1);
   const GdnInputs in(state.range(0), state.range(1), state.range(2),
                      state.range(3));
   const int64_t nk = in.T * in.H * in.Dk, nv = in.T * in.H * in.Dv,
                 ns = in.H * in.Dv * in.Dk;
   std::vector<float> dO(nv, 0.01f), dS_out(ns, 0.01f), dq(nk), dk(nk), dv(nv),
       dg(in.T * in.H), dbeta(in.T * in.H), dS_in(ns),
-      ws(GdnCoreBackwardWorkspaceSize(in.T, in.Dk, in.Dv));
+      ws(GdnCoreBackwardWorkspaceSize(in.T, in.H, in.Dk, in.Dv));
   for (auto _ : state) {
     GdnCoreBackward<float>(dq.data(), dk.data(), dv.data(), dg.data(),
                            dbeta.data(), dS_in.data(), ws.data(), dO.data(),

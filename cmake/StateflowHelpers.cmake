@@ -23,7 +23,11 @@ function(sf_add_test name)
   # gtest_discover_tests passes its properties on as a flat list ("backend;
   # slow" became LABELS backend plus a property named slow), so the test
   # itself gets one label, its speed; the room comes from the directory.
-  gtest_discover_tests(${name} PROPERTIES TIMEOUT 300 LABELS ${ARG_SPEED} DISCOVERY_TIMEOUT 60)
+  # One kernel thread unless a test sets another (backend/threading.h reads
+  # OMP_NUM_THREADS as the default): the suite's results are those of T = 1,
+  # and the T = 2 cases say so themselves.
+  gtest_discover_tests(${name} PROPERTIES TIMEOUT 300 LABELS ${ARG_SPEED}
+                       ENVIRONMENT OMP_NUM_THREADS=1 DISCOVERY_TIMEOUT 60)
 endfunction()
 
 # The room label of every test in the calling folder (tests/<room>/).

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <Eigen/Core>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +11,7 @@
 #include "backend/comm/mpi.h"
 #include "backend/profile/launch.h"
 #include "backend/profile/link_timer.h"
+#include "backend/threading.h"
 #include "common/files.h"
 #include "models/cost_model.h"
 #include "scenario/load.h"
@@ -150,7 +150,7 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   if (!modes.ok()) return FailOnRankZero(kName, modes.status());
   Result<pb::CostTable> spec = scenario::LoadCostTableFile(job);
   if (!spec.ok()) return FailOnRankZero(kName, spec.status());
-  Eigen::setNbThreads(static_cast<int>(flags.threads.value_or(1)));
+  backend::SetKernelThreads(static_cast<int>(flags.threads.value_or(1)));
   backend::ProfileRequest request{spec->model(), *tokens, {},
                                   flags.dtype.empty() ? "float32" : flags.dtype, Timing(flags)};
   for (const std::string& mode : *modes) request.recompute.push_back(*models::ParseRecompute(mode));
@@ -178,7 +178,7 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
       flags.mpirun, ranks,
       {self, "profile", "--layers-worker", job, "--worker-tokens", JoinNumbers(request.tokens),
        "--worker-modes", JoinModes(request.recompute), "--dtype", request.dtype, "--threads",
-       std::to_string(Eigen::nbThreads()), "--repetitions",
+       std::to_string(backend::KernelThreads()), "--repetitions",
        std::to_string(request.timing.repetitions), "--warmup",
        std::to_string(request.timing.warmup)});
   Result<backend::ChildResult> run = backend::RunChild(argv, 3600);

@@ -1,11 +1,12 @@
 #include "tools/profiling.h"
 
-#include <Eigen/Core>
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
 #include "backend/profile/link_timer.h"
 #include "backend/profile/profiler.h"
+#include "backend/threading.h"
 #include "backend/train/train_setup.h"
 #include "models/placement.h"
 #include "scenario/configure.h"
@@ -100,7 +101,7 @@ void AddNotes(const Needs& needs, const ProfileFlags& flags, const Precision& pr
       "layers: wall time of one StageModule Forward or Backward call of a "
       "one-layer module on the middle of three chunks of s tokens, median of " +
       std::to_string(timing.repetitions) + " after " + std::to_string(timing.warmup) +
-      " warm-up repetitions (each repetition times every kind and length once), " + std::to_string(precision.threads) + " Eigen thread(s), " +
+      " warm-up repetitions (each repetition times every kind and length once), " + std::to_string(precision.threads) + " kernel thread(s), " +
       precision.dtype);
   table->add_notes("optimizer_s_per_param: one AdamW step plus zeroing the gradients, over all " +
                    std::to_string(static_cast<long long>(models::ModelParamCount(model))) +
@@ -122,7 +123,7 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
                       "timed repetitions per sample (default 10)")(
       "warmup", Optional(&flags->warmup), "repetitions thrown away first (default 2)")(
       "dtype", po::value(&flags->dtype), "float32 or float64 (default: train.dtype)")(
-      "threads", Optional(&flags->threads), "Eigen threads (default: train.threads)")(
+      "threads", Optional(&flags->threads), "kernel threads (default: train.threads, else as `stateflow train --help` says for the ranks of --concurrent or P)")(
       "link", po::value(&flags->link),
       "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")(
       "mpirun", po::value(&flags->mpirun), "the mpirun program (default: mpirun in PATH)")(
@@ -143,6 +144,10 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
       return Status::Invalid("--threads must be in [1, 1024]");
     }
     p.threads = static_cast<int>(*flags.threads);
+  }
+  if (p.threads == 0) {  // as a run of P ranks on this node would take by default
+    const long long ranks = flags.concurrent.value_or(scenario.parallel().pipeline_size());
+    p.threads = backend::DefaultKernelThreads(static_cast<int>(std::max(1LL, ranks)));
   }
   if (flags.repetitions && (*flags.repetitions < 1 || *flags.repetitions > 100000)) {
     return Status::Invalid("--repetitions must be in [1, 100000]");
@@ -168,7 +173,7 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   SF_ASSIGN_OR_RETURN(Precision precision, PrecisionFor(scenario, flags));
   SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(resolved, configs));
   if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
-  Eigen::setNbThreads(precision.threads);
+  backend::SetKernelThreads(precision.threads);
   backend::ProfileRequest request{scenario.model(),
                                   {needs.tokens.begin(), needs.tokens.end()},
                                   {},
@@ -206,7 +211,7 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   for (const pb::LinkSample& s : link.samples) *table.add_link_samples() = s;
   SF_ASSIGN_OR_RETURN(pb::LinkSpec fitted, backend::FitLink(link.samples));
   *table.mutable_link() = fitted;
-  *table.mutable_provenance() = MakeProvenance(Eigen::nbThreads());
+  *table.mutable_provenance() = MakeProvenance(backend::KernelThreads());
   AddNotes(needs, flags, precision, scenario.model(), &table);
   table.add_notes(concurrency_note);
   table.add_notes(link.note);

@@ -5,7 +5,6 @@
 // which prints its message and ends the job (MPI_Abort).
 #include <unistd.h>
 
-#include <Eigen/Core>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +16,7 @@
 #include "backend/comm/mpi.h"
 #include "backend/layers/gdn_layer.h"
 #include "backend/model/gdn_stage_module.h"
+#include "backend/threading.h"
 #include "backend/train/run_dump.h"
 #include "backend/train/text_data.h"
 #include "backend/train/train_report.h"
@@ -67,7 +67,9 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
   desc->add_options()("help,h", "show this help")
       ("steps", Optional(&f->steps), "training steps (train.steps; default 10)")
       ("dtype", po::value(&f->dtype), "float32 or float64 (train.dtype)")
-      ("threads", Optional(&f->threads), "Eigen threads per rank (train.threads)")
+      ("threads", Optional(&f->threads),
+       "kernel threads per rank: Eigen products and GDN heads (train.threads; default "
+       "OMP_NUM_THREADS if set, else max(1, hardware threads / ranks on this node))")
       ("text", po::value(&f->text_path),
        "training text, bytes are tokens (default /usr/share/common-licenses/GPL-3)")
       ("seed", Optional(&f->seed), "seed of the parameters and the batches (train.seed)")
@@ -221,7 +223,7 @@ int Finish(backend::Trainer<T>& trainer, const Prepared& p, const TrainFlags& fl
   if (!timelines.ok()) return FailOnce(trainer.rank(), timelines.status());
   if (trainer.rank() != 0) return kExitOk;
   pb::Report report = backend::MakeTrainReport(p.setup, p.options, steps);
-  FillProvenance(Eigen::nbThreads(), &report);
+  FillProvenance(backend::KernelThreads(), &report);
   if (!flags.trace_path.empty()) {
     TraceWriter trace("train");
     backend::AddTrainTrace(*timelines,
@@ -271,7 +273,7 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
   return Finish(**trainer, p, flags, run.steps);
 }
 
-int RunTrainRanked(int argc, char** argv, int rank, bool mpi) {
+int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi) {
   TrainFlags flags;
   po::options_description desc(
       "stateflow train [options] (without --scenario: scenarios/tiny-train.textproto)");
@@ -284,12 +286,9 @@ int RunTrainRanked(int argc, char** argv, int rank, bool mpi) {
   }
   Result<Prepared> prepared = Prepare(flags);
   if (!prepared.ok()) return FailOnce(rank, prepared.status());
-  Eigen::setNbThreads(prepared->options.threads);
-  if (rank == 0 && prepared->options.threads > 1 && Eigen::nbThreads() == 1) {
-    std::cerr << "stateflow train: note: this build runs Eigen on one thread (no OpenMP); "
-                 "--threads "
-              << prepared->options.threads << " has no effect\n";
-  }
+  backend::SetKernelThreads(prepared->options.threads > 0
+                                ? prepared->options.threads
+                                : backend::DefaultKernelThreads(ranks_on_node));
   return prepared->options.dtype == "float64" ? TrainTyped<double>(*prepared, flags, rank, mpi)
                                               : TrainTyped<float>(*prepared, flags, rank, mpi);
 }
@@ -297,10 +296,10 @@ int RunTrainRanked(int argc, char** argv, int rank, bool mpi) {
 }  // namespace
 
 int RunTrain(int argc, char** argv) {
-  if (!backend::LaunchedByMpirun()) return RunTrainRanked(argc, argv, 0, false);
+  if (!backend::LaunchedByMpirun()) return RunTrainRanked(argc, argv, 0, 1, false);
   backend::MpiSession session(nullptr, nullptr);
   if (!session.status().ok()) return Fail(kName, session.status());
-  return RunTrainRanked(argc, argv, session.rank(), true);
+  return RunTrainRanked(argc, argv, session.rank(), session.ranks_on_node(), true);
 }
 
 }  // namespace stateflow::tools

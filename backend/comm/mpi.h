@@ -42,11 +42,14 @@ class MpiSession {
   const Status& status() const { return status_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Ranks of the job on this node, this one included (MPI_COMM_TYPE_SHARED).
+  int ranks_on_node() const { return ranks_on_node_; }
 
  private:
   Status status_;
   int rank_ = 0;
   int size_ = 1;
+  int ranks_on_node_ = 1;
 };
 
 // The endpoint of this rank's stage (stage = rank, stages = size of

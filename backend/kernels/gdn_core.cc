@@ -10,8 +10,12 @@
 //   O     = diag(gam) Q S^T + ((Q K^T) o Gam) V_new
 #include "backend/kernels/gdn_core.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+
+#include "backend/threading.h"
 
 namespace stateflow::backend {
 
@@ -22,6 +26,99 @@ template <typename T>
 Vec<T> DecayToEnd(const Vec<T>& G) {
   const T last = G(G.size() - 1);
   return (-(G.array() - last)).exp().matrix();
+}
+
+// The unit-triangular systems of Pre and its backward, solved by row
+// substitution on the right-hand sides X (L, n), n = d_k or d_v: at L = 64
+// Eigen's blocked solver spends its time in scalar panels, while each step
+// here is a row update vectorised over n. kRows rows are updated at once in
+// tiles of kTile columns held in registers, so that every row they depend on
+// is loaded once per group and the kRows x (kTile / vector) sums are
+// independent chains. The order of each sum is fixed, so results depend on
+// nothing but the inputs.
+template <typename T>
+inline constexpr int64_t kTile = 128 / sizeof(T);  // 2 x 512-bit vectors
+inline constexpr int64_t kRows = 4;
+
+// Rows r in [r0, r0 + R) of X (columns [j0, j0 + W)):
+//   X_r -= sum over s in [s0, s1) of C[r * cr + s * cs] X_s.
+// W = 0: a narrower tile of width w (the remainder of n).
+template <typename T, int64_t R, int64_t W>
+inline void UpdateRows(T* __restrict X, int64_t ldx, int64_t j0, int64_t w,
+                       const T* __restrict C, int64_t cr, int64_t cs,
+                       int64_t r0, int64_t s0, int64_t s1) {
+  constexpr int64_t kW = W > 0 ? W : kTile<T>;
+  const int64_t width = W > 0 ? W : w;
+  T acc[R][kW];
+  for (int64_t i = 0; i < R; ++i) {
+    for (int64_t j = 0; j < kW; ++j) {
+      acc[i][j] = (W > 0 || j < width) ? X[(r0 + i) * ldx + j0 + j] : T(0);
+    }
+  }
+  for (int64_t s = s0; s < s1; ++s) {
+    const T* xs = X + s * ldx + j0;
+    for (int64_t i = 0; i < R; ++i) {
+      const T a = C[(r0 + i) * cr + s * cs];
+      if constexpr (W > 0) {
+        for (int64_t j = 0; j < W; ++j) acc[i][j] -= a * xs[j];
+      } else {
+        for (int64_t j = 0; j < width; ++j) acc[i][j] -= a * xs[j];
+      }
+    }
+  }
+  for (int64_t i = 0; i < R; ++i) {
+    for (int64_t j = 0; j < width; ++j) X[(r0 + i) * ldx + j0 + j] = acc[i][j];
+  }
+}
+
+// UpdateRows over all of X's n columns, tile by tile.
+template <typename T, int64_t R>
+void UpdateRowsAllColumns(T* X, int64_t n, const T* C, int64_t cr,
+                          int64_t cs, int64_t r0, int64_t s0, int64_t s1) {
+  constexpr int64_t kW = kTile<T>;
+  int64_t j0 = 0;
+  for (; j0 + kW <= n; j0 += kW) {
+    UpdateRows<T, R, kW>(X, n, j0, kW, C, cr, cs, r0, s0, s1);
+  }
+  if (j0 < n) UpdateRows<T, R, 0>(X, n, j0, n - j0, C, cr, cs, r0, s0, s1);
+}
+
+// X (L, n) := (I + A)^{-1} X for A (L, L) strictly lower triangular (its
+// upper part is ignored): X_r -= sum_{s<r} A_rs X_s, rows ascending, kRows
+// at a time (first from the rows before the group, then within it).
+template <typename T>
+void SolveUnitLowerInPlace(const RowMat<T>& A, RowMat<T>* X) {
+  const int64_t L = X->rows(), n = X->cols();
+  T* x = X->data();
+  const T* a = A.data();
+  int64_t r0 = 0;
+  for (; r0 + kRows <= L; r0 += kRows) {
+    UpdateRowsAllColumns<T, kRows>(x, n, a, L, 1, r0, 0, r0);
+    for (int64_t i = 1; i < kRows; ++i) {
+      UpdateRowsAllColumns<T, 1>(x, n, a, L, 1, r0 + i, r0, r0 + i);
+    }
+  }
+  for (; r0 < L; ++r0) UpdateRowsAllColumns<T, 1>(x, n, a, L, 1, r0, 0, r0);
+}
+
+// X (L, n) := (I + A)^{-T} X for the same A: X_r -= sum_{s>r} A_sr X_s,
+// rows descending, kRows at a time.
+template <typename T>
+void SolveUnitLowerTransposedInPlace(const RowMat<T>& A, RowMat<T>* X) {
+  const int64_t L = X->rows(), n = X->cols();
+  T* x = X->data();
+  const T* a = A.data();
+  int64_t end = L;  // rows [end, L) are solved
+  for (; end - kRows >= 0; end -= kRows) {
+    const int64_t r0 = end - kRows;
+    UpdateRowsAllColumns<T, kRows>(x, n, a, 1, L, r0, end, L);
+    for (int64_t i = kRows - 2; i >= 0; --i) {
+      UpdateRowsAllColumns<T, 1>(x, n, a, 1, L, r0 + i, r0 + i + 1, end);
+    }
+  }
+  for (int64_t r = end - 1; r >= 0; --r) {
+    UpdateRowsAllColumns<T, 1>(x, n, a, 1, L, r, r + 1, L);
+  }
 }
 
 }  // namespace
@@ -36,12 +133,14 @@ void GdnBlockPre(GdnBlockOmega<T>* omega, CMatRef<T> K, CMatRef<T> V,
   G.resize(L);
   T acc = 0;
   for (Eigen::Index r = 0; r < L; ++r) G(r) = acc += g(r);
+  // Gam_rs = exp(G_r - G_s) for s <= r, else 0: one vectorised pass of exp
+  // over the whole (L, L), its upper part first set to 0 so that no
+  // exponential there can overflow.
   Gam.resize(L, L);
-  for (Eigen::Index r = 0; r < L; ++r) {
-    Gam.row(r).head(r + 1) =
-        (-(G.head(r + 1).array() - G(r))).exp().matrix().transpose();
-    Gam.row(r).tail(L - r - 1).setZero();
-  }
+  Gam.noalias() = G.rowwise().replicate(L) - G.transpose().colwise().replicate(L);
+  Gam.template triangularView<Eigen::StrictlyUpper>().setZero();
+  Gam.array() = Gam.array().exp();
+  Gam.template triangularView<Eigen::StrictlyUpper>().setZero();
   KG.noalias() = K * K.transpose();
   KG.array() *= Gam.array();
   KG.template triangularView<Eigen::Upper>().setZero();
@@ -49,8 +148,8 @@ void GdnBlockPre(GdnBlockOmega<T>* omega, CMatRef<T> K, CMatRef<T> V,
   omega->U.noalias() = beta.asDiagonal() * V;
   omega->W.noalias() =
       (beta.array() * G.array().exp()).matrix().asDiagonal() * K;
-  A.template triangularView<Eigen::UnitLower>().solveInPlace(omega->U);
-  A.template triangularView<Eigen::UnitLower>().solveInPlace(omega->W);
+  SolveUnitLowerInPlace(A, &omega->U);
+  SolveUnitLowerInPlace(A, &omega->W);
 }
 
 template <typename T>
@@ -143,8 +242,8 @@ void GdnBlockPreBackward(GdnBlockGrads<T>* grads, CMatRef<T> dU,
   // X = (I + A)^{-1} B  =>  dB = (I + A)^{-T} dX, dA = -dB X^T.
   RowMat<T> dVb = dU;                                     // (L, Dv) d(diag(beta) V)
   RowMat<T> dKb = dW;                                     // (L, Dk) d(diag(beta gam) K)
-  A.transpose().template triangularView<Eigen::UnitUpper>().solveInPlace(dVb);
-  A.transpose().template triangularView<Eigen::UnitUpper>().solveInPlace(dKb);
+  SolveUnitLowerTransposedInPlace(A, &dVb);
+  SolveUnitLowerTransposedInPlace(A, &dKb);
   RowMat<T> dA(L, L);                                     // (L, L)
   dA.noalias() = -dVb * omega.U.transpose();
   dA.noalias() -= dKb * omega.W.transpose();
@@ -209,34 +308,56 @@ void LoadState(RowMat<T>* S, const T* states, int64_t h, int64_t Dk,
 
 }  // namespace
 
+namespace {
+
+// Head h of the forward: its blocks one after another from its entering
+// state.
+template <typename T>
+void ForwardOneHead(T* o, T* S_out, const T* q, const T* k, const T* v,
+                    const T* g, const T* beta, const T* S_in, int64_t T_len,
+                    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size,
+                    int64_t h) {
+  GdnBlockOmega<T> omega;
+  RowMat<T> V_new;                                        // (L, Dv)
+  RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                    // (Dv, Dk) each
+  LoadState(&S, S_in, h, Dk, Dv);
+  for (int64_t t0 = 0; t0 < T_len; t0 += block_size) {
+    const int64_t L = std::min(block_size, T_len - t0);
+    const CSMat<T> K = HeadRows(k, t0, L, h, H, Dk);      // (L, Dk)
+    SMat<T> O = HeadRows(o, t0, L, h, H, Dv);             // (L, Dv)
+    GdnBlockPre<T>(&omega, K, HeadRows(v, t0, L, h, H, Dv),
+                   HeadEntries(g, t0, L, h, H), HeadEntries(beta, t0, L, h, H));
+    V_new.resize(L, Dv);
+    GdnBlockST<T>(V_new, S_next, S, omega, K);
+    GdnBlockOut<T>(O, HeadRows(q, t0, L, h, H, Dk), K, V_new, S, omega);
+    S.swap(S_next);
+  }
+  if (S_out != nullptr) Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S;
+}
+
+}  // namespace
+
+int64_t GdnCoreLanes(int64_t H) {
+  return std::max<int64_t>(1, std::min<int64_t>(H, KernelThreads()));
+}
+
 template <typename T>
 void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
                     const T* g, const T* beta, const T* S_in, int64_t T_len,
                     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
-  GdnBlockOmega<T> omega;
-  RowMat<T> V_new;                                        // (L, Dv)
-  RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                    // (Dv, Dk) each
+  const int lanes = static_cast<int>(GdnCoreLanes(H));
+  // Heads are independent: a static schedule hands each lane a fixed range.
+#pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
   for (int64_t h = 0; h < H; ++h) {
-    LoadState(&S, S_in, h, Dk, Dv);
-    for (int64_t t0 = 0; t0 < T_len; t0 += block_size) {
-      const int64_t L = std::min(block_size, T_len - t0);
-      const CSMat<T> K = HeadRows(k, t0, L, h, H, Dk);    // (L, Dk)
-      SMat<T> O = HeadRows(o, t0, L, h, H, Dv);           // (L, Dv)
-      GdnBlockPre<T>(&omega, K, HeadRows(v, t0, L, h, H, Dv),
-                     HeadEntries(g, t0, L, h, H), HeadEntries(beta, t0, L, h, H));
-      V_new.resize(L, Dv);
-      GdnBlockST<T>(V_new, S_next, S, omega, K);
-      GdnBlockOut<T>(O, HeadRows(q, t0, L, h, H, Dk), K, V_new, S, omega);
-      S.swap(S_next);
-    }
-    if (S_out != nullptr) Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S;
+    ForwardOneHead<T>(o, S_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv,
+                      block_size, h);
   }
 }
 
-int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t Dk, int64_t Dv,
-                                     int64_t block_size) {
+int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
+                                     int64_t Dv, int64_t block_size) {
   const int64_t blocks = (T_len + block_size - 1) / block_size;
-  return blocks * Dv * Dk;
+  return GdnCoreLanes(H) * blocks * Dv * Dk;
 }
 
 namespace {
@@ -325,19 +446,28 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
   const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
                       T_len, H, Dk, Dv, block_size};
   const int64_t blocks = (T_len + block_size - 1) / block_size;
-  BlockBackwardScratch<T> scratch;
-  RowMat<T> S0, dS;  // (Dv, Dk) each
-  for (int64_t h = 0; h < H; ++h) {
-    LoadState(&S0, S_in, h, Dk, Dv);
-    ReplayBlockStates<T>(workspace, S0, a, h);
-    LoadState(&dS, dS_out, h, Dk, Dv);
-    for (int64_t b = blocks - 1; b >= 0; --b) {
-      const int64_t t0 = b * block_size;
-      BackwardOneBlock<T>(&scratch, &dS,
-                          CMat<T>(workspace + b * Dv * Dk, Dv, Dk), a, h, t0,
-                          std::min(block_size, T_len - t0));
+  const int lanes = static_cast<int>(GdnCoreLanes(H));
+  // Heads are independent: a static schedule hands each lane a fixed range
+  // of heads, and lane j replays its heads' states into its own slice of
+  // the workspace.
+#pragma omp parallel num_threads(lanes) if (lanes > 1)
+  {
+    T* states = workspace + omp_get_thread_num() * blocks * Dv * Dk;
+    BlockBackwardScratch<T> scratch;
+    RowMat<T> S0, dS;  // (Dv, Dk) each
+#pragma omp for schedule(static)
+    for (int64_t h = 0; h < H; ++h) {
+      LoadState(&S0, S_in, h, Dk, Dv);
+      ReplayBlockStates<T>(states, S0, a, h);
+      LoadState(&dS, dS_out, h, Dk, Dv);
+      for (int64_t b = blocks - 1; b >= 0; --b) {
+        const int64_t t0 = b * block_size;
+        BackwardOneBlock<T>(&scratch, &dS,
+                            CMat<T>(states + b * Dv * Dk, Dv, Dk), a, h, t0,
+                            std::min(block_size, T_len - t0));
+      }
+      if (dS_in != nullptr) Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS;
     }
-    if (dS_in != nullptr) Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS;
   }
 }
 

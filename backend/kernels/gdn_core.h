@@ -117,9 +117,18 @@ void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
                     int64_t H, int64_t Dk, int64_t Dv,
                     int64_t block_size = kGdnBlockSize);
 
-// Elements of the backward's workspace: the (ceil(T / T_C), Dv, Dk) states
-// entering each block of one head (heads run one after another).
-int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t Dk, int64_t Dv,
+// Heads run in parallel on min(H, KernelThreads()) lanes (backend/
+// threading.h), each lane a fixed range of heads (static schedule), so the
+// results never depend on timing: the same bits from run to run at a given
+// thread count.
+int64_t GdnCoreLanes(int64_t H);
+
+// Elements of the backward's workspace: per lane, the (ceil(T / T_C), Dv, Dk)
+// states entering each block of the head it is working on:
+// GdnCoreLanes(H) * ceil(T / T_C) * Dv * Dk. REQUIRES: the thread count is
+// not changed between sizing the workspace and the backward that uses it.
+int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
+                                     int64_t Dv,
                                      int64_t block_size = kGdnBlockSize);
 
 // dq, dk (T, H, Dk), dv (T, H, Dv), dg, dbeta (T, H), dS_in (H, Dv, Dk):

@@ -1,21 +1,51 @@
 #include "backend/kernels/silu.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "backend/kernels/eigen_types.h"
 
 namespace stateflow::backend {
 
 template <typename T>
+void StableSigmoidSpan(T* s, const T* x, int64_t n) {
+  // e = exp(-|x|) in (0, 1], vectorised; then 1 / (1 + e) for x >= 0 and
+  // e / (1 + e) below, as StableSigmoid (a loop the compiler vectorises).
+  VecMap<T>(s, n).array() = (-CVecMap<T>(x, n).array().abs()).exp();
+  for (int64_t i = 0; i < n; ++i) {
+    const T e = s[i];
+    const T r = T(1) / (T(1) + e);
+    s[i] = x[i] >= T(0) ? r : e * r;
+  }
+}
+
+template <typename T>
 void SiluForward(T* y, const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * StableSigmoid(x[i]);
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
+    T s[kSigmoidSpan];
+    const int64_t m = std::min(kSigmoidSpan, n - i0);
+    StableSigmoidSpan(s, x + i0, m);
+    for (int64_t j = 0; j < m; ++j) y[i0 + j] = x[i0 + j] * s[j];
+  }
 }
 
 template <typename T>
 void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T s = StableSigmoid(x[i]);
-    dx[i] = dy[i] * s * (T(1) + x[i] * (T(1) - s));
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
+    T s[kSigmoidSpan];
+    const int64_t m = std::min(kSigmoidSpan, n - i0);
+    StableSigmoidSpan(s, x + i0, m);
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t i = i0 + j;
+      dx[i] = dy[i] * s[j] * (T(1) + x[i] * (T(1) - s[j]));
+    }
   }
 }
+
+template void StableSigmoidSpan<float>(float*, const float*, int64_t);
+template void StableSigmoidSpan<double>(double*, const double*, int64_t);
 
 template void SiluForward<float>(float*, const float*, int64_t);
 template void SiluForward<double>(double*, const double*, int64_t);

@@ -21,6 +21,19 @@ inline T StableSigmoid(T x) {
   return e / (T(1) + e);
 }
 
+// s (n) = sigmoid(x), as StableSigmoid, with the exponentials vectorised
+// (Eigen's exp): the form the elementwise kernels use. s must not alias x.
+// Callers go over long buffers in spans of kSigmoidSpan elements kept on
+// the stack.
+inline constexpr int64_t kSigmoidSpan = 256;
+template <typename T>
+void StableSigmoidSpan(T* s, const T* x, int64_t n);
+
+// The elementwise loops built on it (SiLU, SwiGLU) split their spans over
+// the kernel threads (backend/threading.h, static schedule: each element is
+// computed alike whichever thread computes it) from this many elements on.
+inline constexpr int64_t kParallelElements = 1 << 14;
+
 // y (n) = x * sigmoid(x). y may alias x.
 template <typename T>
 void SiluForward(T* y, const T* x, int64_t n);

@@ -1,10 +1,28 @@
 #include "backend/kernels/swiglu_mlp.h"
 
+#include <algorithm>
+
 #include "backend/kernels/eigen_types.h"
 #include "backend/kernels/linear.h"
 #include "backend/kernels/silu.h"
 
 namespace stateflow::backend {
+
+namespace {
+
+// h (n) = silu(gate) * up.
+template <typename T>
+void SwigluHidden(T* h, const T* gate, const T* up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
+    T s[kSigmoidSpan];
+    const int64_t m = std::min(kSigmoidSpan, n - i0);
+    StableSigmoidSpan(s, gate + i0, m);
+    for (int64_t j = 0; j < m; ++j) h[i0 + j] = gate[i0 + j] * s[j] * up[i0 + j];
+  }
+}
+
+}  // namespace
 
 template <typename T>
 void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
@@ -12,9 +30,7 @@ void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                       int64_t F) {
   LinearForward<T>(gate, x, wg, nullptr, N, C, F);
   LinearForward<T>(up, x, wu, nullptr, N, C, F);
-  for (int64_t i = 0; i < N * F; ++i) {
-    h[i] = gate[i] * StableSigmoid(gate[i]) * up[i];
-  }
+  SwigluHidden<T>(h, gate, up, N * F);
   LinearForward<T>(y, h, wd, nullptr, N, F, C);
 }
 
@@ -25,16 +41,20 @@ void SwigluMlpBackward(T* dx, T* dwg, T* dwu, T* dwd, T* workspace,
                        int64_t C, int64_t F) {
   T* hd = workspace;              // (N, F): h, then d(up)
   T* dgate = workspace + N * F;   // (N, F): dh, then d(gate)
-  for (int64_t i = 0; i < N * F; ++i) {
-    hd[i] = gate[i] * StableSigmoid(gate[i]) * up[i];
-  }
+  SwigluHidden<T>(hd, gate, up, N * F);
   // dwd += dy^T h, dh = dy wd.
   LinearBackward<T>(dgate, dwd, nullptr, dy, hd, wd, N, F, C);
-  for (int64_t i = 0; i < N * F; ++i) {
-    const T s = StableSigmoid(gate[i]);
-    const T dh = dgate[i];
-    dgate[i] = dh * up[i] * s * (T(1) + gate[i] * (T(1) - s));
-    hd[i] = dh * gate[i] * s;
+#pragma omp parallel for schedule(static) if (N * F >= kParallelElements)
+  for (int64_t i0 = 0; i0 < N * F; i0 += kSigmoidSpan) {
+    T s[kSigmoidSpan];
+    const int64_t m = std::min(kSigmoidSpan, N * F - i0);
+    StableSigmoidSpan(s, gate + i0, m);
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t i = i0 + j;
+      const T dh = dgate[i];
+      dgate[i] = dh * up[i] * s[j] * (T(1) + gate[i] * (T(1) - s[j]));
+      hd[i] = dh * gate[i] * s[j];
+    }
   }
   // dx = d(gate) wg + d(up) wu; dwg += d(gate)^T x; dwu += d(up)^T x.
   LinearBackward<T>(dx, dwg, nullptr, dgate, x, wg, N, C, F);

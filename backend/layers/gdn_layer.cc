@@ -398,7 +398,7 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
   SF_ASSIGN_OR_RETURN(Tensor<T> dbeta, New(kWs, {S, d.H}));  // (S, H)
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
-      New(kWs, {GdnCoreBackwardWorkspaceSize(S, d.K, d.Dv, d.block_size)}));
+      New(kWs, {GdnCoreBackwardWorkspaceSize(S, d.H, d.K, d.Dv, d.block_size)}));
   GdnCoreBackward<T>(grads->dq.data(), grads->dk.data(), grads->dv.data(),
                      dg.data(), dbeta.data(),
                      dstate_in != nullptr ? dstate_in->S.data() : nullptr,

@@ -53,12 +53,13 @@ struct TrainOptions {
   AdamWOptions adamw;
   std::string text_path;             // the default text when empty in the spec
   std::string dtype = "float32";     // or "float64"
-  int threads = 1;
+  int threads = 0;                   // kernel threads; 0: DefaultKernelThreads
   std::optional<std::int64_t> capacity_bytes;  // per stage; none = unlimited
 };
 
 // Defaults for unset (zero) fields: steps 10, seed 1, learning rate 3e-3,
-// weight decay 0, text kDefaultTextPath, dtype float32, threads 1. Errors
+// weight decay 0, text kDefaultTextPath, dtype float32, threads 0 (the
+// command line picks backend/threading.h's DefaultKernelThreads). Errors
 // name the field (train.learning_rate must be finite and > 0, train.dtype
 // unknown, ...).
 Result<TrainOptions> TrainOptionsFromSpec(const pb::TrainSpec& spec);

@@ -13,6 +13,7 @@
 
 #include "backend/kernels/gdn_core.h"
 #include "backend/kernels/gdn_prep.h"
+#include "backend/threading.h"
 #include "tests/backend/kernel_test_util.h"
 
 namespace stateflow::backend {
@@ -89,7 +90,7 @@ KernelRun RunCore(bool reference, const GdnShape& s, int64_t block,
   if (douts.empty()) return r;
   const std::vector<T> dO = Cast<T>(douts[0]), dS_out = Cast<T>(douts[1]);
   std::vector<T> dq(nk), dk(nk), dv(nv), dg(s.T * s.H), dbeta(s.T * s.H),
-      dS_in(ns), ws(GdnCoreBackwardWorkspaceSize(s.T, s.Dk, s.Dv, block));
+      dS_in(ns), ws(GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block));
   if constexpr (std::is_same_v<T, double>) {
     if (reference) {
       GdnCoreBackwardRef(dq.data(), dk.data(), dv.data(), dg.data(),
@@ -147,9 +148,9 @@ TEST(GdnCore, AgainstReferenceAndFiniteDifferences) {
 
 // The chunkwise core equals the token-by-token recurrence to 1e-10 at the
 // lengths around the block size T_C = 64.
-TEST(GdnCore, ChunkwiseEqualsTokenByTokenRecurrence) {
+void ExpectChunkwiseEqualsRecurrence(int64_t H) {
   for (int64_t T : {1, 5, 63, 64, 65, 130, 200}) {
-    const GdnShape s{T, 2, 16, 16};
+    const GdnShape s{T, H, 16, 16};
     SCOPED_TRACE(s.Name());
     std::mt19937_64 rng(100 + T);
     const Buffers in = LayerLikeInputs(s, rng);
@@ -163,6 +164,10 @@ TEST(GdnCore, ChunkwiseEqualsTokenByTokenRecurrence) {
                            1e-13, 1e-10, 1e-10));
     }
   }
+}
+
+TEST(GdnCore, ChunkwiseEqualsTokenByTokenRecurrence) {
+  ExpectChunkwiseEqualsRecurrence(2);
 }
 
 // Any block size gives the same function: 1 (token by token through the
@@ -250,6 +255,35 @@ TEST(GdnCore, ChunkedSequenceEqualsOneRun) {
   CheckCoreChunking(s, {100}, 3);
   CheckCoreChunking(s, {199}, 4);
   CheckCoreChunking(s, {30, 31, 130}, 5);  // a piece of one token
+}
+
+// Sets the kernels' thread count for one test and back to 1 after it.
+class ScopedKernelThreads {
+ public:
+  explicit ScopedKernelThreads(int threads) { SetKernelThreads(threads); }
+  ~ScopedKernelThreads() { SetKernelThreads(1); }
+  ScopedKernelThreads(const ScopedKernelThreads&) = delete;
+  ScopedKernelThreads& operator=(const ScopedKernelThreads&) = delete;
+};
+
+// At T = 2 kernel threads, three heads on two lanes (each replaying its
+// block states into its own slice of the workspace): still the recurrence
+// to 1e-10, a chunked sequence still one run, and the same bits as T = 1
+// (each head is computed by one thread in the same order either way).
+TEST(GdnCore, TwoThreadsKeepExactness) {
+  const GdnShape s{200, 3, 16, 16};
+  std::mt19937_64 rng(11);
+  const Buffers in = LayerLikeInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  const KernelRun one = RunCore<double>(false, s, kGdnBlockSize, in, douts);
+  ScopedKernelThreads two(2);
+  ASSERT_EQ(GdnCoreLanes(s.H), 2);
+  ExpectChunkwiseEqualsRecurrence(3);
+  CheckCoreChunking(s, {64}, 6);
+  CheckCoreChunking(s, {30, 31, 130}, 7);
+  const KernelRun run = RunCore<double>(false, s, kGdnBlockSize, in, douts);
+  EXPECT_EQ(run.outputs, one.outputs);
+  EXPECT_EQ(run.grads, one.grads);
 }
 
 // Zero state in and no state gradient out (nullptr) mean zeros.

@@ -1,0 +1,31 @@
+#include "backend/threading.h"
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+namespace stateflow::backend {
+
+void SetKernelThreads(int threads) {
+  omp_set_num_threads(threads);
+  Eigen::setNbThreads(threads);
+}
+
+int KernelThreads() { return Eigen::nbThreads(); }
+
+int HardwareThreads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int DefaultKernelThreads(int ranks_on_node) {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return std::max(1, HardwareThreads() / std::max(1, ranks_on_node));
+}
+
+}  // namespace stateflow::backend
