@@ -353,9 +353,9 @@ MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorByt
   const Dims x = DimsOf(model);
   const GdnSizes d(x, b.tensor_size);
   // GdnCoreBackwardWorkspaceSize: the states entering each kernel block of
-  // one head of one sequence.
+  // every head (on this TP rank) of one sequence.
   const double core_ws =
-      std::ceil(b.seq_tokens / x.C) * x.dk * x.dv * b.stat();
+      d.H * std::ceil(b.seq_tokens / x.C) * x.dk * x.dv * b.stat();
   Events ev(b);
   if (recompute_full) {
     GdnForwardPass(d, kWs, &ev);  // the replay, then its unused output

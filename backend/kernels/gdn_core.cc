@@ -357,7 +357,7 @@ void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
 int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                      int64_t Dv, int64_t block_size) {
   const int64_t blocks = (T_len + block_size - 1) / block_size;
-  return GdnCoreLanes(H) * blocks * Dv * Dk;
+  return H * blocks * Dv * Dk;
 }
 
 namespace {
@@ -448,15 +448,16 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
   const int64_t blocks = (T_len + block_size - 1) / block_size;
   const int lanes = static_cast<int>(GdnCoreLanes(H));
   // Heads are independent: a static schedule hands each lane a fixed range
-  // of heads, and lane j replays its heads' states into its own slice of
-  // the workspace.
+  // of heads, and head h replays its states into its own slice of the
+  // workspace (so the workspace, like a GPU kernel's, holds every head's
+  // states, whatever the thread count: memory never depends on it).
 #pragma omp parallel num_threads(lanes) if (lanes > 1)
   {
-    T* states = workspace + omp_get_thread_num() * blocks * Dv * Dk;
     BlockBackwardScratch<T> scratch;
     RowMat<T> S0, dS;  // (Dv, Dk) each
 #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; ++h) {
+      T* states = workspace + h * blocks * Dv * Dk;
       LoadState(&S0, S_in, h, Dk, Dv);
       ReplayBlockStates<T>(states, S0, a, h);
       LoadState(&dS, dS_out, h, Dk, Dv);

@@ -123,10 +123,9 @@ void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
 // thread count.
 int64_t GdnCoreLanes(int64_t H);
 
-// Elements of the backward's workspace: per lane, the (ceil(T / T_C), Dv, Dk)
-// states entering each block of the head it is working on:
-// GdnCoreLanes(H) * ceil(T / T_C) * Dv * Dk. REQUIRES: the thread count is
-// not changed between sizing the workspace and the backward that uses it.
+// Elements of the backward's workspace: per head, the (ceil(T / T_C), Dv, Dk)
+// states entering each of its blocks: H * ceil(T / T_C) * Dv * Dk, whatever
+// the thread count (so the memory ledger never depends on it).
 int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                      int64_t Dv,
                                      int64_t block_size = kGdnBlockSize);
