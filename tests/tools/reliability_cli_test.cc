@@ -1,0 +1,93 @@
+// Issue 14 regressions, end to end: inputs that crashed the binary or gave a
+// wrong message, unreadable input files, and standard output that cannot be
+// written. Each case: one line on stderr naming the field, flag or file, and
+// a non-zero exit (2 for bad input), never a signal or an exit 0.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/tools/cli_testing.h"
+
+namespace {
+
+using stateflow::testing::CliRun;
+using stateflow::testing::ExpectBadInput;
+using stateflow::testing::WriteTemp;
+
+CliRun Stateflow(const std::string& args) {
+  return stateflow::testing::Stateflow(args, "reliability");
+}
+
+// The scenario the issue found the model crashes with, plus `extra`
+// (`parallel` replaces its parallel block).
+std::string Hybrid3b(const std::string& name, const std::string& extra,
+                     const std::string& parallel = "pipeline_size: 4 microbatches: 4") {
+  return WriteTemp("reliability-" + name + ".textproto",
+                   "model_preset: \"gdn-hybrid-3b\"\ncluster_preset: \"a100-80gb-nvlink\"\n"
+                   "parallel { " + parallel + " }\nseq_len: 8192\n" + extra);
+}
+
+CliRun Simulate(const std::string& name, const std::string& extra) {
+  return Stateflow("simulate --scenario " + Hybrid3b(name, extra));
+}
+
+TEST(ReliabilityCli, CrashInputsAreOneLineErrors) {
+  // SIGFPE: hybrid_period + 1 wrapped to 0, then a modulo by zero.
+  ExpectBadInput(Simulate("period32", "model { hybrid_period: 4294967295 }"),
+                 "model.hybrid_period (layer_pattern 'hybrid') must be in [1, 65536] "
+                 "(got 4294967295)");
+  // Signed overflow of hybrid_period + 1 (UBSan).
+  ExpectBadInput(Simulate("period31", "model { hybrid_period: 2147483647 }"),
+                 "model.hybrid_period (layer_pattern 'hybrid') must be in [1, 65536] "
+                 "(got 2147483647)");
+  // Uncaught std::length_error from a negative reserve().
+  ExpectBadInput(Simulate("layers", "model { num_layers: 2147483648 }"),
+                 "model.num_layers must be in [1, 65536] (got 2147483648)");
+}
+
+TEST(ReliabilityCli, ProfileAtTheSeqLenFlagMaximumIsAnError) {
+  // -T at its own maximum (2^40): the profiler used to die with bad_alloc.
+  ExpectBadInput(Stateflow("profile -T 1099511627776 --out " +
+                           stateflow::testing::TempPath("reliability-never-written")),
+                 "more than this machine's memory");
+}
+
+TEST(ReliabilityCli, WrappingIntegersAreReportedAsGiven) {
+  ExpectBadInput(Simulate("chunks", "schedule { chunks: 4294967295 }"),
+                 "schedule.chunks must be in [1, 1048576] (got 4294967295)");
+  ExpectBadInput(Stateflow("simulate --scenario " +
+                           Hybrid3b("dp", "", "pipeline_size: 4 microbatches: 4 "
+                                              "data_size: 2147483648")),
+                 "parallel.data_size must be in [1, 1048576] (got 2147483648)");
+  ExpectBadInput(
+      Stateflow("simulate --scenario " +
+                WriteTemp("reliability-seqlen.textproto",
+                          "model_preset: \"gdn-hybrid-3b\"\ncluster_preset: \"a100-80gb-nvlink\"\n"
+                          "parallel { pipeline_size: 4 microbatches: 4 }\n"
+                          "seq_len: 9223372036854775808\n")),
+      "seq_len must be in [1, 1099511627776] (got 9223372036854775808)");
+  ExpectBadInput(Stateflow("simulate -N 0"), "--chunks must be in [1, 1048576] (got 0)");
+}
+
+TEST(ReliabilityCli, AbsurdFiniteValuesAreRejectedNotPrintedAsInfOrNan) {
+  ExpectBadInput(Simulate("bandwidth", "cluster { pipeline_link { bandwidth_bytes_per_s: 1e-300 } }"),
+                 "cluster.pipeline_link.bandwidth_bytes_per_s must be in [1, 1e+30] (got 1e-300)");
+  ExpectBadInput(Simulate("precision", "precision { activation_bytes: 1e308 }"),
+                 "precision.activation_bytes (0 takes the default) must be in (0, 64] (got 1e+308)");
+}
+
+TEST(ReliabilityCli, ExtremesInsideTheLimitsGiveFiniteNumbers) {
+  // Every rate at its lowest, every size at its largest accepted: the run
+  // succeeds and prints neither inf nor nan.
+  const CliRun run = Stateflow(
+      "simulate -T 1099511627776 --scenario " +
+      Hybrid3b("extremes",
+               "cluster { pipeline_link { bandwidth_bytes_per_s: 1 } "
+               "device { peak_flops: 1 memory_bandwidth_bytes_per_s: 1 } }\n"
+               "precision { activation_bytes: 64 weight_bytes: 64 }\n"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.find("inf"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("nan"), std::string::npos) << run.out;
+}
+
+}  // namespace
