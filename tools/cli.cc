@@ -1,3 +1,4 @@
+#include "common/files.h"
 #include "tools/cli.h"
 
 #include "models/limits.h"
@@ -34,7 +35,8 @@ int Fail(const std::string& command, const Status& status) {
 void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
   desc->add_options()
       ("scenario", po::value(&f->scenario_path),
-       "scenario file (protobuf text format); default: the embedded default scenario")
+       ("scenario file (protobuf text format, at most " + LimitText(kMaxTextFileBytes) + "); default: the embedded "
+        "default scenario").c_str())
       ("model", po::value(&f->model_preset), "model preset (see `stateflow presets`)")
       ("cluster", po::value(&f->cluster_preset), "cluster preset")
       ("policy", po::value(&f->policy),

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/files.h"
 #include "backend/comm/mpi.h"
 #include "backend/layers/gdn_layer.h"
 #include "backend/model/gdn_stage_module.h"
@@ -69,10 +70,14 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
       ("dtype", po::value(&f->dtype), "float32 or float64 (train.dtype)")
       ("threads", Optional(&f->threads), "Eigen threads per rank (train.threads)")
       ("text", po::value(&f->text_path),
-       "training text, bytes are tokens (default /usr/share/common-licenses/GPL-3)")
+       ("training text, bytes are tokens (default /usr/share/common-licenses/GPL-3; "
+        "a regular file of at most " + LimitText(backend::TextData::kMaxTextBytes) + ")")
+           .c_str())
       ("seed", Optional(&f->seed), "seed of the parameters and the batches (train.seed)")
       ("lr", Optional(&f->learning_rate), "AdamW learning rate (train.learning_rate)")
-      ("plan", po::value(&f->plan_path), "run this plan file (see plan-dump)")
+      ("plan", po::value(&f->plan_path),
+       ("run this plan file (see plan-dump; at most " + LimitText(kMaxTextFileBytes) + ")")
+           .c_str())
       ("capacity-bytes", Optional(&f->capacity_bytes), "memory capacity of each stage")
       ("json", po::bool_switch(&f->json), "print one Report as JSON (rank 0) instead of text")
       ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace")
@@ -109,8 +114,7 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
 }
 
 Result<schedule::Plan> LoadPlan(const std::string& path) {
-  std::string text;
-  SF_RETURN_IF_ERROR(scenario::ReadFile(path, &text));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return schedule::ParsePlanText(text, path);
 }
 

@@ -4,6 +4,11 @@
 // a non-zero exit (2 for bad input), never a signal or an exit 0.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "tests/tools/cli_testing.h"
@@ -88,6 +93,33 @@ TEST(ReliabilityCli, ExtremesInsideTheLimitsGiveFiniteNumbers) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out.find("inf"), std::string::npos) << run.out;
   EXPECT_EQ(run.out.find("nan"), std::string::npos) << run.out;
+}
+
+// Every file flag, given a directory, an endless device or a FIFO.
+TEST(ReliabilityCli, InputFilesMustBeRegularFiles) {
+  const std::string fifo = stateflow::testing::TempPath("reliability-fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dir = SF_BINARY_DIR;
+  for (const std::string& flag : {"simulate --scenario", "simulate --plan", "simulate --costs",
+                                  "sweep --scenario", "train -T 64 --steps 1 --text"}) {
+    SCOPED_TRACE(flag);
+    ExpectBadInput(Stateflow(flag + " /dev/zero"), "/dev/zero: not a regular file");
+    ExpectBadInput(Stateflow(flag + " " + dir), dir + ": not a regular file (a directory)");
+    ExpectBadInput(Stateflow(flag + " " + fifo), fifo + ": not a regular file (a FIFO)");
+  }
+  std::remove(fifo.c_str());
+}
+
+TEST(ReliabilityCli, TextInputsOverTheLimitAreRefused) {
+  const std::string big = stateflow::testing::TempPath("reliability-big.textproto");
+  {
+    std::ofstream out(big, std::ios::binary);
+    out.seekp((std::int64_t{64} << 20));  // one byte past 64 MiB (sparse)
+    out.put('\n');
+  }
+  ExpectBadInput(Stateflow("simulate --scenario " + big), "larger than the limit of 64 MiB");
+  std::remove(big.c_str());
 }
 
 }  // namespace
