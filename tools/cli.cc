@@ -1,6 +1,12 @@
 #include "common/files.h"
 #include "tools/cli.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
@@ -30,6 +36,26 @@ std::string Trim(const std::string& s) {
 int Fail(const std::string& command, const Status& status) {
   std::cerr << "stateflow " << command << ": " << status.message() << "\n";
   return status.code() == Status::Code::kInvalidInput ? kExitBadInput : kExitFailure;
+}
+
+Status FlushStandardOutput() {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int flush_errno = errno;
+  if (std::cout.good() && flushed && !std::ferror(stdout)) return Status::Ok();
+  // The write that failed set errno long ago; one more byte on the already
+  // failing descriptor tells why (ENOSPC, EPIPE, ...).
+  int e = flush_errno;
+  if (e == 0 && write(STDOUT_FILENO, "\n", 1) < 0) e = errno;
+  if (e == 0) e = EIO;
+  return Status::Resource(std::string("cannot write standard output: ") + std::strerror(e));
+}
+
+int CheckedExit(const std::string& command, int code) {
+  const Status written = FlushStandardOutput();
+  if (written.ok() || code != kExitOk) return code;
+  return Fail(command, written);
 }
 
 void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {

@@ -4,12 +4,17 @@
 // a non-zero exit (2 for bad input), never a signal or an exit 0.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tests/tools/cli_testing.h"
 
@@ -120,6 +125,69 @@ TEST(ReliabilityCli, TextInputsOverTheLimitAreRefused) {
   }
   ExpectBadInput(Stateflow("simulate --scenario " + big), "larger than the limit of 64 MiB");
   std::remove(big.c_str());
+}
+
+// Runs `stateflow <args>` with stdout on /dev/full or on a pipe whose read
+// end is already closed (so the first write fails: no race with a reader).
+enum class BadStdout { kDevFull, kClosedPipe };
+
+CliRun RunWithBadStdout(const std::vector<std::string>& args, BadStdout how) {
+  const std::string err_path = stateflow::testing::TempPath(
+      "reliability-stdout-stderr-" + std::to_string(getpid()));
+  int pipe_fds[2] = {-1, -1};
+  if (how == BadStdout::kClosedPipe && pipe(pipe_fds) != 0) return {};
+  const pid_t child = fork();
+  if (child == 0) {
+    const int out = how == BadStdout::kDevFull ? open("/dev/full", O_WRONLY) : pipe_fds[1];
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (pipe_fds[0] >= 0) close(pipe_fds[0]);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    signal(SIGPIPE, SIG_DFL);  // as a shell would leave it
+    std::vector<std::string> argv_text = {std::string(SF_BINARY_DIR) + "/stateflow"};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    alarm(60);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  if (pipe_fds[0] >= 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CliRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.err = stateflow::testing::Slurp(err_path);
+  std::remove(err_path.c_str());
+  return run;
+}
+
+TEST(ReliabilityCli, UnwritableStandardOutputIsAnError) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"simulate"},
+      {"simulate", "--json"},
+      {"sweep", "--json"},
+      {"plan-dump", "-N", "4"},
+      {"capacity"},
+      {"train", "-T", "64", "--steps", "1", "--json"},
+  };
+  for (const auto& args : commands) {
+    SCOPED_TRACE(args[0] + (args.size() > 1 ? " " + args[1] : ""));
+    const CliRun full = RunWithBadStdout(args, BadStdout::kDevFull);
+    EXPECT_EQ(full.exit_code, 1) << full.err;
+    EXPECT_EQ(stateflow::testing::Lines(full.err), 1) << full.err;
+    EXPECT_NE(full.err.find("cannot write standard output: No space left on device"),
+              std::string::npos) << full.err;
+    const CliRun closed = RunWithBadStdout(args, BadStdout::kClosedPipe);
+    EXPECT_EQ(closed.exit_code, 1) << closed.err;
+    EXPECT_EQ(stateflow::testing::Lines(closed.err), 1) << closed.err;
+    EXPECT_NE(closed.err.find("cannot write standard output: Broken pipe"), std::string::npos)
+        << closed.err;
+  }
 }
 
 }  // namespace
