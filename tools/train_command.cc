@@ -90,12 +90,18 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
 Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFlags& f) {
   SF_ASSIGN_OR_RETURN(TrainOptions o, backend::TrainOptionsFromSpec(scenario.train()));
   if (f.steps) {
-    if (*f.steps < 1 || *f.steps > (1 << 30)) return Status::Invalid("--steps must be >= 1");
+    if (*f.steps < 1 || *f.steps > (1 << 30)) {
+      return Status::Invalid("--steps must be in [1, " + std::to_string(1 << 30) + "] (got " +
+                             std::to_string(*f.steps) + ")");
+    }
     o.steps = static_cast<int>(*f.steps);
   }
   if (f.seed) o.seed = static_cast<std::uint64_t>(*f.seed);
   if (f.threads) {
-    if (*f.threads < 1 || *f.threads > 1024) return Status::Invalid("--threads must be in [1, 1024]");
+    if (*f.threads < 1 || *f.threads > 1024) {
+      return Status::Invalid("--threads must be in [1, 1024] (got " + std::to_string(*f.threads) +
+                             ")");
+    }
     o.threads = static_cast<int>(*f.threads);
   }
   if (f.capacity_bytes) {

@@ -77,6 +77,12 @@ TEST(ReliabilityCli, WrappingIntegersAreReportedAsGiven) {
                           "seq_len: 9223372036854775808\n")),
       "seq_len must be in [1, 1099511627776] (got 9223372036854775808)");
   ExpectBadInput(Stateflow("simulate -N 0"), "--chunks must be in [1, 1048576] (got 0)");
+  ExpectBadInput(Stateflow("train -T 64 --steps 4294967297"),
+                 "--steps must be in [1, 1073741824] (got 4294967297)");
+  ExpectBadInput(Stateflow("sweep --chunks-list 4294967297"),
+                 "--chunks-list: 4294967297 is too large (at most 4294967295)");
+  ExpectBadInput(Stateflow("sweep --chunks-list 4294967295"),
+                 "sweep.chunks[0] must be in [1, 1048576] (got 4294967295)");
 }
 
 TEST(ReliabilityCli, AbsurdFiniteValuesAreRejectedNotPrintedAsInfOrNan) {
@@ -174,6 +180,7 @@ TEST(ReliabilityCli, UnwritableStandardOutputIsAnError) {
       {"plan-dump", "-N", "4"},
       {"capacity"},
       {"train", "-T", "64", "--steps", "1", "--json"},
+      {"validate", "--json"},  // starts mpirun: its children get SIGPIPE back
   };
   for (const auto& args : commands) {
     SCOPED_TRACE(args[0] + (args.size() > 1 ? " " + args[1] : ""));
