@@ -15,6 +15,7 @@
 
 #include <google/protobuf/stubs/common.h>
 
+#include "backend/comm/mpi.h"
 #include "sf_git_commit.h"  // SF_GIT_COMMIT, stamped at build time
 #include "tools/cli.h"
 
@@ -56,8 +57,9 @@ int main(int argc, char** argv) {
   using namespace stateflow::tools;
   // A closed pipe on stdout is reported (CheckedExit: "Broken pipe", exit 1)
   // rather than a silent death by SIGPIPE. Children get the default back
-  // (backend/profile/launch.cc).
-  std::signal(SIGPIPE, SIG_IGN);
+  // (backend/profile/launch.cc). An MPI rank keeps the default: its stdout
+  // is mpirun's forwarding, and its transports stay as they were.
+  if (!stateflow::backend::LaunchedByMpirun()) std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     PrintUsage(std::cerr);
     return kExitBadInput;
