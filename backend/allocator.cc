@@ -4,7 +4,16 @@
 #include <cstdio>
 #include <new>
 
+#include <unistd.h>
+
 namespace stateflow::backend {
+
+int64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_bytes <= 0) return INT64_MAX;  // unknown: no limit
+  return static_cast<int64_t>(pages) * page_bytes;
+}
 
 std::string FormatBytes(int64_t bytes) {
   static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};

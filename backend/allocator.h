@@ -31,6 +31,10 @@ using ClassBytes = std::array<int64_t, kNumBufferClasses>;
 // "0 B", "512 B", "4.0 KiB", "62.1 MiB", "1.5 GiB" (one decimal above bytes).
 std::string FormatBytes(int64_t bytes);
 
+// This machine's physical memory (sysconf), the natural capacity of an
+// allocator that must fail with a Status rather than be killed or throw.
+int64_t PhysicalMemoryBytes();
+
 // A snapshot of the allocator's counters.
 struct MemoryStats {
   ClassBytes live_bytes{};            // now, per class

@@ -1,13 +1,86 @@
 #include "common/files.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace stateflow {
+namespace {
+
+std::string KindOf(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+// Closes the descriptor on every return path.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string TooLarge(const std::string& path, std::int64_t max_bytes) {
+  return path + ": larger than the limit of " + LimitText(max_bytes) + " for this input";
+}
+
+}  // namespace
+
+std::string LimitText(std::int64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return std::to_string(bytes) + " " + units[u];
+}
+
+Result<std::string> ReadFile(const std::string& path, std::int64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  const Fd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) return Status::Invalid(path + ": cannot open file: " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) {
+    return Status::Invalid(path + ": cannot stat file: " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::Invalid(path + ": not a regular file (" + KindOf(st.st_mode) + ")");
+  }
+  if (st.st_size > max_bytes) return Status::Invalid(TooLarge(path, max_bytes));
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  std::vector<char> buffer(1 << 16);
+  for (;;) {
+    const ssize_t n = read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Invalid(path + ": read failed: " + std::strerror(errno));
+    if (n == 0) break;
+    // A file that grows while read is held to the same limit.
+    if (static_cast<std::int64_t>(text.size()) + n > max_bytes) {
+      return Status::Invalid(TooLarge(path, max_bytes));
+    }
+    text.append(buffer.data(), static_cast<std::size_t>(n));
+  }
+  return text;
+}
 
 Result<TempFile> TempFile::Create(std::string_view what) {
   const char* dir = std::getenv("TMPDIR");

@@ -1,15 +1,17 @@
-// Files the programs write: a temporary file that removes itself, and a
-// whole-file write whose every step is checked. One place for what the
-// commands and the profiler used to do with mkstemp and unchecked
-// std::ofstream.
+// Files the programs read and write: a temporary file that removes itself, a
+// whole-file write whose every step is checked, and the one whole-file reader
+// (scenarios, plans, cost tables, training text), bounded in size and
+// refusing anything but a regular file. One place for what the commands and
+// the profiler used to do with mkstemp and unchecked std::fstream.
 //
-// Not reading (scenario/load.h reads scenarios and cost tables).
+// Not parsing (scenario/load.h parses scenarios and cost tables).
 //
 //   SF_ASSIGN_OR_RETURN(TempFile scenario, TempFile::Create("validate-scenario"));
 //   SF_RETURN_IF_ERROR(WriteFile(scenario.path(), text));
 //   // ... the file is removed when `scenario` goes out of scope.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -42,5 +44,19 @@ class TempFile {
 // write and the close: a full disk or a missing directory is an error that
 // names the path, never a silently short file.
 Status WriteFile(const std::string& path, std::string_view text);
+
+// The size limit of text-format inputs (scenario, plan, cost table): 64 MiB.
+inline constexpr std::int64_t kMaxTextFileBytes = std::int64_t{64} << 20;
+
+// Reads the whole of `path`, which must be a regular file of at most
+// `max_bytes`. Errors (kInvalidInput, one line, naming the path): missing or
+// unreadable; a directory, FIFO, device or socket ("not a regular file");
+// larger than `max_bytes` (also when it grows while being read). A FIFO is
+// opened without blocking, so it is refused, never waited on.
+Result<std::string> ReadFile(const std::string& path,
+                             std::int64_t max_bytes = kMaxTextFileBytes);
+
+// "64 MiB", "1 GiB", "512 KiB", "100 bytes": a limit as --help states it.
+std::string LimitText(std::int64_t bytes);
 
 }  // namespace stateflow

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "models/layer_formulas.h"
+#include "models/limits.h"
 
 namespace stateflow::models {
 namespace {
@@ -18,13 +19,12 @@ constexpr double kDefaultGradientBytes = 4;
 constexpr double kDefaultOptimizerBytes = 12;
 constexpr double kDefaultActivationBytes = 2;
 
-// 0 takes the default; anything else must be a positive finite number.
+// 0 takes the default; anything else must be in kPrecisionBytes.
 Status FillPrecisionField(const char* field, double default_bytes,
                           double* bytes) {
   if (*bytes == 0) *bytes = default_bytes;
-  if (*bytes > 0 && std::isfinite(*bytes)) return Status::Ok();
-  return Status::Invalid(std::string("precision.") + field +
-                         " must be > 0 (0 takes the default)");
+  return CheckRange(std::string("precision.") + field + " (0 takes the default)", *bytes,
+                    kPrecisionBytes);
 }
 
 Result<pb::PrecisionSpec> FillPrecision(pb::PrecisionSpec p) {

@@ -5,19 +5,10 @@
 #include <string>
 
 #include "models/layer_formulas.h"
+#include "models/limits.h"
 
 namespace stateflow::models {
 namespace {
-
-Status Positive(std::string_view field, double value) {
-  if (value > 0 && std::isfinite(value)) return Status::Ok();
-  return Status::Invalid(std::string(field) + " must be > 0");
-}
-
-Status NonNegative(std::string_view field, double value) {
-  if (value >= 0 && std::isfinite(value)) return Status::Ok();
-  return Status::Invalid(std::string(field) + " must be >= 0");
-}
 
 // "model.num_heads (20) must be divisible by parallel.tensor_size (3)"
 Status Divisible(std::string_view what, long value, std::string_view by_what,
@@ -45,30 +36,27 @@ Status ValidateNames(const pb::ModelSpec& m) {
 }
 
 Status ValidateSizes(const pb::ModelSpec& m) {
-  SF_RETURN_IF_ERROR(Positive("model.num_layers", m.num_layers()));
-  SF_RETURN_IF_ERROR(Positive("model.hidden_size", m.hidden_size()));
-  SF_RETURN_IF_ERROR(Positive("model.num_heads", m.num_heads()));
+  SF_RETURN_IF_ERROR(CheckRange("model.num_layers", m.num_layers(), kNumLayers));
+  SF_RETURN_IF_ERROR(CheckRange("model.hidden_size", m.hidden_size(), kHiddenSize));
+  SF_RETURN_IF_ERROR(CheckRange("model.num_heads", m.num_heads(), kHeads));
   if (m.architecture() == "gdn") {
-    SF_RETURN_IF_ERROR(Positive("model.head_dim_k", m.head_dim_k()));
+    SF_RETURN_IF_ERROR(CheckRange("model.head_dim_k", m.head_dim_k(), kHeadDim));
   }
-  SF_RETURN_IF_ERROR(Positive("model.head_dim_v", m.head_dim_v()));
+  SF_RETURN_IF_ERROR(CheckRange("model.head_dim_v", m.head_dim_v(), kHeadDim));
   if (m.architecture() == "mamba3") {
-    SF_RETURN_IF_ERROR(Positive("model.state_dim", m.state_dim()));
+    SF_RETURN_IF_ERROR(CheckRange("model.state_dim", m.state_dim(), kHeadDim));
   }
-  SF_RETURN_IF_ERROR(Positive("model.conv_width", m.conv_width()));
-  SF_RETURN_IF_ERROR(Positive("model.mlp_size", m.mlp_size()));
-  SF_RETURN_IF_ERROR(Positive("model.vocab_size", m.vocab_size()));
-  return Status::Ok();
+  SF_RETURN_IF_ERROR(CheckRange("model.conv_width", m.conv_width(), kConvWidth));
+  SF_RETURN_IF_ERROR(CheckRange("model.mlp_size", m.mlp_size(), kMlpSize));
+  return CheckRange("model.vocab_size", m.vocab_size(), kVocabSize);
 }
 
 Status ValidateAttention(const pb::ModelSpec& m, int tensor_size) {
-  if (m.hybrid_period() < 1) {
-    return Status::Invalid(
-        "model.hybrid_period must be >= 1 for layer_pattern 'hybrid'");
-  }
-  SF_RETURN_IF_ERROR(Positive("model.attn_heads", m.attn_heads()));
-  SF_RETURN_IF_ERROR(Positive("model.attn_head_dim", m.attn_head_dim()));
-  SF_RETURN_IF_ERROR(Positive("model.gqa_group_size", m.gqa_group_size()));
+  SF_RETURN_IF_ERROR(CheckRange("model.hybrid_period (layer_pattern 'hybrid')",
+                                m.hybrid_period(), kHybridPeriod));
+  SF_RETURN_IF_ERROR(CheckRange("model.attn_heads", m.attn_heads(), kHeads));
+  SF_RETURN_IF_ERROR(CheckRange("model.attn_head_dim", m.attn_head_dim(), kHeadDim));
+  SF_RETURN_IF_ERROR(CheckRange("model.gqa_group_size", m.gqa_group_size(), kHeads));
   SF_RETURN_IF_ERROR(Divisible("model.attn_heads", m.attn_heads(),
                                "model.gqa_group_size", m.gqa_group_size()));
   SF_RETURN_IF_ERROR(Divisible("model.attn_heads", m.attn_heads(),
@@ -78,9 +66,9 @@ Status ValidateAttention(const pb::ModelSpec& m, int tensor_size) {
 }
 
 Status ValidateLink(const std::string& field, const pb::LinkSpec& link) {
-  SF_RETURN_IF_ERROR(NonNegative(field + ".latency_s", link.latency_s()));
-  return Positive(field + ".bandwidth_bytes_per_s",
-                  link.bandwidth_bytes_per_s());
+  SF_RETURN_IF_ERROR(CheckRange(field + ".latency_s", link.latency_s(), kLatencyS));
+  return CheckRange(field + ".bandwidth_bytes_per_s", link.bandwidth_bytes_per_s(),
+                    kBandwidthBytesPerS);
 }
 
 Status ValidateEfficiency(const pb::DeviceSpec& d) {
@@ -88,7 +76,7 @@ Status ValidateEfficiency(const pb::DeviceSpec& d) {
     const std::string field =
         "cluster.device.efficiency[" + std::to_string(i) + "]";
     const pb::EfficiencyPoint& p = d.efficiency(i);
-    SF_RETURN_IF_ERROR(Positive(field + ".tokens", p.tokens()));
+    SF_RETURN_IF_ERROR(CheckRange(field + ".tokens", p.tokens(), kEfficiencyTokens));
     if (!(p.efficiency() > 0 && p.efficiency() <= 1)) {
       return Status::Invalid(field + ".efficiency must be in (0, 1]");
     }
@@ -132,11 +120,11 @@ Status ValidateModel(const pb::ModelSpec& model, int tensor_size) {
 
 Status ValidateCluster(const pb::ClusterSpec& cluster) {
   const pb::DeviceSpec& d = cluster.device();
-  SF_RETURN_IF_ERROR(Positive("cluster.device.peak_flops", d.peak_flops()));
-  SF_RETURN_IF_ERROR(Positive("cluster.device.memory_bandwidth_bytes_per_s",
-                              d.memory_bandwidth_bytes_per_s()));
-  SF_RETURN_IF_ERROR(Positive("cluster.device.memory_capacity_bytes",
-                              d.memory_capacity_bytes()));
+  SF_RETURN_IF_ERROR(CheckRange("cluster.device.peak_flops", d.peak_flops(), kPeakFlops));
+  SF_RETURN_IF_ERROR(CheckRange("cluster.device.memory_bandwidth_bytes_per_s",
+                                d.memory_bandwidth_bytes_per_s(), kBandwidthBytesPerS));
+  SF_RETURN_IF_ERROR(CheckRange("cluster.device.memory_capacity_bytes",
+                                d.memory_capacity_bytes(), kCapacityBytes));
   SF_RETURN_IF_ERROR(ValidateEfficiency(d));
   SF_RETURN_IF_ERROR(
       ValidateLink("cluster.pipeline_link", cluster.pipeline_link()));
@@ -144,19 +132,21 @@ Status ValidateCluster(const pb::ClusterSpec& cluster) {
       ValidateLink("cluster.intra_node_link", cluster.intra_node_link()));
   SF_RETURN_IF_ERROR(
       ValidateLink("cluster.inter_node_link", cluster.inter_node_link()));
-  return Positive("cluster.devices_per_node", cluster.devices_per_node());
+  return CheckRange("cluster.devices_per_node", cluster.devices_per_node(), kDevicesPerNode);
 }
 
 bool IsAttentionBlock(const pb::ModelSpec& model, int block) {
-  if (!IsHybrid(model)) return false;
-  const int period = static_cast<int>(model.hybrid_period()) + 1;
-  return (block + 1) % period == 0;
+  if (!IsHybrid(model) || model.hybrid_period() < 1) return false;
+  // 64-bit: hybrid_period + 1 neither wraps nor overflows for any uint32.
+  const std::int64_t period = static_cast<std::int64_t>(model.hybrid_period()) + 1;
+  return (static_cast<std::int64_t>(block) + 1) % period == 0;
 }
 
 std::vector<LayerKind> LayerList(const pb::ModelSpec& model) {
+  // REQUIRES: ValidateModel(model) (num_layers in kNumLayers, so it fits an int).
   const int blocks = static_cast<int>(model.num_layers());
   std::vector<LayerKind> layers;
-  layers.reserve(blocks + 2);
+  layers.reserve(static_cast<std::size_t>(blocks) + 2);
   layers.push_back(LayerKind::kEmbedding);
   for (int j = 0; j < blocks; ++j) {
     layers.push_back(IsAttentionBlock(model, j) ? LayerKind::kAttention

@@ -1,7 +1,6 @@
 #include "scenario/load.h"
 
-#include <fstream>
-#include <sstream>
+#include "common/files.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -57,26 +56,14 @@ Result<pb::Scenario> ParseScenarioText(std::string_view text, std::string_view s
 }
 
 Result<pb::CostTable> LoadCostTableFile(const std::string& path) {
-  std::string text;
-  SF_RETURN_IF_ERROR(ReadFile(path, &text));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   pb::CostTable table;
   SF_RETURN_IF_ERROR(ParseTextProto(text, path, &table));
   return table;
 }
 
-Status ReadFile(const std::string& path, std::string* out) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return Status::Invalid(path + ": cannot open file");
-  std::ostringstream buffer;
-  buffer << file.rdbuf();
-  if (file.bad()) return Status::Invalid(path + ": read failed");
-  *out = buffer.str();
-  return Status::Ok();
-}
-
 Result<pb::Scenario> LoadScenarioFile(const std::string& path) {
-  std::string text;
-  SF_RETURN_IF_ERROR(ReadFile(path, &text));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return ParseScenarioText(text, path);
 }
 

@@ -40,7 +40,4 @@ Result<pb::Scenario> LoadScenarioFile(const std::string& path);
 // Reads a measured cost table (written by `stateflow profile`).
 Result<pb::CostTable> LoadCostTableFile(const std::string& path);
 
-// Reads a whole file into `out`; errors name the path.
-Status ReadFile(const std::string& path, std::string* out);
-
 }  // namespace stateflow::scenario

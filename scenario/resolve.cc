@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "models/limits.h"
 #include "models/model.h"
 #include "schedule/plan.h"
 #include "schedule/policies.h"
@@ -52,14 +53,25 @@ Status ResolveCluster(pb::Scenario* s) {
   return models::ValidateCluster(s->cluster());
 }
 
-// Fills TP, DP and microbatch size (1 when unset) and checks P and M.
+// Fills TP, DP and microbatch size (1 when unset) and checks every size's range.
 Status ResolveParallel(pb::ParallelSpec* par) {
+  using models::CheckRange;
   if (par->tensor_size() == 0) par->set_tensor_size(1);
   if (par->data_size() == 0) par->set_data_size(1);
   if (par->microbatch_size() == 0) par->set_microbatch_size(1);
-  if (par->pipeline_size() < 1) return Status::Invalid("parallel.pipeline_size must be >= 1");
-  if (par->microbatches() < 1) return Status::Invalid("parallel.microbatches must be >= 1");
-  return Status::Ok();
+  SF_RETURN_IF_ERROR(
+      CheckRange("parallel.pipeline_size", par->pipeline_size(), models::kPipelineSize));
+  SF_RETURN_IF_ERROR(CheckRange("parallel.tensor_size", par->tensor_size(), models::kTensorSize));
+  SF_RETURN_IF_ERROR(CheckRange("parallel.data_size", par->data_size(), models::kDataSize));
+  SF_RETURN_IF_ERROR(CheckRange("parallel.microbatch_size", par->microbatch_size(),
+                                models::kMicrobatchSize));
+  SF_RETURN_IF_ERROR(
+      CheckRange("parallel.microbatches", par->microbatches(), models::kMicrobatches));
+  // 64-bit: each factor is at most 2^20.
+  const std::uint64_t global_batch = std::uint64_t{par->microbatches()} *
+                                     par->microbatch_size() * par->data_size();
+  return CheckRange("global batch (parallel.microbatches * microbatch_size * data_size)",
+                    global_batch, models::kGlobalBatch);
 }
 
 // Every stage holds at least one layer.
@@ -89,16 +101,14 @@ Status ValidateSchedule(const pb::ScheduleSpec& schedule, std::string_view field
     return Status::Invalid(f + ".policy: unknown '" + schedule.policy() + "' (known: " +
                            Known(schedule::PolicyNames()) + ")");
   }
-  if (schedule.chunks() < 1) return Status::Invalid(f + ".chunks must be >= 1");
+  SF_RETURN_IF_ERROR(models::CheckRange(f + ".chunks", schedule.chunks(), models::kChunks));
   if (schedule.policy() == "1f1b" && schedule.chunks() != 1) {
     return Status::Invalid(f + ".chunks must be 1 for policy 1f1b (got " +
                            std::to_string(schedule.chunks()) + ")");
   }
-  if (!std::isfinite(schedule.alpha()) || schedule.alpha() < 0) {
-    return Status::Invalid(f + ".alpha must be >= 0 (got " + std::to_string(schedule.alpha()) +
-                           ")");
-  }
-  if (schedule.granularity() < 1) return Status::Invalid(f + ".granularity must be >= 1");
+  SF_RETURN_IF_ERROR(models::CheckRange(f + ".alpha", schedule.alpha(), models::kAlpha));
+  SF_RETURN_IF_ERROR(
+      models::CheckRange(f + ".granularity", schedule.granularity(), models::kGranularity));
   if (schedule.recompute() != "none" && schedule.recompute() != "full") {
     return Status::Invalid(f + ".recompute: unknown '" + schedule.recompute() +
                            "' (known: none, full)");
@@ -114,7 +124,7 @@ Result<pb::ScheduleSpec> ResolveSchedule(pb::ScheduleSpec schedule, std::string_
 
 Result<ResolvedScenario> Resolve(pb::Scenario s) {
   SF_RETURN_IF_ERROR(ResolveParallel(s.mutable_parallel()));
-  if (s.seq_len() < 1) return Status::Invalid("seq_len must be >= 1");
+  SF_RETURN_IF_ERROR(models::CheckRange("seq_len", s.seq_len(), models::kSeqLen));
   if (s.cost_model().empty()) s.set_cost_model("analytic");
   if (s.cost_model() != "analytic" && s.cost_model() != "uniform" &&
       s.cost_model() != "replay") {
@@ -133,17 +143,15 @@ Result<ResolvedScenario> Resolve(pb::Scenario s) {
 }
 
 Result<ResolvedScenario> ResolvedScenario::WithSeqLen(std::int64_t seq_len) const {
-  if (seq_len < 1) return Status::Invalid("seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
+  SF_RETURN_IF_ERROR(models::CheckRange("seq_len", seq_len, models::kSeqLen));
   ResolvedScenario out = *this;
   out.scenario_.set_seq_len(static_cast<std::uint64_t>(seq_len));
   return out;
 }
 
 Result<ResolvedScenario> ResolvedScenario::WithMicrobatches(std::int64_t microbatches) const {
-  if (microbatches < 1 || microbatches > UINT32_MAX) {
-    return Status::Invalid("parallel.microbatches must be >= 1 (got " +
-                           std::to_string(microbatches) + ")");
-  }
+  SF_RETURN_IF_ERROR(
+      models::CheckRange("parallel.microbatches", microbatches, models::kMicrobatches));
   ResolvedScenario out = *this;
   out.scenario_.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(microbatches));
   return out;

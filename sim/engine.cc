@@ -118,6 +118,12 @@ class Engine {
       stage.optimizer_s = costs_.OptimizerTime(r);
       result_.step_time_s =
           std::max(result_.step_time_s, stage.end_s + stage.sync_s + stage.optimizer_s);
+      // Each time is finite, their sum may not be (absurd but finite inputs).
+      if (!std::isfinite(result_.step_time_s) || !std::isfinite(stage.peak_bytes)) {
+        return Status::Invalid("stage " + std::to_string(r) +
+                               ": the step time or peak memory overflows a double (the "
+                               "scenario's sizes, rates or costs are out of any sane range)");
+      }
     }
     return std::move(result_);
   }

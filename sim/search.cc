@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "models/limits.h"
 #include "models/model.h"
 #include "models/placement.h"
 #include "schedule/plan.h"
@@ -40,18 +41,19 @@ Status NoRepeats(const char* name, const List& values) {
   return Status::Ok();
 }
 
+// Every value in `range` (models/limits.h), none repeated.
 template <typename List>
-Status AtLeastOne(const char* name, const List& values) {
+Status InRange(const char* name, const List& values, const models::IntRange& range) {
   for (int i = 0; i < values.size(); ++i) {
-    if (values[i] < 1) {
-      return Status::Invalid(Field(name, i) + " must be >= 1 (got " + Num(values[i]) + ")");
-    }
+    SF_RETURN_IF_ERROR(models::CheckRange(Field(name, i), values[i], range));
   }
   return NoRepeats(name, values);
 }
 
+// microbatch_size * data_size; REQUIRES: a resolved scenario, whose global
+// batch (the product with M >= 1) is in kGlobalBatch, so it fits an int.
 int BatchDivisor(const pb::Scenario& s) {
-  return static_cast<int>(std::max(1u, s.parallel().microbatch_size()) *
+  return static_cast<int>(std::uint64_t{std::max(1u, s.parallel().microbatch_size())} *
                           std::max(1u, s.parallel().data_size()));
 }
 
@@ -242,20 +244,23 @@ std::string ConfigLabel(const SweepConfig& c) {
 
 Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::SweepSpec& sweep) {
   const pb::Scenario& scenario = resolved.proto();
-  SF_RETURN_IF_ERROR(AtLeastOne("chunks", sweep.chunks()));
+  SF_RETURN_IF_ERROR(InRange("chunks", sweep.chunks(), models::kChunks));
   for (int i = 0; i < sweep.alpha_size(); ++i) {
-    if (!std::isfinite(sweep.alpha(i)) || sweep.alpha(i) < 0) {
-      return Status::Invalid(Field("alpha", i) + " must be >= 0 (got " + Num(sweep.alpha(i)) +
-                             ")");
-    }
+    SF_RETURN_IF_ERROR(models::CheckRange(Field("alpha", i), sweep.alpha(i), models::kAlpha));
   }
   SF_RETURN_IF_ERROR(NoRepeats("alpha", sweep.alpha()));
   if (sweep.microbatches_size() > 0 && sweep.global_batch_size() > 0) {
     return Status::Invalid("sweep: set global_batch or microbatches, not both");
   }
-  SF_RETURN_IF_ERROR(AtLeastOne("microbatches", sweep.microbatches()));
-  SF_RETURN_IF_ERROR(AtLeastOne("global_batch", sweep.global_batch()));
+  SF_RETURN_IF_ERROR(InRange("microbatches", sweep.microbatches(), models::kMicrobatches));
+  SF_RETURN_IF_ERROR(InRange("global_batch", sweep.global_batch(), models::kGlobalBatch));
   const int divisor = BatchDivisor(scenario);
+  for (int i = 0; i < sweep.microbatches_size(); ++i) {
+    SF_RETURN_IF_ERROR(models::CheckRange(
+        Field("microbatches", i) + " * microbatch_size * data_size",
+        std::uint64_t{sweep.microbatches(i)} * static_cast<std::uint64_t>(divisor),
+        models::kGlobalBatch));
+  }
   for (int i = 0; i < sweep.global_batch_size(); ++i) {
     if (sweep.global_batch(i) % divisor != 0) {
       return Status::Invalid(Field("global_batch", i) + " (" +
@@ -264,7 +269,7 @@ Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::Sweep
                              "parallel.data_size (" + std::to_string(divisor) + ")");
     }
   }
-  SF_RETURN_IF_ERROR(AtLeastOne("seq_len", sweep.seq_len()));
+  SF_RETURN_IF_ERROR(InRange("seq_len", sweep.seq_len(), models::kSeqLen));
   return ValidatePolicies(sweep);
 }
 

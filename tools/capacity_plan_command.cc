@@ -3,6 +3,7 @@
 // (N, alpha), ranked; and why the others cannot.
 #include <iostream>
 
+#include "common/files.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
 #include "sim/capacity_plan.h"
@@ -46,7 +47,8 @@ struct PlanFlags {
 void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
   desc->add_options()
       ("scenario", po::value(&f->scenario.scenario_path),
-       "scenario file: model, cluster, recompute, microbatch size; default: the embedded one")
+       ("scenario file: model, cluster, recompute, microbatch size (text format, at most " + LimitText(kMaxTextFileBytes) + "); "
+        "default: the embedded one").c_str())
       ("model", po::value(&f->scenario.model_preset), "model preset (see `stateflow presets`)")
       ("cluster", po::value(&f->scenario.cluster_preset), "cluster preset")
       ("seq-len,T", Optional(&f->scenario.seq_len), "T, tokens per sequence (default: scenario)")

@@ -1,18 +1,28 @@
+#include "common/files.h"
 #include "tools/cli.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
 
 namespace stateflow::tools {
 namespace {
 
-Status CheckRange(const char* flag, const std::optional<long long>& v, long long lo,
-                  long long hi) {
-  if (v && (*v < lo || *v > hi)) {
-    return Status::Invalid(std::string("--") + flag + " must be in [" + std::to_string(lo) +
-                           ", " + std::to_string(hi) + "] (got " + std::to_string(*v) + ")");
-  }
-  return Status::Ok();
+// The flags take the scenario fields' limits (models/limits.h).
+Status CheckFlag(const char* flag, const std::optional<long long>& v,
+                 const models::IntRange& range) {
+  if (!v) return Status::Ok();
+  return models::CheckRange(std::string("--") + flag, static_cast<std::int64_t>(*v), range);
+}
+
+std::string Help(const std::string& what, const models::IntRange& range) {
+  return what + ", in " + models::RangeText(range);
 }
 
 }  // namespace
@@ -28,20 +38,42 @@ int Fail(const std::string& command, const Status& status) {
   return status.code() == Status::Code::kInvalidInput ? kExitBadInput : kExitFailure;
 }
 
+Status FlushStandardOutput() {
+  std::cout.flush();
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int flush_errno = errno;
+  if (std::cout.good() && flushed && !std::ferror(stdout)) return Status::Ok();
+  // The write that failed set errno long ago; one more byte on the already
+  // failing descriptor tells why (ENOSPC, EPIPE, ...).
+  int e = flush_errno;
+  if (e == 0 && write(STDOUT_FILENO, "\n", 1) < 0) e = errno;
+  if (e == 0) e = EIO;
+  return Status::Resource(std::string("cannot write standard output: ") + std::strerror(e));
+}
+
+int CheckedExit(const std::string& command, int code) {
+  const Status written = FlushStandardOutput();
+  if (written.ok() || code != kExitOk) return code;
+  return Fail(command, written);
+}
+
 void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
   desc->add_options()
       ("scenario", po::value(&f->scenario_path),
-       "scenario file (protobuf text format); default: the embedded default scenario")
+       ("scenario file (protobuf text format, at most " + LimitText(kMaxTextFileBytes) + "); default: the embedded "
+        "default scenario").c_str())
       ("model", po::value(&f->model_preset), "model preset (see `stateflow presets`)")
       ("cluster", po::value(&f->cluster_preset), "cluster preset")
       ("policy", po::value(&f->policy),
        "schedule under study: gpipe, 1f1b or stateflow (drops the baselines)")
-      ("chunks,N", Optional(&f->chunks), "N, sequence chunks per microbatch")
-      ("alpha", Optional(&f->alpha), "partition: 0 equal, 1 FLOP-balanced, >1 more")
-      ("microbatches,M", Optional(&f->microbatches), "M, microbatches per step")
-      ("stages,P", Optional(&f->stages), "P, pipeline stages")
-      ("tensor-parallel", Optional(&f->tensor_size), "TP degree")
-      ("seq-len,T", Optional(&f->seq_len), "T, tokens per sequence")
+      ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
+      ("alpha", Optional(&f->alpha), ("partition: 0 equal, 1 FLOP-balanced, >1 more, in " +
+                                      models::RangeText(models::kAlpha)).c_str())
+      ("microbatches,M", Optional(&f->microbatches), Help("M, microbatches per step", models::kMicrobatches).c_str())
+      ("stages,P", Optional(&f->stages), Help("P, pipeline stages", models::kPipelineSize).c_str())
+      ("tensor-parallel", Optional(&f->tensor_size), Help("TP degree", models::kTensorSize).c_str())
+      ("seq-len,T", Optional(&f->seq_len), Help("T, tokens per sequence", models::kSeqLen).c_str())
       ("recompute", po::value(&f->recompute), "none or full (every schedule)")
       ("cost-model", po::value(&f->cost_model), "analytic or uniform");
 }
@@ -63,14 +95,12 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) 
 
 Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, std::string_view default_text,
                                           std::string_view default_name) {
-  SF_RETURN_IF_ERROR(CheckRange("chunks", f.chunks, 1, 1 << 20));
-  SF_RETURN_IF_ERROR(CheckRange("microbatches", f.microbatches, 1, 1 << 20));
-  SF_RETURN_IF_ERROR(CheckRange("stages", f.stages, 1, 4096));
-  SF_RETURN_IF_ERROR(CheckRange("tensor-parallel", f.tensor_size, 1, 4096));
-  SF_RETURN_IF_ERROR(CheckRange("seq-len", f.seq_len, 1, 1LL << 40));
-  if (f.alpha && !(*f.alpha >= 0)) {
-    return Status::Invalid("--alpha must be >= 0 (got " + std::to_string(*f.alpha) + ")");
-  }
+  SF_RETURN_IF_ERROR(CheckFlag("chunks", f.chunks, models::kChunks));
+  SF_RETURN_IF_ERROR(CheckFlag("microbatches", f.microbatches, models::kMicrobatches));
+  SF_RETURN_IF_ERROR(CheckFlag("stages", f.stages, models::kPipelineSize));
+  SF_RETURN_IF_ERROR(CheckFlag("tensor-parallel", f.tensor_size, models::kTensorSize));
+  SF_RETURN_IF_ERROR(CheckFlag("seq-len", f.seq_len, models::kSeqLen));
+  if (f.alpha) SF_RETURN_IF_ERROR(models::CheckRange("--alpha", *f.alpha, models::kAlpha));
   pb::Scenario s;
   if (f.scenario_path.empty()) {
     SF_ASSIGN_OR_RETURN(s, scenario::ParseScenarioText(default_text, default_name));

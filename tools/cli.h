@@ -40,6 +40,16 @@ inline constexpr int kExitBadInput = 2;
 // for the status.
 int Fail(const std::string& command, const Status& status);
 
+// Flushes standard output and checks that everything written to it arrived
+// (std::cout and the C stdout under it): a full disk, /dev/full or a closed
+// pipe (SIGPIPE is ignored, see main.cc) is an error naming the reason.
+Status FlushStandardOutput();
+
+// The exit code of a command that returned `code`, once its standard output
+// is flushed: `code` if the output arrived or the command had failed anyway,
+// else a one-line error on stderr and kExitFailure.
+int CheckedExit(const std::string& command, int code);
+
 // --scenario and the flag overrides of the common fields.
 struct ScenarioFlags {
   std::string scenario_path;

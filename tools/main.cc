@@ -8,12 +8,14 @@
 //   stateflow validate   predicted beside measured on real runs
 //   stateflow presets    list model and cluster presets
 // `stateflow <command> --help` explains each with examples.
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <string>
 
 #include <google/protobuf/stubs/common.h>
 
+#include "backend/comm/mpi.h"
 #include "sf_git_commit.h"  // SF_GIT_COMMIT, stamped at build time
 #include "tools/cli.h"
 
@@ -53,6 +55,11 @@ void PrintUsage(std::ostream& out) {
 
 int main(int argc, char** argv) {
   using namespace stateflow::tools;
+  // A closed pipe on stdout is reported (CheckedExit: "Broken pipe", exit 1)
+  // rather than a silent death by SIGPIPE. Children get the default back
+  // (backend/profile/launch.cc). An MPI rank keeps the default: its stdout
+  // is mpirun's forwarding, and its transports stay as they were.
+  if (!stateflow::backend::LaunchedByMpirun()) std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     PrintUsage(std::cerr);
     return kExitBadInput;
@@ -60,15 +67,15 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   if (name == "--help" || name == "-h" || name == "help") {
     PrintUsage(std::cout);
-    return kExitOk;
+    return CheckedExit("--help", kExitOk);
   }
   if (name == "--version") {
     std::cout << "stateflow " << SF_VERSION << " (" << SF_GIT_COMMIT << ")\n";
-    return kExitOk;
+    return CheckedExit("--version", kExitOk);
   }
   for (const Command& c : kCommands) {
     if (name == c.name) {
-      const int code = c.run(argc - 1, argv + 1);
+      const int code = CheckedExit(c.name, c.run(argc - 1, argv + 1));
       google::protobuf::ShutdownProtobufLibrary();
       return code;
     }

@@ -2,6 +2,7 @@
 #include <iostream>
 #include <optional>
 
+#include "common/files.h"
 #include "common/trace.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
@@ -55,8 +56,7 @@ void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
 }
 
 Result<schedule::Plan> LoadPlan(const std::string& path) {
-  std::string text;
-  SF_RETURN_IF_ERROR(scenario::ReadFile(path, &text));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   SF_ASSIGN_OR_RETURN(schedule::Plan plan, schedule::ParsePlanText(text, path));
   Status valid = schedule::ValidatePlan(plan);
   if (!valid.ok()) return valid.WithPrefix(path);
@@ -71,10 +71,11 @@ int RunSimulate(int argc, char** argv) {
   po::options_description desc("stateflow simulate [options]");
   desc.add_options()("help,h", "show this help")
       ("json", "print the Report as JSON on stdout instead of the table")
-      ("plan", po::value(&plan_path), "simulate this plan file (see plan-dump) as the schedule")
+      ("plan", po::value(&plan_path),
+       ("simulate this plan file (see plan-dump; at most " + LimitText(kMaxTextFileBytes) + ") as the schedule").c_str())
       ("trace", po::value(&trace_path), "write a Chrome/Perfetto trace to this file")
       ("costs", po::value(&costs_path),
-       "replay per-chunk costs measured by `stateflow profile` (a CostTable file)");
+       ("replay per-chunk costs measured by `stateflow profile` (a CostTable file, at most " + LimitText(kMaxTextFileBytes) + ")").c_str());
   AddScenarioOptions(&desc, &flags);
   po::variables_map vm;
   if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);

@@ -42,9 +42,16 @@ Status WholeNumbers(const std::string& flag, const std::string& text, Field* out
   for (const std::string& item : items) {
     unsigned long long v = 0;
     const auto [end, err] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (err != std::errc() || end != item.data() + item.size() ||
-        v > std::numeric_limits<typename Field::value_type>::max()) {
+    if (err != std::errc() || end != item.data() + item.size()) {
       return Status::Invalid("--" + flag + ": '" + item + "' is not a whole number >= 0");
+    }
+    // The field's own range (models/limits.h) is checked by the sweep; here
+    // only what its integer type holds, named as such rather than as "not a
+    // number".
+    if (v > std::numeric_limits<typename Field::value_type>::max()) {
+      return Status::Invalid("--" + flag + ": " + item + " is too large (at most " +
+                             std::to_string(std::numeric_limits<typename Field::value_type>::max()) +
+                             ")");
     }
     out->Add(static_cast<typename Field::value_type>(v));
   }

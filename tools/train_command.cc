@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/files.h"
 #include "backend/comm/mpi.h"
 #include "backend/layers/gdn_layer.h"
 #include "backend/model/gdn_stage_module.h"
@@ -71,10 +72,14 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
        "kernel threads per rank: Eigen products and GDN heads (train.threads; default "
        "OMP_NUM_THREADS if set, else max(1, hardware threads / ranks on this node))")
       ("text", po::value(&f->text_path),
-       "training text, bytes are tokens (default /usr/share/common-licenses/GPL-3)")
+       ("training text, bytes are tokens (default /usr/share/common-licenses/GPL-3; "
+        "a regular file of at most " + LimitText(backend::TextData::kMaxTextBytes) + ")")
+           .c_str())
       ("seed", Optional(&f->seed), "seed of the parameters and the batches (train.seed)")
       ("lr", Optional(&f->learning_rate), "AdamW learning rate (train.learning_rate)")
-      ("plan", po::value(&f->plan_path), "run this plan file (see plan-dump)")
+      ("plan", po::value(&f->plan_path),
+       ("run this plan file (see plan-dump; at most " + LimitText(kMaxTextFileBytes) + ")")
+           .c_str())
       ("capacity-bytes", Optional(&f->capacity_bytes), "memory capacity of each stage")
       ("json", po::bool_switch(&f->json), "print one Report as JSON (rank 0) instead of text")
       ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace")
@@ -87,12 +92,18 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
 Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFlags& f) {
   SF_ASSIGN_OR_RETURN(TrainOptions o, backend::TrainOptionsFromSpec(scenario.train()));
   if (f.steps) {
-    if (*f.steps < 1 || *f.steps > (1 << 30)) return Status::Invalid("--steps must be >= 1");
+    if (*f.steps < 1 || *f.steps > (1 << 30)) {
+      return Status::Invalid("--steps must be in [1, " + std::to_string(1 << 30) + "] (got " +
+                             std::to_string(*f.steps) + ")");
+    }
     o.steps = static_cast<int>(*f.steps);
   }
   if (f.seed) o.seed = static_cast<std::uint64_t>(*f.seed);
   if (f.threads) {
-    if (*f.threads < 1 || *f.threads > 1024) return Status::Invalid("--threads must be in [1, 1024]");
+    if (*f.threads < 1 || *f.threads > 1024) {
+      return Status::Invalid("--threads must be in [1, 1024] (got " + std::to_string(*f.threads) +
+                             ")");
+    }
     o.threads = static_cast<int>(*f.threads);
   }
   if (f.capacity_bytes) {
@@ -111,8 +122,7 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
 }
 
 Result<schedule::Plan> LoadPlan(const std::string& path) {
-  std::string text;
-  SF_RETURN_IF_ERROR(scenario::ReadFile(path, &text));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   return schedule::ParsePlanText(text, path);
 }
 

@@ -209,7 +209,7 @@ int Validate(const ValidateFlags& flags) {
 
 void AddValidateOptions(po::options_description* desc, ValidateFlags* f) {
   desc->add_options()("help,h", "show this help")("costs", po::value(&f->costs_path),
-                                                  "replay this CostTable instead of profiling")(
+                                                  ("replay this CostTable instead of profiling (at most " + LimitText(kMaxTextFileBytes) + ")").c_str())(
       "costs-out", po::value(&f->costs_out), "also write the profiled CostTable here")(
       "steps", Optional(&f->steps), "training steps per run, the first is warm-up (default 5)")(
       "json", po::bool_switch(&f->json), "print one ValidationReport as JSON")(

@@ -1,5 +1,6 @@
 #include "backend/profile/layer_timer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -106,8 +107,9 @@ Result<models::StageLayers> OneLayerOf(const pb::ModelSpec& model, models::Layer
 
 template <typename T>
 struct LayerTimer<T>::State {
-  // Declared first: the module's tensors come from it.
-  TrackingAllocator alloc{0};
+  // Declared first: the module's tensors come from it. Capped at the
+  // machine's memory, so that a chunk too long to profile here is an error.
+  TrackingAllocator alloc{0, PhysicalMemoryBytes()};
   std::unique_ptr<StageModule<T>> module;
   std::int64_t vocab = 0;
 };
@@ -135,6 +137,18 @@ Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens) {
   if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
   StageModule<T>& module = *state_->module;
   const std::int64_t s = tokens, C = module.hidden_size();
+  // The token ids and the (s, C) inputs and output gradients alone, in double
+  // (no overflow): a chunk beyond the machine's memory is refused up front.
+  const double needed_bytes = kChunks * static_cast<double>(s) *
+                              (sizeof(std::int32_t) + 2.0 * static_cast<double>(C) * sizeof(T));
+  if (needed_bytes > static_cast<double>(PhysicalMemoryBytes())) {
+    return Status::Invalid("a chunk of " + std::to_string(s) + " tokens needs over " +
+                           FormatBytes(static_cast<std::int64_t>(
+                               std::min(needed_bytes, 9.0e18))) +
+                           ", more than this machine's memory (" +
+                           FormatBytes(PhysicalMemoryBytes()) +
+                           "); profile shorter chunks (lower -T or raise -N)");
+  }
   const schedule::Partition partition({0, s, 2 * s, 3 * s});
   const Batch batch = MakeBatch(kChunks * s, state_->vocab);
   SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> xs,

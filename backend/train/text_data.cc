@@ -1,7 +1,6 @@
 #include "backend/train/text_data.h"
 
-#include <fstream>
-#include <sstream>
+#include "common/files.h"
 
 namespace stateflow::backend {
 
@@ -13,12 +12,9 @@ std::uint64_t Mix64(std::uint64_t x) {
 }
 
 Result<TextData> TextData::Load(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return Status::Invalid("text " + path + ": cannot open file");
-  std::ostringstream buffer;
-  buffer << file.rdbuf();
-  if (file.bad()) return Status::Invalid("text " + path + ": read failed");
-  std::string bytes = buffer.str();
+  Result<std::string> read = ReadFile(path, kMaxTextBytes);
+  if (!read.ok()) return read.status().WithPrefix("text");
+  std::string bytes = *std::move(read);
   if (bytes.empty()) return Status::Invalid("text " + path + ": the file is empty");
   return TextData(std::move(bytes), path);
 }

@@ -31,7 +31,12 @@ std::uint64_t Mix64(std::uint64_t x);
 
 class TextData {
  public:
-  // Reads the whole file. Errors name the path (cannot open, empty).
+  // Training text is read whole into memory: at most 1 GiB.
+  static constexpr std::int64_t kMaxTextBytes = std::int64_t{1} << 30;
+
+  // Reads the whole file (common/files.h ReadFile: a regular file of at most
+  // kMaxTextBytes). Errors name the path (cannot open, not a regular file,
+  // too large, empty).
   static Result<TextData> Load(const std::string& path);
   // Bytes given directly (tests).
   static TextData FromBytes(std::string bytes, std::string name);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -69,6 +70,43 @@ TEST(WriteFile, WritesAndReportsEveryFailureWithThePath) {
     ASSERT_FALSE(full.ok());
     EXPECT_NE(full.message().find("/dev/full"), std::string::npos) << full.message();
   }
+}
+
+// ReadFile (issue 14): a regular file is read whole; a directory, a FIFO, an
+// endless device and a file over the limit are one-line errors naming the
+// path, never a hang or an unbounded allocation.
+void ExpectReadError(const Result<std::string>& r, const std::string& path,
+                     const std::string& part) {
+  ASSERT_FALSE(r.ok()) << path;
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalidInput);
+  EXPECT_EQ(r.status().message().rfind(path + ": ", 0), 0u) << r.status().message();
+  EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+}
+
+TEST(ReadFile, ReadsARegularFileWholeUpToTheLimit) {
+  Result<TempFile> f = TempFile::Create("read-test");
+  ASSERT_TRUE(f.ok());
+  const std::string text(100, 'x');
+  ASSERT_TRUE(WriteFile(f->path(), text).ok());
+  Result<std::string> read = ReadFile(f->path(), 100);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(*read, text);
+  ExpectReadError(ReadFile(f->path(), 99), f->path(), "larger than the limit of 99 bytes");
+  EXPECT_EQ(LimitText(kMaxTextFileBytes), "64 MiB");
+}
+
+TEST(ReadFile, RefusesWhatIsNotARegularFile) {
+  ExpectReadError(ReadFile("/dev/zero"), "/dev/zero", "not a regular file (a character device)");
+  ExpectReadError(ReadFile("/"), "/", "not a regular file (a directory)");
+  ExpectReadError(ReadFile("/no/such/file"), "/no/such/file", "cannot open file");
+  // A FIFO with no writer: refused at once, not waited on.
+  Result<TempFile> f = TempFile::Create("fifo-test");
+  ASSERT_TRUE(f.ok());
+  const std::string fifo = f->path() + ".fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ExpectReadError(ReadFile(fifo), fifo, "not a regular file (a FIFO)");
+  std::remove(fifo.c_str());
 }
 
 }  // namespace

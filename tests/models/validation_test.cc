@@ -39,7 +39,7 @@ TEST_P(BadModel, MessageNamesTheField) {
 ModelCase Zero(const std::string& field,
                std::function<void(pb::ModelSpec*)> mutate) {
   return {field + "_zero", std::move(mutate), 1,
-          {"model." + field + " must be > 0"}};
+          {"model." + field + " must be in [1, ", "(got 0)"}};
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -64,7 +64,7 @@ INSTANTIATE_TEST_SUITE_P(
                     m->set_state_dim(0);
                   },
                   1,
-                  {"model.state_dim must be > 0"}},
+                  {"model.state_dim must be in [1, "}},
         ModelCase{"architecture_unknown",
                   [](pb::ModelSpec* m) { m->set_architecture("rwkv"); }, 1,
                   {"model.architecture", "'rwkv'", "gdn", "mamba3"}},
@@ -76,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(
                   {"model.layer_pattern", "'mixed'", "recurrent", "hybrid"}},
         ModelCase{"hybrid_period_zero",
                   [](pb::ModelSpec* m) { m->set_hybrid_period(0); }, 1,
-                  {"model.hybrid_period must be >= 1"}},
+                  {"model.hybrid_period", "must be in [1, ", "(got 0)"}},
         ModelCase{"gqa_not_dividing_heads",
                   [](pb::ModelSpec* m) { m->set_gqa_group_size(3); }, 1,
                   {"model.attn_heads (20)", "model.gqa_group_size (3)"}},
@@ -136,22 +136,22 @@ INSTANTIATE_TEST_SUITE_P(
                     [](pb::ClusterSpec* c) {
                       c->mutable_device()->set_peak_flops(0);
                     },
-                    "cluster.device.peak_flops must be > 0"},
+                    "cluster.device.peak_flops must be in [1, "},
         ClusterCase{"bandwidth",
                     [](pb::ClusterSpec* c) {
                       c->mutable_device()->set_memory_bandwidth_bytes_per_s(-1);
                     },
-                    "cluster.device.memory_bandwidth_bytes_per_s must be > 0"},
+                    "cluster.device.memory_bandwidth_bytes_per_s must be in [1, "},
         ClusterCase{"capacity",
                     [](pb::ClusterSpec* c) {
                       c->mutable_device()->set_memory_capacity_bytes(0);
                     },
-                    "cluster.device.memory_capacity_bytes must be > 0"},
+                    "cluster.device.memory_capacity_bytes must be in [1, "},
         ClusterCase{"efficiency_tokens",
                     [](pb::ClusterSpec* c) {
                       c->mutable_device()->mutable_efficiency(0)->set_tokens(0);
                     },
-                    "cluster.device.efficiency[0].tokens must be > 0"},
+                    "cluster.device.efficiency[0].tokens must be in [1, "},
         ClusterCase{"efficiency_above_one",
                     [](pb::ClusterSpec* c) {
                       c->mutable_device()->mutable_efficiency(2)->set_efficiency(
@@ -175,23 +175,23 @@ INSTANTIATE_TEST_SUITE_P(
                     [](pb::ClusterSpec* c) {
                       c->mutable_pipeline_link()->set_bandwidth_bytes_per_s(0);
                     },
-                    "cluster.pipeline_link.bandwidth_bytes_per_s must be > 0"},
+                    "cluster.pipeline_link.bandwidth_bytes_per_s must be in [1, "},
         ClusterCase{"pipeline_latency",
                     [](pb::ClusterSpec* c) {
                       c->mutable_pipeline_link()->set_latency_s(-1e-6);
                     },
-                    "cluster.pipeline_link.latency_s must be >= 0"},
+                    "cluster.pipeline_link.latency_s must be in [0, 3600] (got -1e-06)"},
         ClusterCase{"intra_node_bandwidth",
                     [](pb::ClusterSpec* c) { c->clear_intra_node_link(); },
-                    "cluster.intra_node_link.bandwidth_bytes_per_s must be > 0"},
+                    "cluster.intra_node_link.bandwidth_bytes_per_s must be in [1, "},
         ClusterCase{"inter_node_bandwidth",
                     [](pb::ClusterSpec* c) {
                       c->mutable_inter_node_link()->set_bandwidth_bytes_per_s(0);
                     },
-                    "cluster.inter_node_link.bandwidth_bytes_per_s must be > 0"},
+                    "cluster.inter_node_link.bandwidth_bytes_per_s must be in [1, "},
         ClusterCase{"devices_per_node",
                     [](pb::ClusterSpec* c) { c->set_devices_per_node(0); },
-                    "cluster.devices_per_node must be > 0"}),
+                    "cluster.devices_per_node must be in [1, "}),
     [](const testing::TestParamInfo<ClusterCase>& info) {
       return info.param.name;
     });

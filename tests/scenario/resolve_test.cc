@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "models/limits.h"
 #include "models/model.h"
 #include "scenario/load.h"
 
@@ -88,6 +89,42 @@ TEST(Resolve, NamesTheFieldAtFault) {
   s = Tiny();
   s.clear_model_preset();
   ExpectInvalid(Resolve(s), "model_preset");
+}
+
+// Integers that used to wrap when narrowed to int (issue 14): each is now
+// reported as given, with the field's limits (models/limits.h).
+TEST(Resolve, IntegersOutOfRangeAreReportedUnwrapped) {
+  const auto expect = [](const Result<ResolvedScenario>& r, const std::string& field,
+                         const models::IntRange& range, const std::string& got) {
+    ExpectInvalid(r, field + " must be in " + models::RangeText(range) + " (got " + got + ")");
+  };
+  pb::Scenario s = Tiny();
+  s.mutable_schedule()->set_chunks(4294967295u);  // was "got -1"
+  expect(Resolve(s), "schedule.chunks", models::kChunks, "4294967295");
+  s = Tiny();
+  s.mutable_parallel()->set_data_size(2147483648u);  // was "must be >= 1"
+  expect(Resolve(s), "parallel.data_size", models::kDataSize, "2147483648");
+  s = Tiny();
+  s.set_seq_len(std::uint64_t{1} << 63);  // was a non-finite cost
+  expect(Resolve(s), "seq_len", models::kSeqLen, std::to_string(std::uint64_t{1} << 63));
+  s = Tiny();
+  s.mutable_parallel()->set_microbatches(4294967295u);
+  expect(Resolve(s), "parallel.microbatches", models::kMicrobatches, "4294967295");
+  s = Tiny();
+  s.mutable_schedule()->set_granularity(0);
+  expect(Resolve(s), "schedule.granularity", models::kGranularity, "0");
+}
+
+TEST(Resolve, GlobalBatchIsCheckedInSixtyFourBits) {
+  // Each factor in range, their product (2^60) beyond an int32 global batch.
+  pb::Scenario s = Tiny();
+  s.mutable_parallel()->set_microbatches(1u << 20);
+  s.mutable_parallel()->set_microbatch_size(1u << 20);
+  s.mutable_parallel()->set_data_size(1u << 20);
+  ExpectInvalid(Resolve(s), "global batch");
+  s.mutable_parallel()->set_data_size(1);
+  s.mutable_parallel()->set_microbatch_size(1);
+  EXPECT_TRUE(Resolve(s).ok());
 }
 
 TEST(ResolvedScenario, WithCopiesChangeOneThingAndCheckIt) {

@@ -317,11 +317,11 @@ void ExpectSweepError(const pb::SweepSpec& sweep, const std::string& needle,
 TEST(Sweep, BadRangesNameTheFieldAndIndex) {
   pb::SweepSpec sweep;
   for (double a : {0.0, 0.5, 1.0, -0.5}) sweep.add_alpha(a);
-  ExpectSweepError(sweep, "sweep.alpha[3] must be >= 0");
+  ExpectSweepError(sweep, "sweep.alpha[3] must be in [0, 100]");
   sweep.Clear();
   sweep.add_chunks(2);
   sweep.add_chunks(0);
-  ExpectSweepError(sweep, "sweep.chunks[1] must be >= 1");
+  ExpectSweepError(sweep, "sweep.chunks[1] must be in [1, 1048576]");
   sweep.Clear();
   sweep.add_chunks(8);
   sweep.add_chunks(8);
@@ -342,7 +342,7 @@ TEST(Sweep, BadRangesNameTheFieldAndIndex) {
   ExpectSweepError(sweep, "sweep.global_batch[1] (6) must be divisible", dp2);
   sweep.Clear();
   sweep.add_seq_len(0);
-  ExpectSweepError(sweep, "sweep.seq_len[0] must be >= 1");
+  ExpectSweepError(sweep, "sweep.seq_len[0] must be in [1, ");
   sweep.Clear();
   sweep.add_seq_len(300);
   sweep.add_chunks(4);
@@ -508,7 +508,7 @@ TEST(CapacityPlan, BadRequestsNameTheField) {
             std::string::npos);
   CapacityPlanRequest bad = TinyRequest(4, 4);
   bad.sweep.add_alpha(-1);
-  EXPECT_NE(error(bad).find("sweep.alpha[2] must be >= 0"), std::string::npos);
+  EXPECT_NE(error(bad).find("sweep.alpha[2] must be in [0, "), std::string::npos);
   bad = TinyRequest(4, 4);
   bad.seq_len = 128;  // no N > 1 fits; N = 1 stays
   Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(s), bad);

@@ -153,8 +153,8 @@ TEST(CapacityCli, FindsTheOnlyLegalSplit) {
 TEST(SweepCli, BadInputNamesTheFieldWithExitCode2) {
   ExpectBadInput(Cli("sweep --alpha-list \"\""), "--alpha-list is empty");
   ExpectBadInput(Cli("sweep --chunks-list ,"), "--chunks-list");
-  ExpectBadInput(Cli("sweep --alpha-list 0,0.5,1,-0.5"), "sweep.alpha[3] must be >= 0");
-  ExpectBadInput(Cli("sweep --chunks-list 0,2"), "sweep.chunks[0] must be >= 1");
+  ExpectBadInput(Cli("sweep --alpha-list 0,0.5,1,-0.5"), "sweep.alpha[3] must be in [0, 100] (got -0.5)");
+  ExpectBadInput(Cli("sweep --chunks-list 0,2"), "sweep.chunks[0] must be in [1, 1048576] (got 0)");
   ExpectBadInput(Cli("sweep --chunks-list 2,x"), "--chunks-list: 'x'");
   ExpectBadInput(Cli("sweep --policies 1f1b,zigzag"), "sweep.policies[1]");
   ExpectBadInput(Cli("sweep --global-batch-list 4 --microbatches-list 2"), "not both");
@@ -170,7 +170,7 @@ TEST(CapacityCli, BadInputNamesTheFieldWithExitCode2) {
   ExpectBadInput(Cli("capacity --global-batch 0"), "--global-batch");
   ExpectBadInput(Cli("capacity --cluster h100"), "cluster_preset: unknown 'h100'");
   ExpectBadInput(Cli("capacity --model gpt-5"), "model_preset: unknown 'gpt-5'");
-  ExpectBadInput(Cli("capacity --alpha-list 0,-1"), "sweep.alpha[1] must be >= 0");
+  ExpectBadInput(Cli("capacity --alpha-list 0,-1"), "sweep.alpha[1] must be in [0, ");
   ExpectBadInput(Cli("capacity --top -1"), "--top");
   // Its old name points to both commands it could mean.
   ExpectBadInput(Cli("plan --devices 8"), "'plan' is now 'capacity'");

@@ -1,0 +1,200 @@
+// Issue 14 regressions, end to end: inputs that crashed the binary or gave a
+// wrong message, unreadable input files, and standard output that cannot be
+// written. Each case: one line on stderr naming the field, flag or file, and
+// a non-zero exit (2 for bad input), never a signal or an exit 0.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/tools/cli_testing.h"
+
+namespace {
+
+using stateflow::testing::CliRun;
+using stateflow::testing::ExpectBadInput;
+using stateflow::testing::WriteTemp;
+
+CliRun Stateflow(const std::string& args) {
+  return stateflow::testing::Stateflow(args, "reliability");
+}
+
+// The scenario the issue found the model crashes with, plus `extra`
+// (`parallel` replaces its parallel block).
+std::string Hybrid3b(const std::string& name, const std::string& extra,
+                     const std::string& parallel = "pipeline_size: 4 microbatches: 4") {
+  return WriteTemp("reliability-" + name + ".textproto",
+                   "model_preset: \"gdn-hybrid-3b\"\ncluster_preset: \"a100-80gb-nvlink\"\n"
+                   "parallel { " + parallel + " }\nseq_len: 8192\n" + extra);
+}
+
+CliRun Simulate(const std::string& name, const std::string& extra) {
+  return Stateflow("simulate --scenario " + Hybrid3b(name, extra));
+}
+
+TEST(ReliabilityCli, CrashInputsAreOneLineErrors) {
+  // SIGFPE: hybrid_period + 1 wrapped to 0, then a modulo by zero.
+  ExpectBadInput(Simulate("period32", "model { hybrid_period: 4294967295 }"),
+                 "model.hybrid_period (layer_pattern 'hybrid') must be in [1, 65536] "
+                 "(got 4294967295)");
+  // Signed overflow of hybrid_period + 1 (UBSan).
+  ExpectBadInput(Simulate("period31", "model { hybrid_period: 2147483647 }"),
+                 "model.hybrid_period (layer_pattern 'hybrid') must be in [1, 65536] "
+                 "(got 2147483647)");
+  // Uncaught std::length_error from a negative reserve().
+  ExpectBadInput(Simulate("layers", "model { num_layers: 2147483648 }"),
+                 "model.num_layers must be in [1, 65536] (got 2147483648)");
+}
+
+TEST(ReliabilityCli, ProfileAtTheSeqLenFlagMaximumIsAnError) {
+  // -T at its own maximum (2^40): the profiler used to die with bad_alloc.
+  ExpectBadInput(Stateflow("profile -T 1099511627776 --out " +
+                           stateflow::testing::TempPath("reliability-never-written")),
+                 "more than this machine's memory");
+}
+
+TEST(ReliabilityCli, WrappingIntegersAreReportedAsGiven) {
+  ExpectBadInput(Simulate("chunks", "schedule { chunks: 4294967295 }"),
+                 "schedule.chunks must be in [1, 1048576] (got 4294967295)");
+  ExpectBadInput(Stateflow("simulate --scenario " +
+                           Hybrid3b("dp", "", "pipeline_size: 4 microbatches: 4 "
+                                              "data_size: 2147483648")),
+                 "parallel.data_size must be in [1, 1048576] (got 2147483648)");
+  ExpectBadInput(
+      Stateflow("simulate --scenario " +
+                WriteTemp("reliability-seqlen.textproto",
+                          "model_preset: \"gdn-hybrid-3b\"\ncluster_preset: \"a100-80gb-nvlink\"\n"
+                          "parallel { pipeline_size: 4 microbatches: 4 }\n"
+                          "seq_len: 9223372036854775808\n")),
+      "seq_len must be in [1, 1099511627776] (got 9223372036854775808)");
+  ExpectBadInput(Stateflow("simulate -N 0"), "--chunks must be in [1, 1048576] (got 0)");
+  ExpectBadInput(Stateflow("train -T 64 --steps 4294967297"),
+                 "--steps must be in [1, 1073741824] (got 4294967297)");
+  ExpectBadInput(Stateflow("sweep --chunks-list 4294967297"),
+                 "--chunks-list: 4294967297 is too large (at most 4294967295)");
+  ExpectBadInput(Stateflow("sweep --chunks-list 4294967295"),
+                 "sweep.chunks[0] must be in [1, 1048576] (got 4294967295)");
+}
+
+TEST(ReliabilityCli, AbsurdFiniteValuesAreRejectedNotPrintedAsInfOrNan) {
+  ExpectBadInput(Simulate("bandwidth", "cluster { pipeline_link { bandwidth_bytes_per_s: 1e-300 } }"),
+                 "cluster.pipeline_link.bandwidth_bytes_per_s must be in [1, 1e+30] (got 1e-300)");
+  ExpectBadInput(Simulate("precision", "precision { activation_bytes: 1e308 }"),
+                 "precision.activation_bytes (0 takes the default) must be in (0, 64] (got 1e+308)");
+}
+
+TEST(ReliabilityCli, ExtremesInsideTheLimitsGiveFiniteNumbers) {
+  // Every rate at its lowest, every size at its largest accepted: the run
+  // succeeds and prints neither inf nor nan.
+  const CliRun run = Stateflow(
+      "simulate -T 1099511627776 --scenario " +
+      Hybrid3b("extremes",
+               "cluster { pipeline_link { bandwidth_bytes_per_s: 1 } "
+               "device { peak_flops: 1 memory_bandwidth_bytes_per_s: 1 } }\n"
+               "precision { activation_bytes: 64 weight_bytes: 64 }\n"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.find("inf"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("nan"), std::string::npos) << run.out;
+}
+
+// Every file flag, given a directory, an endless device or a FIFO.
+TEST(ReliabilityCli, InputFilesMustBeRegularFiles) {
+  const std::string fifo = stateflow::testing::TempPath("reliability-fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dir = SF_BINARY_DIR;
+  for (const std::string& flag : {"simulate --scenario", "simulate --plan", "simulate --costs",
+                                  "sweep --scenario", "train -T 64 --steps 1 --text"}) {
+    SCOPED_TRACE(flag);
+    ExpectBadInput(Stateflow(flag + " /dev/zero"), "/dev/zero: not a regular file");
+    ExpectBadInput(Stateflow(flag + " " + dir), dir + ": not a regular file (a directory)");
+    ExpectBadInput(Stateflow(flag + " " + fifo), fifo + ": not a regular file (a FIFO)");
+  }
+  std::remove(fifo.c_str());
+}
+
+TEST(ReliabilityCli, TextInputsOverTheLimitAreRefused) {
+  const std::string big = stateflow::testing::TempPath("reliability-big.textproto");
+  {
+    std::ofstream out(big, std::ios::binary);
+    out.seekp((std::int64_t{64} << 20));  // one byte past 64 MiB (sparse)
+    out.put('\n');
+  }
+  ExpectBadInput(Stateflow("simulate --scenario " + big), "larger than the limit of 64 MiB");
+  std::remove(big.c_str());
+}
+
+// Runs `stateflow <args>` with stdout on /dev/full or on a pipe whose read
+// end is already closed (so the first write fails: no race with a reader).
+enum class BadStdout { kDevFull, kClosedPipe };
+
+CliRun RunWithBadStdout(const std::vector<std::string>& args, BadStdout how) {
+  const std::string err_path = stateflow::testing::TempPath(
+      "reliability-stdout-stderr-" + std::to_string(getpid()));
+  int pipe_fds[2] = {-1, -1};
+  if (how == BadStdout::kClosedPipe && pipe(pipe_fds) != 0) return {};
+  const pid_t child = fork();
+  if (child == 0) {
+    const int out = how == BadStdout::kDevFull ? open("/dev/full", O_WRONLY) : pipe_fds[1];
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (pipe_fds[0] >= 0) close(pipe_fds[0]);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    signal(SIGPIPE, SIG_DFL);  // as a shell would leave it
+    std::vector<std::string> argv_text = {std::string(SF_BINARY_DIR) + "/stateflow"};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    alarm(60);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  if (pipe_fds[0] >= 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CliRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.err = stateflow::testing::Slurp(err_path);
+  std::remove(err_path.c_str());
+  return run;
+}
+
+TEST(ReliabilityCli, UnwritableStandardOutputIsAnError) {
+  const std::vector<std::vector<std::string>> commands = {
+      {"simulate"},
+      {"simulate", "--json"},
+      {"sweep", "--json"},
+      {"plan-dump", "-N", "4"},
+      {"capacity"},
+      {"train", "-T", "64", "--steps", "1", "--json"},
+      {"validate", "--json"},  // starts mpirun: its children get SIGPIPE back
+  };
+  for (const auto& args : commands) {
+    SCOPED_TRACE(args[0] + (args.size() > 1 ? " " + args[1] : ""));
+    const CliRun full = RunWithBadStdout(args, BadStdout::kDevFull);
+    EXPECT_EQ(full.exit_code, 1) << full.err;
+    EXPECT_EQ(stateflow::testing::Lines(full.err), 1) << full.err;
+    EXPECT_NE(full.err.find("cannot write standard output: No space left on device"),
+              std::string::npos) << full.err;
+    const CliRun closed = RunWithBadStdout(args, BadStdout::kClosedPipe);
+    EXPECT_EQ(closed.exit_code, 1) << closed.err;
+    EXPECT_EQ(stateflow::testing::Lines(closed.err), 1) << closed.err;
+    EXPECT_NE(closed.err.find("cannot write standard output: Broken pipe"), std::string::npos)
+        << closed.err;
+  }
+}
+
+}  // namespace
