@@ -13,19 +13,26 @@ std::string Num(double v) {
   return text;
 }
 
+// Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, a false
+// positive: its bug 105329) on `"[" + std::string(...)`.
 std::string OutOfRange(std::string_view field, const std::string& range, const std::string& got) {
-  return std::string(field) + " must be in " + range + " (got " + got + ")";
+  std::string text(field);
+  text.append(" must be in ").append(range).append(" (got ").append(got).append(")");
+  return text;
 }
 
 }  // namespace
 
 std::string RangeText(const IntRange& range) {
-  return "[" + std::to_string(range.lo) + ", " + std::to_string(range.hi) + "]";
+  std::string text("[");
+  text.append(std::to_string(range.lo)).append(", ").append(std::to_string(range.hi)).append("]");
+  return text;
 }
 
 std::string RangeText(const RealRange& range) {
-  std::string text = range.lo_open ? "(" : "[";
-  return text + Num(range.lo) + ", " + Num(range.hi) + "]";
+  std::string text(range.lo_open ? "(" : "[");
+  text.append(Num(range.lo)).append(", ").append(Num(range.hi)).append("]");
+  return text;
 }
 
 Status CheckRange(std::string_view field, std::uint64_t value, const IntRange& range) {

@@ -112,8 +112,9 @@ TEST(ReliabilityCli, InputFilesMustBeRegularFiles) {
   std::remove(fifo.c_str());
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const std::string dir = SF_BINARY_DIR;
-  for (const std::string& flag : {"simulate --scenario", "simulate --plan", "simulate --costs",
+  for (const char* flag_text : {"simulate --scenario", "simulate --plan", "simulate --costs",
                                   "sweep --scenario", "train -T 64 --steps 1 --text"}) {
+    const std::string flag = flag_text;
     SCOPED_TRACE(flag);
     ExpectBadInput(Stateflow(flag + " /dev/zero"), "/dev/zero: not a regular file");
     ExpectBadInput(Stateflow(flag + " " + dir), dir + ": not a regular file (a directory)");
