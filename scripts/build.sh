@@ -12,9 +12,8 @@ if [ "${1:-}" = "--sanitize" ]; then
   # stays quick.
   # Portable (no -march=native): the sanitizers look for memory and
   # undefined-behaviour errors, which do not depend on the vector width, and
-  # the portable build compiles faster. (At -O1 with -march=native two
-  # bit-exactness tests fail under the sanitizers: docs/backend.md, "Known
-  # issues"; the native Release build and the portable build pass them.)
+  # the portable build compiles faster (docs/backend.md, "Known issues", on
+  # what a native sanitizer build once found).
   args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
         -DSF_SANITIZE=ON -DSF_NATIVE=OFF -DSF_BUILD_BENCHMARKS=OFF)
 fi

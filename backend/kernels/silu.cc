@@ -1,7 +1,9 @@
 #include "backend/kernels/silu.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/kernels/eigen_types.h"
 
@@ -9,6 +11,7 @@ namespace stateflow::backend {
 
 template <typename T>
 void StableSigmoidSpan(T* s, const T* x, int64_t n) {
+  assert(reinterpret_cast<std::uintptr_t>(s) % kSigmoidSpanAlignBytes == 0);
   // e = exp(-|x|) in (0, 1], vectorised; then 1 / (1 + e) for x >= 0 and
   // e / (1 + e) below, as StableSigmoid (a loop the compiler vectorises).
   VecMap<T>(s, n).array() = (-CVecMap<T>(x, n).array().abs()).exp();
@@ -23,7 +26,7 @@ template <typename T>
 void SiluForward(T* y, const T* x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
-    T s[kSigmoidSpan];
+    alignas(kSigmoidSpanAlignBytes) T s[kSigmoidSpan];
     const int64_t m = std::min(kSigmoidSpan, n - i0);
     StableSigmoidSpan(s, x + i0, m);
     for (int64_t j = 0; j < m; ++j) y[i0 + j] = x[i0 + j] * s[j];
@@ -34,7 +37,7 @@ template <typename T>
 void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
-    T s[kSigmoidSpan];
+    alignas(kSigmoidSpanAlignBytes) T s[kSigmoidSpan];
     const int64_t m = std::min(kSigmoidSpan, n - i0);
     StableSigmoidSpan(s, x + i0, m);
     for (int64_t j = 0; j < m; ++j) {

@@ -24,9 +24,15 @@ inline T StableSigmoid(T x) {
 // s (n) = sigmoid(x), as StableSigmoid, with the exponentials vectorised
 // (Eigen's exp): the form the elementwise kernels use. s must not alias x.
 // Callers go over long buffers in spans of kSigmoidSpan elements kept on
-// the stack.
+// the stack, aligned to kSigmoidSpanAlignBytes: Eigen's vectorised exp runs
+// scalar on the elements before the destination's first aligned packet, so
+// with an unaligned span the bits of an element depended on where the stack
+// happened to put the buffer (found by the sanitizer build, whose stack
+// layout differs: recompute full and none then disagreed in the last bits).
 inline constexpr int64_t kSigmoidSpan = 256;
+inline constexpr int kSigmoidSpanAlignBytes = 64;
 template <typename T>
+// REQUIRES: s aligned to kSigmoidSpanAlignBytes.
 void StableSigmoidSpan(T* s, const T* x, int64_t n);
 
 // The elementwise loops built on it (SiLU, SwiGLU) split their spans over

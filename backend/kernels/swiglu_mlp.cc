@@ -15,7 +15,7 @@ template <typename T>
 void SwigluHidden(T* h, const T* gate, const T* up, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i0 = 0; i0 < n; i0 += kSigmoidSpan) {
-    T s[kSigmoidSpan];
+    alignas(kSigmoidSpanAlignBytes) T s[kSigmoidSpan];
     const int64_t m = std::min(kSigmoidSpan, n - i0);
     StableSigmoidSpan(s, gate + i0, m);
     for (int64_t j = 0; j < m; ++j) h[i0 + j] = gate[i0 + j] * s[j] * up[i0 + j];
@@ -46,7 +46,7 @@ void SwigluMlpBackward(T* dx, T* dwg, T* dwu, T* dwd, T* workspace,
   LinearBackward<T>(dgate, dwd, nullptr, dy, hd, wd, N, F, C);
 #pragma omp parallel for schedule(static) if (N * F >= kParallelElements)
   for (int64_t i0 = 0; i0 < N * F; i0 += kSigmoidSpan) {
-    T s[kSigmoidSpan];
+    alignas(kSigmoidSpanAlignBytes) T s[kSigmoidSpan];
     const int64_t m = std::min(kSigmoidSpan, N * F - i0);
     StableSigmoidSpan(s, gate + i0, m);
     for (int64_t j = 0; j < m; ++j) {
