@@ -129,7 +129,7 @@ void CostModel::FillTables() {
     t.bwd_pair = f.bwd_pair / tp;
     t.params = LayerParamCount(model_, kind) / tp;
     t.stored_per_token = StoredElemsNoRecompute(model_, kind).Bytes(act, tp);
-    // Scratch estimates: Mamba-3 and attention only (layer_formulas.h).
+    // Scratch estimates: Mamba-3 only (layer_formulas.h).
     const ScratchBytes fwd = ForwardScratch(model_, kind, act, tp);
     const ScratchBytes bwd = BackwardScratch(model_, kind, act, tp);
     t.fwd_scratch_per_token = fwd.per_token;
@@ -374,7 +374,7 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
         return GdnLayerForwardMemory(model_, b, Recomputed(l));
       }
       return CoarseForwardMemory(l, s);
-    case LayerKind::kAttention: return CoarseForwardMemory(l, s);
+    case LayerKind::kAttention: return AttentionLayerForwardMemory(model_, b, Recomputed(l));
   }
   return {};
 }
@@ -390,13 +390,14 @@ MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
         return GdnLayerBackwardMemory(model_, b, Recomputed(l));
       }
       return CoarseBackwardMemory(l, s);
-    case LayerKind::kAttention: return CoarseBackwardMemory(l, s);
+    case LayerKind::kAttention: return AttentionLayerBackwardMemory(model_, b, Recomputed(l));
   }
   return {};
 }
 
-// Stored tensors, then the scratch (under full recompute also every
-// intermediate, dropped at the end), then the output.
+// Mamba-3's (which the backend does not implement yet): stored tensors, then
+// the scratch (under full recompute also every intermediate, dropped at the
+// end), then the output.
 MemorySegment CostModel::CoarseForwardMemory(int l, std::int64_t s) const {
   const KindTable& t = Table(l);
   const double scratch =

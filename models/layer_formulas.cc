@@ -127,6 +127,11 @@ FlopCoeffs RecurrenceFlops(const pb::ModelSpec& model, const Dims& x) {
   return f;
 }
 
+// What AttentionLayer computes (backend/kernels/attention.h counts the
+// kernel's share the same way): per token the projections, rotary of q and
+// k and the MLP; per causal pair 4 d per query head forward (S, P V) and
+// 10 d backward (S again, dP, dV, dQ, dK; FlashAttention-2 recomputes S
+// from the saved log-sum-exp instead of storing P).
 FlopCoeffs AttentionFlops(const Dims& x) {
   const double dense = AttentionDenseFlops(x) + MlpAndNormsFlops(x);
   FlopCoeffs f;
@@ -182,6 +187,8 @@ void AddMambaElems(const Dims& x, TokenElems* e) {
   e->sharded_stat += 3 * x.G;  // gated-norm and B, C norm rstd
 }
 
+// AttentionLayerSaved (backend/layers/attention_layer.h) beyond the common
+// ones; K and V live in the K/V buffer.
 void AddAttentionElems(const Dims& x, TokenElems* e) {
   e->sharded += x.hq * x.d     // q after rotary
                 + x.hq * x.d;  // attention output (o_proj input)
@@ -335,7 +342,96 @@ void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   GdnMixerInputsBackward(d, ev);
 }
 
+// Per-token sizes of one attention layer on one TP rank (the legend of
+// backend/layers/attention_layer.h): C hidden, F SwiGLU, Hq query heads,
+// HqD = Hq d; everything but C is split by TP. K and V live in the stage's
+// K/V buffer (memory_model.h), never in the layer's events.
+struct AttnSizes {
+  double C, F, Hq, HqD;
+  AttnSizes(const Dims& x, int tp)
+      : C(x.h), F(x.m / tp), Hq(x.hq / tp), HqD(x.hq * x.d / tp) {}
+};
+
+// AttentionLayer::MlpForward: the pre-norm SwiGLU MLP; ends holding y.
+void MlpForwardEvents(double C, double F, BufferClass saved, Events* ev) {
+  ev->Act(saved, C);      // hn
+  ev->Stat(saved, 1);     // rstd2
+  ev->Act(saved, F);      // mlp_gate
+  ev->Act(saved, F);      // mlp_up
+  ev->Act(kWs, F);        // prod
+  ev->Act(kWs, C);        // y
+  ev->FreeAct(kWs, F);    // prod
+}
+
+// AttentionLayer::ForwardPass after the input copy: MixerForward (the K/V
+// rows go into the stage's buffer: no event), then the MLP.
+void AttnForwardPass(const AttnSizes& d, BufferClass saved, Events* ev) {
+  ev->Act(saved, d.C);      // xn
+  ev->Stat(saved, 1);       // rstd1
+  ev->Act(saved, d.HqD);    // q (RoPE in place)
+  ev->Act(saved, d.HqD);    // o
+  ev->Stat(saved, d.Hq);    // lse
+  ev->Act(saved, d.C);      // h
+  MlpForwardEvents(d.C, d.F, saved, ev);
+}
+
+// Frees what AttnForwardPass made in class `saved` (everything but x and y).
+void FreeAttnSaved(const AttnSizes& d, BufferClass saved, Events* ev) {
+  ev->FreeAct(saved, 3 * d.C + 2 * d.HqD + 2 * d.F);  // xn, h, hn; q, o; gate, up
+  ev->FreeStat(saved, 2 + d.Hq);                      // rstd1, rstd2; lse
+}
+
+// AttentionLayer::BackwardPass: from dy (the caller's) to dx (t, C), which
+// it leaves allocated. The kernel's D (s, Hq) is one sequence's, reused
+// across the microbatch's sequences.
+void AttnBackwardPass(const AttnSizes& d, const TensorBytes& b, Events* ev) {
+  // MlpBackward.
+  ev->Act(kWs, d.C);         // d_hn
+  ev->Act(kWs, 2 * d.F);     // SwiGLU backward workspace (2, t, F)
+  ev->FreeAct(kWs, 2 * d.F);
+  ev->Act(kWs, d.C);         // dh (becomes dx)
+  ev->FreeAct(kWs, d.C);     // d_hn
+  // AttentionBackwardPass.
+  ev->Act(kWs, d.HqD);       // d_o
+  ev->Act(kWs, d.HqD);       // dq
+  const double D_bytes = b.seq_tokens * d.Hq * b.stat();
+  ev->Bytes(kWs, D_bytes);   // D = rowsum(dO o O), one sequence
+  ev->Bytes(kWs, -D_bytes);
+  ev->FreeAct(kWs, d.HqD);   // d_o
+  // MixerInputsBackward.
+  ev->Act(kWs, d.C);         // dxn
+  ev->Act(kWs, d.C);         // part
+  ev->FreeAct(kWs, 2 * d.C + d.HqD);  // part, dxn, dq
+}
+
 }  // namespace
+
+MemorySegment AttentionLayerForwardMemory(const pb::ModelSpec& model,
+                                          const TensorBytes& b,
+                                          bool recompute_full) {
+  const AttnSizes d(DimsOf(model), b.tensor_size);
+  Events ev(b);
+  ev.Act(kAct, d.C);  // x, the layer input, copied
+  const BufferClass saved = recompute_full ? kWs : kAct;
+  AttnForwardPass(d, saved, &ev);
+  if (recompute_full) FreeAttnSaved(d, saved, &ev);
+  return ev.segment();
+}
+
+MemorySegment AttentionLayerBackwardMemory(const pb::ModelSpec& model,
+                                           const TensorBytes& b,
+                                           bool recompute_full) {
+  const AttnSizes d(DimsOf(model), b.tensor_size);
+  Events ev(b);
+  if (recompute_full) {
+    AttnForwardPass(d, kWs, &ev);  // the replay (K/V read from the buffer), then its unused output
+    ev.FreeAct(kWs, d.C);
+  }
+  AttnBackwardPass(d, b, &ev);
+  FreeAttnSaved(d, recompute_full ? kWs : kAct, &ev);
+  ev.FreeAct(kAct, d.C);  // x
+  return ev.segment();
+}
 
 MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                     bool recompute_full) {
@@ -491,9 +587,6 @@ ScratchBytes BackwardScratch(const pb::ModelSpec& model, LayerKind kind,
   ScratchBytes b = ForwardScratch(model, kind, activation_bytes, tensor_size);
   if (kind == LayerKind::kRecurrence && IsMamba(model)) {
     b.per_kernel_block += x.n * x.dp * x.ds * stat / tp;  // the replayed states' gradients
-  } else if (kind == LayerKind::kAttention) {
-    // fp32 dQ accumulator and the row sums D = rowsum(dO o O).
-    b.per_token += x.hq * (x.d + 1) * stat / tp;
   }
   return b;
 }

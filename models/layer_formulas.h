@@ -70,11 +70,11 @@ struct TokenElems {
 TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind);
 
 // Kernel scratch of one call of the layer kinds the backend does not
-// implement (Mamba-3 recurrence, softmax attention), beside the stored
-// tensors: per token, and per kernel block of T_C tokens (the recurrence
-// kernels' per-block states), in bytes for one sequence and TP degree
-// `tensor_size`. 0 for the other kinds, whose transient tensors are listed
-// one by one (GdnLayerForwardMemory, HeadForwardMemory, ...).
+// implement (Mamba-3 recurrence), beside the stored tensors: per token, and
+// per kernel block of T_C tokens (the recurrence kernels' per-block states),
+// in bytes for one sequence and TP degree `tensor_size`. 0 for the other
+// kinds, whose transient tensors are listed one by one
+// (GdnLayerForwardMemory, AttentionLayerForwardMemory, HeadForwardMemory, ...).
 struct ScratchBytes {
   double per_token = 0;
   double per_kernel_block = 0;
@@ -110,6 +110,15 @@ MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorByte
                                     bool recompute_full);
 MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                      bool recompute_full);
+// Attention layer (AttentionLayer::Forward / Backward); recompute_full saves
+// only the layer input and replays the forward inside the backward, reading
+// K and V from the K/V buffer. The K/V buffer and its gradient accumulator
+// are the stage's (memory_model.h: made before the first forward and the
+// first backward of the microbatch, freed after its chunk-0 backward).
+MemorySegment AttentionLayerForwardMemory(const pb::ModelSpec& model,
+                                          const TensorBytes& b, bool recompute_full);
+MemorySegment AttentionLayerBackwardMemory(const pb::ModelSpec& model,
+                                           const TensorBytes& b, bool recompute_full);
 // Head (HeadLayer): final norm, output layer and cross-entropy over
 // vocabulary slices of kLossVocabSlice columns (V / TP columns on a TP rank).
 MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
