@@ -131,6 +131,40 @@ TEST(LayerMemory, PassesAddUpToTheStoredTensorsAndOneActivation) {
   }
 }
 
+// The attention layer's workspace, from its tensor list in
+// docs/cost-model.md (per token; B = 2 sequences of s tokens, t = 2 s):
+// forward without recompute holds only the MLP's product (t, F) beside the
+// output (t, C); the backward's highest moment is one of
+//   d_hn + SwiGLU workspace          t (C + 2F)
+//   dh + d_o + dq + D (one sequence)  t (C + 2 HqD) + s Hq (statistics)
+//   dh + dq + dxn + part              t (3C + HqD).
+// Under full recompute the replayed saved tensors are alive throughout.
+TEST(LayerMemory, AttentionWorkspaceFromItsTensorList) {
+  for (const char* dtype : {"float32", "float64"}) {
+    const CostModel none = Make("gdn-hybrid-tiny", 1, 2, Recompute::kNone, dtype);
+    const CostModel full = Make("gdn-hybrid-tiny", 1, 2, Recompute::kFull, dtype);
+    int l = 0;
+    while (none.layers()[l] != LayerKind::kAttention) ++l;
+    const pb::ModelSpec& m = none.model();
+    const double e = none.precision().activation_bytes();
+    const double C = m.hidden_size(), F = m.mlp_size(), Hq = m.attn_heads();
+    const double HqD = Hq * m.attn_head_dim();
+    const std::int64_t s = 100;
+    const double t = 2.0 * s;
+    EXPECT_DOUBLE_EQ(none.ForwardWorkspaceBytes(l, s), t * (F + C) * e);
+    const double backward = std::max({t * (C + 2 * F) * e,
+                                      t * (C + 2 * HqD) * e + s * Hq * e,
+                                      t * (3 * C + HqD) * e});
+    EXPECT_DOUBLE_EQ(none.BackwardWorkspaceBytes(l, s), backward);
+    const double intermediates = none.StoredActivationBytes(l, s) - t * C * e;
+    EXPECT_DOUBLE_EQ(full.ForwardWorkspaceBytes(l, s), t * (F + C) * e + intermediates);
+    EXPECT_DOUBLE_EQ(full.BackwardWorkspaceBytes(l, s), backward + intermediates);
+    // The prefix lives in the stage's K/V buffer: K and V, H_kv d each, per
+    // token of each of the B = 2 sequences.
+    EXPECT_DOUBLE_EQ(none.KvBytesPerToken(l), 2 * 2.0 * KvHeads(m) * m.attn_head_dim() * e);
+  }
+}
+
 // The GDN layer's forward workspace, from the tensor list of
 // docs/cost-model.md: without recompute, the largest moment is the MLP's
 // product (t, F) beside the block output (t, C), when F + C exceeds the
