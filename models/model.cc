@@ -56,6 +56,10 @@ Status ValidateAttention(const pb::ModelSpec& m, int tensor_size) {
                                 m.hybrid_period(), kHybridPeriod));
   SF_RETURN_IF_ERROR(CheckRange("model.attn_heads", m.attn_heads(), kHeads));
   SF_RETURN_IF_ERROR(CheckRange("model.attn_head_dim", m.attn_head_dim(), kHeadDim));
+  if (m.attn_head_dim() % 2 != 0) {  // RoPE turns pairs (docs/models.md)
+    return Status::Invalid("model.attn_head_dim (" + std::to_string(m.attn_head_dim()) +
+                           ") must be even (rotary embeddings turn pairs of dimensions)");
+  }
   SF_RETURN_IF_ERROR(CheckRange("model.gqa_group_size", m.gqa_group_size(), kHeads));
   SF_RETURN_IF_ERROR(Divisible("model.attn_heads", m.attn_heads(),
                                "model.gqa_group_size", m.gqa_group_size()));
