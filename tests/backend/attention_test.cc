@@ -320,7 +320,7 @@ TEST(Rope, FrequenciesFromTheta) {
   const int64_t d = 4, pos = 3;
   // Pairs (x_0, x_2) = (1, 0), (x_1, x_3) = (1, 0). Not `Buffer x = {1, 1,
   // 0, 0}`: GCC 12.2 at -O2 -march=native (AVX-512) stores that list as four
-  // 1s (its store merging broadcasts the first half).
+  // 1s (docs/backend.md, known issues).
   Buffer x(4, 0.0);
   x[0] = 1;
   x[1] = 1;
