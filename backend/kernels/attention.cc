@@ -91,9 +91,10 @@ struct ForwardScratch {
   RowMat<T> S;       // (Br, Bc) scores, then probabilities (unnormalised)
   RowMat<T> acc;     // (Br, d) running sum of P V
   Vec<T> m, l;       // (Br) running row max and row sum of exp(S - m)
+  Vec<T> m_new;      // (Br) the running max after this tile
   explicit ForwardScratch(const Geometry& g)
       : Q(g.Br, g.d), K(g.Bc, g.d), V(g.Bc, g.d), S(g.Br, g.Bc),
-        acc(g.Br, g.d), m(g.Br), l(g.Br) {}
+        acc(g.Br, g.d), m(g.Br), l(g.Br), m_new(g.Br) {}
 };
 
 // One (query head h, query tile i0) task: o and lse of its r rows.
@@ -114,14 +115,27 @@ void ForwardTile(ForwardScratch<T>* w, T* o, T* lse, const T* q, const T* k,
     Scores(&w->S, w->Q, r, w->K, c, scale, g, i0, j0);
     // Online softmax, row by row: the tile's row max joins the running max
     // (finite after the first tile, which holds key 0 that every query sees).
+    // The exponentials, most of the work at small d, in one pass over the
+    // whole tile when its rows are contiguous (c == Bc), else row by row.
     for (int64_t row = 0; row < r; ++row) {
       RowArray<T> srow(w->S.data() + row * g.Bc, c);
-      const T m_new = std::max(w->m(row), srow.maxCoeff());
-      srow = (srow - m_new).exp();
-      const T alpha = std::exp(w->m(row) - m_new);
-      w->l(row) = alpha * w->l(row) + srow.sum();
+      w->m_new(row) = std::max(w->m(row), srow.maxCoeff());
+      srow -= w->m_new(row);
+    }
+    if (c == g.Bc) {
+      RowArray<T> all(w->S.data(), r * g.Bc);
+      all = all.exp();
+    } else {
+      for (int64_t row = 0; row < r; ++row) {
+        RowArray<T> srow(w->S.data() + row * g.Bc, c);
+        srow = srow.exp();
+      }
+    }
+    for (int64_t row = 0; row < r; ++row) {
+      const T alpha = std::exp(w->m(row) - w->m_new(row));
+      w->l(row) = alpha * w->l(row) + RowArray<T>(w->S.data() + row * g.Bc, c).sum();
       if (alpha != T(1)) w->acc.row(row) *= alpha;
-      w->m(row) = m_new;
+      w->m(row) = w->m_new(row);
     }
     w->acc.topRows(r).noalias() += w->S.topLeftCorner(r, c) * w->V.topRows(c);
   }
