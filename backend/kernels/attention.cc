@@ -182,8 +182,16 @@ void BackwardTile(BackwardScratch<T>* w, T* dq, const T* D, const T* dO,
   const auto V = w->V.topRows(c);
   Scores(&w->P, w->Q, r, w->K, c, scale, g, i0, j0);
   for (int64_t row = 0; row < r; ++row) {
-    RowArray<T> prow(w->P.data() + row * g.Bc, c);
-    prow = (prow - lse[(i0 + row) * g.Hq + h]).exp();
+    RowArray<T>(w->P.data() + row * g.Bc, c) -= lse[(i0 + row) * g.Hq + h];
+  }
+  if (c == g.Bc) {  // one pass of exp over the tile, as in the forward
+    RowArray<T> all(w->P.data(), r * g.Bc);
+    all = all.exp();
+  } else {
+    for (int64_t row = 0; row < r; ++row) {
+      RowArray<T> prow(w->P.data() + row * g.Bc, c);
+      prow = prow.exp();
+    }
   }
   const auto P = w->P.topLeftCorner(r, c);
   w->dV.topRows(c).noalias() += P.transpose() * dOt;
