@@ -7,7 +7,7 @@
 #include <string>
 
 #include "backend/allocator.h"
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "backend/train/adamw.h"
 
 namespace stateflow::backend {
@@ -122,7 +122,7 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
   std::unique_ptr<LayerTimer> timer(new LayerTimer());
   timer->state_ = std::make_unique<State>();
   SF_ASSIGN_OR_RETURN(timer->state_->module,
-                      MakeGdnStageModule<T>(model, layers, recompute, kSeed, &timer->state_->alloc));
+                      MakeStageModule<T>(model, layers, {.recompute = recompute, .seed = kSeed}, &timer->state_->alloc));
   timer->state_->vocab = model.vocab_size();
   return timer;
 }
@@ -187,7 +187,7 @@ Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
   const int layers = static_cast<int>(models::LayerList(model).size());
   SF_ASSIGN_OR_RETURN(
       std::unique_ptr<StageModule<T>> module,
-      MakeGdnStageModule<T>(model, {0, layers}, models::Recompute::kNone, kSeed, &alloc));
+      MakeStageModule<T>(model, {0, layers}, {.recompute = models::Recompute::kNone, .seed = kSeed}, &alloc));
   std::vector<ParamRef<T>> params = module->Parameters();
   double count = 0;
   for (const ParamRef<T>& p : params) {

@@ -2,7 +2,7 @@
 // head) the way the pipeline runtime times an action: the wall time of one
 // StageModule::Forward or ::Backward call on a chunk of s tokens, nothing
 // before or after it. The module holds a single layer of the layer list
-// (MakeGdnStageModule with layers [l, l + 1)), so the samples of each kind
+// (MakeStageModule with layers [l, l + 1)), so the samples of each kind
 // can be summed over a stage's layers, which is what the replay cost source
 // does (sim/cost_source.h).
 //

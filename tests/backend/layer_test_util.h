@@ -3,7 +3,7 @@
 // perturbation keyed by parameter name (so that differently split models get
 // the same perturbation), and the normalised relative error.
 // Not a harness for the pipeline: see PipelineHarness in
-// gdn_stage_module_test.cc.
+// model_stage_module_test.cc.
 //
 //   Tensor<double> x = FromVector<double>(alloc, BufferClass::kWorkspace, {S, C}, values);
 //   std::vector<double> back = ToVector(x);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "backend/train/trainer.h"
 #include "tests/backend/memory_test_util.h"
 #include "tests/scenario_testing.h"
@@ -49,7 +49,7 @@ TEST(StepMemoryTransport, NothingTransientOutlivesAnAction) {
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   StageModuleFactory<float> factory = [&](int, const models::StageLayers& layers,
                                           TrackingAllocator* alloc) {
-    return MakeGdnStageModule<float>(setup->model, layers, setup->recompute, 1, alloc);
+    return MakeStageModule<float>(setup->model, layers, {.recompute = setup->recompute, .seed = 1}, alloc);
   };
   const TextData text = TextData::FromBytes(std::string(1000, 'a'), "a");
   auto trainer = Trainer<float>::Make(*setup, TrainOptions{}, text, factory,
