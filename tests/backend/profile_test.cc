@@ -186,7 +186,12 @@ TEST(LinkTimer, InProcessPingPongOneSamplePerSize) {
 // ---- the whole table ---------------------------------------------------------------------
 
 TEST(Profiler, TableHasEverySampleAndReplays) {
-  ProfileRequest request{Tiny(), {4, 12}, {Recompute::kNone, Recompute::kFull}, "float32", kQuick};
+  ProfileRequest request{.model = Tiny(),
+                         .tokens = {4, 12},
+                         .attention_chunks = {},
+                         .recompute = {Recompute::kNone, Recompute::kFull},
+                         .dtype = "float32",
+                         .timing = kQuick};
   int calls = 0, last_total = 0;
   Result<pb::CostTable> table = ProfileLayers(request, [&](int done, int total) {
     EXPECT_EQ(done, ++calls);
@@ -212,7 +217,7 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
   // points exactly, and the midpoint by linear interpolation.
   table->mutable_link()->set_latency_s(1e-6);
   table->mutable_link()->set_bandwidth_bytes_per_s(1e9);
-  ASSERT_TRUE(sim::CheckCostTableModel(*table, Tiny(), "profiled").ok());
+  ASSERT_TRUE(sim::CheckCostTableModel(*table, Tiny(), "profiled", 1).ok());
   Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, "profiled");
   ASSERT_TRUE(index.ok()) << index.status().message();
   double at4 = 0, at12 = 0;
@@ -227,7 +232,8 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
 }
 
 TEST(Profiler, BadRequests) {
-  ProfileRequest request{Tiny(), {}, {Recompute::kNone}, "float32", kQuick};
+  ProfileRequest request{
+      .model = Tiny(), .tokens = {}, .attention_chunks = {}, .recompute = {Recompute::kNone}, .dtype = "float32", .timing = kQuick};
   EXPECT_FALSE(ProfileLayers(request, nullptr).ok());
   request.tokens = {4};
   request.dtype = "float16";
