@@ -370,10 +370,10 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
     }
     case LayerKind::kHead: return HeadForwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      if (model_.architecture() != "mamba3") {
-        return GdnLayerForwardMemory(model_, b, Recomputed(l));
+      if (model_.architecture() == "mamba3") {
+        return Mamba3LayerForwardMemory(model_, b, Recomputed(l));
       }
-      return CoarseForwardMemory(l, s);
+      return GdnLayerForwardMemory(model_, b, Recomputed(l));
     case LayerKind::kAttention: return CoarseForwardMemory(l, s);
   }
   return {};
@@ -386,10 +386,10 @@ MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
     case LayerKind::kEmbedding: return {};  // a scatter-add into its gradient
     case LayerKind::kHead: return HeadBackwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      if (model_.architecture() != "mamba3") {
-        return GdnLayerBackwardMemory(model_, b, Recomputed(l));
+      if (model_.architecture() == "mamba3") {
+        return Mamba3LayerBackwardMemory(model_, b, Recomputed(l));
       }
-      return CoarseBackwardMemory(l, s);
+      return GdnLayerBackwardMemory(model_, b, Recomputed(l));
     case LayerKind::kAttention: return CoarseBackwardMemory(l, s);
   }
   return {};

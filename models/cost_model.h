@@ -149,8 +149,8 @@ class CostModel {
   // allocates and frees: what it saves (kActivations), its transient tensors
   // (kWorkspace), logits slices (kLogits); it ends holding its output (t, h)
   // in kWorkspace (the head: nothing). Its input, boundary states and K/V
-  // buffers are the stage's (memory_model.h). GDN layers, the head and the
-  // embedding list the backend's tensors one by one; Mamba-3 and attention
+  // buffers are the stage's (memory_model.h). GDN and Mamba-3 layers, the
+  // head and the embedding list the backend's tensors one by one; attention
   // blocks, which the backend does not implement, use the scratch estimates
   // of docs/cost-model.md section 3.
   MemorySegment ForwardMemory(int l, std::int64_t s) const;
@@ -175,7 +175,7 @@ class CostModel {
     double fwd_token = 0, fwd_pair = 0, bwd_token = 0, bwd_pair = 0;  // FLOPs
     double params = 0;
     double stored_per_token = 0;  // bytes, no recompute
-    // Mamba-3 and attention blocks only (no backend to list tensors from).
+    // Attention blocks only (no backend to list tensors from).
     double fwd_scratch_per_token = 0, fwd_scratch_per_block = 0;  // bytes
     double bwd_scratch_per_token = 0, bwd_scratch_per_block = 0;  // bytes
     double boundary_bytes = 0;
@@ -192,7 +192,7 @@ class CostModel {
   // Tensors that forward makes beyond the layer's input (what full recompute
   // re-creates), for s tokens of the microbatch.
   double IntermediateBytes(int l, std::int64_t s) const;
-  // ForwardMemory / BackwardMemory of the Mamba-3 and attention blocks: their
+  // ForwardMemory / BackwardMemory of the attention blocks: their
   // stored tensors, scratch estimate and output, all alive at once.
   MemorySegment CoarseForwardMemory(int l, std::int64_t s) const;
   MemorySegment CoarseBackwardMemory(int l, std::int64_t s) const;

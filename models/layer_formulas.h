@@ -32,6 +32,11 @@ inline double StatBytes(double activation_bytes) {
 
 // Mamba-3 inner width d_in = heads * head_dim (= 2 * hidden in the presets).
 double MambaInner(const pb::ModelSpec& model);
+// Mamba-3's rope_fraction (the official module's default, mamba_ssm/modules/
+// mamba3.py) and its rotary angles per head: floor(state_dim * fraction)
+// rounded down to even, halved (backend Mamba3RopeAngles).
+inline constexpr double kMambaRopeFraction = 0.5;
+double MambaRopeAngles(const pb::ModelSpec& model);
 
 // Parameters of a block's mixer (recurrence or attention, by `kind`), and of
 // its MLP plus its two RMSNorms. REQUIRES: kind is kRecurrence or kAttention.
@@ -110,14 +115,20 @@ MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorByte
                                     bool recompute_full);
 MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                      bool recompute_full);
+// Mamba-3 layer (Mamba3Layer::Forward / Backward), likewise.
+MemorySegment Mamba3LayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                       bool recompute_full);
+MemorySegment Mamba3LayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                        bool recompute_full);
 // Head (HeadLayer): final norm, output layer and cross-entropy over
 // vocabulary slices of kLossVocabSlice columns (V / TP columns on a TP rank).
 MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 
-// The recurrent state (StatBytes) plus short-convolution tail (and, for
-// Mamba-3, the previous-token carry) of one sequence, in bytes, after TP. 0
-// for other kinds.
+// The boundary state of one sequence, in bytes, after TP: for GDN the
+// recurrent state (StatBytes) plus the short-convolution tails; for Mamba-3
+// the running angle and the SSM state (StatBytes) plus the last token's k and
+// v. 0 for other kinds.
 double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
                                      double activation_bytes, int tensor_size);
 
