@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/model/model_stage_module.h"
+#include "models/cost_model.h"
 #include "models/model.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
@@ -37,6 +38,7 @@ using schedule::Pass;
 using schedule::Plan;
 using testing::RelError;
 using testing::SmallGdnModel;
+using testing::SmallModel;
 using testing::ToVector;
 
 constexpr std::uint64_t kSeed = 1234;
@@ -312,6 +314,101 @@ TEST(ModelStageModuleTest, ABatchOfAnotherMicrobatchSizeIsAnError) {
                                        {.seed = 1, .microbatch_size = 0}, &alloc)
                    .ok());
 }
+
+// ---- every family (issue 11) ------------------------------------------------------
+
+// The families the backend runs; the hybrids once attention is in.
+std::vector<std::string> Families() { return {"gdn", "mamba3"}; }
+
+// The alpha partition of T into N chunks as the simulator makes it: Cost_i's
+// coefficients from the cost model of the whole layer list, granularity 1.
+Partition AlphaPartition(const pb::ModelSpec& model, std::int64_t T, int N, double alpha) {
+  Result<models::CostModel> cm = models::CostModel::Make(
+      model, *models::PrecisionForDtype("float64"), *models::ClusterPreset("cpu"), {});
+  EXPECT_TRUE(cm.ok()) << cm.status().message();
+  Result<Partition> p = schedule::MakePartition(
+      T, N, alpha, cm->ChunkCoefficients(0, cm->num_layers()), 1);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return *p;
+}
+
+class FamilyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyTest, ChunkedEqualsUnchunked) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  const std::int64_t T = 150;  // not a multiple of T_C = 64
+  const Batch batch = RandomBatch(2, T, model.vocab_size(), 31);
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    const StepResult whole =
+        RunStep<double>(model, SingleStage(model), mode, batch, MustPartition({0, T}));
+    for (int N : {1, 2, 3, 4, 8}) {
+      for (double alpha : {0.0, 0.5, 1.0, 1.25}) {
+        const Partition p = AlphaPartition(model, T, N, alpha);
+        SCOPED_TRACE(PartitionName(p) + " alpha " + std::to_string(alpha) + " recompute " +
+                     std::string(models::RecomputeName(mode)));
+        ExpectSameStep(RunStep<double>(model, SingleStage(model), mode, batch, p), whole, 1e-10);
+      }
+    }
+  }
+}
+
+TEST_P(FamilyTest, RecomputeFullEqualsNoneBitForBit) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  const Batch batch = RandomBatch(2, 90, model.vocab_size(), 32);
+  const Partition p = EqualPartition(90, 3);
+  const StepResult none = RunStep<double>(model, SingleStage(model), Recompute::kNone, batch, p);
+  const StepResult full = RunStep<double>(model, SingleStage(model), Recompute::kFull, batch, p);
+  EXPECT_EQ(none.loss, full.loss);
+  EXPECT_EQ(none.grads, full.grads);
+}
+
+TEST_P(FamilyTest, StagesEqualOneProcess) {
+  const pb::ModelSpec model = SmallModel(GetParam());  // layer list of 6
+  const std::int64_t T = 75;
+  const Batch batch = RandomBatch(3, T, model.vocab_size(), 33);
+  const Partition p = AlphaPartition(model, T, 4, 1.0);
+  const StepResult whole = RunStep<double>(model, SingleStage(model), Recompute::kNone, batch, p);
+  for (int P : {2, 4}) {
+    Result<std::vector<StageLayers>> split = models::AssignStages(std::vector<double>(6, 1.0), P);
+    ASSERT_TRUE(split.ok()) << split.status().message();
+    SCOPED_TRACE("P " + std::to_string(P));
+    ExpectSameStep(RunStep<double>(model, *split, Recompute::kNone, batch, p), whole, 1e-12);
+  }
+}
+
+TEST_P(FamilyTest, SeveralSequencesPerMicrobatch) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  const std::int64_t T = 70;
+  const Batch three = RandomBatch(2, T, model.vocab_size(), 34, /*B=*/3);
+  Batch ones = three;
+  ones.microbatches = 6;
+  ones.microbatch_size = 1;
+  const StepResult reference =
+      RunStep<double>(model, SingleStage(model), Recompute::kNone, ones, MustPartition({0, T}));
+  for (int N : {1, 3}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    ExpectSameStep(RunStep<double>(model, {{0, 3}, {3, 6}}, Recompute::kNone, three,
+                                   EqualPartition(T, N)),
+                   reference, 1e-10);
+  }
+}
+
+TEST_P(FamilyTest, ParameterCountMatchesTheModel) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  TrackingAllocator alloc(0);
+  auto m = MakeStageModule<double>(model, SingleStage(model)[0], {.seed = 1}, &alloc);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  double count = 0;
+  for (const ParamRef<double>& p : (*m)->Parameters()) count += p.value->numel();
+  EXPECT_EQ(count, models::ModelParamCount(model));
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue11, FamilyTest, ::testing::ValuesIn(Families()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 // ---- split stages ---------------------------------------------------------------
 
