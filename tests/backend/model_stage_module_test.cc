@@ -676,17 +676,7 @@ TEST_F(ModuleErrorTest, WrongActivationsAreErrors) {
 
 TEST(ModelStageModuleFactoryTest, UnsupportedModelsAreOneLineErrors) {
   TrackingAllocator alloc(0);
-  auto mamba = models::ModelPreset("mamba3-tiny");
-  ASSERT_TRUE(mamba.ok());
-  auto m = MakeStageModule<double>(*mamba, {0, 2}, {.recompute = Recompute::kNone, .seed = 1}, &alloc);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), Status::Code::kInvalidInput);
-  EXPECT_NE(m.status().message().find("model.architecture"), std::string::npos);
-  auto hybrid = models::ModelPreset("gdn-hybrid-tiny");
-  ASSERT_TRUE(hybrid.ok());
-  m = MakeStageModule<double>(*hybrid, {0, 6}, {.recompute = Recompute::kNone, .seed = 1}, &alloc);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("softmax attention"), std::string::npos);
+  Result<std::unique_ptr<StageModule<double>>> m = Status::Internal("unset");
   pb::ModelSpec tied = SmallGdnModel(2);
   tied.set_untied_embeddings(false);
   m = MakeStageModule<double>(tied, {0, 4}, {.recompute = Recompute::kNone, .seed = 1}, &alloc);

@@ -142,14 +142,16 @@ TEST(LayerTimer, EveryKindAndModeGivesOnePositiveTimePerRepetition) {
 }
 
 TEST(LayerTimer, WhatTheBackendCannotRunIsAnError) {
-  Result<PassSamples> hybrid = TimeLayerPasses<float>(
-      *models::ModelPreset("gdn-hybrid-tiny"), LayerKind::kAttention, Recompute::kNone, 8, kQuick);
-  ASSERT_FALSE(hybrid.ok());
-  EXPECT_NE(hybrid.status().message().find("softmax attention"), std::string::npos);
-  Result<PassSamples> mamba = TimeLayerPasses<float>(
-      *models::ModelPreset("mamba3-tiny"), LayerKind::kRecurrence, Recompute::kNone, 8, kQuick);
-  ASSERT_FALSE(mamba.ok());
-  EXPECT_NE(mamba.status().message().find("model.architecture"), std::string::npos);
+  pb::ModelSpec tied = *models::ModelPreset("mamba3-tiny");
+  tied.set_untied_embeddings(false);
+  Result<PassSamples> unsupported =
+      TimeLayerPasses<float>(tied, LayerKind::kRecurrence, Recompute::kNone, 8, kQuick);
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_NE(unsupported.status().message().find("model.untied_embeddings"), std::string::npos);
+  Result<PassSamples> missing = TimeLayerPasses<float>(Tiny(), LayerKind::kAttention,
+                                                       Recompute::kNone, 8, kQuick);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("has no attention layer"), std::string::npos);
   EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 0, kQuick).ok());
   EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 4, {0, 1}).ok());
   EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 4, {1, -1}).ok());
