@@ -249,6 +249,29 @@ TEST(TrainCli, SequenceShorterThanTheChunks) {
   ExpectOneLine(f, "seq_len 40 cannot be cut into 8 non-empty chunks");
 }
 
+// Issue 11's bad input: a GQA group that does not divide the heads, a
+// microbatch size out of range, a chunk count the sequence cannot hold.
+TEST(TrainCli, BadFamilyInputIsOneLineAndExitTwo) {
+  const std::string path = TempPrefix("gqa.textproto");
+  {
+    std::ofstream out(path);
+    out << "model_preset: \"gdn-hybrid-tiny\"\nmodel { attn_heads: 3 gqa_group_size: 2 }\n"
+           "cluster_preset: \"cpu\"\nparallel { pipeline_size: 1 microbatches: 1 }\n"
+           "seq_len: 64\nschedule { policy: \"stateflow\" chunks: 2 }\n";
+  }
+  Finished f = RunFor(Train({"--scenario", path, "--steps", "1"}), TempPrefix("gqa"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "model.attn_heads");
+  f = RunFor(Train({"--steps", "1", "-B", "0"}), TempPrefix("mbs0"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "--microbatch-size");
+  f = RunFor(Train({"--steps", "1", "--model", "mamba3-tiny", "-T", "6", "-N", "8"}),
+             TempPrefix("empty-chunk"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "non-empty chunks");
+  std::filesystem::remove(path);
+}
+
 TEST(TrainCli, NonFiniteLossStopsEveryRankWithTheStepNumber) {
   const Finished f = RunFor(Mpirun(2, Train({"--lr", "1e30", "--steps", "20", "-T", "64"})),
                             TempPrefix("nan"));
