@@ -28,15 +28,19 @@
 
 namespace stateflow::backend {
 
-// The tokens of one step: M microbatches of one sequence of T + 1 byte-level
-// tokens each (inputs are [0, T), targets are [1, T + 1)).
+// The tokens of one step: M microbatches of B sequences (microbatch_size) of
+// T + 1 byte-level tokens each (inputs are [0, T), targets are [1, T + 1)).
 struct Batch {
   int microbatches = 0;             // M
+  int microbatch_size = 1;          // B
   std::int64_t seq_len = 0;         // T
-  std::vector<std::int32_t> tokens; // (M, T + 1)
+  std::vector<std::int32_t> tokens; // (M, B, T + 1)
 
-  const std::int32_t* inputs(int a) const { return tokens.data() + a * (seq_len + 1); }
-  const std::int32_t* targets(int a) const { return inputs(a) + 1; }
+  // Sequence b of microbatch a.
+  const std::int32_t* inputs(int a, int b = 0) const {
+    return tokens.data() + (static_cast<std::int64_t>(a) * microbatch_size + b) * (seq_len + 1);
+  }
+  const std::int32_t* targets(int a, int b = 0) const { return inputs(a, b) + 1; }
 };
 
 // A parameter and its gradient, for the optimizer.
@@ -55,23 +59,26 @@ class StageModule {
   virtual bool is_first() const = 0;  // holds the embedding
   virtual bool is_last() const = 0;   // holds the head (norm, output, loss)
   virtual std::int64_t hidden_size() const = 0;
+  virtual int microbatch_size() const = 0;  // B
 
   // Starts a step over `batch` cut by `partition`. Every token's loss is
-  // multiplied by `loss_scale` (1 / (M * T) for a mean). REQUIRES: the
-  // previous step's chunks all ran backward.
+  // multiplied by `loss_scale` (1 / (M * B * T) for a mean). REQUIRES: the
+  // previous step's chunks all ran backward. Error: a batch whose
+  // microbatch_size is not the module's.
   virtual Status BeginStep(const Batch* batch, const schedule::Partition* partition,
                            double loss_scale) = 0;
 
-  // Forward of chunk i of microbatch a. `x` is the (s_i, hidden) activation
-  // from the previous stage (nullptr on the first stage, which embeds the
-  // batch's tokens). Returns the (s_i, hidden) output for the next stage, or
-  // an empty tensor on the last stage (which adds the chunk's scaled loss to
-  // the step's loss).
+  // Forward of chunk i of microbatch a. `x` is the (B * s_i, hidden)
+  // activation from the previous stage (rows sequence-major: row b s_i + t is
+  // token t of the chunk in sequence b; nullptr on the first stage, which
+  // embeds the batch's tokens). Returns the (B * s_i, hidden) output for the
+  // next stage, or an empty tensor on the last stage (which adds the chunk's
+  // scaled loss to the step's loss).
   virtual Result<Tensor<T>> Forward(int microbatch, int chunk, const Tensor<T>* x) = 0;
 
   // Backward of chunk i of microbatch a. `dy` is the gradient of the output
   // from the next stage (nullptr on the last stage). Adds into the parameter
-  // gradients. Returns the (s_i, hidden) gradient of the input for the
+  // gradients. Returns the (B * s_i, hidden) gradient of the input for the
   // previous stage, or an empty tensor on the first stage. Frees the chunk's
   // saved tensors and its input boundary state.
   virtual Result<Tensor<T>> Backward(int microbatch, int chunk, const Tensor<T>* dy) = 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A PyTorch reference of the backend's Gated DeltaNet model, built from torch
-ops with autograd: the same network (backend/model/gdn_stage_module.h,
+ops with autograd: the same network (backend/model/model_stage_module.h,
 backend/layers/gdn_layer.h), the same loss (the mean token cross-entropy of
 the step's M T tokens) and the same AdamW (backend/train/adamw.h), started
 from the weights and fed the tokens that `stateflow train --dump-weights`

@@ -55,10 +55,6 @@ double Pairs(std::int64_t c, std::int64_t s) {
   return cd * sd + sd * sd / 2;
 }
 
-double KernelBlocks(std::int64_t s) {
-  return std::ceil(static_cast<double>(s) / kKernelBlockTokens);
-}
-
 }  // namespace
 
 Result<pb::PrecisionSpec> PrecisionForDtype(std::string_view dtype) {
@@ -129,13 +125,6 @@ void CostModel::FillTables() {
     t.bwd_pair = f.bwd_pair / tp;
     t.params = LayerParamCount(model_, kind) / tp;
     t.stored_per_token = StoredElemsNoRecompute(model_, kind).Bytes(act, tp);
-    // Scratch estimates: Mamba-3 only (layer_formulas.h).
-    const ScratchBytes fwd = ForwardScratch(model_, kind, act, tp);
-    const ScratchBytes bwd = BackwardScratch(model_, kind, act, tp);
-    t.fwd_scratch_per_token = fwd.per_token;
-    t.fwd_scratch_per_block = fwd.per_kernel_block;
-    t.bwd_scratch_per_token = bwd.per_token;
-    t.bwd_scratch_per_block = bwd.per_kernel_block;
     t.boundary_bytes = BoundaryStateBytesPerSequence(model_, kind, act, tp);
     if (kind == LayerKind::kAttention) {
       t.kv_per_token = 2.0 * KvHeads(model_) * model_.attn_head_dim() * act / tp;
@@ -310,12 +299,6 @@ double CostModel::OptimizerBytes(int l) const {
   return ParamCount(l) * precision_.optimizer_bytes();
 }
 
-double CostModel::IntermediateBytes(int l, std::int64_t s) const {
-  const double input_per_token =
-      model_.hidden_size() * precision_.activation_bytes();
-  return Tokens(s) * (Table(l).stored_per_token - input_per_token);
-}
-
 double CostModel::StoredActivationBytes(int l, std::int64_t s) const {
   if (layers_[l] == LayerKind::kEmbedding) return 0;
   if (Recomputed(l)) {  // only the layer's input
@@ -370,10 +353,10 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
     }
     case LayerKind::kHead: return HeadForwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      if (model_.architecture() != "mamba3") {
-        return GdnLayerForwardMemory(model_, b, Recomputed(l));
+      if (model_.architecture() == "mamba3") {
+        return Mamba3LayerForwardMemory(model_, b, Recomputed(l));
       }
-      return CoarseForwardMemory(l, s);
+      return GdnLayerForwardMemory(model_, b, Recomputed(l));
     case LayerKind::kAttention: return AttentionLayerForwardMemory(model_, b, Recomputed(l));
   }
   return {};
@@ -386,47 +369,13 @@ MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
     case LayerKind::kEmbedding: return {};  // a scatter-add into its gradient
     case LayerKind::kHead: return HeadBackwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      if (model_.architecture() != "mamba3") {
-        return GdnLayerBackwardMemory(model_, b, Recomputed(l));
+      if (model_.architecture() == "mamba3") {
+        return Mamba3LayerBackwardMemory(model_, b, Recomputed(l));
       }
-      return CoarseBackwardMemory(l, s);
+      return GdnLayerBackwardMemory(model_, b, Recomputed(l));
     case LayerKind::kAttention: return AttentionLayerBackwardMemory(model_, b, Recomputed(l));
   }
   return {};
-}
-
-// Mamba-3's (which the backend does not implement yet): stored tensors, then
-// the scratch (under full recompute also every intermediate, dropped at the
-// end), then the output.
-MemorySegment CostModel::CoarseForwardMemory(int l, std::int64_t s) const {
-  const KindTable& t = Table(l);
-  const double scratch =
-      Tokens(s) * t.fwd_scratch_per_token +
-      options_.microbatch_size * KernelBlocks(s) * t.fwd_scratch_per_block +
-      (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
-  MemorySegment seg;
-  seg.Add(BufferClass::kActivations, StoredActivationBytes(l, s));
-  seg.Add(BufferClass::kWorkspace, scratch);
-  seg.Add(BufferClass::kWorkspace, BoundaryActivationBytes(s));
-  seg.Add(BufferClass::kWorkspace, -scratch);
-  return seg;
-}
-
-// The scratch, one gradient per stored tensor (same shapes) and, under full
-// recompute, the replayed intermediates, all alive at once (an upper bound);
-// then the input gradient; then the stored tensors go.
-MemorySegment CostModel::CoarseBackwardMemory(int l, std::int64_t s) const {
-  const KindTable& t = Table(l);
-  const double scratch =
-      Tokens(s) * t.bwd_scratch_per_token +
-      options_.microbatch_size * KernelBlocks(s) * t.bwd_scratch_per_block +
-      Tokens(s) * t.stored_per_token + (Recomputed(l) ? IntermediateBytes(l, s) : 0.0);
-  MemorySegment seg;
-  seg.Add(BufferClass::kWorkspace, scratch);
-  seg.Add(BufferClass::kWorkspace, BoundaryActivationBytes(s));
-  seg.Add(BufferClass::kWorkspace, -scratch);
-  seg.Add(BufferClass::kActivations, -StoredActivationBytes(l, s));
-  return seg;
 }
 
 double CostModel::ForwardWorkspaceBytes(int l, std::int64_t s) const {

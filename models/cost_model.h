@@ -149,10 +149,10 @@ class CostModel {
   // allocates and frees: what it saves (kActivations), its transient tensors
   // (kWorkspace), logits slices (kLogits); it ends holding its output (t, h)
   // in kWorkspace (the head: nothing). Its input, boundary states and K/V
-  // buffers are the stage's (memory_model.h). GDN and attention layers, the
-  // head and the embedding list the backend's tensors one by one; Mamba-3
-  // blocks, which the backend does not implement, use the scratch estimates
-  // of docs/cost-model.md section 3.
+  // buffers are the stage's (memory_model.h). Every layer kind lists the
+  // backend's tensors one by one (layer_formulas.h: GDN, Mamba-3 and
+  // attention layers, the head; the embedding's one output here), as
+  // docs/cost-model.md section 3 lists them.
   MemorySegment ForwardMemory(int l, std::int64_t s) const;
   // Its backward, including a recompute's replay: frees what the forward
   // saved and ends holding the input gradient (t, h) (the embedding: nothing).
@@ -175,9 +175,6 @@ class CostModel {
     double fwd_token = 0, fwd_pair = 0, bwd_token = 0, bwd_pair = 0;  // FLOPs
     double params = 0;
     double stored_per_token = 0;  // bytes, no recompute
-    // Mamba-3 blocks only (no backend to list tensors from).
-    double fwd_scratch_per_token = 0, fwd_scratch_per_block = 0;  // bytes
-    double bwd_scratch_per_token = 0, bwd_scratch_per_block = 0;  // bytes
     double boundary_bytes = 0;
     double kv_per_token = 0;  // bytes, activation precision
   };
@@ -189,13 +186,6 @@ class CostModel {
   double KernelTime(double flops, double min_bytes, std::int64_t s) const;
   double MinForwardBytes(int l, std::int64_t s) const;
   double MinBackwardBytes(int l, std::int64_t s) const;
-  // Tensors that forward makes beyond the layer's input (what full recompute
-  // re-creates), for s tokens of the microbatch.
-  double IntermediateBytes(int l, std::int64_t s) const;
-  // ForwardMemory / BackwardMemory of the Mamba-3 blocks: their stored
-  // tensors, scratch estimate and output, all alive at once.
-  MemorySegment CoarseForwardMemory(int l, std::int64_t s) const;
-  MemorySegment CoarseBackwardMemory(int l, std::int64_t s) const;
   double Tokens(std::int64_t s) const {
     return static_cast<double>(s) * options_.microbatch_size;
   }

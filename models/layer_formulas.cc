@@ -26,6 +26,7 @@ constexpr double kGateFlops = 10;  // per head: softplus/sigmoid/exp of gates
 
 struct Dims {
   double h, m, vocab, n, dk, dv, dp, ds, G, d_in, w, C, hq, hkv, d;
+  double na;  // Mamba-3 rotary angles per head (MambaRopeAngles)
 };
 
 Dims DimsOf(const pb::ModelSpec& model) {
@@ -45,6 +46,7 @@ Dims DimsOf(const pb::ModelSpec& model) {
   x.hq = model.attn_heads();
   x.hkv = KvHeads(model);
   x.d = model.attn_head_dim();
+  x.na = MambaRopeAngles(model);
   return x;
 }
 
@@ -83,30 +85,32 @@ double GdnReplayFlops(const Dims& x) {
   return x.n * (2 * x.C * (x.dk + x.dv) + 4 * x.dk * x.dv);
 }
 
+// Mamba-3 (backend/layers/mamba3_layer.h): the eight input projections
+// (z, x, B, C, dt, A, trapezoid, angles) and out_proj; the gates; the B and C
+// norms; per head the biases and rotary of q and k and the angle scan; the D
+// skip and SiLU gate.
 double MambaDenseFlops(const Dims& x) {
-  const double bc = x.G * x.ds;  // B or C channels
-  const double proj = 2 * x.h * (2 * x.d_in + 2 * bc + 2 * x.n + bc / 2) +
+  const double proj = 2 * x.h * (2 * x.d_in + 2 * x.ds + 3 * x.n + x.na) +
                       2 * x.d_in * x.h;
-  const double conv_channels = x.d_in + 2 * bc;
-  const double conv = (2 * x.w + kSiluFlops + 1) * conv_channels;
-  const double bc_prep = (kNormFlops + kRotaryFlops + 1) * 2 * bc;
-  const double out_norm = (kNormFlops + kSiluFlops + 1) * x.d_in;
-  const double skip = 2 * x.d_in;
-  return proj + conv + kGateFlops * x.n + bc_prep + out_norm + skip;
+  const double bc_norm = kNormFlops * 2 * x.ds;
+  const double qk_prep = 2 * x.n * (x.ds + kRotaryFlops * 2 * x.na);  // bias, rotary
+  const double angles = 2 * x.n * x.na;                                // theta dt, sum
+  const double out_gate = (2 + kSiluFlops + 1) * x.d_in;               // + D x, silu, *
+  return proj + kGateFlops * x.n + bc_norm + qk_prep + angles + out_gate;
 }
 
-// SSD-style chunked scan with Mamba-3's trapezoidal mask, per token.
+// The chunkwise Mamba-3 core (CountMamba3CoreFlops in
+// backend/kernels/mamba3_core.h) per token, all heads: per block of C tokens
+// 2 C^2 (ds + dp) + 4 C ds dp + 4 ds dp.
 double MambaCoreFlops(const Dims& x) {
-  const double per_group = 2 * x.C * x.ds;  // C B^T within a block
-  const double per_head = 2 * x.C            // decay/trapezoid mask
-                          + 2 * x.C * x.dp    // (C B^T o L) X
-                          + 4 * x.ds * x.dp    // block state B^T X, output C S
-                          + 2 * x.ds * x.dp / x.C;  // state passing
-  return x.G * per_group + x.n * per_head;
+  return x.n * (2 * x.C * (x.ds + x.dp) + 4 * x.ds * x.dp + 4 * x.ds * x.dp / x.C);
 }
 
+// What the core's backward does beyond twice the forward: the block states
+// replayed from S_in (2 C ds dp + 4 ds dp per block) and Q K^T recomputed
+// (2 C^2 ds per block), per token.
 double MambaReplayFlops(const Dims& x) {
-  return x.n * (2 * x.ds * x.dp + 2 * x.ds * x.dp / x.C);
+  return x.n * (2 * x.ds * x.dp + 4 * x.ds * x.dp / x.C + 2 * x.C * x.ds);
 }
 
 double AttentionDenseFlops(const Dims& x) {
@@ -173,18 +177,15 @@ void AddGdnElems(const Dims& x, TokenElems* e) {
   e->sharded_stat += 3 * x.n;  // q, k L2 norms and output norm, per head
 }
 
+// Mamba3LayerSaved beyond BlockCommonElems (backend/layers/mamba3_layer.h).
 void AddMambaElems(const Dims& x, TokenElems* e) {
-  const double bc = x.G * x.ds;
-  const double xbc = x.d_in + 2 * bc;
-  e->sharded += x.d_in        // z (gate)
-                + xbc         // conv inputs
-                + 2 * x.n + bc / 2  // dt, lambda, angle projections
-                + xbc         // conv outputs
-                + 2 * bc      // B, C after norm, bias and rotation
-                + 2 * x.n     // dt, lambda after activation
-                + x.d_in      // scan output
-                + x.d_in;     // gated-norm output (out_proj input)
-  e->sharded_stat += 3 * x.G;  // gated-norm and B, C norm rstd
+  e->sharded += 4 * x.d_in    // z, x, core output, out_proj input
+                + 6 * x.n     // dt, A's projection, lambda, a, gamma, beta
+                + 2 * x.n * x.ds;  // rotated q, k per head
+  e->replicated += 2 * x.ds   // B, C projections (one group, all heads)
+                   + x.na;    // angle rates
+  e->replicated_stat += 2;    // B, C norms' 1/rms
+  e->sharded_stat += x.n * x.na;  // running angles per head
 }
 
 // AttentionLayerSaved (backend/layers/attention_layer.h) beyond the common
@@ -464,6 +465,152 @@ MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorByt
   return ev.segment();
 }
 
+// ---- Mamba-3 memory events (backend/layers/mamba3_layer.cc) ----
+
+namespace {
+
+// Per-token sizes of one Mamba-3 layer on one TP rank (the legend of
+// backend/layers/mamba3_layer.h): C hidden, N state dim and Na angles (one
+// B/C group: replicated), the rest split by TP.
+struct MambaSizes {
+  double C, F, H, HP, HN, HNa, N, Na;
+  MambaSizes(const Dims& x, int tp)
+      : C(x.h), F(x.m / tp), H(x.n / tp), HP(x.n * x.dp / tp),
+        HN(x.n * x.ds / tp), HNa(x.n * x.na / tp), N(x.ds), Na(x.na) {}
+};
+
+// Mamba3Layer::MixerInputsForward.
+void MambaMixerInputsForward(const MambaSizes& d, BufferClass saved, Events* ev) {
+  ev->Act(saved, d.C);      // xn
+  ev->Stat(saved, 1);       // rstd1
+  ev->Act(saved, d.HP);     // z
+  ev->Act(saved, d.HP);     // xv
+  ev->Act(saved, d.N);      // Bp
+  ev->Act(saved, d.N);      // Cp
+  ev->Act(saved, d.H);      // dt
+  ev->Act(saved, d.H);      // ddA
+  ev->Act(saved, d.H);      // lam
+  ev->Act(saved, d.Na);     // theta
+  ev->Stat(saved, 1);       // B_rstd
+  ev->Stat(saved, 1);       // C_rstd
+  ev->Act(kWs, d.N);        // Bn
+  ev->Act(kWs, d.N);        // Cn
+  ev->Stat(saved, d.HNa);   // phi
+  ev->Act(saved, d.HN);     // q
+  ev->Act(saved, d.HN);     // k
+  ev->Act(saved, d.H);      // a
+  ev->Act(saved, d.H);      // gamma
+  ev->Act(saved, d.H);      // beta
+  ev->FreeAct(kWs, 2 * d.N);  // Cn, Bn
+}
+
+// Mamba3Layer::ForwardPass after the input copy; ends holding the output y.
+void MambaForwardPass(const MambaSizes& d, BufferClass saved, Events* ev) {
+  MambaMixerInputsForward(d, saved, ev);
+  ev->Act(saved, d.HP);     // o = Mamba3Core(...)
+  // MixerOutputForward.
+  ev->Act(saved, d.HP);     // gated
+  ev->Act(kWs, d.HP);       // silu_z
+  ev->Act(saved, d.C);      // h
+  ev->FreeAct(kWs, d.HP);   // silu_z
+  // MlpForward (as GDN's).
+  ev->Act(saved, d.C);      // hn
+  ev->Stat(saved, 1);       // rstd2
+  ev->Act(saved, d.F);      // mlp_gate
+  ev->Act(saved, d.F);      // mlp_up
+  ev->Act(kWs, d.F);        // prod
+  ev->Act(kWs, d.C);        // y
+  ev->FreeAct(kWs, d.F);    // prod
+}
+
+// Frees what MambaForwardPass made in class `saved` (everything but x and y).
+void FreeMambaSaved(const MambaSizes& d, BufferClass saved, Events* ev) {
+  // xn, h, hn; z, xv, o, gated; Bp, Cp; dt, ddA, lam, a, gamma, beta; theta;
+  // q, k; mlp gate, up.
+  ev->FreeAct(saved, 3 * d.C + 4 * d.HP + 2 * d.N + 6 * d.H + d.Na + 2 * d.HN + 2 * d.F);
+  // rstd1, rstd2, B_rstd, C_rstd; phi.
+  ev->FreeStat(saved, 4 + d.HNa);
+}
+
+// Mamba3Layer::BackwardPass: from dy (the caller's) to dx, left allocated.
+void MambaBackwardPass(const MambaSizes& d, double core_ws_bytes, Events* ev) {
+  // MlpBackward.
+  ev->Act(kWs, d.C);           // d_hn
+  ev->Act(kWs, 2 * d.F);       // SwiGLU backward workspace (2, S, F)
+  ev->FreeAct(kWs, 2 * d.F);
+  ev->Act(kWs, d.C);           // dh (becomes dx)
+  ev->FreeAct(kWs, d.C);       // d_hn
+  // MixerOutputBackward.
+  ev->Act(kWs, d.HP);          // dgated
+  ev->Act(kWs, d.HP);          // silu_z
+  ev->Act(kWs, d.HP);          // dz
+  ev->Act(kWs, d.HP);          // d_o
+  ev->Act(kWs, d.HP);          // dxv
+  ev->FreeAct(kWs, 2 * d.HP);  // silu_z, dgated
+  // CoreBackward.
+  ev->Act(kWs, d.HN);          // dq
+  ev->Act(kWs, d.HN);          // dk
+  ev->Act(kWs, d.HP);          // dv
+  ev->Act(kWs, d.H);           // da
+  ev->Act(kWs, d.H);           // dgamma
+  ev->Act(kWs, d.H);           // dbeta
+  ev->Bytes(kWs, core_ws_bytes);   // the replayed block states of one sequence
+  ev->Bytes(kWs, -core_ws_bytes);
+  ev->FreeAct(kWs, 2 * d.HP);  // dv, d_o
+  // PrepBackward.
+  ev->Act(kWs, d.H);           // ddt
+  ev->Stat(kWs, d.HNa);        // dphi
+  ev->Act(kWs, d.N);           // dBn
+  ev->Act(kWs, d.N);           // dCn
+  ev->FreeAct(kWs, 2 * d.HN);  // dk, dq
+  ev->Act(kWs, d.Na);          // dtheta
+  ev->FreeStat(kWs, d.HNa);    // dphi
+  ev->Act(kWs, d.H);           // ddA
+  ev->Act(kWs, d.H);           // dtrap
+  ev->FreeAct(kWs, 3 * d.H);   // dbeta, dgamma, da
+  ev->Act(kWs, d.N);           // dBp
+  ev->Act(kWs, d.N);           // dCp
+  ev->FreeAct(kWs, 2 * d.N);   // dCn, dBn
+  // MixerInputsBackward.
+  ev->Act(kWs, d.C);           // dxn
+  ev->Act(kWs, d.C);           // part
+  ev->FreeAct(kWs, 2 * d.C);   // part, dxn
+  // The projections' gradients: dz, dxv, ddt, dBp, dCp, ddA, dtrap, dtheta.
+  ev->FreeAct(kWs, 2 * d.HP + 3 * d.H + 2 * d.N + d.Na);
+}
+
+}  // namespace
+
+MemorySegment Mamba3LayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                       bool recompute_full) {
+  const MambaSizes d(DimsOf(model), b.tensor_size);
+  Events ev(b);
+  ev.Act(kAct, d.C);  // x, the layer input, copied
+  const BufferClass saved = recompute_full ? kWs : kAct;
+  MambaForwardPass(d, saved, &ev);
+  if (recompute_full) FreeMambaSaved(d, saved, &ev);
+  return ev.segment();
+}
+
+MemorySegment Mamba3LayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                        bool recompute_full) {
+  const Dims x = DimsOf(model);
+  const MambaSizes d(x, b.tensor_size);
+  // Mamba3CoreBackwardWorkspaceSize: the states entering each kernel block of
+  // every head (on this TP rank) of one sequence.
+  const double core_ws = d.H * std::ceil(b.seq_tokens / x.C) * x.dp * x.ds * b.stat();
+  Events ev(b);
+  if (recompute_full) {
+    MambaForwardPass(d, kWs, &ev);  // the replay, then its unused output
+    ev.FreeAct(kWs, d.C);
+  }
+  MambaBackwardPass(d, core_ws, &ev);
+  const BufferClass saved = recompute_full ? kWs : kAct;
+  FreeMambaSaved(d, saved, &ev);
+  ev.FreeAct(kAct, d.C);  // x
+  return ev.segment();
+}
+
 MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b) {
   const Dims x = DimsOf(model);
   const double slice = std::min<double>(kLossVocabSlice, x.vocab / b.tensor_size);
@@ -500,6 +647,12 @@ double MambaInner(const pb::ModelSpec& model) {
   return static_cast<double>(model.num_heads()) * model.head_dim_v();
 }
 
+double MambaRopeAngles(const pb::ModelSpec& model) {
+  int split = static_cast<int>(model.state_dim() * kMambaRopeFraction);
+  if (split % 2 != 0) --split;
+  return split / 2;
+}
+
 double MlpAndNormsParamCount(const pb::ModelSpec& model) {
   const Dims x = DimsOf(model);
   return 3 * x.h * x.m + 2 * x.h;
@@ -510,13 +663,11 @@ double MixerParamCount(const pb::ModelSpec& model, LayerKind kind) {
   if (kind == LayerKind::kAttention) {
     return x.h * (x.hq * x.d + 2 * x.hkv * x.d) + x.hq * x.d * x.h;
   }
-  if (IsMamba(model)) {
-    const double bc = x.G * x.ds;
-    return x.h * (2 * x.d_in + 2 * bc + 2 * x.n + bc / 2)  // in_proj
-           + (x.w + 1) * (x.d_in + 2 * bc)                 // conv + bias
-           + 3 * x.n                                       // A_log, D, dt_bias
-           + 2 * x.ds + 2 * bc                              // B, C norms, biases
-           + x.d_in                                        // gated norm
+  if (IsMamba(model)) {  // backend/layers/mamba3_layer.h, no conv
+    return x.h * (2 * x.d_in + 2 * x.ds + 3 * x.n + x.na)  // in_proj
+           + 2 * x.n                                       // dt_bias, D
+           + 2 * x.ds                                      // B, C norms
+           + 2 * x.n * x.ds                                // B, C biases per head
            + x.d_in * x.h;                                 // out_proj
   }
   return x.h * x.n * (2 * x.dk + 2 * x.dv)  // q, k, v, output gate
@@ -568,42 +719,17 @@ TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind) {
   return e;
 }
 
-ScratchBytes ForwardScratch(const pb::ModelSpec& model, LayerKind kind,
-                            double activation_bytes, int tensor_size) {
-  const Dims x = DimsOf(model);
-  const double tp = tensor_size, stat = StatBytes(activation_bytes);
-  ScratchBytes b;
-  if (kind == LayerKind::kRecurrence && IsMamba(model)) {
-    b.per_token = x.G * x.C * stat / tp;                // C B^T per block
-    b.per_kernel_block = x.n * x.dp * x.ds * stat / tp;   // block states
-  }
-  return b;
-}
-
-ScratchBytes BackwardScratch(const pb::ModelSpec& model, LayerKind kind,
-                             double activation_bytes, int tensor_size) {
-  const Dims x = DimsOf(model);
-  const double tp = tensor_size, stat = StatBytes(activation_bytes);
-  ScratchBytes b = ForwardScratch(model, kind, activation_bytes, tensor_size);
-  if (kind == LayerKind::kRecurrence && IsMamba(model)) {
-    b.per_kernel_block += x.n * x.dp * x.ds * stat / tp;  // the replayed states' gradients
-  }
-  return b;
-}
-
 double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
                                      double activation_bytes,
                                      int tensor_size) {
   if (kind != LayerKind::kRecurrence) return 0;
   const Dims x = DimsOf(model);
   const double tp = tensor_size;
-  if (IsMamba(model)) {
-    const double bc = x.G * x.ds;
-    const double state = x.n * x.dp * x.ds * StatBytes(activation_bytes);
-    const double conv_tail = (x.w - 1) * (x.d_in + 2 * bc) * activation_bytes;
-    const double carry = (x.d_in + bc) * activation_bytes     // last x and B
-                         + bc / 2 * StatBytes(activation_bytes);  // rotation angle
-    return (state + conv_tail + carry) / tp;
+  if (IsMamba(model)) {  // Mamba3State: angle, S (statistics); k, v
+    const double stat = StatBytes(activation_bytes);
+    const double angle_and_state = x.n * (x.na + x.dp * x.ds) * stat;
+    const double carry = x.n * (x.ds + x.dp) * activation_bytes;  // last k, v
+    return (angle_and_state + carry) / tp;
   }
   const double state = x.n * x.dk * x.dv * StatBytes(activation_bytes);
   const double conv_tail =

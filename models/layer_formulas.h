@@ -32,6 +32,11 @@ inline double StatBytes(double activation_bytes) {
 
 // Mamba-3 inner width d_in = heads * head_dim (= 2 * hidden in the presets).
 double MambaInner(const pb::ModelSpec& model);
+// Mamba-3's rope_fraction (the official module's default, mamba_ssm/modules/
+// mamba3.py) and its rotary angles per head: floor(state_dim * fraction)
+// rounded down to even, halved (backend Mamba3RopeAngles).
+inline constexpr double kMambaRopeFraction = 0.5;
+double MambaRopeAngles(const pb::ModelSpec& model);
 
 // Parameters of a block's mixer (recurrence or attention, by `kind`), and of
 // its MLP plus its two RMSNorms. REQUIRES: kind is kRecurrence or kAttention.
@@ -69,21 +74,6 @@ struct TokenElems {
 // sliced). The embedding saves nothing (its token ids belong to the batch).
 TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind);
 
-// Kernel scratch of one call of the layer kinds the backend does not
-// implement (Mamba-3 recurrence), beside the stored tensors: per token, and
-// per kernel block of T_C tokens (the recurrence kernels' per-block states),
-// in bytes for one sequence and TP degree `tensor_size`. 0 for the other
-// kinds, whose transient tensors are listed one by one
-// (GdnLayerForwardMemory, AttentionLayerForwardMemory, HeadForwardMemory, ...).
-struct ScratchBytes {
-  double per_token = 0;
-  double per_kernel_block = 0;
-};
-ScratchBytes ForwardScratch(const pb::ModelSpec& model, LayerKind kind,
-                            double activation_bytes, int tensor_size);
-ScratchBytes BackwardScratch(const pb::ModelSpec& model, LayerKind kind,
-                             double activation_bytes, int tensor_size);
-
 // The sizes every tensor of a layer's memory events is built from: `tokens`
 // rows (t = microbatch_size * s), `seq_tokens` = s (kernels that work one
 // sequence at a time), element bytes and the TP degree.
@@ -110,6 +100,11 @@ MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorByte
                                     bool recompute_full);
 MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                      bool recompute_full);
+// Mamba-3 layer (Mamba3Layer::Forward / Backward), likewise.
+MemorySegment Mamba3LayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                       bool recompute_full);
+MemorySegment Mamba3LayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                        bool recompute_full);
 // Attention layer (AttentionLayer::Forward / Backward); recompute_full saves
 // only the layer input and replays the forward inside the backward, reading
 // K and V from the K/V buffer. The K/V buffer and its gradient accumulator
@@ -124,9 +119,10 @@ MemorySegment AttentionLayerBackwardMemory(const pb::ModelSpec& model,
 MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 
-// The recurrent state (StatBytes) plus short-convolution tail (and, for
-// Mamba-3, the previous-token carry) of one sequence, in bytes, after TP. 0
-// for other kinds.
+// The boundary state of one sequence, in bytes, after TP: for GDN the
+// recurrent state (StatBytes) plus the short-convolution tails; for Mamba-3
+// the running angle and the SSM state (StatBytes) plus the last token's k and
+// v. 0 for other kinds.
 double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
                                      double activation_bytes, int tensor_size);
 

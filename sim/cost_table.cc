@@ -208,7 +208,14 @@ Result<double> CostTableIndex::Time(models::LayerKind kind, std::string_view pas
 }
 
 Status CheckCostTableModel(const pb::CostTable& table, const pb::ModelSpec& model,
-                           std::string_view source) {
+                           std::string_view source, int microbatch_size) {
+  const std::uint32_t measured = std::max(1u, table.microbatch_size());
+  if (measured != static_cast<std::uint32_t>(microbatch_size)) {
+    return Status::Invalid(std::string(source) + ": measured at microbatch_size " +
+                           std::to_string(measured) + ", the scenario's is " +
+                           std::to_string(microbatch_size) +
+                           " (profile with the scenario's parallel.microbatch_size)");
+  }
   namespace gp = google::protobuf;
   const gp::Descriptor* d = pb::ModelSpec::descriptor();
   for (int f = 0; f < d->field_count(); ++f) {

@@ -54,9 +54,10 @@ class CostTableIndex {
 };
 
 // Checks that the table was measured on a model with the same layer shapes as
-// `model` (the name may differ). The error names the first differing field.
+// `model` (the name may differ) and at the scenario's `microbatch_size`. The
+// error names the first differing field.
 Status CheckCostTableModel(const pb::CostTable& table, const pb::ModelSpec& model,
-                           std::string_view source);
+                           std::string_view source, int microbatch_size);
 
 // "embedding", "recurrence", "attention", "head".
 std::string_view CostKindName(models::LayerKind kind);

@@ -71,6 +71,8 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("alpha", Optional(&f->alpha), ("partition: 0 equal, 1 FLOP-balanced, >1 more, in " +
                                       models::RangeText(models::kAlpha)).c_str())
       ("microbatches,M", Optional(&f->microbatches), Help("M, microbatches per step", models::kMicrobatches).c_str())
+      ("microbatch-size,B", Optional(&f->microbatch_size),
+       Help("B, sequences per microbatch (parallel.microbatch_size)", models::kMicrobatchSize).c_str())
       ("stages,P", Optional(&f->stages), Help("P, pipeline stages", models::kPipelineSize).c_str())
       ("tensor-parallel", Optional(&f->tensor_size), Help("TP degree", models::kTensorSize).c_str())
       ("seq-len,T", Optional(&f->seq_len), Help("T, tokens per sequence", models::kSeqLen).c_str())
@@ -97,6 +99,7 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
                                           std::string_view default_name) {
   SF_RETURN_IF_ERROR(CheckFlag("chunks", f.chunks, models::kChunks));
   SF_RETURN_IF_ERROR(CheckFlag("microbatches", f.microbatches, models::kMicrobatches));
+  SF_RETURN_IF_ERROR(CheckFlag("microbatch-size", f.microbatch_size, models::kMicrobatchSize));
   SF_RETURN_IF_ERROR(CheckFlag("stages", f.stages, models::kPipelineSize));
   SF_RETURN_IF_ERROR(CheckFlag("tensor-parallel", f.tensor_size, models::kTensorSize));
   SF_RETURN_IF_ERROR(CheckFlag("seq-len", f.seq_len, models::kSeqLen));
@@ -128,6 +131,9 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
     for (auto& b : *s.mutable_baselines()) b.set_recompute(f.recompute);
   }
   if (f.microbatches) s.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(*f.microbatches));
+  if (f.microbatch_size) {
+    s.mutable_parallel()->set_microbatch_size(static_cast<std::uint32_t>(*f.microbatch_size));
+  }
   if (f.stages) s.mutable_parallel()->set_pipeline_size(static_cast<std::uint32_t>(*f.stages));
   if (f.tensor_size) s.mutable_parallel()->set_tensor_size(static_cast<std::uint32_t>(*f.tensor_size));
   if (f.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*f.seq_len));

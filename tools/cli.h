@@ -59,6 +59,7 @@ struct ScenarioFlags {
   std::optional<long long> chunks;
   std::optional<double> alpha;
   std::optional<long long> microbatches;
+  std::optional<long long> microbatch_size;
   std::optional<long long> stages;
   std::optional<long long> tensor_size;
   std::optional<long long> seq_len;

@@ -1,5 +1,7 @@
 #include "tools/profile_jobs.h"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -138,8 +140,9 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
 }
 
 // Under mpirun -n K: every rank times the same layers at the same time and
-// writes its table to <job>.<rank>; the model comes from the CostTable at
-// <job> (written by LayersByMpirun).
+// writes its table to <job>.<rank>; the model, the microbatch size and the
+// attention chunks (samples of kind "attention" whose tokens and prefix say
+// what to time) come from the CostTable at <job> (written by LayersByMpirun).
 int RunLayersWorker(const std::string& job, const std::string& tokens_text,
                     const std::string& modes_text, const ProfileFlags& flags) {
   const int rank = EnvironmentRank();
@@ -151,8 +154,17 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   Result<pb::CostTable> spec = scenario::LoadCostTableFile(job);
   if (!spec.ok()) return FailOnRankZero(kName, spec.status());
   backend::SetKernelThreads(static_cast<int>(flags.threads.value_or(1)));
-  backend::ProfileRequest request{spec->model(), *tokens, {},
-                                  flags.dtype.empty() ? "float32" : flags.dtype, Timing(flags)};
+  backend::ProfileRequest request{.model = spec->model(),
+                                  .tokens = *tokens,
+                                  .attention_chunks = {},
+                                  .recompute = {},
+                                  .microbatch_size = static_cast<int>(std::max(1u, spec->microbatch_size())),
+                                  .dtype = flags.dtype.empty() ? "float32" : flags.dtype,
+                                  .timing = Timing(flags)};
+  for (const pb::CostSample& c : spec->samples()) {
+    request.attention_chunks.emplace_back(static_cast<std::int64_t>(c.tokens()),
+                                          static_cast<std::int64_t>(c.prefix()));
+  }
   for (const std::string& mode : *modes) request.recompute.push_back(*models::ParseRecompute(mode));
   Result<pb::CostTable> table = backend::ProfileLayers(request, nullptr);
   if (!table.ok()) return FailOnRankZero(kName, table.status());
@@ -173,6 +185,13 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
   pb::CostTable spec;
   *spec.mutable_model() = request.model;
   spec.set_dtype(request.dtype);
+  spec.set_microbatch_size(static_cast<std::uint32_t>(request.microbatch_size));
+  for (const auto& [s, c] : request.attention_chunks) {  // what to time, not timings
+    pb::CostSample* chunk = spec.add_samples();
+    chunk->set_layer_kind("attention");
+    chunk->set_tokens(static_cast<double>(s));
+    chunk->set_prefix(static_cast<double>(c));
+  }
   SF_RETURN_IF_ERROR(WriteFile(job, sim::CostTableText(spec)));
   const std::vector<std::string> argv = backend::MpirunArgv(
       flags.mpirun, ranks,

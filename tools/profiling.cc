@@ -18,9 +18,11 @@ namespace stateflow::tools {
 namespace {
 
 
-// Chunk lengths and recompute modes the configurations need.
+// Chunk lengths, attention's (length, prefix) chunks and recompute modes the
+// configurations need.
 struct Needs {
   std::set<std::int64_t> tokens;
+  std::set<std::pair<std::int64_t, std::int64_t>> attention;
   std::set<std::string> modes;
 };
 
@@ -34,7 +36,13 @@ Result<Needs> NeedsOf(const scenario::ResolvedScenario& scenario,
                       : Result<scenario::Configuration>(narrowed.status());
     if (!config.ok()) return config.status().WithPrefix(ConfigName(c));
     const schedule::Partition& partition = config->partition;
-    for (int i = 0; i < partition.num_chunks(); ++i) needs.tokens.insert(partition.length(i));
+    const std::vector<models::LayerKind> kinds = models::LayerList(narrowed->proto().model());
+    const bool attention =
+        std::find(kinds.begin(), kinds.end(), models::LayerKind::kAttention) != kinds.end();
+    for (int i = 0; i < partition.num_chunks(); ++i) {
+      needs.tokens.insert(partition.length(i));
+      if (attention) needs.attention.insert({partition.length(i), partition.start(i)});
+    }
     needs.modes.insert(
         std::string(models::RecomputeName(config->placement->cost_model.options().recompute)));
   }
@@ -42,11 +50,11 @@ Result<Needs> NeedsOf(const scenario::ResolvedScenario& scenario,
 }
 
 // Message sizes of the link ping-pong, in elements: one token's activation,
-// each chunk length's, and four times the largest.
-std::vector<std::int64_t> LinkElements(const Needs& needs, std::int64_t hidden) {
+// each chunk's (B sequences), and four times the largest.
+std::vector<std::int64_t> LinkElements(const Needs& needs, std::int64_t hidden, int B) {
   std::set<std::int64_t> elements = {hidden};
-  for (std::int64_t s : needs.tokens) elements.insert(s * hidden);
-  elements.insert(4 * *needs.tokens.rbegin() * hidden);
+  for (std::int64_t s : needs.tokens) elements.insert(B * s * hidden);
+  elements.insert(4 * B * *needs.tokens.rbegin() * hidden);
   return {elements.begin(), elements.end()};
 }
 
@@ -174,17 +182,22 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(resolved, configs));
   if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
   backend::SetKernelThreads(precision.threads);
-  backend::ProfileRequest request{scenario.model(),
-                                  {needs.tokens.begin(), needs.tokens.end()},
-                                  {},
-                                  precision.dtype,
-                                  Timing(flags)};
+  backend::ProfileRequest request{
+      .model = scenario.model(),
+      .tokens = {needs.tokens.begin(), needs.tokens.end()},
+      .attention_chunks = {needs.attention.begin(), needs.attention.end()},
+      .recompute = {},
+      .microbatch_size = static_cast<int>(scenario.parallel().microbatch_size()),
+      .dtype = precision.dtype,
+      .timing = Timing(flags)};
   for (const std::string& mode : needs.modes)
     request.recompute.push_back(*models::ParseRecompute(mode));
   ProgressBar bar("repetitions");
   if (log) {
-    *log << "stateflow profile: timing " << needs.tokens.size() << " chunk lengths x "
-         << needs.modes.size() << " recompute mode(s) of " << scenario.model().name() << "\n";
+    *log << "stateflow profile: timing " << needs.tokens.size() << " chunk lengths";
+    if (!needs.attention.empty()) *log << " (attention: " << needs.attention.size() << " length and prefix pairs)";
+    *log << " x " << needs.modes.size() << " recompute mode(s) of " << scenario.model().name()
+         << " at microbatch_size " << request.microbatch_size << "\n";
   }
   const int concurrent = static_cast<int>(flags.concurrent.value_or(1));
   pb::CostTable table;
@@ -207,7 +220,8 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   // After the layers, so that a model the backend cannot run fails first.
   SF_ASSIGN_OR_RETURN(
       LinkMeasurement link,
-      MeasureLink(LinkElements(needs, scenario.model().hidden_size()), flags, precision));
+      MeasureLink(LinkElements(needs, scenario.model().hidden_size(), request.microbatch_size),
+                  flags, precision));
   for (const pb::LinkSample& s : link.samples) *table.add_link_samples() = s;
   SF_ASSIGN_OR_RETURN(pb::LinkSpec fitted, backend::FitLink(link.samples));
   *table.mutable_link() = fitted;

@@ -100,7 +100,8 @@ int RunSimulate(int argc, char** argv) {
   if (!costs_path.empty()) {
     Result<pb::CostTable> table = scenario::LoadCostTableFile(costs_path);
     if (!table.ok()) return Fail(kName, table.status());
-    if (Status s = sim::CheckCostTableModel(*table, scenario.model(), costs_path); !s.ok()) {
+    if (Status s = sim::CheckCostTableModel(*table, scenario.model(), costs_path,
+                                            static_cast<int>(scenario.parallel().microbatch_size())); !s.ok()) {
       return Fail(kName, s);
     }
     Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, costs_path);

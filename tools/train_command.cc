@@ -16,7 +16,7 @@
 #include "common/files.h"
 #include "backend/comm/mpi.h"
 #include "backend/layers/gdn_layer.h"
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "backend/threading.h"
 #include "backend/train/run_dump.h"
 #include "backend/train/text_data.h"
@@ -219,8 +219,7 @@ Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
 template <typename T>
 backend::StageModuleFactory<T> GdnFactory(const Prepared& p) {
   return [&p](int, const models::StageLayers& layers, backend::TrackingAllocator* alloc) {
-    return backend::MakeGdnStageModule<T>(p.setup.model, layers, p.setup.recompute,
-                                          p.options.seed, alloc);
+    return backend::MakeStageModule<T>(p.setup.model, layers, {.recompute = p.setup.recompute, .seed = p.options.seed, .microbatch_size = p.setup.microbatch_size}, alloc);
   };
 }
 

@@ -114,7 +114,8 @@ Status WriteCostsOut(const pb::CostTable& table, const ValidateFlags& flags) {
 Result<Costs> LoadCosts(const pb::Scenario& scenario, const ValidateFlags& flags,
                         const Precision& precision) {
   SF_ASSIGN_OR_RETURN(pb::CostTable table, scenario::LoadCostTableFile(flags.costs_path));
-  SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, scenario.model(), flags.costs_path));
+  SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, scenario.model(), flags.costs_path,
+                                              static_cast<int>(scenario.parallel().microbatch_size())));
   if (!table.dtype().empty() && table.dtype() != precision.dtype) {
     return Status::Invalid(flags.costs_path + ": measured in " + table.dtype() +
                            " but the runs use " + precision.dtype + " (--dtype)");

@@ -51,12 +51,12 @@ GdnLayerDims GdnLayerDims::FromModel(const pb::ModelSpec& model) {
 template <typename T>
 Result<GdnState<T>> GdnState<T>::Zeros(TrackingAllocator& alloc,
                                        const GdnLayerDims& d,
-                                       BufferClass cls) {
+                                       int64_t batch, BufferClass cls) {
   GdnState s;
-  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {d.H, d.Dv, d.K}));
-  SF_ASSIGN_OR_RETURN(s.tail_q, Tensor<T>::Zeros(alloc, cls, {d.W - 1, d.HK()}));
-  SF_ASSIGN_OR_RETURN(s.tail_k, Tensor<T>::Zeros(alloc, cls, {d.W - 1, d.HK()}));
-  SF_ASSIGN_OR_RETURN(s.tail_v, Tensor<T>::Zeros(alloc, cls, {d.W - 1, d.HV()}));
+  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Dv, d.K}));
+  SF_ASSIGN_OR_RETURN(s.tail_q, Tensor<T>::Zeros(alloc, cls, {batch, d.W - 1, d.HK()}));
+  SF_ASSIGN_OR_RETURN(s.tail_k, Tensor<T>::Zeros(alloc, cls, {batch, d.W - 1, d.HK()}));
+  SF_ASSIGN_OR_RETURN(s.tail_v, Tensor<T>::Zeros(alloc, cls, {batch, d.W - 1, d.HV()}));
   return s;
 }
 
@@ -122,13 +122,13 @@ Result<Tensor<T>> GdnLayer<T>::New(BufferClass cls, Shape shape) {
 }
 
 template <typename T>
-Status GdnLayer<T>::CheckState(const GdnState<T>& s, const char* what) const {
+Status GdnLayer<T>::CheckState(const GdnState<T>& s, int64_t B, const char* what) const {
   const GdnLayerDims& d = dims_;
   const std::string w(what);
-  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".S").c_str(), s.S.shape(), {d.H, d.Dv, d.K}));
-  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".tail_q").c_str(), s.tail_q.shape(), {d.W - 1, d.HK()}));
-  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".tail_k").c_str(), s.tail_k.shape(), {d.W - 1, d.HK()}));
-  return CheckShape(layer_, (w + ".tail_v").c_str(), s.tail_v.shape(), {d.W - 1, d.HV()});
+  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".S").c_str(), s.S.shape(), {B, d.H, d.Dv, d.K}));
+  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".tail_q").c_str(), s.tail_q.shape(), {B, d.W - 1, d.HK()}));
+  SF_RETURN_IF_ERROR(CheckShape(layer_, (w + ".tail_k").c_str(), s.tail_k.shape(), {B, d.W - 1, d.HK()}));
+  return CheckShape(layer_, (w + ".tail_v").c_str(), s.tail_v.shape(), {B, d.W - 1, d.HV()});
 }
 
 // ---- forward ----------------------------------------------------------------
@@ -136,24 +136,31 @@ Status GdnLayer<T>::CheckState(const GdnState<T>& s, const char* what) const {
 template <typename T>
 Status GdnLayer<T>::Forward(Tensor<T>* y, GdnState<T>* state_out,
                             GdnLayerSaved<T>* saved, const Tensor<T>& x,
-                            const GdnState<T>& state_in,
+                            int64_t batch, const GdnState<T>& state_in,
                             models::Recompute recompute) {
   if (x.rank() != 2) {
     return CheckShape(layer_, "input x", x.shape(), {x.numel() / dims_.C, dims_.C});
   }
   SF_RETURN_IF_ERROR(CheckShape(layer_, "input x", x.shape(), {x.dim(0), dims_.C}));
-  SF_RETURN_IF_ERROR(CheckState(state_in, "state_in"));
+  if (batch < 1 || x.dim(0) % batch != 0) {
+    return Status::Invalid("layer " + std::to_string(layer_) + " (gdn layer): batch " +
+                           std::to_string(batch) + " does not divide the " +
+                           std::to_string(x.dim(0)) + " rows of input x");
+  }
+  SF_RETURN_IF_ERROR(CheckState(state_in, batch, "state_in"));
   if (state_out != nullptr) {
-    SF_ASSIGN_OR_RETURN(*state_out, GdnState<T>::Zeros(*alloc_, dims_,
+    SF_ASSIGN_OR_RETURN(*state_out, GdnState<T>::Zeros(*alloc_, dims_, batch,
                                                        BufferClass::kBoundaryStates));
   }
   *saved = GdnLayerSaved<T>{};
+  saved->batch = batch;
   SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
   if (recompute == models::Recompute::kNone) {
     return ForwardPass(y, state_out, saved, state_in, BufferClass::kActivations);
   }
   // kFull: run the forward with transient tensors, keep only x.
   GdnLayerSaved<T> transient;
+  transient.batch = batch;
   transient.x = std::move(saved->x);
   SF_RETURN_IF_ERROR(ForwardPass(y, state_out, &transient, state_in, kWs));
   saved->x = std::move(transient.x);
@@ -166,14 +173,18 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
                                 GdnLayerSaved<T>* s,
                                 const GdnState<T>& state_in, BufferClass cls) {
   const GdnLayerDims& d = dims_;
-  const int64_t S = s->x.dim(0);
+  const int64_t S = s->x.dim(0), B = s->batch, Ts = S / B;  // Ts tokens per sequence
   SF_RETURN_IF_ERROR(MixerInputsForward(s, state_out, state_in, cls));
   SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HV()}));
-  GdnCoreForward<T>(s->o.data(),
-                    state_out != nullptr ? state_out->S.data() : nullptr,
-                    s->q.data(), s->k.data(), s->v.data(), s->g.data(),
-                    s->beta.data(), state_in.S.data(), S, d.H, d.K, d.Dv,
-                    d.block_size);
+  const int64_t state = d.H * d.Dv * d.K;
+  for (int64_t b = 0; b < B; ++b) {
+    GdnCoreForward<T>(s->o.data() + b * Ts * d.HV(),
+                      state_out != nullptr ? state_out->S.data() + b * state : nullptr,
+                      s->q.data() + b * Ts * d.HK(), s->k.data() + b * Ts * d.HK(),
+                      s->v.data() + b * Ts * d.HV(), s->g.data() + b * Ts * d.H,
+                      s->beta.data() + b * Ts * d.H, state_in.S.data() + b * state, Ts,
+                      d.H, d.K, d.Dv, d.block_size);
+  }
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
   return MlpForward(y, s, cls);
 }
@@ -212,11 +223,12 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(s->v, New(cls, {S, d.HV()}));
-  ConvSiluForward(&act, state_out ? &state_out->tail_q : nullptr, s->q_in, kQConv, state_in.tail_q);
+  const int64_t B = s->batch;
+  ConvSiluForward(&act, state_out ? &state_out->tail_q : nullptr, s->q_in, B, kQConv, state_in.tail_q);
   L2NormForward<T>(s->q.data(), s->q_rnorm.data(), act.data(), S * d.H, d.K, q_scale, eps);
-  ConvSiluForward(&act, state_out ? &state_out->tail_k : nullptr, s->k_in, kKConv, state_in.tail_k);
+  ConvSiluForward(&act, state_out ? &state_out->tail_k : nullptr, s->k_in, B, kKConv, state_in.tail_k);
   L2NormForward<T>(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, T(1), eps);
-  ConvSiluForward(&s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, kVConv, state_in.tail_v);
+  ConvSiluForward(&s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, B, kVConv, state_in.tail_v);
   SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
   GdnGateForward<T>(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
@@ -224,15 +236,20 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   return Status::Ok();
 }
 
-// act (S, Ch) = silu(conv(in (S, Ch); tail_in)); tail_out (W-1, Ch) unless
-// nullptr. REQUIRES: act allocated with S * Ch elements.
+// act (S, Ch) = silu(conv(in (S, Ch); tail_in)), sequence by sequence of
+// the `batch` in S rows; tail_out (B, W-1, Ch) unless nullptr. REQUIRES: act
+// allocated with S * Ch elements.
 template <typename T>
 void GdnLayer<T>::ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
-                                  const Tensor<T>& in, ParamId conv,
+                                  const Tensor<T>& in, int64_t batch, ParamId conv,
                                   const Tensor<T>& tail_in) {
-  const int64_t S = in.dim(0), Ch = in.dim(1);
-  ShortConvForward<T>(act->data(), tail_out ? tail_out->data() : nullptr,
-                      in.data(), w(conv), tail_in.data(), S, Ch, dims_.W);
+  const int64_t S = in.dim(0), Ch = in.dim(1), Ts = S / batch, tail = (dims_.W - 1) * Ch;
+  for (int64_t b = 0; b < batch; ++b) {
+    ShortConvForward<T>(act->data() + b * Ts * Ch,
+                        tail_out ? tail_out->data() + b * tail : nullptr,
+                        in.data() + b * Ts * Ch, w(conv), tail_in.data() + b * tail, Ts,
+                        Ch, dims_.W);
+  }
   SiluForward<T>(act->data(), act->data(), S * Ch);
 }
 
@@ -293,12 +310,12 @@ Status GdnLayer<T>::Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
     return Status::Invalid("layer " + std::to_string(layer_) +
                            " (gdn layer): backward without a saved forward");
   }
-  const int64_t S = saved->x.dim(0);
+  const int64_t S = saved->x.dim(0), B = saved->batch;
   SF_RETURN_IF_ERROR(CheckShape(layer_, "output gradient dy", dy.shape(), {S, dims_.C}));
-  SF_RETURN_IF_ERROR(CheckState(state_in, "state_in"));
-  if (dstate_out != nullptr) SF_RETURN_IF_ERROR(CheckState(*dstate_out, "dstate_out"));
+  SF_RETURN_IF_ERROR(CheckState(state_in, B, "state_in"));
+  if (dstate_out != nullptr) SF_RETURN_IF_ERROR(CheckState(*dstate_out, B, "dstate_out"));
   if (dstate_in != nullptr) {
-    SF_ASSIGN_OR_RETURN(*dstate_in, GdnState<T>::Zeros(*alloc_, dims_,
+    SF_ASSIGN_OR_RETURN(*dstate_in, GdnState<T>::Zeros(*alloc_, dims_, B,
                                                        BufferClass::kBoundaryStates));
   }
   Status status;
@@ -306,6 +323,7 @@ Status GdnLayer<T>::Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
     status = BackwardPass(dx, dstate_in, *saved, dy, dstate_out, state_in);
   } else {  // replay the forward from x, its tensors transient
     GdnLayerSaved<T> replay;
+    replay.batch = B;
     replay.x = std::move(saved->x);
     Tensor<T> y_unused;
     status = ForwardPass(&y_unused, nullptr, &replay, state_in, kWs);
@@ -390,23 +408,28 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
                                  const GdnState<T>* dstate_out,
                                  const GdnState<T>& state_in) {
   const GdnLayerDims& d = dims_;
-  const int64_t S = s.x.dim(0);
+  const int64_t S = s.x.dim(0), B = s.batch, Ts = S / B;  // Ts tokens per sequence
   SF_ASSIGN_OR_RETURN(grads->dq, New(kWs, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(grads->dk, New(kWs, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(grads->dv, New(kWs, {S, d.HV()}));
   SF_ASSIGN_OR_RETURN(Tensor<T> dg, New(kWs, {S, d.H}));     // (S, H)
   SF_ASSIGN_OR_RETURN(Tensor<T> dbeta, New(kWs, {S, d.H}));  // (S, H)
+  // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
-      New(kWs, {GdnCoreBackwardWorkspaceSize(S, d.H, d.K, d.Dv, d.block_size)}));
-  GdnCoreBackward<T>(grads->dq.data(), grads->dk.data(), grads->dv.data(),
-                     dg.data(), dbeta.data(),
-                     dstate_in != nullptr ? dstate_in->S.data() : nullptr,
-                     ws.data(), d_o.data(),
-                     dstate_out != nullptr ? dstate_out->S.data() : nullptr,
-                     s.q.data(), s.k.data(), s.v.data(), s.g.data(),
-                     s.beta.data(), state_in.S.data(), S, d.H, d.K, d.Dv,
-                     d.block_size);
+      New(kWs, {GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+  const int64_t state = d.H * d.Dv * d.K;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t k = b * Ts * d.HK(), v = b * Ts * d.HV(), h = b * Ts * d.H;
+    GdnCoreBackward<T>(grads->dq.data() + k, grads->dk.data() + k, grads->dv.data() + v,
+                       dg.data() + h, dbeta.data() + h,
+                       dstate_in != nullptr ? dstate_in->S.data() + b * state : nullptr,
+                       ws.data(), d_o.data() + v,
+                       dstate_out != nullptr ? dstate_out->S.data() + b * state : nullptr,
+                       s.q.data() + k, s.k.data() + k, s.v.data() + v, s.g.data() + h,
+                       s.beta.data() + h, state_in.S.data() + b * state, Ts, d.H, d.K,
+                       d.Dv, d.block_size);
+  }
   ws = Tensor<T>();
   SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(grads->db, New(kWs, {S, d.H}));
@@ -423,14 +446,17 @@ template <typename T>
 Status GdnLayer<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
                                      const Tensor<T>& d_out,
                                      const Tensor<T>* rnorm, T scale,
-                                     const Tensor<T>& in, ParamId conv,
+                                     const Tensor<T>& in, int64_t batch, ParamId conv,
                                      const Tensor<T>& tail_in,
                                      const Tensor<T>* dtail_out) {
   const int64_t S = in.dim(0), Ch = in.dim(1), W = dims_.W;
+  const int64_t Ts = S / batch, tail = (W - 1) * Ch;  // per sequence
   SF_ASSIGN_OR_RETURN(Tensor<T> c, New(kWs, {S, Ch}));    // (S, Ch) conv out
   SF_ASSIGN_OR_RETURN(Tensor<T> d_c, New(kWs, {S, Ch}));  // (S, Ch) its grad
-  ShortConvForward<T>(c.data(), nullptr, in.data(), w(conv), tail_in.data(),
-                      S, Ch, W);
+  for (int64_t b = 0; b < batch; ++b) {
+    ShortConvForward<T>(c.data() + b * Ts * Ch, nullptr, in.data() + b * Ts * Ch, w(conv),
+                        tail_in.data() + b * tail, Ts, Ch, W);
+  }
   if (rnorm != nullptr) {
     SF_ASSIGN_OR_RETURN(Tensor<T> act, New(kWs, {S, Ch}));  // silu(c)
     SiluForward<T>(act.data(), c.data(), S * Ch);
@@ -441,10 +467,13 @@ Status GdnLayer<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
     SiluBackward<T>(d_c.data(), d_out.data(), c.data(), S * Ch);
   }
   SF_ASSIGN_OR_RETURN(*d_in, New(kWs, {S, Ch}));
-  ShortConvBackward<T>(d_in->data(), dtail_in ? dtail_in->data() : nullptr,
-                       dw(conv), d_c.data(),
-                       dtail_out ? dtail_out->data() : nullptr, in.data(),
-                       w(conv), tail_in.data(), S, Ch, W);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t r = b * Ts * Ch, t = b * tail;
+    ShortConvBackward<T>(d_in->data() + r, dtail_in ? dtail_in->data() + t : nullptr,
+                         dw(conv), d_c.data() + r,
+                         dtail_out ? dtail_out->data() + t : nullptr, in.data() + r,
+                         w(conv), tail_in.data() + t, Ts, Ch, W);
+  }
   return Status::Ok();
 }
 
@@ -466,13 +495,13 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
     return dstate_out != nullptr ? &(dstate_out->*m) : nullptr;
   };
   SF_RETURN_IF_ERROR(ConvSiluBackward(&dq_in, dtail(&GdnState<T>::tail_q), g.dq,
-                                      &s.q_rnorm, q_scale, s.q_in, kQConv,
+                                      &s.q_rnorm, q_scale, s.q_in, s.batch, kQConv,
                                       state_in.tail_q, dtail_out(&GdnState<T>::tail_q)));
   SF_RETURN_IF_ERROR(ConvSiluBackward(&dk_in, dtail(&GdnState<T>::tail_k), g.dk,
-                                      &s.k_rnorm, T(1), s.k_in, kKConv,
+                                      &s.k_rnorm, T(1), s.k_in, s.batch, kKConv,
                                       state_in.tail_k, dtail_out(&GdnState<T>::tail_k)));
   SF_RETURN_IF_ERROR(ConvSiluBackward(&dv_in, dtail(&GdnState<T>::tail_v), g.dv,
-                                      nullptr, T(1), s.v_in, kVConv,
+                                      nullptr, T(1), s.v_in, s.batch, kVConv,
                                       state_in.tail_v, dtail_out(&GdnState<T>::tail_v)));
   const struct {
     const Tensor<T>* dproj;

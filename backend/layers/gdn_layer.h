@@ -18,8 +18,14 @@
 // a bias: the kernels do not need one and GDN has none.
 //
 // Boundary state (GdnState): everything a chunk hands to the next chunk of the
-// same sequence: the recurrent state S (H, Dv, K) and the three conv tails.
-// Backward turns d(state out) into d(state in).
+// same sequences: the recurrent state S (B, H, Dv, K) and the three conv
+// tails, per sequence. Backward turns d(state out) into d(state in).
+//
+// Several sequences (a microbatch of B = microbatch_size): x has B S rows,
+// sequence-major (row b S + t is token t of sequence b). Projections, norms
+// and the MLP run over all rows at once; the short convolutions and the
+// recurrence run sequence by sequence (the core's backward workspace is one
+// sequence's, reused).
 //
 // Recompute modes: kNone saves what the backward needs (GdnLayerSaved, in
 // BufferClass::kActivations); kFull saves only the chunk's input x, and the
@@ -27,12 +33,12 @@
 // backward proper; both give bit-identical results.
 //
 // Not the embedding or the head (embedding_layer.h, head_layer.h), not the
-// pipeline stage (backend/model/gdn_stage_module.h).
+// pipeline stage (backend/model/model_stage_module.h).
 //
 //   SF_ASSIGN_OR_RETURN(auto gdn, GdnLayer<float>::Make(alloc, dims, /*layer=*/1, /*num_layers=*/4, seed));
-//   SF_RETURN_IF_ERROR(gdn.Forward(&y, &state_out, &saved, x, state_in, models::Recompute::kNone));
+//   SF_RETURN_IF_ERROR(gdn.Forward(&y, &state_out, &saved, x, /*batch=*/1, state_in, models::Recompute::kNone));
 //
-// Dimension legend: S tokens in the chunk, C hidden size, H heads, K key
+// Dimension legend: B sequences, S tokens of each in the chunk, C hidden size, H heads, K key
 // (query) head dim d_k, Dv value head dim d_v, F SwiGLU size, W conv width,
 // HK = H K, HV = H Dv.
 #pragma once
@@ -63,20 +69,22 @@ struct GdnLayerDims {
   static GdnLayerDims FromModel(const pb::ModelSpec& model);
 };
 
-// The boundary state of one GDN layer for one sequence (or its gradient).
+// The boundary state of one GDN layer for B sequences (or its gradient).
 template <typename T>
 struct GdnState {
-  Tensor<T> S;       // (H, Dv, K) recurrent state
-  Tensor<T> tail_q;  // (W-1, HK) last W-1 conv inputs of q, oldest first
-  Tensor<T> tail_k;  // (W-1, HK)
-  Tensor<T> tail_v;  // (W-1, HV)
+  Tensor<T> S;       // (B, H, Dv, K) recurrent state
+  Tensor<T> tail_q;  // (B, W-1, HK) last W-1 conv inputs of q, oldest first
+  Tensor<T> tail_k;  // (B, W-1, HK)
+  Tensor<T> tail_v;  // (B, W-1, HV)
 
-  // Zeros: the state at the sequence start.
+  // Zeros: the state at the sequences' start.
   static Result<GdnState> Zeros(TrackingAllocator& alloc,
-                                const GdnLayerDims& dims, BufferClass cls);
-  // Elements of one state: H Dv K + (W-1)(2 HK + HV).
+                                const GdnLayerDims& dims, int64_t batch,
+                                BufferClass cls);
+  // Elements of one sequence's state: H Dv K + (W-1)(2 HK + HV).
   static int64_t Numel(const GdnLayerDims& dims);
   bool empty() const { return S.numel() == 0; }
+  int64_t batch() const { return S.rank() == 4 ? S.dim(0) : 0; }
 };
 
 // What the forward keeps for the backward (one layer, one chunk). Under
@@ -84,6 +92,7 @@ struct GdnState {
 template <typename T>
 struct GdnLayerSaved {
   bool recompute_full = false;
+  int64_t batch = 1;            // B sequences; every tensor has B S rows
   Tensor<T> x;                  // (S, C) layer input
   Tensor<T> xn, rstd1;          // (S, C) pre-norm output, (S) its 1/rms
   Tensor<T> q_in, k_in, v_in;   // (S, HK), (S, HK), (S, HV) conv inputs
@@ -124,17 +133,20 @@ class GdnLayer {
   GdnLayer(GdnLayer&&) = default;
   GdnLayer& operator=(GdnLayer&&) = default;
 
-  // Forward of one chunk.
+  // Forward of one chunk of `batch` sequences (rows of x and y as in the
+  // header comment; the shapes below write S for B S rows).
   //   y (S, C) out, kWorkspace (the caller hands it on);
   //   state_out: filled (kBoundaryStates) unless nullptr (the last chunk);
   //   saved: filled for Backward (kActivations);
-  //   x (S, C); state_in: as GdnState::Zeros at the sequence start.
-  // Errors: shapes (naming the layer and tensor), allocator capacity.
+  //   x (S, C); state_in: as GdnState::Zeros(batch) at the sequence start.
+  // Errors: batch < 1 or not dividing x's rows, shapes (naming the layer and
+  // tensor), allocator capacity.
   Status Forward(Tensor<T>* y, GdnState<T>* state_out, GdnLayerSaved<T>* saved,
-                 const Tensor<T>& x, const GdnState<T>& state_in,
+                 const Tensor<T>& x, int64_t batch, const GdnState<T>& state_in,
                  models::Recompute recompute);
 
-  // Backward of the chunk whose forward filled `saved` with `state_in`.
+  // Backward of the chunk whose forward filled `saved` with `state_in` (its
+  // batch is the forward's).
   //   dx (S, C) out (kWorkspace); dstate_in: filled (kBoundaryStates) unless
   //   nullptr (the first chunk); saved: emptied;
   //   dy (S, C); dstate_out: nullptr means zeros (the last chunk).
@@ -159,7 +171,7 @@ class GdnLayer {
   Result<Tensor<T>> New(BufferClass cls, Shape shape);
   const T* w(ParamId id) const { return params_[id].value.data(); }
   T* dw(ParamId id) { return params_[id].grad.data(); }
-  Status CheckState(const GdnState<T>& state, const char* what) const;
+  Status CheckState(const GdnState<T>& state, int64_t batch, const char* what) const;
 
   // The forward, reading saved->x and filling the rest of *saved with
   // tensors of class `cls`.
@@ -169,7 +181,7 @@ class GdnLayer {
   Status MixerInputsForward(GdnLayerSaved<T>* saved, GdnState<T>* state_out,
                             const GdnState<T>& state_in, BufferClass cls);
   void ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
-                       const Tensor<T>& in, ParamId conv,
+                       const Tensor<T>& in, int64_t batch, ParamId conv,
                        const Tensor<T>& tail_in);
   Status MixerOutputForward(GdnLayerSaved<T>* saved, BufferClass cls);
   Status MlpForward(Tensor<T>* y, GdnLayerSaved<T>* saved, BufferClass cls);
@@ -189,7 +201,7 @@ class GdnLayer {
                       const GdnState<T>& state_in);
   Status ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
                           const Tensor<T>& d_out, const Tensor<T>* rnorm,
-                          T scale, const Tensor<T>& in, ParamId conv,
+                          T scale, const Tensor<T>& in, int64_t batch, ParamId conv,
                           const Tensor<T>& tail_in,
                           const Tensor<T>* dtail_out);
   Status MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,

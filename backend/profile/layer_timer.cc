@@ -7,7 +7,7 @@
 #include <string>
 
 #include "backend/allocator.h"
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "backend/train/adamw.h"
 
 namespace stateflow::backend {
@@ -42,54 +42,60 @@ void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
   }
 }
 
-// One sequence of kChunks * s byte tokens (inputs and targets).
-Batch MakeBatch(std::int64_t seq_len, std::int64_t vocab) {
+// One microbatch of B sequences of seq_len byte tokens (inputs and targets).
+Batch MakeBatch(std::int64_t seq_len, std::int64_t vocab, int B) {
   Batch batch;
   batch.microbatches = 1;
+  batch.microbatch_size = B;
   batch.seq_len = seq_len;
-  batch.tokens.resize(static_cast<std::size_t>(seq_len + 1));
+  batch.tokens.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq_len + 1));
   for (std::size_t k = 0; k < batch.tokens.size(); ++k) {
     batch.tokens[k] = static_cast<std::int32_t>((k * 2654435761u >> 7) % vocab);
   }
   return batch;
 }
 
-// The (s, C) inputs of each chunk for a module that takes them (else empty).
+// The (B s_i, C) inputs of each chunk for a module that takes them (else
+// empty).
 template <typename T>
-Result<std::vector<Tensor<T>>> ChunkInputs(TrackingAllocator& alloc, bool needed, std::int64_t s,
+Result<std::vector<Tensor<T>>> ChunkInputs(TrackingAllocator& alloc, bool needed,
+                                           const schedule::Partition& partition, int B,
                                            std::int64_t hidden, double scale, std::uint64_t seed) {
   std::vector<Tensor<T>> inputs;
   if (!needed) return inputs;
-  for (int i = 0; i < kChunks; ++i) {
+  for (int i = 0; i < partition.num_chunks(); ++i) {
     SF_ASSIGN_OR_RETURN(Tensor<T> t,
-                        Tensor<T>::Uninitialized(alloc, BufferClass::kWorkspace, {s, hidden}));
+                        Tensor<T>::Uninitialized(alloc, BufferClass::kWorkspace,
+                                                 {B * partition.length(i), hidden}));
     FillPattern(&t, seed + i, scale);
     inputs.push_back(std::move(t));
   }
   return inputs;
 }
 
-// One repetition; the middle chunk's forward and backward seconds.
+// One repetition; chunk `timed`'s forward and backward seconds.
 template <typename T>
 Status RunRepetition(StageModule<T>& module, const Batch& batch,
-                     const schedule::Partition& partition, std::vector<Tensor<T>>& xs,
+                     const schedule::Partition& partition, int timed, std::vector<Tensor<T>>& xs,
                      std::vector<Tensor<T>>& dys, double* forward_s, double* backward_s) {
   auto input = [](std::vector<Tensor<T>>& v, int i) { return v.empty() ? nullptr : &v[i]; };
+  const int N = partition.num_chunks();
   module.ZeroGrads();
-  SF_RETURN_IF_ERROR(module.BeginStep(&batch, &partition, 1.0 / batch.seq_len));
-  for (int i = 0; i < kChunks; ++i) {
+  SF_RETURN_IF_ERROR(module.BeginStep(
+      &batch, &partition, 1.0 / (static_cast<double>(batch.seq_len) * batch.microbatch_size)));
+  for (int i = 0; i < N; ++i) {
     const double start = Now();
     Result<Tensor<T>> y = module.Forward(0, i, input(xs, i));
     const double end = Now();
     if (!y.ok()) return y.status();
-    if (i == 1) *forward_s = end - start;
+    if (i == timed) *forward_s = end - start;
   }
-  for (int i = kChunks - 1; i >= 0; --i) {
+  for (int i = N - 1; i >= 0; --i) {
     const double start = Now();
     Result<Tensor<T>> dx = module.Backward(0, i, input(dys, i));
     const double end = Now();
     if (!dx.ok()) return dx.status();
-    if (i == 1) *backward_s = end - start;
+    if (i == timed) *backward_s = end - start;
   }
   return Status::Ok();
 }
@@ -112,18 +118,25 @@ struct LayerTimer<T>::State {
   TrackingAllocator alloc{0, PhysicalMemoryBytes()};
   std::unique_ptr<StageModule<T>> module;
   std::int64_t vocab = 0;
+  models::LayerKind kind = models::LayerKind::kRecurrence;
 };
 
 template <typename T>
 Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& model,
                                                            models::LayerKind kind,
-                                                           models::Recompute recompute) {
+                                                           models::Recompute recompute,
+                                                           int microbatch_size) {
   SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
   std::unique_ptr<LayerTimer> timer(new LayerTimer());
   timer->state_ = std::make_unique<State>();
   SF_ASSIGN_OR_RETURN(timer->state_->module,
-                      MakeGdnStageModule<T>(model, layers, recompute, kSeed, &timer->state_->alloc));
+                      MakeStageModule<T>(model, layers,
+                                         {.recompute = recompute,
+                                          .seed = kSeed,
+                                          .microbatch_size = microbatch_size},
+                                         &timer->state_->alloc));
   timer->state_->vocab = model.vocab_size();
+  timer->state_->kind = kind;
   return timer;
 }
 
@@ -133,14 +146,30 @@ LayerTimer<T>::~LayerTimer() {
 }
 
 template <typename T>
-Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens) {
+Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens,
+                                                          std::int64_t prefix) {
   if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
+  if (prefix < 0) return Status::Invalid("profile: a chunk's prefix must be >= 0 tokens");
   StageModule<T>& module = *state_->module;
+  const int B = module.microbatch_size();
   const std::int64_t s = tokens, C = module.hidden_size();
-  // The token ids and the (s, C) inputs and output gradients alone, in double
-  // (no overflow): a chunk beyond the machine's memory is refused up front.
-  const double needed_bytes = kChunks * static_cast<double>(s) *
-                              (sizeof(std::int32_t) + 2.0 * static_cast<double>(C) * sizeof(T));
+  // Attention: [prefix | timed chunk | one token], or [timed | one token]
+  // without a prefix, so that the timed chunk attends to `prefix` earlier
+  // tokens and later chunks exist. Other kinds: the middle of three chunks of
+  // s (a boundary state in and out).
+  const bool attention = state_->kind == models::LayerKind::kAttention;
+  std::vector<std::int64_t> bounds = {0, s, 2 * s, kChunks * s};
+  int timed = 1;
+  if (attention) {
+    bounds = prefix > 0 ? std::vector<std::int64_t>{0, prefix, prefix + s, prefix + s + 1}
+                        : std::vector<std::int64_t>{0, s, s + 1};
+    timed = prefix > 0 ? 1 : 0;
+  }
+  const double total_tokens = static_cast<double>(bounds.back()) * B;
+  // The token ids and the inputs and output gradients alone, in double (no
+  // overflow): a chunk beyond the machine's memory is refused up front.
+  const double needed_bytes =
+      total_tokens * (sizeof(std::int32_t) + 2.0 * static_cast<double>(C) * sizeof(T));
   if (needed_bytes > static_cast<double>(PhysicalMemoryBytes())) {
     return Status::Invalid("a chunk of " + std::to_string(s) + " tokens needs over " +
                            FormatBytes(static_cast<std::int64_t>(
@@ -149,16 +178,17 @@ Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens) {
                            FormatBytes(PhysicalMemoryBytes()) +
                            "); profile shorter chunks (lower -T or raise -N)");
   }
-  const schedule::Partition partition({0, s, 2 * s, 3 * s});
-  const Batch batch = MakeBatch(kChunks * s, state_->vocab);
+  const schedule::Partition partition(bounds);
+  const Batch batch = MakeBatch(bounds.back(), state_->vocab, B);
   SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> xs,
-                      ChunkInputs<T>(state_->alloc, !module.is_first(), s, C, 1.0, 11));
+                      ChunkInputs<T>(state_->alloc, !module.is_first(), partition, B, C, 1.0, 11));
   // Output gradients of the size a mean loss over the chunk's tokens gives.
   SF_ASSIGN_OR_RETURN(std::vector<Tensor<T>> dys,
-                      ChunkInputs<T>(state_->alloc, !module.is_last(), s, C, 1.0 / s, 23));
+                      ChunkInputs<T>(state_->alloc, !module.is_last(), partition, B, C,
+                                     1.0 / (static_cast<double>(s) * B), 23));
   std::pair<double, double> seconds;
-  SF_RETURN_IF_ERROR(
-      RunRepetition(module, batch, partition, xs, dys, &seconds.first, &seconds.second));
+  SF_RETURN_IF_ERROR(RunRepetition(module, batch, partition, timed, xs, dys, &seconds.first,
+                                   &seconds.second));
   return seconds;
 }
 
@@ -187,7 +217,7 @@ Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
   const int layers = static_cast<int>(models::LayerList(model).size());
   SF_ASSIGN_OR_RETURN(
       std::unique_ptr<StageModule<T>> module,
-      MakeGdnStageModule<T>(model, {0, layers}, models::Recompute::kNone, kSeed, &alloc));
+      MakeStageModule<T>(model, {0, layers}, {.recompute = models::Recompute::kNone, .seed = kSeed}, &alloc));
   std::vector<ParamRef<T>> params = module->Parameters();
   double count = 0;
   for (const ParamRef<T>& p : params) {

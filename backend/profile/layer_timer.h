@@ -2,21 +2,25 @@
 // head) the way the pipeline runtime times an action: the wall time of one
 // StageModule::Forward or ::Backward call on a chunk of s tokens, nothing
 // before or after it. The module holds a single layer of the layer list
-// (MakeGdnStageModule with layers [l, l + 1)), so the samples of each kind
+// (MakeStageModule with layers [l, l + 1)), so the samples of each kind
 // can be summed over a stage's layers, which is what the replay cost source
 // does (sim/cost_source.h).
 //
 // The timed chunk is the middle one of a sequence of three chunks of s
 // tokens, so it receives a boundary state and hands one on (forward) and
 // gets and returns their gradients (backward), as most chunks of a run with
-// N > 1 do. One repetition: BeginStep, F(0), F(1) timed, F(2), B(2), B(1)
+// N > 1 do. A softmax-attention layer's time depends on the tokens before
+// the chunk too: its timed chunk follows a chunk of `prefix` tokens (none
+// when the prefix is 0) and precedes a one-token chunk, so it reads a K/V
+// buffer of prefix + s rows. A microbatch is the run's microbatch_size
+// sequences. One repetition: BeginStep, F(0), F(1) timed, F(2), B(2), B(1)
 // timed, B(0); the untimed actions are the setup the timed ones need. The
 // first `warmup` repetitions are thrown away (first-touch page faults, cold
 // caches). Under recompute full a block's timed backward includes the forward
 // it re-runs, as the runtime's would.
 //
 // Not the profile command (tools/profile_command.cc) and not a CostTable
-// writer (profiler.h); attention layers are not in this backend.
+// writer (profiler.h).
 //
 // Dimensions: s tokens of the timed chunk, C hidden size.
 //
@@ -52,14 +56,16 @@ class LayerTimer {
   // model.layer_pattern), a kind the model lacks.
   static Result<std::unique_ptr<LayerTimer>> Make(const pb::ModelSpec& model,
                                                   models::LayerKind kind,
-                                                  models::Recompute recompute);
+                                                  models::Recompute recompute,
+                                                  int microbatch_size = 1);
   ~LayerTimer();
   LayerTimer(const LayerTimer&) = delete;
   LayerTimer& operator=(const LayerTimer&) = delete;
 
-  // One repetition over chunks of `tokens` tokens: the middle chunk's
-  // forward and backward seconds. Error: tokens < 1, the module's.
-  Result<std::pair<double, double>> TimeOnce(std::int64_t tokens);
+  // One repetition over a chunk of `tokens` tokens after `prefix` tokens
+  // (attention only; other kinds ignore it): the timed chunk's forward and
+  // backward seconds. Error: tokens < 1, prefix < 0, the module's.
+  Result<std::pair<double, double>> TimeOnce(std::int64_t tokens, std::int64_t prefix = 0);
 
  private:
   LayerTimer() = default;

@@ -9,13 +9,15 @@ namespace stateflow::backend {
 namespace {
 
 pb::CostSample MakeSample(models::LayerKind kind, const char* pass, models::Recompute mode,
-                          std::int64_t tokens, const std::vector<double>& seconds) {
+                          std::int64_t tokens, std::int64_t prefix,
+                          const std::vector<double>& seconds) {
   const Spread spread = Summarize(seconds);
   pb::CostSample s;
   s.set_layer_kind(std::string(models::LayerKindName(kind)));
   s.set_pass(pass);
   s.set_recompute(std::string(models::RecomputeName(mode)));
   s.set_tokens(static_cast<double>(tokens));
+  s.set_prefix(static_cast<double>(prefix));
   s.set_median_s(spread.median_s);
   s.set_p10_s(spread.p10_s);
   s.set_p90_s(spread.p90_s);
@@ -23,14 +25,31 @@ pb::CostSample MakeSample(models::LayerKind kind, const char* pass, models::Reco
   return s;
 }
 
-// One timer per (kind, mode), each timed at every length.
+// A chunk to time: its length and the tokens before it (attention only).
+struct Point {
+  std::int64_t tokens = 0, prefix = 0;
+};
+
+// One timer per (kind, mode), each timed at every point of its kind.
 template <typename T>
 struct Timed {
   models::LayerKind kind;
   models::Recompute mode;
   std::unique_ptr<LayerTimer<T>> timer;
-  std::vector<PassSamples> by_length;  // (lengths)
+  std::vector<Point> points;
+  std::vector<PassSamples> by_point;  // (points)
 };
+
+// Attention at every (length, prefix) asked for; other kinds at every length.
+std::vector<Point> PointsOf(const ProfileRequest& request, models::LayerKind kind) {
+  std::vector<Point> points;
+  if (kind == models::LayerKind::kAttention) {
+    for (const auto& [s, c] : request.attention_chunks) points.push_back({s, c});
+  } else {
+    for (std::int64_t s : request.tokens) points.push_back({s, 0});
+  }
+  return points;
+}
 
 // Repetition by repetition, every (kind, mode, length) once, so that the
 // samples of each are spread over the whole profile.
@@ -40,11 +59,11 @@ Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& pro
   const int reps = request.timing.warmup + request.timing.repetitions;
   for (int rep = 0; rep < reps; ++rep) {
     for (Timed<T>& t : *timed) {
-      for (std::size_t j = 0; j < request.tokens.size(); ++j) {
-        SF_ASSIGN_OR_RETURN(auto seconds, t.timer->TimeOnce(request.tokens[j]));
+      for (std::size_t j = 0; j < t.points.size(); ++j) {
+        SF_ASSIGN_OR_RETURN(auto seconds, t.timer->TimeOnce(t.points[j].tokens, t.points[j].prefix));
         if (rep < request.timing.warmup) continue;
-        t.by_length[j].forward_s.push_back(seconds.first);
-        t.by_length[j].backward_s.push_back(seconds.second);
+        t.by_point[j].forward_s.push_back(seconds.first);
+        t.by_point[j].backward_s.push_back(seconds.second);
       }
     }
     if (progress) progress(rep + 1, reps + 1);
@@ -57,17 +76,22 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
   std::vector<Timed<T>> timed;
   for (models::LayerKind kind : LayerKindsOf(request.model)) {
     for (models::Recompute mode : request.recompute) {
-      SF_ASSIGN_OR_RETURN(auto timer, LayerTimer<T>::Make(request.model, kind, mode));
-      timed.push_back(Timed<T>{kind, mode, std::move(timer),
-                               std::vector<PassSamples>(request.tokens.size())});
+      SF_ASSIGN_OR_RETURN(auto timer,
+                          LayerTimer<T>::Make(request.model, kind, mode, request.microbatch_size));
+      std::vector<Point> points = PointsOf(request, kind);
+      const std::size_t n = points.size();
+      timed.push_back(Timed<T>{kind, mode, std::move(timer), std::move(points),
+                               std::vector<PassSamples>(n)});
     }
   }
   SF_RETURN_IF_ERROR(TimeInterleaved(request, progress, &timed));
   for (const Timed<T>& t : timed) {
-    for (std::size_t j = 0; j < request.tokens.size(); ++j) {
-      const std::int64_t s = request.tokens[j];
-      *table->add_samples() = MakeSample(t.kind, "forward", t.mode, s, t.by_length[j].forward_s);
-      *table->add_samples() = MakeSample(t.kind, "backward", t.mode, s, t.by_length[j].backward_s);
+    for (std::size_t j = 0; j < t.points.size(); ++j) {
+      const Point& p = t.points[j];
+      *table->add_samples() =
+          MakeSample(t.kind, "forward", t.mode, p.tokens, p.prefix, t.by_point[j].forward_s);
+      *table->add_samples() =
+          MakeSample(t.kind, "backward", t.mode, p.tokens, p.prefix, t.by_point[j].backward_s);
     }
   }
   SF_ASSIGN_OR_RETURN(std::vector<double> per_param,
@@ -94,6 +118,17 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   for (std::int64_t s : request.tokens) {
     if (s < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
   }
+  for (const auto& [s, c] : request.attention_chunks) {
+    if (s < 1 || c < 0) {
+      return Status::Invalid("profile: an attention chunk must have >= 1 tokens and a prefix >= 0");
+    }
+  }
+  if (request.microbatch_size < 1) return Status::Invalid("profile: microbatch_size must be >= 1");
+  const std::vector<models::LayerKind> kinds = LayerKindsOf(request.model);
+  if (std::find(kinds.begin(), kinds.end(), models::LayerKind::kAttention) != kinds.end() &&
+      request.attention_chunks.empty()) {
+    return Status::Invalid("profile: the model has attention layers but no (length, prefix) chunks to time them at");
+  }
   if (request.timing.repetitions < 1) return Status::Invalid("--repetitions must be >= 1");
   if (request.timing.warmup < 0) return Status::Invalid("--warmup must be >= 0");
   if (request.recompute.empty()) return Status::Invalid("profile: no recompute modes to time");
@@ -103,6 +138,7 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   pb::CostTable table;
   *table.mutable_model() = request.model;
   table.set_dtype(request.dtype);
+  table.set_microbatch_size(static_cast<std::uint32_t>(request.microbatch_size));
   const Status filled = request.dtype == "float64" ? Fill<double>(request, progress, &table)
                                                    : Fill<float>(request, progress, &table);
   SF_RETURN_IF_ERROR(filled);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/profile/layer_timer.h"
@@ -27,7 +28,11 @@ namespace stateflow::backend {
 struct ProfileRequest {
   pb::ModelSpec model;
   std::vector<std::int64_t> tokens;            // chunk lengths s, each timed
+  // Softmax attention's chunks: (length s, prefix c) pairs, each timed (its
+  // cost depends on both); needed when the model has attention layers.
+  std::vector<std::pair<std::int64_t, std::int64_t>> attention_chunks;
   std::vector<models::Recompute> recompute;    // modes, each timed
+  int microbatch_size = 1;                     // B sequences per timed chunk
   std::string dtype = "float32";               // or "float64"
   TimingOptions timing;
 };
@@ -36,8 +41,9 @@ struct ProfileRequest {
 // and the total.
 using ProfileProgress = std::function<void(int done, int total)>;
 
-// A CostTable with `model`, `dtype`, one CostSample per (layer kind, pass,
-// mode, length) -- median, p10, p90 of the kept repetitions -- and
+// A CostTable with `model`, `dtype`, `microbatch_size`, one CostSample per
+// (layer kind, pass, mode, length; attention: length and prefix) -- median,
+// p10, p90 of the kept repetitions -- and
 // optimizer_s_per_param (median). Link and provenance are left empty.
 // Repetitions are interleaved: each one times every (kind, mode, length)
 // once (LayerTimer), so that a burst of load on a shared machine spreads

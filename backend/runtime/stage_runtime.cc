@@ -72,9 +72,9 @@ Status StageRuntime<T>::PostAhead() {
     const Action& a = (*actions_)[posted_until_];
     const std::optional<int> from = schedule::InputFrom(a, plan_->stages());
     if (!from) continue;
-    const std::int64_t s = partition_->length(a.chunk);
+    const std::int64_t rows = module_->microbatch_size() * partition_->length(a.chunk);  // B s
     SF_ASSIGN_OR_RETURN(Tensor<T> buffer, Tensor<T>::Uninitialized(
-                                              MessageAlloc(), BufferClass::kWorkspace, {s, hidden}));
+                                              MessageAlloc(), BufferClass::kWorkspace, {rows, hidden}));
     SF_RETURN_IF_ERROR(comm_->PostRecv(*from, KeyOf(a), std::move(buffer)));
   }
   return Status::Ok();
@@ -125,10 +125,10 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
   if (!out.ok()) return During(out.status(), a);
   input = Tensor<T>();  // the receive buffer ends with its action
   if (const std::optional<int> to = schedule::OutputTo(a, plan_->stages())) {
-    const std::int64_t s = partition_->length(a.chunk);
-    if (out->numel() != s * module_->hidden_size()) {
+    const std::int64_t rows = module_->microbatch_size() * partition_->length(a.chunk);  // B s
+    if (out->numel() != rows * module_->hidden_size()) {
       return Status::Internal(ToString(a) + ": the module returned " + ShapeString(out->shape()) +
-                              ", expected (" + std::to_string(s) + ", " +
+                              ", expected (" + std::to_string(rows) + ", " +
                               std::to_string(module_->hidden_size()) + ")");
     }
     if (transport_ != nullptr) {  // the send buffer; the module's output ends here

@@ -5,7 +5,7 @@
 #include <memory>
 #include <utility>
 
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "backend/train/trainer.h"
 #include "models/cost_model.h"
 #include "models/memory_model.h"
@@ -38,7 +38,7 @@ Result<std::vector<StagePeaks>> MeasureTyped(const TrainSetup& setup, const Trai
                                              const TextData& text) {
   StageModuleFactory<T> factory = [&](int, const models::StageLayers& layers,
                                       TrackingAllocator* alloc) {
-    return MakeGdnStageModule<T>(setup.model, layers, setup.recompute, options.seed, alloc);
+    return MakeStageModule<T>(setup.model, layers, {.recompute = setup.recompute, .seed = options.seed, .microbatch_size = setup.microbatch_size}, alloc);
   };
   SF_ASSIGN_OR_RETURN(Transport<T> transport, MakeSingleProcessTransport<T>(setup.stages));
   SF_ASSIGN_OR_RETURN(std::unique_ptr<Trainer<T>> trainer,

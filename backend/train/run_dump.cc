@@ -92,9 +92,10 @@ Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
   }
   for (int step = 0; step < options.steps; ++step) {
     SF_ASSIGN_OR_RETURN(Batch batch,
-                        text.MakeBatch(options.seed, step, setup.microbatches, setup.seq_len));
+                        text.MakeBatch(options.seed, step, setup.microbatches, setup.seq_len,
+                                       setup.microbatch_size));
     writer.Add("tokens.step" + std::to_string(step), "int32",
-               {batch.microbatches, batch.seq_len + 1}, batch.tokens.data(),
+               {batch.microbatches * batch.microbatch_size, batch.seq_len + 1}, batch.tokens.data(),
                static_cast<std::int64_t>(batch.tokens.size() * sizeof(std::int32_t)));
   }
   SF_RETURN_IF_ERROR(writer.Close());
@@ -112,6 +113,7 @@ Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
         << "  \"seed\": " << options.seed << ",\n"
         << "  \"steps\": " << options.steps << ",\n"
         << "  \"microbatches\": " << setup.microbatches << ",\n"
+        << "  \"microbatch_size\": " << setup.microbatch_size << ",\n"
         << "  \"seq_len\": " << setup.seq_len << ",\n"
         << "  \"adamw\": {\"learning_rate\": " << JsonNumber(a.learning_rate)
         << ", \"beta1\": " << JsonNumber(a.beta1) << ", \"beta2\": " << JsonNumber(a.beta2)

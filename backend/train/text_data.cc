@@ -24,17 +24,25 @@ TextData TextData::FromBytes(std::string bytes, std::string name) {
 }
 
 Result<Batch> TextData::MakeBatch(std::uint64_t seed, int step, int microbatches,
-                                  std::int64_t seq_len) const {
+                                  std::int64_t seq_len, int microbatch_size) const {
   if (size() < seq_len + 1) {
     return Status::Invalid("text " + name_ + " has " + std::to_string(size()) +
                            " bytes, fewer than seq_len + 1 = " + std::to_string(seq_len + 1));
   }
+  if (microbatch_size < 1) {
+    return Status::Invalid("microbatch_size must be >= 1, got " + std::to_string(microbatch_size));
+  }
   Batch batch;
   batch.microbatches = microbatches;
+  batch.microbatch_size = microbatch_size;
   batch.seq_len = seq_len;
-  batch.tokens.resize(static_cast<std::size_t>(microbatches) * (seq_len + 1));
+  const int sequences = microbatches * microbatch_size;
+  batch.tokens.resize(static_cast<std::size_t>(sequences) * (seq_len + 1));
   const auto windows = static_cast<std::uint64_t>(size() - seq_len);  // starts 0..size-T-1
-  for (int a = 0; a < microbatches; ++a) {
+  // Sequence a (counting all sequences of the step in order) is drawn as
+  // microbatch a of a microbatch_size-1 batch: M microbatches of B sequences
+  // hold the sequences of M B microbatches of one.
+  for (int a = 0; a < sequences; ++a) {
     const std::uint64_t h = Mix64(Mix64(Mix64(seed) ^ static_cast<std::uint64_t>(step)) ^
                                   static_cast<std::uint64_t>(a));
     const std::int64_t offset = static_cast<std::int64_t>(h % windows);

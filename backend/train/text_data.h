@@ -44,11 +44,13 @@ class TextData {
   const std::string& name() const { return name_; }
   std::int64_t size() const { return static_cast<std::int64_t>(bytes_.size()); }
 
-  // The batch of step `step`: microbatch a is the window starting at
-  // Mix64(seed, step, a) mod (size - T). Error (naming the file and both
-  // numbers) if the text is shorter than T + 1 bytes.
+  // The batch of step `step`: sequence j (= a B + b, sequence b of
+  // microbatch a) is the window starting at Mix64(seed, step, j) mod
+  // (size - T), so M microbatches of B sequences hold the same sequences as
+  // M B microbatches of one. Error (naming the file and both numbers) if the
+  // text is shorter than T + 1 bytes; microbatch_size < 1.
   Result<Batch> MakeBatch(std::uint64_t seed, int step, int microbatches,
-                          std::int64_t seq_len) const;
+                          std::int64_t seq_len, int microbatch_size = 1) const;
 
  private:
   TextData(std::string bytes, std::string name)

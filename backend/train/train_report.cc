@@ -81,7 +81,8 @@ pb::Report MakeTrainReport(const TrainSetup& setup, const TrainOptions& options,
   for (const StepResult& s : measured) step_time += s.time_s;
   step_time /= static_cast<double>(measured.size());
   report.set_step_time_s(step_time);
-  const double tokens = static_cast<double>(setup.microbatches) * setup.seq_len;
+  const double tokens =
+      static_cast<double>(setup.microbatches) * setup.microbatch_size * setup.seq_len;
   report.set_tokens_per_s(step_time > 0 ? tokens / step_time : 0);
   double busy_total = 0;
   for (int r = 0; r < setup.stages; ++r) {

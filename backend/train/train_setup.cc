@@ -34,6 +34,7 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
   setup.model = scenario.model();
   setup.stages = resolved.stages();
   setup.microbatches = resolved.microbatches();
+  setup.microbatch_size = static_cast<int>(scenario.parallel().microbatch_size());  // >= 1 once resolved
   setup.seq_len = resolved.seq_len();
   setup.alpha = schedule.alpha();
   if (setup.model.vocab_size() < kByteVocab) {

@@ -36,6 +36,7 @@ struct TrainSetup {
   double alpha = 0;
   int stages = 1;            // P
   int microbatches = 1;      // M
+  int microbatch_size = 1;   // B sequences per microbatch
   std::int64_t seq_len = 1;  // T
 };
 

@@ -155,7 +155,8 @@ Result<std::unique_ptr<Trainer<T>>> Trainer<T>::Make(const TrainSetup& setup,
   std::unique_ptr<Trainer> trainer(new Trainer(setup, options, text, std::move(transport)));
   Status made = trainer->MakeStages(factory);
   if (made.ok()) {
-    made = text.MakeBatch(options.seed, 0, setup.microbatches, setup.seq_len).status();
+    made = text.MakeBatch(options.seed, 0, setup.microbatches, setup.seq_len,
+                          setup.microbatch_size).status();
   }
   SF_RETURN_IF_ERROR(trainer->group_->Agree(made));
   SF_RETURN_IF_ERROR(trainer->group_->Barrier());
@@ -199,8 +200,9 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
 template <typename T>
 Status Trainer<T>::BeginStep(int step) {
   SF_ASSIGN_OR_RETURN(batch_, text_->MakeBatch(options_.seed, step, setup_.microbatches,
-                                               setup_.seq_len));
-  const double loss_scale = 1.0 / (static_cast<double>(setup_.microbatches) * setup_.seq_len);
+                                                setup_.seq_len, setup_.microbatch_size));
+  const double loss_scale = 1.0 / (static_cast<double>(setup_.microbatches) *
+                                   setup_.microbatch_size * setup_.seq_len);
   for (std::unique_ptr<LocalStage>& local : stages_) {
     local->module->ZeroGrads();
     SF_RETURN_IF_ERROR(local->module->BeginStep(&batch_, &setup_.partition, loss_scale));
@@ -294,7 +296,8 @@ Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double sta
             [](const StageStepStats& a, const StageStepStats& b) { return a.stage < b.stage; });
   result.start_s = first;
   result.time_s = last - first;
-  const double tokens = static_cast<double>(setup_.microbatches) * setup_.seq_len;
+  const double tokens =
+      static_cast<double>(setup_.microbatches) * setup_.microbatch_size * setup_.seq_len;
   result.tokens_per_s = result.time_s > 0 ? tokens / result.time_s : 0;
   return result;
 }

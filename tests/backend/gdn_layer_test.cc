@@ -95,10 +95,10 @@ GdnState<T> MakeState(TrackingAllocator& alloc, const GdnLayerDims& d,
                       const std::vector<double>& S, const std::vector<double>& tq,
                       const std::vector<double>& tk, const std::vector<double>& tv) {
   GdnState<T> s;
-  s.S = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.H, d.Dv, d.K}, S);
-  s.tail_q = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.W - 1, d.HK()}, tq);
-  s.tail_k = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.W - 1, d.HK()}, tk);
-  s.tail_v = FromVector<T>(alloc, BufferClass::kBoundaryStates, {d.W - 1, d.HV()}, tv);
+  s.S = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.H, d.Dv, d.K}, S);
+  s.tail_q = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.W - 1, d.HK()}, tq);
+  s.tail_k = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.W - 1, d.HK()}, tk);
+  s.tail_v = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.W - 1, d.HV()}, tv);
   return s;
 }
 
@@ -131,7 +131,7 @@ double ForwardObjective(GdnLayer<T>* gdn, TrackingAllocator& alloc,
   Tensor<T> y;
   GdnState<T> state_out;
   GdnLayerSaved<T> saved;
-  const Status st = gdn->Forward(&y, &state_out, &saved, x, state_in, mode);
+  const Status st = gdn->Forward(&y, &state_out, &saved, x, 1, state_in, mode);
   EXPECT_TRUE(st.ok()) << st.message();
   return Objective(in, y, state_out);
 }
@@ -148,7 +148,7 @@ LayerRun ForwardBackward(GdnLayer<T>* gdn, TrackingAllocator& alloc,
   Tensor<T> y, dx;
   GdnState<T> state_out, dstate_in;
   GdnLayerSaved<T> saved;
-  Status st = gdn->Forward(&y, &state_out, &saved, x, state_in, mode);
+  Status st = gdn->Forward(&y, &state_out, &saved, x, 1, state_in, mode);
   EXPECT_TRUE(st.ok()) << st.message();
   st = gdn->Backward(&dx, &dstate_in, &saved, dy, &dstate_out, state_in);
   EXPECT_TRUE(st.ok()) << st.message();
@@ -318,7 +318,7 @@ TEST(GdnLayerTest, SavedBytesPerMode) {
     Tensor<double> y;
     GdnState<double> state_out;
     GdnLayerSaved<double> saved;
-    ASSERT_TRUE(gdn->Forward(&y, &state_out, &saved, x, state_in, mode).ok());
+    ASSERT_TRUE(gdn->Forward(&y, &state_out, &saved, x, 1, state_in, mode).ok());
     const int64_t per_token = mode == Recompute::kNone ? per_token_none : d.C;
     EXPECT_EQ(alloc.LiveBytes(BufferClass::kActivations),
               c.S * per_token * int64_t{sizeof(double)});
@@ -402,7 +402,7 @@ TEST(GdnLayerTest, MisuseIsAnErrorNotACrash) {
   TrackingAllocator alloc(0);
   auto gdn = GdnLayer<double>::Make(alloc, d, 4, 4, 1);
   ASSERT_TRUE(gdn.ok());
-  auto state = GdnState<double>::Zeros(alloc, d, BufferClass::kBoundaryStates);
+  auto state = GdnState<double>::Zeros(alloc, d, 1, BufferClass::kBoundaryStates);
   ASSERT_TRUE(state.ok());
   GdnLayerSaved<double> empty;
   Tensor<double> dy = FromVector<double>(alloc, kWs, {3, d.C}, std::vector<double>(3 * d.C, 0.0));
@@ -414,12 +414,12 @@ TEST(GdnLayerTest, MisuseIsAnErrorNotACrash) {
   Tensor<double> bad = FromVector<double>(alloc, kWs, {3, d.C + 1}, std::vector<double>(3 * (d.C + 1), 0.0));
   Tensor<double> y;
   GdnLayerSaved<double> saved;
-  st = gdn->Forward(&y, nullptr, &saved, bad, *state, Recompute::kNone);
+  st = gdn->Forward(&y, nullptr, &saved, bad, 1, *state, Recompute::kNone);
   EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
   EXPECT_NE(st.message().find("input x"), std::string::npos) << st.message();
   // A state of the wrong shape.
   GdnState<double> wrong;
-  st = gdn->Forward(&y, nullptr, &saved, dy, wrong, Recompute::kNone);
+  st = gdn->Forward(&y, nullptr, &saved, dy, 1, wrong, Recompute::kNone);
   EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
   EXPECT_NE(st.message().find("state_in.S"), std::string::npos) << st.message();
 }

@@ -3,7 +3,7 @@
 // perturbation keyed by parameter name (so that differently split models get
 // the same perturbation), and the normalised relative error.
 // Not a harness for the pipeline: see PipelineHarness in
-// gdn_stage_module_test.cc.
+// model_stage_module_test.cc.
 //
 //   Tensor<double> x = FromVector<double>(alloc, BufferClass::kWorkspace, {S, C}, values);
 //   std::vector<double> back = ToVector(x);
@@ -83,6 +83,29 @@ inline pb::ModelSpec SmallGdnModel(int blocks = 3) {
   m.set_mlp_size(24);
   m.set_vocab_size(40);
   m.set_untied_embeddings(true);
+  return m;
+}
+
+// A small model of each family the backend runs, of `blocks` layers: "gdn",
+// "mamba3", and their 3:1 hybrids "gdn-hybrid", "mamba3-hybrid" (every
+// fourth layer softmax attention with GQA groups of 2).
+inline pb::ModelSpec SmallModel(const std::string& family, int blocks = 4) {
+  pb::ModelSpec m = SmallGdnModel(blocks);
+  m.set_name(family + "-test");
+  const bool mamba = family.rfind("mamba3", 0) == 0;
+  if (mamba) {
+    m.set_architecture("mamba3");
+    m.set_head_dim_k(0);
+    m.set_head_dim_v(6);  // dp
+    m.set_state_dim(8);   // ds: 2 rotary angles
+  }
+  if (family.find("hybrid") != std::string::npos) {
+    m.set_layer_pattern("hybrid");
+    m.set_hybrid_period(3);
+    m.set_attn_heads(4);
+    m.set_attn_head_dim(8);
+    m.set_gqa_group_size(2);
+  }
   return m;
 }
 

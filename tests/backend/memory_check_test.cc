@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "backend/train/trainer.h"
 #include "tests/backend/memory_test_util.h"
 #include "tests/scenario_testing.h"
@@ -49,7 +49,7 @@ TEST(StepMemoryTransport, NothingTransientOutlivesAnAction) {
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   StageModuleFactory<float> factory = [&](int, const models::StageLayers& layers,
                                           TrackingAllocator* alloc) {
-    return MakeGdnStageModule<float>(setup->model, layers, setup->recompute, 1, alloc);
+    return MakeStageModule<float>(setup->model, layers, {.recompute = setup->recompute, .seed = 1}, alloc);
   };
   const TextData text = TextData::FromBytes(std::string(1000, 'a'), "a");
   auto trainer = Trainer<float>::Make(*setup, TrainOptions{}, text, factory,
@@ -71,9 +71,11 @@ TEST(StepMemoryTransport, NothingTransientOutlivesAnAction) {
 
 TEST(StepMemoryErrors, NamesTheUnsupportedModelAndDtype) {
   MemoryCase c{"mamba3-tiny", "stateflow", 2, 1, 2, "none", "float32", 64};
-  Result<std::vector<StageMemoryCheck>> mamba = CheckStepMemory(MustResolve(ScenarioOf(c)), "float32");
-  ASSERT_FALSE(mamba.ok());
-  EXPECT_NE(mamba.status().message().find("model.architecture"), std::string::npos);
+  pb::Scenario tied = ScenarioOf(c);  // every family runs, but only untied
+  tied.mutable_model()->set_untied_embeddings(false);
+  Result<std::vector<StageMemoryCheck>> unsupported = CheckStepMemory(MustResolve(tied), "float32");
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_NE(unsupported.status().message().find("model.untied_embeddings"), std::string::npos);
   c.preset = "gdn-tiny";
   Result<std::vector<StageMemoryCheck>> dtype = CheckStepMemory(MustResolve(ScenarioOf(c)), "int8");
   ASSERT_FALSE(dtype.ok());

@@ -31,12 +31,16 @@ struct MemoryCase {
   const char* recompute;
   const char* dtype;
   std::int64_t T;
+  double alpha = 0;  // the hybrid partition (schedule.alpha)
+  int mbs = 1;       // sequences per microbatch (parallel.microbatch_size)
 };
 
 inline std::string CaseName(const MemoryCase& c) {
   std::string name = std::string(c.preset) + "_" + c.policy + "_P" + std::to_string(c.P) + "_M" +
                      std::to_string(c.M) + "_N" + std::to_string(c.N) + "_" + c.recompute + "_" +
                      c.dtype + "_T" + std::to_string(c.T);
+  if (c.alpha != 0) name += "_alpha" + std::to_string(static_cast<int>(std::lround(c.alpha * 100)));
+  if (c.mbs != 1) name += "_mbs" + std::to_string(c.mbs);
   for (char& ch : name) {
     if (ch == '-') ch = '_';
   }
@@ -55,13 +59,13 @@ inline pb::Scenario ScenarioOf(const MemoryCase& c) {
   p->set_pipeline_size(c.P);
   p->set_tensor_size(1);
   p->set_data_size(1);
-  p->set_microbatch_size(1);
+  p->set_microbatch_size(c.mbs);
   p->set_microbatches(c.M);
   s.set_seq_len(c.T);
   pb::ScheduleSpec* sched = s.mutable_schedule();
   sched->set_policy(c.policy);
   sched->set_chunks(c.N);
-  sched->set_alpha(0);
+  sched->set_alpha(c.alpha);
   sched->set_granularity(1);
   sched->set_recompute(c.recompute);
   *s.mutable_precision() = *models::PrecisionForDtype(c.dtype);

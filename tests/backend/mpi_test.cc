@@ -7,7 +7,7 @@
 
 #include <sstream>
 
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "tests/backend/subprocess_util.h"
 #include "tests/backend/train_test_util.h"
 
@@ -66,7 +66,7 @@ Outcome RunOneProcess(const Config& c) {
   StageModuleFactory<double> factory = ToyFactory<double>(setup, 11);
   if (std::string(c.module) == "gdn") {
     factory = [&setup](int, const models::StageLayers& layers, TrackingAllocator* alloc) {
-      return MakeGdnStageModule<double>(setup.model, layers, setup.recompute, 11, alloc);
+      return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11}, alloc);
     };
   }
   const TextData text = Take(TextData::Load(kDefaultTextPath));

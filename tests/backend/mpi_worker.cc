@@ -15,7 +15,7 @@
 #include <string>
 
 #include "backend/comm/mpi.h"
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
 #include "backend/train/trainer.h"
 #include "tests/backend/train_test_util.h"
 #include "tests/scenario_testing.h"
@@ -45,7 +45,7 @@ int Int(const Args& args, const std::string& key, int fallback) {
 StageModuleFactory<double> Factory(const Args& args, const TrainSetup& setup) {
   if (args.count("module") && args.at("module") == "gdn") {
     return [&setup](int, const models::StageLayers& layers, TrackingAllocator* alloc) {
-      return MakeGdnStageModule<double>(setup.model, layers, setup.recompute, 11, alloc);
+      return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11}, alloc);
     };
   }
   return ToyFactory<double>(setup, 11);

@@ -142,14 +142,16 @@ TEST(LayerTimer, EveryKindAndModeGivesOnePositiveTimePerRepetition) {
 }
 
 TEST(LayerTimer, WhatTheBackendCannotRunIsAnError) {
-  Result<PassSamples> hybrid = TimeLayerPasses<float>(
-      *models::ModelPreset("gdn-hybrid-tiny"), LayerKind::kRecurrence, Recompute::kNone, 8, kQuick);
-  ASSERT_FALSE(hybrid.ok());
-  EXPECT_NE(hybrid.status().message().find("model.layer_pattern"), std::string::npos);
-  Result<PassSamples> mamba = TimeLayerPasses<float>(
-      *models::ModelPreset("mamba3-tiny"), LayerKind::kRecurrence, Recompute::kNone, 8, kQuick);
-  ASSERT_FALSE(mamba.ok());
-  EXPECT_NE(mamba.status().message().find("model.architecture"), std::string::npos);
+  pb::ModelSpec tied = *models::ModelPreset("mamba3-tiny");
+  tied.set_untied_embeddings(false);
+  Result<PassSamples> unsupported =
+      TimeLayerPasses<float>(tied, LayerKind::kRecurrence, Recompute::kNone, 8, kQuick);
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_NE(unsupported.status().message().find("model.untied_embeddings"), std::string::npos);
+  Result<PassSamples> missing = TimeLayerPasses<float>(Tiny(), LayerKind::kAttention,
+                                                       Recompute::kNone, 8, kQuick);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("has no attention layer"), std::string::npos);
   EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 0, kQuick).ok());
   EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 4, {0, 1}).ok());
   EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 4, {1, -1}).ok());
@@ -186,7 +188,12 @@ TEST(LinkTimer, InProcessPingPongOneSamplePerSize) {
 // ---- the whole table ---------------------------------------------------------------------
 
 TEST(Profiler, TableHasEverySampleAndReplays) {
-  ProfileRequest request{Tiny(), {4, 12}, {Recompute::kNone, Recompute::kFull}, "float32", kQuick};
+  ProfileRequest request{.model = Tiny(),
+                         .tokens = {4, 12},
+                         .attention_chunks = {},
+                         .recompute = {Recompute::kNone, Recompute::kFull},
+                         .dtype = "float32",
+                         .timing = kQuick};
   int calls = 0, last_total = 0;
   Result<pb::CostTable> table = ProfileLayers(request, [&](int done, int total) {
     EXPECT_EQ(done, ++calls);
@@ -212,7 +219,7 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
   // points exactly, and the midpoint by linear interpolation.
   table->mutable_link()->set_latency_s(1e-6);
   table->mutable_link()->set_bandwidth_bytes_per_s(1e9);
-  ASSERT_TRUE(sim::CheckCostTableModel(*table, Tiny(), "profiled").ok());
+  ASSERT_TRUE(sim::CheckCostTableModel(*table, Tiny(), "profiled", 1).ok());
   Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, "profiled");
   ASSERT_TRUE(index.ok()) << index.status().message();
   double at4 = 0, at12 = 0;
@@ -227,7 +234,8 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
 }
 
 TEST(Profiler, BadRequests) {
-  ProfileRequest request{Tiny(), {}, {Recompute::kNone}, "float32", kQuick};
+  ProfileRequest request{
+      .model = Tiny(), .tokens = {}, .attention_chunks = {}, .recompute = {Recompute::kNone}, .dtype = "float32", .timing = kQuick};
   EXPECT_FALSE(ProfileLayers(request, nullptr).ok());
   request.tokens = {4};
   request.dtype = "float16";

@@ -60,6 +60,7 @@ class ToyModule final : public StageModule<T> {
   bool is_first() const override { return layers_.first == 0; }
   bool is_last() const override { return layers_.last == num_layers_ + 2; }
   std::int64_t hidden_size() const override { return H_; }
+  int microbatch_size() const override { return 1; }
 
   Status BeginStep(const Batch* batch, const schedule::Partition* partition,
                    double loss_scale) override {

@@ -317,7 +317,7 @@ TEST(CostModel, TimeHasAWeightStreamingFloor) {
 
 // ---- boundary states, logits, boundary activations ----
 
-TEST(CostModel, BoundaryStateIsStatePlusConvTail) {
+TEST(CostModel, BoundaryStateIsTheBackendsState) {
   const int tp = 2, mbs = 3;
   const CostModel gdn = MakeModel("gdn-3b", tp, mbs);
   const pb::ModelSpec& g = gdn.model();
@@ -329,14 +329,16 @@ TEST(CostModel, BoundaryStateIsStatePlusConvTail) {
   EXPECT_EQ(gdn.BoundaryStateBytes(0), 0.0);
   EXPECT_EQ(gdn.BoundaryStateBytes(gdn.num_layers() - 1), 0.0);
 
-  const CostModel mamba = MakeModel("mamba3-3b", 1, 1);
+  // Mamba-3: the official decode state (backend/layers/mamba3_layer.h): the
+  // running angles (heads x 32 of d_state 128) and the SSM state in fp32, the
+  // last k (heads x d_state) and v (heads x head dim) in activation precision.
+  const CostModel mamba = MakeModel("mamba3-3b", tp, 1);
   const pb::ModelSpec& m = mamba.model();
-  const double inner = double(m.num_heads()) * m.head_dim_v();
-  const double n = m.state_dim();
-  const double mstate = inner * n * 4;  // heads x head dim x state, fp32
-  const double mtail = (m.conv_width() - 1.0) * (inner + 2 * n) * act;
-  const double carry = (inner + n) * act + n / 2 * 4;
-  EXPECT_DOUBLE_EQ(mamba.BoundaryStateBytes(1), mstate + mtail + carry);
+  const double heads = m.num_heads(), p = m.head_dim_v(), n = m.state_dim();
+  const double angles = n / 4;  // rope_fraction 0.5, one angle per pair
+  const double mstate = heads * (angles + p * n) * 4;
+  const double carry = heads * (n + p) * act;
+  EXPECT_DOUBLE_EQ(mamba.BoundaryStateBytes(1), (mstate + carry) / tp);
 }
 
 TEST(CostModel, LogitsAndBoundaryActivations) {
@@ -356,16 +358,19 @@ TEST(CostModel, LogitsAndBoundaryActivations) {
                    10.0 * tiny.model().vocab_size() / 2 * 4);
 }
 
-// Mamba-3's scratch estimate (no backend lists its tensors): per kernel
-// block of 64 tokens, one fp32 state per head in forward.
+// Mamba-3's backward workspace grows by one replayed fp32 state per head
+// (P x d_state) with each kernel block of 64 tokens, beside the per-token
+// tensors (backend Mamba3CoreBackwardWorkspaceSize): the step from 64 to 65
+// tokens is one state plus one token's tensors.
 TEST(CostModel, MambaWorkspaceCountsKernelBlocks) {
   const CostModel cm = MakeModel("mamba3-3b");
   const pb::ModelSpec& m = cm.model();
   const double state = double(m.num_heads()) * m.head_dim_v() * m.state_dim() * 4;
-  const double per_token = (cm.ForwardWorkspaceBytes(1, 128) - cm.ForwardWorkspaceBytes(1, 64)) -
-                           state;  // one more block, 64 more tokens
-  EXPECT_NEAR(cm.ForwardWorkspaceBytes(1, 65) - cm.ForwardWorkspaceBytes(1, 64),
-              state + per_token / 64, 1e-6);
+  const double per_token = (cm.BackwardWorkspaceBytes(1, 128) - cm.BackwardWorkspaceBytes(1, 64) -
+                            state) / 64;  // one more block, 64 more tokens
+  EXPECT_GT(per_token, 0);
+  EXPECT_NEAR(cm.BackwardWorkspaceBytes(1, 65) - cm.BackwardWorkspaceBytes(1, 64),
+              state + per_token, 1e-6 * state);
   EXPECT_GT(cm.BackwardWorkspaceBytes(1, 128), cm.ForwardWorkspaceBytes(1, 128));
 }
 

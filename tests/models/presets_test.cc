@@ -38,16 +38,18 @@ double RefGdnMixer(const pb::ModelSpec& m) {
               {vd, h}});                           // o_proj
 }
 
+// backend/layers/mamba3_layer.h: one B/C group, rope_fraction 0.5 (angles
+// per head: state/2 rounded down to even, halved), no short convolution.
 double RefMambaMixer(const pb::ModelSpec& m) {
   const double h = m.hidden_size(), n = m.num_heads();
-  const double inner = n * m.head_dim_v(), st = m.state_dim();  // 1 group
-  const double conv_ch = inner + 2 * st;
+  const double inner = n * m.head_dim_v(), st = m.state_dim();
+  const int half = m.state_dim() / 2;
+  const double angles = (half - half % 2) / 2;
   return Sum({{h, inner}, {h, inner}, {h, st}, {h, st},  // z, x, B, C
-              {h, n}, {h, n}, {h, st / 2},               // dt, lambda, angle
-              {double(m.conv_width()), conv_ch}, {1, conv_ch},    // conv + bias
-              {3, n},                                     // A_log, D, dt_bias
-              {2, st}, {2, st},                           // B/C norm, bias
-              {1, inner}, {inner, h}});                   // norm, out_proj
+              {h, n}, {h, n}, {h, n}, {h, angles},       // dt, A, trapezoid, angles
+              {2, n},                                     // dt_bias, D
+              {2, st}, {2, n * st},                       // B/C norms; biases per head
+              {inner, h}});                               // out_proj
 }
 
 double RefAttentionMixer(const pb::ModelSpec& m) {

@@ -153,10 +153,18 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
   {  // Another model.
     pb::CostTable t = good;
     t.mutable_model()->set_hidden_size(128);
-    Status st = CheckCostTableModel(t, s.model(), "other.textproto");
+    Status st = CheckCostTableModel(t, s.model(), "other.textproto", 1);
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.message().find("model.hidden_size"), std::string::npos) << st.message();
-    EXPECT_TRUE(CheckCostTableModel(good, s.model(), "same").ok());
+    EXPECT_TRUE(CheckCostTableModel(good, s.model(), "same", 1).ok());
+  }
+  {  // Another microbatch size (a table without one was measured at 1).
+    Status st = CheckCostTableModel(good, s.model(), "b1.textproto", 2);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("microbatch_size 1"), std::string::npos) << st.message();
+    pb::CostTable t = good;
+    t.set_microbatch_size(2);
+    EXPECT_TRUE(CheckCostTableModel(t, s.model(), "b2", 2).ok());
   }
 }
 

@@ -121,12 +121,15 @@ TEST(TrainCli, TwoThreadsAreRepeatableAndExact) {
   EXPECT_LT(RelError(ParseReport(two), ParseReport(one)), 1e-10);
 }
 
-// The tiny model learns the text's byte statistics quickly: from about
+// The tiny models learn the text's byte statistics quickly: from about
 // ln 256 = 5.55 nats towards the unigram entropy of English text (about 3).
-TEST(TrainCli, LossFallsOverFiftyStepsOnRealText) {
-  const Finished f = RunFor(Train({"--steps", "50", "-T", "32", "-M", "2", "-N", "2", "--lr",
-                                   "0.01", "--json"}),
-                            TempPrefix("loss"));
+// One test per family the backend runs.
+class TrainFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainFamily, LossFallsOverFiftyStepsOnRealText) {
+  const Finished f = RunFor(Train({"--model", GetParam(), "--steps", "50", "-T", "32", "-M", "2",
+                                   "-N", "2", "--lr", "0.01", "--json"}),
+                            TempPrefix("loss-" + GetParam()));
   ASSERT_EQ(f.exit_code, 0) << f.err;
   const pb::Report r = ParseReport(f);
   ASSERT_EQ(r.losses_size(), 50);
@@ -135,6 +138,26 @@ TEST(TrainCli, LossFallsOverFiftyStepsOnRealText) {
   EXPECT_NEAR(r.losses(0), std::log(256.0), 0.5);  // starts near uniform
   EXPECT_LT(last, first - 0.5) << "first 5 " << first << ", last 5 " << last;
 }
+
+// P MPI ranks give the losses of one process, with several sequences per
+// microbatch and an unequal (alpha) partition.
+TEST_P(TrainFamily, MpiRanksEqualOneProcessWithBatchAndAlpha) {
+  const std::vector<std::string> args = {"--model", GetParam(), "--steps", "2", "-T", "40",
+                                         "-M", "2", "-B", "2", "-N", "3", "--alpha", "1",
+                                         "--dtype", "float64", "--json"};
+  const Finished one = RunFor(Train(args), TempPrefix("one-" + GetParam()));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const Finished two = RunFor(Mpirun(2, Train(args)), TempPrefix("two-" + GetParam()));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_LT(RelError(ParseReport(two), ParseReport(one)), 1e-10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue11, TrainFamily, ::testing::Values("gdn-tiny", "mamba3-tiny"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 TEST(TrainCli, TraceHasOneTrackPerStage) {
   const std::string trace = TempPrefix("trace.json");
@@ -224,6 +247,29 @@ TEST(TrainCli, SequenceShorterThanTheChunks) {
   const Finished f = RunFor(Mpirun(2, Train({"-T", "40", "-N", "8"})), TempPrefix("short"));
   EXPECT_EQ(f.exit_code, 2);
   ExpectOneLine(f, "seq_len 40 cannot be cut into 8 non-empty chunks");
+}
+
+// Issue 11's bad input: a GQA group that does not divide the heads, a
+// microbatch size out of range, a chunk count the sequence cannot hold.
+TEST(TrainCli, BadFamilyInputIsOneLineAndExitTwo) {
+  const std::string path = TempPrefix("gqa.textproto");
+  {
+    std::ofstream out(path);
+    out << "model_preset: \"gdn-hybrid-tiny\"\nmodel { attn_heads: 3 gqa_group_size: 2 }\n"
+           "cluster_preset: \"cpu\"\nparallel { pipeline_size: 1 microbatches: 1 }\n"
+           "seq_len: 64\nschedule { policy: \"stateflow\" chunks: 2 }\n";
+  }
+  Finished f = RunFor(Train({"--scenario", path, "--steps", "1"}), TempPrefix("gqa"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "model.attn_heads");
+  f = RunFor(Train({"--steps", "1", "-B", "0"}), TempPrefix("mbs0"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "--microbatch-size");
+  f = RunFor(Train({"--steps", "1", "--model", "mamba3-tiny", "-T", "6", "-N", "8"}),
+             TempPrefix("empty-chunk"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "non-empty chunks");
+  std::filesystem::remove(path);
 }
 
 TEST(TrainCli, NonFiniteLossStopsEveryRankWithTheStepNumber) {

@@ -355,11 +355,11 @@ TEST(ValidateCli, BadFlagsGetOneLineAndExitTwo) {
   // A model the backend cannot run, found by the profile's worker processes.
   ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--model", "gdn-hybrid-tiny"},
                         "hybrid-workers"),
-                 "model.layer_pattern");
+                 "softmax attention");
   ExpectBadInput(
       RunCli({"profile", "--scenario", scenario, "--model", "gdn-hybrid-tiny", "--out", Temp("x")},
              "hybrid"),
-      "model.layer_pattern");
+      "softmax attention");
   // Under mpirun: exit 2 and the message once (rank 0 prints it; Open MPI
   // may add its own banner).
   const Finished mpi =

@@ -1,7 +1,8 @@
-// GdnStageModule: the bookkeeping of chunks, boundary states and their
-// gradients around the layers of backend/layers/. Lifetimes as in
-// gdn_stage_module.h. Dimension legend: s tokens of the chunk, C hidden size.
-#include "backend/model/gdn_stage_module.h"
+// ModelStageModule: the bookkeeping of microbatches and chunks around the
+// embedding, the SequenceLayers and the head. Lifetimes as in
+// model_stage_module.h. Dimension legend: B sequences per microbatch, s
+// tokens of the chunk, C hidden size.
+#include "backend/model/model_stage_module.h"
 
 #include <string>
 #include <utility>
@@ -9,17 +10,19 @@
 
 #include "backend/kernels/embedding.h"
 #include "backend/layers/embedding_layer.h"
-#include "backend/layers/gdn_layer.h"
 #include "backend/layers/head_layer.h"
+#include "backend/model/sequence_layer.h"
 
 namespace stateflow::backend {
 namespace {
 
-// Ok if `batch` holds microbatches * (seq_len + 1) tokens (one sequence per
-// microbatch), `partition` covers seq_len, and, when vocab > 0, every token
-// is in [0, vocab). Errors start with `stage`.
+constexpr double kBackendNormEps = 1e-6;  // the head's RMSNorm, as the blocks'
+
+// Ok if `batch` holds microbatches * B * (seq_len + 1) tokens (B sequences
+// per microbatch), `partition` covers seq_len, and, when vocab > 0, every
+// token is in [0, vocab). Errors start with `stage`.
 Status CheckBatch(const std::string& stage, const Batch* batch,
-                  const schedule::Partition* partition, std::int64_t vocab) {
+                  const schedule::Partition* partition, std::int64_t vocab, int B) {
   if (batch == nullptr || partition == nullptr) {
     return Status::Invalid(stage + ": BeginStep needs a batch and a partition");
   }
@@ -30,11 +33,16 @@ Status CheckBatch(const std::string& stage, const Batch* batch,
                            " microbatches of " + std::to_string(T_len) +
                            " tokens; both must be >= 1");
   }
-  const std::int64_t expected = static_cast<std::int64_t>(M) * (T_len + 1);
+  if (batch->microbatch_size != B) {
+    return Status::Invalid(stage + ": batch has " + std::to_string(batch->microbatch_size) +
+                           " sequences per microbatch, the stage module was made for "
+                           "microbatch_size " + std::to_string(B));
+  }
+  const std::int64_t expected = static_cast<std::int64_t>(M) * B * (T_len + 1);
   if (static_cast<std::int64_t>(batch->tokens.size()) != expected) {
     return Status::Invalid(stage + ": batch.tokens has " + std::to_string(batch->tokens.size()) +
-                           " tokens, expected microbatches * (seq_len + 1) = " +
-                           std::to_string(expected) + " (one sequence per microbatch)");
+                           " tokens, expected microbatches * microbatch_size * (seq_len + 1) = " +
+                           std::to_string(expected));
   }
   if (partition->num_chunks() < 1 || partition->seq_len() != T_len) {
     return Status::Invalid(stage + ": the partition covers " +
@@ -47,19 +55,20 @@ Status CheckBatch(const std::string& stage, const Batch* batch,
 }
 
 template <typename T>
-class GdnStageModule final : public StageModule<T> {
+class ModelStageModule final : public StageModule<T> {
  public:
-  GdnStageModule(TrackingAllocator* alloc, const GdnLayerDims& dims,
-                 std::int64_t vocab, models::StageLayers layers,
-                 int num_layer_list, models::Recompute recompute)
-      : alloc_(alloc), dims_(dims), vocab_(vocab), layers_(layers),
-        num_layer_list_(num_layer_list), recompute_(recompute) {}
+  ModelStageModule(TrackingAllocator* alloc, std::int64_t hidden, double norm_eps,
+                   std::int64_t vocab, models::StageLayers layers, int num_layer_list,
+                   const StageModuleOptions& options)
+      : alloc_(alloc), C_(hidden), norm_eps_(norm_eps), vocab_(vocab), layers_(layers),
+        num_layer_list_(num_layer_list), options_(options) {}
 
-  Status Init(const pb::ModelSpec& model, std::uint64_t seed);
+  Status Init(const pb::ModelSpec& model);
 
   bool is_first() const override { return layers_.first == 0; }
   bool is_last() const override { return layers_.last == num_layer_list_; }
-  std::int64_t hidden_size() const override { return dims_.C; }
+  std::int64_t hidden_size() const override { return C_; }
+  int microbatch_size() const override { return options_.microbatch_size; }
   Status BeginStep(const Batch* batch, const schedule::Partition* partition,
                    double loss_scale) override;
   Result<Tensor<T>> Forward(int microbatch, int chunk, const Tensor<T>* x) override;
@@ -69,21 +78,12 @@ class GdnStageModule final : public StageModule<T> {
   void ZeroGrads() override;
 
  private:
-  // What one (microbatch, chunk) keeps between its forward and backward.
-  struct ChunkContext {
-    std::vector<GdnLayerSaved<T>> layers;  // (GDN layers on this stage)
-    HeadSaved<T> head;
-  };
-  // One microbatch's chunks, boundary states and their gradients.
+  // One microbatch's progress and its chunks' head tensors (the blocks keep
+  // their own: sequence_layer.h).
   struct MicrobatchContext {
-    std::vector<ChunkContext> chunks;                 // (N)
-    std::vector<std::vector<GdnState<T>>> states_in;  // (N, GDN layers), live
-                                                      // from the forward
-                                                      // before to B(i)
-    std::vector<GdnState<T>> dstates;  // (GDN layers) d(state in) of the chunk
-                                       // after the next one to run backward
-    int next_forward = 0;              // chunks [0, next_forward) ran F
-    int next_backward = 0;             // the only chunk B may run next
+    std::vector<HeadSaved<T>> head;  // (N) on the last stage
+    int next_forward = 0;            // chunks [0, next_forward) ran F
+    int next_backward = 0;           // the only chunk B may run next
   };
 
   std::string Where(int a, int i) const {
@@ -96,16 +96,19 @@ class GdnStageModule final : public StageModule<T> {
   Status RunForward(Tensor<T>* out, int a, int i, const Tensor<T>* x);
   Status RunBackward(Tensor<T>* out, int a, int i, const Tensor<T>* dy);
   bool StepComplete(int* a, int* i) const;
+  // The chunk's (B s) token ids (inputs or targets), sequence-major.
+  std::vector<std::int32_t> ChunkTokens(int a, int i, bool targets) const;
 
   TrackingAllocator* alloc_;
-  GdnLayerDims dims_;
+  std::int64_t C_;  // hidden size
+  double norm_eps_;
   std::int64_t vocab_;  // V
   models::StageLayers layers_;
   int num_layer_list_;  // L + 2
-  models::Recompute recompute_;
-  std::vector<EmbeddingLayer<T>> embedding_;  // 0 or 1
-  std::vector<GdnLayer<T>> gdn_layers_;
-  std::vector<HeadLayer<T>> head_;            // 0 or 1
+  StageModuleOptions options_;
+  std::vector<EmbeddingLayer<T>> embedding_;                // 0 or 1
+  std::vector<std::unique_ptr<SequenceLayer<T>>> blocks_;  // in layer order
+  std::vector<HeadLayer<T>> head_;                          // 0 or 1
 
   const Batch* batch_ = nullptr;
   const schedule::Partition* partition_ = nullptr;
@@ -116,20 +119,21 @@ class GdnStageModule final : public StageModule<T> {
 };
 
 template <typename T>
-Status GdnStageModule<T>::Init(const pb::ModelSpec& model, std::uint64_t seed) {
-  const int num_layers = static_cast<int>(model.num_layers());
+Status ModelStageModule<T>::Init(const pb::ModelSpec& model) {
+  const std::uint64_t seed = options_.seed;
   for (int l = layers_.first; l < layers_.last; ++l) {
     if (l == 0) {
-      SF_ASSIGN_OR_RETURN(auto e, EmbeddingLayer<T>::Make(*alloc_, vocab_, dims_.C, l, seed));
+      SF_ASSIGN_OR_RETURN(auto e, EmbeddingLayer<T>::Make(*alloc_, vocab_, C_, l, seed));
       embedding_.push_back(std::move(e));
     } else if (l == num_layer_list_ - 1) {
-      SF_ASSIGN_OR_RETURN(auto h, HeadLayer<T>::Make(*alloc_, dims_.C, vocab_,
-                                                     kHeadVocabSlice, l, seed,
-                                                     dims_.norm_eps));
+      SF_ASSIGN_OR_RETURN(auto h, HeadLayer<T>::Make(*alloc_, C_, vocab_, kHeadVocabSlice, l,
+                                                     seed, norm_eps_));
       head_.push_back(std::move(h));
     } else {
-      SF_ASSIGN_OR_RETURN(auto b, GdnLayer<T>::Make(*alloc_, dims_, l, num_layers, seed));
-      gdn_layers_.push_back(std::move(b));
+      SF_ASSIGN_OR_RETURN(auto b, MakeSequenceLayer<T>(model, l, alloc_,
+                                                       {.recompute = options_.recompute,
+                                                        .seed = seed}));
+      blocks_.push_back(std::move(b));
     }
   }
   return Status::Ok();
@@ -138,7 +142,7 @@ Status GdnStageModule<T>::Init(const pb::ModelSpec& model, std::uint64_t seed) {
 // ---- step -------------------------------------------------------------------
 
 template <typename T>
-bool GdnStageModule<T>::StepComplete(int* a, int* i) const {
+bool ModelStageModule<T>::StepComplete(int* a, int* i) const {
   for (size_t m = 0; m < mb_.size(); ++m) {
     if (mb_[m].next_backward >= 0) {
       *a = static_cast<int>(m);
@@ -150,7 +154,7 @@ bool GdnStageModule<T>::StepComplete(int* a, int* i) const {
 }
 
 template <typename T>
-Status GdnStageModule<T>::BeginStep(const Batch* batch,
+Status ModelStageModule<T>::BeginStep(const Batch* batch,
                                     const schedule::Partition* partition,
                                     double loss_scale) {
   int a = 0, i = 0;
@@ -158,7 +162,8 @@ Status GdnStageModule<T>::BeginStep(const Batch* batch,
     return Status::Invalid(Where(a, i) + " has not run backward; a new step cannot begin");
   }
   SF_RETURN_IF_ERROR(CheckBatch("stage " + std::to_string(alloc_->stage()), batch,
-                                partition, is_first() || is_last() ? vocab_ : 0));
+                                partition, is_first() || is_last() ? vocab_ : 0,
+                                options_.microbatch_size));
   const int M = batch->microbatches;
   batch_ = batch;
   partition_ = partition;
@@ -168,15 +173,15 @@ Status GdnStageModule<T>::BeginStep(const Batch* batch,
   mb_.clear();
   mb_.resize(M);
   for (MicrobatchContext& m : mb_) {
-    m.chunks.resize(partition->num_chunks());
-    m.states_in.resize(partition->num_chunks());
+    m.head.resize(is_last() ? partition->num_chunks() : 0);
     m.next_backward = partition->num_chunks() - 1;
   }
+  for (auto& b : blocks_) b->BeginStep(M, options_.microbatch_size, partition);
   return Status::Ok();
 }
 
 template <typename T>
-Status GdnStageModule<T>::CheckUnit(const char* pass, int a, int i) const {
+Status ModelStageModule<T>::CheckUnit(const char* pass, int a, int i) const {
   const std::string stage = "stage " + std::to_string(alloc_->stage());
   if (batch_ == nullptr) {
     return Status::Invalid(stage + ": " + pass + " before BeginStep");
@@ -197,7 +202,7 @@ Status GdnStageModule<T>::CheckUnit(const char* pass, int a, int i) const {
 
 // The paper's same-stage rules: F(i-1) < F(i), F(i) < B(i), B(i+1) < B(i).
 template <typename T>
-Status GdnStageModule<T>::CheckOrder(bool forward, int a, int i) const {
+Status ModelStageModule<T>::CheckOrder(bool forward, int a, int i) const {
   const MicrobatchContext& m = mb_[a];
   if (forward) {
     if (i < m.next_forward) return Status::Invalid(Where(a, i) + ": forward ran already");
@@ -216,11 +221,11 @@ Status GdnStageModule<T>::CheckOrder(bool forward, int a, int i) const {
   return Status::Ok();
 }
 
-// `t` must be an (s_i, C) tensor.
+// `t` must be a (B s_i, C) tensor.
 template <typename T>
-Status GdnStageModule<T>::CheckActivation(const char* what, const Tensor<T>* t,
+Status ModelStageModule<T>::CheckActivation(const char* what, const Tensor<T>* t,
                                           int a, int i) const {
-  const Shape expected = {partition_->length(i), dims_.C};
+  const Shape expected = {options_.microbatch_size * partition_->length(i), C_};
   if (t == nullptr) {
     return Status::Invalid(Where(a, i) + ": " + what + " is missing, expected " +
                            ShapeString(expected));
@@ -235,7 +240,7 @@ Status GdnStageModule<T>::CheckActivation(const char* what, const Tensor<T>* t,
 // ---- forward and backward -----------------------------------------------------
 
 template <typename T>
-Result<Tensor<T>> GdnStageModule<T>::Forward(int a, int i, const Tensor<T>* x) {
+Result<Tensor<T>> ModelStageModule<T>::Forward(int a, int i, const Tensor<T>* x) {
   SF_RETURN_IF_ERROR(CheckUnit("forward", a, i));
   SF_RETURN_IF_ERROR(CheckOrder(/*forward=*/true, a, i));
   if (is_first() && x != nullptr) {
@@ -253,40 +258,40 @@ Result<Tensor<T>> GdnStageModule<T>::Forward(int a, int i, const Tensor<T>* x) {
 }
 
 template <typename T>
-Status GdnStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
-                                     const Tensor<T>* x) {
-  MicrobatchContext& m = mb_[a];
-  ChunkContext& ctx = m.chunks[i];
-  const int N = partition_->num_chunks();
+std::vector<std::int32_t> ModelStageModule<T>::ChunkTokens(int a, int i, bool targets) const {
   const std::int64_t start = partition_->start(i), s = partition_->length(i);
-  const size_t B = gdn_layers_.size();
-  if (i == 0) {
-    for (size_t b = 0; b < B; ++b) {
-      SF_ASSIGN_OR_RETURN(auto zero, GdnState<T>::Zeros(*alloc_, dims_,
-                                                        BufferClass::kBoundaryStates));
-      m.states_in[0].push_back(std::move(zero));
-    }
+  std::vector<std::int32_t> ids;
+  ids.reserve(static_cast<std::size_t>(options_.microbatch_size * s));
+  for (int b = 0; b < options_.microbatch_size; ++b) {
+    const std::int32_t* seq = (targets ? batch_->targets(a, b) : batch_->inputs(a, b)) + start;
+    ids.insert(ids.end(), seq, seq + s);
   }
-  if (i + 1 < N) m.states_in[i + 1].resize(B);
-  ctx.layers.resize(B);
-  Tensor<T> h;  // (s, C) the activation between layers
+  return ids;
+}
+
+template <typename T>
+Status ModelStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
+                                     const Tensor<T>* x) {
+  if (i == 0) {
+    for (auto& b : blocks_) SF_RETURN_IF_ERROR(b->StartSequence(a));
+  }
+  Tensor<T> h;  // (B s, C) the activation between layers
   const Tensor<T>* cur = x;
   if (is_first()) {
-    SF_RETURN_IF_ERROR(embedding_[0].Forward(&h, batch_->inputs(a) + start, s));
+    const std::vector<std::int32_t> ids = ChunkTokens(a, i, /*targets=*/false);
+    SF_RETURN_IF_ERROR(embedding_[0].Forward(&h, ids.data(), static_cast<std::int64_t>(ids.size())));
     cur = &h;
   }
-  for (size_t b = 0; b < B; ++b) {
-    Tensor<T> y;  // (s, C)
-    GdnState<T>* state_out = i + 1 < N ? &m.states_in[i + 1][b] : nullptr;
-    SF_RETURN_IF_ERROR(gdn_layers_[b].Forward(&y, state_out, &ctx.layers[b], *cur,
-                                          m.states_in[i][b], recompute_));
+  for (auto& b : blocks_) {
+    Tensor<T> y;  // (B s, C)
+    SF_RETURN_IF_ERROR(b->Forward(&y, a, i, *cur));
     h = std::move(y);
     cur = &h;
   }
   if (is_last()) {
     double loss_sum = 0.0;
-    SF_RETURN_IF_ERROR(head_[0].Forward(&loss_sum, &ctx.head, *cur,
-                                        batch_->targets(a) + start));
+    const std::vector<std::int32_t> targets = ChunkTokens(a, i, /*targets=*/true);
+    SF_RETURN_IF_ERROR(head_[0].Forward(&loss_sum, &mb_[a].head[i], *cur, targets.data()));
     loss_ += loss_scale_ * loss_sum;
     return Status::Ok();
   }
@@ -295,7 +300,7 @@ Status GdnStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
 }
 
 template <typename T>
-Result<Tensor<T>> GdnStageModule<T>::Backward(int a, int i, const Tensor<T>* dy) {
+Result<Tensor<T>> ModelStageModule<T>::Backward(int a, int i, const Tensor<T>* dy) {
   SF_RETURN_IF_ERROR(CheckUnit("backward", a, i));
   SF_RETURN_IF_ERROR(CheckOrder(/*forward=*/false, a, i));
   if (is_last() && dy != nullptr) {
@@ -313,75 +318,60 @@ Result<Tensor<T>> GdnStageModule<T>::Backward(int a, int i, const Tensor<T>* dy)
 }
 
 template <typename T>
-Status GdnStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
+Status ModelStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
                                       const Tensor<T>* dy) {
-  MicrobatchContext& m = mb_[a];
-  ChunkContext& ctx = m.chunks[i];
-  const int N = partition_->num_chunks();
-  const std::int64_t start = partition_->start(i);
-  Tensor<T> d;  // (s, C) the gradient between layers
+  Tensor<T> d;  // (B s, C) the gradient between layers
   const Tensor<T>* cur = dy;
   if (is_last()) {
-    SF_RETURN_IF_ERROR(head_[0].Backward(&d, &ctx.head, batch_->targets(a) + start,
-                                         loss_scale_));
+    const std::vector<std::int32_t> targets = ChunkTokens(a, i, /*targets=*/true);
+    SF_RETURN_IF_ERROR(head_[0].Backward(&d, &mb_[a].head[i], targets.data(), loss_scale_));
     cur = &d;
   }
-  std::vector<GdnState<T>> dstates_in(i > 0 ? gdn_layers_.size() : 0);
-  for (size_t b = gdn_layers_.size(); b-- > 0;) {
-    Tensor<T> dx;  // (s, C)
-    const GdnState<T>* dstate_out = i + 1 < N ? &m.dstates[b] : nullptr;
-    SF_RETURN_IF_ERROR(gdn_layers_[b].Backward(&dx, i > 0 ? &dstates_in[b] : nullptr,
-                                           &ctx.layers[b], *cur, dstate_out,
-                                           m.states_in[i][b]));
-    if (i + 1 < N) m.dstates[b] = GdnState<T>{};  // consumed
+  for (std::size_t b = blocks_.size(); b-- > 0;) {
+    Tensor<T> dx;  // (B s, C)
+    SF_RETURN_IF_ERROR(blocks_[b]->Backward(&dx, a, i, *cur));
     d = std::move(dx);
     cur = &d;
   }
-  m.states_in[i].clear();
-  m.dstates = std::move(dstates_in);
-  ctx = ChunkContext{};
-  if (is_first()) return embedding_[0].Backward(*cur, batch_->inputs(a) + start);
-  *out = std::move(d);  // not empty: a stage after the first holds a GDN layer or the head
+  for (auto& b : blocks_) b->FinishBackward(a, i);
+  if (is_first()) {
+    const std::vector<std::int32_t> ids = ChunkTokens(a, i, /*targets=*/false);
+    return embedding_[0].Backward(*cur, ids.data());
+  }
+  *out = std::move(d);  // not empty: a stage after the first holds a block or the head
   return Status::Ok();
 }
 
 // ---- parameters ---------------------------------------------------------------
 
 template <typename T>
-std::vector<ParamRef<T>> GdnStageModule<T>::Parameters() {
+std::vector<ParamRef<T>> ModelStageModule<T>::Parameters() {
   std::vector<ParamRef<T>> refs;
   auto add = [&refs](const std::string& prefix, std::vector<Param<T>>& params) {
     for (Param<T>& p : params) refs.push_back({prefix + p.name, &p.value, &p.grad});
   };
   for (auto& e : embedding_) add("embedding.", e.params());
-  for (auto& b : gdn_layers_) add("layer" + std::to_string(b.layer() - 1) + ".", b.params());
+  for (auto& b : blocks_) add("layer" + std::to_string(b->layer() - 1) + ".", b->params());
   for (auto& h : head_) add("head.", h.params());
   return refs;
 }
 
 template <typename T>
-void GdnStageModule<T>::ZeroGrads() {
+void ModelStageModule<T>::ZeroGrads() {
   for (ParamRef<T>& p : Parameters()) p.grad->SetZero();
 }
 
 }  // namespace
 
 template <typename T>
-Result<std::unique_ptr<StageModule<T>>> MakeGdnStageModule(
-    const pb::ModelSpec& model, models::StageLayers layers,
-    models::Recompute recompute, std::uint64_t seed, TrackingAllocator* alloc) {
-  if (model.architecture() != "gdn") {
-    return Status::Invalid("model.architecture: '" + model.architecture() +
-                           "' is not supported by the GDN stage module (only 'gdn')");
-  }
-  if (model.layer_pattern() != "recurrent") {
-    return Status::Invalid("model.layer_pattern: '" + model.layer_pattern() +
-                           "' is not supported by the GDN stage module (only 'recurrent')");
-  }
+Result<std::unique_ptr<StageModule<T>>> MakeStageModule(const pb::ModelSpec& model,
+                                                        models::StageLayers layers,
+                                                        const StageModuleOptions& options,
+                                                        TrackingAllocator* alloc) {
   SF_RETURN_IF_ERROR(models::ValidateModel(model));
   if (!model.untied_embeddings()) {
     return Status::Invalid("model.untied_embeddings: tied embeddings are not supported "
-                           "by the GDN stage module (the embedding and head may sit on different stages)");
+                           "by the backend (the embedding and head may sit on different stages)");
   }
   const int num_layer_list = static_cast<int>(model.num_layers()) + 2;
   if (layers.first < 0 || layers.first >= layers.last || layers.last > num_layer_list) {
@@ -389,19 +379,21 @@ Result<std::unique_ptr<StageModule<T>>> MakeGdnStageModule(
                            std::to_string(layers.last) + ") are not a non-empty range of the " +
                            std::to_string(num_layer_list) + " layers of the layer list");
   }
-  if (alloc == nullptr) return Status::Invalid("MakeGdnStageModule: alloc is null");
-  auto module = std::make_unique<GdnStageModule<T>>(
-      alloc, GdnLayerDims::FromModel(model), model.vocab_size(), layers,
-      num_layer_list, recompute);
-  SF_RETURN_IF_ERROR(module->Init(model, seed));
+  if (options.microbatch_size < 1) {
+    return Status::Invalid("parallel.microbatch_size must be >= 1, got " +
+                           std::to_string(options.microbatch_size));
+  }
+  if (alloc == nullptr) return Status::Invalid("MakeStageModule: alloc is null");
+  auto module = std::make_unique<ModelStageModule<T>>(
+      alloc, model.hidden_size(), kBackendNormEps, model.vocab_size(), layers, num_layer_list,
+      options);
+  SF_RETURN_IF_ERROR(module->Init(model));
   return std::unique_ptr<StageModule<T>>(std::move(module));
 }
 
-template Result<std::unique_ptr<StageModule<float>>> MakeGdnStageModule<float>(
-    const pb::ModelSpec&, models::StageLayers, models::Recompute, std::uint64_t,
-    TrackingAllocator*);
-template Result<std::unique_ptr<StageModule<double>>> MakeGdnStageModule<double>(
-    const pb::ModelSpec&, models::StageLayers, models::Recompute, std::uint64_t,
-    TrackingAllocator*);
+template Result<std::unique_ptr<StageModule<float>>> MakeStageModule<float>(
+    const pb::ModelSpec&, models::StageLayers, const StageModuleOptions&, TrackingAllocator*);
+template Result<std::unique_ptr<StageModule<double>>> MakeStageModule<double>(
+    const pb::ModelSpec&, models::StageLayers, const StageModuleOptions&, TrackingAllocator*);
 
 }  // namespace stateflow::backend

@@ -19,7 +19,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/model/gdn_stage_module.h"
+#include "backend/model/model_stage_module.h"
+#include "models/cost_model.h"
 #include "models/model.h"
 #include "schedule/partition.h"
 #include "schedule/plan.h"
@@ -37,18 +38,21 @@ using schedule::Pass;
 using schedule::Plan;
 using testing::RelError;
 using testing::SmallGdnModel;
+using testing::SmallModel;
 using testing::ToVector;
 
 constexpr std::uint64_t kSeed = 1234;
 using NamedValues = std::map<std::string, std::vector<double>>;
 
-Batch RandomBatch(int M, std::int64_t T, std::int64_t V, std::uint64_t seed) {
+// M microbatches of B sequences of T + 1 random tokens.
+Batch RandomBatch(int M, std::int64_t T, std::int64_t V, std::uint64_t seed, int B = 1) {
   Batch b;
   b.microbatches = M;
+  b.microbatch_size = B;
   b.seq_len = T;
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::int32_t> dist(0, static_cast<std::int32_t>(V - 1));
-  b.tokens.resize(static_cast<size_t>(M) * (T + 1));
+  b.tokens.resize(static_cast<size_t>(M) * B * (T + 1));
   for (std::int32_t& t : b.tokens) t = dist(rng);
   return b;
 }
@@ -80,11 +84,14 @@ class PipelineHarness {
   using Hook = std::function<void(int stage, const Action& action)>;
 
   Status Init(const pb::ModelSpec& model, const std::vector<StageLayers>& stages,
-              Recompute recompute, double perturb) {
+              Recompute recompute, double perturb, int microbatch_size = 1) {
     for (size_t r = 0; r < stages.size(); ++r) {
       allocs_.push_back(std::make_unique<TrackingAllocator>(static_cast<int>(r)));
-      SF_ASSIGN_OR_RETURN(auto m, MakeGdnStageModule<T>(model, stages[r], recompute,
-                                                        kSeed, allocs_.back().get()));
+      SF_ASSIGN_OR_RETURN(auto m, MakeStageModule<T>(model, stages[r],
+                                                     {.recompute = recompute,
+                                                      .seed = kSeed,
+                                                      .microbatch_size = microbatch_size},
+                                                     allocs_.back().get()));
       if (perturb > 0) testing::PerturbParams(m.get(), perturb);
       modules_.push_back(std::move(m));
     }
@@ -95,8 +102,9 @@ class PipelineHarness {
               const Hook& after_action = {}) {
     const int P = static_cast<int>(modules_.size());
     for (auto& m : modules_) {
-      SF_RETURN_IF_ERROR(m->BeginStep(&batch, &partition,
-                                      1.0 / (batch.microbatches * batch.seq_len)));
+      SF_RETURN_IF_ERROR(m->BeginStep(
+          &batch, &partition,
+          1.0 / (static_cast<double>(batch.microbatches) * batch.microbatch_size * batch.seq_len)));
     }
     std::vector<size_t> next(P, 0);
     for (bool progress = true; progress;) {
@@ -183,7 +191,7 @@ StepResult RunStep(const pb::ModelSpec& model, const std::vector<StageLayers>& s
                    Recompute recompute, const Batch& batch, const Partition& partition,
                    double perturb = 0.3) {
   PipelineHarness<T> h;
-  Status st = h.Init(model, stages, recompute, perturb);
+  Status st = h.Init(model, stages, recompute, perturb, batch.microbatch_size);
   EXPECT_TRUE(st.ok()) << st.message();
   Result<Plan> plan = schedule::MakePlan("stateflow", static_cast<int>(stages.size()),
                                          batch.microbatches, partition.num_chunks());
@@ -215,7 +223,7 @@ void ExpectSameStep(const StepResult& got, const StepResult& want, double tol) {
 
 // ---- chunking exactness (P = 1) ---------------------------------------------
 
-TEST(GdnStageModuleTest, ChunkingIsExactForEveryPartition) {
+TEST(ModelStageModuleTest, ChunkingIsExactForEveryPartition) {
   const pb::ModelSpec model = SmallGdnModel(3);
   const std::int64_t T = 150;  // not a multiple of T_C = 64
   const Batch batch = RandomBatch(2, T, model.vocab_size(), 5);
@@ -236,7 +244,7 @@ TEST(GdnStageModuleTest, ChunkingIsExactForEveryPartition) {
   }
 }
 
-TEST(GdnStageModuleTest, TinyPresetChunkingIsExact) {
+TEST(ModelStageModuleTest, TinyPresetChunkingIsExact) {
   Result<pb::ModelSpec> model = models::ModelPreset("gdn-tiny");
   ASSERT_TRUE(model.ok());
   const std::int64_t T = 130;
@@ -248,7 +256,7 @@ TEST(GdnStageModuleTest, TinyPresetChunkingIsExact) {
                  whole, 1e-10);
 }
 
-TEST(GdnStageModuleTest, RecomputeFullEqualsNone) {
+TEST(ModelStageModuleTest, RecomputeFullEqualsNone) {
   const pb::ModelSpec model = SmallGdnModel(2);
   const Batch batch = RandomBatch(2, 90, model.vocab_size(), 3);
   const Partition p = EqualPartition(90, 3);
@@ -258,9 +266,153 @@ TEST(GdnStageModuleTest, RecomputeFullEqualsNone) {
   EXPECT_EQ(none.grads, full.grads);
 }
 
+// ---- several sequences per microbatch -------------------------------------------
+
+// M microbatches of B sequences hold the same sequences, in the same order,
+// as M B microbatches of one: the step is the same up to the order of sums.
+TEST(ModelStageModuleTest, MicrobatchOfThreeEqualsThreeMicrobatches) {
+  const pb::ModelSpec model = SmallGdnModel(2);
+  const std::int64_t T = 70;
+  Batch three = RandomBatch(1, T, model.vocab_size(), 21, /*B=*/3);
+  Batch ones = three;
+  ones.microbatches = 3;
+  ones.microbatch_size = 1;
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    SCOPED_TRACE(std::string("recompute ") + std::string(models::RecomputeName(mode)));
+    const Partition p = EqualPartition(T, 3);
+    ExpectSameStep(RunStep<double>(model, SingleStage(model), mode, three, p),
+                   RunStep<double>(model, SingleStage(model), mode, ones, p), 1e-12);
+  }
+}
+
+TEST(ModelStageModuleTest, ChunkingIsExactWithSeveralSequencesPerMicrobatch) {
+  const pb::ModelSpec model = SmallGdnModel(2);
+  const std::int64_t T = 100;
+  const Batch batch = RandomBatch(2, T, model.vocab_size(), 22, /*B=*/3);
+  const StepResult whole =
+      RunStep<double>(model, SingleStage(model), Recompute::kNone, batch, MustPartition({0, T}));
+  for (int N : {2, 3, 8}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    ExpectSameStep(RunStep<double>(model, {{0, 2}, {2, 4}}, Recompute::kNone, batch,
+                                   EqualPartition(T, N)),
+                   whole, 1e-10);
+  }
+}
+
+TEST(ModelStageModuleTest, ABatchOfAnotherMicrobatchSizeIsAnError) {
+  const pb::ModelSpec model = SmallGdnModel(1);
+  TrackingAllocator alloc(0);
+  auto m = MakeStageModule<double>(model, SingleStage(model)[0],
+                                   {.seed = 1, .microbatch_size = 2}, &alloc);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const Batch batch = RandomBatch(1, 10, model.vocab_size(), 1, /*B=*/3);
+  const Partition p = EqualPartition(10, 2);
+  const Status st = (*m)->BeginStep(&batch, &p, 0.1);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
+  EXPECT_NE(st.message().find("microbatch_size 2"), std::string::npos) << st.message();
+  EXPECT_FALSE(MakeStageModule<double>(model, SingleStage(model)[0],
+                                       {.seed = 1, .microbatch_size = 0}, &alloc)
+                   .ok());
+}
+
+// ---- every family (issue 11) ------------------------------------------------------
+
+// The families the backend runs; the hybrids once attention is in.
+std::vector<std::string> Families() { return {"gdn", "mamba3"}; }
+
+// The alpha partition of T into N chunks as the simulator makes it: Cost_i's
+// coefficients from the cost model of the whole layer list, granularity 1.
+Partition AlphaPartition(const pb::ModelSpec& model, std::int64_t T, int N, double alpha) {
+  Result<models::CostModel> cm = models::CostModel::Make(
+      model, *models::PrecisionForDtype("float64"), *models::ClusterPreset("cpu"), {});
+  EXPECT_TRUE(cm.ok()) << cm.status().message();
+  Result<Partition> p = schedule::MakePartition(
+      T, N, alpha, cm->ChunkCoefficients(0, cm->num_layers()), 1);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return *p;
+}
+
+class FamilyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyTest, ChunkedEqualsUnchunked) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  const std::int64_t T = 150;  // not a multiple of T_C = 64
+  const Batch batch = RandomBatch(2, T, model.vocab_size(), 31);
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    const StepResult whole =
+        RunStep<double>(model, SingleStage(model), mode, batch, MustPartition({0, T}));
+    for (int N : {1, 2, 3, 4, 8}) {
+      for (double alpha : {0.0, 0.5, 1.0, 1.25}) {
+        const Partition p = AlphaPartition(model, T, N, alpha);
+        SCOPED_TRACE(PartitionName(p) + " alpha " + std::to_string(alpha) + " recompute " +
+                     std::string(models::RecomputeName(mode)));
+        ExpectSameStep(RunStep<double>(model, SingleStage(model), mode, batch, p), whole, 1e-10);
+      }
+    }
+  }
+}
+
+TEST_P(FamilyTest, RecomputeFullEqualsNoneBitForBit) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  const Batch batch = RandomBatch(2, 90, model.vocab_size(), 32);
+  const Partition p = EqualPartition(90, 3);
+  const StepResult none = RunStep<double>(model, SingleStage(model), Recompute::kNone, batch, p);
+  const StepResult full = RunStep<double>(model, SingleStage(model), Recompute::kFull, batch, p);
+  EXPECT_EQ(none.loss, full.loss);
+  EXPECT_EQ(none.grads, full.grads);
+}
+
+TEST_P(FamilyTest, StagesEqualOneProcess) {
+  const pb::ModelSpec model = SmallModel(GetParam());  // layer list of 6
+  const std::int64_t T = 75;
+  const Batch batch = RandomBatch(3, T, model.vocab_size(), 33);
+  const Partition p = AlphaPartition(model, T, 4, 1.0);
+  const StepResult whole = RunStep<double>(model, SingleStage(model), Recompute::kNone, batch, p);
+  for (int P : {2, 4}) {
+    Result<std::vector<StageLayers>> split = models::AssignStages(std::vector<double>(6, 1.0), P);
+    ASSERT_TRUE(split.ok()) << split.status().message();
+    SCOPED_TRACE("P " + std::to_string(P));
+    ExpectSameStep(RunStep<double>(model, *split, Recompute::kNone, batch, p), whole, 1e-12);
+  }
+}
+
+TEST_P(FamilyTest, SeveralSequencesPerMicrobatch) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  const std::int64_t T = 70;
+  const Batch three = RandomBatch(2, T, model.vocab_size(), 34, /*B=*/3);
+  Batch ones = three;
+  ones.microbatches = 6;
+  ones.microbatch_size = 1;
+  const StepResult reference =
+      RunStep<double>(model, SingleStage(model), Recompute::kNone, ones, MustPartition({0, T}));
+  for (int N : {1, 3}) {
+    SCOPED_TRACE("N " + std::to_string(N));
+    ExpectSameStep(RunStep<double>(model, {{0, 3}, {3, 6}}, Recompute::kNone, three,
+                                   EqualPartition(T, N)),
+                   reference, 1e-10);
+  }
+}
+
+TEST_P(FamilyTest, ParameterCountMatchesTheModel) {
+  const pb::ModelSpec model = SmallModel(GetParam());
+  TrackingAllocator alloc(0);
+  auto m = MakeStageModule<double>(model, SingleStage(model)[0], {.seed = 1}, &alloc);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  double count = 0;
+  for (const ParamRef<double>& p : (*m)->Parameters()) count += p.value->numel();
+  EXPECT_EQ(count, models::ModelParamCount(model));
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue11, FamilyTest, ::testing::ValuesIn(Families()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
 // ---- split stages ---------------------------------------------------------------
 
-TEST(GdnStageModuleTest, ChainedStagesEqualOneModule) {
+TEST(ModelStageModuleTest, ChainedStagesEqualOneModule) {
   const pb::ModelSpec model = SmallGdnModel(3);  // layer list of 5
   const std::int64_t T = 75;
   const Batch batch = RandomBatch(2, T, model.vocab_size(), 9);
@@ -284,10 +436,10 @@ TEST(GdnStageModuleTest, ChainedStagesEqualOneModule) {
   }
 }
 
-TEST(GdnStageModuleTest, ParameterCountMatchesTheModel) {
+TEST(ModelStageModuleTest, ParameterCountMatchesTheModel) {
   for (const pb::ModelSpec& model : {SmallGdnModel(3), *models::ModelPreset("gdn-tiny")}) {
     TrackingAllocator alloc(0);
-    auto m = MakeGdnStageModule<double>(model, SingleStage(model)[0], Recompute::kNone, 1, &alloc);
+    auto m = MakeStageModule<double>(model, SingleStage(model)[0], {.recompute = Recompute::kNone, .seed = 1}, &alloc);
     ASSERT_TRUE(m.ok()) << m.status().message();
     double count = 0;
     for (const ParamRef<double>& p : (*m)->Parameters()) count += p.value->numel();
@@ -297,7 +449,7 @@ TEST(GdnStageModuleTest, ParameterCountMatchesTheModel) {
   }
 }
 
-TEST(GdnStageModuleTest, GradientsAccumulateOverStepsUntilZeroed) {
+TEST(ModelStageModuleTest, GradientsAccumulateOverStepsUntilZeroed) {
   const pb::ModelSpec model = SmallGdnModel(1);
   const Batch batch = RandomBatch(1, 20, model.vocab_size(), 2);
   const Partition p = EqualPartition(20, 2);
@@ -382,7 +534,7 @@ struct MemoryCase {
   Recompute mode;
 };
 
-TEST(GdnStageModuleTest, LedgerFollowsThePlanAndPeakMatchesThePaper) {
+TEST(ModelStageModuleTest, LedgerFollowsThePlanAndPeakMatchesThePaper) {
   const pb::ModelSpec model = SmallGdnModel(3);
   const std::int64_t T = 96;  // divisible by every N below
   const std::int64_t bytes = sizeof(double);
@@ -442,7 +594,7 @@ TEST(GdnStageModuleTest, LedgerFollowsThePlanAndPeakMatchesThePaper) {
 
 // ---- float32 --------------------------------------------------------------------
 
-TEST(GdnStageModuleTest, Float32AgreesWithFloat64) {
+TEST(ModelStageModuleTest, Float32AgreesWithFloat64) {
   const pb::ModelSpec model = SmallGdnModel(2);
   const Batch batch = RandomBatch(2, 100, model.vocab_size(), 12);
   const Partition p = MustPartition({0, 1, 50, 100});
@@ -460,7 +612,7 @@ class ModuleErrorTest : public ::testing::Test {
     model_ = SmallGdnModel(2);
     batch_ = RandomBatch(2, 12, model_.vocab_size(), 1);
     partition_ = EqualPartition(12, 3);
-    auto m = MakeGdnStageModule<double>(model_, SingleStage(model_)[0], Recompute::kNone, 1, &alloc_);
+    auto m = MakeStageModule<double>(model_, SingleStage(model_)[0], {.recompute = Recompute::kNone, .seed = 1}, &alloc_);
     ASSERT_TRUE(m.ok()) << m.status().message();
     module_ = std::move(*m);
   }
@@ -511,7 +663,7 @@ TEST_F(ModuleErrorTest, BadBatchesAreErrors) {
 TEST_F(ModuleErrorTest, WrongActivationsAreErrors) {
   pb::ModelSpec m = SmallGdnModel(2);
   TrackingAllocator alloc(1);
-  auto middle = MakeGdnStageModule<double>(m, {1, 2}, Recompute::kNone, 1, &alloc);
+  auto middle = MakeStageModule<double>(m, {1, 2}, {.recompute = Recompute::kNone, .seed = 1}, &alloc);
   ASSERT_TRUE(middle.ok());
   ASSERT_TRUE((*middle)->BeginStep(&batch_, &partition_, 1.0).ok());
   ExpectError((*middle)->Forward(0, 0, nullptr).status(), "input x is missing, expected (4, 16)");
@@ -522,50 +674,40 @@ TEST_F(ModuleErrorTest, WrongActivationsAreErrors) {
   ExpectError(module_->Forward(0, 0, &*wrong).status(), "x must be null");
 }
 
-TEST(GdnStageModuleFactoryTest, UnsupportedModelsAreOneLineErrors) {
+TEST(ModelStageModuleFactoryTest, UnsupportedModelsAreOneLineErrors) {
   TrackingAllocator alloc(0);
-  auto mamba = models::ModelPreset("mamba3-tiny");
-  ASSERT_TRUE(mamba.ok());
-  auto m = MakeGdnStageModule<double>(*mamba, {0, 2}, Recompute::kNone, 1, &alloc);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), Status::Code::kInvalidInput);
-  EXPECT_NE(m.status().message().find("model.architecture"), std::string::npos);
-  auto hybrid = models::ModelPreset("gdn-hybrid-tiny");
-  ASSERT_TRUE(hybrid.ok());
-  m = MakeGdnStageModule<double>(*hybrid, {0, 2}, Recompute::kNone, 1, &alloc);
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("model.layer_pattern"), std::string::npos);
+  Result<std::unique_ptr<StageModule<double>>> m = Status::Internal("unset");
   pb::ModelSpec tied = SmallGdnModel(2);
   tied.set_untied_embeddings(false);
-  m = MakeGdnStageModule<double>(tied, {0, 4}, Recompute::kNone, 1, &alloc);
+  m = MakeStageModule<double>(tied, {0, 4}, {.recompute = Recompute::kNone, .seed = 1}, &alloc);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("model.untied_embeddings"), std::string::npos);
   pb::ModelSpec zero = SmallGdnModel(2);
   zero.set_hidden_size(0);
-  m = MakeGdnStageModule<double>(zero, {0, 4}, Recompute::kNone, 1, &alloc);
+  m = MakeStageModule<double>(zero, {0, 4}, {.recompute = Recompute::kNone, .seed = 1}, &alloc);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("model.hidden_size"), std::string::npos);
   for (StageLayers bad : {StageLayers{2, 2}, StageLayers{-1, 2}, StageLayers{0, 5}}) {
-    m = MakeGdnStageModule<double>(SmallGdnModel(2), bad, Recompute::kNone, 1, &alloc);
+    m = MakeStageModule<double>(SmallGdnModel(2), bad, {.recompute = Recompute::kNone, .seed = 1}, &alloc);
     ASSERT_FALSE(m.ok());
     EXPECT_NE(m.status().message().find("stage layers"), std::string::npos);
   }
-  EXPECT_FALSE(MakeGdnStageModule<double>(SmallGdnModel(2), {0, 4}, Recompute::kNone, 1, nullptr).ok());
+  EXPECT_FALSE(MakeStageModule<double>(SmallGdnModel(2), {0, 4}, {.recompute = Recompute::kNone, .seed = 1}, nullptr).ok());
   EXPECT_EQ(alloc.LiveTotalBytes(), 0);
 }
 
-TEST(GdnStageModuleFactoryTest, OverCapacityIsAResourceErrorAndTheStepCanRestart) {
+TEST(ModelStageModuleFactoryTest, OverCapacityIsAResourceErrorAndTheStepCanRestart) {
   const pb::ModelSpec model = SmallGdnModel(2);
   TrackingAllocator probe(0);
   std::int64_t weights_and_grads = 0;
   {
-    auto m = MakeGdnStageModule<double>(model, {0, 4}, Recompute::kNone, 1, &probe);
+    auto m = MakeStageModule<double>(model, {0, 4}, {.recompute = Recompute::kNone, .seed = 1}, &probe);
     ASSERT_TRUE(m.ok());
     weights_and_grads = probe.LiveTotalBytes();
   }
   // Room for the parameters and a little more: the first forward fails.
   TrackingAllocator alloc(0, weights_and_grads + 4096);
-  auto m = MakeGdnStageModule<double>(model, {0, 4}, Recompute::kNone, 1, &alloc);
+  auto m = MakeStageModule<double>(model, {0, 4}, {.recompute = Recompute::kNone, .seed = 1}, &alloc);
   ASSERT_TRUE(m.ok()) << m.status().message();
   const Batch batch = RandomBatch(1, 64, model.vocab_size(), 1);
   const Partition p = EqualPartition(64, 1);

@@ -1,0 +1,129 @@
+// The Mamba-3 (SISO) recurrence core, per head, in chunkwise form over blocks
+// of T_C tokens (kMamba3BlockSize = 64), as a forward/backward pair, with the
+// token-by-token float64 reference beside it. Per head, with S the (Dv, Dk)
+// state (Dk = d_state, Dv = the SSM head dim), the trapezoidal update of the
+// official module (state-spaces/mamba, mamba_ssm/modules/mamba3.py and
+// ops/triton/mamba3/):
+//   S_t = exp(a_t) (S_{t-1} + beta_t v_{t-1} k_{t-1}^T) + gamma_t v_t k_t^T,
+//   o_t = S_t q_t,
+// where a = A dt (log decay, <= 0), gamma = lambda dt and beta = (1 - lambda)
+// dt (the trapezoid gate lambda), q, k the rotated, normalised C and B with
+// their biases, and v the x channels. The "previous token" of the first token
+// of a chunk is the carry (k_in, v_in) of the boundary state, which is why
+// the state entering and leaving a chunk is (S, last k, last v); the running
+// rotary angle is the layer's (mamba3_layer.h), not the core's.
+//
+// Within a block (local tokens r, s = 0..L-1, entering state S, carry kp, vp):
+//   G_r = a_0 + ... + a_r,   c_s = gamma_s + beta_{s+1} (s < L-1),
+//   M_rs = exp(G_r - G_s) c_s (s < r),  M_rr = gamma_r,  0 above,
+//   S'  = S + beta_0 vp kp^T                          (the carried update)
+// and each block is processed by the paper's three functions:
+//   Pre (block-parallel): G, the decay-weight matrix M and the block's own
+//        state contribution U = V^T diag(M_{L-1,.}) K;
+//   ST  (sequential):     S_next = exp(G_{L-1}) S' + U, carry (k_{L-1}, v_{L-1});
+//   Out (block-parallel): O = diag(exp(G)) Q S'^T + ((Q K^T) o M) V.
+//
+// Saved for the backward: only the core's inputs (the layer's activations).
+// The backward replays the states entering each block into a caller-provided
+// workspace of Mamba3CoreBackwardWorkspaceSize elements (kWorkspace) and
+// recomputes Pre per block; per-block scratch, O(L (L + Dk + Dv) + Dk Dv)
+// elements, lives in Eigen temporaries and is not tracked.
+//
+// Not the projections, norms, rotary angles, D skip or gate of the layer.
+//
+//   Mamba3CoreForward<float>(o, S_out, k_out, v_out, q, k, v, a, gamma, beta,
+//                            S_in, k_in, v_in, T, H, Dk, Dv);
+//
+// Dimensions: T tokens in the chunk, H heads, Dk state dim (d_state), Dv SSM
+// head dim, L tokens in one block (T_C, or fewer for the last block).
+// Layouts: q, k (T, H, Dk); v, o (T, H, Dv); a, gamma, beta (T, H);
+// S (H, Dv, Dk); k carry (H, Dk); v carry (H, Dv).
+#pragma once
+
+#include <cstdint>
+
+namespace stateflow::backend {
+
+inline constexpr int64_t kMamba3BlockSize = 64;  // T_C
+
+// o (T, H, Dv); S_out (H, Dv, Dk), k_out (H, Dk), v_out (H, Dv) (each
+// nullptr skips it); q, k, v, a, gamma, beta as in the header; S_in, k_in,
+// v_in: the boundary state entering the chunk (nullptr means zeros: the
+// sequence start). T may be any length >= 0 (T = 0 hands the state on).
+// Heads run on min(H, KernelThreads()) lanes with a static schedule: the same
+// bits from run to run at any thread count.
+template <typename T>
+void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, const T* q,
+                       const T* k, const T* v, const T* a, const T* gamma,
+                       const T* beta, const T* S_in, const T* k_in,
+                       const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
+                       int64_t Dv, int64_t block_size = kMamba3BlockSize);
+
+// Elements of the backward's workspace: per head, the (ceil(T / T_C), Dv, Dk)
+// states entering each of its blocks: H ceil(T / T_C) Dv Dk, whatever the
+// thread count.
+int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
+                                        int64_t Dv,
+                                        int64_t block_size = kMamba3BlockSize);
+
+// dq, dk (T, H, Dk), dv (T, H, Dv), da, dgamma, dbeta (T, H): written.
+// dS_in (H, Dv, Dk), dk_in (H, Dk), dv_in (H, Dv): written unless nullptr
+// (the first chunk). dO (T, H, Dv); dS_out, dk_out, dv_out: nullptr means
+// zeros (the last chunk). workspace: Mamba3CoreBackwardWorkspaceSize
+// elements. The rest as in the forward.
+template <typename T>
+void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+                        T* dS_in, T* dk_in, T* dv_in, T* workspace,
+                        const T* dO, const T* dS_out, const T* dk_out,
+                        const T* dv_out, const T* q, const T* k, const T* v,
+                        const T* a, const T* gamma, const T* beta,
+                        const T* S_in, const T* k_in, const T* v_in,
+                        int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+                        int64_t block_size = kMamba3BlockSize);
+
+// The floating-point operations the chunkwise algorithm executes (matrix
+// products as 2mnk; elementwise work, exps and the per-block rank-one carry
+// counted as 2 Dk Dv). Per block of L tokens:
+//   Pre = 2 L Dk Dv                          (U = V^T diag(m) K)
+//   ST  = 4 Dk Dv                            (S', then exp(G) S' + U)
+//   Out = 2 L^2 Dk + 2 L Dk Dv + 2 L^2 Dv    (Q K^T, Q S'^T, P V)
+//   forward  = Pre + ST + Out
+//   backward = replay (Pre + ST, all blocks but the last)
+//            + 2 L^2 Dk + 2 Dk Dv            (Q K^T and S' again)
+//            + 4 L Dk Dv                     (dS_exit: dV, V dS_exit)
+//            + 4 L^2 Dv + 4 L^2 Dk           (P^T dO, dO V^T, dQK K, dQK^T Q)
+//            + 4 L Dk Dv + 6 Dk Dv           (dO S', dO^T Q; the carry's three)
+// summed over blocks and multiplied by H.
+struct Mamba3CoreFlops {
+  double forward = 0;
+  double backward = 0;
+};
+Mamba3CoreFlops CountMamba3CoreFlops(int64_t T_len, int64_t H, int64_t Dk,
+                                     int64_t Dv,
+                                     int64_t block_size = kMamba3BlockSize);
+
+// ---- float64 reference: the recurrence token by token ----------------------
+
+// Same arguments as Mamba3CoreForward (no block size).
+void Mamba3CoreForwardRef(double* o, double* S_out, double* k_out,
+                          double* v_out, const double* q, const double* k,
+                          const double* v, const double* a,
+                          const double* gamma, const double* beta,
+                          const double* S_in, const double* k_in,
+                          const double* v_in, int64_t T_len, int64_t H,
+                          int64_t Dk, int64_t Dv);
+
+// Same arguments as Mamba3CoreBackward (the workspace is unused): reverse
+// mode through time over the stored states.
+void Mamba3CoreBackwardRef(double* dq, double* dk, double* dv, double* da,
+                           double* dgamma, double* dbeta, double* dS_in,
+                           double* dk_in, double* dv_in, double* workspace,
+                           const double* dO, const double* dS_out,
+                           const double* dk_out, const double* dv_out,
+                           const double* q, const double* k, const double* v,
+                           const double* a, const double* gamma,
+                           const double* beta, const double* S_in,
+                           const double* k_in, const double* v_in,
+                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv);
+
+}  // namespace stateflow::backend

@@ -1,0 +1,725 @@
+// The Mamba-3 layer's forward and backward, in the order of the formulas in
+// mamba3_layer.h (dimension legend there). Every buffer is a Tensor from the
+// layer's allocator: saved tensors in the class the caller asks for
+// (kActivations, or kWorkspace when a recompute replays the forward), the
+// rest in kWorkspace. models/layer_formulas.cc (Mamba3LayerForwardMemory /
+// Mamba3LayerBackwardMemory) lists these allocations line by line, in order:
+// change one, change the other.
+#include "backend/layers/mamba3_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "backend/kernels/eigen_types.h"
+#include "backend/kernels/linear.h"
+#include "backend/kernels/rmsnorm.h"
+#include "backend/kernels/silu.h"
+#include "backend/kernels/swiglu_mlp.h"
+#include "backend/layers/copy.h"
+
+namespace stateflow::backend {
+
+namespace {
+constexpr BufferClass kWs = BufferClass::kWorkspace;
+constexpr double kInitStd = 0.02;
+constexpr double kPi = std::numbers::pi;
+constexpr double kTwoPi = 2 * std::numbers::pi;
+
+Status CheckShape(int layer, const std::string& what, const Shape& actual,
+                  const Shape& expected) {
+  if (actual == expected) return Status::Ok();
+  return Status::Invalid("layer " + std::to_string(layer) + " (mamba3 layer): " +
+                         what + " has shape " + ShapeString(actual) +
+                         ", expected " + ShapeString(expected));
+}
+
+template <typename T>
+T Softplus(T x) {
+  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+// The official heavy-tail activation f and its derivative.
+template <typename T>
+T HeavyTail(T u) {
+  return u >= T(0) ? T(1) + u : T(1) / (T(1) - u);
+}
+template <typename T>
+T HeavyTailGrad(T u) {
+  return u >= T(0) ? T(1) : T(1) / ((T(1) - u) * (T(1) - u));
+}
+
+// A = -max(f(u), floor).
+template <typename T>
+T DecayRate(T u, double floor) {
+  return -std::max(HeavyTail(u), static_cast<T>(floor));
+}
+}  // namespace
+
+int64_t Mamba3RopeAngles(int64_t N) {
+  int64_t split = static_cast<int64_t>(static_cast<double>(N) * kMamba3RopeFraction);
+  if (split % 2 != 0) --split;
+  return split / 2;
+}
+
+Mamba3LayerDims Mamba3LayerDims::FromModel(const pb::ModelSpec& model) {
+  Mamba3LayerDims d;
+  d.C = model.hidden_size();
+  d.H = model.num_heads();
+  d.P = model.head_dim_v();
+  d.N = model.state_dim();
+  d.F = model.mlp_size();
+  d.Na = Mamba3RopeAngles(d.N);
+  return d;
+}
+
+// ---- Mamba3State, Mamba3LayerSaved --------------------------------------------
+
+template <typename T>
+Result<Mamba3State<T>> Mamba3State<T>::Zeros(TrackingAllocator& alloc,
+                                             const Mamba3LayerDims& d,
+                                             int64_t batch, BufferClass cls) {
+  Mamba3State s;
+  SF_ASSIGN_OR_RETURN(s.angle, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Na}));
+  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.P, d.N}));
+  SF_ASSIGN_OR_RETURN(s.k, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.N}));
+  SF_ASSIGN_OR_RETURN(s.v, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.P}));
+  return s;
+}
+
+template <typename T>
+int64_t Mamba3State<T>::Numel(const Mamba3LayerDims& d) {
+  return d.H * (d.Na + d.P * d.N + d.N + d.P);
+}
+
+template <typename T>
+int64_t Mamba3LayerSaved<T>::NumelPerToken(const Mamba3LayerDims& d) {
+  return 4 * d.C + 2 * d.F + 4 + 4 * d.HP() + 2 * d.N + 6 * d.H + d.Na +
+         d.H * d.Na + 2 * d.HN();
+}
+
+// ---- construction -------------------------------------------------------------
+
+template <typename T>
+const char* Mamba3Layer<T>::ParamName(ParamId id) {
+  static constexpr const char* kNames[kNumParams] = {
+      "mixer_norm.weight",    "in_proj.z.weight",     "in_proj.x.weight",
+      "in_proj.B.weight",     "in_proj.C.weight",     "in_proj.dt.weight",
+      "in_proj.A.weight",     "in_proj.trap.weight",  "in_proj.angle.weight",
+      "dt_bias",              "B_norm.weight",        "C_norm.weight",
+      "B_bias",               "C_bias",               "D",
+      "out_proj.weight",      "mlp_norm.weight",      "mlp.gate_proj.weight",
+      "mlp.up_proj.weight",   "mlp.down_proj.weight"};
+  return kNames[id];
+}
+
+template <typename T>
+Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
+                                            const Mamba3LayerDims& d, int layer,
+                                            int num_layers, std::uint64_t seed) {
+  const InitSpec proj = InitSpec::Normal(kInitStd);
+  const InitSpec out = InitSpec::Normal(
+      kInitStd / std::sqrt(2.0 * std::max(num_layers, 1)));
+  const InitSpec one = InitSpec::Constant(1.0);
+  const struct {
+    Shape shape;
+    InitSpec init;
+  } specs[kNumParams] = {
+      {{d.C}, one},          {{d.HP(), d.C}, proj}, {{d.HP(), d.C}, proj},
+      {{d.N, d.C}, proj},    {{d.N, d.C}, proj},    {{d.H, d.C}, proj},
+      {{d.H, d.C}, proj},    {{d.H, d.C}, proj},    {{d.Na, d.C}, proj},
+      {{d.H}, InitSpec::GdnDtBias()},               {{d.N}, one},
+      {{d.N}, one},          {{d.H, d.N}, one},     {{d.H, d.N}, one},
+      {{d.H}, one},          {{d.C, d.HP()}, out},  {{d.C}, one},
+      {{d.F, d.C}, proj},    {{d.F, d.C}, proj},    {{d.C, d.F}, out}};
+  Mamba3Layer m(&alloc, d, layer);
+  m.params_.reserve(kNumParams);
+  for (int i = 0; i < kNumParams; ++i) {
+    SF_ASSIGN_OR_RETURN(Param<T> p,
+                        MakeParam<T>(alloc, ParamName(static_cast<ParamId>(i)),
+                                     specs[i].shape, specs[i].init, seed, layer));
+    m.params_.push_back(std::move(p));
+  }
+  return m;
+}
+
+template <typename T>
+Result<Tensor<T>> Mamba3Layer<T>::New(BufferClass cls, Shape shape) {
+  return Tensor<T>::Uninitialized(*alloc_, cls, std::move(shape));
+}
+
+template <typename T>
+Status Mamba3Layer<T>::CheckState(const Mamba3State<T>& s, int64_t B,
+                                  const char* what) const {
+  const Mamba3LayerDims& d = dims_;
+  const std::string w(what);
+  SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".angle", s.angle.shape(), {B, d.H, d.Na}));
+  SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".S", s.S.shape(), {B, d.H, d.P, d.N}));
+  SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".k", s.k.shape(), {B, d.H, d.N}));
+  return CheckShape(layer_, w + ".v", s.v.shape(), {B, d.H, d.P});
+}
+
+// ---- forward ------------------------------------------------------------------
+
+template <typename T>
+Status Mamba3Layer<T>::Forward(Tensor<T>* y, Mamba3State<T>* state_out,
+                               Mamba3LayerSaved<T>* saved, const Tensor<T>& x,
+                               int64_t batch, const Mamba3State<T>& state_in,
+                               models::Recompute recompute) {
+  if (x.rank() != 2) {
+    return CheckShape(layer_, "input x", x.shape(), {x.numel() / dims_.C, dims_.C});
+  }
+  SF_RETURN_IF_ERROR(CheckShape(layer_, "input x", x.shape(), {x.dim(0), dims_.C}));
+  if (batch < 1 || x.dim(0) % batch != 0) {
+    return Status::Invalid("layer " + std::to_string(layer_) + " (mamba3 layer): batch " +
+                           std::to_string(batch) + " does not divide the " +
+                           std::to_string(x.dim(0)) + " rows of input x");
+  }
+  SF_RETURN_IF_ERROR(CheckState(state_in, batch, "state_in"));
+  if (state_out != nullptr) {
+    SF_ASSIGN_OR_RETURN(*state_out, Mamba3State<T>::Zeros(*alloc_, dims_, batch,
+                                                          BufferClass::kBoundaryStates));
+  }
+  *saved = Mamba3LayerSaved<T>{};
+  saved->batch = batch;
+  SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
+  if (recompute == models::Recompute::kNone) {
+    return ForwardPass(y, state_out, saved, state_in, BufferClass::kActivations);
+  }
+  // kFull: run the forward with transient tensors, keep only x.
+  Mamba3LayerSaved<T> transient;
+  transient.batch = batch;
+  transient.x = std::move(saved->x);
+  SF_RETURN_IF_ERROR(ForwardPass(y, state_out, &transient, state_in, kWs));
+  saved->x = std::move(transient.x);
+  saved->recompute_full = true;
+  return Status::Ok();
+}
+
+template <typename T>
+Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
+                                   Mamba3LayerSaved<T>* s,
+                                   const Mamba3State<T>& state_in,
+                                   BufferClass cls) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s->x.dim(0), B = s->batch, Ts = S / B;  // Ts tokens per sequence
+  SF_RETURN_IF_ERROR(MixerInputsForward(s, state_out, state_in, cls));
+  SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HP()}));
+  const int64_t nS = d.H * d.P * d.N, nk = d.HN(), nv = d.HP();  // per sequence
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t rk = b * Ts * d.HN(), rv = b * Ts * d.HP(), rh = b * Ts * d.H;
+    Mamba3CoreForward<T>(
+        s->o.data() + rv, state_out ? state_out->S.data() + b * nS : nullptr,
+        state_out ? state_out->k.data() + b * nk : nullptr,
+        state_out ? state_out->v.data() + b * nv : nullptr, s->q.data() + rk,
+        s->k.data() + rk, s->xv.data() + rv, s->a.data() + rh,
+        s->gamma.data() + rh, s->beta.data() + rh, state_in.S.data() + b * nS,
+        state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.N,
+        d.P, d.block_size);
+  }
+  SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
+  return MlpForward(y, s, cls);
+}
+
+// xn, the eight projections, the gates, the B and C norms, the angles, and
+// the rotated q, k with their biases; the core's a, gamma, beta.
+template <typename T>
+Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
+                                          Mamba3State<T>* state_out,
+                                          const Mamba3State<T>& state_in,
+                                          BufferClass cls) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s->x.dim(0);
+  SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
+  SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {S}));
+  RmsNormForward<T>(s->xn.data(), s->rstd1.data(), s->x.data(), w(kMixerNorm),
+                    S, d.C, static_cast<T>(d.norm_eps));
+  const struct {
+    Tensor<T>* out;
+    ParamId w;
+    int64_t D;
+  } projs[] = {{&s->z, kZProj, d.HP()},  {&s->xv, kXProj, d.HP()},
+               {&s->Bp, kBProj, d.N},    {&s->Cp, kCProj, d.N},
+               {&s->dt, kDtProj, d.H},   {&s->ddA, kAProj, d.H},
+               {&s->lam, kTrapProj, d.H}, {&s->theta, kAngleProj, d.Na}};
+  for (const auto& p : projs) {
+    SF_ASSIGN_OR_RETURN(*p.out, New(cls, {S, p.D}));
+    LinearForward<T>(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
+  }
+  // In place: dt = softplus(. + dt_bias), lam = sigmoid(.), theta = pi tanh(.).
+  for (int64_t t = 0; t < S; ++t) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      T& dt = s->dt.data()[t * d.H + h];
+      dt = Softplus(dt + w(kDtBias)[h]);
+      T& lam = s->lam.data()[t * d.H + h];
+      lam = StableSigmoid(lam);
+    }
+  }
+  for (int64_t i = 0; i < s->theta.numel(); ++i) {
+    s->theta.data()[i] = static_cast<T>(kPi) * std::tanh(s->theta.data()[i]);
+  }
+  SF_ASSIGN_OR_RETURN(s->B_rstd, New(cls, {S}));
+  SF_ASSIGN_OR_RETURN(s->C_rstd, New(cls, {S}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.N}));  // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> Cn, New(kWs, {S, d.N}));  // (S, N)
+  const T bc_eps = static_cast<T>(d.bc_norm_eps);
+  RmsNormForward<T>(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.N, bc_eps);
+  RmsNormForward<T>(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.N, bc_eps);
+  SF_ASSIGN_OR_RETURN(s->phi, New(cls, {S, d.H, d.Na}));
+  AnglesForward(s, state_out, state_in);
+  SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HN()}));
+  SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HN()}));
+  // k = rot(Bn + B_bias_h, phi), q likewise.
+  for (int64_t t = 0; t < S; ++t) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const T* ph = s->phi.data() + (t * d.H + h) * d.Na;
+      for (const auto& [out, in, bias] :
+           {std::tuple{s->k.data(), Bn.data(), w(kBBias)},
+            std::tuple{s->q.data(), Cn.data(), w(kCBias)}}) {
+        T* o = out + (t * d.H + h) * d.N;
+        for (int64_t n = 0; n < d.N; ++n) o[n] = in[t * d.N + n] + bias[h * d.N + n];
+        for (int64_t j = 0; j < d.Na; ++j) {
+          const T c = std::cos(ph[j]), sn = std::sin(ph[j]);
+          const T u0 = o[2 * j], u1 = o[2 * j + 1];
+          o[2 * j] = c * u0 - sn * u1;
+          o[2 * j + 1] = sn * u0 + c * u1;
+        }
+      }
+    }
+  }
+  SF_ASSIGN_OR_RETURN(s->a, New(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->gamma, New(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
+  for (int64_t i = 0; i < S * d.H; ++i) {
+    const T dt = s->dt.data()[i], lam = s->lam.data()[i];
+    s->a.data()[i] = DecayRate(s->ddA.data()[i], d.a_floor) * dt;
+    s->gamma.data()[i] = lam * dt;
+    s->beta.data()[i] = (T(1) - lam) * dt;
+  }
+  Cn = Tensor<T>();
+  Bn = Tensor<T>();
+  return Status::Ok();
+}
+
+// phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi, per sequence from
+// state_in.angle; the last into state_out->angle (unless nullptr).
+template <typename T>
+void Mamba3Layer<T>::AnglesForward(Mamba3LayerSaved<T>* s,
+                                   Mamba3State<T>* state_out,
+                                   const Mamba3State<T>& state_in) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t B = s->batch, Ts = s->x.dim(0) / B, n = d.H * d.Na;
+  Vec<T> acc(n);  // (H Na)
+  for (int64_t b = 0; b < B; ++b) {
+    acc = CVecMap<T>(state_in.angle.data() + b * n, n);
+    for (int64_t t = b * Ts; t < (b + 1) * Ts; ++t) {
+      for (int64_t h = 0; h < d.H; ++h) {
+        const T dt = s->dt.data()[t * d.H + h];
+        for (int64_t j = 0; j < d.Na; ++j) {
+          T& p = acc(h * d.Na + j);
+          p += s->theta.data()[t * d.Na + j] * dt;
+          p -= static_cast<T>(kTwoPi) * std::floor(p / static_cast<T>(kTwoPi));
+        }
+      }
+      VecMap<T>(s->phi.data() + t * n, n) = acc;
+    }
+    if (state_out != nullptr) VecMap<T>(state_out->angle.data() + b * n, n) = acc;
+  }
+}
+
+// gated = (o + D xv) silu(z); h = x + gated Wout^T.
+template <typename T>
+Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cls) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s->x.dim(0), R = S * d.H;  // R rows of P per head
+  SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HP()}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HP()}));  // (S, HP)
+  SiluForward<T>(silu_z.data(), s->z.data(), S * d.HP());
+  const CVecMap<T> D(w(kD), d.H);
+  for (int64_t r = 0; r < R; ++r) {
+    const T Dh = D(r % d.H);
+    const int64_t i = r * d.P;
+    for (int64_t p = 0; p < d.P; ++p) {
+      s->gated.data()[i + p] =
+          (s->o.data()[i + p] + Dh * s->xv.data()[i + p]) * silu_z.data()[i + p];
+    }
+  }
+  SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
+  LinearForward<T>(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HP(), d.C);
+  s->h.flat() += s->x.flat();
+  return Status::Ok();
+}
+
+// y = h + SwiGLU(RMSNorm(h) * mlp_norm).
+template <typename T>
+Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
+                                  BufferClass cls) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s->x.dim(0);
+  SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
+  SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {S}));
+  RmsNormForward<T>(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
+                    S, d.C, static_cast<T>(d.norm_eps));
+  SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
+  SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
+  SF_ASSIGN_OR_RETURN(*y, New(kWs, {S, d.C}));
+  SwigluMlpForward<T>(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
+                      prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
+                      w(kMlpDown), S, d.C, d.F);
+  y->flat() += s->h.flat();
+  return Status::Ok();
+}
+
+// ---- backward -----------------------------------------------------------------
+
+// Gradients of the eight projections' outputs (before their activations).
+template <typename T>
+struct Mamba3Layer<T>::MixerGrads {
+  Tensor<T> dz, dxv;             // (S, HP)
+  Tensor<T> ddt, dBp, dCp;       // (S, H), (S, N), (S, N)
+  Tensor<T> ddA, dtrap, dtheta;  // (S, H), (S, H), (S, Na)
+};
+
+// Gradients of the core's inputs q, k, a, gamma, beta.
+template <typename T>
+struct Mamba3Layer<T>::CoreGrads {
+  Tensor<T> dq, dk;              // (S, HN)
+  Tensor<T> da, dgamma, dbeta;   // (S, H)
+};
+
+template <typename T>
+Status Mamba3Layer<T>::Backward(Tensor<T>* dx, Mamba3State<T>* dstate_in,
+                                Mamba3LayerSaved<T>* saved, const Tensor<T>& dy,
+                                int64_t batch, const Mamba3State<T>* dstate_out,
+                                const Mamba3State<T>& state_in) {
+  if (saved->x.rank() != 2) {
+    return Status::Invalid("layer " + std::to_string(layer_) +
+                           " (mamba3 layer): backward without a saved forward");
+  }
+  const int64_t S = saved->x.dim(0), B = saved->batch;
+  if (batch != B) {
+    return Status::Invalid("layer " + std::to_string(layer_) + " (mamba3 layer): batch " +
+                           std::to_string(batch) + " in the backward, " +
+                           std::to_string(B) + " in the forward");
+  }
+  SF_RETURN_IF_ERROR(CheckShape(layer_, "output gradient dy", dy.shape(), {S, dims_.C}));
+  SF_RETURN_IF_ERROR(CheckState(state_in, B, "state_in"));
+  if (dstate_out != nullptr) SF_RETURN_IF_ERROR(CheckState(*dstate_out, B, "dstate_out"));
+  if (dstate_in != nullptr) {
+    SF_ASSIGN_OR_RETURN(*dstate_in, Mamba3State<T>::Zeros(*alloc_, dims_, B,
+                                                          BufferClass::kBoundaryStates));
+  }
+  Status status;
+  if (!saved->recompute_full) {
+    status = BackwardPass(dx, dstate_in, *saved, dy, dstate_out, state_in);
+  } else {  // replay the forward from x, its tensors transient
+    Mamba3LayerSaved<T> replay;
+    replay.batch = B;
+    replay.x = std::move(saved->x);
+    Tensor<T> y_unused;
+    status = ForwardPass(&y_unused, nullptr, &replay, state_in, kWs);
+    y_unused = Tensor<T>();
+    if (status.ok()) {
+      status = BackwardPass(dx, dstate_in, replay, dy, dstate_out, state_in);
+    }
+  }
+  *saved = Mamba3LayerSaved<T>{};
+  return status;
+}
+
+template <typename T>
+Status Mamba3Layer<T>::BackwardPass(Tensor<T>* dx, Mamba3State<T>* dstate_in,
+                                    const Mamba3LayerSaved<T>& s,
+                                    const Tensor<T>& dy,
+                                    const Mamba3State<T>* dstate_out,
+                                    const Mamba3State<T>& state_in) {
+  Tensor<T> dh;  // (S, C) d(h): the residual's dy plus the MLP branch's
+  SF_RETURN_IF_ERROR(MlpBackward(&dh, s, dy));
+  MixerGrads grads;
+  Tensor<T> d_o;  // (S, HP) d(core output)
+  SF_RETURN_IF_ERROR(MixerOutputBackward(&d_o, &grads, s, dh));
+  CoreGrads core;
+  SF_RETURN_IF_ERROR(CoreBackward(&core, &grads, dstate_in, s, &d_o, dstate_out, state_in));
+  SF_RETURN_IF_ERROR(PrepBackward(&grads, &core, dstate_in, s, dstate_out));
+  *dx = std::move(dh);  // the mixer's residual; the norm branch is added
+  return MixerInputsBackward(dx, grads, s);
+}
+
+// dh (S, C) = dy + RMSNorm-backward(SwiGLU-backward(dy)).
+template <typename T>
+Status Mamba3Layer<T>::MlpBackward(Tensor<T>* dh, const Mamba3LayerSaved<T>& s,
+                                   const Tensor<T>& dy) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s.x.dim(0);
+  SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {S, d.C}));      // (S, C)
+  SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, S, d.F}));     // (2, S, F)
+  SwigluMlpBackward<T>(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
+                       ws.data(), dy.data(), s.mlp_gate.data(),
+                       s.mlp_up.data(), s.hn.data(), w(kMlpGate), w(kMlpUp),
+                       w(kMlpDown), S, d.C, d.F);
+  ws = Tensor<T>();
+  SF_ASSIGN_OR_RETURN(*dh, New(kWs, {S, d.C}));
+  RmsNormBackward<T>(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
+                     w(kMlpNorm), s.rstd2.data(), S, d.C);
+  dh->flat() += dy.flat();
+  return Status::Ok();
+}
+
+// From dh: d_o (S, HP) of the core output, grads->dz, grads->dxv (the D
+// skip's share), dD.
+template <typename T>
+Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
+                                           const Mamba3LayerSaved<T>& s,
+                                           const Tensor<T>& dh) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s.x.dim(0), R = S * d.H;
+  SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HP()}));  // (S, HP)
+  LinearBackward<T>(dgated.data(), dw(kOutProj), nullptr, dh.data(),
+                    s.gated.data(), w(kOutProj), S, d.HP(), d.C);
+  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HP()}));  // (S, HP)
+  SiluForward<T>(silu_z.data(), s.z.data(), S * d.HP());
+  SF_ASSIGN_OR_RETURN(g->dz, New(kWs, {S, d.HP()}));
+  SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HP()}));
+  SF_ASSIGN_OR_RETURN(g->dxv, New(kWs, {S, d.HP()}));
+  const T* D = w(kD);
+  T* dD = dw(kD);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t h = r % d.H, i = r * d.P;
+    T dD_r = 0;
+    for (int64_t p = 0; p < d.P; ++p) {
+      const T u = s.o.data()[i + p] + D[h] * s.xv.data()[i + p];
+      const T du = dgated.data()[i + p] * silu_z.data()[i + p];
+      g->dz.data()[i + p] = dgated.data()[i + p] * u;
+      d_o->data()[i + p] = du;
+      g->dxv.data()[i + p] = D[h] * du;
+      dD_r += du * s.xv.data()[i + p];
+    }
+    dD[h] += dD_r;
+  }
+  SiluBackward<T>(g->dz.data(), g->dz.data(), s.z.data(), S * d.HP());
+  silu_z = Tensor<T>();
+  dgated = Tensor<T>();
+  return Status::Ok();
+}
+
+// The core's backward, sequence by sequence: core->dq, dk, da, dgamma,
+// dbeta; dv added into grads->dxv; dS, dk, dv of dstate_in. Frees d_o.
+template <typename T>
+Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
+                                    Mamba3State<T>* dstate_in,
+                                    const Mamba3LayerSaved<T>& s, Tensor<T>* d_o,
+                                    const Mamba3State<T>* dstate_out,
+                                    const Mamba3State<T>& state_in) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s.x.dim(0), B = s.batch, Ts = S / B;
+  SF_ASSIGN_OR_RETURN(c->dq, New(kWs, {S, d.HN()}));
+  SF_ASSIGN_OR_RETURN(c->dk, New(kWs, {S, d.HN()}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> dv, New(kWs, {S, d.HP()}));  // (S, HP)
+  SF_ASSIGN_OR_RETURN(c->da, New(kWs, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(c->dgamma, New(kWs, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(c->dbeta, New(kWs, {S, d.H}));
+  // One sequence's workspace, reused by each in turn.
+  SF_ASSIGN_OR_RETURN(
+      Tensor<T> ws,
+      New(kWs, {Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.N, d.P, d.block_size)}));
+  const int64_t nS = d.H * d.P * d.N, nk = d.HN(), nv = d.HP();
+  auto in = [&](Tensor<T> Mamba3State<T>::*m, int64_t off) -> T* {
+    return dstate_in != nullptr ? (dstate_in->*m).data() + off : nullptr;
+  };
+  auto out = [&](Tensor<T> Mamba3State<T>::*m, int64_t off) -> const T* {
+    return dstate_out != nullptr ? (dstate_out->*m).data() + off : nullptr;
+  };
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t rk = b * Ts * d.HN(), rv = b * Ts * d.HP(), rh = b * Ts * d.H;
+    Mamba3CoreBackward<T>(
+        c->dq.data() + rk, c->dk.data() + rk, dv.data() + rv, c->da.data() + rh,
+        c->dgamma.data() + rh, c->dbeta.data() + rh,
+        in(&Mamba3State<T>::S, b * nS), in(&Mamba3State<T>::k, b * nk),
+        in(&Mamba3State<T>::v, b * nv), ws.data(), d_o->data() + rv,
+        out(&Mamba3State<T>::S, b * nS), out(&Mamba3State<T>::k, b * nk),
+        out(&Mamba3State<T>::v, b * nv), s.q.data() + rk, s.k.data() + rk,
+        s.xv.data() + rv, s.a.data() + rh, s.gamma.data() + rh,
+        s.beta.data() + rh, state_in.S.data() + b * nS,
+        state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.N,
+        d.P, d.block_size);
+  }
+  ws = Tensor<T>();
+  g->dxv.flat() += dv.flat();
+  dv = Tensor<T>();
+  *d_o = Tensor<T>();
+  return Status::Ok();
+}
+
+// From the core's gradients back to the projections' outputs: grads->ddt,
+// dBp, dCp, ddA, dtrap, dtheta; dt_bias, B/C norm and bias gradients; the
+// angle of dstate_in. Frees *core.
+template <typename T>
+Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
+                                    Mamba3State<T>* dstate_in,
+                                    const Mamba3LayerSaved<T>& s,
+                                    const Mamba3State<T>* dstate_out) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s.x.dim(0), n = S * d.H;
+  // a = A dt, gamma = lam dt, beta = (1 - lam) dt.
+  SF_ASSIGN_OR_RETURN(g->ddt, New(kWs, {S, d.H}));
+  for (int64_t i = 0; i < n; ++i) {
+    const T A = DecayRate(s.ddA.data()[i], d.a_floor), lam = s.lam.data()[i];
+    g->ddt.data()[i] = c->da.data()[i] * A + c->dgamma.data()[i] * lam +
+                       c->dbeta.data()[i] * (T(1) - lam);
+  }
+  SF_ASSIGN_OR_RETURN(Tensor<T> dphi, New(kWs, {S, d.H, d.Na}));  // (S, H, Na)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.N}));         // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.N}));         // (S, N)
+  RotaryBackward(&dphi, &dBn, &dCn, c, s);
+  c->dk = Tensor<T>();
+  c->dq = Tensor<T>();
+  SF_ASSIGN_OR_RETURN(g->dtheta, New(kWs, {S, d.Na}));
+  AnglesBackward(&g->dtheta, &g->ddt, dstate_in, dphi, s, dstate_out);
+  dphi = Tensor<T>();
+  SF_ASSIGN_OR_RETURN(g->ddA, New(kWs, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(g->dtrap, New(kWs, {S, d.H}));
+  for (int64_t t = 0; t < S; ++t) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t i = t * d.H + h;
+      const T dt = s.dt.data()[i], lam = s.lam.data()[i], u = s.ddA.data()[i];
+      const bool floored = HeavyTail(u) <= static_cast<T>(d.a_floor);
+      g->ddA.data()[i] = floored ? T(0) : -c->da.data()[i] * dt * HeavyTailGrad(u);
+      g->dtrap.data()[i] =
+          (c->dgamma.data()[i] - c->dbeta.data()[i]) * dt * lam * (T(1) - lam);
+      // d softplus(r)/dr = sigmoid(r) = 1 - exp(-softplus(r)).
+      g->ddt.data()[i] *= -std::expm1(-dt);
+      dw(kDtBias)[h] += g->ddt.data()[i];
+    }
+  }
+  c->dbeta = Tensor<T>();
+  c->dgamma = Tensor<T>();
+  c->da = Tensor<T>();
+  SF_ASSIGN_OR_RETURN(g->dBp, New(kWs, {S, d.N}));
+  SF_ASSIGN_OR_RETURN(g->dCp, New(kWs, {S, d.N}));
+  RmsNormBackward<T>(g->dBp.data(), dw(kBNorm), dBn.data(), s.Bp.data(),
+                     w(kBNorm), s.B_rstd.data(), S, d.N);
+  RmsNormBackward<T>(g->dCp.data(), dw(kCNorm), dCn.data(), s.Cp.data(),
+                     w(kCNorm), s.C_rstd.data(), S, d.N);
+  return Status::Ok();
+}
+
+// q = rot(u, phi), u = Cn + C_bias_h (k likewise): dphi (written) from both,
+// dq and dk turned in place into du; dBn, dCn (written) their sums over
+// heads; the biases' gradients their sums over tokens.
+template <typename T>
+void Mamba3Layer<T>::RotaryBackward(Tensor<T>* dphi, Tensor<T>* dBn,
+                                    Tensor<T>* dCn, CoreGrads* c,
+                                    const Mamba3LayerSaved<T>& s) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s.x.dim(0);
+  dphi->flat().setZero();
+  dBn->flat().setZero();
+  dCn->flat().setZero();
+  for (int64_t t = 0; t < S; ++t) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t r = t * d.H + h;
+      const T* ph = s.phi.data() + r * d.Na;
+      T* dph = dphi->data() + r * d.Na;
+      for (const auto& [grad, rotated, dn, dbias] :
+           {std::tuple{c->dk.data(), s.k.data(), dBn->data(), dw(kBBias)},
+            std::tuple{c->dq.data(), s.q.data(), dCn->data(), dw(kCBias)}}) {
+        T* g = grad + r * d.N;
+        const T* x = rotated + r * d.N;
+        for (int64_t j = 0; j < d.Na; ++j) {
+          const T cs = std::cos(ph[j]), sn = std::sin(ph[j]);
+          const T g0 = g[2 * j], g1 = g[2 * j + 1];
+          dph[j] += g1 * x[2 * j] - g0 * x[2 * j + 1];
+          g[2 * j] = cs * g0 + sn * g1;
+          g[2 * j + 1] = -sn * g0 + cs * g1;
+        }
+        for (int64_t n = 0; n < d.N; ++n) {
+          dn[t * d.N + n] += g[n];
+          dbias[h * d.N + n] += g[n];
+        }
+      }
+    }
+  }
+}
+
+// phi_t = phi_{t-1} + theta_t dt_t (the mod 2 pi has derivative 1): per
+// sequence, acc = d(state out angle) + the later dphi; dtheta (written, then
+// turned into the gradient of the projection under pi tanh), ddt (added) and
+// the angle of dstate_in (unless nullptr).
+template <typename T>
+void Mamba3Layer<T>::AnglesBackward(Tensor<T>* dtheta, Tensor<T>* ddt,
+                                    Mamba3State<T>* dstate_in,
+                                    const Tensor<T>& dphi,
+                                    const Mamba3LayerSaved<T>& s,
+                                    const Mamba3State<T>* dstate_out) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t B = s.batch, Ts = s.x.dim(0) / B, n = d.H * d.Na;
+  dtheta->flat().setZero();
+  Vec<T> acc(n);  // (H Na)
+  for (int64_t b = 0; b < B; ++b) {
+    if (dstate_out != nullptr) {
+      acc = CVecMap<T>(dstate_out->angle.data() + b * n, n);
+    } else {
+      acc.setZero();
+    }
+    for (int64_t t = (b + 1) * Ts - 1; t >= b * Ts; --t) {
+      acc += CVecMap<T>(dphi.data() + t * n, n);
+      for (int64_t h = 0; h < d.H; ++h) {
+        const T dt = s.dt.data()[t * d.H + h];
+        T ddt_th = 0;
+        for (int64_t j = 0; j < d.Na; ++j) {
+          const T a = acc(h * d.Na + j);
+          dtheta->data()[t * d.Na + j] += a * dt;
+          ddt_th += a * s.theta.data()[t * d.Na + j];
+        }
+        ddt->data()[t * d.H + h] += ddt_th;
+      }
+    }
+    if (dstate_in != nullptr) VecMap<T>(dstate_in->angle.data() + b * n, n) = acc;
+  }
+  // theta = pi tanh(r): dr = dtheta (pi - theta^2 / pi).
+  for (int64_t i = 0; i < dtheta->numel(); ++i) {
+    const T th = s.theta.data()[i];
+    dtheta->data()[i] *= static_cast<T>(kPi) - th * th / static_cast<T>(kPi);
+  }
+}
+
+// dx += RMSNorm-backward(sum over the eight projections of d(proj) W).
+template <typename T>
+Status Mamba3Layer<T>::MixerInputsBackward(Tensor<T>* dx, const MixerGrads& g,
+                                           const Mamba3LayerSaved<T>& s) {
+  const Mamba3LayerDims& d = dims_;
+  const int64_t S = s.x.dim(0);
+  const struct {
+    const Tensor<T>* dproj;
+    ParamId w;
+    int64_t D;
+  } projs[] = {{&g.dz, kZProj, d.HP()},      {&g.dxv, kXProj, d.HP()},
+               {&g.dBp, kBProj, d.N},        {&g.dCp, kCProj, d.N},
+               {&g.ddt, kDtProj, d.H},       {&g.ddA, kAProj, d.H},
+               {&g.dtrap, kTrapProj, d.H},   {&g.dtheta, kAngleProj, d.Na}};
+  SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Zeros(*alloc_, kWs, {S, d.C}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> part, New(kWs, {S, d.C}));  // (S, C)
+  for (const auto& p : projs) {
+    LinearBackward<T>(part.data(), dw(p.w), nullptr, p.dproj->data(),
+                      s.xn.data(), w(p.w), S, d.C, p.D);
+    dxn.flat() += part.flat();
+  }
+  RmsNormBackward<T>(part.data(), dw(kMixerNorm), dxn.data(), s.x.data(),
+                     w(kMixerNorm), s.rstd1.data(), S, d.C);
+  dx->flat() += part.flat();
+  return Status::Ok();
+}
+
+#define SF_INSTANTIATE(T)         \
+  template struct Mamba3State<T>; \
+  template struct Mamba3LayerSaved<T>; \
+  template class Mamba3Layer<T>;
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(double)
+#undef SF_INSTANTIATE
+
+}  // namespace stateflow::backend

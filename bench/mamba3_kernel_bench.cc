@@ -1,0 +1,179 @@
+// Mamba-3 core kernel speed against Eigen's own matrix product, in one run,
+// one kernel thread (SetKernelThreads(1)), float32:
+//   Gemm/N               C (N, N) = A (N, N) B (N, N), 2 N^3 FLOPs
+//   Mamba3Forward/...    Mamba3CoreForward,  FLOPs from CountMamba3CoreFlops
+//   Mamba3Backward/...   Mamba3CoreBackward, FLOPs from CountMamba3CoreFlops
+// at mamba3-tiny's head config (H=4, P=32, d_state=16) and the paper
+// presets' (P=64, d_state=128; one head: heads are independent), one
+// sequence of T = 256, 1024, 4096 tokens. After the runs it prints each
+// Mamba-3 rate as a fraction of the best GEMM rate (the target is >= 40%).
+// Rates are per CPU second, medians when repeated.
+//
+//   ./bench/bench_mamba3_kernel --benchmark_repetitions=5
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/kernels/mamba3_core.h"
+#include "backend/threading.h"
+
+namespace stateflow::backend {
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+
+void Gemm(benchmark::State& state) {
+  SetKernelThreads(1);
+  const Eigen::Index n = state.range(0);
+  const Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n);
+  Matrix c(n, n);
+  for (auto _ : state) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * static_cast<double>(n * n * n) / 1e9,
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Inputs as a Mamba-3 layer makes them: unit-scale q, k, decays a = A dt in
+// (-0.1, 0), gamma and beta in (0, 0.1). Layouts as in mamba3_core.h.
+struct Mamba3Inputs {
+  int64_t T, H, N, P;
+  std::vector<float> q, k, v, a, gamma, beta, S_in, k_in, v_in;
+  Mamba3Inputs(int64_t T_, int64_t H_, int64_t N_, int64_t P_)
+      : T(T_), H(H_), N(N_), P(P_) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto fill = [&](int64_t n, float scale, float shift) {
+      std::vector<float> x(n);
+      for (float& e : x) e = shift + scale * u(rng);
+      return x;
+    };
+    const int64_t rows = T * H;
+    q = fill(rows * N, 1, 0);
+    k = fill(rows * N, 1, 0);
+    v = fill(rows * P, 1, 0);
+    a = fill(rows, 0.05f, -0.05f);
+    gamma = fill(rows, 0.05f, 0.05f);
+    beta = fill(rows, 0.05f, 0.05f);
+    S_in = fill(H * P * N, 1, 0);
+    k_in = fill(H * N, 1, 0);
+    v_in = fill(H * P, 1, 0);
+  }
+};
+
+void SetRate(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Mamba3Forward(benchmark::State& state) {
+  SetKernelThreads(1);
+  const Mamba3Inputs in(state.range(0), state.range(1), state.range(2), state.range(3));
+  std::vector<float> o(in.T * in.H * in.P), S_out(in.H * in.P * in.N),
+      k_out(in.H * in.N), v_out(in.H * in.P);
+  for (auto _ : state) {
+    Mamba3CoreForward<float>(o.data(), S_out.data(), k_out.data(), v_out.data(),
+                             in.q.data(), in.k.data(), in.v.data(), in.a.data(),
+                             in.gamma.data(), in.beta.data(), in.S_in.data(),
+                             in.k_in.data(), in.v_in.data(), in.T, in.H, in.N, in.P);
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  SetRate(state, CountMamba3CoreFlops(in.T, in.H, in.N, in.P).forward);
+}
+
+void Mamba3Backward(benchmark::State& state) {
+  SetKernelThreads(1);
+  const Mamba3Inputs in(state.range(0), state.range(1), state.range(2), state.range(3));
+  const int64_t nk = in.T * in.H * in.N, nv = in.T * in.H * in.P,
+                ns = in.H * in.P * in.N, nh = in.T * in.H;
+  std::vector<float> dO(nv, 0.01f), dS_out(ns, 0.01f), dk_out(in.H * in.N, 0.01f),
+      dv_out(in.H * in.P, 0.01f), dq(nk), dk(nk), dv(nv), da(nh), dgamma(nh),
+      dbeta(nh), dS_in(ns), dk_in(in.H * in.N), dv_in(in.H * in.P),
+      ws(Mamba3CoreBackwardWorkspaceSize(in.T, in.H, in.N, in.P));
+  for (auto _ : state) {
+    Mamba3CoreBackward<float>(
+        dq.data(), dk.data(), dv.data(), da.data(), dgamma.data(), dbeta.data(),
+        dS_in.data(), dk_in.data(), dv_in.data(), ws.data(), dO.data(),
+        dS_out.data(), dk_out.data(), dv_out.data(), in.q.data(), in.k.data(),
+        in.v.data(), in.a.data(), in.gamma.data(), in.beta.data(), in.S_in.data(),
+        in.k_in.data(), in.v_in.data(), in.T, in.H, in.N, in.P);
+    benchmark::DoNotOptimize(dq.data());
+    benchmark::ClobberMemory();
+  }
+  SetRate(state, CountMamba3CoreFlops(in.T, in.H, in.N, in.P).backward);
+}
+
+void Configs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"T", "H", "N", "P"});
+  for (int64_t T : {256, 1024, 4096}) {
+    b->Args({T, 4, 16, 32});   // mamba3-tiny
+    b->Args({T, 1, 128, 64});  // the paper presets' head
+  }
+  b->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(Gemm)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(Mamba3Forward)->Apply(Configs);
+BENCHMARK(Mamba3Backward)->Apply(Configs);
+
+// The console output plus, at the end, each Mamba-3 rate over the best GEMM rate.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      auto it = run.counters.find("GFLOP/s");
+      if (it == run.counters.end()) continue;
+      if (run.run_type == Run::RT_Iteration) {
+        rates_[run.run_name.str()] = it->second;
+      } else if (run.aggregate_name == "median") {
+        medians_[run.run_name.str()] = it->second;
+      }
+    }
+  }
+  // With --benchmark_repetitions, the medians; otherwise the single runs.
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    for (const auto& [name, rate] : medians_) rates_[name] = rate;
+    double gemm = 0.0;
+    std::string gemm_name;
+    for (const auto& [name, rate] : rates_) {
+      if (name.rfind("Gemm/", 0) == 0 && rate > gemm) {
+        gemm = rate;
+        gemm_name = name;
+      }
+    }
+    if (gemm <= 0.0) return;
+    std::printf("\nMamba-3 core rate / %s rate (%.2f GFLOP/s):\n", gemm_name.c_str(), gemm);
+    for (const auto& [name, rate] : rates_) {
+      if (name.rfind("Mamba3", 0) != 0) continue;
+      std::printf("  %-48s %7.2f GFLOP/s  %5.1f%%\n", name.c_str(), rate,
+                  100.0 * rate / gemm);
+    }
+  }
+
+ private:
+  std::map<std::string, double> rates_;
+  std::map<std::string, double> medians_;
+};
+
+}  // namespace
+}  // namespace stateflow::backend
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  stateflow::backend::RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,351 @@
+// The chunkwise Mamba-3 core against the token-by-token float64 recurrence
+// (outputs, the three leaving states and every gradient, relative error under
+// 1e-10 in float64, full and partial blocks), by central differences for every
+// input including every element of S_in, k_in and v_in, chunking exactness
+// (a sequence run in pieces with the state handed over equals one run), any
+// block size, thread counts, and float32 agreement.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backend/kernels/mamba3_core.h"
+#include "backend/threading.h"
+#include "tests/backend/kernel_test_util.h"
+
+namespace stateflow::backend {
+namespace {
+
+using namespace kernel_test;  // kernel_test_util.h
+
+struct Shape3 {
+  int64_t T, H, Dk, Dv;
+  std::string Name() const {
+    std::ostringstream s;
+    s << "T=" << T << " H=" << H << " Dk=" << Dk << " Dv=" << Dv;
+    return s.str();
+  }
+};
+
+// Inputs {q, k, v, a, gamma, beta, S_in, k_in, v_in}; outputs {o, S_out,
+// k_out, v_out}.
+const std::vector<std::string> kInputNames = {"q", "k", "v", "a", "gamma",
+                                              "beta", "S_in", "k_in", "v_in"};
+enum Input { kQ, kK, kV, kA, kGamma, kBeta, kSIn, kKIn, kVIn };
+
+// Inputs as a Mamba-3 layer makes them: a = A dt with dt in [1e-3, 0.5] and
+// A in [-3, -0.05] (decays from ~1 to ~e^-1.5 per token), lambda in (0, 1),
+// gamma = lambda dt, beta = (1 - lambda) dt, unit-scale q, k (RMS-normalised
+// plus a bias of 1 in the layer).
+Buffers LayerLikeInputs(const Shape3& s, std::mt19937_64& rng) {
+  const int64_t rows = s.T * s.H;
+  const Buffer dt = RandomVector(rng, rows, 1e-3, 0.5),
+               A = RandomVector(rng, rows, -3, -0.05),
+               lam = RandomVector(rng, rows, 0.02, 0.98);
+  Buffer a(rows), gamma(rows), beta(rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    a[i] = A[i] * dt[i];
+    gamma[i] = lam[i] * dt[i];
+    beta[i] = (1 - lam[i]) * dt[i];
+  }
+  return {RandomVector(rng, rows * s.Dk, -1.5, 1.5),
+          RandomVector(rng, rows * s.Dk, -1.5, 1.5),
+          RandomVector(rng, rows * s.Dv, -1, 1),
+          a, gamma, beta,
+          RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5),
+          RandomVector(rng, s.H * s.Dk, -1, 1),
+          RandomVector(rng, s.H * s.Dv, -1, 1)};
+}
+
+// Small unconstrained inputs for finite differences (gamma and beta of any
+// sign: the kernel is checked as the function of its arguments it claims to
+// be).
+Buffers SmallInputs(const Shape3& s, std::mt19937_64& rng) {
+  const int64_t rows = s.T * s.H;
+  return {RandomVector(rng, rows * s.Dk, -0.6, 0.6),
+          RandomVector(rng, rows * s.Dk, -0.6, 0.6),
+          RandomVector(rng, rows * s.Dv, -1, 1),
+          RandomVector(rng, rows, -0.8, -0.01),
+          RandomVector(rng, rows, -0.5, 0.9),
+          RandomVector(rng, rows, -0.5, 0.9),
+          RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5),
+          RandomVector(rng, s.H * s.Dk, -1, 1),
+          RandomVector(rng, s.H * s.Dv, -1, 1)};
+}
+
+// Runs the core (forward, then backward if douts = {dO, dS_out, dk_out,
+// dv_out} is given).
+template <typename T>
+KernelRun RunCore(bool reference, const Shape3& s, int64_t block,
+                  const Buffers& in, const Buffers& douts) {
+  std::vector<std::vector<T>> x;
+  for (const Buffer& b : in) x.push_back(Cast<T>(b));
+  const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv,
+                ns = s.H * s.Dv * s.Dk, nh = s.T * s.H;
+  std::vector<T> o(nv), S_out(ns), k_out(s.H * s.Dk), v_out(s.H * s.Dv);
+  auto fwd_args = [&](auto fn) {
+    fn(o.data(), S_out.data(), k_out.data(), v_out.data(), x[kQ].data(),
+       x[kK].data(), x[kV].data(), x[kA].data(), x[kGamma].data(),
+       x[kBeta].data(), x[kSIn].data(), x[kKIn].data(), x[kVIn].data(), s.T,
+       s.H, s.Dk, s.Dv);
+  };
+  if constexpr (std::is_same_v<T, double>) {
+    if (reference) fwd_args(Mamba3CoreForwardRef);
+  }
+  if (!reference) {
+    fwd_args([&](auto... args) { Mamba3CoreForward<T>(args..., block); });
+  }
+  KernelRun r{{ToDouble(o), ToDouble(S_out), ToDouble(k_out), ToDouble(v_out)}, {}};
+  if (douts.empty()) return r;
+  std::vector<std::vector<T>> d;
+  for (const Buffer& b : douts) d.push_back(Cast<T>(b));
+  std::vector<T> dq(nk), dk(nk), dv(nv), da(nh), dgamma(nh), dbeta(nh),
+      dS_in(ns), dk_in(s.H * s.Dk), dv_in(s.H * s.Dv),
+      ws(Mamba3CoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block));
+  auto bwd_args = [&](auto fn) {
+    fn(dq.data(), dk.data(), dv.data(), da.data(), dgamma.data(), dbeta.data(),
+       dS_in.data(), dk_in.data(), dv_in.data(), ws.data(), d[0].data(),
+       d[1].data(), d[2].data(), d[3].data(), x[kQ].data(), x[kK].data(),
+       x[kV].data(), x[kA].data(), x[kGamma].data(), x[kBeta].data(),
+       x[kSIn].data(), x[kKIn].data(), x[kVIn].data(), s.T, s.H, s.Dk, s.Dv);
+  };
+  if constexpr (std::is_same_v<T, double>) {
+    if (reference) bwd_args(Mamba3CoreBackwardRef);
+  }
+  if (!reference) {
+    bwd_args([&](auto... args) { Mamba3CoreBackward<T>(args..., block); });
+  }
+  r.grads = {ToDouble(dq),     ToDouble(dk),     ToDouble(dv),
+             ToDouble(da),     ToDouble(dgamma), ToDouble(dbeta),
+             ToDouble(dS_in),  ToDouble(dk_in),  ToDouble(dv_in)};
+  return r;
+}
+
+Buffers RandomDouts(const Shape3& s, std::mt19937_64& rng) {
+  return {RandomVector(rng, s.T * s.H * s.Dv, -1, 1),
+          RandomVector(rng, s.H * s.Dv * s.Dk, -1, 1),
+          RandomVector(rng, s.H * s.Dk, -1, 1),
+          RandomVector(rng, s.H * s.Dv, -1, 1)};
+}
+
+class Mamba3CoreCase : public KernelCase {
+ public:
+  Mamba3CoreCase(Shape3 s, int64_t block) : s_(s), block_(block) {}
+  std::string Name() const override {
+    return "mamba3_core " + s_.Name() + " block=" + std::to_string(block_);
+  }
+  std::vector<std::string> InputNames() const override { return kInputNames; }
+  Buffers MakeInputs(std::mt19937_64& rng) const override {
+    return SmallInputs(s_, rng);
+  }
+  KernelRun Run(Variant variant, const Buffers& in,
+                const Buffers& douts) const override {
+    if (variant == Variant::kFast32) return RunCore<float>(false, s_, block_, in, douts);
+    return RunCore<double>(variant == Variant::kRef, s_, block_, in, douts);
+  }
+  double Float32Tolerance() const override { return 1e-4; }
+
+ private:
+  Shape3 s_;
+  int64_t block_;
+};
+
+TEST(Mamba3Core, AgainstReferenceAndFiniteDifferences) {
+  // One partial block, several blocks with a partial last one, exact blocks,
+  // one token, blocks of one token.
+  CheckKernelCase(Mamba3CoreCase({5, 2, 4, 3}, 64), 1);
+  CheckKernelCase(Mamba3CoreCase({9, 2, 4, 3}, 4), 2);
+  CheckKernelCase(Mamba3CoreCase({8, 1, 2, 5}, 4), 3);
+  CheckKernelCase(Mamba3CoreCase({1, 1, 2, 3}, 64), 4);
+  CheckKernelCase(Mamba3CoreCase({6, 1, 2, 2}, 1), 5);
+}
+
+void ExpectAllClose(const KernelRun& fast, const KernelRun& ref) {
+  for (size_t i = 0; i < ref.outputs.size(); ++i) {
+    EXPECT_TRUE(AllClose("output " + std::to_string(i), fast.outputs[i],
+                         ref.outputs[i], 1e-13, 1e-10, 1e-10));
+  }
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    EXPECT_TRUE(AllClose("d" + kInputNames[i], fast.grads[i], ref.grads[i],
+                         1e-13, 1e-10, 1e-10));
+  }
+}
+
+// The chunkwise core equals the token-by-token recurrence to 1e-10 at the
+// lengths around the block size T_C = 64.
+void ExpectChunkwiseEqualsRecurrence(int64_t H) {
+  for (int64_t T : {1, 5, 63, 64, 65, 130, 200}) {
+    const Shape3 s{T, H, 16, 32};
+    SCOPED_TRACE(s.Name());
+    std::mt19937_64 rng(100 + T);
+    const Buffers in = LayerLikeInputs(s, rng);
+    const Buffers douts = RandomDouts(s, rng);
+    ExpectAllClose(RunCore<double>(false, s, kMamba3BlockSize, in, douts),
+                   RunCore<double>(true, s, kMamba3BlockSize, in, douts));
+  }
+}
+
+TEST(Mamba3Core, ChunkwiseEqualsTokenByTokenRecurrence) {
+  ExpectChunkwiseEqualsRecurrence(2);
+}
+
+TEST(Mamba3Core, EveryBlockSizeAgrees) {
+  const Shape3 s{37, 1, 8, 6};
+  std::mt19937_64 rng(7);
+  const Buffers in = LayerLikeInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  const KernelRun ref = RunCore<double>(true, s, kMamba3BlockSize, in, douts);
+  for (int64_t block : {1, 2, 7, 37, 64}) {
+    SCOPED_TRACE("block=" + std::to_string(block));
+    ExpectAllClose(RunCore<double>(false, s, block, in, douts), ref);
+  }
+}
+
+// Slices [t0, t1) of a (T, H, D) buffer (or (T, H) when D = 1).
+Buffer Rows(const Buffer& x, int64_t t0, int64_t t1, int64_t H, int64_t D) {
+  return Buffer(x.begin() + t0 * H * D, x.begin() + t1 * H * D);
+}
+
+// A sequence cut at `cuts` and run piece by piece, with (S, k, v) handed
+// forward and each piece's d(state in) fed back as the d(state out) of the
+// one before, equals one run.
+void CheckCoreChunking(const Shape3& s, const std::vector<int64_t>& cuts,
+                       uint64_t seed) {
+  std::ostringstream name;
+  name << s.Name() << " cuts=";
+  for (int64_t c : cuts) name << c << ",";
+  SCOPED_TRACE(name.str());
+  std::mt19937_64 rng(seed);
+  const Buffers in = LayerLikeInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  const KernelRun whole = RunCore<double>(false, s, kMamba3BlockSize, in, douts);
+  std::vector<int64_t> bounds = {0};
+  bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+  bounds.push_back(s.T);
+  const size_t pieces = bounds.size() - 1;
+  const std::vector<int64_t> widths = {s.Dk, s.Dk, s.Dv, 1, 1, 1};
+  auto piece_inputs = [&](size_t p, const Buffers& state) {
+    Buffers in_p;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      in_p.push_back(Rows(in[i], bounds[p], bounds[p + 1], s.H, widths[i]));
+    }
+    in_p.insert(in_p.end(), state.begin(), state.end());
+    return in_p;
+  };
+  std::vector<Buffers> states = {{in[kSIn], in[kKIn], in[kVIn]}};
+  Buffer o;
+  for (size_t p = 0; p < pieces; ++p) {
+    const Shape3 sp{bounds[p + 1] - bounds[p], s.H, s.Dk, s.Dv};
+    const KernelRun r = RunCore<double>(false, sp, kMamba3BlockSize, piece_inputs(p, states[p]), {});
+    o.insert(o.end(), r.outputs[0].begin(), r.outputs[0].end());
+    states.push_back({r.outputs[1], r.outputs[2], r.outputs[3]});
+  }
+  EXPECT_TRUE(AllClose("o", o, whole.outputs[0], 1e-13, 1e-10, 1e-10));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(AllClose("state out " + std::to_string(i), states[pieces][i],
+                         whole.outputs[1 + i], 1e-13, 1e-10, 1e-10));
+  }
+  Buffers grads(widths.size());
+  Buffers dstate = {douts[1], douts[2], douts[3]};
+  for (size_t p = pieces; p-- > 0;) {
+    const Shape3 sp{bounds[p + 1] - bounds[p], s.H, s.Dk, s.Dv};
+    Buffers d_p = {Rows(douts[0], bounds[p], bounds[p + 1], s.H, s.Dv)};
+    d_p.insert(d_p.end(), dstate.begin(), dstate.end());
+    const KernelRun r = RunCore<double>(false, sp, kMamba3BlockSize, piece_inputs(p, states[p]), d_p);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      grads[i].insert(grads[i].begin(), r.grads[i].begin(), r.grads[i].end());
+    }
+    dstate = {r.grads[kSIn], r.grads[kKIn], r.grads[kVIn]};
+  }
+  grads.insert(grads.end(), dstate.begin(), dstate.end());
+  for (size_t i = 0; i < kInputNames.size(); ++i) {
+    EXPECT_TRUE(AllClose("d" + kInputNames[i], grads[i], whole.grads[i], 1e-13,
+                         1e-10, 1e-10));
+  }
+}
+
+TEST(Mamba3Core, ChunkedSequenceEqualsOneRun) {
+  const Shape3 s{200, 1, 16, 8};
+  CheckCoreChunking(s, {64}, 2);  // at a block boundary
+  CheckCoreChunking(s, {100}, 3);
+  CheckCoreChunking(s, {199}, 4);
+  CheckCoreChunking(s, {30, 31, 130}, 5);  // a piece of one token
+}
+
+class ScopedKernelThreads {
+ public:
+  explicit ScopedKernelThreads(int threads) { SetKernelThreads(threads); }
+  ~ScopedKernelThreads() { SetKernelThreads(1); }
+  ScopedKernelThreads(const ScopedKernelThreads&) = delete;
+  ScopedKernelThreads& operator=(const ScopedKernelThreads&) = delete;
+};
+
+// At 2 kernel threads (three heads on two lanes): still the recurrence, a
+// chunked sequence still one run, and the same bits as at 1 thread.
+TEST(Mamba3Core, TwoThreadsKeepExactness) {
+  const Shape3 s{200, 3, 16, 8};
+  std::mt19937_64 rng(11);
+  const Buffers in = LayerLikeInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  const KernelRun one = RunCore<double>(false, s, kMamba3BlockSize, in, douts);
+  const KernelRun one32 = RunCore<float>(false, s, kMamba3BlockSize, in, douts);
+  ScopedKernelThreads two(2);
+  ExpectChunkwiseEqualsRecurrence(3);
+  CheckCoreChunking(s, {30, 31, 130}, 7);
+  const KernelRun run = RunCore<double>(false, s, kMamba3BlockSize, in, douts);
+  EXPECT_EQ(run.outputs, one.outputs);
+  EXPECT_EQ(run.grads, one.grads);
+  const KernelRun run32 = RunCore<float>(false, s, kMamba3BlockSize, in, douts);
+  EXPECT_EQ(run32.outputs, one32.outputs);
+  EXPECT_EQ(run32.grads, one32.grads);
+}
+
+// nullptr states mean zeros, in and out; an empty chunk hands them through.
+TEST(Mamba3Core, NullAndEmpty) {
+  const Shape3 s{20, 2, 4, 3};
+  std::mt19937_64 rng(11);
+  Buffers in = LayerLikeInputs(s, rng);
+  for (int i : {kSIn, kKIn, kVIn}) std::fill(in[i].begin(), in[i].end(), 0.0);
+  const KernelRun zeros = RunCore<double>(false, s, 8, in, {});
+  Buffer o(s.T * s.H * s.Dv);
+  Mamba3CoreForward<double>(o.data(), nullptr, nullptr, nullptr, in[kQ].data(),
+                            in[kK].data(), in[kV].data(), in[kA].data(),
+                            in[kGamma].data(), in[kBeta].data(), nullptr, nullptr,
+                            nullptr, s.T, s.H, s.Dk, s.Dv, 8);
+  EXPECT_TRUE(AllClose("o", o, zeros.outputs[0], 0, 0, 0));
+  const Shape3 e{0, 2, 3, 4};
+  const Buffers in0 = SmallInputs(e, rng);
+  const Buffers d0 = RandomDouts(e, rng);
+  const KernelRun r = RunCore<double>(false, e, kMamba3BlockSize, in0, d0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.outputs[1 + i], in0[kSIn + i]);
+    EXPECT_EQ(r.grads[kSIn + i], d0[1 + i]);
+  }
+}
+
+// float32 agrees with the float64 reference at float tolerances, at the
+// paper's head shape (d_state 128, head dim 64) over three blocks.
+TEST(Mamba3Core, Float32AgreesWithFloat64) {
+  for (const Shape3& s : {Shape3{130, 2, 16, 32}, Shape3{150, 1, 128, 64}}) {
+    SCOPED_TRACE(s.Name());
+    std::mt19937_64 rng(s.Dk);
+    const Buffers in = LayerLikeInputs(s, rng);
+    const Buffers douts = RandomDouts(s, rng);
+    const KernelRun ref = RunCore<double>(true, s, kMamba3BlockSize, in, douts);
+    const KernelRun f32 = RunCore<float>(false, s, kMamba3BlockSize, in, douts);
+    for (size_t i = 0; i < ref.outputs.size(); ++i) {
+      EXPECT_TRUE(AllClose("output " + std::to_string(i), f32.outputs[i],
+                           ref.outputs[i], 1e-4, 1e-3, 1e-5));
+    }
+    for (size_t i = 0; i < kInputNames.size(); ++i) {
+      EXPECT_TRUE(AllClose("d" + kInputNames[i], f32.grads[i], ref.grads[i],
+                           1e-4, 1e-3, 1e-5));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stateflow::backend

@@ -1,0 +1,118 @@
+// Memory exactness of the Mamba-3 layer: the allocations its Forward and
+// Backward really make on a TrackingAllocator equal the simulator's memory
+// events (models/layer_formulas.h: Mamba3LayerForwardMemory /
+// Mamba3LayerBackwardMemory, after the boundary state the layer allocates
+// first), per buffer class (peak and final) and in total peak, for recompute
+// none and full, batch 1 and 2, float32 and float64, chunk lengths around
+// T_C; and the boundary state's bytes equal BoundaryStateBytesPerSequence.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/layers/mamba3_layer.h"
+#include "models/layer_formulas.h"
+#include "models/model.h"
+#include "tests/backend/layer_test_util.h"
+
+namespace stateflow::backend {
+namespace {
+
+using models::MemorySegment;
+using models::Recompute;
+
+// Live bytes per class (and in total) before a pass, and the checks after.
+class LedgerProbe {
+ public:
+  explicit LedgerProbe(TrackingAllocator* alloc) : alloc_(alloc) {
+    for (int c = 0; c < kNumBufferClasses; ++c) {
+      before_[c] = alloc->LiveBytes(static_cast<BufferClass>(c));
+    }
+    total_before_ = alloc->LiveTotalBytes();
+    alloc->ResetPeaks();
+  }
+  void ExpectEquals(const MemorySegment& seg, const std::string& what) const {
+    for (int c = 0; c < kNumBufferClasses; ++c) {
+      const BufferClass cls = static_cast<BufferClass>(c);
+      const std::string name = what + " " + std::string(kBufferClassNames[c]);
+      EXPECT_EQ(static_cast<double>(alloc_->PeakBytes(cls) - before_[c]),
+                seg.class_peak(cls)) << name << " peak";
+      EXPECT_EQ(static_cast<double>(alloc_->LiveBytes(cls) - before_[c]), seg.net(cls))
+          << name << " final";
+    }
+    EXPECT_EQ(static_cast<double>(alloc_->PeakTotalBytes() - total_before_),
+              seg.peak_total()) << what << " total peak";
+  }
+
+ private:
+  TrackingAllocator* alloc_;
+  int64_t before_[kNumBufferClasses] = {};
+  int64_t total_before_ = 0;
+};
+
+template <typename T>
+void CheckLayerMemory(const pb::ModelSpec& model, int64_t B, int64_t s, Recompute mode) {
+  const std::string what = "B=" + std::to_string(B) + " s=" + std::to_string(s) +
+                           " recompute " + std::string(models::RecomputeName(mode)) +
+                           (sizeof(T) == 4 ? " float32" : " float64");
+  SCOPED_TRACE(what);
+  const Mamba3LayerDims d = Mamba3LayerDims::FromModel(model);
+  const bool full = mode == Recompute::kFull;
+  TrackingAllocator alloc(0);
+  auto m = Mamba3Layer<T>::Make(alloc, d, 0, 1, 9);
+  ASSERT_TRUE(m.ok());
+  std::mt19937_64 rng(3);
+  Tensor<T> x = testing::FromVector<T>(alloc, BufferClass::kWorkspace, {B * s, d.C},
+                                       testing::Uniform(rng, B * s * d.C, -1, 1));
+  auto state_in = Mamba3State<T>::Zeros(alloc, d, B, BufferClass::kBoundaryStates);
+  ASSERT_TRUE(state_in.ok());
+  models::TensorBytes bytes;
+  bytes.tokens = static_cast<double>(B * s);
+  bytes.seq_tokens = static_cast<double>(s);
+  bytes.act = sizeof(T);
+  bytes.tensor_size = 1;
+  const double state_bytes = static_cast<double>(B) *
+      models::BoundaryStateBytesPerSequence(model, models::LayerKind::kRecurrence, sizeof(T), 1);
+  EXPECT_EQ(state_bytes, static_cast<double>(B * Mamba3State<T>::Numel(d) * int64_t{sizeof(T)}));
+
+  Tensor<T> y;
+  Mamba3State<T> state_out;
+  Mamba3LayerSaved<T> saved;
+  {
+    const LedgerProbe probe(&alloc);
+    ASSERT_TRUE(m->Forward(&y, &state_out, &saved, x, B, *state_in, mode).ok());
+    MemorySegment expected;
+    expected.Add(BufferClass::kBoundaryStates, state_bytes);  // state_out, first
+    expected.Append(models::Mamba3LayerForwardMemory(model, bytes, full));
+    probe.ExpectEquals(expected, "forward");
+  }
+  Tensor<T> dy = testing::FromVector<T>(alloc, BufferClass::kWorkspace, {B * s, d.C},
+                                        testing::Uniform(rng, B * s * d.C, -1, 1));
+  {
+    const LedgerProbe probe(&alloc);
+    Tensor<T> dx;
+    Mamba3State<T> dstate_in;
+    ASSERT_TRUE(m->Backward(&dx, &dstate_in, &saved, dy, B, &state_out, *state_in).ok());
+    MemorySegment expected;
+    expected.Add(BufferClass::kBoundaryStates, state_bytes);  // dstate_in, first
+    expected.Append(models::Mamba3LayerBackwardMemory(model, bytes, full));
+    probe.ExpectEquals(expected, "backward");
+  }
+}
+
+TEST(Mamba3LayerMemory, AllocationsEqualTheSimulatorsEvents) {
+  auto model = models::ModelPreset("mamba3-tiny");
+  ASSERT_TRUE(model.ok());
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    for (int64_t B : {1, 2}) {
+      for (int64_t s : {1, 64, 100}) {
+        CheckLayerMemory<float>(*model, B, s, mode);
+        CheckLayerMemory<double>(*model, B, s, mode);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stateflow::backend
