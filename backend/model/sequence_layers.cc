@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/layers/attention_layer.h"
 #include "backend/layers/gdn_layer.h"
 #include "backend/layers/mamba3_layer.h"
 #include "backend/model/sequence_layer.h"
@@ -109,6 +110,65 @@ class RecurrentSequenceLayer final : public SequenceLayer<T> {
   std::vector<Microbatch> mb_;  // (M)
 };
 
+// A softmax-attention layer: per microbatch, chunk i's saved tensors and the
+// sequence-wide K/V buffer (from the forward of chunk 0 to the end of the
+// backward of chunk 0) with its gradient accumulator (from the start of the
+// backward of chunk N-1).
+template <typename T>
+class AttentionSequenceLayer final : public SequenceLayer<T> {
+ public:
+  AttentionSequenceLayer(AttentionLayer<T> layer, TrackingAllocator* alloc,
+                         models::Recompute recompute)
+      : layer_(std::move(layer)), alloc_(alloc), recompute_(recompute) {}
+
+  int layer() const override { return layer_.layer(); }
+  const char* kind_name() const override { return "attention"; }
+  std::vector<Param<T>>& params() override { return layer_.params(); }
+
+  void BeginStep(int microbatches, std::int64_t batch,
+                 const schedule::Partition* partition) override {
+    batch_ = batch;
+    partition_ = partition;
+    mb_.clear();
+    mb_.resize(microbatches);
+    for (Microbatch& m : mb_) m.saved.resize(partition->num_chunks());
+  }
+
+  Status StartSequence(int) override { return Status::Ok(); }  // the buffer comes with the layer's turn
+
+  Status Forward(Tensor<T>* y, int a, int i, const Tensor<T>& x) override {
+    Microbatch& m = mb_[a];
+    if (i == 0) {
+      SF_ASSIGN_OR_RETURN(m.kv, KvBuffer<T>::Make(*alloc_, layer_.dims(), batch_,
+                                                  partition_->seq_len()));
+    }
+    return layer_.Forward(y, &m.saved[i], x, batch_, partition_->start(i), &m.kv, recompute_);
+  }
+
+  Status Backward(Tensor<T>* dx, int a, int i, const Tensor<T>& dy) override {
+    Microbatch& m = mb_[a];
+    if (i == partition_->num_chunks() - 1) SF_RETURN_IF_ERROR(m.kv.MakeGrads(*alloc_));
+    SF_RETURN_IF_ERROR(layer_.Backward(dx, &m.saved[i], dy, batch_, partition_->start(i), &m.kv));
+    if (i == 0) m.kv = KvBuffer<T>{};  // every chunk's backward has read it
+    return Status::Ok();
+  }
+
+  void FinishBackward(int, int) override {}
+
+ private:
+  struct Microbatch {
+    std::vector<AttentionLayerSaved<T>> saved;  // (N)
+    KvBuffer<T> kv;
+  };
+
+  AttentionLayer<T> layer_;
+  TrackingAllocator* alloc_;  // not owned
+  models::Recompute recompute_;
+  std::int64_t batch_ = 1;
+  const schedule::Partition* partition_ = nullptr;
+  std::vector<Microbatch> mb_;  // (M)
+};
+
 }  // namespace
 
 template <typename T>
@@ -121,8 +181,10 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
                            std::to_string(num_layers) + ")");
   }
   if (models::IsAttentionBlock(model, l - 1)) {
-    return Status::Invalid("layer " + std::to_string(l) +
-                           ": softmax attention is not supported by the backend yet");
+    SF_ASSIGN_OR_RETURN(auto attn, AttentionLayer<T>::Make(*alloc, AttentionLayerDims::FromModel(model),
+                                                           l, num_layers, options.seed));
+    return std::unique_ptr<SequenceLayer<T>>(
+        std::make_unique<AttentionSequenceLayer<T>>(std::move(attn), alloc, options.recompute));
   }
   if (model.architecture() == "gdn") {
     SF_ASSIGN_OR_RETURN(auto gdn, GdnLayer<T>::Make(*alloc, GdnLayerDims::FromModel(model), l,

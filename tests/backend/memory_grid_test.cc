@@ -33,7 +33,7 @@ std::vector<MemoryCase> Grid() {
   }
   // Issue 11: every family the backend runs, several sequences per
   // microbatch and alpha partitions.
-  for (const char* preset : {"mamba3-tiny"}) {
+  for (const char* preset : {"mamba3-tiny", "gdn-hybrid-tiny", "mamba3-hybrid-tiny"}) {
     for (const char* recompute : {"none", "full"}) {
       for (int P : {1, 2, 4}) {
         for (int N : {1, 2, 4, 8}) {
@@ -41,7 +41,9 @@ std::vector<MemoryCase> Grid() {
             cases.push_back({preset, "stateflow", P, 2, N, recompute, "float32", kGridT, 0, mbs});
           }
         }
-        cases.push_back({preset, "stateflow", P, 2, 4, recompute, "float64", kGridT, 0.5, 1});
+        for (double alpha : {0.5, 1.0}) {
+          cases.push_back({preset, "stateflow", P, 2, 4, recompute, "float64", kGridT, alpha, 1});
+        }
       }
     }
   }

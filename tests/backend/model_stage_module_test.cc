@@ -317,8 +317,8 @@ TEST(ModelStageModuleTest, ABatchOfAnotherMicrobatchSizeIsAnError) {
 
 // ---- every family (issue 11) ------------------------------------------------------
 
-// The families the backend runs; the hybrids once attention is in.
-std::vector<std::string> Families() { return {"gdn", "mamba3"}; }
+// The families the backend runs.
+std::vector<std::string> Families() { return {"gdn", "mamba3", "gdn-hybrid", "mamba3-hybrid"}; }
 
 // The alpha partition of T into N chunks as the simulator makes it: Cost_i's
 // coefficients from the cost model of the whole layer list, granularity 1.

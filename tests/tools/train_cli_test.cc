@@ -152,7 +152,8 @@ TEST_P(TrainFamily, MpiRanksEqualOneProcessWithBatchAndAlpha) {
   EXPECT_LT(RelError(ParseReport(two), ParseReport(one)), 1e-10);
 }
 
-INSTANTIATE_TEST_SUITE_P(Issue11, TrainFamily, ::testing::Values("gdn-tiny", "mamba3-tiny"),
+INSTANTIATE_TEST_SUITE_P(Issue11, TrainFamily, ::testing::Values("gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny",
+                                           "mamba3-hybrid-tiny"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) c = c == '-' ? '_' : c;

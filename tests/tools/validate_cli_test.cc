@@ -352,14 +352,18 @@ TEST(ValidateCli, BadFlagsGetOneLineAndExitTwo) {
       RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--concurrent", "0"},
              "concurrent"),
       "--concurrent");
-  // A model the backend cannot run, found by the profile's worker processes.
-  ExpectBadInput(RunCli({"validate", "--scenario", scenario, "--model", "gdn-hybrid-tiny"},
-                        "hybrid-workers"),
-                 "softmax attention");
-  ExpectBadInput(
-      RunCli({"profile", "--scenario", scenario, "--model", "gdn-hybrid-tiny", "--out", Temp("x")},
-             "hybrid"),
-      "softmax attention");
+  // A model the backend cannot run (tied embeddings), found by the
+  // profile's worker processes.
+  std::string tied_text = kScenario;  // the preset's fields, embeddings tied (the default)
+  tied_text.replace(tied_text.find("model_preset: \"gdn-tiny\""), 24,
+                    "model { name: \"gdn-tiny\" architecture: \"gdn\" layer_pattern: \"recurrent\" "
+                    "num_layers: 4 hidden_size: 64 num_heads: 2 head_dim_k: 32 head_dim_v: 32 "
+                    "conv_width: 4 mlp_size: 128 vocab_size: 256 }");
+  const std::string tied = WriteFile("tied.textproto", tied_text);
+  ExpectBadInput(RunCli({"validate", "--scenario", tied}, "tied-workers"),
+                 "model.untied_embeddings");
+  ExpectBadInput(RunCli({"profile", "--scenario", tied, "--out", Temp("x")}, "tied"),
+                 "model.untied_embeddings");
   // Under mpirun: exit 2 and the message once (rank 0 prints it; Open MPI
   // may add its own banner).
   const Finished mpi =
