@@ -233,6 +233,47 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
               (at4 + at12) / 2, 1e-15);
 }
 
+// A hybrid: attention is timed at every (length, prefix) asked for, the
+// other kinds at every length, all at the asked microbatch size; the index
+// answers attention by (tokens, prefix) and refuses a prefix not measured.
+TEST(Profiler, AttentionIsTimedByLengthAndPrefix) {
+  const pb::ModelSpec hybrid = *models::ModelPreset("gdn-hybrid-tiny");
+  ProfileRequest request{.model = hybrid,
+                         .tokens = {8, 16},
+                         .attention_chunks = {{8, 0}, {8, 8}, {16, 16}},
+                         .recompute = {Recompute::kNone},
+                         .microbatch_size = 2,
+                         .dtype = "float32",
+                         .timing = kQuick};
+  Result<pb::CostTable> table = ProfileLayers(request, nullptr);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  EXPECT_EQ(table->microbatch_size(), 2u);
+  std::set<std::tuple<std::string, double, double>> attention;
+  int others = 0;
+  for (const pb::CostSample& s : table->samples()) {
+    EXPECT_GT(s.median_s(), 0) << s.layer_kind();
+    if (s.layer_kind() == "attention") {
+      attention.insert({s.pass(), s.tokens(), s.prefix()});
+    } else {
+      EXPECT_EQ(s.prefix(), 0) << s.layer_kind();
+      ++others;
+    }
+  }
+  EXPECT_EQ(attention.size(), 2u * 3u);  // forward and backward at each chunk
+  EXPECT_EQ(others, 3 * 2 * 2);          // embedding, recurrence, head x passes x lengths
+  EXPECT_FALSE(sim::CheckCostTableModel(*table, hybrid, "profiled", 1).ok());
+  ASSERT_TRUE(sim::CheckCostTableModel(*table, hybrid, "profiled", 2).ok());
+  table->mutable_link()->set_latency_s(1e-6);
+  table->mutable_link()->set_bandwidth_bytes_per_s(1e9);
+  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, "profiled");
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  EXPECT_TRUE(index->Time(LayerKind::kAttention, "forward", Recompute::kNone, 8, 8).ok());
+  EXPECT_FALSE(index->Time(LayerKind::kAttention, "forward", Recompute::kNone, 8, 4).ok());
+  // Without attention chunks a hybrid cannot be profiled.
+  request.attention_chunks.clear();
+  EXPECT_FALSE(ProfileLayers(request, nullptr).ok());
+}
+
 TEST(Profiler, BadRequests) {
   ProfileRequest request{
       .model = Tiny(), .tokens = {}, .attention_chunks = {}, .recompute = {Recompute::kNone}, .dtype = "float32", .timing = kQuick};
