@@ -69,10 +69,10 @@ Mamba3LayerDims Mamba3LayerDims::FromModel(const pb::ModelSpec& model) {
   Mamba3LayerDims d;
   d.C = model.hidden_size();
   d.H = model.num_heads();
-  d.P = model.head_dim_v();
-  d.N = model.state_dim();
+  d.Dp = model.head_dim_v();
+  d.Ds = model.state_dim();
   d.F = model.mlp_size();
-  d.Na = Mamba3RopeAngles(d.N);
+  d.Na = Mamba3RopeAngles(d.Ds);
   return d;
 }
 
@@ -84,21 +84,21 @@ Result<Mamba3State<T>> Mamba3State<T>::Zeros(TrackingAllocator& alloc,
                                              int64_t batch, BufferClass cls) {
   Mamba3State s;
   SF_ASSIGN_OR_RETURN(s.angle, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Na}));
-  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.P, d.N}));
-  SF_ASSIGN_OR_RETURN(s.k, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.N}));
-  SF_ASSIGN_OR_RETURN(s.v, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.P}));
+  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Dp, d.Ds}));
+  SF_ASSIGN_OR_RETURN(s.k, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Ds}));
+  SF_ASSIGN_OR_RETURN(s.v, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Dp}));
   return s;
 }
 
 template <typename T>
 int64_t Mamba3State<T>::Numel(const Mamba3LayerDims& d) {
-  return d.H * (d.Na + d.P * d.N + d.N + d.P);
+  return d.H * (d.Na + d.Dp * d.Ds + d.Ds + d.Dp);
 }
 
 template <typename T>
 int64_t Mamba3LayerSaved<T>::NumelPerToken(const Mamba3LayerDims& d) {
-  return 4 * d.C + 2 * d.F + 4 + 4 * d.HP() + 2 * d.N + 6 * d.H + d.Na +
-         d.H * d.Na + 2 * d.HN();
+  return 4 * d.C + 2 * d.F + 4 + 4 * d.HDp() + 2 * d.Ds + 6 * d.H + d.Na +
+         d.H * d.Na + 2 * d.HDs();
 }
 
 // ---- construction -------------------------------------------------------------
@@ -128,12 +128,12 @@ Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
     Shape shape;
     InitSpec init;
   } specs[kNumParams] = {
-      {{d.C}, one},          {{d.HP(), d.C}, proj}, {{d.HP(), d.C}, proj},
-      {{d.N, d.C}, proj},    {{d.N, d.C}, proj},    {{d.H, d.C}, proj},
+      {{d.C}, one},          {{d.HDp(), d.C}, proj}, {{d.HDp(), d.C}, proj},
+      {{d.Ds, d.C}, proj},    {{d.Ds, d.C}, proj},    {{d.H, d.C}, proj},
       {{d.H, d.C}, proj},    {{d.H, d.C}, proj},    {{d.Na, d.C}, proj},
-      {{d.H}, InitSpec::GdnDtBias()},               {{d.N}, one},
-      {{d.N}, one},          {{d.H, d.N}, one},     {{d.H, d.N}, one},
-      {{d.H}, one},          {{d.C, d.HP()}, out},  {{d.C}, one},
+      {{d.H}, InitSpec::GdnDtBias()},               {{d.Ds}, one},
+      {{d.Ds}, one},          {{d.H, d.Ds}, one},     {{d.H, d.Ds}, one},
+      {{d.H}, one},          {{d.C, d.HDp()}, out},  {{d.C}, one},
       {{d.F, d.C}, proj},    {{d.F, d.C}, proj},    {{d.C, d.F}, out}};
   Mamba3Layer m(&alloc, d, layer);
   m.params_.reserve(kNumParams);
@@ -157,9 +157,9 @@ Status Mamba3Layer<T>::CheckState(const Mamba3State<T>& s, int64_t B,
   const Mamba3LayerDims& d = dims_;
   const std::string w(what);
   SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".angle", s.angle.shape(), {B, d.H, d.Na}));
-  SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".S", s.S.shape(), {B, d.H, d.P, d.N}));
-  SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".k", s.k.shape(), {B, d.H, d.N}));
-  return CheckShape(layer_, w + ".v", s.v.shape(), {B, d.H, d.P});
+  SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".S", s.S.shape(), {B, d.H, d.Dp, d.Ds}));
+  SF_RETURN_IF_ERROR(CheckShape(layer_, w + ".k", s.k.shape(), {B, d.H, d.Ds}));
+  return CheckShape(layer_, w + ".v", s.v.shape(), {B, d.H, d.Dp});
 }
 
 // ---- forward ------------------------------------------------------------------
@@ -207,18 +207,18 @@ Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s->x.dim(0), B = s->batch, Ts = S / B;  // Ts tokens per sequence
   SF_RETURN_IF_ERROR(MixerInputsForward(s, state_out, state_in, cls));
-  SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HP()}));
-  const int64_t nS = d.H * d.P * d.N, nk = d.HN(), nv = d.HP();  // per sequence
+  SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HDp()}));
+  const int64_t nS = d.H * d.Dp * d.Ds, nk = d.HDs(), nv = d.HDp();  // per sequence
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t rk = b * Ts * d.HN(), rv = b * Ts * d.HP(), rh = b * Ts * d.H;
+    const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
     Mamba3CoreForward<T>(
         s->o.data() + rv, state_out ? state_out->S.data() + b * nS : nullptr,
         state_out ? state_out->k.data() + b * nk : nullptr,
         state_out ? state_out->v.data() + b * nv : nullptr, s->q.data() + rk,
         s->k.data() + rk, s->xv.data() + rv, s->a.data() + rh,
         s->gamma.data() + rh, s->beta.data() + rh, state_in.S.data() + b * nS,
-        state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.N,
-        d.P, d.block_size);
+        state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.Ds,
+        d.Dp, d.block_size);
   }
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
   return MlpForward(y, s, cls);
@@ -241,8 +241,8 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
     Tensor<T>* out;
     ParamId w;
     int64_t D;
-  } projs[] = {{&s->z, kZProj, d.HP()},  {&s->xv, kXProj, d.HP()},
-               {&s->Bp, kBProj, d.N},    {&s->Cp, kCProj, d.N},
+  } projs[] = {{&s->z, kZProj, d.HDp()},  {&s->xv, kXProj, d.HDp()},
+               {&s->Bp, kBProj, d.Ds},    {&s->Cp, kCProj, d.Ds},
                {&s->dt, kDtProj, d.H},   {&s->ddA, kAProj, d.H},
                {&s->lam, kTrapProj, d.H}, {&s->theta, kAngleProj, d.Na}};
   for (const auto& p : projs) {
@@ -263,15 +263,15 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   }
   SF_ASSIGN_OR_RETURN(s->B_rstd, New(cls, {S}));
   SF_ASSIGN_OR_RETURN(s->C_rstd, New(cls, {S}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.N}));  // (S, N)
-  SF_ASSIGN_OR_RETURN(Tensor<T> Cn, New(kWs, {S, d.N}));  // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.Ds}));  // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> Cn, New(kWs, {S, d.Ds}));  // (S, N)
   const T bc_eps = static_cast<T>(d.bc_norm_eps);
-  RmsNormForward<T>(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.N, bc_eps);
-  RmsNormForward<T>(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.N, bc_eps);
+  RmsNormForward<T>(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.Ds, bc_eps);
+  RmsNormForward<T>(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.Ds, bc_eps);
   SF_ASSIGN_OR_RETURN(s->phi, New(cls, {S, d.H, d.Na}));
   AnglesForward(s, state_out, state_in);
-  SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HN()}));
-  SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HN()}));
+  SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HDs()}));
+  SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HDs()}));
   // k = rot(Bn + B_bias_h, phi), q likewise.
   for (int64_t t = 0; t < S; ++t) {
     for (int64_t h = 0; h < d.H; ++h) {
@@ -279,8 +279,8 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
       for (const auto& [out, in, bias] :
            {std::tuple{s->k.data(), Bn.data(), w(kBBias)},
             std::tuple{s->q.data(), Cn.data(), w(kCBias)}}) {
-        T* o = out + (t * d.H + h) * d.N;
-        for (int64_t n = 0; n < d.N; ++n) o[n] = in[t * d.N + n] + bias[h * d.N + n];
+        T* o = out + (t * d.H + h) * d.Ds;
+        for (int64_t n = 0; n < d.Ds; ++n) o[n] = in[t * d.Ds + n] + bias[h * d.Ds + n];
         for (int64_t j = 0; j < d.Na; ++j) {
           const T c = std::cos(ph[j]), sn = std::sin(ph[j]);
           const T u0 = o[2 * j], u1 = o[2 * j + 1];
@@ -335,20 +335,20 @@ template <typename T>
 Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cls) {
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s->x.dim(0), R = S * d.H;  // R rows of P per head
-  SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HP()}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HP()}));  // (S, HP)
-  SiluForward<T>(silu_z.data(), s->z.data(), S * d.HP());
+  SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HDp()}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
+  SiluForward<T>(silu_z.data(), s->z.data(), S * d.HDp());
   const CVecMap<T> D(w(kD), d.H);
   for (int64_t r = 0; r < R; ++r) {
     const T Dh = D(r % d.H);
-    const int64_t i = r * d.P;
-    for (int64_t p = 0; p < d.P; ++p) {
+    const int64_t i = r * d.Dp;
+    for (int64_t p = 0; p < d.Dp; ++p) {
       s->gated.data()[i + p] =
           (s->o.data()[i + p] + Dh * s->xv.data()[i + p]) * silu_z.data()[i + p];
     }
   }
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
-  LinearForward<T>(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HP(), d.C);
+  LinearForward<T>(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HDp(), d.C);
   s->h.flat() += s->x.flat();
   return Status::Ok();
 }
@@ -477,20 +477,20 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
                                            const Tensor<T>& dh) {
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s.x.dim(0), R = S * d.H;
-  SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HP()}));  // (S, HP)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HDp()}));  // (S, HP)
   LinearBackward<T>(dgated.data(), dw(kOutProj), nullptr, dh.data(),
-                    s.gated.data(), w(kOutProj), S, d.HP(), d.C);
-  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HP()}));  // (S, HP)
-  SiluForward<T>(silu_z.data(), s.z.data(), S * d.HP());
-  SF_ASSIGN_OR_RETURN(g->dz, New(kWs, {S, d.HP()}));
-  SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HP()}));
-  SF_ASSIGN_OR_RETURN(g->dxv, New(kWs, {S, d.HP()}));
+                    s.gated.data(), w(kOutProj), S, d.HDp(), d.C);
+  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
+  SiluForward<T>(silu_z.data(), s.z.data(), S * d.HDp());
+  SF_ASSIGN_OR_RETURN(g->dz, New(kWs, {S, d.HDp()}));
+  SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HDp()}));
+  SF_ASSIGN_OR_RETURN(g->dxv, New(kWs, {S, d.HDp()}));
   const T* D = w(kD);
   T* dD = dw(kD);
   for (int64_t r = 0; r < R; ++r) {
-    const int64_t h = r % d.H, i = r * d.P;
+    const int64_t h = r % d.H, i = r * d.Dp;
     T dD_r = 0;
-    for (int64_t p = 0; p < d.P; ++p) {
+    for (int64_t p = 0; p < d.Dp; ++p) {
       const T u = s.o.data()[i + p] + D[h] * s.xv.data()[i + p];
       const T du = dgated.data()[i + p] * silu_z.data()[i + p];
       g->dz.data()[i + p] = dgated.data()[i + p] * u;
@@ -500,7 +500,7 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
     }
     dD[h] += dD_r;
   }
-  SiluBackward<T>(g->dz.data(), g->dz.data(), s.z.data(), S * d.HP());
+  SiluBackward<T>(g->dz.data(), g->dz.data(), s.z.data(), S * d.HDp());
   silu_z = Tensor<T>();
   dgated = Tensor<T>();
   return Status::Ok();
@@ -516,17 +516,17 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
                                     const Mamba3State<T>& state_in) {
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s.x.dim(0), B = s.batch, Ts = S / B;
-  SF_ASSIGN_OR_RETURN(c->dq, New(kWs, {S, d.HN()}));
-  SF_ASSIGN_OR_RETURN(c->dk, New(kWs, {S, d.HN()}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> dv, New(kWs, {S, d.HP()}));  // (S, HP)
+  SF_ASSIGN_OR_RETURN(c->dq, New(kWs, {S, d.HDs()}));
+  SF_ASSIGN_OR_RETURN(c->dk, New(kWs, {S, d.HDs()}));
+  SF_ASSIGN_OR_RETURN(Tensor<T> dv, New(kWs, {S, d.HDp()}));  // (S, HP)
   SF_ASSIGN_OR_RETURN(c->da, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(c->dgamma, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(c->dbeta, New(kWs, {S, d.H}));
   // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
-      New(kWs, {Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.N, d.P, d.block_size)}));
-  const int64_t nS = d.H * d.P * d.N, nk = d.HN(), nv = d.HP();
+      New(kWs, {Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
+  const int64_t nS = d.H * d.Dp * d.Ds, nk = d.HDs(), nv = d.HDp();
   auto in = [&](Tensor<T> Mamba3State<T>::*m, int64_t off) -> T* {
     return dstate_in != nullptr ? (dstate_in->*m).data() + off : nullptr;
   };
@@ -534,7 +534,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
     return dstate_out != nullptr ? (dstate_out->*m).data() + off : nullptr;
   };
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t rk = b * Ts * d.HN(), rv = b * Ts * d.HP(), rh = b * Ts * d.H;
+    const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
     Mamba3CoreBackward<T>(
         c->dq.data() + rk, c->dk.data() + rk, dv.data() + rv, c->da.data() + rh,
         c->dgamma.data() + rh, c->dbeta.data() + rh,
@@ -544,8 +544,8 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
         out(&Mamba3State<T>::v, b * nv), s.q.data() + rk, s.k.data() + rk,
         s.xv.data() + rv, s.a.data() + rh, s.gamma.data() + rh,
         s.beta.data() + rh, state_in.S.data() + b * nS,
-        state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.N,
-        d.P, d.block_size);
+        state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.Ds,
+        d.Dp, d.block_size);
   }
   ws = Tensor<T>();
   g->dxv.flat() += dv.flat();
@@ -572,8 +572,8 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
                        c->dbeta.data()[i] * (T(1) - lam);
   }
   SF_ASSIGN_OR_RETURN(Tensor<T> dphi, New(kWs, {S, d.H, d.Na}));  // (S, H, Na)
-  SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.N}));         // (S, N)
-  SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.N}));         // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.Ds}));         // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.Ds}));         // (S, N)
   RotaryBackward(&dphi, &dBn, &dCn, c, s);
   c->dk = Tensor<T>();
   c->dq = Tensor<T>();
@@ -598,12 +598,12 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   c->dbeta = Tensor<T>();
   c->dgamma = Tensor<T>();
   c->da = Tensor<T>();
-  SF_ASSIGN_OR_RETURN(g->dBp, New(kWs, {S, d.N}));
-  SF_ASSIGN_OR_RETURN(g->dCp, New(kWs, {S, d.N}));
+  SF_ASSIGN_OR_RETURN(g->dBp, New(kWs, {S, d.Ds}));
+  SF_ASSIGN_OR_RETURN(g->dCp, New(kWs, {S, d.Ds}));
   RmsNormBackward<T>(g->dBp.data(), dw(kBNorm), dBn.data(), s.Bp.data(),
-                     w(kBNorm), s.B_rstd.data(), S, d.N);
+                     w(kBNorm), s.B_rstd.data(), S, d.Ds);
   RmsNormBackward<T>(g->dCp.data(), dw(kCNorm), dCn.data(), s.Cp.data(),
-                     w(kCNorm), s.C_rstd.data(), S, d.N);
+                     w(kCNorm), s.C_rstd.data(), S, d.Ds);
   return Status::Ok();
 }
 
@@ -627,8 +627,8 @@ void Mamba3Layer<T>::RotaryBackward(Tensor<T>* dphi, Tensor<T>* dBn,
       for (const auto& [grad, rotated, dn, dbias] :
            {std::tuple{c->dk.data(), s.k.data(), dBn->data(), dw(kBBias)},
             std::tuple{c->dq.data(), s.q.data(), dCn->data(), dw(kCBias)}}) {
-        T* g = grad + r * d.N;
-        const T* x = rotated + r * d.N;
+        T* g = grad + r * d.Ds;
+        const T* x = rotated + r * d.Ds;
         for (int64_t j = 0; j < d.Na; ++j) {
           const T cs = std::cos(ph[j]), sn = std::sin(ph[j]);
           const T g0 = g[2 * j], g1 = g[2 * j + 1];
@@ -636,9 +636,9 @@ void Mamba3Layer<T>::RotaryBackward(Tensor<T>* dphi, Tensor<T>* dBn,
           g[2 * j] = cs * g0 + sn * g1;
           g[2 * j + 1] = -sn * g0 + cs * g1;
         }
-        for (int64_t n = 0; n < d.N; ++n) {
-          dn[t * d.N + n] += g[n];
-          dbias[h * d.N + n] += g[n];
+        for (int64_t n = 0; n < d.Ds; ++n) {
+          dn[t * d.Ds + n] += g[n];
+          dbias[h * d.Ds + n] += g[n];
         }
       }
     }
@@ -697,8 +697,8 @@ Status Mamba3Layer<T>::MixerInputsBackward(Tensor<T>* dx, const MixerGrads& g,
     const Tensor<T>* dproj;
     ParamId w;
     int64_t D;
-  } projs[] = {{&g.dz, kZProj, d.HP()},      {&g.dxv, kXProj, d.HP()},
-               {&g.dBp, kBProj, d.N},        {&g.dCp, kCProj, d.N},
+  } projs[] = {{&g.dz, kZProj, d.HDp()},      {&g.dxv, kXProj, d.HDp()},
+               {&g.dBp, kBProj, d.Ds},        {&g.dCp, kCProj, d.Ds},
                {&g.ddt, kDtProj, d.H},       {&g.ddA, kAProj, d.H},
                {&g.dtrap, kTrapProj, d.H},   {&g.dtheta, kAngleProj, d.Na}};
   SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Zeros(*alloc_, kWs, {S, d.C}));

@@ -39,9 +39,11 @@
 //   SF_RETURN_IF_ERROR(m3.Forward(&y, &state_out, &saved, x, /*batch=*/1, state_in, models::Recompute::kNone));
 //
 // Dimension legend: B sequences, S tokens of each in the chunk (S rows in
-// total in the shapes below), C hidden size, H heads, P SSM head dim
-// (head_dim_v), N state dim (d_state), Na rotary angles, F SwiGLU size,
-// HP = H P, HN = H N.
+// total in the shapes below), C hidden size, H heads, P = dp SSM head dim
+// (head_dim_v; Mamba3LayerDims::Dp), N = ds state dim (d_state; ::Ds), Na
+// rotary angles, F SwiGLU size, HP = H P, HN = H N (HDp(), HDs()). In code
+// the pipeline's P and N never appear here: the dims are Dp and Ds
+// (docs/models.md's glossary).
 #pragma once
 
 #include <cstdint>
@@ -67,14 +69,14 @@ inline constexpr double kMamba3BcNormEps = 1e-5;    // B_norm, C_norm eps
 int64_t Mamba3RopeAngles(int64_t N);
 
 struct Mamba3LayerDims {
-  int64_t C = 0, H = 0, P = 0, N = 0, F = 0, Na = 0;
+  int64_t C = 0, H = 0, Dp = 0, Ds = 0, F = 0, Na = 0;
   int64_t block_size = kMamba3BlockSize;  // T_C of the core
   double norm_eps = 1e-6;                 // mixer_norm, mlp_norm (as GDN's)
   double bc_norm_eps = kMamba3BcNormEps;  // B_norm, C_norm
   double a_floor = kMamba3AFloor;
 
-  int64_t HP() const { return H * P; }
-  int64_t HN() const { return H * N; }
+  int64_t HDp() const { return H * Dp; }
+  int64_t HDs() const { return H * Ds; }
 
   // hidden_size, num_heads, head_dim_v, state_dim, mlp_size; Na from N.
   // REQUIRES: models::ValidateModel(model).ok() and architecture "mamba3".

@@ -38,8 +38,8 @@ constexpr BufferClass kBs = BufferClass::kBoundaryStates;
 // 4..7 do not), MLP 24.
 Mamba3LayerDims SmallDims(int64_t block_size) {
   Mamba3LayerDims d;
-  d.C = 16, d.H = 2, d.P = 6, d.N = 8, d.F = 24;
-  d.Na = Mamba3RopeAngles(d.N);
+  d.C = 16, d.H = 2, d.Dp = 6, d.Ds = 8, d.F = 24;
+  d.Na = Mamba3RopeAngles(d.Ds);
   d.block_size = block_size;
   return d;
 }
@@ -66,9 +66,9 @@ StateValues RandomState(const Mamba3LayerDims& d, int64_t B, std::mt19937_64& rn
   // mod 2 pi of the first token.
   s.angle = angles_in_range ? Uniform(rng, B * d.H * d.Na, 0.5, 5.5)
                             : Uniform(rng, B * d.H * d.Na, -1, 1);
-  s.S = Uniform(rng, B * d.H * d.P * d.N, -0.5, 0.5);
-  s.k = Uniform(rng, B * d.HN(), -1, 1);
-  s.v = Uniform(rng, B * d.HP(), -1, 1);
+  s.S = Uniform(rng, B * d.H * d.Dp * d.Ds, -0.5, 0.5);
+  s.k = Uniform(rng, B * d.HDs(), -1, 1);
+  s.v = Uniform(rng, B * d.HDp(), -1, 1);
   return s;
 }
 
@@ -77,9 +77,9 @@ Mamba3State<T> MakeState(TrackingAllocator& alloc, const Mamba3LayerDims& d,
                          int64_t B, const StateValues& v) {
   Mamba3State<T> s;
   s.angle = FromVector<T>(alloc, kBs, {B, d.H, d.Na}, v.angle);
-  s.S = FromVector<T>(alloc, kBs, {B, d.H, d.P, d.N}, v.S);
-  s.k = FromVector<T>(alloc, kBs, {B, d.H, d.N}, v.k);
-  s.v = FromVector<T>(alloc, kBs, {B, d.H, d.P}, v.v);
+  s.S = FromVector<T>(alloc, kBs, {B, d.H, d.Dp, d.Ds}, v.S);
+  s.k = FromVector<T>(alloc, kBs, {B, d.H, d.Ds}, v.k);
+  s.v = FromVector<T>(alloc, kBs, {B, d.H, d.Dp}, v.v);
   return s;
 }
 
@@ -391,18 +391,18 @@ TEST(Mamba3LayerTest, BatchOfThreeEqualsThreeOnes) {
     one.ry = part(in.ry, S * d.C);
     for (auto [dst, src] : {std::pair{&one.state, &in.state}, std::pair{&one.rstate, &in.rstate}}) {
       dst->angle = part(src->angle, d.H * d.Na);
-      dst->S = part(src->S, d.H * d.P * d.N);
-      dst->k = part(src->k, d.HN());
-      dst->v = part(src->v, d.HP());
+      dst->S = part(src->S, d.H * d.Dp * d.Ds);
+      dst->k = part(src->k, d.HDs());
+      dst->v = part(src->v, d.HDp());
     }
     const ChunkedRun r = RunChunked(d, one, {0, 17, S}, Recompute::kNone);
     ExpectClose("y", r.y, part(batch.y, S * d.C));
     ExpectClose("dx", r.dx, part(batch.dx, S * d.C));
-    ExpectClose("state_out.S", r.state_out.S, part(batch.state_out.S, d.H * d.P * d.N));
+    ExpectClose("state_out.S", r.state_out.S, part(batch.state_out.S, d.H * d.Dp * d.Ds));
     ExpectClose("state_out.angle", r.state_out.angle, part(batch.state_out.angle, d.H * d.Na));
-    ExpectClose("dstate_in.S", r.dstate_in.S, part(batch.dstate_in.S, d.H * d.P * d.N));
-    ExpectClose("dstate_in.k", r.dstate_in.k, part(batch.dstate_in.k, d.HN()));
-    ExpectClose("dstate_in.v", r.dstate_in.v, part(batch.dstate_in.v, d.HP()));
+    ExpectClose("dstate_in.S", r.dstate_in.S, part(batch.dstate_in.S, d.H * d.Dp * d.Ds));
+    ExpectClose("dstate_in.k", r.dstate_in.k, part(batch.dstate_in.k, d.HDs()));
+    ExpectClose("dstate_in.v", r.dstate_in.v, part(batch.dstate_in.v, d.HDp()));
     ExpectClose("dstate_in.angle", r.dstate_in.angle, part(batch.dstate_in.angle, d.H * d.Na));
     dparams_sum.resize(r.dparams.size());
     for (size_t i = 0; i < r.dparams.size(); ++i) {
@@ -455,9 +455,9 @@ TEST(Mamba3LayerTest, ParameterCountEqualsTheCostModels) {
     Mamba3LayerDims d = Mamba3LayerDims::FromModel(*model);
     int64_t count = 0;
     const int64_t shapes_elems[] = {
-        d.C, d.HP() * d.C, d.HP() * d.C, d.N * d.C, d.N * d.C, d.H * d.C,
-        d.H * d.C, d.H * d.C, d.Na * d.C, d.H, d.N, d.N, d.HN(), d.HN(), d.H,
-        d.C * d.HP(), d.C, d.F * d.C, d.F * d.C, d.C * d.F};
+        d.C, d.HDp() * d.C, d.HDp() * d.C, d.Ds * d.C, d.Ds * d.C, d.H * d.C,
+        d.H * d.C, d.H * d.C, d.Na * d.C, d.H, d.Ds, d.Ds, d.HDs(), d.HDs(), d.H,
+        d.C * d.HDp(), d.C, d.F * d.C, d.F * d.C, d.C * d.F};
     if (std::string(name) == "mamba3-tiny") {
       TrackingAllocator alloc(0);
       auto m = Mamba3Layer<float>::Make(alloc, d, 0, 1, 1);
@@ -481,10 +481,10 @@ TEST(Mamba3LayerTest, ParameterCountEqualsTheCostModels) {
 TEST(Mamba3LayerTest, SavedBytesPerMode) {
   const Mamba3LayerDims d = SmallDims(64);
   const int64_t S = 9;
-  const int64_t per_token_none = 4 * d.C + 2 * d.F + 4 + 4 * d.HP() + 2 * d.N +
-                                 6 * d.H + d.Na + d.H * d.Na + 2 * d.HN();
+  const int64_t per_token_none = 4 * d.C + 2 * d.F + 4 + 4 * d.HDp() + 2 * d.Ds +
+                                 6 * d.H + d.Na + d.H * d.Na + 2 * d.HDs();
   EXPECT_EQ(Mamba3LayerSaved<double>::NumelPerToken(d), per_token_none);
-  EXPECT_EQ(Mamba3State<double>::Numel(d), d.H * d.Na + d.H * d.P * d.N + d.HN() + d.HP());
+  EXPECT_EQ(Mamba3State<double>::Numel(d), d.H * d.Na + d.H * d.Dp * d.Ds + d.HDs() + d.HDp());
   for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
     TrackingAllocator alloc(0);
     auto m = Mamba3Layer<double>::Make(alloc, d, 1, 1, 5);
