@@ -1,4 +1,3 @@
-#include "common/files.h"
 #include "tools/cli.h"
 
 #include <unistd.h>
@@ -7,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/files.h"
+#include "common/text.h"
 #include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
@@ -34,7 +35,9 @@ std::string Trim(const std::string& s) {
 }
 
 int Fail(const std::string& command, const Status& status) {
-  std::cerr << "stateflow " << command << ": " << status.message() << "\n";
+  // Echoed input (a name, a value, a path) may hold newlines or escape
+  // sequences: the line stays one printable line.
+  std::cerr << "stateflow " << command << ": " << Printable(status.message()) << "\n";
   return status.code() == Status::Code::kInvalidInput ? kExitBadInput : kExitFailure;
 }
 

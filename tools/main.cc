@@ -16,6 +16,7 @@
 #include <google/protobuf/stubs/common.h>
 
 #include "backend/comm/mpi.h"
+#include "common/text.h"
 #include "sf_git_commit.h"  // SF_GIT_COMMIT, stamped at build time
 #include "tools/cli.h"
 
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
   }
   std::string known;
   for (const Command& c : kCommands) known += (known.empty() ? "" : ", ") + std::string(c.name);
-  std::cerr << "stateflow: unknown command '" << name << "' (commands: " << known
+  std::cerr << "stateflow: unknown command '" << stateflow::Printable(name) << "' (commands: " << known
             << "; see stateflow --help)\n";
   return kExitBadInput;
 }

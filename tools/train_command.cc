@@ -59,7 +59,7 @@ constexpr char kExamples[] = R"(examples:
 struct TrainFlags {
   ScenarioFlags scenario;
   std::optional<long long> steps, seed, threads, capacity_bytes;
-  std::optional<double> learning_rate;
+  std::optional<double> learning_rate, watchdog;
   std::string dtype, text_path, plan_path, trace_path, dump_path;
   bool json = false;
 };
@@ -81,6 +81,9 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
        ("run this plan file (see plan-dump; at most " + LimitText(kMaxTextFileBytes) + ")")
            .c_str())
       ("capacity-bytes", Optional(&f->capacity_bytes), "memory capacity of each stage")
+      ("watchdog", Optional(&f->watchdog),
+       "seconds a rank may wait on another (a message, a step collective) before the job "
+       "ends on every rank with a line naming the wait and the peer (default 600; 0: no limit)")
       ("json", po::bool_switch(&f->json), "print one Report as JSON (rank 0) instead of text")
       ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace")
       ("dump-weights", po::value(&f->dump_path),
@@ -292,6 +295,12 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
   if (vm.count("help")) {
     if (rank == 0) std::cout << desc << "\n" << kExamples;
     return kExitOk;
+  }
+  if (flags.watchdog) {
+    if (!(*flags.watchdog >= 0 && *flags.watchdog <= 1e7)) {
+      return FailOnce(rank, Status::Invalid("--watchdog must be in [0, 1e7] seconds"));
+    }
+    backend::SetMpiWatchdogSeconds(*flags.watchdog);
   }
   Result<Prepared> prepared = Prepare(flags);
   if (!prepared.ok()) return FailOnce(rank, prepared.status());

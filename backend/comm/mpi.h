@@ -62,6 +62,13 @@ Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks);
 // The group of MPI_COMM_WORLD. REQUIRES: an MpiSession is alive.
 std::unique_ptr<Group> MakeMpiGroup();
 
+// The watchdog (mpi_wait.h): how long a wait of this rank on another -- a
+// message or a step collective -- may last before it is an error naming what
+// it waited for and the peer. <= 0 or infinite: no limit. Process-wide.
+inline constexpr double kDefaultWatchdogSeconds = 600;
+void SetMpiWatchdogSeconds(double seconds);
+double MpiWatchdogSeconds();
+
 // Ends every rank of the job with exit code `code` (MPI_Abort), for a
 // failure that leaves the other ranks blocked in the middle of a step. The
 // caller prints its one-line message first. Only the command line calls it.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/comm/mpi.h"
+#include "backend/comm/mpi_wait.h"
 
 namespace stateflow::backend {
 namespace {
@@ -69,8 +70,9 @@ class MpiComm final : public Comm<T> {
   Result<Tensor<T>> Wait(const MessageKey& key) override {
     SF_ASSIGN_OR_RETURN(Recv * recv, Find(key));
     if (!recv->done) {
-      const int rc = MPI_Wait(&recv->request, &recv->status);
-      if (rc != MPI_SUCCESS) return Failed("MPI_Wait", key, rc);
+      SF_RETURN_IF_ERROR(WaitWithWatchdog(&recv->request, &recv->status,
+                                          Where() + "waiting for the " + ToString(key) +
+                                              " from stage " + std::to_string(recv->from)));
       recv->done = true;
     }
     int count = 0;
@@ -89,7 +91,7 @@ class MpiComm final : public Comm<T> {
   Status Send(int to, const MessageKey& key, Tensor<T> data) override {
     SF_RETURN_IF_ERROR(CheckPeer(to, "send to"));
     SF_RETURN_IF_ERROR(CheckCount(data, key));
-    sends_.push_back(SendSlot{std::move(data), MPI_REQUEST_NULL});
+    sends_.push_back(SendSlot{std::move(data), MPI_REQUEST_NULL, key, to});
     SendSlot& send = sends_.back();
     const int rc = MPI_Isend(send.data.data(), static_cast<int>(send.data.numel()),
                              Datatype<T>(), to, Tag(key), MPI_COMM_WORLD, &send.request);
@@ -117,8 +119,9 @@ class MpiComm final : public Comm<T> {
 
   Status Flush() override {
     for (SendSlot& send : sends_) {
-      const int rc = MPI_Wait(&send.request, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) return Status::Resource(Where() + "MPI_Wait of a send: " + MpiError(rc));
+      SF_RETURN_IF_ERROR(WaitWithWatchdog(&send.request, MPI_STATUS_IGNORE,
+                                          Where() + "sending the " + ToString(send.key) +
+                                              " to stage " + std::to_string(send.to)));
     }
     sends_.clear();
     return Status::Ok();
@@ -128,15 +131,17 @@ class MpiComm final : public Comm<T> {
 
  private:
   struct Recv {
-    Tensor<T> buffer;  // (s, H)
+    Tensor<T> buffer;  // (B s, H)
     int from = -1;
     MPI_Request request = MPI_REQUEST_NULL;
     MPI_Status status{};
     bool done = false;
   };
   struct SendSlot {
-    Tensor<T> data;  // (s, H), held until the send completes
+    Tensor<T> data;  // (B s, H), held until the send completes
     MPI_Request request = MPI_REQUEST_NULL;
+    MessageKey key;  // for the watchdog's message
+    int to = -1;
   };
 
   std::string Where() const { return "stage " + std::to_string(stage_) + ": "; }

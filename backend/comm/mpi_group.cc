@@ -3,21 +3,19 @@
 #include <vector>
 
 #include "backend/comm/mpi.h"
+#include "backend/comm/mpi_wait.h"
 
 namespace stateflow::backend {
 namespace {
 
-Status MpiFailed(const char* call, int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(rc, text, &length);
-  return Status::Resource(std::string(call) + ": " + std::string(text, length));
-}
-
-#define SF_MPI_RETURN_IF_ERROR(call)                              \
-  do {                                                            \
-    const int sf_rc_ = (call);                                    \
-    if (sf_rc_ != MPI_SUCCESS) return MpiFailed(#call, sf_rc_);   \
+// Starts a nonblocking collective and waits for it under the watchdog, so a
+// stalled rank ends the step collectives too.
+#define SF_MPI_COLLECTIVE(what, call)                                        \
+  do {                                                                        \
+    MPI_Request sf_request_ = MPI_REQUEST_NULL;                               \
+    const int sf_rc_ = (call);                                                \
+    if (sf_rc_ != MPI_SUCCESS) return MpiFailed(#call, sf_rc_);               \
+    SF_RETURN_IF_ERROR(WaitWithWatchdog(&sf_request_, MPI_STATUS_IGNORE, Where(what))); \
   } while (0)
 
 class MpiGroup final : public Group {
@@ -30,17 +28,24 @@ class MpiGroup final : public Group {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  std::string Where(const char* what) const {
+    return "rank " + std::to_string(rank_) + ": " + what + " of all " + std::to_string(size_) +
+           " ranks";
+  }
+
   Status Agree(const Status& local) override {
     int mine = local.ok() ? size_ : rank_;
     int first = size_;
-    SF_MPI_RETURN_IF_ERROR(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    SF_MPI_COLLECTIVE("the end-of-step agreement",
+                      MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &sf_request_));
     if (first == size_) return Status::Ok();
     // The first failing rank tells the others its code and message.
     int header[2] = {static_cast<int>(local.code()), static_cast<int>(local.message().size())};
-    SF_MPI_RETURN_IF_ERROR(MPI_Bcast(header, 2, MPI_INT, first, MPI_COMM_WORLD));
+    SF_MPI_COLLECTIVE("the error broadcast",
+                      MPI_Ibcast(header, 2, MPI_INT, first, MPI_COMM_WORLD, &sf_request_));
     std::string message = rank_ == first ? local.message() : std::string(header[1], ' ');
-    SF_MPI_RETURN_IF_ERROR(
-        MPI_Bcast(message.data(), header[1], MPI_CHAR, first, MPI_COMM_WORLD));
+    SF_MPI_COLLECTIVE("the error broadcast", MPI_Ibcast(message.data(), header[1], MPI_CHAR, first,
+                                                       MPI_COMM_WORLD, &sf_request_));
     switch (static_cast<Status::Code>(header[0])) {
       case Status::Code::kInvalidInput: return Status::Invalid(message);
       case Status::Code::kResource: return Status::Resource(message);
@@ -49,7 +54,8 @@ class MpiGroup final : public Group {
   }
 
   Result<double> Broadcast(double value, int root) override {
-    SF_MPI_RETURN_IF_ERROR(MPI_Bcast(&value, 1, MPI_DOUBLE, root, MPI_COMM_WORLD));
+    SF_MPI_COLLECTIVE("a broadcast",
+                      MPI_Ibcast(&value, 1, MPI_DOUBLE, root, MPI_COMM_WORLD, &sf_request_));
     return value;
   }
 
@@ -57,8 +63,8 @@ class MpiGroup final : public Group {
       const std::vector<double>& local) override {
     int count = static_cast<int>(local.size());
     std::vector<int> counts(rank_ == 0 ? size_ : 0);
-    SF_MPI_RETURN_IF_ERROR(
-        MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+    SF_MPI_COLLECTIVE("a gather", MPI_Igather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0,
+                                              MPI_COMM_WORLD, &sf_request_));
     std::vector<int> offsets(counts.size(), 0);
     int total = 0;
     for (std::size_t k = 0; k < counts.size(); ++k) {
@@ -66,9 +72,9 @@ class MpiGroup final : public Group {
       total += counts[k];
     }
     std::vector<double> all(static_cast<std::size_t>(total));
-    SF_MPI_RETURN_IF_ERROR(MPI_Gatherv(local.data(), count, MPI_DOUBLE, all.data(),
-                                       counts.data(), offsets.data(), MPI_DOUBLE, 0,
-                                       MPI_COMM_WORLD));
+    SF_MPI_COLLECTIVE("a gather", MPI_Igatherv(local.data(), count, MPI_DOUBLE, all.data(),
+                                               counts.data(), offsets.data(), MPI_DOUBLE, 0,
+                                               MPI_COMM_WORLD, &sf_request_));
     std::vector<std::vector<double>> out;
     for (std::size_t k = 0; k < counts.size(); ++k) {
       out.emplace_back(all.begin() + offsets[k], all.begin() + offsets[k] + counts[k]);
@@ -77,7 +83,7 @@ class MpiGroup final : public Group {
   }
 
   Status Barrier() override {
-    SF_MPI_RETURN_IF_ERROR(MPI_Barrier(MPI_COMM_WORLD));
+    SF_MPI_COLLECTIVE("a barrier", MPI_Ibarrier(MPI_COMM_WORLD, &sf_request_));
     return Status::Ok();
   }
 

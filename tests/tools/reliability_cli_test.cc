@@ -55,6 +55,17 @@ TEST(ReliabilityCli, CrashInputsAreOneLineErrors) {
                  "model.num_layers must be in [1, 65536] (got 2147483648)");
 }
 
+// Echoed input is escaped: a name with a newline, a terminal escape
+// sequence and a byte that is not UTF-8 comes back as one printable line.
+TEST(ReliabilityCli, EchoedValuesAreEscapedToOnePrintableLine) {
+  const CliRun run = Stateflow("simulate --model \"$(printf 'gdn\\nnext line\\033[31mred\\377')\"");
+  ExpectBadInput(run, "model_preset: unknown 'gdn\\nnext line\\x1b[31mred\\xff'");
+  EXPECT_EQ(run.err.find('\x1b'), std::string::npos) << run.err;
+  // The same through a scenario file's string.
+  const std::string path = Hybrid3b("escape", "schedule { policy: \"x\\ty\" }");
+  ExpectBadInput(Stateflow("simulate --scenario " + path), "policy: unknown 'x\\ty'");
+}
+
 TEST(ReliabilityCli, ProfileAtTheSeqLenFlagMaximumIsAnError) {
   // -T at its own maximum (2^40): the profiler used to die with bad_alloc.
   ExpectBadInput(Stateflow("profile -T 1099511627776 --out " +

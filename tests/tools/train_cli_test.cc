@@ -326,5 +326,39 @@ TEST(TrainCli, KilledRankEndsTheJobWithinSeconds) {
   EXPECT_LT(f.elapsed_s - killed_at, 10.0) << "the other rank took too long to end";
 }
 
+// A rank stopped with SIGSTOP (a stalled node) ends the job through the
+// other rank's watchdog, which names what it waited for.
+TEST(TrainCli, StalledRankEndsTheJobThroughTheWatchdog) {
+  const std::string dir = TempPrefix("stall-pids");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  setenv("SF_TRAIN_PID_DIR", dir.c_str(), 1);
+  Process job = Process::Start(Mpirun(2, Train({"--steps", "100000", "--watchdog", "2"})),
+                               TempPrefix("stall"), 120);
+  unsetenv("SF_TRAIN_PID_DIR");
+  const std::string pid_file = dir + "/rank1.pid";
+  while (!std::filesystem::exists(pid_file) && job.Elapsed() < 60) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(pid_file)) << "no pid file after 60 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // into the steps
+  const pid_t victim = std::stoi(Slurp(pid_file));
+  const double stopped_at = job.Elapsed();
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  const Finished f = job.Wait(stopped_at + 60);
+  kill(victim, SIGKILL);  // in case the job did not end it
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_NE(f.exit_code, 0);
+  EXPECT_LT(f.elapsed_s - stopped_at, 30.0) << "the watchdog took too long";
+  EXPECT_NE(f.err.find("the watchdog, --watchdog 2"), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("is that rank stalled or dead?"), std::string::npos) << f.err;
+}
+
+TEST(TrainCli, WatchdogOutOfRangeIsOneLine) {
+  const Finished f = RunFor(Train({"--steps", "1", "--watchdog", "-1"}), TempPrefix("wd"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "--watchdog must be in [0, 1e7]");
+}
+
 }  // namespace
 }  // namespace stateflow::backend::testing
