@@ -212,6 +212,19 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
   FillHeader(scenario, req, &report);
   SF_ASSIGN_OR_RETURN(const pb::SweepSpec spec, SplitSweep(scenario, req, &report));
   AddSplits(scenario, req, &report);
+  if (options.costs != nullptr) {  // measured layer times hold for their own TP only
+    report.add_notes("costs: layer times replayed from " + options.costs->source() +
+                     " (measured at TP " + std::to_string(options.costs->tensor_size()) +
+                     ", with its link); TP and DP all-reduces from the cluster's links");
+    for (pb::PlanCandidate& c : *report.mutable_candidates()) {
+      if (!c.verdict().empty() || static_cast<int>(c.tensor_size()) == options.costs->tensor_size()) {
+        continue;
+      }
+      c.set_verdict("illegal");
+      c.set_reason("the cost table " + options.costs->source() + " was measured at TP " +
+                   std::to_string(options.costs->tensor_size()));
+    }
+  }
   // Every legal split sweeps the same grid, so progress can count them all.
   pb::SweepSpec shape = spec;  // the batch does not change the grid's shape
   shape.clear_global_batch();
@@ -221,6 +234,7 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
   const std::size_t per_split = grid.configs.size(), total = legal * per_split;
   std::size_t offset = 0;
   SweepOptions split_options;
+  split_options.costs = options.costs;
   if (options.progress) {
     split_options.progress = [&](std::size_t done, std::size_t) {
       options.progress(offset + done, total);

@@ -205,8 +205,14 @@ class ReplayCostSource final : public TableCostSource {
   Status Load(const SimSetup& setup, const std::vector<const CostTableIndex*>& tables) {
     const models::CostModel& cm = *setup.cost_model;
     const models::Recompute mode = cm.options().recompute;
+    const int tp = cm.options().tensor_size;
     for (int r = 0; r < stages_; ++r) {
       const CostTableIndex& table = *tables[tables.size() == 1 ? 0 : static_cast<std::size_t>(r)];
+      if (table.tensor_size() != tp) {
+        return Status::Invalid(table.source() + ": measured at TP " +
+                               std::to_string(table.tensor_size()) + ", the configuration's TP is " +
+                               std::to_string(tp) + " (layer times are per device, after the split)");
+      }
       const models::StageLayers& layers = setup.stage_layers[r];
       double params = 0;
       for (int l = layers.first; l < layers.last; ++l) params += cm.ParamCount(l);
@@ -222,8 +228,13 @@ class ReplayCostSource final : public TableCostSource {
           Result<double> b = table.Time(kind, "backward", mode, s, c);
           if (!f.ok()) return f.status().WithPrefix("stage " + std::to_string(r) + " chunk " + std::to_string(i));
           if (!b.ok()) return b.status().WithPrefix("stage " + std::to_string(r) + " chunk " + std::to_string(i));
-          forward_s_[k] += *f;
-          backward_s_[k] += *b;
+          // The TP all-reduces of the layer (0 at TP 1) from the cluster's
+          // intra-node link; a recompute replays its forward's again.
+          const std::int64_t len = setup.partition.length(i);
+          const double tp_forward = cm.TensorParallelForwardCommTime(l, len);
+          forward_s_[k] += *f + tp_forward;
+          backward_s_[k] += *b + cm.TensorParallelBackwardCommTime(l, len) +
+                            (cm.Recomputed(l) ? tp_forward : 0.0);
         }
         const double bytes = cm.BoundaryActivationBytes(setup.partition.length(i));
         transfer_occupancy_s_[k] = bytes / table.link().bandwidth_bytes_per_s();
@@ -234,8 +245,9 @@ class ReplayCostSource final : public TableCostSource {
   }
 
   std::string name() const override { return "replay"; }
-  // Measured on one machine: no data parallelism is replayed.
-  double GradientSyncTime(int) const override { return 0.0; }
+  // The DP gradient all-reduce is not in a table measured on one machine:
+  // it comes from the cluster's links, as in the analytic model.
+  double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
   double OptimizerTime(int stage) const override { return optimizer_s_[stage]; }
 
  private:

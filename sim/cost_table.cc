@@ -173,6 +173,7 @@ Result<CostTableIndex> CostTableIndex::Make(const pb::CostTable& table,
   }
   index.link_ = link;
   index.optimizer_s_per_param_ = table.optimizer_s_per_param();
+  index.tensor_size_ = static_cast<int>(std::max(1u, table.tensor_size()));
   return index;
 }
 

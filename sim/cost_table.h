@@ -40,6 +40,8 @@ class CostTableIndex {
 
   const pb::LinkSpec& link() const { return link_; }
   double optimizer_s_per_param() const { return optimizer_s_per_param_; }
+  // The TP degree the layers were measured at (CostTable.tensor_size, >= 1).
+  int tensor_size() const { return tensor_size_; }
   const std::string& source() const { return source_; }
 
  private:
@@ -51,6 +53,7 @@ class CostTableIndex {
   std::map<Key, std::map<double, Curve>> curves_;
   pb::LinkSpec link_;
   double optimizer_s_per_param_ = 0;
+  int tensor_size_ = 1;
 };
 
 // Checks that the table was measured on a model with the same layer shapes as

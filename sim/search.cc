@@ -196,7 +196,7 @@ class PlacementCache {
 Result<pb::SweepRun> RunOne(const SweepConfig& config, scenario::ResolvedScenario* work,
                             PlacementCache* cache,
                             std::map<std::vector<std::int64_t>, int>* seen,
-                            pb::SweepReport* report) {
+                            const CostTableIndex* costs, pb::SweepReport* report) {
   const pb::ScheduleSpec schedule = ScheduleFor(*work, config);
   if (work->seq_len() != config.seq_len) {
     SF_ASSIGN_OR_RETURN(*work, work->WithSeqLen(config.seq_len));
@@ -217,7 +217,8 @@ Result<pb::SweepRun> RunOne(const SweepConfig& config, scenario::ResolvedScenari
   }
   SF_ASSIGN_OR_RETURN(scenario::Configuration configuration,
                       scenario::ConfigurePlaced(*work, std::move(placement), schedule));
-  SF_ASSIGN_OR_RETURN(Simulation sim, SimulateConfigured(*work, std::move(configuration)));
+  SF_ASSIGN_OR_RETURN(Simulation sim,
+                      SimulateConfigured(*work, std::move(configuration), {.costs = costs}));
   report->set_num_simulated(report->num_simulated() + 1);
   return RunFromReport(config, schedule, sim.report);
 }
@@ -337,6 +338,10 @@ Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
   SF_ASSIGN_OR_RETURN(SweepGrid grid, ExpandSweep(scenario, sweep));
   pb::SweepReport report;
   FillHeader(scenario.proto(), &report);
+  if (options.costs != nullptr) {
+    report.set_cost_model("replay");
+    report.set_time_unit("s");
+  }
   for (std::string& note : grid.notes) report.add_notes(std::move(note));
   scenario::ResolvedScenario work = scenario;
   PlacementCache cache;
@@ -353,7 +358,7 @@ Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
         config.chunks != grid.configs[k - 1].chunks) {
       seen.clear();
     }
-    Result<pb::SweepRun> run = RunOne(config, &work, &cache, &seen, &report);
+    Result<pb::SweepRun> run = RunOne(config, &work, &cache, &seen, options.costs, &report);
     if (!run.ok()) return run.status().WithPrefix("sweep run " + ConfigLabel(config));
     *report.add_runs() = std::move(run).value();
     if (options.progress) options.progress(k + 1, total);

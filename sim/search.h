@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
 #include "scenario/resolve.h"
+#include "sim/cost_table.h"
 
 namespace stateflow::sim {
 
@@ -47,6 +48,10 @@ struct SweepOptions {
   // Called after each configuration (simulated or reused) with the number
   // done so far and the total. May be empty.
   std::function<void(std::size_t done, std::size_t total)> progress;
+  // Replay these measured costs (cost_table.h) instead of the scenario's
+  // cost model: every configuration's chunks must be in the table (an error
+  // names the missing one). Not owned; may be null.
+  const CostTableIndex* costs = nullptr;
 };
 
 // Checks the ranges against a resolved scenario. Messages name the field and

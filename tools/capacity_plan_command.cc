@@ -41,6 +41,7 @@ struct PlanFlags {
   SweepFlags sweep;
   std::optional<long long> devices;
   std::optional<long long> global_batch;
+  std::string costs_path;
   int top = 5;
 };
 
@@ -57,6 +58,9 @@ void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
       ("devices", Optional(&f->devices),
        "devices to split into P x TP x DP (default: the scenario's P x TP x DP)")
       ("recompute", po::value(&f->scenario.recompute), "none or full")
+      ("costs", po::value(&f->costs_path),
+       "replay this CostTable (stateflow profile) instead of the cost model; splits at another "
+       "TP than the table's are rejected (at most 64 MiB)")
       ("top", po::value(&f->top)->default_value(5),
        "feasible splits to show in the table (0: all; --json has all)");
 }
@@ -108,13 +112,18 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
   // plan then tries the paper's N and alpha, with 1f1b and stateflow).
   if (!f.scenario.scenario_path.empty()) request.sweep = scenario.sweep();
   SF_RETURN_IF_ERROR(ApplySweepFlags(f.sweep, &request.sweep));
+  std::optional<sim::CostTableIndex> costs;
+  if (!f.costs_path.empty()) {
+    SF_ASSIGN_OR_RETURN(costs, LoadCostsFor(f.costs_path, scenario));
+  }
   ProgressBar bar("configurations");
   SF_ASSIGN_OR_RETURN(
       pb::CapacityPlanReport report,
       sim::PlanCapacity(resolved, request,
                         {.progress = [&bar](std::size_t done, std::size_t total) {
-                          bar.Update(done, total);
-                        }}));
+                           bar.Update(done, total);
+                         },
+                         .costs = costs ? &*costs : nullptr}));
   pb::Report provenance;
   FillProvenance(1, &provenance);
   *report.mutable_provenance() = provenance.provenance();

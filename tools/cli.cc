@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -92,6 +93,13 @@ Status ParseOptions(int argc, char** argv, const po::options_description& desc,
     return Status::Invalid(e.what());
   }
   return Status::Ok();
+}
+
+Result<sim::CostTableIndex> LoadCostsFor(const std::string& path, const pb::Scenario& scenario) {
+  SF_ASSIGN_OR_RETURN(pb::CostTable table, scenario::LoadCostTableFile(path));
+  SF_RETURN_IF_ERROR(sim::CheckCostTableModel(
+      table, scenario.model(), path, static_cast<int>(std::max(1u, scenario.parallel().microbatch_size()))));
+  return sim::CostTableIndex::Make(table, path);
 }
 
 Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) {

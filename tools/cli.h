@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
 #include "scenario/resolve.h"
+#include "sim/cost_table.h"
 
 namespace stateflow::tools {
 
@@ -69,6 +70,11 @@ struct ScenarioFlags {
 
 // Adds the scenario options to `desc`, writing into `flags`.
 void AddScenarioOptions(po::options_description* desc, ScenarioFlags* flags);
+
+// The CostTable at `path` (scenario/load.h), checked against the scenario's
+// model and microbatch size (sim::CheckCostTableModel), as the index the
+// simulator replays. Errors name the file.
+Result<sim::CostTableIndex> LoadCostsFor(const std::string& path, const pb::Scenario& scenario);
 
 // Loads the scenario (the file, or the embedded default), applies the flag
 // overrides and resolves it. `policy` or `chunks`/`alpha` overrides apply to

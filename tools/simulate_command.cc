@@ -98,13 +98,7 @@ int RunSimulate(int argc, char** argv) {
 
   std::optional<sim::CostTableIndex> costs;
   if (!costs_path.empty()) {
-    Result<pb::CostTable> table = scenario::LoadCostTableFile(costs_path);
-    if (!table.ok()) return Fail(kName, table.status());
-    if (Status s = sim::CheckCostTableModel(*table, scenario.model(), costs_path,
-                                            static_cast<int>(scenario.parallel().microbatch_size())); !s.ok()) {
-      return Fail(kName, s);
-    }
-    Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, costs_path);
+    Result<sim::CostTableIndex> index = LoadCostsFor(costs_path, scenario);
     if (!index.ok()) return Fail(kName, index.status());
     costs = std::move(index).value();
   }

@@ -1,6 +1,7 @@
 // `stateflow sweep`: every combination of a scenario's sweep ranges
 // simulated, the best feasible (N, alpha) per cell, as a table, CSV or JSON.
 #include <iostream>
+#include <optional>
 
 #include "scenario/load.h"
 #include "scenario/resolve.h"
@@ -45,18 +46,24 @@ void ClearOverriddenRanges(const ScenarioFlags& f, pb::SweepSpec* sweep) {
   if (!f.policy.empty()) sweep->clear_policies();
 }
 
-Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_flags) {
+Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_flags,
+                            const std::string& costs_path) {
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario scenario, LoadResolvedScenario(flags));
   pb::SweepSpec sweep = scenario.proto().sweep();
   ClearOverriddenRanges(flags, &sweep);
   SF_RETURN_IF_ERROR(ApplySweepFlags(sweep_flags, &sweep));
+  std::optional<sim::CostTableIndex> costs;
+  if (!costs_path.empty()) {
+    SF_ASSIGN_OR_RETURN(costs, LoadCostsFor(costs_path, scenario.proto()));
+  }
   ProgressBar bar("configurations");
   SF_ASSIGN_OR_RETURN(
       pb::SweepReport report,
       sim::RunSweep(scenario, sweep,
                     {.progress = [&bar](std::size_t done, std::size_t total) {
-                      bar.Update(done, total);
-                    }}));
+                       bar.Update(done, total);
+                     },
+                     .costs = costs ? &*costs : nullptr}));
   pb::Report provenance;
   FillProvenance(1, &provenance);
   *report.mutable_provenance() = provenance.provenance();
@@ -68,11 +75,14 @@ Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_
 int RunSweep(int argc, char** argv) {
   ScenarioFlags flags;
   SweepFlags sweep_flags;
-  std::string csv_path;
+  std::string csv_path, costs_path;
   po::options_description desc("stateflow sweep [options]");
   desc.add_options()("help,h", "show this help")
       ("json", "print the SweepReport as JSON on stdout instead of the table")
-      ("csv", po::value(&csv_path), "write one row per simulated configuration to this file");
+      ("csv", po::value(&csv_path), "write one row per simulated configuration to this file")
+      ("costs", po::value(&costs_path),
+       "replay this CostTable (stateflow profile) instead of the cost model: it must hold "
+       "every configuration's chunk lengths (at most 64 MiB)");
   AddSweepOptions(&desc, &sweep_flags);
   AddScenarioOptions(&desc, &flags);
   po::variables_map vm;
@@ -81,7 +91,7 @@ int RunSweep(int argc, char** argv) {
     std::cout << desc << "\n" << kExamples;
     return kExitOk;
   }
-  Result<pb::SweepReport> report = Run(flags, sweep_flags);
+  Result<pb::SweepReport> report = Run(flags, sweep_flags, costs_path);
   if (!report.ok()) return Fail(kName, report.status());
   if (!csv_path.empty()) {
     if (Status s = WriteSweepCsv(*report, csv_path); !s.ok()) return Fail(kName, s);

@@ -172,6 +172,41 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
 // stage 1's twice that. 1F1B with P = 2, M = 1 (two blocks per stage, free
 // embedding, head and link): F on stage 0 (2), F on stage 1 (4), B on stage
 // 1 (8), B on stage 0 (4): 18.
+// A table measured at TP 2 replayed at TP 2 and DP 2: the layers' measured
+// times, plus each layer's TP all-reduces and the DP gradient all-reduce from
+// the cluster's links (the cost model's); a table at TP 1 is refused there.
+TEST(Replay, AddsTensorAndDataParallelCommunicationFromTheCluster) {
+  pb::Scenario s = TinyScenario(1, 1, 64);
+  *s.mutable_cluster() = *models::ClusterPreset("a100-80gb-nvlink");
+  s.mutable_parallel()->set_tensor_size(2);
+  s.mutable_parallel()->set_data_size(2);
+  pb::CostTable t = KnownCosts(s.model(), 64, 1e-3);
+  t.set_tensor_size(2);
+  Result<CostTableIndex> index = CostTableIndex::Make(t, "tp2");
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  Result<Simulation> sim = Simulate(MustResolve(s), Stateflow(1), {.costs = &*index});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  const models::CostModel& cm = sim->config.placement->cost_model;
+  double comm = 0;
+  for (int l = 0; l < cm.num_layers(); ++l) {
+    comm += cm.TensorParallelForwardCommTime(l, 64) + cm.TensorParallelBackwardCommTime(l, 64);
+  }
+  const double sync = cm.DataParallelSyncTime(0, cm.num_layers());
+  ASSERT_GT(comm, 0);
+  ASSERT_GT(sync, 0);
+  // P = M = N = 1: every action in a row, then the all-reduce (no optimizer
+  // time in the table).
+  EXPECT_NEAR(sim->report.step_time_s(), 4 * 3e-3 + comm + sync, 1e-12);
+
+  t.set_tensor_size(0);  // measured at TP 1
+  Result<CostTableIndex> tp1 = CostTableIndex::Make(t, "tp1.textproto");
+  ASSERT_TRUE(tp1.ok());
+  Result<Simulation> refused = Simulate(MustResolve(s), Stateflow(1), {.costs = &*tp1});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tp1.textproto: measured at TP 1, the configuration's TP is 2"),
+            std::string::npos) << refused.status().message();
+}
+
 TEST(Replay, EachStageItsOwnTable) {
   const pb::Scenario s = TinyScenario(2, 1, 64);
   Result<CostTableIndex> slow = CostTableIndex::Make(KnownCosts(s.model(), 64, 2.0), "slow");

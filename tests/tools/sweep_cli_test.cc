@@ -150,6 +150,58 @@ TEST(CapacityCli, FindsTheOnlyLegalSplit) {
   EXPECT_EQ(report.devices(), 8u);
 }
 
+// A measured CostTable for gdn-tiny: every kind at 32 to 256 tokens, each
+// block's forward 1 ms per 64 tokens, backward twice that.
+std::string TinyCosts() {
+  std::string t = "model { name: \"gdn-tiny\" architecture: \"gdn\" layer_pattern: \"recurrent\" "
+                  "num_layers: 4 hidden_size: 64 num_heads: 2 head_dim_k: 32 head_dim_v: 32 "
+                  "conv_width: 4 mlp_size: 128 vocab_size: 256 untied_embeddings: true }\n"
+                  "dtype: \"float32\"\nlink { latency_s: 1e-6 bandwidth_bytes_per_s: 1e9 }\n";
+  for (const char* kind : {"embedding", "recurrence", "head"}) {
+    for (int tokens : {32, 256}) {
+      const double f = std::string(kind) == "recurrence" ? 1e-3 * tokens / 64 : 0;
+      t += std::string("samples { layer_kind: \"") + kind + "\" pass: \"forward\" recompute: \"full\" tokens: " +
+           std::to_string(tokens) + " median_s: " + std::to_string(f) + " }\n";
+      t += std::string("samples { layer_kind: \"") + kind + "\" pass: \"backward\" recompute: \"full\" tokens: " +
+           std::to_string(tokens) + " median_s: " + std::to_string(2 * f) + " }\n";
+    }
+  }
+  return t;
+}
+
+// sweep and capacity replay measured costs: the report says so, and a
+// configuration whose chunks the table lacks is a one-line error naming it.
+TEST(SweepCli, SweepAndCapacityReplayACostTable) {
+  const std::string costs = WriteTemp("sweep-costs.textproto", TinyCosts());
+  const std::string tiny = WriteTemp(
+      "sweep-tiny.textproto",
+      "model_preset: \"gdn-tiny\"\ncluster_preset: \"cpu\"\n"
+      "parallel { pipeline_size: 2 microbatches: 4 }\nseq_len: 256\n"
+      "schedule { policy: \"stateflow\" chunks: 4 granularity: 16 recompute: \"full\" }\n");
+  CliRun sweep = Cli("sweep --scenario " + tiny + " --chunks-list 1,2,4,8 --costs " + costs +
+                     " --json");
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  pb::SweepReport report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sweep.out, &report).ok());
+  EXPECT_EQ(report.cost_model(), "replay");
+  ASSERT_GT(report.runs_size(), 0);
+  for (const pb::SweepRun& run : report.runs()) EXPECT_GT(run.step_time_s(), 0);
+  // N = 16 cuts 256 tokens into chunks of 16, below the measured 32.
+  ExpectBadInput(Cli("sweep --scenario " + tiny + " --chunks-list 16 --costs " + costs),
+                 "outside the measured range [32, 256]");
+  CliRun plan = Cli("capacity --scenario " + tiny + " --global-batch 4 --devices 2 "
+                    "--chunks-list 2,4 --costs " + costs + " --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  pb::CapacityPlanReport capacity;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(plan.out, &capacity).ok());
+  bool noted = false;
+  for (const std::string& note : capacity.notes()) noted |= note.find("replayed from") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // Another microbatch size than the table's is refused.
+  ExpectBadInput(Cli("sweep --scenario " + tiny + " -B 2 --chunks-list 2 --costs " + costs),
+                 "measured at microbatch_size 1");
+}
+
 TEST(SweepCli, BadInputNamesTheFieldWithExitCode2) {
   ExpectBadInput(Cli("sweep --alpha-list \"\""), "--alpha-list is empty");
   ExpectBadInput(Cli("sweep --chunks-list ,"), "--chunks-list");

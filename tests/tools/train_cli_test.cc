@@ -199,11 +199,19 @@ TEST(TrainCli, StepTimesDoNotCountTheNextStepsStart) {
   }
   ASSERT_EQ(optimizer_end[0].size(), 4u);
   ASSERT_EQ(optimizer_end[1].size(), 4u);
+  // The median over steps 1..3 of step time over that span: about 1 with the
+  // barrier, about 1.25 without it. A median, so that one step descheduled
+  // by a busy machine (a rank waiting for a core between the barrier and its
+  // clock) does not decide the test.
+  std::vector<double> ratios;
   for (int k = 1; k < 4; ++k) {
     const double last_end = std::max(optimizer_end[0][k], optimizer_end[1][k]) * 1e-6;
     const double previous = std::max(optimizer_end[0][k - 1], optimizer_end[1][k - 1]) * 1e-6;
-    EXPECT_LE(report.step_times_s(k), 1.02 * (last_end - previous) + 0.005) << "step " << k;
+    ratios.push_back(report.step_times_s(k) / (last_end - previous));
   }
+  std::sort(ratios.begin(), ratios.end());
+  EXPECT_LE(ratios[1], 1.10) << "step time / span: " << ratios[0] << ", " << ratios[1] << ", "
+                             << ratios[2];
 }
 
 // ----------------------------------------------------------- failures ----
