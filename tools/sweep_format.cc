@@ -71,13 +71,28 @@ std::string CsvField(const std::string& s) {
   return out + "\"";
 }
 
+// ", systems: 1f1b in megatron-core, stateflow in megatron-core": the system
+// each policy's runs ran in, in order of first appearance.
+std::string SweepSystems(const pb::SweepReport& r) {
+  std::vector<std::string> seen;
+  std::string out;
+  for (const pb::SweepRun& run : r.runs()) {
+    if (std::find(seen.begin(), seen.end(), run.policy()) != seen.end()) continue;
+    seen.push_back(run.policy());
+    out += (out.empty() ? ", systems: " : ", ") + run.policy() + " in " +
+           (run.system().empty() ? std::string("stateflow") : run.system());
+  }
+  return out;
+}
+
 std::string SweepHeader(const pb::SweepReport& r) {
   std::string out = "sweep " + r.scenario() + ": model " + r.model() + ", P=" +
                     std::to_string(r.pipeline_size()) + " TP=" +
                     std::to_string(r.tensor_size()) + " DP=" + std::to_string(r.data_size()) +
                     ", microbatch size " + std::to_string(r.microbatch_size()) +
-                    ", capacity " + FormatBytes(r.capacity_bytes()) + ", cost model " +
-                    r.cost_model() + "\n";
+                    ", capacity " + FormatBytes(r.capacity_bytes()) + " (" +
+                    FormatBytes(r.usable_bytes()) + " usable), cost model " + r.cost_model() +
+                    SweepSystems(r) + "\n";
   const int reused = r.runs_size() - static_cast<int>(r.num_simulated());
   out += std::to_string(r.runs_size()) + " configurations in " + Printf("%.3f s", r.elapsed_s());
   if (reused > 0) {
