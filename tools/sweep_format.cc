@@ -192,7 +192,7 @@ std::string SplitLabel(const pb::PlanCandidate& c) {
 const char kSweepCsvHeader[] =
     "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
     "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
-    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best";
+    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes";
 
 std::string TokensLabel(double tokens) {
   const auto t = static_cast<long long>(tokens);
@@ -213,7 +213,8 @@ std::string SweepCsv(const pb::SweepReport& r) {
         Printf("%.17g", run.step_time_s()), Printf("%.17g", run.tokens_per_s()),
         Printf("%.17g", run.bubble_fraction()), Printf("%.0f", run.peak_memory_bytes()),
         Printf("%.0f", r.capacity_bytes()), run.oom() ? "1" : "0",
-        std::to_string(run.peak_stage()), CsvField(run.peak_class()), run.best() ? "1" : "0"};
+        std::to_string(run.peak_stage()), CsvField(run.peak_class()), run.best() ? "1" : "0",
+        CsvField(run.system()), Printf("%.0f", r.usable_bytes())};
     for (std::size_t k = 0; k < fields.size(); ++k) out += (k ? "," : "") + fields[k];
     out += "\n";
   }
