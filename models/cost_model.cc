@@ -86,6 +86,23 @@ std::string_view RecomputeName(Recompute recompute) {
   return recompute == Recompute::kFull ? "full" : "none";
 }
 
+Result<System> ParseSystem(std::string_view text) {
+  if (text.empty() || text == "stateflow") return System::kStateFlow;
+  if (text == "megatron-core") return System::kMegatronCore;
+  if (text == "ms-swift") return System::kMsSwift;
+  return Status::Invalid("schedule.system: unknown '" + std::string(text) +
+                         "' (known: stateflow, megatron-core, ms-swift)");
+}
+
+std::string_view SystemName(System system) {
+  switch (system) {
+    case System::kStateFlow: return "stateflow";
+    case System::kMegatronCore: return "megatron-core";
+    case System::kMsSwift: return "ms-swift";
+  }
+  return "stateflow";
+}
+
 Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
                                   const pb::PrecisionSpec& precision,
                                   const pb::ClusterSpec& cluster,
@@ -322,6 +339,11 @@ double CostModel::KvGradBytesPerToken(int l) const {
 
 double CostModel::LogitsBytes(int l, std::int64_t s) const {
   if (layers_[l] != LayerKind::kHead) return 0;
+  const double act = precision_.activation_bytes();
+  if (FullLogitsLoss(options_.system)) {
+    return Tokens(s) * static_cast<double>(model_.vocab_size()) / options_.tensor_size *
+           (act + StatBytes(act));
+  }
   const double columns = std::min<double>(
       kLossVocabSlice, static_cast<double>(model_.vocab_size()) / options_.tensor_size);
   return Tokens(s) * columns * StatBytes(precision_.activation_bytes());
@@ -351,7 +373,9 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
       seg.Add(BufferClass::kWorkspace, BoundaryActivationBytes(s));
       return seg;
     }
-    case LayerKind::kHead: return HeadForwardMemory(model_, b);
+    case LayerKind::kHead:
+      return FullLogitsLoss(options_.system) ? HeadFullLogitsForwardMemory(model_, b)
+                                             : HeadForwardMemory(model_, b);
     case LayerKind::kRecurrence:
       if (model_.architecture() == "mamba3") {
         return Mamba3LayerForwardMemory(model_, b, Recomputed(l));
@@ -367,7 +391,9 @@ MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
                                 options_.tensor_size);
   switch (layers_[l]) {
     case LayerKind::kEmbedding: return {};  // a scatter-add into its gradient
-    case LayerKind::kHead: return HeadBackwardMemory(model_, b);
+    case LayerKind::kHead:
+      return FullLogitsLoss(options_.system) ? HeadFullLogitsBackwardMemory(model_, b)
+                                             : HeadBackwardMemory(model_, b);
     case LayerKind::kRecurrence:
       if (model_.architecture() == "mamba3") {
         return Mamba3LayerBackwardMemory(model_, b, Recomputed(l));

@@ -32,6 +32,27 @@ namespace stateflow::models {
 
 enum class Recompute { kNone, kFull };
 
+// The training system a schedule runs in (ScheduleSpec.system): it decides
+// the head's output layer and loss path (docs/cost-model.md, "Systems").
+//   kStateFlow     this project's runtime: the sliced loss (kLossVocabSlice
+//                  columns at a time, within one pass), as the backend runs it.
+//   kMegatronCore  Megatron-Core r0.12: the output layer makes the chunk's full
+//                  logits (t, V/TP) in the activation dtype; the unfused
+//                  vocab-parallel cross-entropy copies them to float32, turns
+//                  the copy into the softmax in place and saves it for the
+//                  backward (tensor_parallel/cross_entropy.py).
+//   kMsSwift       ms-swift 3.6 trains these models through Megatron-Core
+//                  (swift/megatron): the same head and loss path.
+enum class System { kStateFlow, kMegatronCore, kMsSwift };
+
+// "stateflow", "megatron-core" or "ms-swift" ("" means stateflow). Error
+// names schedule.system and the known systems.
+Result<System> ParseSystem(std::string_view text);
+std::string_view SystemName(System system);
+// Whether the system computes the loss over the full logits of a chunk (the
+// frameworks) rather than vocabulary slices (StateFlow's runtime).
+inline bool FullLogitsLoss(System system) { return system != System::kStateFlow; }
+
 // StateFlow's sliced loss: the head computes logits and the cross-entropy over
 // vocabulary slices of this many columns, so only one (t, slice) block of
 // logits exists at a time, within one forward or backward (the backend's
@@ -47,6 +68,7 @@ struct CostModelOptions {
   int data_size = 1;        // DP: replicas whose gradients are all-reduced
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
+  System system = System::kStateFlow;
 };
 
 // The precision of a run of the backend in `dtype` ("float32", "float64"):
@@ -137,9 +159,12 @@ class CostModel {
   // chunks' backward adds into earlier positions' dK, dV): held from the
   // microbatch's first backward to its last. 0 for other layers.
   double KvGradBytesPerToken(int l) const;
-  // The logits of one vocabulary slice (head only): StateFlow's sliced loss
-  // never holds more, and holds them only within the head's forward or
-  // backward, never from one to the other.
+  // The most logits bytes the head holds at once (0 for other layers). Under
+  // System::kStateFlow one vocabulary slice (t, min(128, V/TP)) in float32,
+  // only within the head's forward or backward, never from one to the other.
+  // Under a framework (FullLogitsLoss) the full logits (t, V/TP) in the
+  // activation dtype beside their float32 copy, within the forward; the
+  // float32 softmax (t, V/TP) stays from the forward to the backward.
   double LogitsBytes(int l, std::int64_t s) const;
   // Bytes of the activation (or its gradient) sent between stages for s tokens.
   double BoundaryActivationBytes(std::int64_t s) const;

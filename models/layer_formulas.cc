@@ -642,6 +642,41 @@ MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& 
   return ev.segment();
 }
 
+MemorySegment HeadFullLogitsForwardMemory(const pb::ModelSpec& model, const TensorBytes& b) {
+  const Dims x = DimsOf(model);
+  const double vocab = x.vocab / b.tensor_size;  // V / TP columns on this rank
+  Events ev(b);
+  ev.Act(kAct, x.h);   // x, the final norm's input
+  ev.Act(kAct, x.h);   // xn, the output layer's saved input
+  ev.Stat(kAct, 1);    // rstd
+  ev.Act(BufferClass::kLogits, vocab);   // logits (t, V/TP), activation dtype
+  ev.Stat(BufferClass::kLogits, vocab);  // logits.float(): max-subtracted, exp'd,
+                                         // divided in place: the saved softmax
+  ev.Stat(kWs, 1);     // per-token losses
+  ev.FreeStat(kWs, 1);
+  ev.FreeAct(BufferClass::kLogits, vocab);  // the activation-dtype logits
+  return ev.segment();
+}
+
+MemorySegment HeadFullLogitsBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b) {
+  const Dims x = DimsOf(model);
+  const double vocab = x.vocab / b.tensor_size;
+  Events ev(b);
+  ev.Stat(kWs, 1);     // d(losses)
+  // The saved softmax turns into d(logits) in place (float32); autograd
+  // casts it to the logits' dtype, then the float32 tensor is released.
+  ev.Act(kWs, vocab);  // d(logits) (t, V/TP), activation dtype
+  ev.FreeStat(BufferClass::kLogits, vocab);
+  ev.Act(kWs, x.h);    // dxn = d(logits) W
+  ev.FreeAct(kWs, vocab);
+  ev.Act(kWs, x.h);    // dx
+  ev.FreeAct(kAct, 2 * x.h);  // x, xn
+  ev.FreeStat(kAct, 1);       // rstd
+  ev.FreeAct(kWs, x.h);       // dxn
+  ev.FreeStat(kWs, 1);        // d(losses)
+  return ev.segment();
+}
+
 
 double MambaInner(const pb::ModelSpec& model) {
   return static_cast<double>(model.num_heads()) * model.head_dim_v();

@@ -118,6 +118,18 @@ MemorySegment AttentionLayerBackwardMemory(const pb::ModelSpec& model,
 // vocabulary slices of kLossVocabSlice columns (V / TP columns on a TP rank).
 MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
+// Head as Megatron-Core runs it (System::kMegatronCore, kMsSwift; no backend
+// here: derived from megatron/core/models/gpt/gpt_model.py and
+// tensor_parallel/cross_entropy.py, docs/cost-model.md "Systems"). Forward:
+// the norm's saved tensors, the logits (t, V/TP) in activation precision
+// (kLogits), their float32 copy (kLogits) that becomes the softmax in place
+// and is saved for the backward, the per-token losses; the bf16 logits are
+// freed when the forward returns. Backward: the softmax becomes the logits'
+// gradient in place; autograd casts it to the logits' dtype (kWorkspace)
+// and releases the float32 tensor; the output layer's input gradient, the
+// norm's.
+MemorySegment HeadFullLogitsForwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
+MemorySegment HeadFullLogitsBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 
 // The boundary state of one sequence, in bytes, after TP: for GDN the
 // recurrent state (StatBytes) plus the short-convolution tails; for Mamba-3

@@ -122,6 +122,23 @@ Status ValidateModel(const pb::ModelSpec& model, int tensor_size) {
   return Status::Ok();
 }
 
+double MemoryReserveBytes(const pb::DeviceSpec& device) {
+  const double bytes = device.has_memory_reserve_bytes() ? device.memory_reserve_bytes()
+                                                         : kDefaultMemoryReserveBytes;
+  const double fraction = device.has_memory_reserve_fraction()
+                              ? device.memory_reserve_fraction()
+                              : kDefaultMemoryReserveFraction;
+  return bytes + fraction * device.memory_capacity_bytes();
+}
+
+double UsableMemoryBytes(const pb::DeviceSpec& device) {
+  return device.memory_capacity_bytes() - MemoryReserveBytes(device);
+}
+
+bool OutOfMemory(double peak_bytes, const pb::DeviceSpec& device) {
+  return peak_bytes > UsableMemoryBytes(device);
+}
+
 Status ValidateCluster(const pb::ClusterSpec& cluster) {
   const pb::DeviceSpec& d = cluster.device();
   SF_RETURN_IF_ERROR(CheckRange("cluster.device.peak_flops", d.peak_flops(), kPeakFlops));
@@ -129,6 +146,23 @@ Status ValidateCluster(const pb::ClusterSpec& cluster) {
                                 d.memory_bandwidth_bytes_per_s(), kBandwidthBytesPerS));
   SF_RETURN_IF_ERROR(CheckRange("cluster.device.memory_capacity_bytes",
                                 d.memory_capacity_bytes(), kCapacityBytes));
+  if (d.has_memory_reserve_bytes() &&
+      !(d.memory_reserve_bytes() >= 0 && d.memory_reserve_bytes() < d.memory_capacity_bytes())) {
+    return Status::Invalid("cluster.device.memory_reserve_bytes must be in [0, "
+                           "memory_capacity_bytes) (got " +
+                           std::to_string(d.memory_reserve_bytes()) + ")");
+  }
+  if (d.has_memory_reserve_fraction() &&
+      !(d.memory_reserve_fraction() >= 0 && d.memory_reserve_fraction() < 1)) {
+    return Status::Invalid("cluster.device.memory_reserve_fraction must be in [0, 1) (got " +
+                           std::to_string(d.memory_reserve_fraction()) + ")");
+  }
+  if (!(UsableMemoryBytes(d) > 0)) {
+    return Status::Invalid("cluster.device: memory_reserve_bytes + memory_reserve_fraction * "
+                           "memory_capacity_bytes leaves no memory (reserve " +
+                           std::to_string(MemoryReserveBytes(d)) + " of capacity " +
+                           std::to_string(d.memory_capacity_bytes()) + " bytes)");
+  }
   SF_RETURN_IF_ERROR(ValidateEfficiency(d));
   SF_RETURN_IF_ERROR(
       ValidateLink("cluster.pipeline_link", cluster.pipeline_link()));

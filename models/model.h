@@ -46,6 +46,22 @@ std::vector<std::string> ClusterPresetNames();
 Status ValidateModel(const pb::ModelSpec& model, int tensor_size = 1);
 Status ValidateCluster(const pb::ClusterSpec& cluster);
 
+// The OOM verdict as a GPU decides it (docs/cost-model.md, "OOM verdict").
+// A report's peak is the largest allocated total, what
+// torch.cuda.max_memory_allocated reports; the device also holds what no
+// tensor owns: the CUDA context, NCCL's buffers and the caching allocator's
+// fragmentation, DeviceSpec.memory_reserve_bytes plus
+// memory_reserve_fraction * capacity. Unset fields take these defaults.
+inline constexpr double kDefaultMemoryReserveBytes = 1024.0 * 1024 * 1024;  // 1 GiB
+inline constexpr double kDefaultMemoryReserveFraction = 0.05;
+// memory_reserve_bytes + memory_reserve_fraction * memory_capacity_bytes.
+double MemoryReserveBytes(const pb::DeviceSpec& device);
+// memory_capacity_bytes - MemoryReserveBytes: what tensors may peak at.
+double UsableMemoryBytes(const pb::DeviceSpec& device);
+// peak_bytes > UsableMemoryBytes(device): the one OOM rule of simulate,
+// sweep and the capacity planner.
+bool OutOfMemory(double peak_bytes, const pb::DeviceSpec& device);
+
 // [embedding, blocks..., head]; size num_layers + 2.
 std::vector<LayerKind> LayerList(const pb::ModelSpec& model);
 

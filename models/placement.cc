@@ -11,6 +11,7 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
   options.microbatch_size =
       par.microbatch_size() == 0 ? 1 : static_cast<int>(par.microbatch_size());
   SF_ASSIGN_OR_RETURN(options.recompute, ParseRecompute(schedule.recompute()));
+  SF_ASSIGN_OR_RETURN(options.system, ParseSystem(schedule.system()));
   return options;
 }
 

@@ -132,7 +132,9 @@ def _memory(ax, xs, rows, cell):
         if r["oom"]:
             ax.plot([x], [m], marker="X", markersize=7, color=_OOM_COLOR,
                     linestyle="none")
-    capacity = max(r["capacity_bytes"] for r in rows)
+    # The OOM threshold: the usable bytes (capacity less the device's
+    # reserve) when the CSV has them, else the capacity.
+    capacity = max(r.get("usable_bytes", r["capacity_bytes"]) for r in rows)
     if capacity > 0:
         ax.axhline(gib(capacity), color=style.CAPACITY_COLOR,
                    linestyle="--", linewidth=1.0)
@@ -165,7 +167,7 @@ def _legend(fig, policy_label, baseline_label, ncol):
         Line2D([], [], color=style.BASELINE_COLOR, linestyle="-."),
     ]
     labels = ["%s throughput" % policy_label, "out of memory (OOM)",
-              "best that fits", "peak memory", "device capacity",
+              "best that fits", "peak memory", "usable memory (OOM above)",
               "%s throughput" % baseline_label]
     fig.legend(handles, labels, loc="upper left", ncol=ncol,
                bbox_to_anchor=(_LEFT_IN / fig.get_figwidth() - 0.01,

@@ -37,8 +37,11 @@ SWEEP_COLUMNS = ("scenario", "model", "policy", "seq_len", "global_batch",
 _SWEEP_INTS = ("seq_len", "global_batch", "microbatches", "pipeline_size",
                "tensor_size", "data_size", "chunks", "peak_stage")
 _SWEEP_FLOATS = ("alpha", "step_time_s", "tokens_per_s", "bubble_fraction",
-                 "peak_memory_bytes", "capacity_bytes")
+                 "peak_memory_bytes", "capacity_bytes", "usable_bytes")
 _SWEEP_FLAGS = ("oom", "best")
+# Columns newer sweeps add after "best"; read when present: the system the
+# run's schedule ran in and the OOM threshold (capacity less the reserve).
+SWEEP_OPTIONAL_COLUMNS = ("system", "usable_bytes")
 
 _US_PER_S = 1e6
 # An action's one text form (schedule/action.h): "<stage><pass><microbatch>.<chunk>".
@@ -374,8 +377,9 @@ def _sweep_row(path, line, raw):
     if None in raw or any(raw[c] is None for c in SWEEP_COLUMNS):
         raise DataError("%s line %d: expected %d fields"
                         % (path, line, len(SWEEP_COLUMNS)))
-    return {c: _sweep_value(path, line, c, raw[c].strip())
-            for c in SWEEP_COLUMNS}
+    columns = SWEEP_COLUMNS + tuple(c for c in SWEEP_OPTIONAL_COLUMNS
+                                    if raw.get(c) is not None)
+    return {c: _sweep_value(path, line, c, raw[c].strip()) for c in columns}
 
 
 def gib(nbytes):

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "models/cost_model.h"
 #include "models/limits.h"
 #include "models/model.h"
 #include "schedule/plan.h"
@@ -89,6 +90,7 @@ void FillScheduleDefaults(pb::ScheduleSpec* schedule) {
   if (!schedule->has_chunks()) schedule->set_chunks(1);
   if (!schedule->has_granularity()) schedule->set_granularity(128);
   if (schedule->recompute().empty()) schedule->set_recompute("none");
+  if (schedule->system().empty()) schedule->set_system("stateflow");
 }
 
 }  // namespace
@@ -112,6 +114,10 @@ Status ValidateSchedule(const pb::ScheduleSpec& schedule, std::string_view field
   if (schedule.recompute() != "none" && schedule.recompute() != "full") {
     return Status::Invalid(f + ".recompute: unknown '" + schedule.recompute() +
                            "' (known: none, full)");
+  }
+  if (!models::ParseSystem(schedule.system()).ok()) {
+    return Status::Invalid(f + ".system: unknown '" + schedule.system() +
+                           "' (known: stateflow, megatron-core, ms-swift)");
   }
   return Status::Ok();
 }

@@ -123,7 +123,8 @@ void Judge(const pb::SweepReport& sweep, pb::PlanCandidate* candidate) {
                         " N=" + std::to_string(least->chunks()) + " alpha=" +
                         Num(least->alpha()) + ", is " + Gib(least->peak_memory_bytes()) +
                         " on stage " + std::to_string(least->peak_stage()) + " (largest: " +
-                        least->peak_class() + ") > capacity " + Gib(sweep.capacity_bytes()));
+                        least->peak_class() + ") > usable " + Gib(sweep.usable_bytes()) +
+                        " (capacity " + Gib(sweep.capacity_bytes()) + " less the reserve)");
 }
 
 void Rank(pb::CapacityPlanReport* report) {

@@ -131,6 +131,7 @@ pb::SweepRun RunFromReport(const SweepConfig& config, const pb::ScheduleSpec& sc
   run.set_chunks(config.chunks);
   run.set_alpha(config.alpha);
   run.set_recompute(schedule.recompute());
+  run.set_system(report.system());
   run.set_step_time_s(report.step_time_s());
   run.set_tokens_per_s(report.tokens_per_s());
   run.set_bubble_fraction(report.bubble_fraction());
@@ -169,12 +170,12 @@ void FinishCell(const SweepConfig& config, int first, pb::SweepReport* report) {
 }
 
 // Placements (cost model and stage assignment), one per (sequence length,
-// recompute mode).
+// recompute mode, system).
 class PlacementCache {
  public:
   Result<std::shared_ptr<const scenario::Placement>> Get(
       const scenario::ResolvedScenario& scenario, const pb::ScheduleSpec& schedule) {
-    const auto key = std::make_pair(scenario.seq_len(), schedule.recompute());
+    const auto key = std::make_tuple(scenario.seq_len(), schedule.recompute(), schedule.system());
     auto it = cache_.find(key);
     if (it == cache_.end()) {
       SF_ASSIGN_OR_RETURN(std::shared_ptr<const scenario::Placement> placement,
@@ -185,7 +186,8 @@ class PlacementCache {
   }
 
  private:
-  std::map<std::pair<std::int64_t, std::string>, std::shared_ptr<const scenario::Placement>>
+  std::map<std::tuple<std::int64_t, std::string, std::string>,
+           std::shared_ptr<const scenario::Placement>>
       cache_;
 };
 
@@ -233,6 +235,7 @@ void FillHeader(const pb::Scenario& s, pb::SweepReport* report) {
   report->set_cost_model(s.cost_model().empty() ? "analytic" : s.cost_model());
   report->set_time_unit(s.cost_model() == "uniform" ? "units" : "s");
   report->set_capacity_bytes(s.cluster().device().memory_capacity_bytes());
+  report->set_usable_bytes(models::UsableMemoryBytes(s.cluster().device()));
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ pb::ScheduleSpec ScheduleFor(const scenario::ResolvedScenario& scenario,
 // Runs a sweep. Each configuration is configured with
 // scenario::ConfigurePlaced and simulated with SimulateConfigured, the
 // placement (cost model and stage assignment) being made once per (sequence
-// length, recompute mode); a run
+// length, recompute mode, system); a run
 // whose rounded chunk boundaries equal an earlier run's of the same cell and
 // N (alphas that rounding saturates) copies that run's result (`reused`).
 // Errors (bad ranges, a length that cannot be cut into N chunks) name the

@@ -26,8 +26,9 @@ std::string Gib(double bytes) {
 }
 
 void FillStages(const EngineResult& engine,
-                const std::vector<models::StageLayers>& layers, double capacity,
-                pb::Report* report) {
+                const std::vector<models::StageLayers>& layers,
+                const pb::DeviceSpec& device, pb::Report* report) {
+  const double usable = models::UsableMemoryBytes(device);
   double busy_total = 0.0;
   const double step = engine.step_time_s;
   for (std::size_t r = 0; r < engine.stages.size(); ++r) {
@@ -46,7 +47,7 @@ void FillStages(const EngineResult& engine,
       b->set_buffer_class(std::string(kBufferClassNames[c]));
       b->set_bytes(s.peak_by_class[c]);
     }
-    out->set_oom(s.peak_bytes > capacity);
+    out->set_oom(models::OutOfMemory(s.peak_bytes, device));
     busy_total += s.busy_s;
     if (s.peak_bytes > report->peak_memory_bytes()) {
       report->set_peak_memory_bytes(s.peak_bytes);
@@ -54,7 +55,9 @@ void FillStages(const EngineResult& engine,
     if (out->oom() && !report->oom()) {
       report->set_oom(true);
       report->set_oom_detail("stage " + std::to_string(r) + " peaks at " +
-                             Gib(s.peak_bytes) + " > capacity " + Gib(capacity) +
+                             Gib(s.peak_bytes) + " > usable " + Gib(usable) + " (capacity " +
+                             Gib(device.memory_capacity_bytes()) + " - reserve " +
+                             Gib(models::MemoryReserveBytes(device)) + ")" +
                              " (largest: " + out->peak_dominant_class() + ")");
     }
   }
@@ -137,7 +140,9 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
   report.set_num_tasks(plan.num_actions());
   report.set_num_events(sim.engine.num_events);
   report.set_capacity_bytes(capacity);
-  FillStages(sim.engine, stage_layers, capacity, &report);
+  report.set_usable_bytes(models::UsableMemoryBytes(scenario.cluster().device()));
+  report.set_system(std::string(models::SystemName(cost_options.system)));
+  FillStages(sim.engine, stage_layers, scenario.cluster().device(), &report);
   return sim;
 }
 

@@ -81,6 +81,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("tensor-parallel", Optional(&f->tensor_size), Help("TP degree", models::kTensorSize).c_str())
       ("seq-len,T", Optional(&f->seq_len), Help("T, tokens per sequence", models::kSeqLen).c_str())
       ("recompute", po::value(&f->recompute), "none or full (every schedule)")
+      ("system", po::value(&f->system),
+       "stateflow, megatron-core or ms-swift: the training system whose head and loss every "
+       "schedule runs with (docs/cost-model.md, Systems)")
       ("cost-model", po::value(&f->cost_model), "analytic or uniform");
 }
 
@@ -140,6 +143,10 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   if (!f.recompute.empty()) {
     primary->set_recompute(f.recompute);
     for (auto& b : *s.mutable_baselines()) b.set_recompute(f.recompute);
+  }
+  if (!f.system.empty()) {
+    primary->set_system(f.system);
+    for (auto& b : *s.mutable_baselines()) b.set_system(f.system);
   }
   if (f.microbatches) s.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(*f.microbatches));
   if (f.microbatch_size) {

@@ -65,6 +65,7 @@ struct ScenarioFlags {
   std::optional<long long> tensor_size;
   std::optional<long long> seq_len;
   std::string recompute;
+  std::string system;  // --system: every schedule's ScheduleSpec.system
   std::string cost_model;
 };
 

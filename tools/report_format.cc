@@ -150,6 +150,7 @@ std::string FormatSimulateTable(const pb::Report& report) {
     rows.emplace_back(name, std::move(cells));
   };
   row("", [](const pb::Report& r) { return ScheduleLabel(r); });
+  row("system", [](const pb::Report& r) { return r.system().empty() ? std::string("stateflow") : r.system(); });
   const pb::Report* base = all.front();
   row("step time", [&](const pb::Report& r) {
     std::string s = FormatTime(r.step_time_s(), r.time_unit());
@@ -162,7 +163,8 @@ std::string FormatSimulateTable(const pb::Report& report) {
   row("bubble fraction",
       [](const pb::Report& r) { return Printf("%.1f %%", 100.0 * r.bubble_fraction()); });
   row("peak memory", [](const pb::Report& r) { return PeakWhere(r); });
-  row("fits in " + FormatBytes(report.capacity_bytes()),
+  row("fits in " + FormatBytes(report.usable_bytes()) + " of " +
+          FormatBytes(report.capacity_bytes()),
       [](const pb::Report& r) { return std::string(r.oom() ? "NO (OOM)" : "yes"); });
   std::vector<std::vector<std::string>> table;
   for (auto& [name, cells] : rows) {

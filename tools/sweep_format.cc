@@ -71,13 +71,28 @@ std::string CsvField(const std::string& s) {
   return out + "\"";
 }
 
+// ", systems: 1f1b in megatron-core, stateflow in megatron-core": the system
+// each policy's runs ran in, in order of first appearance.
+std::string SweepSystems(const pb::SweepReport& r) {
+  std::vector<std::string> seen;
+  std::string out;
+  for (const pb::SweepRun& run : r.runs()) {
+    if (std::find(seen.begin(), seen.end(), run.policy()) != seen.end()) continue;
+    seen.push_back(run.policy());
+    out += (out.empty() ? ", systems: " : ", ") + run.policy() + " in " +
+           (run.system().empty() ? std::string("stateflow") : run.system());
+  }
+  return out;
+}
+
 std::string SweepHeader(const pb::SweepReport& r) {
   std::string out = "sweep " + r.scenario() + ": model " + r.model() + ", P=" +
                     std::to_string(r.pipeline_size()) + " TP=" +
                     std::to_string(r.tensor_size()) + " DP=" + std::to_string(r.data_size()) +
                     ", microbatch size " + std::to_string(r.microbatch_size()) +
-                    ", capacity " + FormatBytes(r.capacity_bytes()) + ", cost model " +
-                    r.cost_model() + "\n";
+                    ", capacity " + FormatBytes(r.capacity_bytes()) + " (" +
+                    FormatBytes(r.usable_bytes()) + " usable), cost model " + r.cost_model() +
+                    SweepSystems(r) + "\n";
   const int reused = r.runs_size() - static_cast<int>(r.num_simulated());
   out += std::to_string(r.runs_size()) + " configurations in " + Printf("%.3f s", r.elapsed_s());
   if (reused > 0) {
@@ -177,7 +192,7 @@ std::string SplitLabel(const pb::PlanCandidate& c) {
 const char kSweepCsvHeader[] =
     "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
     "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
-    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best";
+    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes";
 
 std::string TokensLabel(double tokens) {
   const auto t = static_cast<long long>(tokens);
@@ -198,7 +213,8 @@ std::string SweepCsv(const pb::SweepReport& r) {
         Printf("%.17g", run.step_time_s()), Printf("%.17g", run.tokens_per_s()),
         Printf("%.17g", run.bubble_fraction()), Printf("%.0f", run.peak_memory_bytes()),
         Printf("%.0f", r.capacity_bytes()), run.oom() ? "1" : "0",
-        std::to_string(run.peak_stage()), CsvField(run.peak_class()), run.best() ? "1" : "0"};
+        std::to_string(run.peak_stage()), CsvField(run.peak_class()), run.best() ? "1" : "0",
+        CsvField(run.system()), Printf("%.0f", r.usable_bytes())};
     for (std::size_t k = 0; k < fields.size(); ++k) out += (k ? "," : "") + fields[k];
     out += "\n";
   }

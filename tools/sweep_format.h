@@ -22,7 +22,8 @@ namespace stateflow::tools {
 // The CSV header, exactly (the plotting scripts read these names):
 // scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,
 // tensor_size,data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,
-// bubble_fraction,peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best
+// bubble_fraction,peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,
+// system,usable_bytes (the last two read by the plots when present)
 extern const char kSweepCsvHeader[];
 
 // Header line plus one line per run (oom and best as 0/1).

@@ -45,6 +45,10 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
     return Status::Invalid("parallel.tensor_size and parallel.data_size must be 1 for "
                            "training (the backend runs pipeline parallelism only)");
   }
+  if (!schedule.system().empty() && schedule.system() != "stateflow") {
+    return Status::Invalid("schedule.system '" + schedule.system() +
+                           "' cannot be trained: the backend runs only system stateflow");
+  }
   // The run's own precision, not the scenario's (which describes a simulated
   // run, bf16 by default): placement depends on FLOPs only, so this changes
   // no result, but the setup's cost model is the one that counts the

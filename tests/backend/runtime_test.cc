@@ -372,6 +372,19 @@ TEST(TrainSetup, SequenceShorterThanTheChunks) {
       << s.status().message();
 }
 
+// The backend implements only StateFlow's sliced loss: a framework's system
+// is a one-line error naming the field.
+TEST(TrainSetup, RejectsAFrameworkSystem) {
+  pb::Scenario scenario = ToyScenario({2, 3, 2, 24, "stateflow"});
+  scenario.mutable_schedule()->set_system("megatron-core");
+  Result<TrainSetup> s = MakeTrainSetup(MustResolve(scenario), nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "schedule.system 'megatron-core' cannot be trained: the "
+                                  "backend runs only system stateflow");
+  scenario.mutable_schedule()->set_system("stateflow");
+  EXPECT_TRUE(MakeTrainSetup(MustResolve(scenario), nullptr).ok());
+}
+
 TEST(TrainSetup, OptionsDefaultsAndErrors) {
   pb::TrainSpec spec;
   TrainOptions o = *TrainOptionsFromSpec(spec);

@@ -253,6 +253,20 @@ class TraceReaderTest(TempDirTest):
 
 
 class SweepCellTest(TempDirTest):
+    def test_optional_system_and_usable_columns_are_read(self):
+        rows = sweep_rows(alphas=(0.0,))
+        for r in rows:
+            r["system"] = "megatron-core"
+            r["usable_bytes"] = 75 << 30
+        path = write_csv(self.path("optional.csv"), rows,
+                         columns=data.SWEEP_COLUMNS + data.SWEEP_OPTIONAL_COLUMNS)
+        back = data.load_sweep(path)
+        self.assertEqual(back[0]["system"], "megatron-core")
+        self.assertEqual(back[0]["usable_bytes"], float(75 << 30))
+        # Older CSVs without them still load, without the keys.
+        old = data.load_sweep(write_csv(self.path("old.csv"), rows))
+        self.assertNotIn("usable_bytes", old[0])
+
     def test_best_is_the_fastest_that_fits(self):
         rows = sweep_rows(mark_best=False)   # fallback: no "best" column set
         for cell in data.sweep_cells("s.csv", rows):

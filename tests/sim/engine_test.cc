@@ -202,6 +202,8 @@ TEST(AnalyticCosts, OomVerdictNamesStageAndClass) {
   // A capacity just under the measured peak must be reported as OOM.
   s.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(
       fits->report.peak_memory_bytes() * 0.999);
+  s.mutable_cluster()->mutable_device()->set_memory_reserve_bytes(0);  // capacity = threshold
+  s.mutable_cluster()->mutable_device()->set_memory_reserve_fraction(0);
   Result<Simulation> tight = Simulate(MustResolve(s), Schedule("1f1b", 1, "none"));
   ASSERT_TRUE(tight.ok());
   EXPECT_TRUE(tight->report.oom());

@@ -160,6 +160,10 @@ TEST(Sweep, PicksTheSameBestAsSimulatingEachCandidateByHand) {
 // peak: the fastest becomes OOM and is never picked.
 TEST(Sweep, OomCandidatesAreNeverPicked) {
   pb::Scenario s = HybridScenario();
+  // No reserve: the capacity itself is the OOM threshold (the reserve's rule
+  // is tested in system_test.cc).
+  s.mutable_cluster()->mutable_device()->set_memory_reserve_bytes(0);
+  s.mutable_cluster()->mutable_device()->set_memory_reserve_fraction(0);
   pb::SweepSpec sweep = Ranges();
   sweep.clear_policies();
   sweep.add_policies("stateflow");
@@ -460,6 +464,8 @@ TEST(CapacityPlan, FindsTheOnlySplitThatFits) {
   ASSERT_LT(legal[0].least_peak, legal[1].least_peak);
   s.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(
       (legal[0].least_peak + legal[1].least_peak) / 2);
+  s.mutable_cluster()->mutable_device()->set_memory_reserve_bytes(0);  // capacity = threshold
+  s.mutable_cluster()->mutable_device()->set_memory_reserve_fraction(0);
 
   Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(s), req);
   ASSERT_TRUE(r.ok()) << r.status().message();

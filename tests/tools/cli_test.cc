@@ -40,6 +40,25 @@ TEST(Cli, DefaultScenarioPrintsTheComparison) {
   EXPECT_NE(run.out.find("peak memory"), std::string::npos);
 }
 
+// --system sets every schedule's system; reports say it, in text and JSON.
+TEST(Cli, SystemFlagReachesEveryScheduleAndTheReport) {
+  CliRun text = Stateflow("simulate --system megatron-core");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("system "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("megatron-core"), std::string::npos) << text.out;
+  CliRun json = Stateflow("simulate --system ms-swift --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  stateflow::pb::Report report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &report).ok()) << json.out;
+  EXPECT_EQ(report.system(), "ms-swift");
+  ASSERT_EQ(report.comparisons_size(), 1);
+  EXPECT_EQ(report.comparisons(0).system(), "ms-swift");
+  CliRun plain = Stateflow("simulate --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(plain.out, &report).ok());
+  EXPECT_EQ(report.system(), "stateflow");
+}
+
 TEST(Cli, JsonIsTheReportSchema) {
   CliRun run = Stateflow("simulate --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -156,6 +175,7 @@ TEST(Cli, InvalidValuesNameTheField) {
   ExpectBadInput(Stateflow("simulate --policy zigzag"), "schedule.policy");
   ExpectBadInput(Stateflow("simulate --policy 1f1b -N 4"), "schedule.chunks");
   ExpectBadInput(Stateflow("simulate --recompute some"), "recompute");
+  ExpectBadInput(Stateflow("simulate --system nemo"), "schedule.system: unknown 'nemo'");
   ExpectBadInput(Stateflow("simulate --cost-model magic"), "cost_model");
   ExpectBadInput(Stateflow("simulate --model gpt-5"), "model_preset");
   ExpectBadInput(Stateflow("simulate --scenario " +

@@ -28,7 +28,7 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 constexpr char kCsvHeader[] =
     "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
     "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
-    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best";
+    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes";
 
 TEST(SweepCli, DefaultSweepTableCsvAndJsonAgree) {
   const std::string csv = TempPath("sweep.csv");

@@ -1,0 +1,243 @@
+// Systems (ScheduleSpec.system) and the OOM verdict (DeviceSpec reserve):
+// the frameworks' head memory worked by hand at TP 1 and TP 4, on its own
+// (CostModel's events) and on the last stage of a simulated 1F1B; the
+// system field's errors; the OOM rule at its boundary. docs/cost-model.md,
+// "Systems" and "OOM verdict", derive the terms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "models/cost_model.h"
+#include "models/model.h"
+#include "sim/search.h"
+#include "sim/simulation.h"
+#include "tests/scenario_testing.h"
+
+namespace stateflow::sim {
+namespace {
+
+using ::stateflow::testing::MustResolve;
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// Simulates the scenario's own schedule.
+Result<Simulation> SimulateOwn(const pb::Scenario& s) {
+  const scenario::ResolvedScenario r = MustResolve(s);
+  return Simulate(r, r.proto().schedule());
+}
+
+// The 3B GDN (h = 2560, V = 50304) on P stages at TP `tp`, 1F1B over 8192
+// tokens, bf16 activations, full recompute, in `system`.
+pb::Scenario Gdn3b(int tp, const std::string& system) {
+  pb::Scenario s;
+  s.set_name("system-test");
+  *s.mutable_model() = *models::ModelPreset("gdn-3b");
+  *s.mutable_cluster() = *models::ClusterPreset("a100-80gb-nvlink");
+  s.mutable_parallel()->set_pipeline_size(2);
+  s.mutable_parallel()->set_tensor_size(tp);
+  s.mutable_parallel()->set_microbatches(2);
+  s.set_seq_len(8192);
+  pb::ScheduleSpec* spec = s.mutable_schedule();
+  spec->set_policy("1f1b");
+  spec->set_recompute("full");
+  spec->set_system(system);
+  return s;
+}
+
+Result<models::CostModel> HeadCostModel(int tp, models::System system) {
+  models::CostModelOptions options;
+  options.tensor_size = tp;
+  options.recompute = models::Recompute::kFull;
+  options.system = system;
+  return models::CostModel::Make(*models::ModelPreset("gdn-3b"), pb::PrecisionSpec(),
+                                 *models::ClusterPreset("a100-80gb-nvlink"), options);
+}
+
+// Megatron-Core's head over s = 8192 tokens, by hand (V = 50304, h = 2560,
+// bf16 = 2 bytes, float32 = 4):
+//   saved by the norm and output layer: x, xn = 2 * 8192 * 2560 * 2 = 83,886,080
+//                                        rstd  = 8192 * 4             =     32,768
+//   TP 1: logits (8192, 50304) bf16 = 824,180,736, their float32 copy (the
+//         softmax) 1,648,361,472; the per-token losses 32,768 on top:
+//         forward peak 83,886,080 + 32,768 + 2,472,542,208 + 32,768 = 2,556,493,824.
+//         Backward: d(losses) 32,768 + d(logits) bf16 824,180,736 = 824,213,504
+//         before the softmax is released.
+//   TP 4: V / TP = 12576 columns: logits 206,045,184, copy 412,090,368:
+//         forward peak 83,886,080 + 32,768 + 618,135,552 + 32,768 = 702,087,168;
+//         backward 32,768 + 206,045,184 = 206,077,952.
+TEST(SystemHead, MegatronCoreHeadMemoryByHand) {
+  struct Case {
+    int tp;
+    double logits, softmax, forward_peak, backward_peak;
+  };
+  for (const Case& c : {Case{1, 824180736.0, 1648361472.0, 2556493824.0, 824213504.0},
+                        Case{4, 206045184.0, 412090368.0, 702087168.0, 206077952.0}}) {
+    SCOPED_TRACE("TP " + std::to_string(c.tp));
+    for (models::System system : {models::System::kMegatronCore, models::System::kMsSwift}) {
+      Result<models::CostModel> cm = HeadCostModel(c.tp, system);
+      ASSERT_TRUE(cm.ok()) << cm.status().message();
+      const int head = cm->num_layers() - 1;
+      const models::MemorySegment f = cm->ForwardMemory(head, 8192);
+      const models::MemorySegment b = cm->BackwardMemory(head, 8192);
+      EXPECT_DOUBLE_EQ(f.class_peak(BufferClass::kLogits), c.logits + c.softmax);
+      EXPECT_DOUBLE_EQ(cm->LogitsBytes(head, 8192), c.logits + c.softmax);
+      EXPECT_DOUBLE_EQ(f.peak_total(), c.forward_peak);
+      // Held from the forward to the backward: the softmax and the norm's tensors.
+      EXPECT_DOUBLE_EQ(f.net(BufferClass::kLogits), c.softmax);
+      EXPECT_DOUBLE_EQ(f.net(BufferClass::kActivations), 83886080.0 + 32768.0);
+      EXPECT_DOUBLE_EQ(b.peak_total(), c.backward_peak);
+      EXPECT_DOUBLE_EQ(b.net(BufferClass::kLogits), -c.softmax);
+      EXPECT_DOUBLE_EQ(b.net(BufferClass::kActivations), -(83886080.0 + 32768.0));
+      // It ends holding the input gradient dx, 8192 * 2560 * 2 = 41,943,040.
+      EXPECT_DOUBLE_EQ(b.net(BufferClass::kWorkspace), 41943040.0);
+    }
+    // StateFlow's sliced loss: one (8192, 128) float32 slice, 4,194,304 bytes,
+    // at TP 1 and TP 4 alike (128 < V / TP), never held across passes.
+    Result<models::CostModel> sliced = HeadCostModel(c.tp, models::System::kStateFlow);
+    ASSERT_TRUE(sliced.ok());
+    const int head = sliced->num_layers() - 1;
+    EXPECT_DOUBLE_EQ(sliced->ForwardMemory(head, 8192).class_peak(BufferClass::kLogits),
+                     4194304.0);
+    EXPECT_DOUBLE_EQ(sliced->ForwardMemory(head, 8192).net(BufferClass::kLogits), 0.0);
+  }
+}
+
+double ClassAtPeak(const pb::StageReport& stage, const std::string& cls) {
+  for (const pb::BufferBytes& b : stage.peak_by_class()) {
+    if (b.buffer_class() == cls) return b.bytes();
+  }
+  return -1;
+}
+
+// The last stage of Megatron-Core's 1F1B peaks in the head's forward of a
+// microbatch: the whole sequence's logits and their float32 copy (the bytes
+// worked above), nothing of an earlier microbatch (1F1B's last stage runs
+// each backward right after its forward).
+TEST(SystemHead, LastStageOf1f1bHoldsTheFullLogits) {
+  struct Case {
+    int tp;
+    double logits;
+  };
+  for (const Case& c : {Case{1, 824180736.0 + 1648361472.0}, Case{4, 206045184.0 + 412090368.0}}) {
+    SCOPED_TRACE("TP " + std::to_string(c.tp));
+    Result<Simulation> mc = SimulateOwn(Gdn3b(c.tp, "megatron-core"));
+    ASSERT_TRUE(mc.ok()) << mc.status().message();
+    EXPECT_EQ(mc->report.system(), "megatron-core");
+    const pb::StageReport& last = mc->report.stages(1);
+    EXPECT_DOUBLE_EQ(ClassAtPeak(last, "logits"), c.logits);
+    Result<Simulation> sf = SimulateOwn(Gdn3b(c.tp, ""));
+    ASSERT_TRUE(sf.ok()) << sf.status().message();
+    EXPECT_EQ(sf->report.system(), "stateflow");
+    EXPECT_DOUBLE_EQ(ClassAtPeak(sf->report.stages(1), "logits") <= 4194304.0, true);
+    EXPECT_GT(last.peak_memory_bytes(), sf->report.stages(1).peak_memory_bytes());
+    // The first stage has no head: the system does not change it.
+    EXPECT_DOUBLE_EQ(mc->report.stages(0).peak_memory_bytes(),
+                     sf->report.stages(0).peak_memory_bytes());
+  }
+}
+
+TEST(SystemField, UnknownSystemIsAnErrorNamingTheField) {
+  pb::Scenario s = Gdn3b(1, "nemo");
+  Result<scenario::ResolvedScenario> r = scenario::Resolve(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("schedule.system: unknown 'nemo' (known: stateflow, "
+                                      "megatron-core, ms-swift)"),
+            std::string::npos)
+      << r.status().message();
+  s.mutable_schedule()->set_system("ms-swift");
+  pb::ScheduleSpec* base = s.add_baselines();
+  base->set_policy("gpipe");
+  base->set_system("Megatron");
+  r = scenario::Resolve(s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("baselines[0].system: unknown 'Megatron'"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(MustResolve(Gdn3b(1, "")).proto().schedule().system(), "stateflow");
+}
+
+TEST(SystemField, SweepRunsSayTheirSystem) {
+  pb::Scenario s = Gdn3b(1, "ms-swift");
+  s.mutable_sweep()->add_policies("1f1b");
+  Result<pb::SweepReport> report = RunSweep(MustResolve(s), s.sweep());
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_GT(report->runs_size(), 0);
+  for (const pb::SweepRun& run : report->runs()) EXPECT_EQ(run.system(), "ms-swift");
+}
+
+// ---- OOM verdict --------------------------------------------------------------
+
+TEST(OomVerdict, ReserveRuleAtTheBoundary) {
+  pb::DeviceSpec d;
+  d.set_memory_capacity_bytes(80 * kGiB);
+  // Defaults: 1 GiB + 5 % of 80 GiB = 5 GiB reserved, 75 GiB usable.
+  EXPECT_DOUBLE_EQ(models::MemoryReserveBytes(d), 5 * kGiB);
+  EXPECT_DOUBLE_EQ(models::UsableMemoryBytes(d), 75 * kGiB);
+  EXPECT_FALSE(models::OutOfMemory(75 * kGiB, d));
+  EXPECT_TRUE(models::OutOfMemory(std::nextafter(75 * kGiB, 1e300), d));
+  // Configured: 2 GiB + 10 % of 80 GiB = 10 GiB.
+  d.set_memory_reserve_bytes(2 * kGiB);
+  d.set_memory_reserve_fraction(0.10);
+  EXPECT_FALSE(models::OutOfMemory(70 * kGiB, d));
+  EXPECT_TRUE(models::OutOfMemory(std::nextafter(70 * kGiB, 1e300), d));
+  // No reserve: the allocated peak against the capacity itself.
+  d.set_memory_reserve_bytes(0);
+  d.set_memory_reserve_fraction(0);
+  EXPECT_FALSE(models::OutOfMemory(80 * kGiB, d));
+  EXPECT_TRUE(models::OutOfMemory(std::nextafter(80 * kGiB, 1e300), d));
+}
+
+TEST(OomVerdict, SimulationJudgesEachStageByTheSameRule) {
+  // Find the stages' peaks with no reserve, then set a reserve that leaves
+  // exactly the highest peak usable (fits), and one byte less (OOM).
+  pb::Scenario s = Gdn3b(1, "megatron-core");
+  pb::DeviceSpec* d = s.mutable_cluster()->mutable_device();
+  d->set_memory_reserve_bytes(0);
+  d->set_memory_reserve_fraction(0);
+  Result<Simulation> free_run = SimulateOwn(s);
+  ASSERT_TRUE(free_run.ok()) << free_run.status().message();
+  const double peak = free_run->report.peak_memory_bytes();
+  ASSERT_LT(peak, d->memory_capacity_bytes());
+  d->set_memory_reserve_bytes(d->memory_capacity_bytes() - peak);
+  Result<Simulation> at = SimulateOwn(s);
+  ASSERT_TRUE(at.ok());
+  EXPECT_DOUBLE_EQ(at->report.usable_bytes(), peak);
+  EXPECT_FALSE(at->report.oom()) << at->report.oom_detail();
+  d->set_memory_reserve_bytes(d->memory_capacity_bytes() - peak + 1);
+  Result<Simulation> over = SimulateOwn(s);
+  ASSERT_TRUE(over.ok());
+  EXPECT_TRUE(over->report.oom());
+  EXPECT_NE(over->report.oom_detail().find("> usable"), std::string::npos)
+      << over->report.oom_detail();
+  // The sweep reaches the same verdict.
+  s.mutable_sweep()->add_policies("1f1b");
+  Result<pb::SweepReport> sweep = RunSweep(MustResolve(s), s.sweep());
+  ASSERT_TRUE(sweep.ok()) << sweep.status().message();
+  ASSERT_GT(sweep->runs_size(), 0);
+  EXPECT_TRUE(sweep->runs(0).oom());
+}
+
+TEST(OomVerdict, ReserveFieldsAreChecked) {
+  pb::ClusterSpec c = *models::ClusterPreset("a100-80gb-nvlink");
+  c.mutable_device()->set_memory_reserve_fraction(1.0);
+  Status st = models::ValidateCluster(c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cluster.device.memory_reserve_fraction must be in [0, 1)"),
+            std::string::npos)
+      << st.message();
+  c = *models::ClusterPreset("a100-80gb-nvlink");
+  c.mutable_device()->set_memory_reserve_bytes(-1);
+  st = models::ValidateCluster(c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cluster.device.memory_reserve_bytes"), std::string::npos);
+  c = *models::ClusterPreset("a100-80gb-nvlink");
+  c.mutable_device()->set_memory_reserve_bytes(40 * kGiB);
+  c.mutable_device()->set_memory_reserve_fraction(0.5);  // 40 + 40 = all of 80 GiB
+  st = models::ValidateCluster(c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("leaves no memory"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace stateflow::sim
