@@ -65,6 +65,9 @@ struct ScenarioFlags {
   std::optional<long long> seq_len;
   std::string recompute;
   std::string cost_model;
+  std::string st_overlap;                 // "on" / "off" (every schedule)
+  std::optional<std::int64_t> st_tile;    // schedule.st_tile (every schedule)
+  std::optional<std::int64_t> compute_units;  // cluster.device.compute_units
 };
 
 // Adds the scenario options to `desc`, writing into `flags`.
