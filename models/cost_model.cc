@@ -287,7 +287,7 @@ double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {
 // with ST time x at coverage u beside parallel work w takes max(x, w + u x),
 // which hides min(w, (1 - u) x) of the ST's exposed time; summed over both
 // windows the pass saves min(Pre, X) / 2 + min(Out, X) / 2 with X = (1 - u)
-// st_s / u. Derivation: docs/cost-model.md, section 2.4.
+// st_s / u. Derivation: docs/cost-model.md, section 2, "State transition".
 StTiming CostModel::StateTransition(int l, std::int64_t s, bool backward) const {
   StTiming t;
   const pb::DeviceSpec& d = cluster_.device();

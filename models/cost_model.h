@@ -47,8 +47,9 @@ struct CostModelOptions {
   int data_size = 1;        // DP: replicas whose gradients are all-reduced
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
-  // The recurrence core's state transition (docs/cost-model.md, section
-  // 2.4): B_V, the tile of the value dimension, and split-and-overlap.
+  // The recurrence core's state transition (docs/cost-model.md, section 2,
+  // "State transition"): B_V, the tile of the value dimension, and
+  // split-and-overlap.
   int st_tile = 64;
   bool st_overlap = false;
 };

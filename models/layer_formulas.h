@@ -59,7 +59,7 @@ FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind);
 // L = T_C, backend/kernels/gdn_core.h and mamba3_core.h): forward pre, st,
 // out; backward out_bwd (Out backward), st_bwd (ST backward, beside the ST
 // replay), pre_bwd (Pre backward). Only the state-transition model of
-// docs/cost-model.md section 2.4 uses them.
+// docs/cost-model.md section 2, "State transition", uses them.
 struct StFlops {
   double pre = 0, st = 0, out = 0;
   double out_bwd = 0, st_bwd = 0, pre_bwd = 0;
