@@ -7,6 +7,12 @@
 // (H=1, d_k=d_v=128, T=4096). After the runs it prints each GDN rate as a
 // fraction of the best GEMM rate (the target is >= 40%). Rates are per CPU
 // second (Google Benchmark's default), medians when repeated.
+// Split-and-overlap (issue 15), one rank, wall time, float32, d_k = d_v = 128:
+//   GdnForwardThreads/mode:0   GdnCoreForward on 1 thread (sequential)
+//   GdnForwardThreads/mode:1   GdnCoreForward on 2 threads (heads split)
+//   GdnForwardThreads/mode:2   GdnCoreForwardOverlapped on 2 threads
+// at H = 1, 2, 4 and T = 256 to 4096:
+//   ./bench/bench_gdn_kernel --benchmark_filter=Threads --benchmark_repetitions=3
 //
 //   ./bench/bench_gdn_kernel --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
@@ -115,6 +121,33 @@ void GdnBackward(benchmark::State& state) {
   SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).backward);
 }
 
+void GdnForwardThreads(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  SetKernelThreads(mode == 0 ? 1 : 2);
+  const GdnInputs in(state.range(1), state.range(2), 128, 128);
+  std::vector<float> o(in.T * in.H * in.Dv), S_out(in.H * in.Dv * in.Dk);
+  for (auto _ : state) {
+    if (mode == 2) {
+      GdnCoreForwardOverlapped<float>(o.data(), S_out.data(), in.q.data(), in.k.data(),
+                                      in.v.data(), in.g.data(), in.beta.data(),
+                                      in.S_in.data(), in.T, in.H, in.Dk, in.Dv);
+    } else {
+      GdnCoreForward<float>(o.data(), S_out.data(), in.q.data(), in.k.data(),
+                            in.v.data(), in.g.data(), in.beta.data(),
+                            in.S_in.data(), in.T, in.H, in.Dk, in.Dv);
+    }
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  SetKernelThreads(1);
+  SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).forward);
+}
+
+BENCHMARK(GdnForwardThreads)
+    ->ArgNames({"mode", "T", "H"})
+    ->ArgsProduct({{0, 1, 2}, {256, 1024, 4096}, {1, 2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(Gemm)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(GdnForward)
     ->ArgNames({"T", "H", "Dk", "Dv"})

@@ -290,13 +290,57 @@ double CostModel::DataParallelSyncTime(int first, int last) const {
 
 double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {
   return KernelTime(ForwardFlops(l, c, s), MinForwardBytes(l, s), s) +
+         StateTransition(l, s, false).exposed_s +
          TensorParallelForwardCommTime(l, s);
+}
+
+// The ST's tiles: heads on the device x ceil(d_v / B_V) x microbatch size
+// (the paper's launch grid G = B_chunk A ceil(d_v / B_V)). Its FLOPs at the
+// whole device take st_s; at coverage u they take st_s / u, u st_s of it
+// overlappable by nothing (the ST's own share of the device). Without
+// overlap the pass is Pre + ST + Out: (1 - u) / u st_s more than the
+// whole-device sum the FLOP count already charges. Split-and-overlap (two
+// segments, Pre1 -> (ST1 || Pre2) -> (ST2 || Out1) -> Out2): a window
+// with ST time x at coverage u beside parallel work w takes max(x, w + u x),
+// which hides min(w, (1 - u) x) of the ST's exposed time; summed over both
+// windows the pass saves min(Pre, X) / 2 + min(Out, X) / 2 with X = (1 - u)
+// st_s / u. Derivation: docs/cost-model.md, section 2, "State transition".
+StTiming CostModel::StateTransition(int l, std::int64_t s, bool backward) const {
+  StTiming t;
+  const pb::DeviceSpec& d = cluster_.device();
+  if (layers_[l] != LayerKind::kRecurrence || d.compute_units() == 0 || s <= 0) return t;
+  const StFlops f = RecurrenceStFlops(model_);  // per token, all heads
+  const double tp = options_.tensor_size;
+  const double rate = d.peak_flops() * Efficiency(Tokens(s));
+  const double tokens = Tokens(s);
+  const double pre = f.pre * tokens / tp / rate, st = f.st * tokens / tp / rate;
+  const double out = f.out * tokens / tp / rate;
+  if (backward) {
+    t.before_s = pre + (f.out_bwd * tokens / tp / rate);
+    t.st_s = st + f.st_bwd * tokens / tp / rate;
+    t.after_s = f.pre_bwd * tokens / tp / rate;
+  } else {
+    t.before_s = pre;
+    t.st_s = st;
+    t.after_s = out;
+  }
+  const double heads = std::ceil(static_cast<double>(model_.num_heads()) / tp);
+  const double tile = options_.st_tile > 0 ? options_.st_tile : 64;
+  const double tiles = options_.microbatch_size * heads *
+                       std::ceil(static_cast<double>(model_.head_dim_v()) / tile);
+  t.coverage = std::min(1.0, tiles / d.compute_units());
+  const double exposed = (1.0 - t.coverage) / t.coverage * t.st_s;  // X
+  t.exposed_s = exposed;
+  if (options_.st_overlap) {
+    t.exposed_s -= std::min(t.before_s, exposed) / 2 + std::min(t.after_s, exposed) / 2;
+  }
+  return t;
 }
 
 double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
   const double backward =
       KernelTime(BackwardFlops(l, c, s), MinBackwardBytes(l, s), s) +
-      TensorParallelBackwardCommTime(l, s);
+      StateTransition(l, s, true).exposed_s + TensorParallelBackwardCommTime(l, s);
   return backward + (Recomputed(l) ? ForwardTime(l, c, s) : 0.0);
 }
 

@@ -69,6 +69,23 @@ struct CostModelOptions {
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
   System system = System::kStateFlow;
+  // The recurrence core's state transition (docs/cost-model.md, section 2,
+  // "State transition"): B_V, the tile of the value dimension, and
+  // split-and-overlap.
+  int st_tile = 64;
+  bool st_overlap = false;
+};
+
+// The state transition of one pass of a recurrence layer over one chunk
+// (CostModel::StateTransition): its parallel work before and after the ST
+// and the ST itself, in seconds at the whole device's rate, the fraction of
+// the device the ST's tiles cover, and the time it adds to the pass.
+struct StTiming {
+  double before_s = 0;  // Pre (backward: Pre recompute and Out backward)
+  double st_s = 0;      // ST at the whole device (backward: replay + ST bwd)
+  double after_s = 0;   // Out (backward: Pre backward)
+  double coverage = 1;  // u = min(1, tiles / compute_units)
+  double exposed_s = 0; // added to the pass: see docs/cost-model.md
 };
 
 // The precision of a run of the backend in `dtype` ("float32", "float64"):
@@ -189,6 +206,11 @@ class CostModel {
   // Coefficients of the paper's Cost_i for layers [first, last): W_tok and
   // W_soft in FLOPs (forward + backward).
   schedule::ChunkCostCoefficients ChunkCoefficients(int first, int last) const;
+
+  // The ST model of layer l's forward (backward = false) or backward over s
+  // tokens: zeros but coverage 1 for non-recurrence layers and when the
+  // device has no compute_units. ForwardTime / BackwardTime add exposed_s.
+  StTiming StateTransition(int l, std::int64_t s, bool backward) const;
 
   // Fraction of peak reached by a kernel over `tokens` tokens (the cluster's
   // efficiency curve; 1 if it has none).

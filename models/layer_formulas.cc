@@ -119,6 +119,35 @@ double AttentionDenseFlops(const Dims& x) {
   return proj + kRotaryFlops * (x.hq + x.hkv) * x.d;
 }
 
+}  // namespace
+
+StFlops RecurrenceStFlops(const pb::ModelSpec& model) {
+  const Dims x = DimsOf(model);
+  StFlops f;
+  if (IsMamba(model)) {
+    // Pre: the block's C K^T scores; ST: the state update X^T B and its
+    // decays; Out: scores times X and C S_in. Backward: twice each.
+    f.pre = x.n * 2 * x.C * x.ds;
+    f.st = x.n * (2 * x.ds * x.dp + 4 * x.ds * x.dp / x.C);
+    f.out = x.n * (2 * x.C * x.dp + 2 * x.ds * x.dp);
+    f.out_bwd = 2 * f.out;
+    f.st_bwd = 2 * f.st;
+    f.pre_bwd = 2 * f.pre;
+    return f;
+  }
+  // GdnCoreFlops's block counts (backend/kernels/gdn_core.h) over L = C.
+  const double C = x.C, dk = x.dk, dv = x.dv;
+  f.pre = x.n * (2 * C * dk + (C - 1) * (dk + dv));
+  f.st = x.n * 4 * dk * dv;
+  f.out = x.n * (2 * dk * dv + 2 * C * dk + 2 * C * dv);
+  f.out_bwd = x.n * (6 * C * dk + 4 * C * dv + 4 * dk * dv);
+  f.st_bwd = x.n * 8 * dk * dv;
+  f.pre_bwd = x.n * ((C - 1) * (dk + dv) + 2 * C * (dk + dv) + 4 * C * dk);
+  return f;
+}
+
+namespace {
+
 FlopCoeffs RecurrenceFlops(const pb::ModelSpec& model, const Dims& x) {
   const bool mamba = IsMamba(model);
   const double dense =

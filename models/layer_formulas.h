@@ -54,6 +54,18 @@ struct FlopCoeffs {
 };
 FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind);
 
+// The recurrence core's FLOPs per token of one sequence, all heads, before
+// TP, split as the paper's Pre / ST / Out (the kernels' block counts with
+// L = T_C, backend/kernels/gdn_core.h and mamba3_core.h): forward pre, st,
+// out; backward out_bwd (Out backward), st_bwd (ST backward, beside the ST
+// replay), pre_bwd (Pre backward). Only the state-transition model of
+// docs/cost-model.md section 2, "State transition", uses them.
+struct StFlops {
+  double pre = 0, st = 0, out = 0;
+  double out_bwd = 0, st_bwd = 0, pre_bwd = 0;
+};
+StFlops RecurrenceStFlops(const pb::ModelSpec& model);
+
 // Elements per token of one sequence: replicated across TP ranks, or split by
 // them; in activation precision, or as statistics (StatBytes: norm 1/rms,
 // L2-norm 1/|.|, log-sum-exps).

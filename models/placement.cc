@@ -12,6 +12,14 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
       par.microbatch_size() == 0 ? 1 : static_cast<int>(par.microbatch_size());
   SF_ASSIGN_OR_RETURN(options.recompute, ParseRecompute(schedule.recompute()));
   SF_ASSIGN_OR_RETURN(options.system, ParseSystem(schedule.system()));
+  options.st_overlap = schedule.st_overlap();
+  if (schedule.has_st_tile()) {
+    if (schedule.st_tile() == 0 || schedule.st_tile() > 4096) {
+      return Status::Invalid("schedule.st_tile: " + std::to_string(schedule.st_tile()) +
+                             " is out of range [1, 4096]");
+    }
+    options.st_tile = static_cast<int>(schedule.st_tile());
+  }
   return options;
 }
 

@@ -130,6 +130,9 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
   report.set_alpha(sim.config.schedule.alpha());
   report.set_seq_len(scenario.seq_len());
   report.set_recompute(cost_options.recompute == models::Recompute::kFull ? "full" : "none");
+  report.set_compute_units(cm.cluster().device().compute_units());
+  report.set_st_tile(static_cast<std::uint32_t>(cost_options.st_tile));
+  report.set_st_overlap(cost_options.st_overlap);
   report.set_cost_model(costs->name());
   report.set_time_unit(costs->time_unit());
   for (std::int64_t b : partition.boundaries()) report.add_chunk_boundaries(b);

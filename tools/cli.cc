@@ -84,7 +84,12 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("system", po::value(&f->system),
        "stateflow, megatron-core or ms-swift: the training system whose head and loss every "
        "schedule runs with (docs/cost-model.md, Systems)")
-      ("cost-model", po::value(&f->cost_model), "analytic or uniform");
+      ("cost-model", po::value(&f->cost_model), "analytic or uniform")
+      ("st-overlap", po::value(&f->st_overlap),
+       "on or off: split-and-overlap of the recurrence's state transition (every schedule)")
+      ("st-tile", Optional(&f->st_tile), "B_V, the state transition's tile of d_v (every schedule)")
+      ("compute-units", Optional(&f->compute_units),
+       "the device's parallel units (SMs) the state transition spreads over; 0: off");
 }
 
 Status ParseOptions(int argc, char** argv, const po::options_description& desc,
@@ -147,6 +152,29 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   if (!f.system.empty()) {
     primary->set_system(f.system);
     for (auto& b : *s.mutable_baselines()) b.set_system(f.system);
+  }
+  if (!f.st_overlap.empty()) {
+    if (f.st_overlap != "on" && f.st_overlap != "off") {
+      return Status::Invalid("--st-overlap: '" + f.st_overlap + "' is not on or off");
+    }
+    primary->set_st_overlap(f.st_overlap == "on");
+    for (auto& b : *s.mutable_baselines()) b.set_st_overlap(f.st_overlap == "on");
+  }
+  if (f.st_tile) {
+    if (*f.st_tile < 1 || *f.st_tile > 4096) {
+      return Status::Invalid("--st-tile: " + std::to_string(*f.st_tile) +
+                             " is out of range [1, 4096]");
+    }
+    primary->set_st_tile(static_cast<std::uint32_t>(*f.st_tile));
+    for (auto& b : *s.mutable_baselines()) b.set_st_tile(static_cast<std::uint32_t>(*f.st_tile));
+  }
+  if (f.compute_units) {
+    if (*f.compute_units < 0 || *f.compute_units > 1000000) {
+      return Status::Invalid("--compute-units: " + std::to_string(*f.compute_units) +
+                             " is out of range [0, 1000000]");
+    }
+    s.mutable_cluster()->mutable_device()->set_compute_units(
+        static_cast<std::uint32_t>(*f.compute_units));
   }
   if (f.microbatches) s.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(*f.microbatches));
   if (f.microbatch_size) {

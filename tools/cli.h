@@ -67,6 +67,9 @@ struct ScenarioFlags {
   std::string recompute;
   std::string system;  // --system: every schedule's ScheduleSpec.system
   std::string cost_model;
+  std::string st_overlap;                 // "on" / "off" (every schedule)
+  std::optional<std::int64_t> st_tile;    // schedule.st_tile (every schedule)
+  std::optional<std::int64_t> compute_units;  // cluster.device.compute_units
 };
 
 // Adds the scenario options to `desc`, writing into `flags`.

@@ -141,6 +141,11 @@ std::string FormatSimulateTable(const pb::Report& report) {
                     std::to_string(report.data_size()) + ", M=" +
                     std::to_string(report.microbatches()) + ", T=" +
                     Printf("%.0f", report.seq_len()) + ", recompute " + report.recompute() +
+                    (report.compute_units() > 0
+                         ? ", ST overlap " + std::string(report.st_overlap() ? "on" : "off") +
+                               " (B_V " + std::to_string(report.st_tile()) + ", " +
+                               std::to_string(report.compute_units()) + " compute units)"
+                         : std::string()) +
                     ", cost model " + report.cost_model() + "\n\n";
   // Rows are built first so that every column is as wide as its widest cell.
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;

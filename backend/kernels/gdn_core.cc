@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/threading.h"
 
@@ -354,6 +355,58 @@ void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
   }
 }
 
+template <typename T>
+void GdnCoreForwardOverlapped(T* o, T* S_out, const T* q, const T* k,
+                              const T* v, const T* g, const T* beta,
+                              const T* S_in, int64_t T_len, int64_t H,
+                              int64_t Dk, int64_t Dv, int64_t block_size) {
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  const int64_t R = kGdnOverlapSlots;
+  // Per head R slots, block b in slot b % R: its Omega, its V_new and the
+  // state entering it (the state leaving it goes to slot (b + 1) % R).
+  std::vector<GdnBlockOmega<T>> omega(H * R);
+  std::vector<RowMat<T>> V_new(H * R);
+  std::vector<RowMat<T>> S(H * R, RowMat<T>(Dv, Dk));
+  for (int64_t h = 0; h < H; ++h) LoadState(&S[h * R], S_in, h, Dk, Dv);
+  GdnBlockOmega<T>* om = omega.data();
+  RowMat<T>* vn = V_new.data();
+  RowMat<T>* st = S.data();
+  const int threads = std::max(1, KernelThreads());
+  // One thread creates the tasks in program order (block by block, heads
+  // inside), so OpenMP's dependences on the slots order each task after the
+  // last earlier one that wrote what it reads or read what it writes.
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp single
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t t0 = b * block_size;
+    const int64_t L = std::min(block_size, T_len - t0);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t i = h * R + b % R;             // this block's slot
+      const int64_t n = h * R + (b + 1) % R;       // the next block's
+#pragma omp task depend(out : om[i])
+      GdnBlockPre<T>(&om[i], HeadRows(k, t0, L, h, H, Dk),
+                     HeadRows(v, t0, L, h, H, Dv), HeadEntries(g, t0, L, h, H),
+                     HeadEntries(beta, t0, L, h, H));
+#pragma omp task depend(in : om[i], st[i]) depend(out : st[n], vn[i])
+      {
+        vn[i].resize(L, Dv);
+        GdnBlockST<T>(vn[i], st[n], st[i], om[i], HeadRows(k, t0, L, h, H, Dk));
+      }
+#pragma omp task depend(in : om[i], st[i], vn[i])
+      {
+        SMat<T> O = HeadRows(o, t0, L, h, H, Dv);
+        GdnBlockOut<T>(O, HeadRows(q, t0, L, h, H, Dk),
+                       HeadRows(k, t0, L, h, H, Dk), vn[i], st[i], om[i]);
+      }
+    }
+  }
+  if (S_out != nullptr) {
+    for (int64_t h = 0; h < H; ++h) {
+      Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S[h * R + blocks % R];
+    }
+  }
+}
+
 int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                      int64_t Dv, int64_t block_size) {
   const int64_t blocks = (T_len + block_size - 1) / block_size;
@@ -514,6 +567,9 @@ GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
   template void GdnCoreForward<T>(T*, T*, const T*, const T*, const T*,      \
                                   const T*, const T*, const T*, int64_t,     \
                                   int64_t, int64_t, int64_t, int64_t);       \
+  template void GdnCoreForwardOverlapped<T>(                                 \
+      T*, T*, const T*, const T*, const T*, const T*, const T*, const T*,    \
+      int64_t, int64_t, int64_t, int64_t, int64_t);                          \
   template void GdnCoreBackward<T>(                                          \
       T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \

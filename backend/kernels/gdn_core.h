@@ -117,6 +117,26 @@ void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
                     int64_t H, int64_t Dk, int64_t Dv,
                     int64_t block_size = kGdnBlockSize);
 
+// The same forward with split-and-overlap (the paper's section 3.4) on
+// KernelThreads() threads: per head, block b's Pre, ST and Out are OpenMP
+// tasks, ST(b) after Pre(b) and ST(b - 1), Out(b) after ST(b), so that while
+// one thread runs a block's sequential ST others run the Pre of later
+// blocks and the Out of earlier ones (of every head). Blocks cycle through
+// kGdnOverlapSlots slots per head (Omega, V_new, entering state), so the
+// untracked scratch stays O(slots (T_C (T_C + Dk + Dv) + Dv Dk)) per head
+// whatever T. Each block runs the same Pre / ST / Out arithmetic on the same
+// inputs as GdnCoreForward: the same bits when the blocks take Eigen's
+// packed products (full blocks of >= 16 tokens, as T_C = 64); a short partial
+// last block's small products may differ in the last bit, as they may
+// between two runs of either function (heap alignment; tested < 1e-13).
+inline constexpr int64_t kGdnOverlapSlots = 4;
+template <typename T>
+void GdnCoreForwardOverlapped(T* o, T* S_out, const T* q, const T* k,
+                              const T* v, const T* g, const T* beta,
+                              const T* S_in, int64_t T_len, int64_t H,
+                              int64_t Dk, int64_t Dv,
+                              int64_t block_size = kGdnBlockSize);
+
 // Heads run in parallel on min(H, KernelThreads()) lanes (backend/
 // threading.h), each lane a fixed range of heads (static schedule), so the
 // results never depend on timing: the same bits from run to run at a given

@@ -399,5 +399,88 @@ TEST(CostModel, StatisticsAreFp32OrWider) {
                    10 * (4 * C + 2 * F + 2 + 4 * H * K + 5 * H * V + 6 * H) * 8);
 }
 
+// ---- the state transition (docs/cost-model.md, section 2.4) ----
+
+// A GDN model of 4 heads of d_k = d_v = 128 on a device of 1 TFLOP/s with a
+// flat efficiency, so that times are FLOPs / 1e12.
+CostModel StModel(int compute_units, bool overlap, int tile = 64) {
+  pb::ModelSpec model = *ModelPreset("gdn-3b");
+  model.set_num_heads(4);
+  model.set_head_dim_k(128);
+  model.set_head_dim_v(128);
+  pb::ClusterSpec cluster = *ClusterPreset("a100-80gb-nvlink");
+  cluster.mutable_device()->set_peak_flops(1e12);
+  cluster.mutable_device()->clear_efficiency();
+  cluster.mutable_device()->set_compute_units(compute_units);
+  CostModelOptions o;
+  o.st_overlap = overlap;
+  o.st_tile = tile;
+  Result<CostModel> cm = CostModel::Make(model, {}, cluster, o);
+  EXPECT_TRUE(cm.ok()) << cm.status().message();
+  return *std::move(cm);
+}
+
+// By hand, per token (4 heads, C = 64, d_k = d_v = 128):
+//   Pre = 4 (2 64 128 + 63 256)         = 130048
+//   ST  = 4 (4 128 128)                 = 262144
+//   Out = 4 (2 128 128 + 4 64 128)      = 262144
+// s = 1024 tokens at 1e12 FLOP/s: Pre 1.33169152e-4 s, ST and Out
+// 2.68435456e-4 s each. Tiles: 4 heads x 128 / 64 = 8.
+TEST(CostModel, StateTransitionStBound) {
+  // 32 units: u = 8 / 32 = 0.25, so the ST takes 4 x 2.68435456e-4 s and
+  // exposes X = 3 x 2.68435456e-4 = 8.05306368e-4 s beyond the FLOP count.
+  // Overlap: X exceeds both Pre and Out, so each window hides half of them:
+  // X - (1.33169152e-4 + 2.68435456e-4) / 2 = 6.04504064e-4 s.
+  const CostModel off = StModel(32, false), on = StModel(32, true), none = StModel(0, false);
+  const int l = FirstLayerOf(off, LayerKind::kRecurrence);
+  const StTiming t = off.StateTransition(l, 1024, false);
+  EXPECT_DOUBLE_EQ(t.coverage, 0.25);
+  EXPECT_NEAR(t.before_s, 1.33169152e-4, 1e-15);
+  EXPECT_NEAR(t.st_s, 2.68435456e-4, 1e-15);
+  EXPECT_NEAR(t.after_s, 2.68435456e-4, 1e-15);
+  EXPECT_NEAR(t.exposed_s, 8.05306368e-4, 1e-15);
+  EXPECT_NEAR(on.StateTransition(l, 1024, false).exposed_s, 6.04504064e-4, 1e-15);
+  EXPECT_NEAR(off.ForwardTime(l, 0, 1024) - none.ForwardTime(l, 0, 1024), 8.05306368e-4, 1e-12);
+  EXPECT_NEAR(on.ForwardTime(l, 0, 1024) - none.ForwardTime(l, 0, 1024), 6.04504064e-4, 1e-12);
+  // Smaller tiles cover more units: B_V = 16 gives 32 tiles, u = 1, nothing exposed.
+  EXPECT_EQ(StModel(32, false, 16).StateTransition(l, 1024, false).exposed_s, 0.0);
+  EXPECT_EQ(none.StateTransition(l, 1024, false).exposed_s, 0.0);
+}
+
+TEST(CostModel, StateTransitionPreBound) {
+  // 10 units: u = 0.8, X = (1 - 0.8) / 0.8 x 2.68435456e-4 = 6.7108864e-5 s,
+  // below Pre and Out: overlap hides all of it.
+  const CostModel off = StModel(10, false), on = StModel(10, true);
+  const int l = FirstLayerOf(off, LayerKind::kRecurrence);
+  EXPECT_NEAR(off.StateTransition(l, 1024, false).exposed_s, 6.7108864e-5, 1e-15);
+  EXPECT_NEAR(on.StateTransition(l, 1024, false).exposed_s, 0.0, 1e-18);
+}
+
+// The closed form against the two-segment schedule composed window by window:
+// Pre1 -> (ST1 || Pre2) -> (ST2 || Out1) -> Out2, a window taking
+// max(x, w + u x) for ST time x at coverage u beside parallel work w.
+TEST(CostModel, StateTransitionMatchesTwoSegmentSchedule) {
+  for (int units : {8, 9, 12, 16, 24, 40, 64, 132}) {
+    for (bool backward : {false, true}) {
+      for (std::int64_t s : {64, 1000, 4096}) {
+        const CostModel off = StModel(units, false), on = StModel(units, true);
+        const int l = FirstLayerOf(off, LayerKind::kRecurrence);
+        const StTiming t = off.StateTransition(l, s, backward);
+        const double B = t.before_s, S = t.st_s, A = t.after_s, u = t.coverage;
+        const double x = S / (2 * u);
+        const double seq = B + S / u + A;
+        const double overlapped =
+            B / 2 + std::max(x, B / 2 + u * x) + std::max(x, A / 2 + u * x) + A / 2;
+        const double flop_count = B + S + A;
+        EXPECT_NEAR(t.exposed_s, seq - flop_count, 1e-12 * seq);
+        EXPECT_NEAR(on.StateTransition(l, s, backward).exposed_s, overlapped - flop_count,
+                    1e-12 * seq)
+            << units << " " << backward << " " << s;
+        EXPECT_LE(overlapped, seq);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stateflow::models

@@ -77,6 +77,42 @@ TEST(Cli, JsonIsTheReportSchema) {
               1e-9 * report.tokens_per_s());
 }
 
+// The state-transition model from the flags (docs/cost-model.md, section 2):
+// off without compute units (the default's step time), slower with the ST
+// exposed, in between with split-and-overlap; the report and its header name
+// the settings; bad values are refused naming the flag.
+TEST(Cli, StateTransitionFlags) {
+  const std::string base = "simulate --model gdn-15b --tensor-parallel 4 -P 4 -M 8 -N 4 "
+                           "-T 65536 --policy stateflow";
+  double step[3] = {0, 0, 0};
+  const char* extra[3] = {"", " --compute-units 108 --st-overlap off",
+                          " --compute-units 108 --st-overlap on --st-tile 64"};
+  for (int i = 0; i < 3; ++i) {
+    CliRun run = Stateflow(base + extra[i] + " --json");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    stateflow::pb::Report report;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+    step[i] = report.step_time_s();
+    EXPECT_EQ(report.compute_units(), i == 0 ? 0u : 108u);
+    EXPECT_EQ(report.st_overlap(), i == 2);
+    EXPECT_EQ(report.st_tile(), 64u);
+  }
+  EXPECT_GT(step[1], step[0]);
+  EXPECT_GT(step[1], step[2]);
+  EXPECT_GE(step[2], step[0]);
+  CliRun text = Stateflow(base + extra[2]);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("ST overlap on (B_V 64, 108 compute units)"), std::string::npos)
+      << text.out;
+  EXPECT_EQ(Stateflow(base).out.find("ST overlap"), std::string::npos);
+  CliRun bad = Stateflow(base + " --st-overlap maybe");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--st-overlap"), std::string::npos) << bad.err;
+  CliRun zero = Stateflow(base + " --st-tile 0");
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.err.find("--st-tile"), std::string::npos) << zero.err;
+}
+
 TEST(Cli, UniformCostModelFromTheFlag) {
   CliRun run = Stateflow("simulate --policy stateflow -P 4 -M 8 -N 4 --cost-model uniform --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
