@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -19,6 +20,16 @@ extern char** environ;
 namespace stateflow::backend {
 namespace {
 
+volatile std::sig_atomic_t g_interrupt = 0;
+
+extern "C" void RecordInterrupt(int signal) {
+  if (g_interrupt == 0) g_interrupt = signal;
+}
+
+Status Interrupted(const std::string& what) {
+  return Status::Resource("interrupted by " + InterruptName(g_interrupt) + what);
+}
+
 std::string ReadAll(const TempFile& file) {
   std::ifstream f(file.path());
   std::stringstream s;
@@ -26,11 +37,34 @@ std::string ReadAll(const TempFile& file) {
   return s.str();
 }
 
+// Forwards the interrupt to `pid`'s group, waits up to the grace period,
+// then kills whatever is left of the group.
+void StopOnInterrupt(pid_t pid) {
+  kill(-pid, g_interrupt);
+  const auto start = std::chrono::steady_clock::now();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        kInterruptGrace_s) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(-pid, SIGKILL);  // ranks that outlived mpirun, if any
+}
+
 // Waits for `pid` until `timeout_s` after `start`, then kills its group.
-void WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point start,
+// False if interrupted (the child is stopped then).
+bool WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point start,
              ChildResult* result) {
   int status = 0;
   for (;;) {
+    if (g_interrupt != 0) {
+      StopOnInterrupt(pid);
+      return false;
+    }
     const pid_t done = waitpid(pid, &status, WNOHANG);
     result->elapsed_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -39,17 +73,19 @@ void WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point 
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       result->timed_out = true;
-      return;
+      return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
+  return true;
 }
 
 }  // namespace
 
 Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeout_s) {
   if (argv.empty()) return Status::Internal("RunChild: no program");
+  if (g_interrupt != 0) return Interrupted(" before starting " + argv[0]);
   SF_ASSIGN_OR_RETURN(TempFile out, TempFile::Create("child-out"));
   SF_ASSIGN_OR_RETURN(TempFile err, TempFile::Create("child-err"));
   posix_spawn_file_actions_t actions;
@@ -79,10 +115,28 @@ Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeou
     return Status::Resource("cannot start " + argv[0] + " (error " + std::to_string(rc) + ")");
   }
   ChildResult result;
-  WaitFor(pid, timeout_s, start, &result);
+  if (!WaitFor(pid, timeout_s, start, &result)) {
+    return Interrupted(": stopped its child " + argv[0] + " (and its process group)");
+  }
   result.out = ReadAll(out);
   result.err = ReadAll(err);
   return result;
+}
+
+void InstallInterruptForwarding() {
+  struct sigaction action {};
+  action.sa_handler = RecordInterrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+int PendingInterrupt() { return g_interrupt; }
+
+std::string InterruptName(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM"
+                                                         : "signal " + std::to_string(signal);
 }
 
 std::string SelfExecutable() {
