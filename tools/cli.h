@@ -65,6 +65,7 @@ struct ScenarioFlags {
   std::optional<long long> seq_len;
   std::string recompute;
   std::string cost_model;
+  std::optional<long long> max_actions;  // tools/work_bounds.h
 };
 
 // Adds the scenario options to `desc`, writing into `flags`.
