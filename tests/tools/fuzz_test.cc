@@ -1,6 +1,7 @@
 // A structure-aware fuzzer of the library entry points the commands call:
-// scenarios (parse, resolve, bound, configure, simulate) and plans (parse,
-// validate, simulate the plan). Each input is a seed text mutated by a
+// scenarios (parse, resolve, bound, configure, simulate), plans (parse,
+// validate, simulate the plan) and cost tables (parse, check against the
+// model, index, simulate a replay). Each input is a seed text mutated by a
 // seeded, deterministic mutator (numbers replaced by edge values, lines
 // deleted, duplicated or swapped, strings replaced, bytes flipped or
 // inserted, truncation). Every input must end in a result or an error
@@ -26,6 +27,7 @@
 #include "scenario/resolve.h"
 #include "schedule/plan_text.h"
 #include "schedule/validator.h"
+#include "sim/cost_table.h"
 #include "sim/simulation.h"
 #include "tools/work_bounds.h"
 
@@ -259,6 +261,72 @@ TEST(Fuzz, EverySeedIsAValidScenario) {
     const Status s = RunScenario(seed, nullptr);
     EXPECT_TRUE(s.ok()) << s.message() << "\n" << seed;
   }
+}
+
+// A cost table of the tiny-train scenario's model (gdn-tiny): each layer
+// kind's forward and backward at the scenario's chunk lengths, and a link.
+std::string CostTableSeed(const pb::Scenario& scenario) {
+  pb::CostTable t;
+  *t.mutable_model() = scenario.model();
+  t.set_microbatch_size(1);
+  t.set_dtype("float32");
+  for (const char* kind : {"embedding", "head", "recurrence"}) {
+    for (const char* pass : {"forward", "backward"}) {
+      for (double tokens : {32.0, 64.0, 128.0, 256.0}) {
+        pb::CostSample* c = t.add_samples();
+        c->set_layer_kind(kind);
+        c->set_pass(pass);
+        c->set_recompute("none");
+        c->set_tokens(tokens);
+        c->set_median_s(1e-6 * tokens * (pass[0] == 'f' ? 1 : 2));
+      }
+    }
+  }
+  t.mutable_link()->set_latency_s(1e-6);
+  t.mutable_link()->set_bandwidth_bytes_per_s(1e9);
+  return sim::CostTableText(t);
+}
+
+Status RunCosts(const scenario::ResolvedScenario& resolved, const std::string& text) {
+  pb::CostTable table;
+  SF_RETURN_IF_ERROR(scenario::ParseTextProto(text, "<fuzz costs>", &table));
+  SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, resolved.proto().model(), "<fuzz costs>", 1));
+  SF_ASSIGN_OR_RETURN(sim::CostTableIndex index, sim::CostTableIndex::Make(table, "<fuzz costs>"));
+  SF_ASSIGN_OR_RETURN(sim::Simulation sim,
+                      sim::Simulate(resolved, resolved.proto().schedule(), {.costs = &index}));
+  if (!FiniteReport(sim.report)) return Status::Internal("NON-FINITE REPORT");
+  return Status::Ok();
+}
+
+TEST(Fuzz, CostTablesEndInAResultOrAnError) {
+  const long inputs = EnvOr("SF_FUZZ_INPUTS", kDefaultInputs);
+  Mutator mutator(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 2000003);
+  Result<pb::Scenario> raw = scenario::ParseScenarioText(scenario::TinyTrainScenarioText(), "<s>");
+  ASSERT_TRUE(raw.ok());
+  raw->mutable_schedule()->set_recompute("none");
+  Result<scenario::ResolvedScenario> resolved = scenario::Resolve(*raw);
+  ASSERT_TRUE(resolved.ok()) << resolved.status().message();
+  const std::string seed = CostTableSeed(resolved->proto());
+  const Status valid = RunCosts(*resolved, seed);
+  ASSERT_TRUE(valid.ok()) << valid.message() << "\n" << seed;
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  for (long k = 0; k < inputs; ++k) {
+    const std::string input = mutator.Mutate(seed);
+    try {
+      const Status s = RunCosts(*resolved, input);
+      if (!s.ok() && s.message() == "NON-FINITE REPORT") {
+        out.Bad("a report with a non-finite number", input);
+      } else {
+        Count(s, input, &out);
+      }
+    } catch (const std::exception& e) {
+      out.Bad(std::string("exception: ") + e.what(), input);
+    }
+  }
+  Report("costs", inputs, out, Seconds(start));
+  EXPECT_GT(out.ok, 0);
+  EXPECT_GT(out.error, inputs / 20);
 }
 
 TEST(Fuzz, ScenariosEndInAResultOrAnError) {
