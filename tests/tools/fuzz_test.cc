@@ -11,9 +11,11 @@
 // (tools/cli.cc Fail).
 //
 // CI runs kDefaultInputs inputs per kind; SF_FUZZ_INPUTS=N runs N per kind
-// (the long run in docs/reliability.md), SF_FUZZ_SEED another seed.
+// (the long run in docs/reliability.md), SF_FUZZ_SEED another seed. Flags
+// go through the binary: 300 inputs, SF_FUZZ_FLAG_INPUTS=N for more.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -30,6 +32,7 @@
 #include "sim/cost_table.h"
 #include "sim/simulation.h"
 #include "tools/work_bounds.h"
+#include "tests/backend/subprocess_util.h"
 
 namespace stateflow::tools {
 namespace {
@@ -382,6 +385,57 @@ TEST(Fuzz, PlansEndInAResultOrAnError) {
   }
   Report("plans", inputs, out, Seconds(start));
   EXPECT_GT(out.ok, 0);
+  EXPECT_GT(out.error, inputs / 10);
+}
+
+// Flags: the binary itself (a process per input, so far fewer inputs), each
+// run with a random command of the quick ones and one to four flags with
+// edge values. It must exit 0, or 2 with exactly one line on stderr, within
+// its deadline. `--max-actions` comes first and is not in the pool, so no
+// input simulates more than 100,000 actions.
+TEST(Fuzz, FlagsEndInExitZeroOrOneLineAndExitTwo) {
+  const long inputs = EnvOr("SF_FUZZ_FLAG_INPUTS", 300);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 3000017);
+  auto pick = [&rng](const auto& pool) { return pool[rng() % pool.size()]; };
+  const std::vector<std::string> commands = {"simulate", "plan-dump", "sweep", "capacity"};
+  const std::vector<std::string> flags = {
+      "-P", "-M", "-N", "-T", "--alpha", "--policy", "--model", "--cluster", "--recompute",
+      "--tensor-parallel", "--microbatch-size", "--chunks-list", "--microbatches-list",
+      "--devices", "--global-batch", "--json", "--top", "--nonsense", "-"};
+  std::vector<std::string> values = kNumbers;
+  for (const char* v : {"", "x", "gdn-32b", "gdn-tiny", "mamba3-tiny", "stateflow", "1f1b",
+                        "gpipe", "full", "none", "cpu", "1,2,3", "2,2", "1,,2", "-1,4",
+                        "a\nb\033[31m", "--json"}) {
+    values.push_back(v);
+  }
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string prefix = std::string(SF_BINARY_DIR) + "/test-tmp-fuzz-flags";
+  for (long k = 0; k < inputs; ++k) {
+    std::vector<std::string> argv = {std::string(SF_BINARY_DIR) + "/stateflow", pick(commands),
+                                     "--max-actions", "100000"};
+    const int count = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < count; ++f) {
+      argv.push_back(pick(flags));
+      if (rng() % 5 != 0) argv.push_back(pick(values));
+    }
+    std::string input;
+    for (std::size_t a = 1; a < argv.size(); ++a) input += (a > 1 ? " " : "") + argv[a];
+    const backend::testing::Finished f = backend::testing::RunFor(argv, prefix, 60);
+    const long lines = std::count(f.err.begin(), f.err.end(), '\n');
+    if (f.timed_out) {
+      out.Bad("timed out", input);
+    } else if (f.exit_code == 0) {
+      ++out.ok;
+    } else if (f.exit_code == 2 && lines == 1) {
+      ++out.error;
+    } else {
+      out.Bad("exit " + std::to_string(f.exit_code) + " with " + std::to_string(lines) +
+                  " lines on stderr: " + f.err,
+              input);
+    }
+  }
+  Report("flags", inputs, out, Seconds(start));
   EXPECT_GT(out.error, inputs / 10);
 }
 
