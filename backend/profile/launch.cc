@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -37,22 +38,69 @@ std::string ReadAll(const TempFile& file) {
   return s.str();
 }
 
+// The processes whose parent is `parent` (mpirun's ranks, which Open MPI
+// puts in process groups of their own).
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// Whether any of `pids` still runs (a zombie, waiting for its reaper, does not).
+bool AnyAlive(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) {
+    std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const std::size_t close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z') {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Forwards the interrupt to `pid`'s group, waits up to the grace period,
-// then kills whatever is left of the group.
+// then kills whatever is left of the group; then waits (a second, then
+// SIGKILL) for the child's own children, which may outlive it briefly.
 void StopOnInterrupt(pid_t pid) {
+  const std::vector<pid_t> ranks = ChildrenOf(pid);
   kill(-pid, g_interrupt);
   const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [](std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  };
   int status = 0;
   while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-        kInterruptGrace_s) {
+    if (elapsed(start) > kInterruptGrace_s) {
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  kill(-pid, SIGKILL);  // ranks that outlived mpirun, if any
+  kill(-pid, SIGKILL);
+  const auto after = std::chrono::steady_clock::now();
+  while (AnyAlive(ranks) && elapsed(after) < 5) {
+    if (elapsed(after) > 1) {
+      for (pid_t r : ranks) kill(r, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 // Waits for `pid` until `timeout_s` after `start`, then kills its group.
