@@ -36,7 +36,8 @@ Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeou
 // longer end this process at once: the first one is recorded, a running
 // RunChild forwards it to the child's process group (mpirun forwards it to
 // its ranks), waits up to kInterruptGrace_s for the child, then kills the
-// whole group (SIGKILL), and returns "interrupted by SIGTERM: stopped ...";
+// whole group (SIGKILL), waits for the child's own children (mpirun's
+// ranks, in groups of their own; SIGKILL after 1 s), and returns "interrupted by SIGTERM: stopped ...";
 // a RunChild called after the interrupt returns that error without
 // starting anything. The caller returns normally, so every TempFile is
 // removed, and exits with 128 + PendingInterrupt() (130, 143).
