@@ -129,4 +129,31 @@ Status WriteFile(const std::string& path, std::string_view text) {
   return Status::Ok();
 }
 
+Status WriteFileDurably(const std::string& path, std::string_view data) {
+  const std::string temp = path + ".tmp";
+  auto fail = [&](const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    unlink(temp.c_str());
+    return Status::Resource(path + ": " + what + " failed: " + reason);
+  };
+  const Fd fd(open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return Status::Resource(temp + ": cannot write: " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("write");
+    done += static_cast<std::size_t>(n);
+  }
+  if (fsync(fd.get()) != 0) return fail("fsync");
+  if (std::rename(temp.c_str(), path.c_str()) != 0) return fail("rename");
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const Fd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() < 0 || fsync(dir_fd.get()) != 0) {
+    return Status::Resource(dir + ": fsync of the directory failed: " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
 }  // namespace stateflow

@@ -45,6 +45,13 @@ class TempFile {
 // names the path, never a silently short file.
 Status WriteFile(const std::string& path, std::string_view text);
 
+// Writes `data` to `path` so that a crash at any moment leaves either the
+// old file or the whole new one, never a part: the bytes go to
+// `path`.tmp, are fsynced, renamed over `path`, and the directory is
+// fsynced. Errors (kResource, naming the path): as WriteFile, and a failed
+// fsync or rename; the temporary file is removed on error.
+Status WriteFileDurably(const std::string& path, std::string_view data);
+
 // The size limit of text-format inputs (scenario, plan, cost table): 64 MiB.
 inline constexpr std::int64_t kMaxTextFileBytes = std::int64_t{64} << 20;
 

@@ -1,6 +1,8 @@
 // `stateflow capacity`: which P x TP x DP splits of a number of devices can
 // train a model at a sequence length and global batch, each with its best
 // (N, alpha), ranked; and why the others cannot.
+#include <algorithm>
+#include <cstdint>
 #include <iostream>
 
 #include "common/files.h"
@@ -8,6 +10,7 @@
 #include "scenario/resolve.h"
 #include "sim/capacity_plan.h"
 #include "tools/cli.h"
+#include "tools/work_bounds.h"
 #include "tools/report_format.h"
 #include "tools/sweep_format.h"
 #include "tools/sweep_options.h"
@@ -112,6 +115,16 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
   // plan then tries the paper's N and alpha, with 1f1b and stateflow).
   if (!f.scenario.scenario_path.empty()) request.sweep = scenario.sweep();
   SF_RETURN_IF_ERROR(ApplySweepFlags(f.sweep, &request.sweep));
+  // The largest split's plan: every device a stage (P = devices, DP = 1), so
+  // M = global batch / microbatch size.
+  pb::Scenario largest = scenario;
+  largest.mutable_parallel()->set_pipeline_size(static_cast<std::uint32_t>(request.devices));
+  largest.mutable_parallel()->set_data_size(1);
+  const std::int64_t per_microbatch = std::max(1u, scenario.parallel().microbatch_size());
+  largest.mutable_parallel()->set_microbatches(static_cast<std::uint32_t>(
+      std::min<std::int64_t>((request.global_batch + per_microbatch - 1) / per_microbatch,
+                             UINT32_MAX)));
+  SF_RETURN_IF_ERROR(CheckPlanBounds(largest, &request.sweep, f.scenario.max_actions));
   std::optional<sim::CostTableIndex> costs;
   if (!f.costs_path.empty()) {
     SF_ASSIGN_OR_RETURN(costs, LoadCostsFor(f.costs_path, scenario));

@@ -12,6 +12,7 @@
 #include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "tools/work_bounds.h"
 
 namespace stateflow::tools {
 namespace {
@@ -68,6 +69,10 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        ("scenario file (protobuf text format, at most " + LimitText(kMaxTextFileBytes) + "); default: the embedded "
         "default scenario").c_str())
       ("model", po::value(&f->model_preset), "model preset (see `stateflow presets`)")
+      ("max-actions", Optional(&f->max_actions),
+       "refuse a plan (each configuration of a sweep) of more than this many actions, "
+       "2 P M N (default 50000000, at most 2^40); a plan whose simulation would need more "
+       "than this machine's memory is refused whatever the limit")
       ("cluster", po::value(&f->cluster_preset), "cluster preset")
       ("policy", po::value(&f->policy),
        "schedule under study: gpipe, 1f1b or stateflow (drops the baselines)")
@@ -184,7 +189,9 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   if (f.tensor_size) s.mutable_parallel()->set_tensor_size(static_cast<std::uint32_t>(*f.tensor_size));
   if (f.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*f.seq_len));
   if (!f.cost_model.empty()) s.set_cost_model(f.cost_model);
-  return scenario::Resolve(std::move(s));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved, scenario::Resolve(std::move(s)));
+  SF_RETURN_IF_ERROR(CheckPlanBounds(resolved.proto(), nullptr, f.max_actions));
+  return resolved;
 }
 
 }  // namespace stateflow::tools

@@ -70,6 +70,7 @@ struct ScenarioFlags {
   std::string st_overlap;                 // "on" / "off" (every schedule)
   std::optional<std::int64_t> st_tile;    // schedule.st_tile (every schedule)
   std::optional<std::int64_t> compute_units;  // cluster.device.compute_units
+  std::optional<long long> max_actions;  // tools/work_bounds.h
 };
 
 // Adds the scenario options to `desc`, writing into `flags`.

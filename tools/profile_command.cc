@@ -127,7 +127,7 @@ int RunProfile(int argc, char** argv) {
                                                  "`mpirun -n 2` itself to time the link"));
   }
   if (flags.out_path.empty()) return Fail(kName, Status::Invalid("--out is required"));
-  return Profile(flags);
+  return WithInterruptForwarding(kName, [&] { return Profile(flags); });
 }
 
 }  // namespace stateflow::tools

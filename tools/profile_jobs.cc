@@ -21,6 +21,17 @@
 #include "tools/cli.h"
 
 namespace stateflow::tools {
+
+int WithInterruptForwarding(const std::string& command, const std::function<int()>& body) {
+  backend::InstallInterruptForwarding();
+  const int code = body();
+  const int signal = backend::PendingInterrupt();
+  if (signal == 0) return code;
+  if (code == kExitOk) {
+    Fail(command, Status::Resource("interrupted by " + backend::InterruptName(signal)));
+  }
+  return 128 + signal;
+}
 namespace {
 
 constexpr char kName[] = "profile";

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@
 #include "tools/profiling.h"
 
 namespace stateflow::tools {
+
+// For the commands that start child jobs (validate, profile): runs `body`
+// with SIGINT and SIGTERM forwarded to the running child
+// (backend/profile/launch.h InstallInterruptForwarding). After an interrupt
+// the exit code is 130 (SIGINT) or 143 (SIGTERM); `body` has printed the one
+// line (a RunChild failed with "interrupted by ..."), or, if it finished
+// anyway, this prints it.
+int WithInterruptForwarding(const std::string& command, const std::function<int()>& body);
 
 // `mpirun -n 2` of this program in its hidden link-worker mode: the
 // ping-pong samples of messages of `elements` elements. Errors: no path to

@@ -7,6 +7,7 @@
 #include "scenario/resolve.h"
 #include "sim/search.h"
 #include "tools/cli.h"
+#include "tools/work_bounds.h"
 #include "tools/report_format.h"
 #include "tools/sweep_format.h"
 #include "tools/sweep_options.h"
@@ -52,6 +53,7 @@ Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_
   pb::SweepSpec sweep = scenario.proto().sweep();
   ClearOverriddenRanges(flags, &sweep);
   SF_RETURN_IF_ERROR(ApplySweepFlags(sweep_flags, &sweep));
+  SF_RETURN_IF_ERROR(CheckPlanBounds(scenario.proto(), &sweep, flags.max_actions));
   std::optional<sim::CostTableIndex> costs;
   if (!costs_path.empty()) {
     SF_ASSIGN_OR_RETURN(costs, LoadCostsFor(costs_path, scenario.proto()));

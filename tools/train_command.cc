@@ -60,7 +60,8 @@ struct TrainFlags {
   ScenarioFlags scenario;
   std::optional<long long> steps, seed, threads, capacity_bytes;
   std::optional<double> learning_rate, watchdog;
-  std::string dtype, text_path, plan_path, trace_path, dump_path;
+  std::optional<long long> checkpoint_every;
+  std::string dtype, text_path, plan_path, trace_path, dump_path, checkpoint_dir, resume_dir;
   bool json = false;
 };
 
@@ -84,6 +85,14 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
       ("watchdog", Optional(&f->watchdog),
        "seconds a rank may wait on another (a message, a step collective) before the job "
        "ends on every rank with a line naming the wait and the peer (default 600; 0: no limit)")
+      ("checkpoint", po::value(&f->checkpoint_dir),
+       "write checkpoints (every stage's parameters, AdamW state and the step) into DIR, "
+       "atomically: a run killed at any moment resumes from the last complete one")
+      ("checkpoint-every", Optional(&f->checkpoint_every),
+       "checkpoint after every K-th step and after the last (default 1; needs --checkpoint)")
+      ("resume", po::value(&f->resume_dir),
+       "continue from the checkpoint in DIR up to --steps steps in all; the scenario must "
+       "match it (model, P, M, N, microbatch size, T, dtype, seed)")
       ("json", po::bool_switch(&f->json), "print one Report as JSON (rank 0) instead of text")
       ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace")
       ("dump-weights", po::value(&f->dump_path),
@@ -270,11 +279,29 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
          {"block_size", static_cast<double>(dims.block_size)}});
     if (!dumped.ok()) return FailOnce(rank, dumped);
   }
+  backend::TrainLoop loop;
+  loop.checkpoint_dir = flags.checkpoint_dir;
+  loop.checkpoint_every = flags.checkpoint_every ? static_cast<int>(*flags.checkpoint_every) : 1;
+  if (!flags.resume_dir.empty()) {
+    Result<int> step = (*trainer)->LoadCheckpoint(flags.resume_dir);
+    if (!step.ok()) return FailOnce(rank, step.status().WithPrefix("--resume"));
+    if (*step >= p.options.steps) {
+      return FailOnce(rank, Status::Invalid("--resume " + flags.resume_dir +
+                                            ": the checkpoint is after step " +
+                                            std::to_string(*step) + ", --steps " +
+                                            std::to_string(p.options.steps) +
+                                            " leaves nothing to run (--steps counts all steps)"));
+    }
+    loop.first_step = *step;
+  }
   WritePidFile(rank);
   const bool print = rank == 0 && !flags.json;
-  backend::TrainRun run = backend::Train(**trainer, p.options.steps, [&](const StepResult& s) {
-    if (print) PrintStep(s);
-  });
+  backend::TrainRun run = backend::Train(
+      **trainer, p.options.steps,
+      [&](const StepResult& s) {
+        if (print) PrintStep(s);
+      },
+      loop);
   if (!run.status.ok()) {
     if (!run.on_every_rank && mpi) {
       Fail(kName, run.status);  // the failing rank knows; the others are blocked
@@ -301,6 +328,16 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
       return FailOnce(rank, Status::Invalid("--watchdog must be in [0, 1e7] seconds"));
     }
     backend::SetMpiWatchdogSeconds(*flags.watchdog);
+  }
+  if (flags.checkpoint_every &&
+      (flags.checkpoint_dir.empty() || *flags.checkpoint_every < 1 ||
+       *flags.checkpoint_every > (1 << 30))) {
+    return FailOnce(rank, Status::Invalid(flags.checkpoint_dir.empty()
+                                              ? "--checkpoint-every needs --checkpoint DIR"
+                                              : "--checkpoint-every must be in [1, " +
+                                                    std::to_string(1 << 30) + "] (got " +
+                                                    std::to_string(*flags.checkpoint_every) +
+                                                    ")"));
   }
   Result<Prepared> prepared = Prepare(flags);
   if (!prepared.ok()) return FailOnce(rank, prepared.status());

@@ -31,6 +31,7 @@
 #include "sim/cost_table.h"
 #include "sim/validation.h"
 #include "tools/cli.h"
+#include "tools/profile_jobs.h"
 #include "tools/profiling.h"
 #include "tools/report_format.h"
 #include "tools/run_configs.h"
@@ -251,7 +252,7 @@ int RunValidate(int argc, char** argv) {
   if (flags.timeout_s && *flags.timeout_s < 1) {
     return Fail(kName, Status::Invalid("--timeout must be >= 1"));
   }
-  return Validate(flags);
+  return WithInterruptForwarding(kName, [&] { return Validate(flags); });
 }
 
 }  // namespace stateflow::tools

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -19,6 +21,16 @@ extern char** environ;
 namespace stateflow::backend {
 namespace {
 
+volatile std::sig_atomic_t g_interrupt = 0;
+
+extern "C" void RecordInterrupt(int signal) {
+  if (g_interrupt == 0) g_interrupt = signal;
+}
+
+Status Interrupted(const std::string& what) {
+  return Status::Resource("interrupted by " + InterruptName(g_interrupt) + what);
+}
+
 std::string ReadAll(const TempFile& file) {
   std::ifstream f(file.path());
   std::stringstream s;
@@ -26,11 +38,81 @@ std::string ReadAll(const TempFile& file) {
   return s.str();
 }
 
+// The processes whose parent is `parent` (mpirun's ranks, which Open MPI
+// puts in process groups of their own).
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size()) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// Whether any of `pids` still runs (a zombie, waiting for its reaper, does not).
+bool AnyAlive(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) {
+    std::ifstream in("/proc/" + std::to_string(p) + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const std::size_t close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Forwards the interrupt to `pid`'s group, waits up to the grace period,
+// then kills whatever is left of the group; then waits (a second, then
+// SIGKILL) for the child's own children, which may outlive it briefly.
+void StopOnInterrupt(pid_t pid) {
+  const std::vector<pid_t> ranks = ChildrenOf(pid);
+  kill(-pid, g_interrupt);
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [](std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  };
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (elapsed(start) > kInterruptGrace_s) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(-pid, SIGKILL);
+  const auto after = std::chrono::steady_clock::now();
+  while (AnyAlive(ranks) && elapsed(after) < 5) {
+    if (elapsed(after) > 1) {
+      for (pid_t r : ranks) kill(r, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 // Waits for `pid` until `timeout_s` after `start`, then kills its group.
-void WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point start,
+// False if interrupted (the child is stopped then).
+bool WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point start,
              ChildResult* result) {
   int status = 0;
   for (;;) {
+    if (g_interrupt != 0) {
+      StopOnInterrupt(pid);
+      return false;
+    }
     const pid_t done = waitpid(pid, &status, WNOHANG);
     result->elapsed_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -39,17 +121,19 @@ void WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point 
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       result->timed_out = true;
-      return;
+      return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
+  return true;
 }
 
 }  // namespace
 
 Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeout_s) {
   if (argv.empty()) return Status::Internal("RunChild: no program");
+  if (g_interrupt != 0) return Interrupted(" before starting " + argv[0]);
   SF_ASSIGN_OR_RETURN(TempFile out, TempFile::Create("child-out"));
   SF_ASSIGN_OR_RETURN(TempFile err, TempFile::Create("child-err"));
   posix_spawn_file_actions_t actions;
@@ -79,10 +163,28 @@ Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeou
     return Status::Resource("cannot start " + argv[0] + " (error " + std::to_string(rc) + ")");
   }
   ChildResult result;
-  WaitFor(pid, timeout_s, start, &result);
+  if (!WaitFor(pid, timeout_s, start, &result)) {
+    return Interrupted(": stopped its child " + argv[0] + " (and its process group)");
+  }
   result.out = ReadAll(out);
   result.err = ReadAll(err);
   return result;
+}
+
+void InstallInterruptForwarding() {
+  struct sigaction action {};
+  action.sa_handler = RecordInterrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+int PendingInterrupt() { return g_interrupt; }
+
+std::string InterruptName(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM"
+                                                         : "signal " + std::to_string(signal);
 }
 
 std::string SelfExecutable() {

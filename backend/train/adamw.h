@@ -45,6 +45,14 @@ class AdamW {
   void Step();
   int steps_taken() const { return steps_taken_; }
 
+  // For checkpoints (checkpoint.h): the parameters in order, the moments of
+  // parameter k (same shape), and restoring the step counter (bias
+  // corrections use it). REQUIRES: k < params().size(), steps >= 0.
+  const std::vector<ParamRef<T>>& params() const { return params_; }
+  Tensor<T>& first_moment(std::size_t k) { return m_[k]; }
+  Tensor<T>& second_moment(std::size_t k) { return v_[k]; }
+  void set_steps_taken(int steps) { steps_taken_ = steps; }
+
  private:
   AdamW(std::vector<ParamRef<T>> params, const AdamWOptions& options)
       : params_(std::move(params)), options_(options) {}

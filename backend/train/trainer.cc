@@ -303,6 +303,43 @@ Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double sta
 }
 
 template <typename T>
+CheckpointKey Trainer<T>::checkpoint_key() const {
+  return MakeCheckpointKey(setup_, options_.seed, DtypeName<T>());
+}
+
+template <typename T>
+Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step) {
+  const CheckpointKey key = checkpoint_key();
+  Status written = Status::Ok();
+  for (std::unique_ptr<LocalStage>& local : stages_) {
+    if (!written.ok()) break;
+    written = WriteStageCheckpoint<T>(dir, key, local->stage, setup_.stage_layers[local->stage],
+                                      step, *local->optimizer);
+  }
+  SF_RETURN_IF_ERROR(group_->Agree(written));
+  SF_RETURN_IF_ERROR(group_->Agree(rank() == 0 ? WriteCheckpointManifest(dir, key, step)
+                                               : Status::Ok()));
+  for (std::unique_ptr<LocalStage>& local : stages_) {
+    RemoveStaleStageCheckpoints(dir, local->stage, step);
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Result<int> Trainer<T>::LoadCheckpoint(const std::string& dir) {
+  const CheckpointKey key = checkpoint_key();
+  Result<int> step = ReadCheckpointManifest(dir, key);
+  Status loaded = step.status();
+  for (std::unique_ptr<LocalStage>& local : stages_) {
+    if (!loaded.ok()) break;
+    loaded = ReadStageCheckpoint<T>(dir, key, local->stage, setup_.stage_layers[local->stage],
+                                    *step, &*local->optimizer);
+  }
+  SF_RETURN_IF_ERROR(group_->Agree(loaded));
+  return *step;
+}
+
+template <typename T>
 Result<std::vector<StageTimeline>> Trainer<T>::GatherTimelines() {
   std::vector<double> local = {static_cast<double>(stages_.size())};
   for (const std::unique_ptr<LocalStage>& s : stages_) AppendTimeline(s->timeline, &local);
@@ -320,9 +357,9 @@ Result<std::vector<StageTimeline>> Trainer<T>::GatherTimelines() {
 
 template <typename T>
 TrainRun Train(Trainer<T>& trainer, int steps,
-               const std::function<void(const StepResult&)>& on_step) {
+               const std::function<void(const StepResult&)>& on_step, const TrainLoop& loop) {
   TrainRun run;
-  for (int k = 0; k < steps; ++k) {
+  for (int k = loop.first_step; k < steps; ++k) {
     Result<StepResult> step = trainer.Step(k);
     if (!step.ok()) {
       run.status = step.status();
@@ -337,6 +374,14 @@ TrainRun Train(Trainer<T>& trainer, int steps,
                                     " (not finite); training stopped on every stage");
       return run;
     }
+    const int done = k + 1;
+    if (!loop.checkpoint_dir.empty() &&
+        (done % std::max(1, loop.checkpoint_every) == 0 || done == steps)) {
+      if (Status saved = trainer.SaveCheckpoint(loop.checkpoint_dir, done); !saved.ok()) {
+        run.status = saved.WithPrefix("step " + std::to_string(k) + ": checkpoint");
+        return run;
+      }
+    }
   }
   return run;
 }
@@ -348,8 +393,9 @@ template Result<Transport<double>> MakeSingleProcessTransport<double>(int);
 template Result<Transport<float>> MakeMpiTransport<float>(int, int, int);
 template Result<Transport<double>> MakeMpiTransport<double>(int, int, int);
 template TrainRun Train<float>(Trainer<float>&, int,
-                               const std::function<void(const StepResult&)>&);
+                               const std::function<void(const StepResult&)>&, const TrainLoop&);
 template TrainRun Train<double>(Trainer<double>&, int,
-                                const std::function<void(const StepResult&)>&);
+                                const std::function<void(const StepResult&)>&,
+                                const TrainLoop&);
 
 }  // namespace stateflow::backend

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/allocator.h"
@@ -33,6 +34,7 @@
 #include "backend/runtime/stage_runtime.h"
 #include "backend/stage_module.h"
 #include "backend/train/adamw.h"
+#include "backend/train/checkpoint.h"
 #include "backend/train/text_data.h"
 #include "backend/train/train_setup.h"
 #include "common/status.h"
@@ -107,6 +109,16 @@ class Trainer {
   // Step k (0-based). Collective. Errors: see the header comment.
   Result<StepResult> Step(int step);
 
+  // Writes a checkpoint of every stage after `step` steps into `dir`
+  // (checkpoint.h): each rank its stages' files, then, once every rank has,
+  // rank 0 the manifest, then each rank removes its older files. Collective;
+  // an error on any rank is returned on every rank.
+  Status SaveCheckpoint(const std::string& dir, int step);
+  // Loads the checkpoint in `dir` into every local stage and returns its
+  // step (the next step to run). Collective; errors (a missing, corrupt or
+  // mismatched checkpoint, naming the file and the field) on every rank.
+  Result<int> LoadCheckpoint(const std::string& dir);
+
   // Rank 0 gets every stage's timeline (others: empty). Collective.
   Result<std::vector<StageTimeline>> GatherTimelines();
 
@@ -122,6 +134,7 @@ class Trainer {
 
   Trainer(const TrainSetup& setup, const TrainOptions& options, const TextData& text,
           Transport<T> transport);
+  CheckpointKey checkpoint_key() const;
   Status MakeStages(const StageModuleFactory<T>& factory);
   Status BeginStep(int step);
   Status RunOptimizers();
@@ -144,11 +157,20 @@ struct TrainRun {
   bool on_every_rank = true;   // whether every rank returned this status
 };
 
-// Runs `steps` steps, calling `on_step` after each; stops at the first error
-// or at a non-finite loss (kResource, "step 3: loss is nan ...", on every
-// rank).
+// Where a run starts and how it checkpoints.
+struct TrainLoop {
+  int first_step = 0;            // e.g. LoadCheckpoint's step
+  std::string checkpoint_dir;    // empty: no checkpoints
+  int checkpoint_every = 1;      // K >= 1: after every K-th step, and the last
+};
+
+// Runs steps loop.first_step .. steps - 1, calling `on_step` after each and
+// checkpointing as `loop` says; stops at the first error (a failed
+// checkpoint too) or at a non-finite loss (kResource, "step 3: loss is nan
+// ...", on every rank).
 template <typename T>
 TrainRun Train(Trainer<T>& trainer, int steps,
-               const std::function<void(const StepResult&)>& on_step);
+               const std::function<void(const StepResult&)>& on_step,
+               const TrainLoop& loop = {});
 
 }  // namespace stateflow::backend

@@ -97,6 +97,8 @@ class Process {
     return f;
   }
 
+  pid_t pid() const { return pid_; }
+
   double Elapsed() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -82,6 +83,32 @@ void ExpectReadError(const Result<std::string>& r, const std::string& path,
   EXPECT_EQ(r.status().message().rfind(path + ": ", 0), 0u) << r.status().message();
   EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
   EXPECT_EQ(r.status().message().find('\n'), std::string::npos) << r.status().message();
+}
+
+TEST(WriteFileDurably, ReplacesWholeAndLeavesNoTemporaryFile) {
+  Result<TempFile> file = TempFile::Create("durable-test");
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE(WriteFileDurably(file->path(), std::string(50000, 'y')).ok());
+  EXPECT_EQ(Read(file->path()), std::string(50000, 'y'));
+  ASSERT_TRUE(WriteFileDurably(file->path(), "new").ok());
+  EXPECT_EQ(Read(file->path()), "new");
+  EXPECT_FALSE(Exists(file->path() + ".tmp"));
+
+  const Status missing = WriteFileDurably("/nonexistent-stateflow-dir/out.ckpt", "x");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("/nonexistent-stateflow-dir/out.ckpt"), std::string::npos);
+  // Renaming over a directory fails after the write: the old entry stays, no temporary remains.
+  const std::string dir = file->path() + ".dir";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string entry = dir + "/sub";
+  ASSERT_EQ(mkdir(entry.c_str(), 0700), 0);
+  const Status over_dir = WriteFileDurably(entry, "x");
+  EXPECT_FALSE(over_dir.ok());
+  EXPECT_NE(over_dir.message().find(entry + ": rename failed"), std::string::npos)
+      << over_dir.message();
+  EXPECT_FALSE(Exists(entry + ".tmp"));
+  rmdir(entry.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(ReadFile, ReadsARegularFileWholeUpToTheLimit) {

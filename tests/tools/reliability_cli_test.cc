@@ -66,6 +66,44 @@ TEST(ReliabilityCli, EchoedValuesAreEscapedToOnePrintableLine) {
   ExpectBadInput(Stateflow("simulate --scenario " + path), "policy: unknown 'x\\ty'");
 }
 
+// Bounded work: the plan of 1.28e9 actions (it grew to 7.8 GB and
+// aborted) is refused before anything is built, by every command that
+// builds a plan, naming the limit and its flag; raised past the machine's
+// memory, it is refused by the memory estimate; a sweep by its largest plan.
+TEST(ReliabilityCli, PlansAboveTheLimitAreRefusedBeforeTheyAreBuilt) {
+  const std::string huge = " --model gdn-32b -P 64 -M 10000 -N 1000 -T 1048576";
+  const std::string limit =
+      "the plan (P = 64, M = 10000, N = 1000) has 2 P M N = 1,280,000,000 actions, above the "
+      "limit of 50,000,000 (--max-actions raises it)";
+  for (const std::string command : {"simulate", "plan-dump", "train", "validate"}) {
+    ExpectBadInput(Stateflow(command + huge), limit);
+  }
+  // capacity: its largest split has every device a stage (P = 64, M = global batch).
+  ExpectBadInput(Stateflow("capacity --model gdn-32b --devices 64 --global-batch 10000 "
+                           "--chunks-list 1000 -T 1048576"),
+                 "the sweep's largest plan (P = 64, M = 10000, N = 1000) has 2 P M N = "
+                 "1,280,000,000 actions, above the limit of 50,000,000");
+  ExpectBadInput(Stateflow("profile" + huge + " --out " +
+                           stateflow::testing::TempPath("reliability-never-written")),
+                 limit);
+  // At the largest --max-actions, 2^40 actions: 24 bytes each (tools/work_bounds.h)
+  // is 24 TiB, more than any machine's memory, which is named.
+  ExpectBadInput(Stateflow("simulate --model gdn-32b -P 64 -M 1048576 -N 8192 -T 1048576 "
+                           "--max-actions 1099511627776"),
+                 "2 P M N = 1,099,511,627,776 actions: simulating it needs about 24576.1 GiB, "
+                 "more than this machine's");
+  ExpectBadInput(Stateflow("simulate" + huge + " --max-actions 0"),
+                 "--max-actions must be in [1, 2^40] (got 0)");
+  ExpectBadInput(Stateflow("sweep --model gdn-32b -P 64 --microbatches-list 8,1000000 "
+                           "--chunks-list 1,4"),
+                 "the sweep's largest plan (P = 64, M = 1000000, N = ");
+  // Just under the limit is built: 2 x 8 x 8 x 16 actions with --max-actions 2048.
+  const CliRun small = Stateflow("simulate -P 8 -M 8 -N 16 --max-actions 2048");
+  EXPECT_EQ(small.exit_code, 0) << small.err;
+  ExpectBadInput(Stateflow("simulate -P 8 -M 8 -N 16 --max-actions 2047"),
+                 "2 P M N = 2,048 actions, above the limit of 2,047");
+}
+
 TEST(ReliabilityCli, ProfileAtTheSeqLenFlagMaximumIsAnError) {
   // -T at its own maximum (2^40): the profiler used to die with bad_alloc.
   ExpectBadInput(Stateflow("profile -T 1099511627776 --out " +

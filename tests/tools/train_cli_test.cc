@@ -368,5 +368,57 @@ TEST(TrainCli, WatchdogOutOfRangeIsOneLine) {
   ExpectOneLine(f, "--watchdog must be in [0, 1e7]");
 }
 
+// Checkpoints under mpirun: 3 steps, then --resume up to 6, gives the
+// uninterrupted run's losses bit for bit, and its last checkpoint (every
+// rank's parameters, AdamW moments and step counter) byte for byte.
+TEST(TrainCli, MpiResumeIsBitIdenticalToAnUninterruptedRun) {
+  namespace fs = std::filesystem;
+  const std::string full_dir = TempPrefix("ck-full"), part_dir = TempPrefix("ck-part");
+  fs::remove_all(full_dir);
+  fs::remove_all(part_dir);
+  const std::vector<std::string> base = {"--dtype", "float64", "-T", "48", "-M", "3", "-N", "3",
+                                         "--json"};
+  const Finished full = RunFor(
+      Mpirun(2, Train(With(base, {"--steps", "6", "--checkpoint", full_dir,
+                                  "--checkpoint-every", "4"}))),
+      TempPrefix("ck-full-run"));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const Finished first = RunFor(
+      Mpirun(2, Train(With(base, {"--steps", "3", "--checkpoint", part_dir}))),
+      TempPrefix("ck-first-run"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const Finished resumed = RunFor(
+      Mpirun(2, Train(With(base, {"--steps", "6", "--resume", part_dir, "--checkpoint",
+                                  part_dir}))),
+      TempPrefix("ck-resumed-run"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const pb::Report a = ParseReport(full), b = ParseReport(resumed);
+  ASSERT_EQ(a.losses_size(), 6);
+  ASSERT_EQ(b.losses_size(), 3);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(b.losses(k), a.losses(3 + k)) << "step " << 3 + k;
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const std::string name : {"MANIFEST", "stage-0.step-6.ckpt", "stage-1.step-6.ckpt"}) {
+    const std::string x = slurp(full_dir + "/" + name), y = slurp(part_dir + "/" + name);
+    EXPECT_FALSE(x.empty()) << name;
+    EXPECT_TRUE(x == y) << name << " differs";
+  }
+  // A checkpoint of another shape, or nothing left to run: one line, exit 2.
+  const Finished other = RunFor(
+      Mpirun(2, Train({"--dtype", "float64", "-T", "48", "-M", "2", "-N", "3", "--steps", "8",
+                       "--resume", part_dir})),
+      TempPrefix("ck-other"));
+  EXPECT_EQ(other.exit_code, 2);
+  ExpectOneLine(other, "MANIFEST: the checkpoint has parallel.microbatches 3, this run 2");
+  const Finished done = RunFor(Train(With(base, {"--steps", "6", "--resume", part_dir})),
+                               TempPrefix("ck-done"));
+  EXPECT_EQ(done.exit_code, 2);
+  ExpectOneLine(done, "leaves nothing to run");
+  fs::remove_all(full_dir);
+  fs::remove_all(part_dir);
+}
+
 }  // namespace
 }  // namespace stateflow::backend::testing

@@ -18,6 +18,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <cstdlib>
+#include <csignal>
+#include <thread>
+#include <sstream>
+#include <filesystem>
 #include <set>
 #include <tuple>
 
@@ -372,6 +378,95 @@ TEST(ValidateCli, BadFlagsGetOneLineAndExitTwo) {
   const std::size_t at = mpi.err.find("without mpirun");
   ASSERT_NE(at, std::string::npos) << mpi.err;
   EXPECT_EQ(mpi.err.find("without mpirun", at + 1), std::string::npos) << mpi.err;
+}
+
+// ---- interrupts -------------------------------------------------------------------
+
+// Every process (other than zombies) whose command line mentions `text`.
+std::vector<pid_t> ProcessesMentioning(const std::string& text) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    const std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+    if (cmdline.find(text) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// The child of `parent` (the command under `timeout`), or -1.
+pid_t ChildOf(pid_t parent) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) return std::stoi(name);
+  }
+  return -1;
+}
+
+// Starts `args` with its own TMPDIR, waits until one of its child jobs runs
+// (a process whose arguments name a file in that TMPDIR), sends `signal` to
+// the command, and checks: exit 128 + signal, one line on stderr naming the
+// signal, no child process and no temporary file of ours left.
+void ExpectInterruptStopsChildren(std::vector<std::string> args, int signal,
+                                  const std::string& tag) {
+  namespace fs = std::filesystem;
+  const std::string tmp = Temp(tag + "-tmpdir");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  setenv("TMPDIR", tmp.c_str(), 1);
+  Process p = Process::Start(Cmd(args), Temp(tag), 300);
+  old ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
+  const auto start = std::chrono::steady_clock::now();
+  auto waited = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  while (ProcessesMentioning(tmp + "/stateflow-").empty() && waited() < 120) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const pid_t command = ChildOf(p.pid());
+  ASSERT_GT(command, 0);
+  ASSERT_GE(ProcessesMentioning(tmp + "/stateflow-").size(), 1u) << "no child job started";
+  ASSERT_EQ(kill(command, signal), 0);
+  const Finished f = p.Wait(60);
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_EQ(f.exit_code, 128 + signal) << f.err;
+  EXPECT_EQ(std::count(f.err.begin(), f.err.end(), '\n'), 1) << f.err;
+  EXPECT_NE(f.err.find(std::string("interrupted by ") + (signal == SIGINT ? "SIGINT" : "SIGTERM")),
+            std::string::npos)
+      << f.err;
+  EXPECT_TRUE(ProcessesMentioning(tmp + "/stateflow-").empty()) << "a child outlived it";
+  for (const auto& e : fs::directory_iterator(tmp)) {
+    EXPECT_EQ(e.path().filename().string().rfind("stateflow-", 0), std::string::npos)
+        << "left behind: " << e.path();
+  }
+  fs::remove_all(tmp);
+}
+
+TEST(ValidateCli, SigtermStopsItsChildrenRemovesItsFilesAndExits143) {
+  const std::string scenario = WriteFile("sigterm.textproto", kScenario);
+  ExpectInterruptStopsChildren({"validate", "--scenario", scenario, "--steps", "100000"}, SIGTERM,
+                               "sigterm");
+}
+
+TEST(ProfileCli, SigintStopsItsChildrenRemovesItsFilesAndExits130) {
+  const std::string scenario = WriteFile("sigint.textproto", kScenario);
+  ExpectInterruptStopsChildren({"profile", "--scenario", scenario, "--out", Temp("sigint.costs"),
+                                "--repetitions", "100000", "--concurrent", "2"},
+                               SIGINT, "sigint");
 }
 
 }  // namespace

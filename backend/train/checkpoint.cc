@@ -1,0 +1,330 @@
+#include "backend/train/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "common/files.h"
+
+namespace stateflow::backend {
+namespace {
+
+constexpr char kMagic[] = "stateflow-checkpoint 1";
+constexpr char kManifest[] = "MANIFEST";
+// Parameters, moments and headers of the backend's models: far below this.
+constexpr std::int64_t kMaxCheckpointBytes = std::int64_t{16} << 30;
+
+std::uint64_t Fnv1a(std::string_view bytes) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string Hex(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The key's lines, each "field value" with the field as the scenario names it.
+std::vector<std::pair<std::string, std::string>> KeyFields(const CheckpointKey& k) {
+  return {{"model.name", k.model},
+          {"model.hash", Hex(k.model_hash)},
+          {"parallel.pipeline_size", std::to_string(k.stages)},
+          {"parallel.microbatches", std::to_string(k.microbatches)},
+          {"schedule.chunks", std::to_string(k.chunks)},
+          {"parallel.microbatch_size", std::to_string(k.microbatch_size)},
+          {"seq_len", std::to_string(k.seq_len)},
+          {"train.dtype", k.dtype},
+          {"train.seed", std::to_string(k.seed)}};
+}
+
+std::string Header(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out = std::string(kMagic) + "\n";
+  for (const auto& [name, value] : fields) out += name + " " + value + "\n";
+  return out + "end\n";
+}
+
+// Parses the header at the start of `bytes`; `*end` is the offset after it.
+Result<std::map<std::string, std::string>> ParseHeader(std::string_view bytes,
+                                                       const std::string& path,
+                                                       std::size_t* end) {
+  const std::string corrupt = path + ": not a stateflow checkpoint or corrupt (header)";
+  std::size_t pos = 0;
+  auto line = [&]() -> std::optional<std::string_view> {
+    const std::size_t nl = bytes.find('\n', pos);
+    if (nl == std::string_view::npos || nl - pos > 4096) return std::nullopt;
+    std::string_view l = bytes.substr(pos, nl - pos);
+    pos = nl + 1;
+    return l;
+  };
+  std::optional<std::string_view> first = line();
+  if (!first || *first != kMagic) return Status::Invalid(corrupt);
+  std::map<std::string, std::string> out;
+  for (;;) {
+    std::optional<std::string_view> l = line();
+    if (!l) return Status::Invalid(corrupt);
+    if (*l == "end") break;
+    const std::size_t space = l->find(' ');
+    if (space == std::string_view::npos) return Status::Invalid(corrupt);
+    out[std::string(l->substr(0, space))] = std::string(l->substr(space + 1));
+  }
+  *end = pos;
+  return out;
+}
+
+// Every expected field equal in `got`, else an error naming the first that differs.
+Status CheckFields(const std::map<std::string, std::string>& got,
+                   const std::vector<std::pair<std::string, std::string>>& expected,
+                   const std::string& path) {
+  for (const auto& [name, value] : expected) {
+    auto it = got.find(name);
+    if (it == got.end()) {
+      return Status::Invalid(path + ": not a stateflow checkpoint or corrupt (no " + name + ")");
+    }
+    if (it->second != value) {
+      return Status::Invalid(path + ": the checkpoint has " + name + " " + it->second +
+                             ", this run " + value);
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<std::pair<std::string, std::string>> StageFields(const CheckpointKey& key,
+                                                             int stage,
+                                                             const models::StageLayers& layers,
+                                                             int step, std::size_t params) {
+  auto fields = KeyFields(key);
+  fields.insert(fields.end(), {{"stage", std::to_string(stage)},
+                               {"stage.layers", std::to_string(layers.first) + "-" +
+                                                    std::to_string(layers.last)},
+                               {"step", std::to_string(step)},
+                               {"parameters", std::to_string(params)}});
+  return fields;
+}
+
+template <typename V>
+void Put(const V& v, std::string* out) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(V));
+}
+
+// Reads sequentially from a byte range, failing (not reading) past its end.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  bool Raw(void* dst, std::size_t n) {
+    if (n > bytes_.size() - pos_) return false;
+    std::memcpy(dst, bytes_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  template <typename V>
+  bool Get(V* v) {
+    return Raw(v, sizeof(V));
+  }
+  bool at_end() const { return pos_ == bytes_.size(); }
+
+ private:
+  std::string_view bytes_;
+  std::size_t pos_ = 0;
+};
+
+Status ReadErrno(const std::string& what) {
+  return Status::Resource(what + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+CheckpointKey MakeCheckpointKey(const TrainSetup& setup, std::uint64_t seed, std::string dtype) {
+  CheckpointKey k;
+  k.model = setup.model.name();
+  k.model_hash = Fnv1a(setup.model.SerializeAsString());
+  k.stages = setup.stages;
+  k.microbatches = setup.microbatches;
+  k.chunks = setup.partition.num_chunks();
+  k.microbatch_size = setup.microbatch_size;
+  k.seq_len = setup.seq_len;
+  k.dtype = std::move(dtype);
+  k.seed = seed;
+  return k;
+}
+
+template <>
+std::string DtypeName<float>() {
+  return "float32";
+}
+template <>
+std::string DtypeName<double>() {
+  return "float64";
+}
+
+std::string CheckpointManifestPath(const std::string& dir) { return dir + "/" + kManifest; }
+
+std::string StageCheckpointPath(const std::string& dir, int stage, int step) {
+  return dir + "/stage-" + std::to_string(stage) + ".step-" + std::to_string(step) + ".ckpt";
+}
+
+template <typename T>
+std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
+                                  const models::StageLayers& layers, int step, AdamW<T>& opt) {
+  const std::vector<ParamRef<T>>& params = opt.params();
+  std::string out = Header(StageFields(key, stage, layers, step, params.size()));
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    Put(static_cast<std::uint32_t>(params[k].name.size()), &out);
+    out += params[k].name;
+    const std::int64_t n = params[k].value->numel();
+    Put(n, &out);
+    for (const Tensor<T>* t : {params[k].value, &opt.first_moment(k), &opt.second_moment(k)}) {
+      out.append(reinterpret_cast<const char*>(t->data()), sizeof(T) * n);
+    }
+  }
+  Put(static_cast<std::int64_t>(opt.steps_taken()), &out);
+  Put(Fnv1a(out), &out);
+  return out;
+}
+
+template <typename T>
+Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
+                             const CheckpointKey& key, int stage,
+                             const models::StageLayers& layers, int step, AdamW<T>* opt) {
+  std::uint64_t stored = 0;
+  if (bytes.size() < sizeof(stored)) {
+    return Status::Invalid(path + ": truncated checkpoint (" + std::to_string(bytes.size()) +
+                           " bytes)");
+  }
+  const std::string_view body = bytes.substr(0, bytes.size() - sizeof(stored));
+  std::memcpy(&stored, bytes.data() + body.size(), sizeof(stored));
+  if (Fnv1a(body) != stored) {
+    return Status::Invalid(path + ": truncated or corrupt checkpoint (checksum mismatch)");
+  }
+  std::size_t end = 0;
+  SF_ASSIGN_OR_RETURN(auto fields, ParseHeader(body, path, &end));
+  const std::vector<ParamRef<T>>& params = opt->params();
+  SF_RETURN_IF_ERROR(
+      CheckFields(fields, StageFields(key, stage, layers, step, params.size()), path));
+  // Read everything before writing anything into `opt`.
+  Reader in(body.substr(end));
+  std::vector<std::vector<T>> data(params.size());
+  const std::string corrupt = path + ": corrupt checkpoint (parameter ";
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    std::uint32_t name_size = 0;
+    std::int64_t n = 0;
+    std::string name;
+    if (!in.Get(&name_size) || name_size > 4096) {
+      return Status::Invalid(corrupt + params[k].name + ")");
+    }
+    name.resize(name_size);
+    if (!in.Raw(name.data(), name_size) || !in.Get(&n)) {
+      return Status::Invalid(corrupt + params[k].name + ")");
+    }
+    if (name != params[k].name || n != params[k].value->numel()) {
+      return Status::Invalid(path + ": the checkpoint's parameter " + std::to_string(k) + " is " +
+                             name + " of " + std::to_string(n) + " elements, this run's " +
+                             params[k].name + " of " +
+                             std::to_string(params[k].value->numel()));
+    }
+    data[k].resize(static_cast<std::size_t>(3 * n));
+    if (!in.Raw(data[k].data(), sizeof(T) * data[k].size())) {
+      return Status::Invalid(corrupt + params[k].name + ")");
+    }
+  }
+  std::int64_t steps_taken = 0;
+  if (!in.Get(&steps_taken) || !in.at_end() || steps_taken < 0 || steps_taken > (1 << 30)) {
+    return Status::Invalid(path + ": corrupt checkpoint (optimizer step)");
+  }
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const std::size_t n = data[k].size() / 3;
+    Tensor<T>* targets[] = {params[k].value, &opt->first_moment(k), &opt->second_moment(k)};
+    for (int t = 0; t < 3; ++t) {
+      std::memcpy(targets[t]->data(), data[k].data() + t * n, sizeof(T) * n);
+    }
+  }
+  opt->set_steps_taken(static_cast<int>(steps_taken));
+  return Status::Ok();
+}
+
+template <typename T>
+Status WriteStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
+                            const models::StageLayers& layers, int step, AdamW<T>& opt) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ReadErrno(dir + ": cannot make the checkpoint directory");
+  }
+  return WriteFileDurably(StageCheckpointPath(dir, stage, step),
+                          EncodeStageCheckpoint(key, stage, layers, step, opt));
+}
+
+Status WriteCheckpointManifest(const std::string& dir, const CheckpointKey& key, int step) {
+  auto fields = KeyFields(key);
+  fields.emplace_back("step", std::to_string(step));
+  return WriteFileDurably(CheckpointManifestPath(dir), Header(fields));
+}
+
+Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key) {
+  const std::string path = CheckpointManifestPath(dir);
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    return Status::Invalid(dir + ": no checkpoint (no " + kManifest + ")");
+  }
+  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path, 1 << 20));
+  std::size_t end = 0;
+  SF_ASSIGN_OR_RETURN(auto fields, ParseHeader(text, path, &end));
+  if (end != text.size()) return Status::Invalid(path + ": corrupt checkpoint manifest");
+  SF_RETURN_IF_ERROR(CheckFields(fields, KeyFields(key), path));
+  auto it = fields.find("step");
+  char* rest = nullptr;
+  const long long step = it == fields.end() ? -1 : std::strtoll(it->second.c_str(), &rest, 10);
+  if (it == fields.end() || rest == nullptr || *rest != '\0' || step < 0 || step > (1 << 30)) {
+    return Status::Invalid(path + ": corrupt checkpoint manifest (step)");
+  }
+  return static_cast<int>(step);
+}
+
+template <typename T>
+Status ReadStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
+                           const models::StageLayers& layers, int step, AdamW<T>* opt) {
+  const std::string path = StageCheckpointPath(dir, stage, step);
+  SF_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, kMaxCheckpointBytes));
+  return DecodeStageCheckpoint(bytes, path, key, stage, layers, step, opt);
+}
+
+void RemoveStaleStageCheckpoints(const std::string& dir, int stage, int keep_step) {
+  const std::string prefix = "stage-" + std::to_string(stage) + ".step-";
+  const std::string keep = prefix + std::to_string(keep_step) + ".ckpt";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name != keep) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+template std::string EncodeStageCheckpoint<float>(const CheckpointKey&, int,
+                                                  const models::StageLayers&, int, AdamW<float>&);
+template std::string EncodeStageCheckpoint<double>(const CheckpointKey&, int,
+                                                   const models::StageLayers&, int,
+                                                   AdamW<double>&);
+template Status DecodeStageCheckpoint<float>(std::string_view, const std::string&,
+                                             const CheckpointKey&, int,
+                                             const models::StageLayers&, int, AdamW<float>*);
+template Status DecodeStageCheckpoint<double>(std::string_view, const std::string&,
+                                              const CheckpointKey&, int,
+                                              const models::StageLayers&, int, AdamW<double>*);
+template Status WriteStageCheckpoint<float>(const std::string&, const CheckpointKey&, int,
+                                            const models::StageLayers&, int, AdamW<float>&);
+template Status WriteStageCheckpoint<double>(const std::string&, const CheckpointKey&, int,
+                                             const models::StageLayers&, int, AdamW<double>&);
+template Status ReadStageCheckpoint<float>(const std::string&, const CheckpointKey&, int,
+                                           const models::StageLayers&, int, AdamW<float>*);
+template Status ReadStageCheckpoint<double>(const std::string&, const CheckpointKey&, int,
+                                            const models::StageLayers&, int, AdamW<double>*);
+
+}  // namespace stateflow::backend

@@ -1,0 +1,105 @@
+// Training checkpoints: what a stage needs to continue a run bit for bit --
+// its parameters, its AdamW moments and step counter -- and the step to
+// continue from. The batch of step k is a pure function of (seed, k)
+// (text_data.h), so the seed and the step are the whole data and RNG
+// position.
+//
+// A checkpoint directory holds, per checkpoint step k, one file per stage,
+// `stage-<r>.step-<k>.ckpt`, and one `MANIFEST` naming the step. Every file is
+// written durably (common/files.h WriteFileDurably: temporary file, fsync,
+// rename); the manifest is written only after every stage file of step k is
+// in place, and older stage files are removed only after that. A run killed
+// at any moment thus leaves the manifest naming a complete checkpoint (or no
+// manifest at all).
+//
+// Stage file: a text header of `key value` lines (the CheckpointKey, the
+// stage, its layers, the step, the parameter count) ending in `end`, then
+// per parameter its name, element count, values, first and second moments
+// (raw T, this machine's byte order), then AdamW's step counter, then an
+// FNV-1a 64 checksum of all the bytes before it. Reading checks the
+// checksum first (a truncated or corrupted file is one error), then that
+// every key matches this run (an error naming the first that differs), then
+// every parameter's name and size.
+//
+// Not a format for other programs and not portable across byte orders.
+//
+//   CheckpointKey key = MakeCheckpointKey(setup, options.seed, "float32");
+//   SF_RETURN_IF_ERROR(WriteStageCheckpoint<float>(dir, key, r, layers, /*step=*/6, opt));
+//   SF_RETURN_IF_ERROR(WriteCheckpointManifest(dir, key, 6));   // after every stage
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "backend/train/adamw.h"
+#include "backend/train/train_setup.h"
+#include "common/status.h"
+#include "models/model.h"
+
+namespace stateflow::backend {
+
+// What a checkpoint must match to be resumed by a run.
+struct CheckpointKey {
+  std::string model;               // model.name
+  std::uint64_t model_hash = 0;    // of the whole ModelSpec
+  int stages = 1;                  // P
+  int microbatches = 1;            // M
+  int chunks = 1;                  // N
+  int microbatch_size = 1;         // B
+  std::int64_t seq_len = 1;        // T
+  std::string dtype;               // "float32" or "float64"
+  std::uint64_t seed = 0;          // of the batches
+};
+
+CheckpointKey MakeCheckpointKey(const TrainSetup& setup, std::uint64_t seed,
+                                std::string dtype);
+
+// "float32" or "float64".
+template <typename T>
+std::string DtypeName();
+
+std::string CheckpointManifestPath(const std::string& dir);
+std::string StageCheckpointPath(const std::string& dir, int stage, int step);
+
+// The stage file's bytes (see the header comment); `step` is the step the
+// run continues from (the number of steps done).
+template <typename T>
+std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
+                                  const models::StageLayers& layers, int step, AdamW<T>& opt);
+
+// Reads `bytes` (from `path`, for messages) into `opt`'s parameters, moments
+// and step counter. Errors (kInvalidInput, one line starting with `path`):
+// truncated or corrupt (size, checksum, header), a key, the stage, its layers
+// or the step differing from this run's (naming the field and both values),
+// a parameter's name or size differing. `opt` is untouched on error.
+template <typename T>
+Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
+                             const CheckpointKey& key, int stage,
+                             const models::StageLayers& layers, int step, AdamW<T>* opt);
+
+// Writes stage `stage`'s file of step `step` in `dir` durably, making `dir`
+// if needed.
+template <typename T>
+Status WriteStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
+                            const models::StageLayers& layers, int step, AdamW<T>& opt);
+
+// Writes the manifest naming step `step`. REQUIRES: every stage's file of
+// that step is written.
+Status WriteCheckpointManifest(const std::string& dir, const CheckpointKey& key, int step);
+
+// The step of the manifest in `dir`, after checking its key against `key`.
+// Errors name the manifest: missing ("no checkpoint in DIR"), corrupt, a key
+// that differs.
+Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key);
+
+// Reads stage `stage`'s file of step `step` into `opt`.
+template <typename T>
+Status ReadStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
+                           const models::StageLayers& layers, int step, AdamW<T>* opt);
+
+// Removes stage `stage`'s files of steps other than `keep_step` (and stale
+// temporary files). Best effort: the files are no longer referenced.
+void RemoveStaleStageCheckpoints(const std::string& dir, int stage, int keep_step);
+
+}  // namespace stateflow::backend

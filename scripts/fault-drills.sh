@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Fault drills for issue 14 (docs/reliability.md, "Fault drills"): a two-rank
+# `mpirun -n 2 stateflow train` is hit with SIGKILL, SIGSTOP or SIGTERM, sent
+# to rank 0, rank 1 or mpirun, during a step (no checkpoints) or while it
+# checkpoints after every step; the script records what the job printed
+# (its stderr's first and last lines), its exit code and how long until
+# every process of the job was gone. After a drill with checkpoints it
+# resumes from the directory to check the last complete checkpoint is
+# usable.
+#
+#   scripts/fault-drills.sh [build-dir]    # default: build
+# Prints one table row per drill (Markdown). Each drill waits at most 60 s,
+# then kills what is left (reported as "still running").
+set -u
+build=${1:-build}
+stateflow=$(cd "$build" && pwd)/stateflow
+work=$(mktemp -d "${TMPDIR:-/tmp}/stateflow-drills-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+root=()
+[ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+now() { date +%s.%N; }
+alive() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+
+drill() {  # target signal phase
+  local target=$1 sig=$2 phase=$3 dir="$work/ck-$1-$2-$3" log="$work/log-$1-$2-$3"
+  mkdir -p "$work/pids-$target-$sig-$phase"
+  local ck=()
+  [ "$phase" = checkpoint ] && ck=(--checkpoint "$dir" --checkpoint-every 1)
+  SF_TRAIN_PID_DIR="$work/pids-$target-$sig-$phase" \
+    mpirun "${root[@]}" --oversubscribe -n 2 "$stateflow" train --steps 100000 -T 128 \
+      --watchdog 5 "${ck[@]}" > "$log.out" 2> "$log.err" &
+  local job=$!
+  local pids="$work/pids-$target-$sig-$phase"
+  for _ in $(seq 200); do
+    [ -f "$pids/rank0.pid" ] && [ -f "$pids/rank1.pid" ] && break
+    sleep 0.05
+  done
+  local r0 r1
+  r0=$(cat "$pids/rank0.pid" 2>/dev/null || echo 0)
+  r1=$(cat "$pids/rank1.pid" 2>/dev/null || echo 0)
+  sleep 2  # a few steps (and checkpoints) in
+  local victim
+  case $target in rank0) victim=$r0 ;; rank1) victim=$r1 ;; mpirun) victim=$job ;; esac
+  local t0
+  t0=$(now)
+  kill "-$sig" "$victim"
+  local gone="still running after 60 s"
+  while [ "$(echo "$(now) - $t0 < 60" | bc)" = 1 ]; do
+    if ! alive "$job" "$r0" "$r1"; then
+      gone=$(printf '%.1f s' "$(echo "$(now) - $t0" | bc)")
+      break
+    fi
+    sleep 0.05
+  done
+  kill -9 "$job" "$r0" "$r1" 2>/dev/null
+  wait "$job" 2>/dev/null
+  local rc=$?
+  local first last
+  # Open MPI frames its messages with lines of dashes: skip those.
+  local lines
+  lines=$(grep -v -e '^\s*$' -e '^-----' "$log.err")
+  first=$(grep -m1 'stateflow train:' <<< "$lines" | cut -c1-200)
+  [ -z "$first" ] && first=$(head -1 <<< "$lines" | cut -c1-200)
+  last=$(tail -1 <<< "$lines" | cut -c1-200)
+  local resume="-"
+  if [ "$phase" = checkpoint ]; then
+    if [ -f "$dir/MANIFEST" ]; then
+      local step
+      step=$(awk '$1 == "step" {print $2}' "$dir/MANIFEST")
+      if "$stateflow" train -T 128 --resume "$dir" --steps $((step + 1)) > /dev/null 2> "$log.resume"; then
+        resume="resumed from step $step"
+      else
+        resume="resume FAILED: $(head -1 "$log.resume")"
+      fi
+    else
+      resume="no checkpoint yet"
+    fi
+  fi
+  echo "| $target | SIG$sig | $phase | $gone | $rc | ${first//|/\\|} | ${last//|/\\|} | $resume |"
+}
+
+echo "| target | signal | during | all gone after | exit | first line on stderr | last line | checkpoint |"
+echo "| --- | --- | --- | ---: | ---: | --- | --- | --- |"
+for phase in step checkpoint; do
+  for target in rank0 rank1 mpirun; do
+    for sig in KILL STOP TERM; do
+      drill "$target" "$sig" "$phase"
+    done
+  done
+done

@@ -1,0 +1,202 @@
+// Checkpoints (backend/train/checkpoint.h) in one process with the toy
+// module: a run resumed from a checkpoint gives the losses and parameters of
+// the uninterrupted run bit for bit; a kill in the middle of a checkpoint
+// leaves the previous one usable; a corrupt, truncated or mismatched
+// checkpoint is a one-line error naming the file and the field.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "backend/train/checkpoint.h"
+#include "tests/backend/train_test_util.h"
+
+namespace stateflow::backend::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the build's temporary directory, removed at the end.
+class CheckpointDir {
+ public:
+  explicit CheckpointDir(const std::string& name)
+      : path_((fs::temp_directory_path() / ("sf-checkpoint-test-" + name)).string()) {
+    fs::remove_all(path_);
+  }
+  ~CheckpointDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct RunResult {
+  std::vector<double> losses;
+  Named params;
+};
+
+const TextData& Text() {
+  static const TextData text = *TextData::Load(kDefaultTextPath);
+  return text;
+}
+
+template <typename T>
+std::unique_ptr<Trainer<T>> MakeTrainer(const TrainSetup& setup, std::uint64_t init_seed) {
+  TrainOptions options;
+  options.seed = 9;  // the batches
+  return Take(Trainer<T>::Make(setup, options, Text(), ToyFactory<T>(setup, init_seed),
+                               Take(MakeSingleProcessTransport<T>(setup.stages))));
+}
+
+template <typename T>
+RunResult Finish(Trainer<T>& trainer, int steps, const TrainLoop& loop) {
+  const TrainRun r = Train(trainer, steps, nullptr, loop);
+  EXPECT_TRUE(r.status.ok()) << r.status.message();
+  RunResult run;
+  for (const StepResult& s : r.steps) run.losses.push_back(s.loss);
+  run.params = CollectAll(trainer, /*grads=*/false);
+  return run;
+}
+
+TrainLoop Loop(int first_step, std::string dir = "", int every = 1) {
+  TrainLoop loop;
+  loop.first_step = first_step;
+  loop.checkpoint_dir = std::move(dir);
+  loop.checkpoint_every = every;
+  return loop;
+}
+
+TrainSetup CheckpointSetup(int microbatches = 3) {
+  return ToySetup({.stages = 2, .microbatches = microbatches, .chunks = 3, .seq_len = 18});
+}
+
+template <typename T>
+void ExpectResumeIsBitIdentical() {
+  const TrainSetup setup = CheckpointSetup();
+  auto straight = MakeTrainer<T>(setup, 5);
+  const RunResult full = Finish(*straight, 6, {});
+  ASSERT_EQ(full.losses.size(), 6u);
+
+  CheckpointDir dir(DtypeName<T>());
+  auto first = MakeTrainer<T>(setup, 5);
+  Finish(*first, 3, Loop(0, dir.path(), 2));
+  // Different initial weights: everything must come from the checkpoint.
+  auto second = MakeTrainer<T>(setup, 77);
+  const int step = Take(second->LoadCheckpoint(dir.path()));
+  ASSERT_EQ(step, 3);  // the last step, not only every second
+  const RunResult resumed = Finish(*second, 6, Loop(step));
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(resumed.losses[k], full.losses[3 + k]) << "step " << 3 + k;
+  ASSERT_EQ(resumed.params.size(), full.params.size());
+  for (const auto& [name, values] : full.params) {
+    EXPECT_EQ(resumed.params.at(name), values) << name;  // bit for bit
+  }
+}
+
+TEST(Checkpoint, ResumedRunIsBitIdenticalFloat64) { ExpectResumeIsBitIdentical<double>(); }
+TEST(Checkpoint, ResumedRunIsBitIdenticalFloat32) { ExpectResumeIsBitIdentical<float>(); }
+
+TEST(Checkpoint, OnlyTheLatestStageFilesRemain) {
+  CheckpointDir dir("latest");
+  auto trainer = MakeTrainer<double>(CheckpointSetup(), 5);
+  Finish(*trainer, 4, Loop(0, dir.path(), 1));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"MANIFEST", "stage-0.step-4.ckpt",
+                                             "stage-1.step-4.ckpt"}));
+}
+
+// A kill after some stage files of the next checkpoint were written (and a
+// temporary file left behind) but before its manifest: the manifest still
+// names the previous checkpoint, whose files are intact.
+TEST(Checkpoint, AKillDuringTheWriteLeavesThePreviousCheckpointUsable) {
+  const TrainSetup setup = CheckpointSetup();
+  CheckpointDir dir("killed");
+  auto straight = MakeTrainer<double>(setup, 5);
+  const RunResult full = Finish(*straight, 4, {});
+  auto first = MakeTrainer<double>(setup, 5);
+  Finish(*first, 2, Loop(0, dir.path()));
+  Finish(*first, 3, Loop(2));  // one more step, not checkpointed
+  ASSERT_TRUE(first->SaveCheckpoint(dir.path() + "/unused", 3).ok());  // elsewhere: untouched
+  // Stage 0's file of step 3 in place, stage 1's only as a partial temporary.
+  fs::copy_file(StageCheckpointPath(dir.path() + "/unused", 0, 3),
+                StageCheckpointPath(dir.path(), 0, 3));
+  std::ofstream(StageCheckpointPath(dir.path(), 1, 3) + ".tmp") << "partial";
+  auto second = MakeTrainer<double>(setup, 77);
+  ASSERT_EQ(Take(second->LoadCheckpoint(dir.path())), 2);
+  const RunResult resumed = Finish(*second, 4, Loop(2));
+  ASSERT_EQ(resumed.losses.size(), 2u);
+  EXPECT_EQ(resumed.losses[0], full.losses[2]);
+  EXPECT_EQ(resumed.losses[1], full.losses[3]);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void Spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The error of loading `dir` into a fresh trainer of `setup`: one line.
+std::string LoadError(const TrainSetup& setup, const std::string& dir) {
+  auto trainer = MakeTrainer<double>(setup, 5);
+  Result<int> step = trainer->LoadCheckpoint(dir);
+  EXPECT_FALSE(step.ok());
+  if (step.ok()) return "";
+  const std::string message = step.status().message();
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_EQ(step.status().code(), Status::Code::kInvalidInput) << message;
+  return message;
+}
+
+TEST(Checkpoint, CorruptTruncatedAndMismatchedCheckpointsAreOneLineErrors) {
+  const TrainSetup setup = CheckpointSetup();
+  CheckpointDir dir("bad");
+  auto trainer = MakeTrainer<double>(setup, 5);
+  Finish(*trainer, 1, Loop(0, dir.path()));
+  const std::string stage1 = StageCheckpointPath(dir.path(), 1, 1);
+  const std::string good = Slurp(stage1);
+  ASSERT_GT(good.size(), 100u);
+
+  EXPECT_NE(LoadError(CheckpointSetup(/*microbatches=*/2), dir.path())
+                .find("MANIFEST: the checkpoint has parallel.microbatches 3, this run 2"),
+            std::string::npos);
+
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 0x10;
+  Spit(stage1, flipped);
+  EXPECT_NE(LoadError(setup, dir.path()).find(stage1 + ": truncated or corrupt checkpoint"),
+            std::string::npos);
+
+  for (std::size_t size : {std::size_t{0}, std::size_t{5}, good.size() / 3, good.size() - 1}) {
+    Spit(stage1, good.substr(0, size));
+    EXPECT_NE(LoadError(setup, dir.path()).find(stage1 + ": truncated"), std::string::npos)
+        << size << " bytes";
+  }
+
+  fs::remove(stage1);
+  EXPECT_NE(LoadError(setup, dir.path()).find(stage1 + ": cannot open"), std::string::npos);
+  Spit(stage1, good);
+
+  // Another stage's file in its place: the header names the stage.
+  Spit(stage1, Slurp(StageCheckpointPath(dir.path(), 0, 1)));
+  const std::string swapped = LoadError(setup, dir.path());
+  EXPECT_NE(swapped.find("the checkpoint has stage 0, this run 1"), std::string::npos) << swapped;
+  Spit(stage1, good);
+
+  Spit(CheckpointManifestPath(dir.path()), "stateflow-checkpoint 1\nstep x\n");
+  EXPECT_NE(LoadError(setup, dir.path()).find("MANIFEST: not a stateflow checkpoint or corrupt"),
+            std::string::npos);
+  fs::remove(CheckpointManifestPath(dir.path()));
+  EXPECT_NE(LoadError(setup, dir.path()).find(": no checkpoint (no MANIFEST)"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace stateflow::backend::testing

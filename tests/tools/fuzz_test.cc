@@ -1,0 +1,443 @@
+// A structure-aware fuzzer of the library entry points the commands call:
+// scenarios (parse, resolve, bound, configure, simulate), plans (parse,
+// validate, simulate the plan) and cost tables (parse, check against the
+// model, index, simulate a replay). Each input is a seed text mutated by a
+// seeded, deterministic mutator (numbers replaced by edge values, lines
+// deleted, duplicated or swapped, strings replaced, bytes flipped or
+// inserted, truncation). Every input must end in a result or an error
+// status with a message -- never a crash, an exception (which the binary
+// would turn into an abort) or a report with a non-finite number. The
+// command line then prints such an error as one line with exit code 2
+// (tools/cli.cc Fail).
+//
+// CI runs kDefaultInputs inputs per kind; SF_FUZZ_INPUTS=N runs N per kind
+// (the long run in docs/reliability.md), SF_FUZZ_SEED another seed. Flags
+// go through the binary: 300 inputs, SF_FUZZ_FLAG_INPUTS=N for more.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "proto/stateflow.pb.h"
+#include "scenario/load.h"
+#include "scenario/resolve.h"
+#include "schedule/plan_text.h"
+#include "schedule/validator.h"
+#include "sim/cost_table.h"
+#include "sim/simulation.h"
+#include "tools/work_bounds.h"
+#include "tests/backend/subprocess_util.h"
+
+namespace stateflow::tools {
+namespace {
+
+constexpr long kDefaultInputs = 10000;
+// Simulated plans are kept small so that the run stays quick.
+constexpr long long kFuzzMaxActions = 4000;
+
+long EnvOr(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::strtol(v, nullptr, 10) : fallback;
+}
+
+const std::vector<std::string> kNumbers = {
+    "0",          "1",          "2",          "3",           "7",
+    "64",         "255",        "256",        "1024",        "65535",
+    "65536",      "65537",      "1048576",    "1048577",     "2147483647",
+    "2147483648", "4294967295", "4294967296", "9223372036854775807",
+    "18446744073709551615",     "-1",         "-2147483648", "1e-300",
+    "1e308",      "1e309",      "nan",        "inf",         "-inf",
+    "0.5",        "1.5",        "100",        "-0",          "1e-9"};
+
+const std::vector<std::string> kStrings = {
+    "\"\"",         "\"x\"",         "\"gdn-32b\"",    "\"gdn-tiny\"", "\"mamba3-tiny\"",
+    "\"stateflow\"", "\"1f1b\"",     "\"gpipe\"",      "\"hybrid\"",   "\"recurrent\"",
+    "\"full\"",     "\"none\"",      "\"a\\nb\\033[31m\"", "\"cpu\"",  "\"analytic\"",
+    "\"uniform\""};
+
+class Mutator {
+ public:
+  explicit Mutator(std::uint64_t seed) : rng_(seed) {}
+
+  std::string Mutate(std::string text) {
+    const int count = 1 + Pick(3);
+    for (int k = 0; k < count && !text.empty(); ++k) text = MutateOnce(std::move(text));
+    return text;
+  }
+
+ private:
+  int Pick(int n) { return static_cast<int>(rng_() % static_cast<std::uint64_t>(n)); }
+
+  std::vector<std::string> Lines(const std::string& text) {
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      const std::size_t nl = text.find('\n', start);
+      lines.push_back(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+    return lines;
+  }
+
+  static std::string Join(const std::vector<std::string>& lines) {
+    std::string out;
+    for (std::size_t k = 0; k < lines.size(); ++k) out += (k ? "\n" : "") + lines[k];
+    return out;
+  }
+
+  // Spans [begin, end) of numbers (digits, signs, dots, exponents) or of
+  // quoted strings in `text`.
+  std::vector<std::pair<std::size_t, std::size_t>> Tokens(const std::string& text, bool numbers) {
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    for (std::size_t k = 0; k < text.size();) {
+      if (numbers && (std::isdigit(static_cast<unsigned char>(text[k])) ||
+                      (text[k] == '-' && k + 1 < text.size() &&
+                       std::isdigit(static_cast<unsigned char>(text[k + 1]))))) {
+        std::size_t e = k + 1;
+        while (e < text.size() && (std::isalnum(static_cast<unsigned char>(text[e])) ||
+                                   text[e] == '.' || text[e] == '-' || text[e] == '+')) {
+          ++e;
+        }
+        if (k == 0 || !std::isalpha(static_cast<unsigned char>(text[k - 1]))) spans.push_back({k, e});
+        k = e;
+      } else if (!numbers && text[k] == '"') {
+        const std::size_t e = text.find('"', k + 1);
+        if (e == std::string::npos) break;
+        spans.push_back({k, e + 1});
+        k = e + 1;
+      } else {
+        ++k;
+      }
+    }
+    return spans;
+  }
+
+  std::string Replace(std::string text, bool numbers) {
+    const auto spans = Tokens(text, numbers);
+    if (spans.empty()) return text;
+    const auto [b, e] = spans[Pick(static_cast<int>(spans.size()))];
+    const std::vector<std::string>& pool = numbers ? kNumbers : kStrings;
+    return text.replace(b, e - b, pool[Pick(static_cast<int>(pool.size()))]);
+  }
+
+  std::string MutateOnce(std::string text) {
+    std::vector<std::string> lines = Lines(text);
+    const int n = static_cast<int>(lines.size());
+    switch (Pick(10)) {
+      case 0:
+      case 1:
+      case 2:
+        return Replace(std::move(text), /*numbers=*/true);
+      case 3:
+        return Replace(std::move(text), /*numbers=*/false);
+      case 4:
+        lines.erase(lines.begin() + Pick(n));
+        return Join(lines);
+      case 5: {
+        const int k = Pick(n);
+        lines.insert(lines.begin() + Pick(n), lines[k]);
+        return Join(lines);
+      }
+      case 6:
+        std::swap(lines[Pick(n)], lines[Pick(n)]);
+        return Join(lines);
+      case 7:
+        return text.substr(0, Pick(static_cast<int>(text.size()) + 1));
+      case 8:
+        text[Pick(static_cast<int>(text.size()))] ^= static_cast<char>(1 << Pick(8));
+        return text;
+      default:
+        text.insert(text.begin() + Pick(static_cast<int>(text.size()) + 1),
+                    static_cast<char>(Pick(256)));
+        return text;
+    }
+  }
+
+  std::mt19937_64 rng_;
+};
+
+struct Outcomes {
+  long ok = 0, error = 0, bad = 0;
+  std::vector<std::string> examples;  // of bad outcomes, at most a few
+
+  void Bad(const std::string& why, const std::string& input) {
+    ++bad;
+    if (examples.size() < 5) examples.push_back(why + "\n--- input ---\n" + input);
+  }
+};
+
+bool FiniteReport(const pb::Report& r) {
+  if (!std::isfinite(r.step_time_s()) || !std::isfinite(r.tokens_per_s()) ||
+      !std::isfinite(r.bubble_fraction())) {
+    return false;
+  }
+  for (const pb::StageReport& s : r.stages()) {
+    if (!std::isfinite(s.busy_s()) || !std::isfinite(s.peak_memory_bytes())) return false;
+  }
+  return true;
+}
+
+// One status outcome: ok, or an error with a message.
+void Count(const Status& s, const std::string& input, Outcomes* out) {
+  if (s.ok()) {
+    ++out->ok;
+  } else if (s.message().empty()) {
+    out->Bad("an error without a message", input);
+  } else {
+    ++out->error;
+  }
+}
+
+Status RunScenario(const std::string& text, std::string* plan_text) {
+  SF_ASSIGN_OR_RETURN(pb::Scenario raw, scenario::ParseScenarioText(text, "<fuzz>"));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved, scenario::Resolve(std::move(raw)));
+  SF_RETURN_IF_ERROR(CheckPlanBounds(resolved.proto(), nullptr, kFuzzMaxActions));
+  SF_ASSIGN_OR_RETURN(sim::Simulation sim,
+                      sim::Simulate(resolved, resolved.proto().schedule()));
+  if (!FiniteReport(sim.report)) return Status::Internal("NON-FINITE REPORT");
+  if (plan_text != nullptr) *plan_text = schedule::PlanToText(sim.config.plan);
+  return Status::Ok();
+}
+
+Status RunPlan(const scenario::ResolvedScenario& resolved, const std::string& text) {
+  SF_ASSIGN_OR_RETURN(schedule::Plan plan, schedule::ParsePlanText(text, "<fuzz plan>"));
+  SF_RETURN_IF_ERROR(schedule::ValidatePlan(plan));
+  SF_ASSIGN_OR_RETURN(sim::Simulation sim,
+                      sim::Simulate(resolved, resolved.proto().schedule(), {.plan = &plan}));
+  if (!FiniteReport(sim.report)) return Status::Internal("NON-FINITE REPORT");
+  return Status::Ok();
+}
+
+// Seeds: the embedded scenarios, and small variants that reach more code
+// (a hybrid with attention, Mamba-3, 1F1B, GPipe, recompute).
+std::vector<std::string> ScenarioSeeds() {
+  const std::string small =
+      "cluster_preset: \"cpu\"\n"
+      "parallel { pipeline_size: 2 tensor_size: 1 data_size: 1 microbatch_size: 1 "
+      "microbatches: 3 }\nseq_len: 256\n";
+  return {std::string(scenario::DefaultScenarioText()),
+          std::string(scenario::TinyTrainScenarioText()),
+          "model_preset: \"gdn-hybrid-tiny\"\n" + small +
+              "schedule { policy: \"stateflow\" chunks: 4 alpha: 1 granularity: 16 "
+              "recompute: \"full\" }\n",
+          "model_preset: \"mamba3-tiny\"\n" + small +
+              "schedule { policy: \"1f1b\" chunks: 1 }\n",
+          "model_preset: \"mamba3-hybrid-tiny\"\n" + small +
+              "schedule { policy: \"gpipe\" chunks: 2 }\nprecision { activation_bytes: 4 }\n",
+          // Every model, cluster and precision number in sight of the mutator.
+          "model_preset: \"gdn-hybrid-tiny\"\n"
+          "model { hybrid_period: 3 num_layers: 4 hidden_size: 64 num_heads: 2 head_dim_k: 16 "
+          "head_dim_v: 16 conv_width: 4 mlp_size: 128 vocab_size: 256 attn_heads: 2 "
+          "attn_head_dim: 16 gqa_group_size: 1 }\n"
+          "cluster_preset: \"cpu\"\n"
+          "cluster { devices_per_node: 2 device { peak_flops: 1e12 memory_capacity_bytes: 1e10 "
+          "memory_bandwidth_bytes_per_s: 1e11 } pipeline_link { bandwidth_bytes_per_s: 1e9 "
+          "latency_s: 1e-6 } }\n"
+          "parallel { pipeline_size: 2 tensor_size: 1 data_size: 1 microbatch_size: 2 "
+          "microbatches: 2 }\nseq_len: 512\n"
+          "schedule { policy: \"stateflow\" chunks: 4 alpha: 1.5 granularity: 8 "
+          "recompute: \"none\" }\n"
+          "baselines { policy: \"1f1b\" chunks: 1 }\n"
+          "precision { weight_bytes: 2 gradient_bytes: 4 optimizer_bytes: 8 activation_bytes: 2 }\n"};
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Report(const char* kind, long inputs, const Outcomes& o, double seconds) {
+  std::printf("fuzz %-9s %8ld inputs: %8ld ok, %8ld error with a message, %ld other; %.1f s\n",
+              kind, inputs, o.ok, o.error, o.bad, seconds);
+  for (const std::string& e : o.examples) ADD_FAILURE() << kind << ": " << e;
+}
+
+// Unmutated, every seed runs: the mutants start from valid inputs.
+TEST(Fuzz, EverySeedIsAValidScenario) {
+  for (const std::string& seed : ScenarioSeeds()) {
+    const Status s = RunScenario(seed, nullptr);
+    EXPECT_TRUE(s.ok()) << s.message() << "\n" << seed;
+  }
+}
+
+// A cost table of the tiny-train scenario's model (gdn-tiny): each layer
+// kind's forward and backward at the scenario's chunk lengths, and a link.
+std::string CostTableSeed(const pb::Scenario& scenario) {
+  pb::CostTable t;
+  *t.mutable_model() = scenario.model();
+  t.set_microbatch_size(1);
+  t.set_dtype("float32");
+  for (const char* kind : {"embedding", "head", "recurrence"}) {
+    for (const char* pass : {"forward", "backward"}) {
+      for (double tokens : {32.0, 64.0, 128.0, 256.0}) {
+        pb::CostSample* c = t.add_samples();
+        c->set_layer_kind(kind);
+        c->set_pass(pass);
+        c->set_recompute("none");
+        c->set_tokens(tokens);
+        c->set_median_s(1e-6 * tokens * (pass[0] == 'f' ? 1 : 2));
+      }
+    }
+  }
+  t.mutable_link()->set_latency_s(1e-6);
+  t.mutable_link()->set_bandwidth_bytes_per_s(1e9);
+  return sim::CostTableText(t);
+}
+
+Status RunCosts(const scenario::ResolvedScenario& resolved, const std::string& text) {
+  pb::CostTable table;
+  SF_RETURN_IF_ERROR(scenario::ParseTextProto(text, "<fuzz costs>", &table));
+  SF_RETURN_IF_ERROR(sim::CheckCostTableModel(table, resolved.proto().model(), "<fuzz costs>", 1));
+  SF_ASSIGN_OR_RETURN(sim::CostTableIndex index, sim::CostTableIndex::Make(table, "<fuzz costs>"));
+  SF_ASSIGN_OR_RETURN(sim::Simulation sim,
+                      sim::Simulate(resolved, resolved.proto().schedule(), {.costs = &index}));
+  if (!FiniteReport(sim.report)) return Status::Internal("NON-FINITE REPORT");
+  return Status::Ok();
+}
+
+TEST(Fuzz, CostTablesEndInAResultOrAnError) {
+  const long inputs = EnvOr("SF_FUZZ_INPUTS", kDefaultInputs);
+  Mutator mutator(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 2000003);
+  Result<pb::Scenario> raw = scenario::ParseScenarioText(scenario::TinyTrainScenarioText(), "<s>");
+  ASSERT_TRUE(raw.ok());
+  raw->mutable_schedule()->set_recompute("none");
+  Result<scenario::ResolvedScenario> resolved = scenario::Resolve(*raw);
+  ASSERT_TRUE(resolved.ok()) << resolved.status().message();
+  const std::string seed = CostTableSeed(resolved->proto());
+  const Status valid = RunCosts(*resolved, seed);
+  ASSERT_TRUE(valid.ok()) << valid.message() << "\n" << seed;
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  for (long k = 0; k < inputs; ++k) {
+    const std::string input = mutator.Mutate(seed);
+    try {
+      const Status s = RunCosts(*resolved, input);
+      if (!s.ok() && s.message() == "NON-FINITE REPORT") {
+        out.Bad("a report with a non-finite number", input);
+      } else {
+        Count(s, input, &out);
+      }
+    } catch (const std::exception& e) {
+      out.Bad(std::string("exception: ") + e.what(), input);
+    }
+  }
+  Report("costs", inputs, out, Seconds(start));
+  EXPECT_GT(out.ok, 0);
+  EXPECT_GT(out.error, inputs / 20);
+}
+
+TEST(Fuzz, ScenariosEndInAResultOrAnError) {
+  const long inputs = EnvOr("SF_FUZZ_INPUTS", kDefaultInputs);
+  Mutator mutator(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)));
+  const std::vector<std::string> seeds = ScenarioSeeds();
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  for (long k = 0; k < inputs; ++k) {
+    const std::string input = mutator.Mutate(seeds[k % seeds.size()]);
+    try {
+      const Status s = RunScenario(input, nullptr);
+      if (!s.ok() && s.message() == "NON-FINITE REPORT") {
+        out.Bad("a report with a non-finite number", input);
+      } else {
+        Count(s, input, &out);
+      }
+    } catch (const std::exception& e) {
+      out.Bad(std::string("exception: ") + e.what(), input);
+    }
+  }
+  Report("scenarios", inputs, out, Seconds(start));
+  EXPECT_GT(out.ok, inputs / 50);  // the mutator keeps some inputs valid
+  EXPECT_GT(out.error, inputs / 10);
+}
+
+TEST(Fuzz, PlansEndInAResultOrAnError) {
+  const long inputs = EnvOr("SF_FUZZ_INPUTS", kDefaultInputs);
+  Mutator mutator(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 1000003);
+  // Seed plans: each seed scenario's own plan, beside that scenario.
+  std::vector<std::pair<scenario::ResolvedScenario, std::string>> seeds;
+  for (const std::string& text : ScenarioSeeds()) {
+    std::string plan;
+    if (!RunScenario(text, &plan).ok()) continue;
+    seeds.emplace_back(*scenario::Resolve(*scenario::ParseScenarioText(text, "<seed>")), plan);
+  }
+  ASSERT_EQ(seeds.size(), ScenarioSeeds().size());
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  for (long k = 0; k < inputs; ++k) {
+    const auto& [resolved, plan] = seeds[k % seeds.size()];
+    const std::string input = mutator.Mutate(plan);
+    try {
+      const Status s = RunPlan(resolved, input);
+      if (!s.ok() && s.message() == "NON-FINITE REPORT") {
+        out.Bad("a report with a non-finite number", input);
+      } else {
+        Count(s, input, &out);
+      }
+    } catch (const std::exception& e) {
+      out.Bad(std::string("exception: ") + e.what(), input);
+    }
+  }
+  Report("plans", inputs, out, Seconds(start));
+  EXPECT_GT(out.ok, 0);
+  EXPECT_GT(out.error, inputs / 10);
+}
+
+// Flags: the binary itself (a process per input, so far fewer inputs), each
+// run with a random command of the quick ones and one to four flags with
+// edge values. It must exit 0, or 2 with exactly one line on stderr, within
+// its deadline. `--max-actions` comes first and is not in the pool, so no
+// input simulates more than 100,000 actions.
+TEST(Fuzz, FlagsEndInExitZeroOrOneLineAndExitTwo) {
+  const long inputs = EnvOr("SF_FUZZ_FLAG_INPUTS", 300);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 3000017);
+  auto pick = [&rng](const auto& pool) { return pool[rng() % pool.size()]; };
+  const std::vector<std::string> commands = {"simulate", "plan-dump", "sweep", "capacity"};
+  const std::vector<std::string> flags = {
+      "-P", "-M", "-N", "-T", "--alpha", "--policy", "--model", "--cluster", "--recompute",
+      "--tensor-parallel", "--microbatch-size", "--chunks-list", "--microbatches-list",
+      "--devices", "--global-batch", "--json", "--top", "--nonsense", "-"};
+  std::vector<std::string> values = kNumbers;
+  for (const char* v : {"", "x", "gdn-32b", "gdn-tiny", "mamba3-tiny", "stateflow", "1f1b",
+                        "gpipe", "full", "none", "cpu", "1,2,3", "2,2", "1,,2", "-1,4",
+                        "a\nb\033[31m", "--json"}) {
+    values.push_back(v);
+  }
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string prefix = std::string(SF_BINARY_DIR) + "/test-tmp-fuzz-flags";
+  for (long k = 0; k < inputs; ++k) {
+    std::vector<std::string> argv = {std::string(SF_BINARY_DIR) + "/stateflow", pick(commands),
+                                     "--max-actions", "100000"};
+    const int count = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < count; ++f) {
+      argv.push_back(pick(flags));
+      if (rng() % 5 != 0) argv.push_back(pick(values));
+    }
+    std::string input;
+    for (std::size_t a = 1; a < argv.size(); ++a) input += (a > 1 ? " " : "") + argv[a];
+    const backend::testing::Finished f = backend::testing::RunFor(argv, prefix, 60);
+    const long lines = std::count(f.err.begin(), f.err.end(), '\n');
+    if (f.timed_out) {
+      out.Bad("timed out", input);
+    } else if (f.exit_code == 0) {
+      ++out.ok;
+    } else if (f.exit_code == 2 && lines == 1) {
+      ++out.error;
+    } else {
+      out.Bad("exit " + std::to_string(f.exit_code) + " with " + std::to_string(lines) +
+                  " lines on stderr: " + f.err,
+              input);
+    }
+  }
+  Report("flags", inputs, out, Seconds(start));
+  EXPECT_GT(out.error, inputs / 10);
+}
+
+}  // namespace
+}  // namespace stateflow::tools
