@@ -61,6 +61,9 @@ void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
       ("devices", Optional(&f->devices),
        "devices to split into P x TP x DP (default: the scenario's P x TP x DP)")
       ("recompute", po::value(&f->scenario.recompute), "none or full")
+      ("system", po::value(&f->scenario.system),
+       "stateflow, megatron-core or ms-swift: the training system whose head and loss every "
+       "schedule runs with (docs/cost-model.md, Systems; default: the scenario's)")
       ("costs", po::value(&f->costs_path),
        "replay this CostTable (stateflow profile) instead of the cost model; splits at another "
        "TP than the table's are rejected (at most 64 MiB)")

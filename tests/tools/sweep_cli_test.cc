@@ -123,6 +123,33 @@ TEST(CapacityCli, ExplainsIllegalSplits) {
 
 // gdn-tiny (4 layers, 2 heads) on 8 CPU devices (2 per node), global batch 1:
 // DP = 1, TP <= 2 and P <= 4 leave 4 x 2 x 1 as the only legal split.
+// --system: the plan's runs carry it, and a framework's full-sequence logits
+// raise the best split's peak over StateFlow's sliced loss.
+TEST(CapacityCli, SystemChoosesTheHeadOfEveryRun) {
+  const std::string scenario = WriteTemp(
+      "plan-system.textproto",
+      "name: \"tiny\"\nmodel_preset: \"gdn-tiny\"\ncluster_preset: \"cpu\"\n"
+      "parallel { pipeline_size: 1 microbatches: 1 }\nseq_len: 4096\n"
+      "schedule { policy: \"stateflow\" chunks: 1 recompute: \"full\" }\n");
+  std::map<std::string, double> peak;
+  for (const char* system : {"stateflow", "megatron-core"}) {
+    CliRun run = Cli("capacity --scenario " + scenario + " --devices 8 --global-batch 1 --system " +
+                     system + " --json");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    pb::CapacityPlanReport report;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok()) << run.out;
+    for (const pb::PlanCandidate& c : report.candidates()) {
+      if (c.verdict() != "feasible") continue;
+      EXPECT_EQ(c.best().system(), system);
+      peak[system] = c.best().peak_memory_bytes();
+    }
+  }
+  ASSERT_EQ(peak.size(), 2u);
+  EXPECT_GT(peak["megatron-core"], peak["stateflow"]);
+  ExpectBadInput(Cli("capacity --scenario " + scenario + " --devices 8 --global-batch 1 --system x"),
+                 "system");
+}
+
 TEST(CapacityCli, FindsTheOnlyLegalSplit) {
   const std::string scenario = WriteTemp(
       "plan-tiny.textproto",
