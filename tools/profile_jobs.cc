@@ -178,7 +178,9 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   }
   for (const std::string& mode : *modes) request.recompute.push_back(*models::ParseRecompute(mode));
   Result<pb::CostTable> table = backend::ProfileLayers(request, nullptr);
-  if (!table.ok()) return FailOnRankZero(kName, table.status());
+  // Every rank says why: mpirun ends the job when the first rank exits, so
+  // rank 0 may be killed before it prints; the parent keeps the first line.
+  if (!table.ok()) return Fail(kName, table.status());
   if (Status written = WriteFile(RankTablePath(job, rank), sim::CostTableText(*table));
       !written.ok()) {
     return Fail(kName, written.WithPrefix("rank " + std::to_string(rank)));
