@@ -22,26 +22,13 @@
 
 #include "backend/kernels/attention.h"
 #include "backend/threading.h"
+#include "bench/gemm_baseline.h"
 
 namespace stateflow::backend {
 namespace {
 
-using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
 
-void Gemm(benchmark::State& state) {
-  SetKernelThreads(1);
-  const Eigen::Index n = state.range(0);
-  const Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n);
-  Matrix c(n, n);
-  for (auto _ : state) {
-    c.noalias() = a * b;
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * static_cast<double>(n * n * n) / 1e9,
-      benchmark::Counter::kIsIterationInvariantRate);
-}
+using bench::Gemm;
 
 // q (s, Hq, d), k, v (start + s, Hkv, d) uniform in (-1, 1), and the
 // forward's o, lse for the backward.
@@ -113,56 +100,10 @@ BENCHMARK(Gemm)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(AttnForward)->Apply(Shapes);
 BENCHMARK(AttnBackward)->Apply(Shapes);
 
-// The console output plus, at the end, each attention rate over the best
-// GEMM rate.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      auto it = run.counters.find("GFLOP/s");
-      if (it == run.counters.end()) continue;
-      if (run.run_type == Run::RT_Iteration) {
-        rates_[run.run_name.str()] = it->second;
-      } else if (run.aggregate_name == "median") {
-        medians_[run.run_name.str()] = it->second;
-      }
-    }
-  }
-  // With --benchmark_repetitions, the medians; otherwise the single runs.
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    for (const auto& [name, rate] : medians_) rates_[name] = rate;
-    double gemm = 0.0;
-    std::string gemm_name;
-    for (const auto& [name, rate] : rates_) {
-      if (name.rfind("Gemm/", 0) == 0 && rate > gemm) {
-        gemm = rate;
-        gemm_name = name;
-      }
-    }
-    if (gemm <= 0.0) return;
-    std::printf("\nAttention rate / %s rate (%.2f GFLOP/s):\n", gemm_name.c_str(), gemm);
-    for (const auto& [name, rate] : rates_) {
-      if (name.rfind("Attn", 0) != 0) continue;
-      std::printf("  %-56s %7.2f GFLOP/s  %5.1f%%\n", name.c_str(), rate,
-                  100.0 * rate / gemm);
-    }
-  }
-
- private:
-  std::map<std::string, double> rates_;
-  std::map<std::string, double> medians_;
-};
 
 }  // namespace
 }  // namespace stateflow::backend
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  stateflow::backend::RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
+  return stateflow::bench::RunWithGemmRatios(argc, argv, "Attention", "Attn", 56);
 }

@@ -21,26 +21,13 @@
 
 #include "backend/kernels/mamba3_core.h"
 #include "backend/threading.h"
+#include "bench/gemm_baseline.h"
 
 namespace stateflow::backend {
 namespace {
 
-using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
 
-void Gemm(benchmark::State& state) {
-  SetKernelThreads(1);
-  const Eigen::Index n = state.range(0);
-  const Matrix a = Matrix::Random(n, n), b = Matrix::Random(n, n);
-  Matrix c(n, n);
-  for (auto _ : state) {
-    c.noalias() = a * b;
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * static_cast<double>(n * n * n) / 1e9,
-      benchmark::Counter::kIsIterationInvariantRate);
-}
+using bench::Gemm;
 
 // Inputs as a Mamba-3 layer makes them: unit-scale q, k, decays a = A dt in
 // (-0.1, 0), gamma and beta in (0, 0.1). Layouts as in mamba3_core.h.
@@ -125,55 +112,10 @@ BENCHMARK(Gemm)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(Mamba3Forward)->Apply(Configs);
 BENCHMARK(Mamba3Backward)->Apply(Configs);
 
-// The console output plus, at the end, each Mamba-3 rate over the best GEMM rate.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& run : runs) {
-      auto it = run.counters.find("GFLOP/s");
-      if (it == run.counters.end()) continue;
-      if (run.run_type == Run::RT_Iteration) {
-        rates_[run.run_name.str()] = it->second;
-      } else if (run.aggregate_name == "median") {
-        medians_[run.run_name.str()] = it->second;
-      }
-    }
-  }
-  // With --benchmark_repetitions, the medians; otherwise the single runs.
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    for (const auto& [name, rate] : medians_) rates_[name] = rate;
-    double gemm = 0.0;
-    std::string gemm_name;
-    for (const auto& [name, rate] : rates_) {
-      if (name.rfind("Gemm/", 0) == 0 && rate > gemm) {
-        gemm = rate;
-        gemm_name = name;
-      }
-    }
-    if (gemm <= 0.0) return;
-    std::printf("\nMamba-3 core rate / %s rate (%.2f GFLOP/s):\n", gemm_name.c_str(), gemm);
-    for (const auto& [name, rate] : rates_) {
-      if (name.rfind("Mamba3", 0) != 0) continue;
-      std::printf("  %-48s %7.2f GFLOP/s  %5.1f%%\n", name.c_str(), rate,
-                  100.0 * rate / gemm);
-    }
-  }
-
- private:
-  std::map<std::string, double> rates_;
-  std::map<std::string, double> medians_;
-};
 
 }  // namespace
 }  // namespace stateflow::backend
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  stateflow::backend::RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
+  return stateflow::bench::RunWithGemmRatios(argc, argv, "Mamba-3 core", "Mamba3", 48);
 }
