@@ -150,16 +150,18 @@ class AttentionOps {
   virtual ~AttentionOps() = default;
   virtual void AttentionForward(T* o, T* lse, const T* q, const T* k,
                                 const T* v, int64_t s, int64_t start,
-                                int64_t Hq, int64_t Hkv, int64_t d) = 0;
+                                int64_t Hq, int64_t Hkv, int64_t d,
+                                int64_t q_tile, int64_t k_tile) = 0;
   virtual void AttentionBackward(T* dq, T* dk, T* dv, T* D, const T* dO,
                                  const T* o, const T* lse, const T* q,
                                  const T* k, const T* v, int64_t s,
                                  int64_t start, int64_t Hq, int64_t Hkv,
-                                 int64_t d) = 0;
+                                 int64_t d, int64_t q_tile,
+                                 int64_t k_tile) = 0;
   virtual void RopeForward(T* x, int64_t N, int64_t H, int64_t d,
-                           int64_t pos0) = 0;
+                           int64_t pos0, double base) = 0;
   virtual void RopeBackward(T* dx, int64_t N, int64_t H, int64_t d,
-                            int64_t pos0) = 0;
+                            int64_t pos0, double base) = 0;
 };
 
 }  // namespace stateflow::backend

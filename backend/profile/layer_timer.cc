@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/allocator.h"
 #include "backend/model/model_stage_module.h"
@@ -33,13 +34,15 @@ Status CheckOptions(std::int64_t tokens, const TimingOptions& options) {
 template <typename T>
 void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::vector<T> host(static_cast<std::size_t>(t->numel()));
   for (std::int64_t e = 0; e < t->numel(); ++e) {
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
     const double u = static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
-    t->data()[e] = static_cast<T>(scale * (2 * u - 1));
+    host[static_cast<std::size_t>(e)] = static_cast<T>(scale * (2 * u - 1));
   }
+  t->FromHost(host);
 }
 
 // One microbatch of B sequences of seq_len byte tokens (inputs and targets).
