@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
 #include "backend/comm/in_process_comm.h"
 #include "backend/comm/mpi.h"
+#include "backend/device/device.h"
 
 namespace stateflow::backend {
 namespace {
@@ -169,6 +171,19 @@ StageModule<T>& Trainer<T>::module(int local) {
   return *stages_[local]->module;
 }
 
+namespace {
+
+// This rank's index among the ranks on its node (Open MPI and Slurm say it
+// in the environment); the stage number when nothing does.
+int LocalRank(int stage) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return stage;
+}
+
+}  // namespace
+
 template <typename T>
 Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
   const int P = setup_.stages;
@@ -179,8 +194,14 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
                               std::to_string(local->comm->stages()) + " stages, plan has " +
                               std::to_string(P));
     }
-    local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes);
-    local->transport = std::make_unique<TrackingAllocator>(r);
+    SF_ASSIGN_OR_RETURN(Device * device, GetDevice(options_.device, LocalRank(r)));
+    if (!device->memory().host_accessible() && group_->size() > 1) {
+      return Status::Invalid("--device " + options_.device +
+                             ": several ranks need the NCCL transport, which train does not "
+                             "use yet; run one process (all stages on one GPU)");
+    }
+    local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes, device);
+    local->transport = std::make_unique<TrackingAllocator>(r, std::nullopt, device);
     SF_ASSIGN_OR_RETURN(local->module, factory(r, setup_.stage_layers[r], local->alloc.get()));
     if (local->module->is_first() != (r == 0) || local->module->is_last() != (r == P - 1)) {
       return Status::Internal("stage " + std::to_string(r) +
