@@ -132,8 +132,9 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
       "warmup", Optional(&flags->warmup), "repetitions thrown away first (default 2)")(
       "dtype", po::value(&flags->dtype), "float32 or float64 (default: train.dtype)")(
       "device", po::value(&flags->device),
-      "cpu, host-grid or cuda: where the layers are timed (default: train.device, else cpu); "
-      "on a GPU each pass is timed until the device has finished it")(
+      "cpu, host-grid or cuda: where the layers are timed and validate's runs train "
+      "(default: train.device, else cpu); on a GPU each pass is timed until the device has "
+      "finished it")(
       "threads", Optional(&flags->threads), "kernel threads (default: train.threads, else as `stateflow train --help` says for the ranks of --concurrent or P)")(
       "link", po::value(&flags->link),
       "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")(
