@@ -1,3 +1,4 @@
+#include "backend/device/device.h"
 #include "backend/runtime/stage_runtime.h"
 
 #include <algorithm>
@@ -121,8 +122,12 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
   Result<Tensor<T>> out = a.pass == Pass::kForward
                               ? module_->Forward(a.microbatch, a.chunk, in)
                               : module_->Backward(a.microbatch, a.chunk, in);
-  const double end = clock_->Now();
   if (!out.ok()) return During(out.status(), a);
+  // The action ends when its device has finished it (a GPU runs the
+  // module's kernels asynchronously; on the CPU this returns at once), so
+  // traces, busy times and step times are the device's.
+  if (Status done = alloc_->device().Synchronize(); !done.ok()) return During(done, a);
+  const double end = clock_->Now();
   input = Tensor<T>();  // the receive buffer ends with its action
   if (const std::optional<int> to = schedule::OutputTo(a, plan_->stages())) {
     const std::int64_t rows = module_->microbatch_size() * partition_->length(a.chunk);  // B s

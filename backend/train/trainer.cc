@@ -253,6 +253,7 @@ Status Trainer<T>::RunOptimizers() {
     const std::int64_t peak_before = local->alloc->PeakTotalBytes();
     const double start = clock_.Now();
     local->optimizer->Step();
+    SF_RETURN_IF_ERROR(local->alloc->device().Synchronize());  // a GPU's update, done
     const double end = clock_.Now();
     local->timeline.optimizer_start_s.push_back(start);
     local->timeline.optimizer_end_s.push_back(end);
