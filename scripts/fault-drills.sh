@@ -56,13 +56,31 @@ drill() {  # target signal phase
   t0=$(now)
   kill "-$sig" "$victim"
   local gone="still running after 60 s"
-  while [ "$(echo "$(now) - $t0 < 60" | bc)" = 1 ]; do
-    if ! alive "$job" "$r0" "$r1"; then
-      gone=$(printf '%.1f s' "$(echo "$(now) - $t0" | bc)")
-      break
-    fi
-    sleep 0.05
-  done
+  if [ "$target$sig" = mpirunSTOP ]; then
+    # The ranks end by themselves after the watchdog; mpirun stays stopped
+    # until continued, then ends at once.
+    gone="ranks still running after 60 s"
+    while [ "$(echo "$(now) - $t0 < 60" | bc)" = 1 ]; do
+      if ! alive "$r0" "$r1"; then
+        gone=$(printf 'ranks %.1f s' "$(echo "$(now) - $t0" | bc)")
+        break
+      fi
+      sleep 0.05
+    done
+    kill -CONT "$job"
+    local t1
+    t1=$(now)
+    while alive "$job" && [ "$(echo "$(now) - $t1 < 30" | bc)" = 1 ]; do sleep 0.05; done
+    alive "$job" || gone="$gone, mpirun $(printf '%.1f' "$(echo "$(now) - $t1" | bc)") s after SIGCONT"
+  else
+    while [ "$(echo "$(now) - $t0 < 60" | bc)" = 1 ]; do
+      if ! alive "$job" "$r0" "$r1"; then
+        gone=$(printf '%.1f s' "$(echo "$(now) - $t0" | bc)")
+        break
+      fi
+      sleep 0.05
+    done
+  fi
   kill -9 "$job" "$r0" "$r1" 2>/dev/null
   wait "$job" 2>/dev/null
   local rc=$?
@@ -70,7 +88,7 @@ drill() {  # target signal phase
   # Open MPI frames its messages with lines of dashes: skip those.
   local lines
   lines=$(grep -v -e '^\s*$' -e '^-----' "$log.err")
-  first=$(grep -m1 'stateflow train:' <<< "$lines" | cut -c1-200)
+  first=$(grep -m1 -E 'stateflow( train)?: ' <<< "$lines" | cut -c1-200)
   [ -z "$first" ] && first=$(head -1 <<< "$lines" | cut -c1-200)
   last=$(tail -1 <<< "$lines" | cut -c1-200)
   local resume="-"

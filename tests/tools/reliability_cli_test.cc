@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -310,4 +311,21 @@ TEST(ReliabilityCli, ProgramFlagsMustNameAProgram) {
                  "--mpirun '--max-actions': no such program in PATH");
   ExpectBadInput(Stateflow("profile --out x --mpirun /"), "--mpirun /: not an executable file");
   ExpectBadInput(Stateflow("validate --python /nonexistent/python3"), "--python");
+}
+
+// A plotting program that fails saying nothing is named with its exit code;
+// before, the line ended in "--plot: " (found by the fuzzer's check that an
+// error line has a message).
+TEST(ReliabilityCli, AFailedPlotterIsNamedWithItsExit) {
+  const std::string costs = stateflow::testing::TempPath("reliability-plot-costs.textproto");
+  ASSERT_EQ(Stateflow("profile --out " + costs +
+                      " --repetitions 1 --warmup 0 --link in-process")
+                .exit_code,
+            0);
+  const CliRun run = Stateflow("validate --costs " + costs + " --steps 2 --plot " +
+                               stateflow::testing::TempPath("reliability-plot.png") +
+                               " --python /bin/false");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("--plot: /bin/false exited with code 1"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
 }
