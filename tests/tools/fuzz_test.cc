@@ -640,6 +640,11 @@ TEST(Fuzz, MpiCommandFlagsEndInExitZeroOrOneLineAndExitTwo) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 4000037);
   auto pick = [&rng](const auto& pool) { return pool[rng() % pool.size()]; };
   const MpiFlagFiles files = MakeMpiFlagFiles();
+  // Fuzzed values become output names (`--trace 1.5`, `--checkpoint nan`):
+  // relative ones land in a scratch directory, not wherever the test runs.
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::create_directories(files.dir + "/cwd");
+  std::filesystem::current_path(files.dir + "/cwd");
   // train is the cheapest of the three (one process, no mpirun): most inputs.
   const std::vector<std::string> commands = {"train", "train", "train", "train", "validate",
                                              "profile", "profile", "presets"};
@@ -688,6 +693,7 @@ TEST(Fuzz, MpiCommandFlagsEndInExitZeroOrOneLineAndExitTwo) {
               input);
     }
   }
+  std::filesystem::current_path(cwd);
   Report("mpi flags", inputs, out, Seconds(start));
   for (const auto& [command, n] : per_command) std::printf("  %s: %ld inputs\n", command.c_str(), n);
   EXPECT_GT(out.ok, 0);
