@@ -150,8 +150,8 @@ Result<schedule::Plan> LoadPlan(const std::string& path) {
 // against --capacity-bytes, stage by stage, and against this machine's
 // memory: in one process the sum over every stage; under mpirun the sum of
 // the `ranks_on_node` largest stages (whichever ranks share this node).
-// Before it, `train --model gdn-3b` or `-B 4096` grew past 20 GB and was
-// killed or ran for hours.
+// Before it, `train --model gdn-3b` (47 GiB) grew for as long as it was
+// let run, and `-B 65536` passed 14 GB within a minute.
 Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule::Plan* plan,
                       const TrainOptions& options, int ranks_on_node, bool mpi) {
   SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec precision, models::PrecisionForDtype(options.dtype));
@@ -182,7 +182,8 @@ Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule
   if (needed > physical) {
     return Status::Invalid(
         std::string("the run's tensors need about ") + FormatBytes(needed) + " (" +
-        options.dtype + ", " + (mpi ? std::to_string(here) + " of the stages on this node" : "every stage in this process") +
+        options.dtype + ", " +
+        (mpi ? std::to_string(here) + " of the stages on this node" : "every stage in this process") +
         ": the memory model's peaks), more than this machine's " + FormatBytes(physical) +
         " of memory (lower -B, -M, -T or the model)");
   }
