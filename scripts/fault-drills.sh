@@ -21,6 +21,10 @@ trap 'rm -rf "$work"' EXIT
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
 now() { date +%s.%N; }
+# Each job runs in a session of its own (setsid): a stopped mpirun in this
+# script's process group would make the kernel send SIGHUP to the whole
+# group, this script included, when the group is orphaned (a script started
+# in the background).
 # A process that has exited but not been reaped (a zombie: its parent, say
 # a stopped mpirun, has not waited for it yet) holds nothing and counts as gone.
 alive() {
@@ -38,7 +42,7 @@ drill() {  # target signal phase
   local ck=()
   [ "$phase" = checkpoint ] && ck=(--checkpoint "$dir" --checkpoint-every 1)
   SF_TRAIN_PID_DIR="$work/pids-$target-$sig-$phase" \
-    mpirun "${root[@]}" --oversubscribe -n 2 "$stateflow" train --steps 100000 -T 128 \
+    setsid mpirun "${root[@]}" --oversubscribe -n 2 "$stateflow" train --steps 100000 -T 128 \
       --watchdog 5 "${ck[@]}" > "$log.out" 2> "$log.err" &
   local job=$!
   local pids="$work/pids-$target-$sig-$phase"
@@ -116,10 +120,19 @@ drill() {  # target signal phase
 # steps it made in the 5 s after the continue (rank 0 prints one per step),
 # and the lines it printed.
 steps() { grep -c '^step' "$1" 2>/dev/null || true; }
+# CPU seconds the two ranks used so far (utime + stime, /proc/<pid>/stat).
+cpu() {
+  local ticks=0 t
+  for p in "$@"; do
+    t=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
+    ticks=$((ticks + t))
+  done
+  echo "scale=1; $ticks / $(getconf CLK_TCK)" | bc
+}
 stop_drill() {  # name
   local name=$1 log="$work/stop-$1" pids="$work/stop-pids-$1"
   mkdir -p "$pids"
-  SF_TRAIN_PID_DIR="$pids" mpirun "${root[@]}" --oversubscribe -n 2 "$stateflow" train \
+  SF_TRAIN_PID_DIR="$pids" setsid mpirun "${root[@]}" --oversubscribe -n 2 "$stateflow" train \
     --steps 100000 -T 128 --watchdog 5 > "$log.out" 2> "$log.err" &
   local job=$!
   for _ in $(seq 200); do
@@ -130,14 +143,18 @@ stop_drill() {  # name
   r0=$(cat "$pids/rank0.pid" 2>/dev/null || echo 0)
   r1=$(cat "$pids/rank1.pid" 2>/dev/null || echo 0)
   sleep 2
-  local outcome t0
+  local outcome t0 cpu0 cpu_stopped="-"
+  cpu0=$(cpu "$r0" "$r1")
   case $name in
     job-stopped-10s)
-      kill -STOP "$job" "$r0" "$r1"; sleep 10; kill -CONT "$r0" "$r1" "$job" ;;
+      kill -STOP "$job" "$r0" "$r1"; sleep 10; cpu_stopped=$(echo "$(cpu "$r0" "$r1") - $cpu0" | bc)
+      kill -CONT "$r0" "$r1" "$job" ;;
     ctrl-z-10s)
-      kill -TSTP "$job"; sleep 10; kill -CONT "$job" ;;
+      kill -TSTP "$job"; sleep 10; cpu_stopped=$(echo "$(cpu "$r0" "$r1") - $cpu0" | bc)
+      kill -CONT "$job" ;;
     mpirun-stopped-3s)
-      kill -STOP "$job"; sleep 3; kill -CONT "$job" ;;
+      kill -STOP "$job"; sleep 3; cpu_stopped=$(echo "$(cpu "$r0" "$r1") - $cpu0" | bc)
+      kill -CONT "$job" ;;
     mpirun-stopped)
       kill -STOP "$job"
       t0=$(now)
@@ -179,12 +196,12 @@ stop_drill() {  # name
   lines=$(grep -v -e '^\s*$' -e '^-----' -e '^mpirun: Forwarding signal' "$log.err")
   first=$(grep -m1 'stateflow' <<< "$lines" | cut -c1-220)
   [ -z "$first" ] && first=$(head -1 <<< "$lines" | cut -c1-220)
-  echo "| $name | $outcome | $((after - before)) | $rc | ${first//|/\\|} |"
+  echo "| $name | $cpu_stopped | $outcome | $((after - before)) | $rc | ${first//|/\\|} |"
 }
 
 if [ "${SF_DRILLS:-all}" != signals ]; then
-  echo "| stop | what the job did | steps in the 5 s after SIGCONT | exit | first line on stderr |"
-  echo "| --- | --- | ---: | ---: | --- |"
+  echo "| stop | CPU s of both ranks while stopped | what the job did | steps in the 5 s after SIGCONT | exit | first line on stderr |"
+  echo "| --- | ---: | --- | ---: | ---: | --- |"
   for name in job-stopped-10s ctrl-z-10s mpirun-stopped-3s mpirun-stopped; do
     stop_drill "$name"
   done
