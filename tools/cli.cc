@@ -1,10 +1,12 @@
 #include "tools/cli.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/files.h"
@@ -61,6 +63,43 @@ int CheckedExit(const std::string& command, int code) {
   const Status written = FlushStandardOutput();
   if (written.ok() || code != kExitOk) return code;
   return Fail(command, written);
+}
+
+Status CheckOutputPath(const std::string& flag, const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::Invalid(flag + " " + path + ": a directory, not a file");
+    if (access(path.c_str(), W_OK) != 0) return Status::Invalid(flag + " " + path + ": not writable");
+    return Status::Ok();
+  }
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Status::Invalid(flag + " " + path + ": cannot be created (" + dir +
+                           " is not a writable directory)");
+  }
+  return Status::Ok();
+}
+
+Status CheckProgram(const std::string& flag, const std::string& program) {
+  auto executable = [](const std::string& p) {
+    struct stat st {};
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) {
+    if (executable(program)) return Status::Ok();
+    return Status::Invalid(flag + " " + program + ": not an executable file");
+  }
+  const char* env = std::getenv("PATH");
+  const std::string path = env != nullptr ? env : "";
+  for (std::size_t start = 0; start <= path.size();) {
+    const std::size_t colon = std::min(path.find(':', start), path.size());
+    const std::string dir = colon > start ? path.substr(start, colon - start) : ".";
+    if (!program.empty() && executable(dir + "/" + program)) return Status::Ok();
+    start = colon + 1;
+  }
+  return Status::Invalid(flag + " '" + program + "': no such program in PATH");
 }
 
 void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {

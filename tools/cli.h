@@ -51,6 +51,19 @@ Status FlushStandardOutput();
 // else a one-line error on stderr and kExitFailure.
 int CheckedExit(const std::string& command, int code);
 
+// An output file given by `flag` (--out, --trace, --costs-out, --plot,
+// --dump-weights), checked before the work whose result it receives, so that
+// a long run is not lost to a typo at its end: `path` is not a directory
+// and is either a writable file or a new name in a writable directory.
+// Errors (kInvalidInput) name the flag and the path. A full device
+// (/dev/full) still passes and fails at the write (kResource, exit 1).
+// An empty `path` (flag not given) is fine.
+Status CheckOutputPath(const std::string& flag, const std::string& path);
+
+// The program given to --mpirun: a path to an executable file, or a name
+// found as one in PATH. Error (kInvalidInput): neither.
+Status CheckProgram(const std::string& flag, const std::string& program);
+
 // --scenario and the flag overrides of the common fields.
 struct ScenarioFlags {
   std::string scenario_path;

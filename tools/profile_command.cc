@@ -127,6 +127,10 @@ int RunProfile(int argc, char** argv) {
                                                  "`mpirun -n 2` itself to time the link"));
   }
   if (flags.out_path.empty()) return Fail(kName, Status::Invalid("--out is required"));
+  if (Status s = CheckOutputPath("--out", flags.out_path); !s.ok()) return Fail(kName, s);
+  if (vm.count("mpirun")) {
+    if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kName, s);
+  }
   return WithInterruptForwarding(kName, [&] { return Profile(flags); });
 }
 

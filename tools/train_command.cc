@@ -3,17 +3,21 @@
 // process running every stage (without mpirun). Rank 0 prints; every rank
 // exits with the same code, except after a failure inside a step on one rank,
 // which prints its message and ends the job (MPI_Abort).
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 
 #include "common/files.h"
+#include "backend/allocator.h"
 #include "backend/comm/mpi.h"
 #include "backend/layers/gdn_layer.h"
 #include "backend/model/model_stage_module.h"
@@ -24,10 +28,12 @@
 #include "backend/train/train_setup.h"
 #include "backend/train/trainer.h"
 #include "common/trace.h"
+#include "models/cost_model.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
 #include "schedule/plan.h"
 #include "schedule/plan_text.h"
+#include "sim/simulation.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
 
@@ -143,6 +149,75 @@ Result<schedule::Plan> LoadPlan(const std::string& path) {
   return schedule::ParsePlanText(text, path);
 }
 
+// The memory the run's tensors need, checked before the first one exists:
+// the memory model's peak of every stage in the run's dtype (the backend's
+// tracking allocator holds exactly those bytes, ARCHITECTURE.md invariant 3)
+// against --capacity-bytes, stage by stage, and against this machine's
+// memory: in one process the sum over every stage; under mpirun the sum of
+// the `ranks_on_node` largest stages (whichever ranks share this node).
+// Before it, `train --model gdn-3b` (47 GiB) grew for as long as it was
+// let run, and `-B 65536` passed 14 GB within a minute.
+Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule::Plan* plan,
+                      const TrainOptions& options, int ranks_on_node, bool mpi) {
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec precision, models::PrecisionForDtype(options.dtype));
+  pb::Scenario narrowed = resolved.proto();
+  *narrowed.mutable_precision() = precision;
+  narrowed.clear_baselines();
+  narrowed.clear_sweep();
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario run, scenario::Resolve(std::move(narrowed)));
+  SF_ASSIGN_OR_RETURN(sim::Simulation sim,
+                      sim::Simulate(run, run.proto().schedule(), {.plan = plan}));
+  std::vector<double> peaks;  // (P) bytes
+  for (const pb::StageReport& stage : sim.report.stages()) {
+    peaks.push_back(stage.peak_memory_bytes());
+    if (options.capacity_bytes &&
+        stage.peak_memory_bytes() > static_cast<double>(*options.capacity_bytes)) {
+      return Status::Invalid(
+          "stage " + std::to_string(stage.stage()) + " needs " +
+          FormatBytes(stage.peak_memory_bytes()) + " at its peak (" + options.dtype +
+          "), more than --capacity-bytes " + std::to_string(*options.capacity_bytes));
+    }
+  }
+  std::sort(peaks.rbegin(), peaks.rend());
+  const std::size_t here = mpi ? std::min<std::size_t>(peaks.size(), std::max(1, ranks_on_node))
+                               : peaks.size();
+  double needed = 0;
+  for (std::size_t k = 0; k < here; ++k) needed += peaks[k];
+  const double physical = static_cast<double>(backend::PhysicalMemoryBytes());
+  if (needed > physical) {
+    return Status::Invalid(
+        std::string("the run's tensors need about ") + FormatBytes(needed) + " (" +
+        options.dtype + ", " +
+        (mpi ? std::to_string(here) + " of the stages on this node" : "every stage in this process") +
+        ": the memory model's peaks), more than this machine's " + FormatBytes(physical) +
+        " of memory (lower -B, -M, -T or the model)");
+  }
+  return Status::Ok();
+}
+
+// --checkpoint DIR, checked before the first step rather than at the first
+// checkpoint (which found `--checkpoint /dev/full` only after a step, exit
+// 1): DIR is a writable directory, or a path whose parent is one (the
+// first checkpoint creates DIR).
+Status CheckCheckpointDir(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return Status::Invalid("--checkpoint " + dir + ": not a directory");
+    if (access(dir.c_str(), W_OK | X_OK) != 0) {
+      return Status::Invalid("--checkpoint " + dir + ": not writable");
+    }
+    return Status::Ok();
+  }
+  std::string parent = std::filesystem::path(dir).parent_path().string();
+  if (parent.empty()) parent = ".";
+  if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      access(parent.c_str(), W_OK | X_OK) != 0) {
+    return Status::Invalid("--checkpoint " + dir + ": cannot be created (" + parent +
+                           " is not a writable directory)");
+  }
+  return Status::Ok();
+}
+
 // Everything decided before the first tensor exists: the same on every rank.
 struct Prepared {
   TrainSetup setup;
@@ -150,7 +225,7 @@ struct Prepared {
   std::optional<backend::TextData> text;
 };
 
-Result<Prepared> Prepare(TrainFlags flags) {
+Result<Prepared> Prepare(TrainFlags flags, int ranks_on_node, bool mpi) {
   std::optional<schedule::Plan> plan;
   if (!flags.plan_path.empty()) {
     SF_ASSIGN_OR_RETURN(plan, LoadPlan(flags.plan_path));
@@ -167,6 +242,7 @@ Result<Prepared> Prepare(TrainFlags flags) {
     return plan ? setup.status().WithPrefix(flags.plan_path) : setup.status();
   }
   p.setup = std::move(setup).value();
+  SF_RETURN_IF_ERROR(CheckRunMemory(resolved, plan ? &*plan : nullptr, p.options, ranks_on_node, mpi));
   SF_ASSIGN_OR_RETURN(p.text, backend::TextData::Load(p.options.text_path));
   return p;
 }
@@ -344,7 +420,14 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
                                                     std::to_string(*flags.checkpoint_every) +
                                                     ")"));
   }
-  Result<Prepared> prepared = Prepare(flags);
+  if (!flags.checkpoint_dir.empty()) {
+    if (Status s = CheckCheckpointDir(flags.checkpoint_dir); !s.ok()) return FailOnce(rank, s);
+  }
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--trace", flags.trace_path},
+                                   {"--dump-weights", flags.dump_path}}) {
+    if (Status s = CheckOutputPath(flag, path); !s.ok()) return FailOnce(rank, s);
+  }
+  Result<Prepared> prepared = Prepare(flags, ranks_on_node, mpi);
   if (!prepared.ok()) return FailOnce(rank, prepared.status());
   backend::SetKernelThreads(prepared->options.threads > 0
                                 ? prepared->options.threads

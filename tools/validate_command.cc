@@ -252,6 +252,16 @@ int RunValidate(int argc, char** argv) {
   if (flags.timeout_s && *flags.timeout_s < 1) {
     return Fail(kName, Status::Invalid("--timeout must be >= 1"));
   }
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--costs-out", flags.costs_out},
+                                   {"--plot", flags.plot_path}}) {
+    if (Status s = CheckOutputPath(flag, path); !s.ok()) return Fail(kName, s);
+  }
+  if (vm.count("mpirun")) {
+    if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kName, s);
+  }
+  if (vm.count("python")) {
+    if (Status s = CheckProgram("--python", flags.python); !s.ok()) return Fail(kName, s);
+  }
   return WithInterruptForwarding(kName, [&] { return Validate(flags); });
 }
 

@@ -111,7 +111,13 @@ Status DrawValidationPlot(const pb::ValidationReport& report, const std::string&
                         120);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
-    return Status::Invalid("--plot: " + backend::LastLine(run->err));
+    // The plotter's last line says why; a program that says nothing (say
+    // `--python /bin/false`) is named with its exit instead.
+    const std::string last = backend::LastLine(run->err);
+    const std::string how = run->timed_out         ? "timed out after 120 s"
+                            : run->exit_code < 0 ? "was ended by a signal"
+                                                 : "exited with code " + std::to_string(run->exit_code);
+    return Status::Invalid("--plot: " + python + " " + how + (last.empty() ? "" : ": " + last));
   }
   return Status::Ok();
 }

@@ -136,11 +136,17 @@ Result<sim::MeasuredRun> RunTrain(const pb::Scenario& scenario, const TrainRunOp
                                       : Status::Internal("no run");
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
+    // A run that timed out may have printed nothing (a stopped mpirun
+    // forwards no output): the deadline then says what happened.
+    const std::string message = TrainMessage(run->err);
+    std::ostringstream deadline;
+    deadline << options.timeout_s;
     const std::string what =
         "stateflow train " +
-        (run->timed_out ? std::string("timed out")
+        (run->timed_out ? "timed out after " + deadline.str() + " s (--timeout " +
+                              deadline.str() + "), stopped with its process group"
                         : "failed (exit " + std::to_string(run->exit_code) + ")") +
-        ": " + TrainMessage(run->err);
+        (message.empty() ? "" : ": " + message);
     return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);
   }
   pb::Report report;

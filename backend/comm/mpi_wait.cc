@@ -1,21 +1,74 @@
 #include "backend/comm/mpi_wait.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "backend/comm/mpi.h"
 
 namespace stateflow::backend {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 std::atomic<double> watchdog_seconds{kDefaultWatchdogSeconds};
+
+// How often a wait looks at its launcher, and how often a paused rank does.
+constexpr auto kLauncherCheckEvery = std::chrono::milliseconds(100);
+constexpr auto kPausePoll = std::chrono::milliseconds(20);
 
 std::string Seconds(double s) {
   std::ostringstream out;
   out << s;
   return out.str();
+}
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// This rank's launcher: its parent when the rank started (mpirun, or Open
+// MPI's daemon on a remote node); 0 when not started by mpirun.
+pid_t Launcher() {
+  static const pid_t launcher = LaunchedByMpirun() ? getppid() : 0;
+  return launcher;
+}
+
+// Whether `pid` is stopped (state T, or t when traced), from /proc.
+bool Stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const std::size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() &&
+         (line[close + 2] == 'T' || line[close + 2] == 't');
+}
+
+// Sleeps while the launcher is stopped (the job pauses with it). Past
+// `limit` seconds of it, prints the rank's line and exits: MPI_Abort would
+// wait for the stopped launcher.
+void PauseWhileLauncherStopped(double limit, const std::string& what) {
+  const pid_t launcher = Launcher();
+  if (launcher == 0 || !Stopped(launcher)) return;
+  const Clock::time_point since = Clock::now();
+  while (Stopped(launcher)) {
+    if (Since(since) > limit) {
+      const std::string line = "stateflow: " + what + ": the launcher (mpirun, pid " +
+                               std::to_string(launcher) + ") has been stopped for " +
+                               Seconds(limit) + " s (the watchdog, --watchdog " + Seconds(limit) +
+                               "): is it stalled? this rank ends\n";
+      std::fputs(line.c_str(), stderr);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(kPausePoll);
+  }
 }
 
 }  // namespace
@@ -36,16 +89,27 @@ Status WaitWithWatchdog(MPI_Request* request, MPI_Status* status, const std::str
     const int rc = MPI_Wait(request, status);
     return rc == MPI_SUCCESS ? Status::Ok() : MpiFailed("MPI_Wait", rc).WithPrefix(what);
   }
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point start = Clock::now();
+  // One look at the launcher per kLauncherCheckEvery, across waits.
+  static thread_local Clock::time_point next_launcher_check{};
+  double waited_s = 0;  // running time spent waiting: what counts against the peer
+  Clock::time_point last = Clock::now();
   for (unsigned spins = 0;; ++spins) {
     int done = 0;
     const int rc = MPI_Test(request, &done, status);
     if (rc != MPI_SUCCESS) return MpiFailed("MPI_Test", rc).WithPrefix(what);
     if (done != 0) return Status::Ok();
     // Open MPI's MPI_Wait polls as well; the clock is read now and then.
-    if (spins % 1024 == 1023 &&
-        std::chrono::duration<double>(Clock::now() - start).count() > limit) {
+    if (spins % 1024 != 1023) continue;
+    const Clock::time_point now = Clock::now();
+    const double gap = std::chrono::duration<double>(now - last).count();
+    last = now;
+    if (gap < kNotRunningGap_s) waited_s += gap;  // else this rank was stopped
+    if (now >= next_launcher_check) {
+      next_launcher_check = now + kLauncherCheckEvery;
+      PauseWhileLauncherStopped(limit, what);
+      last = Clock::now();  // a pause is not the peer's
+    }
+    if (waited_s > limit) {
       return Status::Resource(what + ": nothing for " + Seconds(limit) +
                               " s (the watchdog, --watchdog " + Seconds(limit) +
                               "): is that rank stalled or dead?");

@@ -6,6 +6,22 @@
 // that stalls (a stopped process, a hung node) does not leave the others
 // waiting forever.
 //
+// Stopped processes (docs/reliability.md, "A stopped job, a stopped
+// mpirun"):
+// - Time this rank itself was not running does not count: a whole job
+//   stopped and continued (Ctrl-Z and fg, which mpirun forwards to its
+//   ranks as SIGTSTP and SIGCONT; a batch system's suspend and resume)
+//   goes on where it was, however long the stop. A gap of more than
+//   kNotRunningGap_s between two looks at the clock of a polling loop
+//   means the process was stopped (or not scheduled), and is left out.
+// - The launcher (this rank's parent: mpirun, or Open MPI's daemon on a
+//   remote node) stopped alone (SIGSTOP): the rank pauses in its next wait,
+//   sleeping, until the launcher runs again, so the whole job pauses and
+//   a SIGCONT to mpirun continues it; the pause does not count against a
+//   peer. If the launcher stays stopped longer than the watchdog, the rank
+//   prints its one line and exits (exit code 1) by itself: MPI_Abort would
+//   wait for the stopped launcher, so nothing else could end it.
+//
 // Internal to backend/comm/ (it includes <mpi.h>); the setting is in mpi.h.
 //
 //   SF_RETURN_IF_ERROR(WaitWithWatchdog(&request, &status, "stage 0: the activation of 1F0.2 from stage 1"));
@@ -23,6 +39,11 @@ namespace stateflow::backend {
 // (Resource): the MPI call's; "<what>: nothing for <s> s (the watchdog,
 // --watchdog <s>): rank stalled or dead?".
 Status WaitWithWatchdog(MPI_Request* request, MPI_Status* status, const std::string& what);
+
+// A gap between two looks at the clock of a polling loop above which this
+// process was not running (stopped, or not scheduled): left out of the time
+// counted against a peer.
+inline constexpr double kNotRunningGap_s = 0.5;
 
 // "MPI_Xxx: <the MPI error string>".
 Status MpiFailed(const char* call, int rc);

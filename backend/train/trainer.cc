@@ -415,6 +415,11 @@ TrainRun Train(Trainer<T>& trainer, int steps,
         (done % std::max(1, loop.checkpoint_every) == 0 || done == steps)) {
       if (Status saved = trainer.SaveCheckpoint(loop.checkpoint_dir, done); !saved.ok()) {
         run.status = saved.WithPrefix("step " + std::to_string(k) + ": checkpoint");
+        // A write failure is agreed by every rank, but the agreement itself
+        // can fail on one rank alone (the watchdog, a stopped peer): that
+        // rank must end the job, or it waits for the stopped peer in
+        // MPI_Finalize forever (found by scripts/fault-drills.sh).
+        run.on_every_rank = trainer.num_ranks() == 1;
         return run;
       }
     }

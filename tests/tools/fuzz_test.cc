@@ -14,12 +14,16 @@
 // (the long run in docs/reliability.md), SF_FUZZ_SEED another seed. Flags
 // go through the binary: 300 inputs, SF_FUZZ_FLAG_INPUTS=N for more.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -388,6 +392,14 @@ TEST(Fuzz, PlansEndInAResultOrAnError) {
   EXPECT_GT(out.error, inputs / 10);
 }
 
+// Whether a one-line error says something after its last colon: "stateflow
+// validate: --plot: " (a child that printed nothing) does not.
+bool HasMessage(const std::string& line) {
+  std::string text = line;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return !text.empty() && text.back() != ':';
+}
+
 // Flags: the binary itself (a process per input, so far fewer inputs), each
 // run with a random command of the quick ones and one to four flags with
 // edge values. It must exit 0, or 2 with exactly one line on stderr, within
@@ -427,7 +439,7 @@ TEST(Fuzz, FlagsEndInExitZeroOrOneLineAndExitTwo) {
       out.Bad("timed out", input);
     } else if (f.exit_code == 0) {
       ++out.ok;
-    } else if (f.exit_code == 2 && lines == 1) {
+    } else if (f.exit_code == 2 && lines == 1 && HasMessage(f.err)) {
       ++out.error;
     } else {
       out.Bad("exit " + std::to_string(f.exit_code) + " with " + std::to_string(lines) +
@@ -436,6 +448,255 @@ TEST(Fuzz, FlagsEndInExitZeroOrOneLineAndExitTwo) {
     }
   }
   Report("flags", inputs, out, Seconds(start));
+  EXPECT_GT(out.error, inputs / 10);
+}
+
+// ---- the commands that start MPI work: train, validate, profile -------------------
+//
+// The same oracle as above (exit 0, or 2 with exactly one line on stderr,
+// within the deadline), for `train`, `validate` and `profile` (and
+// `presets`). Each input starts from cheap defaults -- one or two steps, a
+// given cost table for validate, one repetition and the in-process link for
+// profile, --max-actions 64 -- and one to four flags from that command's own
+// pool replace or add to them. Each flag's pool holds the edge values that
+// must be refused (0, -1, 2^31, 2^63, 2^64 - 1, nan, inf, 1e309, garbage, an
+// escape sequence, another flag) and only small legal values, so that an
+// accepted input stays a run of seconds: the fuzzer looks for crashes,
+// hangs and wrong exits, not for long legal runs (a legal `--steps 1000000`
+// is not a bug). Files: /dev/zero, a directory, a FIFO, a missing path,
+// /dev/full for outputs, and real small files. An output on /dev/full may
+// also end in exit 1 with its one line ("No space left on device"): output
+// that cannot be written is exit code 1 (tools/cli.h).
+
+struct FlagPool {
+  std::string name;
+  std::vector<std::string> values;  // empty: a switch
+};
+
+const std::vector<std::string> kBadValues = {
+    "0", "-1", "2147483648", "4294967295", "9223372036854775807", "18446744073709551615",
+    "1e309", "nan", "inf", "-inf", "1.5", "-0", "", "x", "a\nb\033[31m", "--json"};
+
+std::vector<std::string> With(std::vector<std::string> good) {
+  good.insert(good.end(), kBadValues.begin(), kBadValues.end());
+  return good;
+}
+
+// Files every command may be given (made by MpiFlagFiles).
+struct MpiFlagFiles {
+  std::string dir, scenario, plan, costs, text, short_text, fifo, garbage, out, missing;
+};
+
+// `big_models`: gdn-3b and gdn-32b in --model's pool; train refuses them up
+// front (their tensors exceed the machine), but profiling or validating one
+// of their layers is legal and takes minutes and gigabytes.
+std::vector<FlagPool> ScenarioFlagPools(const MpiFlagFiles& f, bool big_models) {
+  std::vector<std::string> models = {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny",
+                                     "mamba3-hybrid-tiny"};
+  if (big_models) models.insert(models.end(), {"gdn-32b", "gdn-3b"});
+  const std::vector<std::string> inputs = {"/dev/zero", "/", f.fifo, f.missing, f.garbage};
+  std::vector<std::string> scenarios = inputs;
+  scenarios.push_back(f.scenario);
+  return {
+      {"--scenario", With(scenarios)},
+      {"--model", With(models)},
+      {"--cluster", With({"cpu", "a100"})},
+      {"--policy", With({"stateflow", "1f1b", "gpipe"})},
+      {"-P", With({"1", "2", "3", "4", "7", "4096", "4097"})},
+      {"-M", With({"1", "2", "3", "1048576", "1048577"})},
+      {"-N", With({"1", "2", "4", "8", "1048577"})},
+      {"-T", With({"64", "100", "256", "512", "35149", "1099511627776", "1099511627777"})},
+      {"-B", With({"1", "2", "1048576", "1048577"})},
+      {"--alpha", With({"0", "1", "1.5", "100", "101", "1e-300"})},
+      {"--tensor-parallel", With({"1", "2", "4097"})},
+      {"--recompute", With({"none", "full"})},
+      {"--system", With({"stateflow", "megatron-core", "ms-swift"})},
+      {"--cost-model", With({"analytic", "uniform"})},
+      {"--st-overlap", With({"on", "off"})},
+      {"--st-tile", With({"1", "16", "4096", "4097"})},
+      {"--compute-units", With({"1", "108", "1000001"})},
+      {"--max-actions", With({"1", "64", "1099511627776", "1099511627777"})},
+      {"--nonsense", {}},
+      {"-", {}},
+  };
+}
+
+std::vector<FlagPool> TrainFlagPools(const MpiFlagFiles& f) {
+  std::vector<FlagPool> pools = ScenarioFlagPools(f, /*big_models=*/true);
+  const std::vector<std::string> outputs = {"/dev/full", "/", f.out, f.missing + "/x"};
+  std::vector<FlagPool> own = {
+      {"--steps", With({"1", "2", "1073741825"})},
+      {"--dtype", With({"float32", "float64", "float16"})},
+      {"--threads", With({"1", "2", "1024", "1025"})},
+      {"--text", With({"/dev/zero", "/", f.fifo, f.missing, f.text, f.short_text})},
+      {"--seed", With({"1", "7"})},
+      {"--lr", With({"0.001", "1e-300", "1e308", "100"})},
+      {"--plan", With({"/dev/zero", "/", f.fifo, f.missing, f.garbage, f.plan})},
+      {"--capacity-bytes", With({"1", "1000", "1000000", "100000000"})},
+      {"--watchdog", With({"30", "10000000", "10000001", "1e-300"})},
+      {"--checkpoint", With({"/dev/full", "/", f.out, f.dir + "/ck", f.missing + "/x/y"})},
+      {"--checkpoint-every", With({"1", "2", "1073741825"})},
+      {"--resume", With({"/dev/zero", "/", f.missing, f.dir + "/ck", f.dir})},
+      {"--json", {}},
+      {"--trace", With(outputs)},
+      {"--dump-weights", With(outputs)},
+      {"--help", {}},
+  };
+  pools.insert(pools.end(), own.begin(), own.end());
+  return pools;
+}
+
+// validate's and profile's own flags beside the scenario's.
+std::vector<FlagPool> MeasureFlagPools(const MpiFlagFiles& f, bool validate) {
+  std::vector<FlagPool> pools = ScenarioFlagPools(f, /*big_models=*/false);
+  const std::vector<std::string> outputs = {"/dev/full", "/", f.out, f.missing + "/x"};
+  std::vector<FlagPool> own = {
+      {"--repetitions", With({"1", "2", "100001"})},
+      {"--warmup", With({"1", "100001"})},
+      {"--dtype", With({"float32", "float64", "float16"})},
+      {"--threads", With({"1", "2", "1025"})},
+      {"--link", With({"auto", "mpi", "in-process"})},
+      {"--mpirun", With({"mpirun", "/bin/false", f.missing})},
+      {"--concurrent", With({"1", "2", "1025"})},
+      {"--chunks-list", With({"1,2", "2,2", "1,,2", "-1,4", "1048577"})},
+      {"--microbatches-list", With({"2", "1,2", "0,2"})},
+      {"--seq-len-list", With({"64,128", "1099511627777"})},
+      {"--recompute-list", With({"none,full", "none,none", "x"})},
+      {"--policies", With({"1f1b,stateflow", "x"})},
+      {"--alpha-list", With({"0,1", "1e309"})},
+      {"--global-batch-list", With({"4", "2147483648"})},
+      {"--help", {}},
+  };
+  if (validate) {
+    std::vector<FlagPool> v = {
+        {"--costs", With({"/dev/zero", "/", f.fifo, f.missing, f.garbage, f.costs})},
+        {"--costs-out", With(outputs)},
+        {"--steps", With({"1", "2", "100001"})},
+        {"--json", {}},
+        {"--timeout", With({"60", "100000", "1e309"})},  // no legal short one: a slow run may time out (exit 1)
+        {"--rounds", With({"1", "2", "1001"})},
+        {"--plot", With(outputs)},
+        {"--python", With({"/bin/false", f.missing})},
+    };
+    own.insert(own.end(), v.begin(), v.end());
+  } else {
+    own.push_back({"--out", With(outputs)});
+  }
+  pools.insert(pools.end(), own.begin(), own.end());
+  return pools;
+}
+
+// The cheap defaults of each command (a fuzzed flag of the same name
+// replaces its default).
+std::vector<std::pair<std::string, std::string>> CheapDefaults(const std::string& command,
+                                                               const MpiFlagFiles& f) {
+  if (command == "train") return {{"--steps", "1"}, {"--max-actions", "64"}, {"--watchdog", "30"}};
+  if (command == "validate") {
+    return {{"--costs", f.costs}, {"--steps", "2"}, {"--max-actions", "64"}, {"--timeout", "60"},
+            {"--repetitions", "1"}, {"--warmup", "0"}, {"--link", "in-process"}};
+  }
+  if (command == "profile") {
+    return {{"--out", f.out}, {"--repetitions", "1"}, {"--warmup", "0"},
+            {"--link", "in-process"}, {"--max-actions", "64"}};
+  }
+  return {};
+}
+
+MpiFlagFiles MakeMpiFlagFiles() {
+  MpiFlagFiles f;
+  f.dir = std::string(SF_BINARY_DIR) + "/test-tmp-fuzz-mpi";
+  std::filesystem::remove_all(f.dir);
+  std::filesystem::create_directories(f.dir);
+  f.scenario = std::string(SF_SOURCE_DIR) + "/scenarios/tiny-train.textproto";
+  f.missing = f.dir + "/missing";
+  f.out = f.dir + "/out";
+  f.fifo = f.dir + "/fifo";
+  mkfifo(f.fifo.c_str(), 0600);
+  f.garbage = f.dir + "/garbage";
+  std::ofstream(f.garbage) << "stage { \x01\xff }}} model_preset: \"\n";
+  f.short_text = f.dir + "/short.txt";
+  std::ofstream(f.short_text) << "ten bytes.";
+  f.text = f.dir + "/text.txt";
+  {
+    std::ofstream text(f.text);
+    for (int k = 0; k < 200; ++k) text << "A line of training text, number " << k << ".\n";
+  }
+  const std::string bin = std::string(SF_BINARY_DIR) + "/stateflow";
+  f.plan = f.dir + "/plan.txt";
+  const backend::testing::Finished plan = backend::testing::RunFor(
+      {bin, "plan-dump", "--scenario", f.scenario, "--out", f.plan}, f.dir + "/plan-dump", 60);
+  EXPECT_EQ(plan.exit_code, 0) << plan.err;
+  f.costs = f.dir + "/costs.textproto";
+  const backend::testing::Finished costs = backend::testing::RunFor(
+      {bin, "profile", "--out", f.costs, "--repetitions", "1", "--warmup", "0", "--link",
+       "in-process", "--chunks-list", "1,2,4,8"},
+      f.dir + "/profile", 120);
+  EXPECT_EQ(costs.exit_code, 0) << costs.err;
+  return f;
+}
+
+TEST(Fuzz, MpiCommandFlagsEndInExitZeroOrOneLineAndExitTwo) {
+  const long inputs = EnvOr("SF_FUZZ_MPI_FLAG_INPUTS", 300);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 4000037);
+  auto pick = [&rng](const auto& pool) { return pool[rng() % pool.size()]; };
+  const MpiFlagFiles files = MakeMpiFlagFiles();
+  // Fuzzed values become output names (`--trace 1.5`, `--checkpoint nan`):
+  // relative ones land in a scratch directory, not wherever the test runs.
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::create_directories(files.dir + "/cwd");
+  std::filesystem::current_path(files.dir + "/cwd");
+  // train is the cheapest of the three (one process, no mpirun): most inputs.
+  const std::vector<std::string> commands = {"train", "train", "train", "train", "validate",
+                                             "profile", "profile", "presets"};
+  const std::map<std::string, std::vector<FlagPool>> pools = {
+      {"train", TrainFlagPools(files)},
+      {"validate", MeasureFlagPools(files, true)},
+      {"profile", MeasureFlagPools(files, false)},
+      {"presets", {{"--help", {}}, {"-h", {}}, {"--nonsense", {}}, {"-", {}}, {"x", {}}}}};
+  Outcomes out;
+  std::map<std::string, long> per_command;
+  const auto start = std::chrono::steady_clock::now();
+  for (long k = 0; k < inputs; ++k) {
+    const std::string command = pick(commands);
+    ++per_command[command];
+    std::vector<std::pair<std::string, std::string>> flags = CheapDefaults(command, files);
+    std::vector<std::string> fuzzed;
+    const int count = 1 + static_cast<int>(rng() % 4);
+    for (int n = 0; n < count; ++n) {
+      const FlagPool& pool = pick(pools.at(command));
+      std::erase_if(flags, [&](const auto& f) { return f.first == pool.name; });
+      fuzzed.push_back(pool.name);
+      if (!pool.values.empty() && rng() % 8 != 0) fuzzed.push_back(pick(pool.values));
+    }
+    std::vector<std::string> argv = {std::string(SF_BINARY_DIR) + "/stateflow", command};
+    for (const auto& [name, value] : flags) argv.insert(argv.end(), {name, value});
+    argv.insert(argv.end(), fuzzed.begin(), fuzzed.end());
+    std::string input;
+    for (std::size_t a = 1; a < argv.size(); ++a) input += (a > 1 ? " " : "") + argv[a];
+    std::filesystem::remove_all(files.dir + "/ck");
+    std::filesystem::remove(files.out);
+    const backend::testing::Finished f =
+        backend::testing::RunFor(argv, files.dir + "/run", 120);
+    const long lines = std::count(f.err.begin(), f.err.end(), '\n');
+    if (f.timed_out) {
+      out.Bad("timed out", input);
+    } else if (f.exit_code == 0) {
+      ++out.ok;
+    } else if (f.exit_code == 2 && lines == 1 && HasMessage(f.err)) {
+      ++out.error;
+    } else if (f.exit_code == 1 && lines == 1 && input.find("/dev/full") != std::string::npos &&
+               f.err.find("No space left on device") != std::string::npos) {
+      ++out.error;  // an output that cannot be written: exit 1 (cli.h), after the work
+    } else {
+      out.Bad("exit " + std::to_string(f.exit_code) + " with " + std::to_string(lines) +
+                  " lines on stderr: " + f.err,
+              input);
+    }
+  }
+  std::filesystem::current_path(cwd);
+  Report("mpi flags", inputs, out, Seconds(start));
+  for (const auto& [command, n] : per_command) std::printf("  %s: %ld inputs\n", command.c_str(), n);
+  EXPECT_GT(out.ok, 0);
   EXPECT_GT(out.error, inputs / 10);
 }
 

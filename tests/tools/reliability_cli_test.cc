@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -248,3 +249,83 @@ TEST(ReliabilityCli, UnwritableStandardOutputIsAnError) {
 }
 
 }  // namespace
+
+// ---- found by fuzzing the flags of train, validate and profile ------------------
+
+// The peak_memory_bytes of every stage in a `--json` Report, in order.
+std::vector<double> StagePeaks(const std::string& json) {
+  std::vector<double> peaks;
+  const std::string key = "\"peak_memory_bytes\": ";
+  const std::size_t stages = json.find("\"stages\"");
+  for (std::size_t at = json.find(key, stages); stages != std::string::npos && at != std::string::npos;
+       at = json.find(key, at + 1)) {
+    peaks.push_back(std::stod(json.substr(at + key.size())));
+  }
+  return peaks;
+}
+
+// A run whose tensors cannot fit is refused before the first tensor exists
+// (it grew past 20 GB, for hours, before): gdn-3b in float32 needs 16 bytes
+// of weights, gradients and AdamW state per parameter, about 48 GB.
+TEST(ReliabilityCli, TrainRefusesARunThatCannotFitInMemory) {
+  ExpectBadInput(Stateflow("train --steps 1 --model gdn-3b"), "more than this machine's");
+  ExpectBadInput(Stateflow("train --steps 1 -B 1048576"), "more than this machine's");
+}
+
+// --capacity-bytes is checked against the memory model's peak of each stage
+// up front: one byte below the largest measured peak is refused naming that
+// stage (exit 2, not exit 1 in the middle of a step), the peak itself runs.
+TEST(ReliabilityCli, TrainChecksCapacityBytesBeforeTheFirstStep) {
+  const CliRun run = Stateflow("train --steps 1 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<double> peaks = StagePeaks(run.out);
+  ASSERT_EQ(peaks.size(), 2u) << run.out;
+  const std::size_t largest = peaks[0] >= peaks[1] ? 0 : 1;
+  const auto peak = static_cast<long long>(peaks[largest]);
+  ExpectBadInput(Stateflow("train --steps 1 --capacity-bytes " + std::to_string(peak - 1)),
+                 "stage " + std::to_string(largest) + " needs");
+  EXPECT_EQ(Stateflow("train --steps 1 --capacity-bytes " + std::to_string(peak)).exit_code, 0);
+}
+
+// Output paths are checked before the work whose result they receive:
+// before, `--checkpoint /dev/full` failed after the first step (exit 1) and
+// `--trace /` after the whole run.
+TEST(ReliabilityCli, OutputPathsAreCheckedBeforeTheWork) {
+  ExpectBadInput(Stateflow("train --steps 1 --checkpoint /dev/full"),
+                 "--checkpoint /dev/full: not a directory");
+  ExpectBadInput(Stateflow("train --steps 1 --checkpoint /nonexistent-dir/ck"),
+                 "--checkpoint /nonexistent-dir/ck: cannot be created");
+  ExpectBadInput(Stateflow("train --steps 1 --trace /"), "--trace /: a directory");
+  ExpectBadInput(Stateflow("train --steps 1 --dump-weights /nonexistent-dir/w"),
+                 "--dump-weights /nonexistent-dir/w: cannot be created");
+  ExpectBadInput(Stateflow("profile --out /"), "--out /: a directory");
+  ExpectBadInput(Stateflow("validate --costs-out /nonexistent-dir/c"), "--costs-out");
+  ExpectBadInput(Stateflow("validate --plot /"), "--plot /: a directory");
+}
+
+// A program flag that names no program is bad input (exit 2), not "cannot
+// start" after profiling (exit 1); `--mpirun --max-actions 1` took the next
+// flag as the program.
+TEST(ReliabilityCli, ProgramFlagsMustNameAProgram) {
+  ExpectBadInput(Stateflow("validate --mpirun --max-actions 1"),
+                 "--mpirun '--max-actions': no such program in PATH");
+  ExpectBadInput(Stateflow("profile --out x --mpirun /"), "--mpirun /: not an executable file");
+  ExpectBadInput(Stateflow("validate --python /nonexistent/python3"), "--python");
+}
+
+// A plotting program that fails saying nothing is named with its exit code;
+// before, the line ended in "--plot: " (found by the fuzzer's check that an
+// error line has a message).
+TEST(ReliabilityCli, AFailedPlotterIsNamedWithItsExit) {
+  const std::string costs = stateflow::testing::TempPath("reliability-plot-costs.textproto");
+  ASSERT_EQ(Stateflow("profile --out " + costs +
+                      " --repetitions 1 --warmup 0 --link in-process")
+                .exit_code,
+            0);
+  const CliRun run = Stateflow("validate --costs " + costs + " --steps 2 --plot " +
+                               stateflow::testing::TempPath("reliability-plot.png") +
+                               " --python /bin/false");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("--plot: /bin/false exited with code 1"), std::string::npos) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+}

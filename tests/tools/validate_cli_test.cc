@@ -469,5 +469,48 @@ TEST(ProfileCli, SigintStopsItsChildrenRemovesItsFilesAndExits130) {
                                SIGINT, "sigint");
 }
 
+// A child mpirun stopped by SIGSTOP (a stalled launcher) makes no progress:
+// its ranks pause with it (backend/comm/mpi_wait.h), and the run's deadline
+// (--timeout) ends the child with its process group; the ranks follow, and
+// validate says what happened in one line (exit 1). Before, the line ended
+// in "stateflow train timed out: " with nothing after it.
+TEST(ValidateCli, StoppedChildMpirunEndsAtTheRunsDeadline) {
+  namespace fs = std::filesystem;
+  const std::string scenario = WriteFile("stopped.textproto", kScenario);
+  const std::string costs = Temp("stopped-costs.textproto");
+  const Finished profiled = RunCli({"profile", "--scenario", scenario, "--out", costs,
+                                    "--repetitions", "1", "--warmup", "0", "--link", "in-process"},
+                                   "stopped-profile");
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
+  const std::string tmp = Temp("stopped-tmpdir");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  setenv("TMPDIR", tmp.c_str(), 1);
+  Process p = Process::Start(Cmd({"validate", "--scenario", scenario, "--costs", costs, "--steps",
+                                  "100000", "--timeout", "8"}),
+                             Temp("stopped"), 120);
+  old ? setenv("TMPDIR", saved.c_str(), 1) : unsetenv("TMPDIR");
+  while (ProcessesMentioning(tmp + "/stateflow-").size() < 3 && p.Elapsed() < 60) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // mpirun and 2 ranks
+  }
+  const pid_t validate = ChildOf(p.pid());
+  const pid_t mpirun = ChildOf(validate);
+  ASSERT_GT(mpirun, 0);
+  ASSERT_EQ(kill(mpirun, SIGSTOP), 0);
+  const Finished f = p.Wait(60);
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_EQ(std::count(f.err.begin(), f.err.end(), '\n'), 1) << f.err;
+  EXPECT_NE(f.err.find("stateflow train timed out after 8 s (--timeout 8), stopped with its "
+                       "process group"),
+            std::string::npos)
+      << f.err;
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the ranks follow mpirun
+  EXPECT_TRUE(ProcessesMentioning(tmp + "/stateflow-").empty()) << "a rank outlived the run";
+  fs::remove_all(tmp);
+}
+
 }  // namespace
 }  // namespace stateflow::backend::testing
