@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device/column_major_gemm.h"
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
 #include "backend/device/host_grid_device.h"
@@ -437,6 +438,46 @@ TEST(GridOps, OutputLossLargeLogits) {
   const double lse1 = 50.0 + std::log1p(std::exp(-40.0) + std::exp(-60.0));
   EXPECT_NEAR(losses[1], lse1 - 50.0, 1e-4);
   EXPECT_NEAR(mean, (losses[0] + losses[1]) / 2.0, 1e-6);
+}
+
+// The row-major -> column-major restatement CudaExec hands to cuBLAS
+// (column_major_gemm.h), run here by a plain column-major BLAS-semantics
+// loop: it must equal HostExec's row-major GEMM for every transpose pair,
+// with leading dimensions wider than the rows.
+void ColumnMajorGemmLoop(const ColumnMajorGemm<double>& g, double alpha, double beta) {
+  for (int64_t j = 0; j < g.n; ++j) {
+    for (int64_t i = 0; i < g.m; ++i) {
+      double acc = 0.0;
+      for (int64_t l = 0; l < g.k; ++l) {
+        const double a = g.trans_a ? g.A[l + i * g.lda] : g.A[i + l * g.lda];
+        const double b = g.trans_b ? g.B[j + l * g.ldb] : g.B[l + j * g.ldb];
+        acc += a * b;
+      }
+      g.C[i + j * g.ldc] = alpha * acc + beta * g.C[i + j * g.ldc];
+    }
+  }
+}
+
+TEST(GridOps, ColumnMajorSwapEqualsRowMajorGemm) {
+  const int64_t M = 5, N = 7, K = 3, pad = 2;
+  std::mt19937_64 rng(12);
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(Dims({{"trans_a", ta}, {"trans_b", tb}}));
+      const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+      const Buffer A = RandomVector(rng, (ta ? K : M) * lda, -1, 1);
+      const Buffer B = RandomVector(rng, (tb ? N : K) * ldb, -1, 1);
+      const Buffer C0 = RandomVector(rng, M * ldc, -1, 1);
+      Buffer host = C0, swapped = C0;
+      HostExec{}.Gemm(ta, tb, M, N, K, 0.5, A.data(), lda, B.data(), ldb, 2.0,
+                      host.data(), ldc);
+      ColumnMajorGemmLoop(AsColumnMajor(ta, tb, M, N, K, A.data(), lda, B.data(), ldb,
+                                        swapped.data(), ldc),
+                          0.5, 2.0);
+      EXPECT_TRUE(AllClose("C", swapped, host, 1e-14, 1e-14, 1e-14));
+      EXPECT_NE(host, C0);
+    }
+  }
 }
 
 // The host-grid device names itself and hands out host memory.
