@@ -4,8 +4,7 @@
 // machine without a GPU, so that layers, stage modules and the trainer can be
 // tested on it against the CPU device.
 //
-// Not fast (one call per element, row or tile), and no attention kernels
-// yet (attention_ops is nullptr).
+// Not fast (one call per element, row or tile): a test and reference device.
 //
 //   Device& dev = HostGridDevice();
 //   dev.ops<double>().SiluForward(y, x, n);
@@ -14,6 +13,7 @@
 #include <string>
 
 #include "backend/device/device.h"
+#include "backend/device/grid_attention_ops.h"
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
 
@@ -21,7 +21,9 @@ namespace stateflow::backend {
 
 class HostGrid final : public Device {
  public:
-  HostGrid() : f32_(HostExec{}), f64_(HostExec{}) {}
+  HostGrid()
+      : f32_(HostExec{}), f64_(HostExec{}), attn32_(HostExec{}),
+        attn64_(HostExec{}) {}
   HostGrid(const HostGrid&) = delete;
   HostGrid& operator=(const HostGrid&) = delete;
 
@@ -34,10 +36,14 @@ class HostGrid final : public Device {
  protected:
   Ops<float>& ops_f32() override { return f32_; }
   Ops<double>& ops_f64() override { return f64_; }
+  AttentionOps<float>* attention_ops_f32() override { return &attn32_; }
+  AttentionOps<double>* attention_ops_f64() override { return &attn64_; }
 
  private:
   GridOps<float, HostExec> f32_;
   GridOps<double, HostExec> f64_;
+  GridAttentionOps<float, HostExec> attn32_;
+  GridAttentionOps<double, HostExec> attn64_;
 };
 
 // The process's host-grid device (constructed on first use).

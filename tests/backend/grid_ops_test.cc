@@ -486,7 +486,8 @@ TEST(HostGridDevice, Identity) {
   EXPECT_EQ(dev.kind(), DeviceKind::kHostGrid);
   EXPECT_EQ(dev.name(), "host-grid");
   EXPECT_TRUE(dev.memory().host_accessible());
-  EXPECT_EQ(dev.attention_ops<float>(), nullptr);
+  EXPECT_NE(dev.attention_ops<float>(), nullptr);
+  EXPECT_NE(dev.attention_ops<double>(), nullptr);
   EXPECT_TRUE(dev.Synchronize().ok());
   Result<void*> p = dev.memory().Allocate(100);
   ASSERT_TRUE(p.ok());

@@ -58,14 +58,6 @@ SF_HD inline T Decay(const T* G, const GdnShape& sh, int64_t h, int64_t t0,
   return s <= r ? Exp(G[(t0 + r) * sh.H + h] - G[(t0 + s) * sh.H + h]) : T(0);
 }
 
-// a . b over n elements.
-template <typename T>
-SF_HD inline T Dot(const T* a, const T* b, int64_t n) {
-  T acc = 0;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
 // The forward's workspace (GdnForwardWorkspaceSize elements), in order:
 //   G      (T, H)            cumulative log decay inside each block   [Pre]
 //   KG     (H, nb, bs, bs)   (k_r . k_s) Gam_rs, s < r               [Pre]

@@ -11,6 +11,8 @@
 
 #include <math.h>
 
+#include <cstdint>
+
 #include "backend/device/hd.h"
 
 namespace stateflow::backend::grid {
@@ -23,6 +25,10 @@ SF_HD inline float Log1p(float x) { return log1pf(x); }
 SF_HD inline double Log1p(double x) { return log1p(x); }
 SF_HD inline float Sqrt(float x) { return sqrtf(x); }
 SF_HD inline double Sqrt(double x) { return sqrt(x); }
+// Double only: RoPE's angles are computed in double on every device.
+SF_HD inline double PowD(double x, double y) { return pow(x, y); }
+SF_HD inline double CosD(double x) { return cos(x); }
+SF_HD inline double SinD(double x) { return sin(x); }
 
 template <typename T>
 SF_HD inline T Max(T a, T b) {
@@ -31,6 +37,14 @@ SF_HD inline T Max(T a, T b) {
 template <typename T>
 SF_HD inline T Min(T a, T b) {
   return a < b ? a : b;
+}
+
+// a . b over n elements.
+template <typename T>
+SF_HD inline T Dot(const T* a, const T* b, int64_t n) {
+  T acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
 }
 
 // 1 / (1 + e^-x) without overflow for large |x| (StableSigmoid, silu.h).
