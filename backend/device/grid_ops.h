@@ -20,8 +20,8 @@
 //       sum of n device elements in double, returned to the host, in an
 //       order that depends only on n.
 //
-// Not the CPU device's kernels (cpu_ops: Eigen, backend/kernels/) and not
-// attention (AttentionOps).
+// Not the CPU device's kernels (cpu_device.cc: Eigen, backend/kernels/) and not
+// attention (grid_attention_ops.h).
 //
 //   GridOps<double, HostExec> ops{HostExec{}};
 //   ops.RmsNormForward(y, rstd, x, w, N, C, 1e-6);
