@@ -1,0 +1,39 @@
+// GridOps and GridAttentionOps <float|double, CudaExec>: every grid functor
+// instantiated as a CUDA kernel (grid_exec.cuh), in this one translation unit.
+#include "backend/cuda/cuda_ops.h"
+
+#include "backend/cuda/cuda_attention_ops.h"
+#include "backend/cuda/grid_exec.cuh"
+#include "backend/device/grid_attention_ops.h"
+#include "backend/device/grid_ops.h"
+
+namespace stateflow::backend {
+
+template class GridOps<float, CudaExec>;
+template class GridOps<double, CudaExec>;
+template class GridAttentionOps<float, CudaExec>;
+template class GridAttentionOps<double, CudaExec>;
+
+std::unique_ptr<Ops<float>> MakeCudaOpsF32(cublasHandle_t handle,
+                                           cudaStream_t stream) {
+  return std::make_unique<GridOps<float, CudaExec>>(CudaExec{handle, stream});
+}
+
+std::unique_ptr<Ops<double>> MakeCudaOpsF64(cublasHandle_t handle,
+                                            cudaStream_t stream) {
+  return std::make_unique<GridOps<double, CudaExec>>(CudaExec{handle, stream});
+}
+
+std::unique_ptr<AttentionOps<float>> MakeCudaAttentionOpsF32(
+    cublasHandle_t handle, cudaStream_t stream) {
+  return std::make_unique<GridAttentionOps<float, CudaExec>>(
+      CudaExec{handle, stream});
+}
+
+std::unique_ptr<AttentionOps<double>> MakeCudaAttentionOpsF64(
+    cublasHandle_t handle, cudaStream_t stream) {
+  return std::make_unique<GridAttentionOps<double, CudaExec>>(
+      CudaExec{handle, stream});
+}
+
+}  // namespace stateflow::backend

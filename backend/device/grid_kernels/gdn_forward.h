@@ -1,0 +1,191 @@
+// The GDN core's forward as grid passes (docs/gdn-kernel.md, gdn_core.h):
+//   Pre  GdnCumDecayFn   (T, H)              G_r = g_0 + ... + g_r per block
+//        GEMMs, GdnMaskDecayFn (H, nb, bs, bs) KG_rs = (k_r . k_s) Gam_rs, s < r
+//        GdnPreSolveFn   (H, nb, Dv + Dk)    one column of U or W by forward
+//                                            substitution with (I + A)
+//   ST   GdnSTFn         (H, Dv)             one state row: blocks in order
+//   Out  GEMMs, GdnMaskDecayFn (H, nb, bs, bs) P_rs = (q_r . k_s) Gam_rs, s <= r
+//        GdnOutFn        (T, H, Dv)          o = gam Q S_b^T + P V_new
+// The (L, L) Gram matrices K K^T and Q K^T of every block are batched GEMMs
+// (the executor's; cuBLAS on a GPU). Pre and Out run every block of every
+// head at once; ST is the only pass
+// that walks the blocks in order, over heads x value rows. A pass reads what
+// the earlier ones wrote into the workspace (gdn_common.h) and writes
+// disjoint elements, so each is race-free in any order.
+//
+//   exec.ForEach(s.tokens(), GdnCumDecayFn<float>{ws.G, g, s});
+//
+// Dimensions and layouts: gdn_common.h.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/device/grid_kernels/gdn_common.h"
+#include "backend/device/hd.h"
+
+namespace stateflow::backend::grid {
+
+// Entry (t, h): G = sum of g over block b's tokens t0..t.
+template <typename T>
+struct GdnCumDecayFn {
+  T* G;          // (T, H)
+  const T* g;    // (T, H)
+  GdnShape s;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t t = i / s.H, h = i % s.H;
+    T acc = 0;
+    for (int64_t u = (t / s.bs) * s.bs; u <= t; ++u) acc += g[u * s.H + h];
+    G[i] = acc;
+  }
+};
+
+// Decodes an (H, nb, bs, bs) index into head, block, row, column.
+struct TileIndex {
+  int64_t h, b, r, c;
+  SF_HD TileIndex(int64_t i, const GdnShape& s) {
+    c = i % s.bs;
+    r = (i / s.bs) % s.bs;
+    b = (i / (s.bs * s.bs)) % s.nb;
+    h = i / (s.bs * s.bs * s.nb);
+  }
+};
+
+// Tile entry (r, c) of a block's Gram matrix X_r . Y_c (computed by GEMMs,
+// GdnBlockGram in grid_ops.h) times the decay: tile_rc *= Gam_rc for c < r
+// (strict: KG = (K K^T) o Gam) or c <= r (P = (Q K^T) o Gam), else 0.
+template <typename T>
+struct GdnMaskDecayFn {
+  T* tile;       // (H, nb, bs, bs)
+  const T* G;    // (T, H)
+  GdnShape s;
+  bool strict;
+  SF_HD void operator()(int64_t i) const {
+    const TileIndex x(i, s);
+    const int64_t L = s.L(x.b);
+    if (x.r >= L || x.c > x.r || (strict && x.c == x.r)) {
+      tile[i] = T(0);
+      return;
+    }
+    tile[i] *= Decay(G, s, x.h, x.b * s.bs, x.r, x.c);
+  }
+};
+
+// Tile entry (r, c): 0 outside the block's L x L (a Gram matrix the GEMMs
+// left unwritten there), else unchanged.
+template <typename T>
+struct GdnMaskBlockFn {
+  T* tile;       // (H, nb, bs, bs)
+  GdnShape s;
+  SF_HD void operator()(int64_t i) const {
+    const TileIndex x(i, s);
+    if (x.r >= s.L(x.b) || x.c >= s.L(x.b)) tile[i] = T(0);
+  }
+};
+
+// (h, b, j): column j of U (j < Dv) or of W (j = Dv + column of K) for block
+// b: X = (I + A)^{-1} B with A_rs = beta_r KG_rs, B = diag(beta) V or
+// diag(beta gam) K, by forward substitution (rows ascending).
+template <typename T>
+struct GdnPreSolveFn {
+  T* U;          // (T, H, Dv)
+  T* W;          // (T, H, Dk)
+  const T* KG;   // (H, nb, bs, bs)
+  const T* k;    // (T, H, Dk)
+  const T* v;    // (T, H, Dv)
+  const T* beta; // (T, H)
+  const T* G;    // (T, H)
+  GdnShape s;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t cols = s.Dv + s.Dk;
+    const int64_t j = i % cols, b = (i / cols) % s.nb, h = i / (cols * s.nb);
+    const int64_t t0 = b * s.bs, L = s.L(b);
+    const bool is_u = j < s.Dv;
+    T* X = is_u ? U + j : W + (j - s.Dv);
+    const int64_t D = is_u ? s.Dv : s.Dk;
+    for (int64_t r = 0; r < L; ++r) {
+      const T br = beta[(t0 + r) * s.H + h];
+      T acc = is_u ? br * v[s.Row(t0 + r, h, s.Dv) + j]
+                   : (br * Exp(G[(t0 + r) * s.H + h])) *
+                         k[s.Row(t0 + r, h, s.Dk) + (j - s.Dv)];
+      for (int64_t c = 0; c < r; ++c) {
+        acc -= (br * KG[s.Tile(h, b, r, c)]) * X[s.Row(t0 + c, h, D)];
+      }
+      X[s.Row(t0 + r, h, D)] = acc;
+    }
+  }
+};
+
+// (h, i): row i of head h's state through every block in order. Block b's
+// entering row S_b[i] goes to the states buffer; then
+//   V_new[r, i] = U[r, i] - W_r . S_b[i]         (written over U when Vn == U)
+//   S_{b+1}[i]  = sum_r V_new[r, i] d_r K_r + gam_{L-1} S_b[i],
+//   d_r = exp(G_{L-1} - G_r),
+// the last block's into S_out (skipped when nullptr). S_in nullptr: zeros.
+template <typename T>
+struct GdnSTFn {
+  T* states;      // (H, nb, Dv, Dk)
+  T* Vn;          // (T, H, Dv), may be U
+  T* S_out;       // (H, Dv, Dk) or nullptr
+  const T* U;     // (T, H, Dv)
+  const T* W;     // (T, H, Dk)
+  const T* k;     // (T, H, Dk)
+  const T* G;     // (T, H)
+  const T* S_in;  // (H, Dv, Dk) or nullptr
+  GdnShape s;
+  SF_HD void operator()(int64_t idx) const {
+    const int64_t h = idx / s.Dv, i = idx % s.Dv;
+    const T* in = S_in != nullptr ? S_in + (h * s.Dv + i) * s.Dk : nullptr;
+    T* first = s.nb > 0 ? states + s.State(h, 0, i, s.nb)
+                        : (S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk
+                                            : nullptr);
+    if (first == nullptr) return;
+    for (int64_t c = 0; c < s.Dk; ++c) first[c] = in != nullptr ? in[c] : T(0);
+    for (int64_t b = 0; b < s.nb; ++b) {
+      const int64_t t0 = b * s.bs, L = s.L(b);
+      const T* Sb = states + s.State(h, b, i, s.nb);
+      for (int64_t r = 0; r < L; ++r) {
+        const int64_t row = s.Row(t0 + r, h, s.Dv) + i;
+        Vn[row] = U[row] - Dot(W + s.Row(t0 + r, h, s.Dk), Sb, s.Dk);
+      }
+      T* next = b + 1 < s.nb ? states + s.State(h, b + 1, i, s.nb)
+                             : (S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk
+                                                 : nullptr);
+      if (next == nullptr) continue;
+      const T G_last = G[(t0 + L - 1) * s.H + h];
+      for (int64_t c = 0; c < s.Dk; ++c) next[c] = T(0);
+      for (int64_t r = 0; r < L; ++r) {
+        const T d = Exp(-(G[(t0 + r) * s.H + h] - G_last));
+        const T vr = Vn[s.Row(t0 + r, h, s.Dv) + i];
+        const T* kr = k + s.Row(t0 + r, h, s.Dk);
+        for (int64_t c = 0; c < s.Dk; ++c) next[c] += vr * (d * kr[c]);
+      }
+      const T gam_last = Exp(G_last);
+      for (int64_t c = 0; c < s.Dk; ++c) next[c] += gam_last * Sb[c];
+    }
+  }
+};
+
+// Element (t, h, j): o = gam_r (q_r . S_b[j]) + sum_{s <= r} P_rs V_new[s, j].
+template <typename T>
+struct GdnOutFn {
+  T* o;             // (T, H, Dv)
+  const T* q;       // (T, H, Dk)
+  const T* P;       // (H, nb, bs, bs)
+  const T* Vn;      // (T, H, Dv)
+  const T* states;  // (H, nb, Dv, Dk)
+  const T* G;       // (T, H)
+  GdnShape s;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t j = i % s.Dv, h = (i / s.Dv) % s.H, t = i / (s.Dv * s.H);
+    const int64_t b = t / s.bs, t0 = b * s.bs, r = t - t0;
+    T acc = Dot(q + s.Row(t, h, s.Dk), states + s.State(h, b, j, s.nb), s.Dk) *
+            Exp(G[t * s.H + h]);
+    T intra = 0;
+    for (int64_t c = 0; c <= r; ++c) {
+      intra += P[s.Tile(h, b, r, c)] * Vn[s.Row(t0 + c, h, s.Dv) + j];
+    }
+    o[i] = acc + intra;
+  }
+};
+
+}  // namespace stateflow::backend::grid

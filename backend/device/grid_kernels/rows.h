@@ -1,0 +1,338 @@
+// The per-row and per-column grid kernels: one functor call owns one row (a
+// reduction along it, then the row's outputs) or one column (a sum down the
+// rows, in row order). Accumulations across rows -- RMSNorm's dw, a bias's
+// column sums, the embedding's scatter-add with repeated ids, a short
+// convolution's dw -- are one call per output column looping over the rows,
+// so they need no atomics and give the same bits on every run and device.
+//
+// The contracts are those of the CPU kernels named beside each functor
+// (backend/kernels/*.h); GridOps (grid_ops.h) launches them. Not the GDN
+// core's tiles (gdn.h).
+//
+//   exec.ForEach(N, grid::RmsNormRstdFn<float>{rstd, x, C, eps});
+//
+// Dimensions: N rows (tokens), C columns (features), R rows to normalise,
+// D their length, T tokens, H heads, W conv taps, V vocabulary, vs the width
+// of one vocabulary slice.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/device/grid_kernels/math.h"
+#include "backend/device/hd.h"
+
+namespace stateflow::backend::grid {
+
+// ---- RMSNorm (rmsnorm.h) ----------------------------------------------------
+
+// Row n: rstd[n] = 1 / sqrt(mean_c x^2 + eps).
+template <typename T>
+struct RmsNormRstdFn {
+  T* rstd;      // (N)
+  const T* x;   // (N, C)
+  int64_t C;
+  T eps;
+  SF_HD void operator()(int64_t n) const {
+    T ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += x[n * C + c] * x[n * C + c];
+    rstd[n] = T(1) / Sqrt(ss / T(C) + eps);
+  }
+};
+
+// Row n of RmsNormBackward's dx = rstd (g - xhat mean_c(g xhat)),
+// g = dy w, xhat = x rstd.
+template <typename T>
+struct RmsNormInputGradFn {
+  T* dx;          // (N, C)
+  const T* dy;    // (N, C)
+  const T* x;     // (N, C)
+  const T* w;     // (C)
+  const T* rstd;  // (N)
+  int64_t C;
+  SF_HD void operator()(int64_t n) const {
+    const T r = rstd[n];
+    T m = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      m += (dy[n * C + c] * w[c]) * (x[n * C + c] * r);
+    }
+    m /= T(C);
+    for (int64_t c = 0; c < C; ++c) {
+      const T g = dy[n * C + c] * w[c];
+      dx[n * C + c] = (g - (x[n * C + c] * r) * m) * r;
+    }
+  }
+};
+
+// Column c: dw[c] += sum_n dy xhat (rows in order).
+template <typename T>
+struct RmsNormWeightGradFn {
+  T* dw;          // (C)
+  const T* dy;    // (N, C)
+  const T* x;     // (N, C)
+  const T* rstd;  // (N)
+  int64_t N, C;
+  SF_HD void operator()(int64_t c) const {
+    T acc = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      acc += dy[n * C + c] * (x[n * C + c] * rstd[n]);
+    }
+    dw[c] += acc;
+  }
+};
+
+// Column c: out[c] += sum_n in[n, c] (a bias gradient: LinearBackward's db).
+template <typename T>
+struct ColumnSumAddFn {
+  T* out;        // (C)
+  const T* in;   // (N, C)
+  int64_t N, C;
+  SF_HD void operator()(int64_t c) const {
+    T acc = 0;
+    for (int64_t n = 0; n < N; ++n) acc += in[n * C + c];
+    out[c] += acc;
+  }
+};
+
+// ---- L2 norm (gdn_prep.h) ---------------------------------------------------
+
+// Row r: rnorm = 1 / sqrt(|x_r|^2 + eps), y_r = x_r (rnorm scale).
+template <typename T>
+struct L2NormForwardFn {
+  T* y;         // (R, D)
+  T* rnorm;     // (R)
+  const T* x;   // (R, D)
+  int64_t D;
+  T scale, eps;
+  SF_HD void operator()(int64_t r) const {
+    T ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += x[r * D + d] * x[r * D + d];
+    const T n = T(1) / Sqrt(ss + eps);
+    rnorm[r] = n;
+    for (int64_t d = 0; d < D; ++d) y[r * D + d] = x[r * D + d] * (n * scale);
+  }
+};
+
+// Row r: dx = (dy - x rnorm^2 (x . dy)) (rnorm scale).
+template <typename T>
+struct L2NormBackwardFn {
+  T* dx;           // (R, D)
+  const T* dy;     // (R, D)
+  const T* x;      // (R, D)
+  const T* rnorm;  // (R)
+  int64_t D;
+  T scale;
+  SF_HD void operator()(int64_t r) const {
+    T xdy = 0;
+    for (int64_t d = 0; d < D; ++d) xdy += x[r * D + d] * dy[r * D + d];
+    const T n = rnorm[r];
+    const T c = n * n * xdy;
+    for (int64_t d = 0; d < D; ++d) {
+      dx[r * D + d] = (dy[r * D + d] - x[r * D + d] * c) * (n * scale);
+    }
+  }
+};
+
+// ---- GDN gate (gdn_prep.h) --------------------------------------------------
+
+// Head h: ddt_bias[h] += sum_t da[t, h] (da from GdnGateInputGradFn);
+// dA_log[h] += sum_t -dg exp(A_log) softplus(a + dt_bias).
+template <typename T>
+struct GdnGateParamGradFn {
+  T* dA_log;        // (H)
+  T* ddt_bias;      // (H)
+  const T* da;      // (T, H)
+  const T* dg;      // (T, H)
+  const T* a;       // (T, H)
+  const T* A_log;   // (H)
+  const T* dt_bias; // (H)
+  int64_t T_len, H;
+  SF_HD void operator()(int64_t h) const {
+    const T decay_rate = Exp(A_log[h]);
+    T sum_da = 0, sum_dalog = 0;
+    for (int64_t t = 0; t < T_len; ++t) {
+      const int64_t i = t * H + h;
+      sum_da += da[i];
+      sum_dalog += -dg[i] * decay_rate * Softplus(a[i] + dt_bias[h]);
+    }
+    ddt_bias[h] += sum_da;
+    dA_log[h] += sum_dalog;
+  }
+};
+
+// ---- short convolution (short_conv.h) ---------------------------------------
+// xbar = [tail_in; x] (W-1+T, C); x_t is xbar row t+W-1.
+
+template <typename T>
+SF_HD inline T Xbar(const T* x, const T* tail_in, int64_t p, int64_t c,
+                    int64_t C, int64_t W) {
+  if (p >= W - 1) return x[(p - (W - 1)) * C + c];
+  return tail_in != nullptr ? tail_in[p * C + c] : T(0);
+}
+
+// Element (t, c): y = sum_j w[j, c] xbar[t + W-1-j, c].
+template <typename T>
+struct ShortConvForwardFn {
+  T* y;               // (T, C)
+  const T* x;         // (T, C)
+  const T* w;         // (W, C)
+  const T* tail_in;   // (W-1, C) or nullptr
+  int64_t C, W;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t t = i / C, c = i % C;
+    T acc = 0;
+    for (int64_t j = 0; j < W; ++j) {
+      acc += Xbar(x, tail_in, t + W - 1 - j, c, C, W) * w[j * C + c];
+    }
+    y[i] = acc;
+  }
+};
+
+// Element (m, c) of the outgoing tail: xbar[T + m, c].
+template <typename T>
+struct ShortConvTailFn {
+  T* tail_out;        // (W-1, C)
+  const T* x;         // (T, C)
+  const T* tail_in;   // (W-1, C) or nullptr
+  int64_t T_len, C, W;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t m = i / C, c = i % C;
+    tail_out[i] = Xbar(x, tail_in, T_len + m, c, C, W);
+  }
+};
+
+// Element (p, c) of d(xbar) (W-1+T, C): every output that read xbar row p,
+// plus d(tail_out) for the rows the tail hands on; written to dx (rows
+// p >= W-1) or dtail_in (rows p < W-1; skipped when nullptr).
+template <typename T>
+struct ShortConvInputGradFn {
+  T* dx;               // (T, C)
+  T* dtail_in;         // (W-1, C) or nullptr
+  const T* dy;         // (T, C)
+  const T* dtail_out;  // (W-1, C) or nullptr
+  const T* w;          // (W, C)
+  int64_t T_len, C, W;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t p = i / C, c = i % C;
+    if (p < W - 1 && dtail_in == nullptr) return;
+    T acc = 0;
+    for (int64_t j = 0; j < W; ++j) {  // output t = p - (W-1) + j reads row p
+      const int64_t t = p - (W - 1) + j;
+      if (t >= 0 && t < T_len) acc += dy[t * C + c] * w[j * C + c];
+    }
+    if (dtail_out != nullptr && p >= T_len) acc += dtail_out[(p - T_len) * C + c];
+    if (p >= W - 1) {
+      dx[(p - (W - 1)) * C + c] = acc;
+    } else {
+      dtail_in[p * C + c] = acc;
+    }
+  }
+};
+
+// Element (j, c) of dw: += sum_t dy[t, c] xbar[t + W-1-j, c].
+template <typename T>
+struct ShortConvWeightGradFn {
+  T* dw;              // (W, C)
+  const T* dy;        // (T, C)
+  const T* x;         // (T, C)
+  const T* tail_in;   // (W-1, C) or nullptr
+  int64_t T_len, C, W;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t j = i / C, c = i % C;
+    T acc = 0;
+    for (int64_t t = 0; t < T_len; ++t) {
+      acc += dy[t * C + c] * Xbar(x, tail_in, t + W - 1 - j, c, C, W);
+    }
+    dw[i] += acc;
+  }
+};
+
+// ---- embedding (embedding.h) ------------------------------------------------
+
+// Element (n, c): y = table[ids[n], c].
+template <typename T>
+struct EmbeddingGatherFn {
+  T* y;               // (N, C)
+  const int32_t* ids; // (N)
+  const T* table;     // (V, C)
+  int64_t C;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t n = i / C, c = i % C;
+    y[i] = table[static_cast<int64_t>(ids[n]) * C + c];
+  }
+};
+
+// Column c: dtable[ids[n], c] += dy[n, c] for n = 0..N-1 in order. One call
+// per column owns that column of every row, so repeated ids add up without
+// atomics, in the CPU kernel's order.
+template <typename T>
+struct EmbeddingScatterAddFn {
+  T* dtable;          // (V, C)
+  const T* dy;        // (N, C)
+  const int32_t* ids; // (N)
+  int64_t N, C;
+  SF_HD void operator()(int64_t c) const {
+    for (int64_t n = 0; n < N; ++n) {
+      dtable[static_cast<int64_t>(ids[n]) * C + c] += dy[n * C + c];
+    }
+  }
+};
+
+// ---- output layer + cross-entropy (output_loss.h) ---------------------------
+
+// Row n, one vocabulary slice of logits z (N, vs): the running logsumexp
+// lse[n] (initially -inf) absorbs the slice:
+//   m = max(lse, max_v z),  lse = m + log(exp(lse - m) + sum_v exp(z_v - m)).
+// One number per token carries the online logsumexp across slices.
+template <typename T>
+struct OnlineLogsumexpFn {
+  T* lse;          // (N)
+  const T* z;      // (N, vs)
+  int64_t vs;
+  SF_HD void operator()(int64_t n) const {
+    T m = lse[n];
+    for (int64_t v = 0; v < vs; ++v) m = Max(m, z[n * vs + v]);
+    T s = Exp(lse[n] - m);
+    for (int64_t v = 0; v < vs; ++v) s += Exp(z[n * vs + v] - m);
+    lse[n] = m + Log(s);
+  }
+};
+
+// Row n: loss_n = lse_n - x_n . w_{targets[n]}, into out[n] and, when not
+// nullptr, losses[n].
+template <typename T>
+struct TokenLossFn {
+  T* out;               // (N)
+  T* losses;            // (N) or nullptr
+  const T* lse;         // (N)
+  const T* x;           // (N, C)
+  const T* w;           // (V, C)
+  const int32_t* targets; // (N)
+  int64_t C;
+  SF_HD void operator()(int64_t n) const {
+    const T* wt = w + static_cast<int64_t>(targets[n]) * C;
+    T zt = 0;
+    for (int64_t c = 0; c < C; ++c) zt += x[n * C + c] * wt[c];
+    const T loss = lse[n] - zt;
+    out[n] = loss;
+    if (losses != nullptr) losses[n] = loss;
+  }
+};
+
+// Element (n, v) of one slice starting at v0: z (the logits) becomes
+// dZ = dlosses_n (softmax_v - [v0 + v == target_n]).
+template <typename T>
+struct SoftmaxGradFn {
+  T* z;                   // (N, vs) in: logits; out: dZ
+  const T* lse;           // (N)
+  const T* dlosses;       // (N)
+  const int32_t* targets; // (N)
+  int64_t vs, v0;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t n = i / vs, v = i % vs;
+    T d = Exp(z[i] - lse[n]) * dlosses[n];
+    if (targets[n] == v0 + v) d -= dlosses[n];
+    z[i] = d;
+  }
+};
+
+}  // namespace stateflow::backend::grid

@@ -1,0 +1,351 @@
+// GPU test (label gpu): every kernel of GridOps and GridAttentionOps run on
+// a CUDA device (CudaExec: one thread per index, GEMMs in cuBLAS) against
+// the same kernels on the host-grid device (HostExec), from the same inputs:
+// float64 within 1e-11 relative (the device may contract a*b+c into an FMA),
+// float32 within 1e-4. The host-grid results are themselves tested against
+// the CPU kernels and the float64 references (tests/backend/grid_*_test.cc),
+// so agreement here carries those checks to the GPU.
+//
+// With no CUDA device every test is SKIPPED with the reason (never passed).
+// Written and compiled on a machine without a GPU: it has not run on one.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cuda/cuda_attention_ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/device/host_grid_device.h"
+#include "backend/kernels/attention.h"
+#include "backend/kernels/gdn_core.h"
+#include "backend/kernels/rope.h"
+#include "tests/backend/kernel_test_util.h"
+
+namespace stateflow::backend {
+namespace {
+
+using namespace kernel_test;  // kernel_test_util.h
+
+// Where a case's buffers live: host vectors (host-grid) or device memory.
+class Space {
+ public:
+  explicit Space(bool device) : device_(device) {}
+  Space(const Space&) = delete;
+  Space& operator=(const Space&) = delete;
+  ~Space() {
+    for (void* p : device_ptrs_) cudaFree(p);
+  }
+  template <typename T>
+  T* Put(const std::vector<T>& host) {
+    if (!device_) {
+      host_bufs_.push_back(std::make_shared<std::vector<char>>(
+          reinterpret_cast<const char*>(host.data()),
+          reinterpret_cast<const char*>(host.data() + host.size())));
+      host_bufs_.back()->resize(host.size() * sizeof(T) + 1);  // never empty
+      return reinterpret_cast<T*>(host_bufs_.back()->data());
+    }
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T) + 1), cudaSuccess);
+    device_ptrs_.push_back(p);
+    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  Buffer Get(const T* p, int64_t n) {
+    std::vector<T> out(n);
+    if (device_) {
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+    }
+    return ToDouble(out);
+  }
+
+ private:
+  bool device_;
+  std::vector<std::shared_ptr<std::vector<char>>> host_bufs_;
+  std::vector<void*> device_ptrs_;
+};
+
+using Outputs = std::vector<std::pair<std::string, Buffer>>;
+template <typename T>
+using Case = std::function<Outputs(Ops<T>&, AttentionOps<T>&, Space&)>;
+
+class CudaGridOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no CUDA device (" << cudaGetErrorString(err) << "): not run";
+    }
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+    ASSERT_EQ(cublasCreate(&handle_), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasSetStream(handle_, stream_), CUBLAS_STATUS_SUCCESS);
+  }
+  void TearDown() override {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  // Runs `c` on the host-grid device and on the GPU and compares every output.
+  template <typename T>
+  void Compare(const std::string& what, const Case<T>& c) {
+    SCOPED_TRACE(what + (std::is_same_v<T, double> ? " (double)" : " (float)"));
+    std::unique_ptr<Ops<T>> gpu_ops;
+    std::unique_ptr<AttentionOps<T>> gpu_attn;
+    if constexpr (std::is_same_v<T, double>) {
+      gpu_ops = MakeCudaOpsF64(handle_, stream_);
+      gpu_attn = MakeCudaAttentionOpsF64(handle_, stream_);
+    } else {
+      gpu_ops = MakeCudaOpsF32(handle_, stream_);
+      gpu_attn = MakeCudaAttentionOpsF32(handle_, stream_);
+    }
+    Space host(false), device(true);
+    const Outputs want = c(HostGridDevice().ops<T>(), *HostGridDevice().attention_ops<T>(), host);
+    const Outputs got = c(*gpu_ops, *gpu_attn, device);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const double tol = std::is_same_v<T, double> ? 1e-11 : 1e-4;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(AllClose(want[i].first, got[i].second, want[i].second, tol, tol, tol));
+    }
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t handle_ = nullptr;
+};
+
+template <typename T>
+std::vector<T> Rand(uint64_t seed, int64_t n, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  return Cast<T>(RandomVector(rng, n, lo, hi));
+}
+
+template <typename T>
+Case<T> DenseCase() {
+  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t N = 37, C = 24, D = 19, F = 40;
+    T* x = sp.Put(Rand<T>(1, N * C, -1, 1));
+    T* w = sp.Put(Rand<T>(2, D * C, -1, 1));
+    T* b = sp.Put(Rand<T>(3, D, -1, 1));
+    T* y = sp.Put(std::vector<T>(N * D));
+    T* dy = sp.Put(Rand<T>(4, N * D, -1, 1));
+    T* dx = sp.Put(std::vector<T>(N * C));
+    T* dw = sp.Put(std::vector<T>(D * C, T(0.5)));
+    T* db = sp.Put(std::vector<T>(D, T(0.5)));
+    ops.LinearForward(y, x, w, b, N, C, D);
+    ops.LinearBackward(dx, dw, db, dy, x, w, N, C, D);
+    T* rn_y = sp.Put(std::vector<T>(N * C));
+    T* rstd = sp.Put(std::vector<T>(N));
+    T* nw = sp.Put(Rand<T>(5, C, 0.5, 1.5));
+    T* rn_dx = sp.Put(std::vector<T>(N * C));
+    T* rn_dw = sp.Put(std::vector<T>(C));
+    T* rn_dy = sp.Put(Rand<T>(6, N * C, -1, 1));
+    ops.RmsNormForward(rn_y, rstd, x, nw, N, C, T(1e-6));
+    ops.RmsNormBackward(rn_dx, rn_dw, rn_dy, x, nw, rstd, N, C);
+    T* wg = sp.Put(Rand<T>(7, F * C, -0.5, 0.5));
+    T* wu = sp.Put(Rand<T>(8, F * C, -0.5, 0.5));
+    T* wd = sp.Put(Rand<T>(9, C * F, -0.5, 0.5));
+    T* my = sp.Put(std::vector<T>(N * C));
+    T* gate = sp.Put(std::vector<T>(N * F));
+    T* up = sp.Put(std::vector<T>(N * F));
+    T* h = sp.Put(std::vector<T>(N * F));
+    T* ws = sp.Put(std::vector<T>(2 * N * F));
+    T* mdx = sp.Put(std::vector<T>(N * C));
+    T* dwg = sp.Put(std::vector<T>(F * C));
+    T* dwu = sp.Put(std::vector<T>(F * C));
+    T* dwd = sp.Put(std::vector<T>(C * F));
+    ops.SwigluMlpForward(my, gate, up, h, x, wg, wu, wd, N, C, F);
+    ops.SwigluMlpBackward(mdx, dwg, dwu, dwd, ws, rn_dy, gate, up, x, wg, wu, wd, N, C, F);
+    return {{"linear y", sp.Get(y, N * D)},     {"linear dx", sp.Get(dx, N * C)},
+            {"linear dw", sp.Get(dw, D * C)},   {"linear db", sp.Get(db, D)},
+            {"rmsnorm y", sp.Get(rn_y, N * C)}, {"rmsnorm dx", sp.Get(rn_dx, N * C)},
+            {"rmsnorm dw", sp.Get(rn_dw, C)},   {"mlp y", sp.Get(my, N * C)},
+            {"mlp dx", sp.Get(mdx, N * C)},     {"mlp dwg", sp.Get(dwg, F * C)},
+            {"mlp dwu", sp.Get(dwu, F * C)},    {"mlp dwd", sp.Get(dwd, C * F)}};
+  };
+}
+
+template <typename T>
+Case<T> ElementwiseCase() {
+  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t n = 5000, T_len = 50, H = 4, C = 12, W = 4, R = 30, Dn = 16;
+    T* a = sp.Put(Rand<T>(11, n, -6, 6));
+    T* b = sp.Put(Rand<T>(12, n, -1, 1));
+    T* y = sp.Put(std::vector<T>(n));
+    T* y2 = sp.Put(std::vector<T>(n));
+    ops.SiluForward(y, a, n);
+    ops.SiluBackward(y2, b, a, n);
+    ops.Add(y2, y, n);
+    ops.Mul(y, y, b, n);
+    T* m = sp.Put(Rand<T>(13, n, -0.1, 0.1));
+    T* v = sp.Put(Rand<T>(14, n, 0, 0.01));
+    AdamWCoefficients<T> c{T(0.9), T(0.1), T(0.95), T(0.05), T(1e-3), T(1.2), T(1e-8), T(1e-4)};
+    ops.AdamWUpdate(a, m, v, b, n, c);
+    const double sum = ops.Sum(y2, n);
+    // Gate, beta, short conv, L2 norm.
+    T* ga = sp.Put(Rand<T>(15, T_len * H, -25, 25));
+    T* A_log = sp.Put(Rand<T>(16, H, -1, 1));
+    T* dt = sp.Put(Rand<T>(17, H, -1, 1));
+    T* g = sp.Put(std::vector<T>(T_len * H));
+    T* dg = sp.Put(Rand<T>(18, T_len * H, -1, 1));
+    T* da = sp.Put(std::vector<T>(T_len * H));
+    T* dA = sp.Put(std::vector<T>(H));
+    T* ddt = sp.Put(std::vector<T>(H));
+    T* beta = sp.Put(std::vector<T>(T_len * H));
+    T* dbeta_in = sp.Put(std::vector<T>(T_len * H));
+    ops.GdnGateForward(g, ga, A_log, dt, T_len, H);
+    ops.GdnGateBackward(da, dA, ddt, dg, ga, A_log, dt, T_len, H);
+    ops.GdnBetaForward(beta, ga, T_len * H);
+    ops.GdnBetaBackward(dbeta_in, dg, beta, T_len * H);
+    T* cx = sp.Put(Rand<T>(19, T_len * C, -1, 1));
+    T* cw = sp.Put(Rand<T>(20, W * C, -1, 1));
+    T* tail = sp.Put(Rand<T>(21, (W - 1) * C, -1, 1));
+    T* cy = sp.Put(std::vector<T>(T_len * C));
+    T* tail_out = sp.Put(std::vector<T>((W - 1) * C));
+    T* cdy = sp.Put(Rand<T>(22, T_len * C, -1, 1));
+    T* cdx = sp.Put(std::vector<T>(T_len * C));
+    T* dtail = sp.Put(std::vector<T>((W - 1) * C));
+    T* cdw = sp.Put(std::vector<T>(W * C));
+    ops.ShortConvForward(cy, tail_out, cx, cw, tail, T_len, C, W);
+    ops.ShortConvBackward(cdx, dtail, cdw, cdy, tail, cx, cw, tail, T_len, C, W);
+    T* lx = sp.Put(Rand<T>(23, R * Dn, -1, 1));
+    T* ly = sp.Put(std::vector<T>(R * Dn));
+    T* lr = sp.Put(std::vector<T>(R));
+    T* ldx = sp.Put(std::vector<T>(R * Dn));
+    ops.L2NormForward(ly, lr, lx, R, Dn, T(0.25), T(1e-6));
+    ops.L2NormBackward(ldx, lx, lx, lr, R, Dn, T(0.25));
+    return {{"silu*b", sp.Get(y, n)},       {"sum", Buffer{sum}},
+            {"adamw w", sp.Get(a, n)},      {"adamw m", sp.Get(m, n)},
+            {"adamw v", sp.Get(v, n)},      {"g", sp.Get(g, T_len * H)},
+            {"da", sp.Get(da, T_len * H)},  {"dA_log", sp.Get(dA, H)},
+            {"ddt_bias", sp.Get(ddt, H)},   {"db", sp.Get(dbeta_in, T_len * H)},
+            {"conv y", sp.Get(cy, T_len * C)}, {"conv tail", sp.Get(tail_out, (W - 1) * C)},
+            {"conv dx", sp.Get(cdx, T_len * C)}, {"conv dtail", sp.Get(dtail, (W - 1) * C)},
+            {"conv dw", sp.Get(cdw, W * C)}, {"l2 y", sp.Get(ly, R * Dn)},
+            {"l2 dx", sp.Get(ldx, R * Dn)}};
+  };
+}
+
+template <typename T>
+Case<T> EmbeddingAndLossCase() {
+  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t N = 21, C = 16, V = 53, Vs = 16;
+    std::vector<int32_t> ids(N);
+    for (int64_t i = 0; i < N; ++i) ids[i] = static_cast<int32_t>((i * 7) % 5);  // repeats
+    const int32_t* d_ids = sp.Put(ids);
+    T* table = sp.Put(Rand<T>(31, V * C, -1, 1));
+    T* e = sp.Put(std::vector<T>(N * C));
+    T* dtable = sp.Put(std::vector<T>(V * C));
+    T* edy = sp.Put(Rand<T>(32, N * C, -1, 1));
+    ops.EmbeddingForward(e, d_ids, table, N, C, V);
+    ops.EmbeddingBackward(dtable, edy, d_ids, N, C, V);
+    T* losses = sp.Put(std::vector<T>(N));
+    T* lse = sp.Put(std::vector<T>(N));
+    T* logits = sp.Put(std::vector<T>(N * Vs));
+    T* dx = sp.Put(std::vector<T>(N * C));
+    T* dw = sp.Put(std::vector<T>(V * C));
+    T* dl = sp.Put(std::vector<T>(N, T(1) / T(N)));
+    const double mean = ops.OutputLossForward(losses, lse, logits, e, table, d_ids, N, C, V, Vs);
+    ops.OutputLossBackward(dx, dw, logits, dl, lse, e, table, d_ids, N, C, V, Vs);
+    return {{"embedding y", sp.Get(e, N * C)}, {"dtable", sp.Get(dtable, V * C)},
+            {"mean loss", Buffer{mean}},       {"losses", sp.Get(losses, N)},
+            {"lse", sp.Get(lse, N)},           {"loss dx", sp.Get(dx, N * C)},
+            {"loss dw", sp.Get(dw, V * C)}};
+  };
+}
+
+template <typename T>
+Case<T> GdnCoreCase() {
+  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12, bs = kGdnBlockSize;
+    const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk;
+    T* q = sp.Put(Rand<T>(41, nk, -0.25, 0.25));
+    T* k = sp.Put(Rand<T>(42, nk, -0.25, 0.25));
+    T* v = sp.Put(Rand<T>(43, nv, -1, 1));
+    T* g = sp.Put(Rand<T>(44, T_len * H, -0.5, -0.01));
+    T* beta = sp.Put(Rand<T>(45, T_len * H, 0.05, 0.95));
+    T* S_in = sp.Put(Rand<T>(46, ns, -0.5, 0.5));
+    T* o = sp.Put(std::vector<T>(nv));
+    T* S_out = sp.Put(std::vector<T>(ns));
+    T* wsf = sp.Put(std::vector<T>(ops.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    ops.GdnCoreForward(o, S_out, wsf, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, bs);
+    T* dO = sp.Put(Rand<T>(47, nv, -1, 1));
+    T* dS_out = sp.Put(Rand<T>(48, ns, -1, 1));
+    T* dq = sp.Put(std::vector<T>(nk));
+    T* dk = sp.Put(std::vector<T>(nk));
+    T* dv = sp.Put(std::vector<T>(nv));
+    T* dg = sp.Put(std::vector<T>(T_len * H));
+    T* dbeta = sp.Put(std::vector<T>(T_len * H));
+    T* dS_in = sp.Put(std::vector<T>(ns));
+    T* wsb = sp.Put(std::vector<T>(ops.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    ops.GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, wsb, dO, dS_out, q, k, v, g, beta, S_in,
+                        T_len, H, Dk, Dv, bs);
+    return {{"o", sp.Get(o, nv)},        {"S_out", sp.Get(S_out, ns)},
+            {"dq", sp.Get(dq, nk)},      {"dk", sp.Get(dk, nk)},
+            {"dv", sp.Get(dv, nv)},      {"dg", sp.Get(dg, T_len * H)},
+            {"dbeta", sp.Get(dbeta, T_len * H)}, {"dS_in", sp.Get(dS_in, ns)}};
+  };
+}
+
+template <typename T>
+Case<T> AttentionCase() {
+  return [](Ops<T>&, AttentionOps<T>& attn, Space& sp) -> Outputs {
+    const int64_t s = 70, start = 30, Hq = 4, Hkv = 2, d = 16, keys = start + s;
+    T* q = sp.Put(Rand<T>(51, s * Hq * d, -1, 1));
+    T* k = sp.Put(Rand<T>(52, keys * Hkv * d, -1, 1));
+    T* v = sp.Put(Rand<T>(53, keys * Hkv * d, -1, 1));
+    attn.RopeForward(q, s, Hq, d, start, kRopeTheta);
+    attn.RopeForward(k, keys, Hkv, d, 0, kRopeTheta);
+    T* o = sp.Put(std::vector<T>(s * Hq * d));
+    T* lse = sp.Put(std::vector<T>(s * Hq));
+    attn.AttentionForward(o, lse, q, k, v, s, start, Hq, Hkv, d, kAttentionQueryTile,
+                          kAttentionKeyTile);
+    T* dO = sp.Put(Rand<T>(54, s * Hq * d, -1, 1));
+    T* dq = sp.Put(std::vector<T>(s * Hq * d));
+    T* dk = sp.Put(std::vector<T>(keys * Hkv * d));
+    T* dv = sp.Put(std::vector<T>(keys * Hkv * d));
+    T* D = sp.Put(std::vector<T>(s * Hq));
+    attn.AttentionBackward(dq, dk, dv, D, dO, o, lse, q, k, v, s, start, Hq, Hkv, d,
+                           kAttentionQueryTile, kAttentionKeyTile);
+    attn.RopeBackward(dq, s, Hq, d, start, kRopeTheta);
+    return {{"o", sp.Get(o, s * Hq * d)},         {"lse", sp.Get(lse, s * Hq)},
+            {"dq (unrotated)", sp.Get(dq, s * Hq * d)}, {"dk", sp.Get(dk, keys * Hkv * d)},
+            {"dv", sp.Get(dv, keys * Hkv * d)}};
+  };
+}
+
+TEST_F(CudaGridOps, DenseKernels) {
+  Compare<double>("dense", DenseCase<double>());
+  Compare<float>("dense", DenseCase<float>());
+}
+TEST_F(CudaGridOps, ElementwiseRowsAndColumns) {
+  Compare<double>("elementwise", ElementwiseCase<double>());
+  Compare<float>("elementwise", ElementwiseCase<float>());
+}
+TEST_F(CudaGridOps, EmbeddingAndOutputLoss) {
+  Compare<double>("embedding + loss", EmbeddingAndLossCase<double>());
+  Compare<float>("embedding + loss", EmbeddingAndLossCase<float>());
+}
+TEST_F(CudaGridOps, GdnCore) {
+  Compare<double>("gdn core", GdnCoreCase<double>());
+  Compare<float>("gdn core", GdnCoreCase<float>());
+}
+TEST_F(CudaGridOps, AttentionAndRope) {
+  Compare<double>("attention", AttentionCase<double>());
+  Compare<float>("attention", AttentionCase<float>());
+}
+
+}  // namespace
+}  // namespace stateflow::backend
