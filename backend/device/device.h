@@ -6,7 +6,8 @@
 // on.
 //
 //   cpu        Eigen kernels on this process's threads (backend/kernels/).
-//   host-grid  the CUDA kernels' arithmetic (SF_HD functions, grid_ops.h)
+//   host-grid  the CUDA kernels' arithmetic (SF_HD functions, grid_ops.h,
+//              host_grid_device.h)
 //              executed by host loops over the same grid: the GPU path's
 //              arithmetic, tested on a machine without a GPU.
 //   cuda       the same arithmetic launched as CUDA kernels, GEMMs in cuBLAS

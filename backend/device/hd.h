@@ -1,7 +1,7 @@
 // SF_HD marks a function that runs on both sides of the device seam: compiled
 // by nvcc it is `__host__ __device__` (a CUDA kernel calls it per element, per
 // row or per tile); compiled by the host compiler it is an ordinary inline
-// function that the host-grid device (grid_device.h) and the CPU tests call.
+// function that the host-grid device (host_grid_device.h) and the CPU tests call.
 // One definition of each kernel's arithmetic, tested on the CPU, run on the
 // GPU.
 //

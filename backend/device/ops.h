@@ -3,7 +3,7 @@
 // (device.h) and never a kernel directly, so the same layer code runs on the
 // CPU (Eigen: cpu_device.h, bit-identical to calling the kernels), on the
 // host-grid device (the CUDA kernels' per-element/per-row/per-tile arithmetic
-// run by host loops: grid_device.h) and on a GPU (the same arithmetic launched
+// run by host loops: host_grid_device.h) and on a GPU (the same arithmetic launched
 // as CUDA kernels, GEMMs in cuBLAS: cuda/).
 //
 // Contracts: every kernel entry point has exactly the contract of the CPU

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "backend/device/device.h"
+#include "backend/device/host_grid_device.h"
 #if SF_HAVE_CUDA
 #include "backend/cuda/cuda_device.h"
 #endif
@@ -10,6 +11,7 @@ namespace stateflow::backend {
 
 Result<Device*> GetDevice(std::string_view name, int local_rank) {
   if (name == "cpu") return &CpuDevice();
+  if (name == "host-grid") return &HostGridDevice();
   if (name == "cuda") {
 #if SF_HAVE_CUDA
     return MakeCudaDevice(local_rank);
@@ -21,7 +23,7 @@ Result<Device*> GetDevice(std::string_view name, int local_rank) {
 #endif
   }
   return Status::Invalid("--device: unknown device '" + std::string(name) +
-                         "' (known: cpu, cuda)");
+                         "' (known: cpu, host-grid, cuda)");
 }
 
 }  // namespace stateflow::backend
