@@ -28,6 +28,14 @@ std::string Help(const std::string& what, const models::IntRange& range) {
   return what + ", in " + models::RangeText(range);
 }
 
+// --cluster names a file rather than a preset.
+bool IsClusterFile(const std::string& value) {
+  const std::string suffix = ".textproto";
+  return value.find('/') != std::string::npos ||
+         (value.size() > suffix.size() &&
+          value.compare(value.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
 }  // namespace
 
 std::string Trim(const std::string& s) {
@@ -73,7 +81,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        "refuse a plan (each configuration of a sweep) of more than this many actions, "
        "2 P M N (default 50000000, at most 2^40); a plan whose simulation would need more "
        "than this machine's memory is refused whatever the limit")
-      ("cluster", po::value(&f->cluster_preset), "cluster preset")
+      ("cluster", po::value(&f->cluster_preset),
+       "cluster preset (see `stateflow presets`), or a ClusterSpec file in text format "
+       "(a name ending in .textproto or holding a '/', e.g. written by `stateflow calibrate`)")
       ("policy", po::value(&f->policy),
        "schedule under study: gpipe, 1f1b or stateflow (drops the baselines)")
       ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
@@ -138,7 +148,14 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
     s.set_model_preset(f.model_preset);
     s.clear_model();
   }
-  if (!f.cluster_preset.empty()) {
+  if (IsClusterFile(f.cluster_preset)) {
+    // A preset file (e.g. written by `stateflow calibrate`): the whole cluster.
+    SF_ASSIGN_OR_RETURN(std::string text, ReadFile(f.cluster_preset));
+    pb::ClusterSpec cluster;
+    SF_RETURN_IF_ERROR(scenario::ParseTextProto(text, f.cluster_preset, &cluster));
+    s.clear_cluster_preset();
+    *s.mutable_cluster() = std::move(cluster);
+  } else if (!f.cluster_preset.empty()) {
     s.set_cluster_preset(f.cluster_preset);
     s.clear_cluster();
   }

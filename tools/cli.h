@@ -55,7 +55,7 @@ int CheckedExit(const std::string& command, int code);
 struct ScenarioFlags {
   std::string scenario_path;
   std::string model_preset;
-  std::string cluster_preset;
+  std::string cluster_preset;  // a preset name, or a ClusterSpec file (LoadResolvedScenario)
   std::string policy;
   std::optional<long long> chunks;
   std::optional<double> alpha;
@@ -105,5 +105,6 @@ int RunCapacityPlan(int argc, char** argv);  // capacity_plan_command.cc
 int RunTrain(int argc, char** argv);         // train_command.cc
 int RunProfile(int argc, char** argv);       // profile_command.cc
 int RunValidate(int argc, char** argv);      // validate_command.cc
+int RunCalibrate(int argc, char** argv);     // calibrate_command.cc
 
 }  // namespace stateflow::tools
