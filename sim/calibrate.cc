@@ -31,6 +31,8 @@ constexpr std::array<std::string_view, kNumCalibParams> kParamNames = {
     "intra_node_link.latency_s",
     "inter_node_link.bandwidth_bytes_per_s",
     "inter_node_link.latency_s",
+    "kernel_costs.compute_scale",
+    "kernel_costs.all_reduce_scale",
 };
 
 // Each parameter's range (the fit clamps its steps into it): the knee
@@ -38,7 +40,7 @@ constexpr std::array<std::string_view, kNumCalibParams> kParamNames = {
 // a run can have), the rest the limits of models/limits.h or wider.
 constexpr std::array<std::pair<double, double>, kNumCalibParams> kParamRanges = {{
     {1e-6, 1e6}, {1e-2, 1.1e12}, {1, 1e30}, {1, 1e30}, {1e-12, 3600},
-    {1, 1e30}, {1e-12, 3600}, {1, 1e30}, {1e-12, 3600},
+    {1, 1e30}, {1e-12, 3600}, {1, 1e30}, {1e-12, 3600}, {1e-3, 1e3}, {1e-3, 1e3},
 }};
 
 constexpr int kCurvePoints = 31;     // 2^0 .. 2^30 tokens
@@ -420,6 +422,8 @@ CalibValues ReadCalibValues(const pb::ClusterSpec& c) {
   v[Index(CalibParam::kIntraLatency)] = std::max(c.intra_node_link().latency_s(), kMinLatencyS);
   v[Index(CalibParam::kInterBandwidth)] = c.inter_node_link().bandwidth_bytes_per_s();
   v[Index(CalibParam::kInterLatency)] = std::max(c.inter_node_link().latency_s(), kMinLatencyS);
+  v[Index(CalibParam::kKernelComputeScale)] = 1;
+  v[Index(CalibParam::kKernelAllReduceScale)] = 1;
   return v;
 }
 
@@ -433,6 +437,71 @@ pb::ClusterSpec WithCalibValues(pb::ClusterSpec c, const CalibValues& v) {
   c.mutable_intra_node_link()->set_latency_s(v[Index(CalibParam::kIntraLatency)]);
   c.mutable_inter_node_link()->set_bandwidth_bytes_per_s(v[Index(CalibParam::kInterBandwidth)]);
   c.mutable_inter_node_link()->set_latency_s(v[Index(CalibParam::kInterLatency)]);
+  if (c.has_kernel_costs()) {
+    pb::KernelCosts* k = c.mutable_kernel_costs();
+    const double compute = v[Index(CalibParam::kKernelComputeScale)];
+    for (pb::GemmPoint& p : *k->mutable_gemm()) p.set_flops_per_s(p.flops_per_s() * compute);
+    for (pb::AttentionPoint& p : *k->mutable_attention()) p.set_flops_per_s(p.flops_per_s() * compute);
+    for (pb::RecurrencePoint& p : *k->mutable_recurrence()) p.set_flops_per_s(p.flops_per_s() * compute);
+    const double all_reduce = v[Index(CalibParam::kKernelAllReduceScale)];
+    for (pb::CollectivePoint& p : *k->mutable_all_reduce()) {
+      p.set_bus_bandwidth_bytes_per_s(p.bus_bandwidth_bytes_per_s() * all_reduce);
+    }
+  }
+  return c;
+}
+
+Result<pb::ClusterSpec> VaryParameter(pb::ClusterSpec c, std::string_view name, double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) {
+    return Status::Invalid("--vary " + Printable(name) + ": factor must be > 0");
+  }
+  pb::DeviceSpec* d = c.mutable_device();
+  if (name == "memory_reserve") {
+    d->set_memory_reserve_bytes(factor * (d->has_memory_reserve_bytes()
+                                              ? d->memory_reserve_bytes()
+                                              : models::kDefaultMemoryReserveBytes));
+    d->set_memory_reserve_fraction(factor * (d->has_memory_reserve_fraction()
+                                                 ? d->memory_reserve_fraction()
+                                                 : models::kDefaultMemoryReserveFraction));
+    return c;
+  }
+  const auto it = std::find(kParamNames.begin(), kParamNames.end(), name);
+  if (it == kParamNames.end()) {
+    std::string known;
+    for (std::string_view n : kParamNames) known += std::string(n) + ", ";
+    return Status::Invalid("--vary: unknown parameter '" + Printable(name) + "' (known: " + known +
+                           "memory_reserve)");
+  }
+  switch (static_cast<CalibParam>(it - kParamNames.begin())) {
+    case CalibParam::kEfficiencyPeak: d->set_peak_flops(d->peak_flops() * factor); break;
+    case CalibParam::kEfficiencyKnee:
+      for (pb::EfficiencyPoint& p : *d->mutable_efficiency()) p.set_tokens(p.tokens() * factor);
+      break;
+    case CalibParam::kMemoryBandwidth:
+      d->set_memory_bandwidth_bytes_per_s(d->memory_bandwidth_bytes_per_s() * factor);
+      break;
+    case CalibParam::kKernelComputeScale:
+    case CalibParam::kKernelAllReduceScale: {
+      CalibValues v{};
+      v.fill(1);
+      v[it - kParamNames.begin()] = factor;
+      pb::KernelCosts scaled = WithCalibValues(c, v).kernel_costs();  // only the scales used
+      *c.mutable_kernel_costs() = scaled;
+      break;
+    }
+    default: {
+      pb::LinkSpec* link = it - kParamNames.begin() <= Index(CalibParam::kPipelineLatency)
+                               ? c.mutable_pipeline_link()
+                           : it - kParamNames.begin() <= Index(CalibParam::kIntraLatency)
+                               ? c.mutable_intra_node_link()
+                               : c.mutable_inter_node_link();
+      if (name.ends_with("latency_s")) {
+        link->set_latency_s(link->latency_s() * factor);
+      } else {
+        link->set_bandwidth_bytes_per_s(link->bandwidth_bytes_per_s() * factor);
+      }
+    }
+  }
   return c;
 }
 

@@ -48,8 +48,13 @@ enum class CalibParam {
   kIntraLatency,        // "intra_node_link.latency_s"
   kInterBandwidth,      // "inter_node_link.bandwidth_bytes_per_s" DP across nodes
   kInterLatency,        // "inter_node_link.latency_s"
+  // With kernel costs (ClusterSpec.kernel_costs), factors on their tables,
+  // 1 at the start (relative to the cluster's table): every GEMM, attention
+  // and recurrence rate, and every all-reduce bus bandwidth.
+  kKernelComputeScale,    // "kernel_costs.compute_scale"
+  kKernelAllReduceScale,  // "kernel_costs.all_reduce_scale"
 };
-inline constexpr int kNumCalibParams = 9;
+inline constexpr int kNumCalibParams = 11;
 using CalibValues = std::array<double, kNumCalibParams>;
 
 std::string_view CalibParamName(CalibParam p);
@@ -72,10 +77,22 @@ KneeEfficiency KneeFromCurve(const pb::DeviceSpec& device);
 void SetKneeEfficiency(const KneeEfficiency& knee, pb::DeviceSpec* device);
 
 // The parameters' values in a cluster (the curve by KneeFromCurve; a 0
-// latency reads as 1e-9 s, so that its log exists), and a copy of `base`
-// with them written.
+// latency reads as 1e-9 s, so that its log exists; the kernel-cost scales
+// read 1), and a copy of `base` with them written (the scales multiply
+// base's kernel-cost rates).
 CalibValues ReadCalibValues(const pb::ClusterSpec& cluster);
 pb::ClusterSpec WithCalibValues(pb::ClusterSpec base, const CalibValues& values);
+
+// `cluster` with one free parameter multiplied by `factor` (> 0), as it
+// stands in the cluster rather than through the fitted form: efficiency.peak
+// scales the device's peak FLOP/s (what the curve multiplies),
+// efficiency.knee_tokens the curve's token positions, the kernel-cost scales
+// the tables' rates, "memory_reserve" the reserve (bytes and fraction, unset
+// ones from their defaults), the others the field they name. For
+// sensitivity studies (`--vary NAME=FACTOR`). The error names the unknown
+// parameter and lists the known ones.
+Result<pb::ClusterSpec> VaryParameter(pb::ClusterSpec cluster, std::string_view name,
+                                      double factor);
 
 // One line of the runs CSV. Configuration fields not given keep the
 // scenario's value.

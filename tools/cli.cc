@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/files.h"
@@ -12,6 +13,7 @@
 #include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "sim/calibrate.h"
 #include "tools/work_bounds.h"
 
 namespace stateflow::tools {
@@ -103,6 +105,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("st-overlap", po::value(&f->st_overlap),
        "on or off: split-and-overlap of the recurrence's state transition (every schedule)")
       ("st-tile", Optional(&f->st_tile), "B_V, the state transition's tile of d_v (every schedule)")
+      ("vary", po::value(&f->vary),
+       "NAME=FACTOR: multiply one cluster parameter (a `stateflow calibrate` parameter name, "
+       "or memory_reserve) by FACTOR; repeatable (sensitivity studies)")
       ("compute-units", Optional(&f->compute_units),
        "the device's parallel units (SMs) the state transition spreads over; 0: off");
 }
@@ -207,6 +212,21 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   if (f.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*f.seq_len));
   if (!f.cost_model.empty()) s.set_cost_model(f.cost_model);
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved, scenario::Resolve(std::move(s)));
+  if (!f.vary.empty()) {
+    pb::Scenario varied = resolved.proto();
+    for (const std::string& v : f.vary) {
+      const std::size_t eq = v.find('=');
+      char* end = nullptr;
+      const double factor = eq == std::string::npos ? 0 : std::strtod(v.c_str() + eq + 1, &end);
+      if (eq == std::string::npos || end == v.c_str() + eq + 1 || *end != '\0') {
+        return Status::Invalid("--vary: '" + Printable(v) + "' is not NAME=FACTOR");
+      }
+      SF_ASSIGN_OR_RETURN(*varied.mutable_cluster(),
+                          sim::VaryParameter(varied.cluster(), v.substr(0, eq), factor));
+    }
+    varied.clear_cluster_preset();
+    SF_ASSIGN_OR_RETURN(resolved, scenario::Resolve(std::move(varied)));
+  }
   SF_RETURN_IF_ERROR(CheckPlanBounds(resolved.proto(), nullptr, f.max_actions));
   return resolved;
 }

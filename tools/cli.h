@@ -71,6 +71,9 @@ struct ScenarioFlags {
   std::optional<std::int64_t> st_tile;    // schedule.st_tile (every schedule)
   std::optional<std::int64_t> compute_units;  // cluster.device.compute_units
   std::optional<long long> max_actions;  // tools/work_bounds.h
+  // --vary NAME=FACTOR (repeatable): a cluster parameter scaled
+  // (sim::VaryParameter), for sensitivity studies.
+  std::vector<std::string> vary;
 };
 
 // Adds the scenario options to `desc`, writing into `flags`.
