@@ -367,6 +367,15 @@ std::pair<double, double> KneeCost(const pb::DeviceSpec& device, double knee) {
 
 KneeEfficiency KneeFromCurve(const pb::DeviceSpec& device) {
   if (device.efficiency().empty()) return {};
+  // A flat curve (one point, or all equal): its value, knee 1 token (within
+  // 1.6 % of the curve from 64 tokens per call up; the knee stays where the
+  // fit can move it).
+  const auto& points = device.efficiency();
+  if (std::all_of(points.begin(), points.end(), [&](const pb::EfficiencyPoint& p) {
+        return p.efficiency() == points[0].efficiency();
+      })) {
+    return {points[0].efficiency(), 1.0};
+  }
   // The knee of least squares on a grid (2^-10 .. 2^40 tokens, steps of
   // 2^0.01), then refined by golden-section search within one grid step on
   // each side (a curve sampled from the form gives its knee back to ~1e-9).

@@ -68,8 +68,8 @@ struct KneeEfficiency {
   double knee_tokens = 1;
 };
 // The form's least-squares fit (in log) to the device's curve points (the
-// fit's starting point); {1, 1} for a device without points. knee_tokens is
-// at least 1, so the fit can move it.
+// fit's starting point); {1, 1} for a device without points, {e, 1} for a
+// flat curve at e. knee_tokens is at least 1, so the fit can move it.
 KneeEfficiency KneeFromCurve(const pb::DeviceSpec& device);
 // Writes the form as points at 2^0, 2^1, ..., 2^30 tokens (the cost model
 // interpolates in log between them). A peak_efficiency above 1 multiplies

@@ -202,6 +202,10 @@ TEST(Calibrate, KneeFormRoundTripsThroughTheCurvePoints) {
   EXPECT_LT(a100.knee_tokens, 16384);
   EXPECT_GT(a100.peak_efficiency, 0.6);
   EXPECT_LT(a100.peak_efficiency, 0.9);
+  // A flat curve: its value, knee 1 token.
+  const KneeEfficiency flat = KneeFromCurve(models::ClusterPreset("cpu")->device());
+  EXPECT_EQ(flat.peak_efficiency, 1.0);
+  EXPECT_EQ(flat.knee_tokens, 1.0);
   // Above 1 the peak FLOP/s grows instead, the points stay in (0, 1].
   pb::ClusterSpec fast = *models::ClusterPreset("cpu");
   SetKneeEfficiency({2.0, 1}, fast.mutable_device());

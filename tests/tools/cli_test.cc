@@ -368,3 +368,26 @@ TEST(CliCalibrate, BadInputGetsOneLineAndExitTwo) {
 }
 
 }  // namespace
+
+namespace {
+
+// --vary NAME=FACTOR scales one cluster parameter (sim::VaryParameter).
+TEST(CliVary, ScalesOneParameterAndRejectsBadInput) {
+  auto step = [](const std::string& extra) {
+    CliRun run = Stateflow("simulate --json --policy stateflow -N 4 " + extra);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    stateflow::pb::Report report;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+    return report;
+  };
+  const stateflow::pb::Report base = step("");
+  // Slower GEMMs: a longer step; a larger reserve: a lower OOM threshold.
+  EXPECT_GT(step("--vary kernel_costs.compute_scale=0.8").step_time_s(), base.step_time_s());
+  EXPECT_LT(step("--vary memory_reserve=2").usable_bytes(), base.usable_bytes());
+  EXPECT_EQ(step("--vary pipeline_link.latency_s=1").step_time_s(), base.step_time_s());
+  ExpectBadInput(Stateflow("simulate --vary speed=2"), "--vary: unknown parameter 'speed'");
+  ExpectBadInput(Stateflow("simulate --vary efficiency.peak"), "is not NAME=FACTOR");
+  ExpectBadInput(Stateflow("simulate --vary efficiency.peak=-1"), "factor must be > 0");
+}
+
+}  // namespace
