@@ -35,8 +35,10 @@ comments). Columns, any order, empty cell = the scenario's value:
   set                      fit (default) or holdout (predicted, not fitted)
 Fitted parameters (log space, Levenberg-Marquardt on log step time): the
 efficiency curve eff(t) = peak * t / (t + knee_tokens), the device's memory
-bandwidth (roofline floor), each link's latency and bandwidth; only those
-the runs constrain (see the sensitivity column) unless --fit names them.
+bandwidth (roofline floor), each link's latency and bandwidth, and factors on
+the cluster's kernel costs (compute rates, all-reduce bus bandwidth); only
+those the runs constrain (see the sensitivity column) unless --fit names
+them. docs/cost-model.md, section 7, says which runs constrain which.
 
 examples:
   stateflow calibrate --runs runs.csv --cluster a100-80gb-nvlink --model gdn-3b --out my-a100.textproto
