@@ -121,6 +121,7 @@ Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
   cm.model_ = model;
   cm.precision_ = std::move(filled);
   cm.cluster_ = cluster;
+  cm.rates_ = KernelRates(cluster.kernel_costs());
   cm.options_ = options;
   cm.layers_ = LayerList(model);
   cm.FillTables();
@@ -233,7 +234,7 @@ double CostModel::ComputeTime(int l, std::int64_t c, std::int64_t s, bool backwa
                               double flops) const {
   const double rate = cluster_.device().peak_flops() * Efficiency(Tokens(s));
   if (!cluster_.has_kernel_costs()) return flops / rate;
-  const KernelRates rates(cluster_.kernel_costs());
+  const KernelRates& rates = rates_;
   const KindTable& table = Table(l);
   const double t = Tokens(s), act = precision_.activation_bytes();
   double time = 0, covered = 0;
@@ -269,8 +270,7 @@ double CostModel::ComputeTime(int l, std::int64_t c, std::int64_t s, bool backwa
 double CostModel::AllReduceTime(double bytes, int ranks, const pb::LinkSpec& link) const {
   if (ranks <= 1) return 0.0;
   if (&link == &cluster_.intra_node_link() && cluster_.has_kernel_costs()) {
-    const std::optional<double> busbw =
-        KernelRates(cluster_.kernel_costs()).AllReduceBusBandwidth(bytes, ranks);
+    const std::optional<double> busbw = rates_.AllReduceBusBandwidth(bytes, ranks);
     if (busbw) return 2.0 * (ranks - 1) / ranks * bytes / *busbw;
   }
   return RingAllReduceTime(bytes, ranks, link);

@@ -23,6 +23,7 @@
 
 #include "common/buffer_class.h"
 #include "common/status.h"
+#include "models/kernel_costs.h"
 #include "models/memory_segment.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
@@ -269,6 +270,7 @@ class CostModel {
   pb::ModelSpec model_;
   pb::PrecisionSpec precision_;
   pb::ClusterSpec cluster_;
+  KernelRates rates_;  // cluster_.kernel_costs(), prepared once
   CostModelOptions options_;
   std::vector<LayerKind> layers_;
   std::array<KindTable, 4> tables_;  // indexed by LayerKind

@@ -64,37 +64,6 @@ std::vector<std::pair<double, double>> Sorted(std::vector<std::pair<double, doub
   return out;
 }
 
-// Attention and recurrence points share the selection rule.
-struct SeqPoint {
-  double seq_len;
-  double head_dim;
-  bool causal;
-  const std::string* pass;
-  double rate;
-};
-
-std::optional<double> SeqRate(const std::vector<SeqPoint>& all, double seq_len, double head_dim,
-                              bool backward) {
-  if (all.empty()) return std::nullopt;
-  double best_dist = std::numeric_limits<double>::infinity();
-  for (const SeqPoint& p : all) {
-    best_dist = std::min(best_dist, std::abs(std::log(p.head_dim / head_dim)));
-  }
-  std::vector<SeqPoint> dim;
-  for (const SeqPoint& p : all) {
-    if (std::abs(std::log(p.head_dim / head_dim)) == best_dist) dim.push_back(p);
-  }
-  const bool any_causal = std::any_of(dim.begin(), dim.end(), [](const SeqPoint& p) { return p.causal; });
-  for (const char* pass : {backward ? "backward" : "forward", "forward+backward"}) {
-    std::vector<std::pair<double, double>> points;
-    for (const SeqPoint& p : dim) {
-      if (p.causal == any_causal && *p.pass == pass) points.push_back({p.seq_len, p.rate});
-    }
-    if (!points.empty()) return LogLogInterpolate(Sorted(std::move(points)), seq_len);
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 double LogLogInterpolate(const std::vector<std::pair<double, double>>& points, double x) {
@@ -156,54 +125,88 @@ Status ValidateKernelCosts(const pb::KernelCosts& c) {
   return Status::Ok();
 }
 
+KernelRates::KernelRates(const pb::KernelCosts& costs) {
+  for (const pb::GemmPoint& p : costs.gemm()) {
+    gemm_.push_back({std::log(p.m()), std::log(p.n()), std::log(p.k()), std::log(p.flops_per_s()),
+                     DtypeClass(p.dtype()), p.flops_per_s()});
+  }
+  for (const pb::AttentionPoint& p : costs.attention()) {
+    seq_points_.push_back({"", p.seq_len(), static_cast<double>(p.head_dim()), p.causal(), p.pass(),
+                           p.flops_per_s()});
+  }
+  for (const pb::RecurrencePoint& p : costs.recurrence()) {
+    seq_points_.push_back({p.kernel(), p.seq_len(), static_cast<double>(p.head_dim()), true,
+                           p.pass(), p.flops_per_s()});
+  }
+  std::map<int, std::vector<std::pair<double, double>>> by_ranks;
+  for (const pb::CollectivePoint& p : costs.all_reduce()) {
+    by_ranks[static_cast<int>(p.ranks())].push_back({p.bytes(), p.bus_bandwidth_bytes_per_s()});
+  }
+  for (auto& [ranks, points] : by_ranks) all_reduce_.push_back({ranks, Sorted(std::move(points))});
+}
+
 std::optional<double> KernelRates::Gemm(double m, double n, double k, double act_bytes) const {
   const int cls = act_bytes <= 2 ? 2 : 4;
+  const double lm = std::log(m), ln = std::log(n), lk = std::log(k);
   double weight_sum = 0, log_sum = 0;
-  for (const pb::GemmPoint& p : costs_->gemm()) {
-    if (DtypeClass(p.dtype()) != cls) continue;
-    const double dm = std::log(m / p.m()), dn = std::log(n / p.n()), dk = std::log(k / p.k());
+  for (const GemmLog& p : gemm_) {
+    if (p.dtype_class != cls) continue;
+    const double dm = lm - p.log_m, dn = ln - p.log_n, dk = lk - p.log_k;
     const double d2 = dm * dm + dn * dn + dk * dk;
-    if (d2 == 0) return p.flops_per_s();
+    if (d2 == 0) return p.rate;
     weight_sum += 1 / d2;
-    log_sum += std::log(p.flops_per_s()) / d2;
+    log_sum += p.log_rate / d2;
   }
   if (weight_sum == 0) return std::nullopt;
   return std::exp(log_sum / weight_sum);
 }
 
-std::optional<double> KernelRates::Attention(double seq_len, double head_dim, bool backward) const {
-  std::vector<SeqPoint> points;
-  for (const pb::AttentionPoint& p : costs_->attention()) {
-    points.push_back({p.seq_len(), static_cast<double>(p.head_dim()), p.causal(), &p.pass(),
-                      p.flops_per_s()});
+// The points of `kernel` ("" attention) with the nearest head dim (in log),
+// causal ones if any, of the pass, else of "forward+backward";
+// interpolated in seq_len.
+std::optional<double> KernelRates::SeqRate(std::string_view kernel, double seq_len,
+                                           double head_dim, bool backward) const {
+  double best_dist = std::numeric_limits<double>::infinity();
+  for (const SeqPoint& p : seq_points_) {
+    if (p.kernel == kernel) best_dist = std::min(best_dist, std::abs(std::log(p.head_dim / head_dim)));
   }
-  return SeqRate(points, seq_len, head_dim, backward);
+  if (!std::isfinite(best_dist)) return std::nullopt;
+  const auto in_dim = [&](const SeqPoint& p) {
+    return p.kernel == kernel && std::abs(std::log(p.head_dim / head_dim)) == best_dist;
+  };
+  bool any_causal = false;
+  for (const SeqPoint& p : seq_points_) any_causal |= in_dim(p) && p.causal;
+  for (const char* pass : {backward ? "backward" : "forward", "forward+backward"}) {
+    std::vector<std::pair<double, double>> points;
+    for (const SeqPoint& p : seq_points_) {
+      if (in_dim(p) && p.causal == any_causal && p.pass == pass) points.push_back({p.seq_len, p.rate});
+    }
+    if (!points.empty()) return LogLogInterpolate(Sorted(std::move(points)), seq_len);
+  }
+  return std::nullopt;
+}
+
+std::optional<double> KernelRates::Attention(double seq_len, double head_dim, bool backward) const {
+  return SeqRate("", seq_len, head_dim, backward);
 }
 
 std::optional<double> KernelRates::Recurrence(std::string_view kernel, double seq_len,
                                               double head_dim, bool backward) const {
-  std::vector<SeqPoint> points;
-  for (const pb::RecurrencePoint& p : costs_->recurrence()) {
-    if (p.kernel() != kernel) continue;
-    points.push_back({p.seq_len(), static_cast<double>(p.head_dim()), true, &p.pass(),
-                      p.flops_per_s()});
-  }
-  return SeqRate(points, seq_len, head_dim, backward);
+  return SeqRate(kernel, seq_len, head_dim, backward);
 }
 
 std::optional<double> KernelRates::AllReduceBusBandwidth(double bytes, int ranks) const {
-  if (costs_->all_reduce().empty()) return std::nullopt;
-  double best = std::numeric_limits<double>::infinity();
-  for (const pb::CollectivePoint& p : costs_->all_reduce()) {
-    best = std::min(best, std::abs(std::log(static_cast<double>(p.ranks()) / ranks)));
-  }
-  std::vector<std::pair<double, double>> points;
-  for (const pb::CollectivePoint& p : costs_->all_reduce()) {
-    if (std::abs(std::log(static_cast<double>(p.ranks()) / ranks)) == best) {
-      points.push_back({p.bytes(), p.bus_bandwidth_bytes_per_s()});
+  if (all_reduce_.empty()) return std::nullopt;
+  const std::vector<std::pair<double, double>>* best = nullptr;
+  double best_dist = std::numeric_limits<double>::infinity();
+  for (const auto& [r, points] : all_reduce_) {
+    const double d = std::abs(std::log(static_cast<double>(r) / ranks));
+    if (d < best_dist) {
+      best_dist = d;
+      best = &points;
     }
   }
-  return LogLogInterpolate(Sorted(std::move(points)), std::max(bytes, 1.0));
+  return LogLogInterpolate(*best, std::max(bytes, 1.0));
 }
 
 }  // namespace stateflow::models

@@ -10,7 +10,7 @@
 // preset's in models/presets/a100-sxm4-80gb-kernels.textproto) and not a
 // time: CostModel turns rates into seconds.
 //
-//   KernelRates rates(cluster.kernel_costs());
+//   KernelRates rates(cluster.kernel_costs());  // CostModel keeps one
 //   std::optional<double> r = rates.Gemm(4096, 5120, 5120, 2);  // FLOP/s
 #pragma once
 
@@ -37,8 +37,10 @@ double LogLogInterpolate(const std::vector<std::pair<double, double>>& points, d
 
 class KernelRates {
  public:
+  // Copies what the lookups need (logs taken, points sorted) once.
   // REQUIRES: ValidateKernelCosts(costs).ok().
-  explicit KernelRates(const pb::KernelCosts& costs) : costs_(&costs) {}
+  explicit KernelRates(const pb::KernelCosts& costs);
+  KernelRates() = default;  // no points: every lookup is nullopt
 
   // A GEMM (m x k) (k x n) in activations of `act_bytes` bytes: the points of
   // that dtype class (2: fp16/bf16, 4: fp32/tf32), Shepard's inverse-distance
@@ -58,11 +60,29 @@ class KernelRates {
                                    bool backward) const;
 
   // All-reduce bus bandwidth at `bytes` per rank: the points of the nearest
-  // rank count, interpolated in bytes.
+  // rank count (in log; the smaller on a tie), interpolated in bytes.
   std::optional<double> AllReduceBusBandwidth(double bytes, int ranks) const;
 
  private:
-  const pb::KernelCosts* costs_;
+  struct GemmLog {
+    double log_m, log_n, log_k, log_rate;
+    int dtype_class;  // 2 or 4 bytes
+    double rate;
+  };
+  struct SeqPoint {
+    std::string kernel;  // "" for attention
+    double seq_len, head_dim;
+    bool causal;
+    std::string pass;
+    double rate;
+  };
+  std::optional<double> SeqRate(std::string_view kernel, double seq_len, double head_dim,
+                                bool backward) const;
+
+  std::vector<GemmLog> gemm_;
+  std::vector<SeqPoint> seq_points_;  // attention (kernel "") and recurrence
+  // Per rank count: (bytes, bus bandwidth) sorted by bytes.
+  std::vector<std::pair<int, std::vector<std::pair<double, double>>>> all_reduce_;
 };
 
 }  // namespace stateflow::models
