@@ -171,9 +171,14 @@ TEST(KernelCosts, TheA100PresetCarriesItsSourcedTable) {
   EXPECT_NE(c.sources(0).find("https://github.com/Azure/AI-benchmarking-guide"), std::string::npos);
   EXPECT_EQ(c.gemm_size(), 8);
   EXPECT_EQ(c.all_reduce_size(), 24);
-  EXPECT_EQ(c.attention_size(), 1);
-  EXPECT_EQ(c.recurrence_size(), 0);  // none found: the curve stays
   const KernelRates r(c);
+  EXPECT_EQ(c.attention_size(), 1 + 8 * 3);  // Azure's one, fla's 8 lengths x 3 passes
+  ASSERT_GE(c.sources_size(), 2);
+  EXPECT_NE(c.sources(1).find("flash-linear-attention"), std::string::npos);
+  // fla's 16384-token forward: 91.346947 ms for 2 * 8 * 16384^2 * 32 * 128 FLOPs.
+  EXPECT_NEAR(*r.Attention(16384, 128, false) / (2.0 * 8 * 16384.0 * 16384 * 32 * 128 / 91.346947e-3),
+              1.0, 1e-3);
+  EXPECT_EQ(c.recurrence_size(), 0);  // none found: the curve stays
   EXPECT_EQ(*r.Gemm(8192, 8192, 8192, 2), 253.7e12);
   EXPECT_EQ(*r.AllReduceBusBandwidth(1073741824, 8), 228.10e9);
 }
