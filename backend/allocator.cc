@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <new>
 
+#include "backend/device/device.h"
+
 #include <unistd.h>
 
 namespace stateflow::backend {
@@ -30,8 +32,12 @@ std::string FormatBytes(int64_t bytes) {
 }
 
 TrackingAllocator::TrackingAllocator(int stage,
-                                     std::optional<int64_t> capacity_bytes)
-    : stage_(stage), capacity_bytes_(capacity_bytes) {
+                                     std::optional<int64_t> capacity_bytes,
+                                     Device* device)
+    : stage_(stage),
+      capacity_bytes_(capacity_bytes),
+      device_(device != nullptr ? device : &CpuDevice()),
+      memory_(&device_->memory()) {
   assert(!capacity_bytes || *capacity_bytes >= 0);
 }
 
@@ -51,13 +57,14 @@ Result<void*> TrackingAllocator::Allocate(int64_t bytes, BufferClass cls) {
         " would exceed the capacity " + FormatBytes(*capacity_bytes_) +
         " (live " + FormatBytes(stats_.live_total_bytes) + ")");
   }
-  void* ptr = ::operator new(static_cast<size_t>(bytes),
-                             std::align_val_t(kAlignmentBytes), std::nothrow);
-  if (ptr == nullptr) {
-    return Status::Resource("stage " + std::to_string(stage_) +
-                            ": the system refused " + FormatBytes(bytes) +
-                            " of " + std::string(BufferClassName(cls)));
+  Result<void*> got = memory_->Allocate(bytes);
+  if (!got.ok()) {
+    return Status::Resource("stage " + std::to_string(stage_) + ": " +
+                            FormatBytes(bytes) + " of " +
+                            std::string(BufferClassName(cls)) + ": " +
+                            got.status().message());
   }
+  void* ptr = *got;
   stats_.live_bytes[c] += bytes;
   stats_.live_total_bytes += bytes;
   ++stats_.num_allocations;
@@ -74,7 +81,7 @@ Result<void*> TrackingAllocator::Allocate(int64_t bytes, BufferClass cls) {
 void TrackingAllocator::Free(void* ptr, int64_t bytes, BufferClass cls) {
   if (ptr == nullptr) return;
   const int c = static_cast<int>(cls);
-  ::operator delete(ptr, std::align_val_t(kAlignmentBytes));
+  memory_->Free(ptr, bytes);
   std::lock_guard<std::mutex> lock(mu_);
   assert(stats_.live_bytes[c] >= bytes && "freeing more than was allocated");
   stats_.live_bytes[c] -= bytes;

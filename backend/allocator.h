@@ -7,8 +7,9 @@
 // It counts live and peak bytes per class, the peak of the total, and the
 // per-class bytes at the moment the total peaked. With a capacity set, an
 // allocation that would exceed it fails with a Status (kResource) instead of
-// allocating. Not a pool or a caching allocator: each Allocate is one aligned
-// heap allocation, each Free returns it.
+// allocating. The bytes come from a Device's MemoryResource (device/device.h:
+// host heap memory on the CPU, a caching pool on a GPU); the allocator itself
+// is not a pool. Layers reach their device's kernels through it (device()).
 //
 //   TrackingAllocator alloc(/*stage=*/1, /*capacity_bytes=*/64 << 20);
 //   Result<void*> p = alloc.Allocate(4 << 20, BufferClass::kActivations);
@@ -24,6 +25,9 @@
 #include "common/status.h"
 
 namespace stateflow::backend {
+
+class Device;
+class MemoryResource;
 
 // Bytes per BufferClass, indexed by static_cast<int>(BufferClass).
 using ClassBytes = std::array<int64_t, kNumBufferClasses>;
@@ -52,9 +56,12 @@ class TrackingAllocator {
   static constexpr int64_t kAlignmentBytes = 64;
 
   // `stage` names this rank in error messages. capacity_bytes: none means
-  // unlimited. REQUIRES: capacity_bytes >= 0 when given.
+  // unlimited. `device` (nullptr: the CPU device) provides the memory and the
+  // kernels; it must outlive the allocator. REQUIRES: capacity_bytes >= 0
+  // when given.
   explicit TrackingAllocator(int stage,
-                             std::optional<int64_t> capacity_bytes = {});
+                             std::optional<int64_t> capacity_bytes = {},
+                             Device* device = nullptr);
   // REQUIRES: every allocation has been freed (asserted in debug builds).
   ~TrackingAllocator();
 
@@ -83,11 +90,15 @@ class TrackingAllocator {
   void ResetPeaks();
 
   int stage() const { return stage_; }
+  Device& device() const { return *device_; }
+  MemoryResource& memory() const { return *memory_; }
   std::optional<int64_t> capacity_bytes() const { return capacity_bytes_; }
 
  private:
   const int stage_;
   const std::optional<int64_t> capacity_bytes_;
+  Device* const device_;
+  MemoryResource* const memory_;
   mutable std::mutex mu_;
   MemoryStats stats_;  // guarded by mu_
 };

@@ -1,8 +1,12 @@
 // A dense row-major tensor of float or double whose storage comes from a
 // TrackingAllocator and is counted under one BufferClass for its whole life.
 // Move-only (copying is deleted; Clone() makes an explicit, counted copy); the
-// bytes are returned to the allocator on destruction. Kernels see the data as
-// raw pointers or as Eigen::Map views (matrix(), flat()).
+// bytes are returned to the allocator on destruction. The storage lives on the
+// allocator's device (device/device.h): kernels see it as raw pointers through
+// the device's Ops; fills and copies go through the device's MemoryResource;
+// ToHost()/FromHost() move values to and from ordinary host memory. The
+// Eigen::Map views (matrix(), flat()) are for host-accessible storage only
+// (the CPU and host-grid devices; asserted).
 //
 // Not a view type, not broadcasting, not autograd: shapes are checked only
 // where a tensor is made or reshaped into a view; kernels take raw pointers.
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "backend/allocator.h"
+#include "backend/device/memory.h"
 #include "common/buffer_class.h"
 #include "common/status.h"
 
@@ -100,8 +105,30 @@ class Tensor {
   Result<Tensor> CloneAs(BufferClass cls) const {
     assert(alloc_ != nullptr);
     SF_ASSIGN_OR_RETURN(Tensor t, Uninitialized(*alloc_, cls, shape_));
-    if (numel_ > 0) std::memcpy(t.data_, data_, bytes());
+    if (numel_ > 0) alloc_->memory().Copy(t.data_, data_, bytes());
     return t;
+  }
+
+  // The values, in order, in host memory; and back (REQUIRES: host.size()
+  // == numel()). Synchronous. REQUIRES (both): an allocator.
+  std::vector<T> ToHost() const {
+    std::vector<T> host(static_cast<size_t>(numel_));
+    if (numel_ > 0) alloc_->memory().CopyToHost(host.data(), data_, bytes());
+    return host;
+  }
+  void FromHost(const std::vector<T>& host) {
+    assert(static_cast<int64_t>(host.size()) == numel_);
+    if (numel_ > 0) alloc_->memory().CopyFromHost(data_, host.data(), bytes());
+  }
+  // this = other's values, on their common device. REQUIRES: the same
+  // numel and both allocated on one device.
+  void CopyFrom(const Tensor& other) {
+    assert(other.numel_ == numel_);
+    if (numel_ > 0) alloc_->memory().Copy(data_, other.data_, bytes());
+  }
+  // True when the host may dereference data() (no allocator: empty, true).
+  bool host_accessible() const {
+    return alloc_ == nullptr || alloc_->memory().host_accessible();
   }
 
   T* data() { return data_; }
@@ -115,26 +142,37 @@ class Tensor {
   BufferClass buffer_class() const { return cls_; }
 
   void SetZero() {
-    if (numel_ > 0) std::memset(data_, 0, bytes());
+    if (numel_ > 0) alloc_->memory().Zero(data_, bytes());
   }
 
   // The tensor as a (numel / last dim, last dim) row-major matrix; a scalar
   // or rank-1 tensor is one row.
-  MatrixMap matrix() { return MatrixMap(data_, Rows(), Cols()); }
+  // REQUIRES (the views): host_accessible().
+  MatrixMap matrix() {
+    assert(host_accessible());
+    return MatrixMap(data_, Rows(), Cols());
+  }
   ConstMatrixMap matrix() const {
+    assert(host_accessible());
     return ConstMatrixMap(data_, Rows(), Cols());
   }
   // REQUIRES: rows * cols == numel().
   MatrixMap matrix(int64_t rows, int64_t cols) {
-    assert(rows * cols == numel_);
+    assert(rows * cols == numel_ && host_accessible());
     return MatrixMap(data_, rows, cols);
   }
   ConstMatrixMap matrix(int64_t rows, int64_t cols) const {
-    assert(rows * cols == numel_);
+    assert(rows * cols == numel_ && host_accessible());
     return ConstMatrixMap(data_, rows, cols);
   }
-  VectorMap flat() { return VectorMap(data_, numel_); }
-  ConstVectorMap flat() const { return ConstVectorMap(data_, numel_); }
+  VectorMap flat() {
+    assert(host_accessible());
+    return VectorMap(data_, numel_);
+  }
+  ConstVectorMap flat() const {
+    assert(host_accessible());
+    return ConstVectorMap(data_, numel_);
+  }
 
  private:
   Tensor(TrackingAllocator* alloc, BufferClass cls, Shape shape,

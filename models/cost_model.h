@@ -222,6 +222,11 @@ class CostModel {
   // The highest workspace within one pass of layer l, its output included.
   double ForwardWorkspaceBytes(int l, std::int64_t s) const;
   double BackwardWorkspaceBytes(int l, std::int64_t s) const;
+  // The bytes a pass of layer l over s tokens must at least move (its
+  // weights once, its input and output; backward also the gradient
+  // accumulators): the memory-bound floor of its time.
+  double MinForwardBytes(int l, std::int64_t s) const;
+  double MinBackwardBytes(int l, std::int64_t s) const;
 
   // Coefficients of the paper's Cost_i for layers [first, last): W_tok and
   // W_soft in FLOPs (forward + backward).
@@ -261,8 +266,6 @@ class CostModel {
   // A ring all-reduce on `link`; on the intra-node link with measured
   // all-reduce bus bandwidth, 2 (n - 1) / n * bytes / busbw(bytes) instead.
   double AllReduceTime(double bytes, int ranks, const pb::LinkSpec& link) const;
-  double MinForwardBytes(int l, std::int64_t s) const;
-  double MinBackwardBytes(int l, std::int64_t s) const;
   double Tokens(std::int64_t s) const {
     return static_cast<double>(s) * options_.microbatch_size;
   }

@@ -15,7 +15,10 @@ if [ "${1:-}" = "--sanitize" ]; then
   # the portable build compiles faster (docs/backend.md, "Known issues", on
   # what a native sanitizer build once found).
   args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
-        -DSF_SANITIZE=ON -DSF_NATIVE=OFF -DSF_BUILD_BENCHMARKS=OFF)
+        -DSF_SANITIZE=ON -DSF_NATIVE=OFF -DSF_BUILD_BENCHMARKS=OFF
+        # The CUDA build is compiled once, in build/ (nvcc's host code is not
+        # sanitized, and there is no GPU here to run it).
+        -DSF_CUDA=OFF)
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$dir" "${args[@]}" >/dev/null

@@ -165,13 +165,17 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   Result<pb::CostTable> spec = scenario::LoadCostTableFile(job);
   if (!spec.ok()) return FailOnRankZero(kName, spec.status());
   backend::SetKernelThreads(static_cast<int>(flags.threads.value_or(1)));
+  Result<backend::Device*> device =
+      backend::GetDevice(flags.device.empty() ? "cpu" : flags.device, rank);
+  if (!device.ok()) return Fail(kName, device.status());
   backend::ProfileRequest request{.model = spec->model(),
                                   .tokens = *tokens,
                                   .attention_chunks = {},
                                   .recompute = {},
                                   .microbatch_size = static_cast<int>(std::max(1u, spec->microbatch_size())),
                                   .dtype = flags.dtype.empty() ? "float32" : flags.dtype,
-                                  .timing = Timing(flags)};
+                                  .timing = Timing(flags),
+                                  .device = *device};
   for (const pb::CostSample& c : spec->samples()) {
     request.attention_chunks.emplace_back(static_cast<std::int64_t>(c.tokens()),
                                           static_cast<std::int64_t>(c.prefix()));
@@ -209,7 +213,9 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
   const std::vector<std::string> argv = backend::MpirunArgv(
       flags.mpirun, ranks,
       {self, "profile", "--layers-worker", job, "--worker-tokens", JoinNumbers(request.tokens),
-       "--worker-modes", JoinModes(request.recompute), "--dtype", request.dtype, "--threads",
+       "--worker-modes", JoinModes(request.recompute), "--dtype", request.dtype, "--device",
+       request.device != nullptr ? backend::DeviceKindName(request.device->kind()) : "cpu",
+       "--threads",
        std::to_string(backend::KernelThreads()), "--repetitions",
        std::to_string(request.timing.repetitions), "--warmup",
        std::to_string(request.timing.warmup)});

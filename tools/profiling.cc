@@ -131,6 +131,10 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
                       "timed repetitions per sample (default 10)")(
       "warmup", Optional(&flags->warmup), "repetitions thrown away first (default 2)")(
       "dtype", po::value(&flags->dtype), "float32 or float64 (default: train.dtype)")(
+      "device", po::value(&flags->device),
+      "cpu, host-grid or cuda: where the layers are timed and validate's runs train "
+      "(default: train.device, else cpu); on a GPU each pass is timed until the device has "
+      "finished it")(
       "threads", Optional(&flags->threads), "kernel threads (default: train.threads, else as `stateflow train --help` says for the ranks of --concurrent or P)")(
       "link", po::value(&flags->link),
       "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")(
@@ -143,7 +147,8 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
 
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags) {
   SF_ASSIGN_OR_RETURN(backend::TrainOptions train, backend::TrainOptionsFromSpec(scenario.train()));
-  Precision p{flags.dtype.empty() ? train.dtype : flags.dtype, train.threads};
+  Precision p{flags.dtype.empty() ? train.dtype : flags.dtype, train.threads,
+              flags.device.empty() ? train.device : flags.device};
   if (p.dtype != "float32" && p.dtype != "float64") {
     return Status::Invalid("--dtype: unknown '" + p.dtype + "' (known: float32, float64)");
   }
@@ -182,6 +187,8 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(resolved, configs));
   if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
   backend::SetKernelThreads(precision.threads);
+  SF_ASSIGN_OR_RETURN(backend::Device * device,
+                      backend::GetDevice(precision.device, /*local_rank=*/0));
   backend::ProfileRequest request{
       .model = scenario.model(),
       .tokens = {needs.tokens.begin(), needs.tokens.end()},
@@ -189,7 +196,8 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
       .recompute = {},
       .microbatch_size = static_cast<int>(scenario.parallel().microbatch_size()),
       .dtype = precision.dtype,
-      .timing = Timing(flags)};
+      .timing = Timing(flags),
+      .device = device};
   for (const std::string& mode : needs.modes)
     request.recompute.push_back(*models::ParseRecompute(mode));
   ProgressBar bar("repetitions");

@@ -32,6 +32,7 @@ struct ProfileFlags {
   std::optional<long long> repetitions;  // default 10
   std::optional<long long> warmup;       // default 2
   std::string dtype;                     // default train.dtype
+  std::string device;                    // default train.device (cpu)
   std::optional<long long> threads;      // default train.threads
   std::string link = "auto";             // auto, mpi or in-process
   std::string mpirun = "mpirun";
@@ -46,6 +47,7 @@ void AddProfileOptions(boost::program_options::options_description* desc, Profil
 struct Precision {
   std::string dtype;
   int threads = 1;
+  std::string device = "cpu";
 };
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags);
 

@@ -61,7 +61,7 @@ struct TrainFlags {
   std::optional<long long> steps, seed, threads, capacity_bytes;
   std::optional<double> learning_rate, watchdog;
   std::optional<long long> checkpoint_every;
-  std::string dtype, text_path, plan_path, trace_path, dump_path, checkpoint_dir, resume_dir;
+  std::string dtype, device, text_path, plan_path, trace_path, dump_path, checkpoint_dir, resume_dir;
   bool json = false;
 };
 
@@ -69,6 +69,9 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
   desc->add_options()("help,h", "show this help")
       ("steps", Optional(&f->steps), "training steps (train.steps; default 10)")
       ("dtype", po::value(&f->dtype), "float32 or float64 (train.dtype)")
+      ("device", po::value(&f->device),
+       "cpu (default), host-grid (the GPU kernels' arithmetic run by host loops) or cuda "
+       "(one GPU per rank, chosen by local rank; needs a CUDA build) (train.device)")
       ("threads", Optional(&f->threads),
        "kernel threads per rank: Eigen products and GDN heads (train.threads; default "
        "OMP_NUM_THREADS if set, else max(1, hardware threads / ranks on this node))")
@@ -127,9 +130,11 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
   checked.set_learning_rate(f.learning_rate ? *f.learning_rate : o.adamw.learning_rate);
   checked.set_weight_decay(o.adamw.weight_decay);
   checked.set_dtype(f.dtype.empty() ? o.dtype : f.dtype);
+  checked.set_device(f.device.empty() ? o.device : f.device);
   SF_ASSIGN_OR_RETURN(TrainOptions c, backend::TrainOptionsFromSpec(checked));
   o.adamw.learning_rate = c.adamw.learning_rate;
   o.dtype = c.dtype;
+  o.device = c.device;
   return o;
 }
 

@@ -47,7 +47,9 @@ std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& pat
                                             "--dtype",
                                             precision.dtype,
                                             "--threads",
-                                            std::to_string(precision.threads)};
+                                            std::to_string(precision.threads),
+                                            "--device",
+                                            precision.device};
   const int P = static_cast<int>(s.parallel().pipeline_size());
   return P > 1 ? backend::MpirunArgv(options.mpirun, P, program) : program;
 }

@@ -108,6 +108,10 @@ Result<AttentionLayer<T>> AttentionLayer<T>::Make(TrackingAllocator& alloc,
   if (d.C < 1 || d.Hq < 1 || d.Hkv < 1 || d.D < 1 || d.F < 1) {
     return LayerError(layer, "hidden, heads, K/V heads, head dim and MLP size must be >= 1");
   }
+  if (alloc.device().template attention_ops<T>() == nullptr) {
+    return LayerError(layer, "device " + alloc.device().name() +
+                                 " has no attention kernels yet (run it with --device cpu)");
+  }
   if (d.Hq % d.Hkv != 0) {
     return LayerError(layer, "attn_heads " + std::to_string(d.Hq) +
                                  " is not a multiple of the K/V heads " +
@@ -213,32 +217,32 @@ Status AttentionLayer<T>::MixerForward(AttentionLayerSaved<T>* s,
   const int64_t R = s->x.dim(0), B = s->batch, S = R / B, start = s->start;
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {R, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {R}));
-  RmsNormForward<T>(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
+  ops().RmsNormForward(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
                     R, d.C, static_cast<T>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->q, New(cls, {R, d.HqD()}));
-  LinearForward<T>(s->q.data(), s->xn.data(), w(kQProj), nullptr, R, d.C, d.HqD());
+  ops().LinearForward(s->q.data(), s->xn.data(), w(kQProj), nullptr, R, d.C, d.HqD());
   for (int64_t b = 0; b < B; ++b) {
-    RopeForward<T>(s->q.data() + b * S * d.HqD(), S, d.Hq, d.D, start, d.rope_theta);
+    attn().RopeForward(s->q.data() + b * S * d.HqD(), S, d.Hq, d.D, start, d.rope_theta);
     if (!write_kv) continue;  // a replay reads the buffer as the forward left it
     T* k = kv->k.data() + KvRow(*kv, b, start) * d.KV();  // (S, KV)
     T* v = kv->v.data() + KvRow(*kv, b, start) * d.KV();  // (S, KV)
     const T* xn = s->xn.data() + b * S * d.C;             // (S, C)
-    LinearForward<T>(k, xn, w(kKProj), nullptr, S, d.C, d.KV());
-    RopeForward<T>(k, S, d.Hkv, d.D, start, d.rope_theta);
-    LinearForward<T>(v, xn, w(kVProj), nullptr, S, d.C, d.KV());
+    ops().LinearForward(k, xn, w(kKProj), nullptr, S, d.C, d.KV());
+    attn().RopeForward(k, S, d.Hkv, d.D, start, d.rope_theta);
+    ops().LinearForward(v, xn, w(kVProj), nullptr, S, d.C, d.KV());
   }
   SF_ASSIGN_OR_RETURN(s->o, New(cls, {R, d.HqD()}));
   SF_ASSIGN_OR_RETURN(s->lse, New(cls, {R, d.Hq}));
   for (int64_t b = 0; b < B; ++b) {
-    AttentionForward<T>(s->o.data() + b * S * d.HqD(), s->lse.data() + b * S * d.Hq,
+    attn().AttentionForward(s->o.data() + b * S * d.HqD(), s->lse.data() + b * S * d.Hq,
                         s->q.data() + b * S * d.HqD(),
                         kv->k.data() + KvRow(*kv, b, 0) * d.KV(),
                         kv->v.data() + KvRow(*kv, b, 0) * d.KV(), S, start,
                         d.Hq, d.Hkv, d.D, d.q_tile, d.k_tile);
   }
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {R, d.C}));
-  LinearForward<T>(s->h.data(), s->o.data(), w(kOProj), nullptr, R, d.HqD(), d.C);
-  s->h.flat() += s->x.flat();
+  ops().LinearForward(s->h.data(), s->o.data(), w(kOProj), nullptr, R, d.HqD(), d.C);
+  ops().Add(s->h.data(), s->x.data(), s->h.numel());
   return Status::Ok();
 }
 
@@ -250,16 +254,16 @@ Status AttentionLayer<T>::MlpForward(Tensor<T>* y, AttentionLayerSaved<T>* s,
   const int64_t R = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->hn, New(cls, {R, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {R}));
-  RmsNormForward<T>(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
+  ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
                     R, d.C, static_cast<T>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {R, d.F}));
   SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {R, d.F}));
   SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {R, d.F}));  // (R, F)
   SF_ASSIGN_OR_RETURN(*y, New(kWs, {R, d.C}));
-  SwigluMlpForward<T>(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
+  ops().SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
                       prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
                       w(kMlpDown), R, d.C, d.F);
-  y->flat() += s->h.flat();
+  ops().Add(y->data(), s->h.data(), y->numel());
   return Status::Ok();
 }
 
@@ -322,15 +326,15 @@ Status AttentionLayer<T>::MlpBackward(Tensor<T>* dh,
   const int64_t R = s.x.dim(0);
   SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {R, d.C}));   // (R, C)
   SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, R, d.F}));  // (2, R, F)
-  SwigluMlpBackward<T>(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
+  ops().SwigluMlpBackward(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
                        ws.data(), dy.data(), s.mlp_gate.data(), s.mlp_up.data(),
                        s.hn.data(), w(kMlpGate), w(kMlpUp), w(kMlpDown), R,
                        d.C, d.F);
   ws = Tensor<T>();
   SF_ASSIGN_OR_RETURN(*dh, New(kWs, {R, d.C}));
-  RmsNormBackward<T>(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
+  ops().RmsNormBackward(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
                      w(kMlpNorm), s.rstd2.data(), R, d.C);
-  dh->flat() += dy.flat();
+  ops().Add(dh->data(), dy.data(), dh->numel());
   return Status::Ok();
 }
 
@@ -344,19 +348,19 @@ Status AttentionLayer<T>::AttentionBackwardPass(Tensor<T>* dq,
   const AttentionLayerDims& d = dims_;
   const int64_t R = s.x.dim(0), B = s.batch, S = R / B, start = s.start;
   SF_ASSIGN_OR_RETURN(Tensor<T> d_o, New(kWs, {R, d.HqD()}));  // (R, HqD)
-  LinearBackward<T>(d_o.data(), dw(kOProj), nullptr, dh.data(), s.o.data(),
+  ops().LinearBackward(d_o.data(), dw(kOProj), nullptr, dh.data(), s.o.data(),
                     w(kOProj), R, d.HqD(), d.C);
   SF_ASSIGN_OR_RETURN(*dq, New(kWs, {R, d.HqD()}));
   SF_ASSIGN_OR_RETURN(Tensor<T> D, New(kWs, {S, d.Hq}));  // (S, Hq) one sequence's
   for (int64_t b = 0; b < B; ++b) {
     const int64_t kv0 = KvRow(*kv, b, 0) * d.KV();
-    AttentionBackward<T>(dq->data() + b * S * d.HqD(), kv->dk.data() + kv0,
+    attn().AttentionBackward(dq->data() + b * S * d.HqD(), kv->dk.data() + kv0,
                          kv->dv.data() + kv0, D.data(),
                          d_o.data() + b * S * d.HqD(), s.o.data() + b * S * d.HqD(),
                          s.lse.data() + b * S * d.Hq, s.q.data() + b * S * d.HqD(),
                          kv->k.data() + kv0, kv->v.data() + kv0, S, start, d.Hq,
                          d.Hkv, d.D, d.q_tile, d.k_tile);
-    RopeBackward<T>(dq->data() + b * S * d.HqD(), S, d.Hq, d.D, start, d.rope_theta);
+    attn().RopeBackward(dq->data() + b * S * d.HqD(), S, d.Hq, d.D, start, d.rope_theta);
   }
   return Status::Ok();
 }
@@ -372,24 +376,24 @@ Status AttentionLayer<T>::MixerInputsBackward(Tensor<T>* dx,
   const AttentionLayerDims& d = dims_;
   const int64_t R = s.x.dim(0), B = s.batch, S = R / B, start = s.start;
   SF_ASSIGN_OR_RETURN(Tensor<T> dxn, New(kWs, {R, d.C}));   // (R, C)
-  LinearBackward<T>(dxn.data(), dw(kQProj), nullptr, dq.data(), s.xn.data(),
+  ops().LinearBackward(dxn.data(), dw(kQProj), nullptr, dq.data(), s.xn.data(),
                     w(kQProj), R, d.C, d.HqD());
   SF_ASSIGN_OR_RETURN(Tensor<T> part, New(kWs, {R, d.C}));  // (R, C)
   for (int64_t b = 0; b < B; ++b) {
-    RopeBackward<T>(kv->dk.data() + KvRow(*kv, b, start) * d.KV(), S, d.Hkv,
+    attn().RopeBackward(kv->dk.data() + KvRow(*kv, b, start) * d.KV(), S, d.Hkv,
                     d.D, start, d.rope_theta);
   }
   for (const auto& [grad, id] : {std::pair{&kv->dk, kKProj}, std::pair{&kv->dv, kVProj}}) {
     for (int64_t b = 0; b < B; ++b) {
-      LinearBackward<T>(part.data() + b * S * d.C, dw(id), nullptr,
+      ops().LinearBackward(part.data() + b * S * d.C, dw(id), nullptr,
                         grad->data() + KvRow(*kv, b, start) * d.KV(),
                         s.xn.data() + b * S * d.C, w(id), S, d.C, d.KV());
     }
-    dxn.flat() += part.flat();
+    ops().Add(dxn.data(), part.data(), dxn.numel());
   }
-  RmsNormBackward<T>(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
+  ops().RmsNormBackward(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
                      w(kAttnNorm), s.rstd1.data(), R, d.C);
-  dx->flat() += part.flat();
+  ops().Add(dx->data(), part.data(), dx->numel());
   return Status::Ok();
 }
 

@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/device/device.h"
 #include "backend/kernels/attention.h"
 #include "backend/kernels/rope.h"
 #include "backend/layers/param.h"
@@ -192,6 +193,10 @@ class AttentionLayer {
   Status MixerInputsBackward(Tensor<T>* dx, const AttentionLayerSaved<T>& saved,
                              const Tensor<T>& dq, KvBuffer<T>* kv);
 
+  // The kernels of the device the allocator's memory lives on.
+  Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
+  // REQUIRES: the device has attention kernels (Make checks).
+  AttentionOps<T>& attn() const { return *alloc_->device().template attention_ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
   AttentionLayerDims dims_;
   int layer_;

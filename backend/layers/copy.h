@@ -8,8 +8,6 @@
 //   SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
 #pragma once
 
-#include <cstring>
-
 #include "backend/tensor.h"
 
 namespace stateflow::backend {
@@ -19,7 +17,7 @@ Result<Tensor<T>> CopyTensor(TrackingAllocator& alloc, BufferClass cls,
                              const Tensor<T>& src) {
   SF_ASSIGN_OR_RETURN(Tensor<T> t,
                       Tensor<T>::Uninitialized(alloc, cls, src.shape()));
-  if (src.numel() > 0) std::memcpy(t.data(), src.data(), src.bytes());
+  if (src.numel() > 0) alloc.memory().Copy(t.data(), src.data(), src.bytes());
   return t;
 }
 

@@ -24,7 +24,7 @@ Status EmbeddingLayer<T>::Forward(Tensor<T>* y, const int32_t* ids,
                                   int64_t S) {
   SF_ASSIGN_OR_RETURN(*y, Tensor<T>::Uninitialized(
                               *alloc_, BufferClass::kWorkspace, {S, C_}));
-  EmbeddingForward<T>(y->data(), ids, params_[0].value.data(), S, C_, V_);
+  ops().EmbeddingForward(y->data(), ids, params_[0].value.data(), S, C_, V_);
   return Status::Ok();
 }
 
@@ -36,7 +36,7 @@ Status EmbeddingLayer<T>::Backward(const Tensor<T>& dy, const int32_t* ids) {
                            ShapeString(dy.shape()) + ", expected (S, " +
                            std::to_string(C_) + ")");
   }
-  EmbeddingBackward<T>(params_[0].grad.data(), dy.data(), ids, dy.dim(0), C_,
+  ops().EmbeddingBackward(params_[0].grad.data(), dy.data(), ids, dy.dim(0), C_,
                        V_);
   return Status::Ok();
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/device/device.h"
 #include "backend/layers/param.h"
 #include "backend/tensor.h"
 #include "common/status.h"
@@ -48,6 +49,8 @@ class EmbeddingLayer {
   EmbeddingLayer(TrackingAllocator* alloc, int64_t V, int64_t C, int layer)
       : alloc_(alloc), V_(V), C_(C), layer_(layer) {}
 
+  // The kernels of the device the allocator's memory lives on.
+  Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
   int64_t V_, C_;
   int layer_;

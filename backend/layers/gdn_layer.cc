@@ -177,14 +177,19 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
   SF_RETURN_IF_ERROR(MixerInputsForward(s, state_out, state_in, cls));
   SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HV()}));
   const int64_t state = d.H * d.Dv * d.K;
+  // The device's scratch for one sequence (none on the CPU), reused by each.
+  SF_ASSIGN_OR_RETURN(
+      Tensor<T> ws,
+      New(kWs, {ops().GdnCoreForwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
   for (int64_t b = 0; b < B; ++b) {
-    GdnCoreForward<T>(s->o.data() + b * Ts * d.HV(),
+    ops().GdnCoreForward(s->o.data() + b * Ts * d.HV(),
                       state_out != nullptr ? state_out->S.data() + b * state : nullptr,
-                      s->q.data() + b * Ts * d.HK(), s->k.data() + b * Ts * d.HK(),
+                      ws.data(), s->q.data() + b * Ts * d.HK(), s->k.data() + b * Ts * d.HK(),
                       s->v.data() + b * Ts * d.HV(), s->g.data() + b * Ts * d.H,
                       s->beta.data() + b * Ts * d.H, state_in.S.data() + b * state, Ts,
                       d.H, d.K, d.Dv, d.block_size);
   }
+  ws = Tensor<T>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
   return MlpForward(y, s, cls);
 }
@@ -199,7 +204,7 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {S}));
-  RmsNormForward<T>(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
+  ops().RmsNormForward(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
                     S, d.C, static_cast<T>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(Tensor<T> b, New(kWs, {S, d.H}));  // (S, H)
   const struct {
@@ -212,7 +217,7 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
                {&b, kWs, kBProj, d.H},          {&s->z, cls, kGProj, d.HV()}};
   for (const auto& p : projs) {
     SF_ASSIGN_OR_RETURN(*p.out, New(p.cls, {S, p.D}));
-    LinearForward<T>(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
+    ops().LinearForward(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
   }
   // q, k: L2-normalised SiLU(conv); v: SiLU(conv), the core's input as is.
   SF_ASSIGN_OR_RETURN(Tensor<T> act, New(kWs, {S, d.HK()}));  // (S, HK)
@@ -225,14 +230,14 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   SF_ASSIGN_OR_RETURN(s->v, New(cls, {S, d.HV()}));
   const int64_t B = s->batch;
   ConvSiluForward(&act, state_out ? &state_out->tail_q : nullptr, s->q_in, B, kQConv, state_in.tail_q);
-  L2NormForward<T>(s->q.data(), s->q_rnorm.data(), act.data(), S * d.H, d.K, q_scale, eps);
+  ops().L2NormForward(s->q.data(), s->q_rnorm.data(), act.data(), S * d.H, d.K, q_scale, eps);
   ConvSiluForward(&act, state_out ? &state_out->tail_k : nullptr, s->k_in, B, kKConv, state_in.tail_k);
-  L2NormForward<T>(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, T(1), eps);
+  ops().L2NormForward(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, T(1), eps);
   ConvSiluForward(&s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, B, kVConv, state_in.tail_v);
   SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
-  GdnGateForward<T>(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
-  GdnBetaForward<T>(s->beta.data(), b.data(), S * d.H);
+  ops().GdnGateForward(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
+  ops().GdnBetaForward(s->beta.data(), b.data(), S * d.H);
   return Status::Ok();
 }
 
@@ -245,12 +250,12 @@ void GdnLayer<T>::ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
                                   const Tensor<T>& tail_in) {
   const int64_t S = in.dim(0), Ch = in.dim(1), Ts = S / batch, tail = (dims_.W - 1) * Ch;
   for (int64_t b = 0; b < batch; ++b) {
-    ShortConvForward<T>(act->data() + b * Ts * Ch,
+    ops().ShortConvForward(act->data() + b * Ts * Ch,
                         tail_out ? tail_out->data() + b * tail : nullptr,
                         in.data() + b * Ts * Ch, w(conv), tail_in.data() + b * tail, Ts,
                         Ch, dims_.W);
   }
-  SiluForward<T>(act->data(), act->data(), S * Ch);
+  ops().SiluForward(act->data(), act->data(), S * Ch);
 }
 
 // gated = RMSNorm_head(o) * o_norm * silu(z); h = x + gated Wo^T.
@@ -261,13 +266,13 @@ Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
   SF_ASSIGN_OR_RETURN(s->o_rstd, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HV()}));
   SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HV()}));  // (S, HV)
-  RmsNormForward<T>(s->gated.data(), s->o_rstd.data(), s->o.data(), w(kONorm),
+  ops().RmsNormForward(s->gated.data(), s->o_rstd.data(), s->o.data(), w(kONorm),
                     S * d.H, d.Dv, static_cast<T>(d.norm_eps));
-  SiluForward<T>(silu_z.data(), s->z.data(), S * d.HV());
-  s->gated.flat().array() *= silu_z.flat().array();
+  ops().SiluForward(silu_z.data(), s->z.data(), S * d.HV());
+  ops().Mul(s->gated.data(), s->gated.data(), silu_z.data(), S * d.HV());
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
-  LinearForward<T>(s->h.data(), s->gated.data(), w(kOProj), nullptr, S, d.HV(), d.C);
-  s->h.flat() += s->x.flat();
+  ops().LinearForward(s->h.data(), s->gated.data(), w(kOProj), nullptr, S, d.HV(), d.C);
+  ops().Add(s->h.data(), s->x.data(), S * d.C);
   return Status::Ok();
 }
 
@@ -279,16 +284,16 @@ Status GdnLayer<T>::MlpForward(Tensor<T>* y, GdnLayerSaved<T>* s,
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {S}));
-  RmsNormForward<T>(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
+  ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
                     S, d.C, static_cast<T>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
   SF_ASSIGN_OR_RETURN(*y, New(kWs, {S, d.C}));
-  SwigluMlpForward<T>(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
+  ops().SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
                       prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
                       w(kMlpDown), S, d.C, d.F);
-  y->flat() += s->h.flat();
+  ops().Add(y->data(), s->h.data(), S * d.C);
   return Status::Ok();
 }
 
@@ -361,15 +366,15 @@ Status GdnLayer<T>::MlpBackward(Tensor<T>* dh, const GdnLayerSaved<T>& s,
   const int64_t S = s.x.dim(0);
   SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {S, d.C}));      // (S, C)
   SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, S, d.F}));     // (2, S, F)
-  SwigluMlpBackward<T>(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
+  ops().SwigluMlpBackward(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
                        ws.data(), dy.data(), s.mlp_gate.data(),
                        s.mlp_up.data(), s.hn.data(), w(kMlpGate), w(kMlpUp),
                        w(kMlpDown), S, d.C, d.F);
   ws = Tensor<T>();
   SF_ASSIGN_OR_RETURN(*dh, New(kWs, {S, d.C}));
-  RmsNormBackward<T>(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
+  ops().RmsNormBackward(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
                      w(kMlpNorm), s.rstd2.data(), S, d.C);
-  dh->flat() += dy.flat();
+  ops().Add(dh->data(), dy.data(), S * d.C);
   return Status::Ok();
 }
 
@@ -381,21 +386,19 @@ Status GdnLayer<T>::MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
   const GdnLayerDims& d = dims_;
   const int64_t S = s.x.dim(0), R = S * d.H;  // R rows of Dv per head
   SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HV()}));  // (S, HV)
-  LinearBackward<T>(dgated.data(), dw(kOProj), nullptr, dh.data(),
+  ops().LinearBackward(dgated.data(), dw(kOProj), nullptr, dh.data(),
                     s.gated.data(), w(kOProj), S, d.HV(), d.C);
   // on (R, Dv) = o * o_rstd * o_norm, recomputed; silu_z (S, HV).
   SF_ASSIGN_OR_RETURN(Tensor<T> on, New(kWs, {R, d.Dv}));
-  on.matrix().array() =
-      (s.o.matrix(R, d.Dv).array().colwise() * s.o_rstd.flat().array())
-          .rowwise() * params_[kONorm].value.flat().transpose().array();
+  ops().RmsNormApply(on.data(), s.o.data(), s.o_rstd.data(), w(kONorm), R, d.Dv);
   SF_ASSIGN_OR_RETURN(Tensor<T> d_on, New(kWs, {R, d.Dv}));
-  SiluForward<T>(d_on.data(), s.z.data(), S * d.HV());
-  d_on.flat().array() *= dgated.flat().array();  // dgated * silu(z)
+  ops().SiluForward(d_on.data(), s.z.data(), S * d.HV());
+  ops().Mul(d_on.data(), d_on.data(), dgated.data(), S * d.HV());  // silu(z) dgated
   SF_ASSIGN_OR_RETURN(*dz, New(kWs, {S, d.HV()}));
-  dz->flat().array() = dgated.flat().array() * on.flat().array();
-  SiluBackward<T>(dz->data(), dz->data(), s.z.data(), S * d.HV());
+  ops().Mul(dz->data(), dgated.data(), on.data(), S * d.HV());
+  ops().SiluBackward(dz->data(), dz->data(), s.z.data(), S * d.HV());
   SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HV()}));
-  RmsNormBackward<T>(d_o->data(), dw(kONorm), d_on.data(), s.o.data(),
+  ops().RmsNormBackward(d_o->data(), dw(kONorm), d_on.data(), s.o.data(),
                      w(kONorm), s.o_rstd.data(), R, d.Dv);
   return Status::Ok();
 }
@@ -417,11 +420,11 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
   // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
-      New(kWs, {GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+      New(kWs, {ops().GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
   const int64_t state = d.H * d.Dv * d.K;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t k = b * Ts * d.HK(), v = b * Ts * d.HV(), h = b * Ts * d.H;
-    GdnCoreBackward<T>(grads->dq.data() + k, grads->dk.data() + k, grads->dv.data() + v,
+    ops().GdnCoreBackward(grads->dq.data() + k, grads->dk.data() + k, grads->dv.data() + v,
                        dg.data() + h, dbeta.data() + h,
                        dstate_in != nullptr ? dstate_in->S.data() + b * state : nullptr,
                        ws.data(), d_o.data() + v,
@@ -433,9 +436,9 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
   ws = Tensor<T>();
   SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(grads->db, New(kWs, {S, d.H}));
-  GdnGateBackward<T>(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
+  ops().GdnGateBackward(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
                      s.a.data(), w(kALog), w(kDtBias), S, d.H);
-  GdnBetaBackward<T>(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
+  ops().GdnBetaBackward(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
   return Status::Ok();
 }
 
@@ -454,22 +457,22 @@ Status GdnLayer<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
   SF_ASSIGN_OR_RETURN(Tensor<T> c, New(kWs, {S, Ch}));    // (S, Ch) conv out
   SF_ASSIGN_OR_RETURN(Tensor<T> d_c, New(kWs, {S, Ch}));  // (S, Ch) its grad
   for (int64_t b = 0; b < batch; ++b) {
-    ShortConvForward<T>(c.data() + b * Ts * Ch, nullptr, in.data() + b * Ts * Ch, w(conv),
+    ops().ShortConvForward(c.data() + b * Ts * Ch, nullptr, in.data() + b * Ts * Ch, w(conv),
                         tail_in.data() + b * tail, Ts, Ch, W);
   }
   if (rnorm != nullptr) {
     SF_ASSIGN_OR_RETURN(Tensor<T> act, New(kWs, {S, Ch}));  // silu(c)
-    SiluForward<T>(act.data(), c.data(), S * Ch);
-    L2NormBackward<T>(d_c.data(), d_out.data(), act.data(), rnorm->data(),
+    ops().SiluForward(act.data(), c.data(), S * Ch);
+    ops().L2NormBackward(d_c.data(), d_out.data(), act.data(), rnorm->data(),
                       S * dims_.H, dims_.K, scale);
-    SiluBackward<T>(d_c.data(), d_c.data(), c.data(), S * Ch);
+    ops().SiluBackward(d_c.data(), d_c.data(), c.data(), S * Ch);
   } else {
-    SiluBackward<T>(d_c.data(), d_out.data(), c.data(), S * Ch);
+    ops().SiluBackward(d_c.data(), d_out.data(), c.data(), S * Ch);
   }
   SF_ASSIGN_OR_RETURN(*d_in, New(kWs, {S, Ch}));
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t r = b * Ts * Ch, t = b * tail;
-    ShortConvBackward<T>(d_in->data() + r, dtail_in ? dtail_in->data() + t : nullptr,
+    ops().ShortConvBackward(d_in->data() + r, dtail_in ? dtail_in->data() + t : nullptr,
                          dw(conv), d_c.data() + r,
                          dtail_out ? dtail_out->data() + t : nullptr, in.data() + r,
                          w(conv), tail_in.data() + t, Ts, Ch, W);
@@ -513,13 +516,13 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
   SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Zeros(*alloc_, kWs, {S, d.C}));
   SF_ASSIGN_OR_RETURN(Tensor<T> part, New(kWs, {S, d.C}));  // (S, C)
   for (const auto& p : projs) {
-    LinearBackward<T>(part.data(), dw(p.w), nullptr, p.dproj->data(),
+    ops().LinearBackward(part.data(), dw(p.w), nullptr, p.dproj->data(),
                       s.xn.data(), w(p.w), S, d.C, p.D);
-    dxn.flat() += part.flat();
+    ops().Add(dxn.data(), part.data(), S * d.C);
   }
-  RmsNormBackward<T>(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
+  ops().RmsNormBackward(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
                      w(kAttnNorm), s.rstd1.data(), S, d.C);
-  dx->flat() += part.flat();
+  ops().Add(dx->data(), part.data(), S * d.C);
   return Status::Ok();
 }
 

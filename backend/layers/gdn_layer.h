@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/device/device.h"
 #include "backend/kernels/gdn_core.h"
 #include "backend/layers/param.h"
 #include "backend/tensor.h"
@@ -210,6 +211,8 @@ class GdnLayer {
                              const GdnState<T>* dstate_out,
                              const GdnState<T>& state_in);
 
+  // The kernels of the device the allocator's memory lives on.
+  Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
   GdnLayerDims dims_;
   int layer_;

@@ -48,17 +48,15 @@ Status HeadLayer<T>::Forward(double* loss_sum, HeadSaved<T>* saved,
   SF_ASSIGN_OR_RETURN(saved->xn, Tensor<T>::Uninitialized(*alloc_, kAct, {S, C_}));
   SF_ASSIGN_OR_RETURN(saved->rstd, Tensor<T>::Uninitialized(*alloc_, kAct, {S}));
   SF_ASSIGN_OR_RETURN(saved->lse, Tensor<T>::Uninitialized(*alloc_, kAct, {S}));
-  RmsNormForward<T>(saved->xn.data(), saved->rstd.data(), x.data(),
+  ops().RmsNormForward(saved->xn.data(), saved->rstd.data(), x.data(),
                     params_[kNorm].value.data(), S, C_, static_cast<T>(eps_));
   SF_ASSIGN_OR_RETURN(Tensor<T> logits, Tensor<T>::Uninitialized(
                                             *alloc_, BufferClass::kLogits, {S, Vs}));
   SF_ASSIGN_OR_RETURN(Tensor<T> losses, Tensor<T>::Uninitialized(*alloc_, kWs, {S}));
-  OutputLossForward<T>(losses.data(), saved->lse.data(), logits.data(),
+  ops().OutputLossForward(losses.data(), saved->lse.data(), logits.data(),
                        saved->xn.data(), params_[kOutput].value.data(),
                        targets, S, C_, V_, Vs);
-  double sum = 0.0;
-  for (int64_t s = 0; s < S; ++s) sum += static_cast<double>(losses.data()[s]);
-  *loss_sum = sum;
+  *loss_sum = ops().Sum(losses.data(), S);
   return Status::Ok();
 }
 
@@ -71,18 +69,18 @@ Status HeadLayer<T>::Backward(Tensor<T>* dx, HeadSaved<T>* saved,
   }
   const int64_t S = saved->x.dim(0), Vs = std::min(Vs_, V_);
   SF_ASSIGN_OR_RETURN(Tensor<T> dlosses, Tensor<T>::Uninitialized(*alloc_, kWs, {S}));
-  dlosses.flat().setConstant(static_cast<T>(loss_scale));
+  ops().Fill(dlosses.data(), static_cast<T>(loss_scale), S);
   SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
   {
     SF_ASSIGN_OR_RETURN(Tensor<T> logits, Tensor<T>::Uninitialized(
                                               *alloc_, BufferClass::kLogits, {S, Vs}));
-    OutputLossBackward<T>(dxn.data(), params_[kOutput].grad.data(),
+    ops().OutputLossBackward(dxn.data(), params_[kOutput].grad.data(),
                           logits.data(), dlosses.data(), saved->lse.data(),
                           saved->xn.data(), params_[kOutput].value.data(),
                           targets, S, C_, V_, Vs);
   }
   SF_ASSIGN_OR_RETURN(*dx, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
-  RmsNormBackward<T>(dx->data(), params_[kNorm].grad.data(), dxn.data(),
+  ops().RmsNormBackward(dx->data(), params_[kNorm].grad.data(), dxn.data(),
                      saved->x.data(), params_[kNorm].value.data(),
                      saved->rstd.data(), S, C_);
   *saved = HeadSaved<T>{};

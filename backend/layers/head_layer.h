@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/device/device.h"
 #include "backend/layers/param.h"
 #include "backend/tensor.h"
 #include "common/status.h"
@@ -64,6 +65,8 @@ class HeadLayer {
             int layer, double eps)
       : alloc_(alloc), C_(C), V_(V), Vs_(Vs), layer_(layer), eps_(eps) {}
 
+  // The kernels of the device the allocator's memory lives on.
+  Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
   int64_t C_, V_, Vs_;
   int layer_;

@@ -120,6 +120,13 @@ template <typename T>
 Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
                                             const Mamba3LayerDims& d, int layer,
                                             int num_layers, std::uint64_t seed) {
+  // The gates, angles and the core still run as host code here (the device
+  // seam covers the projections, norms and MLP): host-accessible memory only.
+  if (!alloc.memory().host_accessible()) {
+    return Status::Invalid("layer " + std::to_string(layer) + " (mamba3 layer): device " +
+                           alloc.device().name() +
+                           " has no Mamba-3 kernels yet (run it with --device cpu)");
+  }
   const InitSpec proj = InitSpec::Normal(kInitStd);
   const InitSpec out = InitSpec::Normal(
       kInitStd / std::sqrt(2.0 * std::max(num_layers, 1)));
@@ -235,7 +242,7 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {S}));
-  RmsNormForward<T>(s->xn.data(), s->rstd1.data(), s->x.data(), w(kMixerNorm),
+  ops().RmsNormForward(s->xn.data(), s->rstd1.data(), s->x.data(), w(kMixerNorm),
                     S, d.C, static_cast<T>(d.norm_eps));
   const struct {
     Tensor<T>* out;
@@ -247,7 +254,7 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
                {&s->lam, kTrapProj, d.H}, {&s->theta, kAngleProj, d.Na}};
   for (const auto& p : projs) {
     SF_ASSIGN_OR_RETURN(*p.out, New(cls, {S, p.D}));
-    LinearForward<T>(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
+    ops().LinearForward(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
   }
   // In place: dt = softplus(. + dt_bias), lam = sigmoid(.), theta = pi tanh(.).
   for (int64_t t = 0; t < S; ++t) {
@@ -266,8 +273,8 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.Ds}));  // (S, N)
   SF_ASSIGN_OR_RETURN(Tensor<T> Cn, New(kWs, {S, d.Ds}));  // (S, N)
   const T bc_eps = static_cast<T>(d.bc_norm_eps);
-  RmsNormForward<T>(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.Ds, bc_eps);
-  RmsNormForward<T>(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.Ds, bc_eps);
+  ops().RmsNormForward(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.Ds, bc_eps);
+  ops().RmsNormForward(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.Ds, bc_eps);
   SF_ASSIGN_OR_RETURN(s->phi, New(cls, {S, d.H, d.Na}));
   AnglesForward(s, state_out, state_in);
   SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HDs()}));
@@ -337,7 +344,7 @@ Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cl
   const int64_t S = s->x.dim(0), R = S * d.H;  // R rows of P per head
   SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
-  SiluForward<T>(silu_z.data(), s->z.data(), S * d.HDp());
+  ops().SiluForward(silu_z.data(), s->z.data(), S * d.HDp());
   const CVecMap<T> D(w(kD), d.H);
   for (int64_t r = 0; r < R; ++r) {
     const T Dh = D(r % d.H);
@@ -348,7 +355,7 @@ Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cl
     }
   }
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
-  LinearForward<T>(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HDp(), d.C);
+  ops().LinearForward(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HDp(), d.C);
   s->h.flat() += s->x.flat();
   return Status::Ok();
 }
@@ -361,13 +368,13 @@ Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
   SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {S}));
-  RmsNormForward<T>(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
+  ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
                     S, d.C, static_cast<T>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
   SF_ASSIGN_OR_RETURN(*y, New(kWs, {S, d.C}));
-  SwigluMlpForward<T>(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
+  ops().SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
                       prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
                       w(kMlpDown), S, d.C, d.F);
   y->flat() += s->h.flat();
@@ -457,13 +464,13 @@ Status Mamba3Layer<T>::MlpBackward(Tensor<T>* dh, const Mamba3LayerSaved<T>& s,
   const int64_t S = s.x.dim(0);
   SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {S, d.C}));      // (S, C)
   SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, S, d.F}));     // (2, S, F)
-  SwigluMlpBackward<T>(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
+  ops().SwigluMlpBackward(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
                        ws.data(), dy.data(), s.mlp_gate.data(),
                        s.mlp_up.data(), s.hn.data(), w(kMlpGate), w(kMlpUp),
                        w(kMlpDown), S, d.C, d.F);
   ws = Tensor<T>();
   SF_ASSIGN_OR_RETURN(*dh, New(kWs, {S, d.C}));
-  RmsNormBackward<T>(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
+  ops().RmsNormBackward(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
                      w(kMlpNorm), s.rstd2.data(), S, d.C);
   dh->flat() += dy.flat();
   return Status::Ok();
@@ -478,10 +485,10 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s.x.dim(0), R = S * d.H;
   SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HDp()}));  // (S, HP)
-  LinearBackward<T>(dgated.data(), dw(kOutProj), nullptr, dh.data(),
+  ops().LinearBackward(dgated.data(), dw(kOutProj), nullptr, dh.data(),
                     s.gated.data(), w(kOutProj), S, d.HDp(), d.C);
   SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
-  SiluForward<T>(silu_z.data(), s.z.data(), S * d.HDp());
+  ops().SiluForward(silu_z.data(), s.z.data(), S * d.HDp());
   SF_ASSIGN_OR_RETURN(g->dz, New(kWs, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(g->dxv, New(kWs, {S, d.HDp()}));
@@ -500,7 +507,7 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
     }
     dD[h] += dD_r;
   }
-  SiluBackward<T>(g->dz.data(), g->dz.data(), s.z.data(), S * d.HDp());
+  ops().SiluBackward(g->dz.data(), g->dz.data(), s.z.data(), S * d.HDp());
   silu_z = Tensor<T>();
   dgated = Tensor<T>();
   return Status::Ok();
@@ -600,9 +607,9 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   c->da = Tensor<T>();
   SF_ASSIGN_OR_RETURN(g->dBp, New(kWs, {S, d.Ds}));
   SF_ASSIGN_OR_RETURN(g->dCp, New(kWs, {S, d.Ds}));
-  RmsNormBackward<T>(g->dBp.data(), dw(kBNorm), dBn.data(), s.Bp.data(),
+  ops().RmsNormBackward(g->dBp.data(), dw(kBNorm), dBn.data(), s.Bp.data(),
                      w(kBNorm), s.B_rstd.data(), S, d.Ds);
-  RmsNormBackward<T>(g->dCp.data(), dw(kCNorm), dCn.data(), s.Cp.data(),
+  ops().RmsNormBackward(g->dCp.data(), dw(kCNorm), dCn.data(), s.Cp.data(),
                      w(kCNorm), s.C_rstd.data(), S, d.Ds);
   return Status::Ok();
 }
@@ -704,11 +711,11 @@ Status Mamba3Layer<T>::MixerInputsBackward(Tensor<T>* dx, const MixerGrads& g,
   SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Zeros(*alloc_, kWs, {S, d.C}));
   SF_ASSIGN_OR_RETURN(Tensor<T> part, New(kWs, {S, d.C}));  // (S, C)
   for (const auto& p : projs) {
-    LinearBackward<T>(part.data(), dw(p.w), nullptr, p.dproj->data(),
+    ops().LinearBackward(part.data(), dw(p.w), nullptr, p.dproj->data(),
                       s.xn.data(), w(p.w), S, d.C, p.D);
     dxn.flat() += part.flat();
   }
-  RmsNormBackward<T>(part.data(), dw(kMixerNorm), dxn.data(), s.x.data(),
+  ops().RmsNormBackward(part.data(), dw(kMixerNorm), dxn.data(), s.x.data(),
                      w(kMixerNorm), s.rstd1.data(), S, d.C);
   dx->flat() += part.flat();
   return Status::Ok();

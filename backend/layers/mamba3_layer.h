@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/device/device.h"
 #include "backend/kernels/mamba3_core.h"
 #include "backend/layers/param.h"
 #include "backend/tensor.h"
@@ -228,6 +229,8 @@ class Mamba3Layer {
   Status MixerInputsBackward(Tensor<T>* dx, const MixerGrads& grads,
                              const Mamba3LayerSaved<T>& saved);
 
+  // The kernels of the device the allocator's memory lives on.
+  Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
   Mamba3LayerDims dims_;
   int layer_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 namespace stateflow::backend {
 
@@ -57,10 +58,12 @@ template <typename T>
 void InitParam(Tensor<T>* value, const InitSpec& spec, std::uint64_t seed,
                int layer, std::string_view name) {
   const std::uint64_t key = ParamStreamKey(seed, layer, name);
-  T* v = value->data();
-  for (int64_t e = 0; e < value->numel(); ++e) {
+  // Drawn on the host, then copied to the tensor's device.
+  std::vector<T> v(static_cast<size_t>(value->numel()));
+  for (size_t e = 0; e < v.size(); ++e) {
     v[e] = static_cast<T>(InitValue(spec, key, static_cast<std::uint64_t>(e)));
   }
+  value->FromHost(v);
 }
 
 template <typename T>

@@ -54,6 +54,43 @@ Status CheckBatch(const std::string& stage, const Batch* batch,
   return ids.WithPrefix(stage + ": batch.tokens");
 }
 
+// A chunk's token ids where the device's kernels read them: the host vector
+// itself on a device whose memory the host reaches (the CPU: no copy); else a
+// copy in device memory, held for one call. Those 4 bytes a token (and the
+// targets' 4) are the only device bytes outside the tracked classes.
+class DeviceIds {
+ public:
+  static Result<DeviceIds> Make(MemoryResource& memory, std::vector<std::int32_t> host) {
+    DeviceIds ids;
+    ids.host_ = std::move(host);
+    if (memory.host_accessible() || ids.host_.empty()) return ids;
+    const std::int64_t bytes = ids.bytes();
+    SF_ASSIGN_OR_RETURN(void* p, memory.Allocate(bytes));
+    memory.CopyFromHost(p, ids.host_.data(), bytes);
+    ids.memory_ = &memory;
+    ids.device_ = static_cast<std::int32_t*>(p);
+    return ids;
+  }
+  DeviceIds(DeviceIds&& o) noexcept
+      : host_(std::move(o.host_)),
+        memory_(std::exchange(o.memory_, nullptr)),
+        device_(std::exchange(o.device_, nullptr)) {}
+  DeviceIds& operator=(DeviceIds&&) = delete;
+  ~DeviceIds() {
+    if (device_ != nullptr) memory_->Free(device_, bytes());
+  }
+  const std::int32_t* data() const { return device_ != nullptr ? device_ : host_.data(); }
+  std::int64_t size() const { return static_cast<std::int64_t>(host_.size()); }
+
+ private:
+  DeviceIds() = default;
+  std::int64_t bytes() const { return size() * std::int64_t{sizeof(std::int32_t)}; }
+
+  std::vector<std::int32_t> host_;
+  MemoryResource* memory_ = nullptr;
+  std::int32_t* device_ = nullptr;
+};
+
 template <typename T>
 class ModelStageModule final : public StageModule<T> {
  public:
@@ -278,8 +315,9 @@ Status ModelStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
   Tensor<T> h;  // (B s, C) the activation between layers
   const Tensor<T>* cur = x;
   if (is_first()) {
-    const std::vector<std::int32_t> ids = ChunkTokens(a, i, /*targets=*/false);
-    SF_RETURN_IF_ERROR(embedding_[0].Forward(&h, ids.data(), static_cast<std::int64_t>(ids.size())));
+    SF_ASSIGN_OR_RETURN(DeviceIds ids, DeviceIds::Make(alloc_->memory(),
+                                                       ChunkTokens(a, i, /*targets=*/false)));
+    SF_RETURN_IF_ERROR(embedding_[0].Forward(&h, ids.data(), ids.size()));
     cur = &h;
   }
   for (auto& b : blocks_) {
@@ -290,7 +328,8 @@ Status ModelStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
   }
   if (is_last()) {
     double loss_sum = 0.0;
-    const std::vector<std::int32_t> targets = ChunkTokens(a, i, /*targets=*/true);
+    SF_ASSIGN_OR_RETURN(DeviceIds targets, DeviceIds::Make(alloc_->memory(),
+                                                           ChunkTokens(a, i, /*targets=*/true)));
     SF_RETURN_IF_ERROR(head_[0].Forward(&loss_sum, &mb_[a].head[i], *cur, targets.data()));
     loss_ += loss_scale_ * loss_sum;
     return Status::Ok();
@@ -323,7 +362,8 @@ Status ModelStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
   Tensor<T> d;  // (B s, C) the gradient between layers
   const Tensor<T>* cur = dy;
   if (is_last()) {
-    const std::vector<std::int32_t> targets = ChunkTokens(a, i, /*targets=*/true);
+    SF_ASSIGN_OR_RETURN(DeviceIds targets, DeviceIds::Make(alloc_->memory(),
+                                                           ChunkTokens(a, i, /*targets=*/true)));
     SF_RETURN_IF_ERROR(head_[0].Backward(&d, &mb_[a].head[i], targets.data(), loss_scale_));
     cur = &d;
   }
@@ -335,7 +375,8 @@ Status ModelStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
   }
   for (auto& b : blocks_) b->FinishBackward(a, i);
   if (is_first()) {
-    const std::vector<std::int32_t> ids = ChunkTokens(a, i, /*targets=*/false);
+    SF_ASSIGN_OR_RETURN(DeviceIds ids, DeviceIds::Make(alloc_->memory(),
+                                                       ChunkTokens(a, i, /*targets=*/false)));
     return embedding_[0].Backward(*cur, ids.data());
   }
   *out = std::move(d);  // not empty: a stage after the first holds a block or the head

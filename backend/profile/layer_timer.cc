@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/allocator.h"
 #include "backend/model/model_stage_module.h"
@@ -33,13 +34,15 @@ Status CheckOptions(std::int64_t tokens, const TimingOptions& options) {
 template <typename T>
 void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::vector<T> host(static_cast<std::size_t>(t->numel()));
   for (std::int64_t e = 0; e < t->numel(); ++e) {
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
     const double u = static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
-    t->data()[e] = static_cast<T>(scale * (2 * u - 1));
+    host[static_cast<std::size_t>(e)] = static_cast<T>(scale * (2 * u - 1));
   }
+  t->FromHost(host);
 }
 
 // One microbatch of B sequences of seq_len byte tokens (inputs and targets).
@@ -75,7 +78,7 @@ Result<std::vector<Tensor<T>>> ChunkInputs(TrackingAllocator& alloc, bool needed
 
 // One repetition; chunk `timed`'s forward and backward seconds.
 template <typename T>
-Status RunRepetition(StageModule<T>& module, const Batch& batch,
+Status RunRepetition(Device& device, StageModule<T>& module, const Batch& batch,
                      const schedule::Partition& partition, int timed, std::vector<Tensor<T>>& xs,
                      std::vector<Tensor<T>>& dys, double* forward_s, double* backward_s) {
   auto input = [](std::vector<Tensor<T>>& v, int i) { return v.empty() ? nullptr : &v[i]; };
@@ -86,15 +89,17 @@ Status RunRepetition(StageModule<T>& module, const Batch& batch,
   for (int i = 0; i < N; ++i) {
     const double start = Now();
     Result<Tensor<T>> y = module.Forward(0, i, input(xs, i));
-    const double end = Now();
     if (!y.ok()) return y.status();
+    SF_RETURN_IF_ERROR(device.Synchronize());
+    const double end = Now();
     if (i == timed) *forward_s = end - start;
   }
   for (int i = N - 1; i >= 0; --i) {
     const double start = Now();
     Result<Tensor<T>> dx = module.Backward(0, i, input(dys, i));
-    const double end = Now();
     if (!dx.ok()) return dx.status();
+    SF_RETURN_IF_ERROR(device.Synchronize());
+    const double end = Now();
     if (i == timed) *backward_s = end - start;
   }
   return Status::Ok();
@@ -115,7 +120,8 @@ template <typename T>
 struct LayerTimer<T>::State {
   // Declared first: the module's tensors come from it. Capped at the
   // machine's memory, so that a chunk too long to profile here is an error.
-  TrackingAllocator alloc{0, PhysicalMemoryBytes()};
+  explicit State(Device* device) : alloc(0, PhysicalMemoryBytes(), device) {}
+  TrackingAllocator alloc;
   std::unique_ptr<StageModule<T>> module;
   std::int64_t vocab = 0;
   models::LayerKind kind = models::LayerKind::kRecurrence;
@@ -125,10 +131,11 @@ template <typename T>
 Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& model,
                                                            models::LayerKind kind,
                                                            models::Recompute recompute,
-                                                           int microbatch_size) {
+                                                           int microbatch_size,
+                                                           Device* device) {
   SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
   std::unique_ptr<LayerTimer> timer(new LayerTimer());
-  timer->state_ = std::make_unique<State>();
+  timer->state_ = std::make_unique<State>(device);
   SF_ASSIGN_OR_RETURN(timer->state_->module,
                       MakeStageModule<T>(model, layers,
                                          {.recompute = recompute,
@@ -187,7 +194,7 @@ Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens,
                       ChunkInputs<T>(state_->alloc, !module.is_last(), partition, B, C,
                                      1.0 / (static_cast<double>(s) * B), 23));
   std::pair<double, double> seconds;
-  SF_RETURN_IF_ERROR(RunRepetition(module, batch, partition, timed, xs, dys, &seconds.first,
+  SF_RETURN_IF_ERROR(RunRepetition(state_->alloc.device(), module, batch, partition, timed, xs, dys, &seconds.first,
                                    &seconds.second));
   return seconds;
 }
@@ -211,9 +218,10 @@ Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKin
 
 template <typename T>
 Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
-                                                  const TimingOptions& options) {
+                                                  const TimingOptions& options,
+                                                  Device* device) {
   SF_RETURN_IF_ERROR(CheckOptions(1, options));
-  TrackingAllocator alloc(0);
+  TrackingAllocator alloc(0, std::nullopt, device);
   const int layers = static_cast<int>(models::LayerList(model).size());
   SF_ASSIGN_OR_RETURN(
       std::unique_ptr<StageModule<T>> module,
@@ -230,6 +238,7 @@ Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
     const double start = Now();
     optimizer.Step();
     module->ZeroGrads();
+    SF_RETURN_IF_ERROR(alloc.device().Synchronize());
     const double end = Now();
     for (const ParamRef<T>& p : params) FillPattern(p.grad, 7 + rep, 1e-3);  // untimed
     if (rep >= options.warmup) per_param.push_back((end - start) / count);
@@ -246,8 +255,10 @@ template Result<PassSamples> TimeLayerPasses<double>(const pb::ModelSpec&, model
                                                      models::Recompute, std::int64_t,
                                                      const TimingOptions&);
 template Result<std::vector<double>> TimeOptimizerPerParam<float>(const pb::ModelSpec&,
-                                                                  const TimingOptions&);
+                                                                  const TimingOptions&,
+                                                                  Device*);
 template Result<std::vector<double>> TimeOptimizerPerParam<double>(const pb::ModelSpec&,
-                                                                   const TimingOptions&);
+                                                                   const TimingOptions&,
+                                                                   Device*);
 
 }  // namespace stateflow::backend

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/device/device.h"
 #include "common/status.h"
 #include "models/cost_model.h"
 #include "models/model.h"
@@ -54,10 +55,13 @@ class LayerTimer {
  public:
   // Errors: the module's (an unsupported model names model.architecture or
   // model.layer_pattern), a kind the model lacks.
+  // `device` (nullptr: the CPU) runs the module; a pass's time then ends
+  // when the device has finished it (Device::Synchronize before the clock).
   static Result<std::unique_ptr<LayerTimer>> Make(const pb::ModelSpec& model,
                                                   models::LayerKind kind,
                                                   models::Recompute recompute,
-                                                  int microbatch_size = 1);
+                                                  int microbatch_size = 1,
+                                                  Device* device = nullptr);
   ~LayerTimer();
   LayerTimer(const LayerTimer&) = delete;
   LayerTimer& operator=(const LayerTimer&) = delete;
@@ -99,6 +103,7 @@ Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKin
 // one module): one value per kept repetition.
 template <typename T>
 Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
-                                          const TimingOptions& options);
+                                          const TimingOptions& options,
+                                          Device* device = nullptr);
 
 }  // namespace stateflow::backend

@@ -77,7 +77,8 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
   for (models::LayerKind kind : LayerKindsOf(request.model)) {
     for (models::Recompute mode : request.recompute) {
       SF_ASSIGN_OR_RETURN(auto timer,
-                          LayerTimer<T>::Make(request.model, kind, mode, request.microbatch_size));
+                          LayerTimer<T>::Make(request.model, kind, mode, request.microbatch_size,
+                                              request.device));
       std::vector<Point> points = PointsOf(request, kind);
       const std::size_t n = points.size();
       timed.push_back(Timed<T>{kind, mode, std::move(timer), std::move(points),
@@ -95,7 +96,7 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
     }
   }
   SF_ASSIGN_OR_RETURN(std::vector<double> per_param,
-                      TimeOptimizerPerParam<T>(request.model, request.timing));
+                      TimeOptimizerPerParam<T>(request.model, request.timing, request.device));
   table->set_optimizer_s_per_param(Quantile(per_param, 0.5));
   const int reps = request.timing.warmup + request.timing.repetitions;
   if (progress) progress(reps + 1, reps + 1);
@@ -139,6 +140,7 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   *table.mutable_model() = request.model;
   table.set_dtype(request.dtype);
   table.set_microbatch_size(static_cast<std::uint32_t>(request.microbatch_size));
+  table.set_device(request.device != nullptr ? request.device->name() : "cpu");
   const Status filled = request.dtype == "float64" ? Fill<double>(request, progress, &table)
                                                    : Fill<float>(request, progress, &table);
   SF_RETURN_IF_ERROR(filled);

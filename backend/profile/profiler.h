@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/device/device.h"
 #include "backend/profile/layer_timer.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -35,6 +36,7 @@ struct ProfileRequest {
   int microbatch_size = 1;                     // B sequences per timed chunk
   std::string dtype = "float32";               // or "float64"
   TimingOptions timing;
+  Device* device = nullptr;                    // where to time; nullptr: the CPU
 };
 
 // Called after each repetition and after the optimizer, with the count done

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/allocator.h"
+#include "backend/device/device.h"
 #include "backend/stage_module.h"
 #include "common/status.h"
 
@@ -54,13 +55,14 @@ class AdamW {
   void set_steps_taken(int steps) { steps_taken_ = steps; }
 
  private:
-  AdamW(std::vector<ParamRef<T>> params, const AdamWOptions& options)
-      : params_(std::move(params)), options_(options) {}
+  AdamW(std::vector<ParamRef<T>> params, const AdamWOptions& options, Device* device)
+      : params_(std::move(params)), options_(options), device_(device) {}
 
   std::vector<ParamRef<T>> params_;
   std::vector<Tensor<T>> m_;  // same shapes as params_
   std::vector<Tensor<T>> v_;
   AdamWOptions options_;
+  Device* device_;  // the parameters' device (their allocator's); not owned
   int steps_taken_ = 0;
 };
 

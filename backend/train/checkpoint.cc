@@ -185,7 +185,8 @@ std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
     const std::int64_t n = params[k].value->numel();
     Put(n, &out);
     for (const Tensor<T>* t : {params[k].value, &opt.first_moment(k), &opt.second_moment(k)}) {
-      out.append(reinterpret_cast<const char*>(t->data()), sizeof(T) * n);
+      const std::vector<T> host = t->ToHost();  // from the tensor's device
+      out.append(reinterpret_cast<const char*>(host.data()), sizeof(T) * n);
     }
   }
   Put(static_cast<std::int64_t>(opt.steps_taken()), &out);
@@ -246,7 +247,7 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
     const std::size_t n = data[k].size() / 3;
     Tensor<T>* targets[] = {params[k].value, &opt->first_moment(k), &opt->second_moment(k)};
     for (int t = 0; t < 3; ++t) {
-      std::memcpy(targets[t]->data(), data[k].data() + t * n, sizeof(T) * n);
+      targets[t]->FromHost(std::vector<T>(data[k].begin() + t * n, data[k].begin() + (t + 1) * n));
     }
   }
   opt->set_steps_taken(static_cast<int>(steps_taken));

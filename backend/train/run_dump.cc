@@ -86,7 +86,8 @@ Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
   if (!writer.is_open()) return Status::Invalid("run dump " + path + ": cannot open file");
   for (int local = 0; local < trainer.num_local_stages(); ++local) {
     for (const ParamRef<T>& p : trainer.module(local).Parameters()) {
-      writer.Add(p.name, kDtype, p.value->shape(), p.value->data(),
+      const std::vector<T> host = p.value->ToHost();
+      writer.Add(p.name, kDtype, p.value->shape(), host.data(),
                  p.value->numel() * static_cast<std::int64_t>(sizeof(T)));
     }
   }

@@ -74,6 +74,7 @@ Result<TrainOptions> TrainOptionsFromSpec(const pb::TrainSpec& spec) {
   options.adamw.weight_decay = spec.weight_decay();
   options.text_path = spec.text_path().empty() ? kDefaultTextPath : spec.text_path();
   if (!spec.dtype().empty()) options.dtype = spec.dtype();
+  if (!spec.device().empty()) options.device = spec.device();
   if (spec.threads() > 0) options.threads = static_cast<int>(std::min<std::uint32_t>(spec.threads(), 1024));
   if (!std::isfinite(options.adamw.learning_rate) || options.adamw.learning_rate <= 0) {
     return Status::Invalid("train.learning_rate must be finite and > 0 (got " +
@@ -86,6 +87,10 @@ Result<TrainOptions> TrainOptionsFromSpec(const pb::TrainSpec& spec) {
   if (options.dtype != "float32" && options.dtype != "float64") {
     return Status::Invalid("train.dtype: unknown '" + options.dtype +
                            "' (known: float32, float64)");
+  }
+  if (options.device != "cpu" && options.device != "host-grid" && options.device != "cuda") {
+    return Status::Invalid("train.device: unknown '" + options.device +
+                           "' (known: cpu, host-grid, cuda)");
   }
   return options;
 }

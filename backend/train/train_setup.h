@@ -54,6 +54,7 @@ struct TrainOptions {
   AdamWOptions adamw;
   std::string text_path;             // the default text when empty in the spec
   std::string dtype = "float32";     // or "float64"
+  std::string device = "cpu";        // or "host-grid", "cuda" (device.h)
   int threads = 0;                   // kernel threads; 0: DefaultKernelThreads
   std::optional<std::int64_t> capacity_bytes;  // per stage; none = unlimited
 };

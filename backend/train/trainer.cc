@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
 #include "backend/comm/in_process_comm.h"
 #include "backend/comm/mpi.h"
+#include "backend/device/device.h"
+#if SF_HAVE_CUDA
+#include "backend/cuda/nccl_comm.h"
+#endif
 
 namespace stateflow::backend {
 namespace {
@@ -169,6 +174,19 @@ StageModule<T>& Trainer<T>::module(int local) {
   return *stages_[local]->module;
 }
 
+namespace {
+
+// This rank's index among the ranks on its node (Open MPI and Slurm say it
+// in the environment); the stage number when nothing does.
+int LocalRank(int stage) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return stage;
+}
+
+}  // namespace
+
 template <typename T>
 Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
   const int P = setup_.stages;
@@ -179,8 +197,25 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
                               std::to_string(local->comm->stages()) + " stages, plan has " +
                               std::to_string(P));
     }
-    local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes);
-    local->transport = std::make_unique<TrackingAllocator>(r);
+    SF_ASSIGN_OR_RETURN(Device * device, GetDevice(options_.device, LocalRank(r)));
+    local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes, device);
+    local->transport = std::make_unique<TrackingAllocator>(r, std::nullopt, device);
+    if (device->kind() == DeviceKind::kCuda && group_->size() > 1) {
+#if SF_HAVE_CUDA
+      // GPU memory is not MPI's to move here: the MPI comm made with the
+      // transport gives way to NCCL on the same ranks.
+      const std::int64_t rows_per_token = setup_.microbatch_size, C = setup_.model.hidden_size();
+      const schedule::Partition* partition = &setup_.partition;
+      SF_ASSIGN_OR_RETURN(
+          local->comm,
+          MakeNcclComm<T>(setup_.plan, r, *device, local->transport.get(),
+                          [partition, rows_per_token, C](const MessageKey& key) {
+                            return rows_per_token * partition->length(key.chunk) * C;
+                          }));
+#else
+      return Status::Internal("a CUDA device in a build without SF_CUDA");
+#endif
+    }
     SF_ASSIGN_OR_RETURN(local->module, factory(r, setup_.stage_layers[r], local->alloc.get()));
     if (local->module->is_first() != (r == 0) || local->module->is_last() != (r == P - 1)) {
       return Status::Internal("stage " + std::to_string(r) +

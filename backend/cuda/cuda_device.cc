@@ -1,0 +1,172 @@
+// MakeCudaDevice (cuda_device.h): the device's memory (a BlockCache over
+// cudaMalloc, copies and fills on the compute stream), its stream and cuBLAS
+// handle, and the GridOps kernels from cuda_ops.cu.
+#include "backend/cuda/cuda_device.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/device/block_cache.h"
+
+namespace stateflow::backend {
+namespace {
+
+// cudaMalloc / cudaFree for the BlockCache.
+struct CudaBacking {
+  Result<void*> Raw(int64_t bytes) {
+    void* ptr = nullptr;
+    const cudaError_t rc = cudaMalloc(&ptr, static_cast<size_t>(bytes));
+    if (rc != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky-free error state
+      return Status::Resource(std::string("cudaMalloc: ") + cudaGetErrorString(rc));
+    }
+    return ptr;
+  }
+  void Release(void* ptr, int64_t /*bytes*/) { (void)cudaFree(ptr); }
+};
+
+class CudaMemory final : public MemoryResource {
+ public:
+  explicit CudaMemory(cudaStream_t stream) : stream_(stream), cache_(CudaBacking{}) {}
+
+  Result<void*> Allocate(int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_.Allocate(bytes);
+  }
+  // A block goes back to the cache only after the stream's work on it is
+  // done: the cache may hand it out at once, and the next user's kernels are
+  // ordered after this stream's (one compute stream per device).
+  void Free(void* ptr, int64_t /*bytes*/) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.Free(ptr);
+  }
+  void Zero(void* dst, int64_t bytes) override {
+    if (bytes > 0) (void)cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_);
+  }
+  void Copy(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) {
+      (void)cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                            stream_);
+    }
+  }
+  void CopyToHost(void* host_dst, const void* src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    (void)cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                          stream_);
+    (void)cudaStreamSynchronize(stream_);
+  }
+  void CopyFromHost(void* dst, const void* host_src, int64_t bytes) override {
+    if (bytes <= 0) return;
+    (void)cudaMemcpyAsync(dst, host_src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                          stream_);
+    (void)cudaStreamSynchronize(stream_);  // host_src may be freed on return
+  }
+  bool host_accessible() const override { return false; }
+  int64_t reserved_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cache_.reserved_bytes();
+  }
+
+ private:
+  cudaStream_t stream_;
+  mutable std::mutex mu_;
+  BlockCache<CudaBacking> cache_;  // guarded by mu_
+};
+
+class CudaDevice final : public Device {
+ public:
+  static Result<std::unique_ptr<CudaDevice>> Make(int index) {
+    SF_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+    cudaDeviceProp prop{};
+    SF_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index));
+    auto dev = std::unique_ptr<CudaDevice>(new CudaDevice(index, prop.name));
+    SF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&dev->stream_, cudaStreamNonBlocking));
+    SF_CUBLAS_RETURN_IF_ERROR(cublasCreate(&dev->cublas_));
+    SF_CUBLAS_RETURN_IF_ERROR(cublasSetStream(dev->cublas_, dev->stream_));
+    dev->memory_ = std::make_unique<CudaMemory>(dev->stream_);
+    dev->ops_f32_ = MakeCudaOpsF32(dev->cublas_, dev->stream_);
+    dev->ops_f64_ = MakeCudaOpsF64(dev->cublas_, dev->stream_);
+    return dev;
+  }
+  ~CudaDevice() override {
+    ops_f32_.reset();
+    ops_f64_.reset();
+    memory_.reset();
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override {
+    return "cuda:" + std::to_string(index_) + " (" + gpu_name_ + ")";
+  }
+  MemoryResource& memory() override { return *memory_; }
+  cudaStream_t stream() const { return stream_; }
+  Status Synchronize() override {
+    SF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return CudaStatus(cudaGetLastError(), ("kernels on " + name()).c_str());
+  }
+
+ protected:
+  Ops<float>& ops_f32() override { return *ops_f32_; }
+  Ops<double>& ops_f64() override { return *ops_f64_; }
+
+ private:
+  CudaDevice(int index, std::string gpu_name) : index_(index), gpu_name_(std::move(gpu_name)) {}
+
+  int index_;
+  std::string gpu_name_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<CudaMemory> memory_;
+  std::unique_ptr<Ops<float>> ops_f32_;
+  std::unique_ptr<Ops<double>> ops_f64_;
+};
+
+}  // namespace
+
+Result<Device*> MakeCudaDevice(int local_rank) {
+  static std::mutex mu;
+  static std::unique_ptr<CudaDevice>* device = new std::unique_ptr<CudaDevice>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (*device != nullptr) return static_cast<Device*>(device->get());
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess || count == 0) {
+    return Status::Invalid(std::string("--device cuda: no GPU is visible to this process (") +
+                           (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices") + ")");
+  }
+  SF_ASSIGN_OR_RETURN(*device, CudaDevice::Make(local_rank % count));
+  return static_cast<Device*>(device->get());
+}
+
+Result<cudaStream_t> CudaComputeStream(Device& device) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  if (cuda == nullptr) {
+    return Status::Internal("device " + device.name() + " is not a CUDA device");
+  }
+  return cuda->stream();
+}
+
+std::string CudaRuntimeSummary() {
+  int runtime = 0, driver = 0, count = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  const cudaError_t drc = cudaDriverGetVersion(&driver);
+  const cudaError_t crc = cudaGetDeviceCount(&count);
+  auto version = [](int v) {
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  std::string s = "CUDA runtime " + version(runtime);
+  s += drc == cudaSuccess && driver > 0 ? ", driver " + version(driver) : ", no driver";
+  s += crc == cudaSuccess ? ", " + std::to_string(count) + " GPUs"
+                          : std::string(", no GPU (") + cudaGetErrorString(crc) + ")";
+  return s;
+}
+
+}  // namespace stateflow::backend

@@ -1,0 +1,86 @@
+// A device the real backend runs on: its memory (memory.h) and its kernels
+// (ops.h), chosen once per rank by name (`--device cpu|host-grid|cuda`).
+// Everything above the seam -- layers, stage modules, the stage runtime, the
+// trainer -- reaches kernels and storage only through a Device (via the
+// TrackingAllocator it allocates from), so it does not know which one it runs
+// on.
+//
+//   cpu        Eigen kernels on this process's threads (backend/kernels/).
+//   host-grid  the CUDA kernels' arithmetic (SF_HD functions, grid_ops.h)
+//              executed by host loops over the same grid: the GPU path's
+//              arithmetic, tested on a machine without a GPU.
+//   cuda       the same arithmetic launched as CUDA kernels, GEMMs in cuBLAS
+//              (built only with SF_CUDA; the device chosen by local rank).
+//
+//   SF_ASSIGN_OR_RETURN(Device* dev, GetDevice("cpu", /*local_rank=*/0));
+//   TrackingAllocator alloc(/*stage=*/0, {}, dev);
+//   dev->ops<float>().SiluForward(y, x, n);
+//
+// Not a stream/event abstraction yet: every Ops call is ordered after the
+// previous one; Synchronize waits for them (a no-op on the host).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "backend/device/memory.h"
+#include "backend/device/ops.h"
+#include "common/status.h"
+
+namespace stateflow::backend {
+
+enum class DeviceKind { kCpu, kHostGrid, kCuda };
+
+// "cpu", "host-grid", "cuda".
+const char* DeviceKindName(DeviceKind kind);
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // For logs and reports: "cpu", "host-grid", "cuda:0 (NVIDIA A100-SXM4-80GB)".
+  virtual std::string name() const = 0;
+  virtual MemoryResource& memory() = 0;
+
+  template <typename T>
+  Ops<T>& ops() {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+    if constexpr (std::is_same_v<T, float>) {
+      return ops_f32();
+    } else {
+      return ops_f64();
+    }
+  }
+  // nullptr when this device has no attention kernels yet.
+  template <typename T>
+  AttentionOps<T>* attention_ops() {
+    if constexpr (std::is_same_v<T, float>) {
+      return attention_ops_f32();
+    } else {
+      return attention_ops_f64();
+    }
+  }
+
+  // Waits until every Ops call issued so far has finished; reports a
+  // device-side error (a failed launch, an illegal address) as a Status.
+  virtual Status Synchronize() = 0;
+
+ protected:
+  virtual Ops<float>& ops_f32() = 0;
+  virtual Ops<double>& ops_f64() = 0;
+  virtual AttentionOps<float>* attention_ops_f32() { return nullptr; }
+  virtual AttentionOps<double>* attention_ops_f64() { return nullptr; }
+};
+
+// The process's CPU device (Eigen kernels, host memory).
+Device& CpuDevice();
+
+// The device named `name` ("cpu", "host-grid", "cuda"); for cuda, GPU number
+// local_rank modulo the GPUs visible. Errors: an unknown name (lists the
+// known ones); "cuda" in a build without SF_CUDA or on a machine without a
+// GPU (says which).
+Result<Device*> GetDevice(std::string_view name, int local_rank);
+
+}  // namespace stateflow::backend

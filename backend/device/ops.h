@@ -1,0 +1,167 @@
+// The kernels of the real backend as one interface per element type: the
+// device seam. Layers, stage modules and the trainer call a Device's Ops<T>
+// (device.h) and never a kernel directly, so the same layer code runs on the
+// CPU (Eigen: cpu_device.h, bit-identical to calling the kernels), on the
+// host-grid device (the CUDA kernels' per-element/per-row/per-tile arithmetic
+// run by host loops: grid_device.h) and on a GPU (the same arithmetic launched
+// as CUDA kernels, GEMMs in cuBLAS: cuda/).
+//
+// Contracts: every kernel entry point has exactly the contract of the CPU
+// kernel of the same name in backend/kernels/*.h (shapes, what is written,
+// what is accumulated, nullptr meaning "skip"); the pointers point into the
+// device's memory (MemoryResource), token ids included. The elementwise maps
+// are the small pieces of arithmetic the layers used to do inline.
+//
+// The recurrent cores' scratch: a device may need workspace beyond the CPU
+// kernels' (the CPU forward keeps its per-block temporaries on the stack; a
+// GPU runs every block's Pre at once). The *WorkspaceSize queries say how many
+// elements; the caller allocates them (BufferClass::kWorkspace) so every byte
+// stays counted. On the CPU they are the CPU kernels' own sizes.
+//
+// Not streams or events (Device::Synchronize; issue 15 adds the ST stream),
+// not communication (comm/comm.h).
+//
+//   Ops<float>& ops = alloc.device().ops<float>();
+//   ops.RmsNormForward(y, rstd, x, w, N, C, 1e-6f);
+//   ops.Add(h, x, N * C);   // h += x
+//
+// Dimension legends: as in the kernels' headers.
+#pragma once
+
+#include <cstdint>
+
+namespace stateflow::backend {
+
+// AdamW's per-step coefficients (adamw.h computes them once per step).
+template <typename T>
+struct AdamWCoefficients {
+  T beta1 = 0, one_minus_beta1 = 0;
+  T beta2 = 0, one_minus_beta2 = 0;
+  T step_size = 0;     // lr / (1 - beta1^t)
+  T inv_sqrt_c2 = 0;   // 1 / sqrt(1 - beta2^t)
+  T eps = 0;
+  T lr_decay = 0;      // lr * weight decay (0 for vectors)
+};
+
+template <typename T>
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // ---- elementwise maps and reductions (n elements) ----
+  virtual void Fill(T* x, T value, int64_t n) = 0;
+  virtual void Copy(T* y, const T* x, int64_t n) = 0;   // y = x
+  virtual void Add(T* y, const T* x, int64_t n) = 0;    // y += x
+  // y = a * b elementwise; y may alias a or b.
+  virtual void Mul(T* y, const T* a, const T* b, int64_t n) = 0;
+  // sum_i x_i in double (on the CPU in index order).
+  virtual double Sum(const T* x, int64_t n) = 0;
+  // y (N, C) = x (N, C) * rstd (N) per row * w (C) per column, that is
+  // (x_nc rstd_n) w_c: an RMSNorm re-applied with its saved rstd.
+  virtual void RmsNormApply(T* y, const T* x, const T* rstd, const T* w,
+                            int64_t N, int64_t C) = 0;
+  // One AdamW update of n elements: m, v, w in place from g.
+  virtual void AdamWUpdate(T* w, T* m, T* v, const T* g, int64_t n,
+                           const AdamWCoefficients<T>& c) = 0;
+
+  // ---- kernels: the contracts of backend/kernels/*.h ----
+  virtual void LinearForward(T* y, const T* x, const T* w, const T* b,
+                             int64_t N, int64_t C, int64_t D) = 0;
+  virtual void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x,
+                              const T* w, int64_t N, int64_t C,
+                              int64_t D) = 0;
+  virtual void RmsNormForward(T* y, T* rstd, const T* x, const T* w,
+                              int64_t N, int64_t C, T eps) = 0;
+  virtual void RmsNormBackward(T* dx, T* dw, const T* dy, const T* x,
+                               const T* w, const T* rstd, int64_t N,
+                               int64_t C) = 0;
+  virtual void SiluForward(T* y, const T* x, int64_t n) = 0;
+  virtual void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) = 0;
+  virtual void ShortConvForward(T* y, T* tail_out, const T* x, const T* w,
+                                const T* tail_in, int64_t T_len, int64_t C,
+                                int64_t W) = 0;
+  virtual void ShortConvBackward(T* dx, T* dtail_in, T* dw, const T* dy,
+                                 const T* dtail_out, const T* x, const T* w,
+                                 const T* tail_in, int64_t T_len, int64_t C,
+                                 int64_t W) = 0;
+  virtual void L2NormForward(T* y, T* rnorm, const T* x, int64_t R, int64_t D,
+                             T scale, T eps) = 0;
+  virtual void L2NormBackward(T* dx, const T* dy, const T* x, const T* rnorm,
+                              int64_t R, int64_t D, T scale) = 0;
+  virtual void GdnGateForward(T* g, const T* a, const T* A_log,
+                              const T* dt_bias, int64_t T_len, int64_t H) = 0;
+  virtual void GdnGateBackward(T* da, T* dA_log, T* ddt_bias, const T* dg,
+                               const T* a, const T* A_log, const T* dt_bias,
+                               int64_t T_len, int64_t H) = 0;
+  virtual void GdnBetaForward(T* beta, const T* b, int64_t n) = 0;
+  virtual void GdnBetaBackward(T* db, const T* dbeta, const T* beta,
+                               int64_t n) = 0;
+
+  // The chunkwise GDN recurrence (gdn_core.h) over one sequence's T_len
+  // tokens, with `workspace` of GdnCore*WorkspaceSize elements.
+  virtual int64_t GdnCoreForwardWorkspaceSize(int64_t T_len, int64_t H,
+                                              int64_t Dk, int64_t Dv,
+                                              int64_t block_size) = 0;
+  virtual void GdnCoreForward(T* o, T* S_out, T* workspace, const T* q,
+                              const T* k, const T* v, const T* g,
+                              const T* beta, const T* S_in, int64_t T_len,
+                              int64_t H, int64_t Dk, int64_t Dv,
+                              int64_t block_size) = 0;
+  virtual int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H,
+                                               int64_t Dk, int64_t Dv,
+                                               int64_t block_size) = 0;
+  virtual void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta,
+                               T* dS_in, T* workspace, const T* dO,
+                               const T* dS_out, const T* q, const T* k,
+                               const T* v, const T* g, const T* beta,
+                               const T* S_in, int64_t T_len, int64_t H,
+                               int64_t Dk, int64_t Dv,
+                               int64_t block_size) = 0;
+
+  virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
+                                const T* wg, const T* wu, const T* wd,
+                                int64_t N, int64_t C, int64_t F) = 0;
+  virtual void SwigluMlpBackward(T* dx, T* dwg, T* dwu, T* dwd, T* workspace,
+                                 const T* dy, const T* gate, const T* up,
+                                 const T* x, const T* wg, const T* wu,
+                                 const T* wd, int64_t N, int64_t C,
+                                 int64_t F) = 0;
+  virtual void EmbeddingForward(T* y, const int32_t* ids, const T* table,
+                                int64_t N, int64_t C, int64_t V) = 0;
+  virtual void EmbeddingBackward(T* dtable, const T* dy, const int32_t* ids,
+                                 int64_t N, int64_t C, int64_t V) = 0;
+  // Returns the mean loss as the CPU kernel does (host value).
+  virtual double OutputLossForward(T* losses, T* lse, T* logits, const T* x,
+                                   const T* w, const int32_t* targets,
+                                   int64_t N, int64_t C, int64_t V,
+                                   int64_t Vs) = 0;
+  virtual void OutputLossBackward(T* dx, T* dw, T* logits, const T* dlosses,
+                                  const T* lse, const T* x, const T* w,
+                                  const int32_t* targets, int64_t N,
+                                  int64_t C, int64_t V, int64_t Vs) = 0;
+};
+
+// Softmax attention with RoPE (attention.h, rope.h): a separate interface, so
+// that a device names honestly which families it runs (Device::attention_ops
+// is nullptr on a device that has none yet).
+template <typename T>
+class AttentionOps {
+ public:
+  virtual ~AttentionOps() = default;
+  virtual void AttentionForward(T* o, T* lse, const T* q, const T* k,
+                                const T* v, int64_t s, int64_t start,
+                                int64_t Hq, int64_t Hkv, int64_t d,
+                                int64_t q_tile, int64_t k_tile) = 0;
+  virtual void AttentionBackward(T* dq, T* dk, T* dv, T* D, const T* dO,
+                                 const T* o, const T* lse, const T* q,
+                                 const T* k, const T* v, int64_t s,
+                                 int64_t start, int64_t Hq, int64_t Hkv,
+                                 int64_t d, int64_t q_tile,
+                                 int64_t k_tile) = 0;
+  virtual void RopeForward(T* x, int64_t N, int64_t H, int64_t d,
+                           int64_t pos0, double base) = 0;
+  virtual void RopeBackward(T* dx, int64_t N, int64_t H, int64_t d,
+                            int64_t pos0, double base) = 0;
+};
+
+}  // namespace stateflow::backend
