@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cmath>
 
+#include "models/kernel_costs.h"
 #include "models/layer_formulas.h"
 #include "models/limits.h"
 
@@ -120,6 +121,7 @@ Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
   cm.model_ = model;
   cm.precision_ = std::move(filled);
   cm.cluster_ = cluster;
+  cm.rates_ = KernelRates(cluster.kernel_costs());
   cm.options_ = options;
   cm.layers_ = LayerList(model);
   cm.FillTables();
@@ -143,6 +145,13 @@ void CostModel::FillTables() {
     t.params = LayerParamCount(model_, kind) / tp;
     t.stored_per_token = StoredElemsNoRecompute(model_, kind).Bytes(act, tp);
     t.boundary_bytes = BoundaryStateBytesPerSequence(model_, kind, act, tp);
+    for (Gemm g : LayerGemms(model_, kind)) {
+      (g.row_parallel ? g.k : g.n) /= tp;
+      t.gemms.push_back(g);
+    }
+    t.core = RecurrenceCoreFlops(model_, kind);
+    t.core.fwd /= tp;
+    t.core.bwd /= tp;
     if (kind == LayerKind::kAttention) {
       t.kv_per_token = 2.0 * KvHeads(model_) * model_.attn_head_dim() * act / tp;
     }
@@ -207,12 +216,64 @@ double CostModel::Efficiency(double tokens) const {
          u * (points[i].efficiency() - points[i - 1].efficiency());
 }
 
-double CostModel::KernelTime(double flops, double min_bytes,
-                             std::int64_t s) const {
+double CostModel::KernelTime(int l, std::int64_t c, std::int64_t s, bool backward,
+                             double flops, double min_bytes) const {
   const pb::DeviceSpec& d = cluster_.device();
-  const double compute_s = flops / (d.peak_flops() * Efficiency(Tokens(s)));
+  const double compute_s = ComputeTime(l, c, s, backward, flops);
   const double memory_s = min_bytes / d.memory_bandwidth_bytes_per_s();
   return std::max(compute_s, memory_s);
+}
+
+// With kernel costs: each GEMM at its shape's rate (backward: the input
+// gradient [t, n] x [n, k] and the weight gradient [k, t] x [t, n]), the
+// attention core's pair FLOPs at the attention kernel's rate for a sequence
+// of the chunk's s tokens, the recurrence core at its kernel's rate; what no
+// table covers (elementwise work, and every component without points) at
+// peak * efficiency(t). docs/cost-model.md, "Kernel costs".
+double CostModel::ComputeTime(int l, std::int64_t c, std::int64_t s, bool backward,
+                              double flops) const {
+  const double rate = cluster_.device().peak_flops() * Efficiency(Tokens(s));
+  if (!cluster_.has_kernel_costs()) return flops / rate;
+  const KernelRates& rates = rates_;
+  const KindTable& table = Table(l);
+  const double t = Tokens(s), act = precision_.activation_bytes();
+  double time = 0, covered = 0;
+  const auto add = [&](double f, std::optional<double> r) {
+    if (r && f > 0) {
+      time += f / *r;
+      covered += f;
+    }
+  };
+  for (const Gemm& g : table.gemms) {
+    const double f = 2 * t * g.n * g.k;
+    if (backward) {
+      add(f, rates.Gemm(t, g.k, g.n, act));  // dX
+      add(f, rates.Gemm(g.k, g.n, t, act));  // dW
+    } else {
+      add(f, rates.Gemm(t, g.n, g.k, act));
+    }
+  }
+  const double pairs = options_.microbatch_size * Pairs(c, s);
+  if (layers_[l] == LayerKind::kAttention) {
+    add((backward ? table.bwd_pair : table.fwd_pair) * pairs,
+        rates.Attention(static_cast<double>(s), model_.attn_head_dim(), backward));
+  }
+  if (layers_[l] == LayerKind::kRecurrence) {
+    const bool mamba = model_.architecture() == "mamba3";
+    add((backward ? table.core.bwd : table.core.fwd) * t,
+        rates.Recurrence(mamba ? "mamba3" : "gdn", static_cast<double>(s),
+                         model_.head_dim_v(), backward));
+  }
+  return time + std::max(0.0, flops - covered) / rate;
+}
+
+double CostModel::AllReduceTime(double bytes, int ranks, const pb::LinkSpec& link) const {
+  if (ranks <= 1) return 0.0;
+  if (&link == &cluster_.intra_node_link() && cluster_.has_kernel_costs()) {
+    const std::optional<double> busbw = rates_.AllReduceBusBandwidth(bytes, ranks);
+    if (busbw) return 2.0 * (ranks - 1) / ranks * bytes / *busbw;
+  }
+  return RingAllReduceTime(bytes, ranks, link);
 }
 
 // The bytes a pass must at least move: a block or the head reads its weights
@@ -252,10 +313,10 @@ double CostModel::TensorParallelForwardCommTime(int l, std::int64_t s) const {
   const pb::LinkSpec& link = cluster_.intra_node_link();
   const double rows = BoundaryActivationBytes(s);  // [t, h] in act
   switch (layers_[l]) {
-    case LayerKind::kEmbedding: return RingAllReduceTime(rows, tp, link);
+    case LayerKind::kEmbedding: return AllReduceTime(rows, tp, link);
     case LayerKind::kRecurrence:
-    case LayerKind::kAttention: return 2 * RingAllReduceTime(rows, tp, link);
-    case LayerKind::kHead: return 3 * RingAllReduceTime(Tokens(s) * kFp32Bytes, tp, link);
+    case LayerKind::kAttention: return 2 * AllReduceTime(rows, tp, link);
+    case LayerKind::kHead: return 3 * AllReduceTime(Tokens(s) * kFp32Bytes, tp, link);
   }
   return 0.0;
 }
@@ -268,8 +329,8 @@ double CostModel::TensorParallelBackwardCommTime(int l, std::int64_t s) const {
   switch (layers_[l]) {
     case LayerKind::kEmbedding: return 0.0;
     case LayerKind::kRecurrence:
-    case LayerKind::kAttention: return 2 * RingAllReduceTime(rows, tp, link);
-    case LayerKind::kHead: return RingAllReduceTime(rows, tp, link);
+    case LayerKind::kAttention: return 2 * AllReduceTime(rows, tp, link);
+    case LayerKind::kHead: return AllReduceTime(rows, tp, link);
   }
   return 0.0;
 }
@@ -285,11 +346,11 @@ double CostModel::DataParallelSyncTime(int first, int last) const {
   if (options_.data_size <= 1) return 0.0;
   double bytes = 0;
   for (int l = first; l < last; ++l) bytes += GradientBytes(l);
-  return RingAllReduceTime(bytes, options_.data_size, DataParallelLink());
+  return AllReduceTime(bytes, options_.data_size, DataParallelLink());
 }
 
 double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {
-  return KernelTime(ForwardFlops(l, c, s), MinForwardBytes(l, s), s) +
+  return KernelTime(l, c, s, false, ForwardFlops(l, c, s), MinForwardBytes(l, s)) +
          StateTransition(l, s, false).exposed_s +
          TensorParallelForwardCommTime(l, s);
 }
@@ -339,7 +400,7 @@ StTiming CostModel::StateTransition(int l, std::int64_t s, bool backward) const 
 
 double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
   const double backward =
-      KernelTime(BackwardFlops(l, c, s), MinBackwardBytes(l, s), s) +
+      KernelTime(l, c, s, true, BackwardFlops(l, c, s), MinBackwardBytes(l, s)) +
       StateTransition(l, s, true).exposed_s + TensorParallelBackwardCommTime(l, s);
   return backward + (Recomputed(l) ? ForwardTime(l, c, s) : 0.0);
 }

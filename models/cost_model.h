@@ -23,6 +23,7 @@
 
 #include "common/buffer_class.h"
 #include "common/status.h"
+#include "models/kernel_costs.h"
 #include "models/memory_segment.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
@@ -62,6 +63,25 @@ inline constexpr int kLossVocabSlice = 128;
 // "none" or "full" ("" means none). Error names schedule.recompute.
 Result<Recompute> ParseRecompute(std::string_view text);
 std::string_view RecomputeName(Recompute recompute);  // "none" or "full"
+
+// One matmul of a layer's forward, [t, k] x [k, n] for t tokens, before TP:
+// column-parallel ones (input projections, the output layer) split n by TP,
+// row-parallel ones (output projections, the MLP's down projection) split k
+// (Megatron-LM's layout). Their 2 n k per token are the matmul terms of
+// LayerFlopCoeffs' fwd_token; the backward runs each twice (input and
+// weight gradients).
+struct Gemm {
+  double n = 0, k = 0;
+  bool row_parallel = false;
+};
+
+// The recurrence core's forward and backward FLOPs per token of one
+// sequence, all heads, before TP (the chunked kernel's share of
+// LayerFlopCoeffs: GdnCoreFlops or MambaCoreFlops, backward 2x plus the
+// replay). 0 for other kinds.
+struct CoreFlops {
+  double fwd = 0, bwd = 0;
+};
 
 struct CostModelOptions {
   int tensor_size = 1;      // TP
@@ -229,13 +249,23 @@ class CostModel {
     double stored_per_token = 0;  // bytes, no recompute
     double boundary_bytes = 0;
     double kv_per_token = 0;  // bytes, activation precision
+    std::vector<Gemm> gemms;  // forward matmuls, n and k after the TP split
+    CoreFlops core;           // recurrence core per token, after TP
   };
 
   CostModel() = default;
   void FillTables();
   const KindTable& Table(int l) const;
-  // max(flops / (peak * efficiency), bytes / bandwidth) for s tokens.
-  double KernelTime(double flops, double min_bytes, std::int64_t s) const;
+  // max(compute, bytes / bandwidth) for s tokens, compute the pass's FLOPs
+  // at peak * efficiency, or, when the cluster has kernel costs, its GEMMs,
+  // attention and recurrence cores at their measured rates and the rest at
+  // the curve (ComputeTime).
+  double KernelTime(int l, std::int64_t c, std::int64_t s, bool backward, double flops,
+                    double min_bytes) const;
+  double ComputeTime(int l, std::int64_t c, std::int64_t s, bool backward, double flops) const;
+  // A ring all-reduce on `link`; on the intra-node link with measured
+  // all-reduce bus bandwidth, 2 (n - 1) / n * bytes / busbw(bytes) instead.
+  double AllReduceTime(double bytes, int ranks, const pb::LinkSpec& link) const;
   double Tokens(std::int64_t s) const {
     return static_cast<double>(s) * options_.microbatch_size;
   }
@@ -243,6 +273,7 @@ class CostModel {
   pb::ModelSpec model_;
   pb::PrecisionSpec precision_;
   pb::ClusterSpec cluster_;
+  KernelRates rates_;  // cluster_.kernel_costs(), prepared once
   CostModelOptions options_;
   std::vector<LayerKind> layers_;
   std::array<KindTable, 4> tables_;  // indexed by LayerKind

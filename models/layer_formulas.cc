@@ -757,6 +757,44 @@ FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind) {
   return {};
 }
 
+std::vector<Gemm> LayerGemms(const pb::ModelSpec& model, LayerKind kind) {
+  const Dims x = DimsOf(model);
+  std::vector<Gemm> out;
+  const auto mlp = [&] {
+    out.push_back({2 * x.m, x.h, false});  // gate and up (one linear_fc1)
+    out.push_back({x.h, x.m, true});       // down
+  };
+  switch (kind) {
+    case LayerKind::kEmbedding: return out;
+    case LayerKind::kHead: out.push_back({x.vocab, x.h, false}); return out;
+    case LayerKind::kRecurrence:
+      if (IsMamba(model)) {
+        out.push_back({2 * x.d_in + 2 * x.ds + 3 * x.n + x.na, x.h, false});
+        out.push_back({x.h, x.d_in, true});
+      } else {
+        out.push_back({x.n * (2 * x.dk + 2 * x.dv + 2), x.h, false});  // q k v z a beta
+        out.push_back({x.h, x.n * x.dv, true});                          // o_proj
+      }
+      mlp();
+      return out;
+    case LayerKind::kAttention:
+      out.push_back({(x.hq + 2 * x.hkv) * x.d, x.h, false});
+      out.push_back({x.h, x.hq * x.d, true});
+      mlp();
+      return out;
+  }
+  return out;
+}
+
+CoreFlops RecurrenceCoreFlops(const pb::ModelSpec& model, LayerKind kind) {
+  if (kind != LayerKind::kRecurrence) return {};
+  const Dims x = DimsOf(model);
+  const bool mamba = IsMamba(model);
+  const double core = mamba ? MambaCoreFlops(x) : GdnCoreFlops(x);
+  const double replay = mamba ? MambaReplayFlops(x) : GdnReplayFlops(x);
+  return {core, 2 * core + replay};
+}
+
 TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind) {
   const Dims x = DimsOf(model);
   TokenElems e;

@@ -10,6 +10,8 @@
 //   double fwd = f.fwd_token * s + f.fwd_pair * (c * s + s * s / 2.0);
 #pragma once
 
+#include <vector>
+
 #include "models/cost_model.h"
 #include "models/memory_segment.h"
 #include "models/model.h"
@@ -53,6 +55,12 @@ struct FlopCoeffs {
   double bwd_pair = 0;
 };
 FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind);
+
+// The matmuls of a layer's forward (Gemm, cost_model.h).
+std::vector<Gemm> LayerGemms(const pb::ModelSpec& model, LayerKind kind);
+
+// The recurrence core's FLOPs per token (CoreFlops, cost_model.h).
+CoreFlops RecurrenceCoreFlops(const pb::ModelSpec& model, LayerKind kind);
 
 // The recurrence core's FLOPs per token of one sequence, all heads, before
 // TP, split as the paper's Pre / ST / Out (the kernels' block counts with

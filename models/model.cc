@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "models/kernel_costs.h"
 #include "models/layer_formulas.h"
 #include "models/limits.h"
 
@@ -164,6 +165,7 @@ Status ValidateCluster(const pb::ClusterSpec& cluster) {
                            std::to_string(d.memory_capacity_bytes()) + " bytes)");
   }
   SF_RETURN_IF_ERROR(ValidateEfficiency(d));
+  SF_RETURN_IF_ERROR(ValidateKernelCosts(cluster.kernel_costs()));
   SF_RETURN_IF_ERROR(
       ValidateLink("cluster.pipeline_link", cluster.pipeline_link()));
   SF_RETURN_IF_ERROR(

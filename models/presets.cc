@@ -3,7 +3,11 @@
 // which are our assumptions is said there.
 #include <array>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <utility>
+
+#include <google/protobuf/text_format.h>
 
 #include "models/model.h"
 
@@ -142,9 +146,16 @@ pb::LinkSpec Link(double latency_s, double bandwidth_bytes_per_s) {
   return link;
 }
 
+// models/presets/a100-sxm4-80gb-kernels.textproto, compiled in.
+constexpr std::string_view kA100KernelCosts =
+#include "a100_kernel_costs.inc"
+    ;
+
 // A100 80 GB SXM, 8 per node on NVLink, nodes on InfiniBand. The efficiency
-// curve is an assumption (docs/cost-model.md), not a measurement.
-pb::ClusterSpec A100Cluster() {
+// curve is an assumption (docs/cost-model.md), not a measurement: it stays
+// the fallback for what the kernel costs (public measurements, each source
+// named in the file) do not cover.
+Result<pb::ClusterSpec> A100Cluster() {
   pb::ClusterSpec c;
   c.set_name("a100-80gb-nvlink");
   pb::DeviceSpec* d = c.mutable_device();
@@ -169,6 +180,11 @@ pb::ClusterSpec A100Cluster() {
   *c.mutable_intra_node_link() = Link(3e-6, 300e9);
   *c.mutable_inter_node_link() = Link(5e-6, 25e9);
   c.set_devices_per_node(8);
+  if (!google::protobuf::TextFormat::ParseFromString(std::string(kA100KernelCosts),
+                                                     c.mutable_kernel_costs())) {
+    return Status::Internal(
+        "models/presets/a100-sxm4-80gb-kernels.textproto (compiled in) does not parse");
+  }
   return c;
 }
 

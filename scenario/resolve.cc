@@ -44,6 +44,8 @@ Status ResolveCluster(pb::Scenario* s) {
     if (s->cluster().device().efficiency_size() > 0) {
       merged.mutable_device()->clear_efficiency();
     }
+    // So do kernel costs (an empty `kernel_costs {}` drops the preset's).
+    if (s->cluster().has_kernel_costs()) merged.clear_kernel_costs();
     merged.MergeFrom(s->cluster());
     *s->mutable_cluster() = merged;
   }

@@ -14,6 +14,7 @@
 #include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "sim/calibrate.h"
 #include "tools/work_bounds.h"
 
 namespace stateflow::tools {
@@ -28,6 +29,14 @@ Status CheckFlag(const char* flag, const std::optional<long long>& v,
 
 std::string Help(const std::string& what, const models::IntRange& range) {
   return what + ", in " + models::RangeText(range);
+}
+
+// --cluster names a file rather than a preset.
+bool IsClusterFile(const std::string& value) {
+  const std::string suffix = ".textproto";
+  return value.find('/') != std::string::npos ||
+         (value.size() > suffix.size() &&
+          value.compare(value.size() - suffix.size(), suffix.size(), suffix) == 0);
 }
 
 }  // namespace
@@ -112,7 +121,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        "refuse a plan (each configuration of a sweep) of more than this many actions, "
        "2 P M N (default 50000000, at most 2^40); a plan whose simulation would need more "
        "than this machine's memory is refused whatever the limit")
-      ("cluster", po::value(&f->cluster_preset), "cluster preset")
+      ("cluster", po::value(&f->cluster_preset),
+       "cluster preset (see `stateflow presets`), or a ClusterSpec file in text format "
+       "(a name ending in .textproto or holding a '/', e.g. written by `stateflow calibrate`)")
       ("policy", po::value(&f->policy),
        "schedule under study: gpipe, 1f1b or stateflow (drops the baselines)")
       ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
@@ -132,6 +143,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("st-overlap", po::value(&f->st_overlap),
        "on or off: split-and-overlap of the recurrence's state transition (every schedule)")
       ("st-tile", Optional(&f->st_tile), "B_V, the state transition's tile of d_v (every schedule)")
+      ("vary", po::value(&f->vary),
+       "NAME=FACTOR: multiply one cluster parameter (a `stateflow calibrate` parameter name, "
+       "or memory_reserve) by FACTOR; repeatable (sensitivity studies)")
       ("compute-units", Optional(&f->compute_units),
        "the device's parallel units (SMs) the state transition spreads over; 0: off");
 }
@@ -177,7 +191,14 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
     s.set_model_preset(f.model_preset);
     s.clear_model();
   }
-  if (!f.cluster_preset.empty()) {
+  if (IsClusterFile(f.cluster_preset)) {
+    // A preset file (e.g. written by `stateflow calibrate`): the whole cluster.
+    SF_ASSIGN_OR_RETURN(std::string text, ReadFile(f.cluster_preset));
+    pb::ClusterSpec cluster;
+    SF_RETURN_IF_ERROR(scenario::ParseTextProto(text, f.cluster_preset, &cluster));
+    s.clear_cluster_preset();
+    *s.mutable_cluster() = std::move(cluster);
+  } else if (!f.cluster_preset.empty()) {
     s.set_cluster_preset(f.cluster_preset);
     s.clear_cluster();
   }
@@ -229,6 +250,21 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   if (f.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*f.seq_len));
   if (!f.cost_model.empty()) s.set_cost_model(f.cost_model);
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved, scenario::Resolve(std::move(s)));
+  if (!f.vary.empty()) {
+    pb::Scenario varied = resolved.proto();
+    for (const std::string& v : f.vary) {
+      const std::size_t eq = v.find('=');
+      char* end = nullptr;
+      const double factor = eq == std::string::npos ? 0 : std::strtod(v.c_str() + eq + 1, &end);
+      if (eq == std::string::npos || end == v.c_str() + eq + 1 || *end != '\0') {
+        return Status::Invalid("--vary: '" + Printable(v) + "' is not NAME=FACTOR");
+      }
+      SF_ASSIGN_OR_RETURN(*varied.mutable_cluster(),
+                          sim::VaryParameter(varied.cluster(), v.substr(0, eq), factor));
+    }
+    varied.clear_cluster_preset();
+    SF_ASSIGN_OR_RETURN(resolved, scenario::Resolve(std::move(varied)));
+  }
   SF_RETURN_IF_ERROR(CheckPlanBounds(resolved.proto(), nullptr, f.max_actions));
   return resolved;
 }

@@ -68,7 +68,7 @@ Status CheckProgram(const std::string& flag, const std::string& program);
 struct ScenarioFlags {
   std::string scenario_path;
   std::string model_preset;
-  std::string cluster_preset;
+  std::string cluster_preset;  // a preset name, or a ClusterSpec file (LoadResolvedScenario)
   std::string policy;
   std::optional<long long> chunks;
   std::optional<double> alpha;
@@ -84,6 +84,9 @@ struct ScenarioFlags {
   std::optional<std::int64_t> st_tile;    // schedule.st_tile (every schedule)
   std::optional<std::int64_t> compute_units;  // cluster.device.compute_units
   std::optional<long long> max_actions;  // tools/work_bounds.h
+  // --vary NAME=FACTOR (repeatable): a cluster parameter scaled
+  // (sim::VaryParameter), for sensitivity studies.
+  std::vector<std::string> vary;
 };
 
 // Adds the scenario options to `desc`, writing into `flags`.
@@ -118,5 +121,6 @@ int RunCapacityPlan(int argc, char** argv);  // capacity_plan_command.cc
 int RunTrain(int argc, char** argv);         // train_command.cc
 int RunProfile(int argc, char** argv);       // profile_command.cc
 int RunValidate(int argc, char** argv);      // validate_command.cc
+int RunCalibrate(int argc, char** argv);     // calibrate_command.cc
 
 }  // namespace stateflow::tools

@@ -6,6 +6,7 @@
 //   stateflow train      train on real text with the backend (mpirun -n P)
 //   stateflow profile    measure layer, optimizer and link costs (CostTable)
 //   stateflow validate   predicted beside measured on real runs
+//   stateflow calibrate  fit the cost model to measured runs, write a cluster preset
 //   stateflow presets    list model and cluster presets
 // `stateflow <command> --help` explains each with examples.
 #include <csignal>
@@ -37,6 +38,8 @@ constexpr Command kCommands[] = {
     {"train", "train the model on real text with the MPI backend (one rank per stage)", RunTrain},
     {"profile", "measure per-chunk layer, optimizer and link costs here (a CostTable)", RunProfile},
     {"validate", "compare the simulator's predictions with real runs of the backend", RunValidate},
+    {"calibrate", "fit the cost model's free parameters to measured runs; write a cluster preset",
+     RunCalibrate},
     {"presets", "list the model and cluster presets", RunPresets},
 };
 

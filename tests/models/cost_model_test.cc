@@ -287,9 +287,15 @@ TEST(CostModel, EfficiencyIsPiecewiseLinearInLogTokens) {
   EXPECT_EQ(no_curve->Efficiency(300), 1.0);
 }
 
+// The efficiency curve: the A100 preset without its kernel costs (the
+// curve's fallback role; kernel_costs_test.cc tests the tables).
 TEST(CostModel, TimeIsFlopsOverEffectivePeakWhenComputeBound) {
   const int mbs = 2;
-  const CostModel cm = MakeModel("gdn-3b", 1, mbs);
+  pb::ClusterSpec curve_only = *ClusterPreset("a100-80gb-nvlink");
+  curve_only.clear_kernel_costs();
+  CostModelOptions o;
+  o.microbatch_size = mbs;
+  const CostModel cm = *CostModel::Make(*ModelPreset("gdn-3b"), {}, curve_only, o);
   const pb::DeviceSpec& d = cm.cluster().device();
   const int l = 3;
   const std::int64_t s = 4096;
@@ -303,6 +309,7 @@ TEST(CostModel, TimeIsFlopsOverEffectivePeakWhenComputeBound) {
 
 TEST(CostModel, TimeHasAWeightStreamingFloor) {
   pb::ClusterSpec c = *ClusterPreset("a100-80gb-nvlink");
+  c.clear_kernel_costs();                    // rates from peak * efficiency
   c.mutable_device()->set_peak_flops(1e30);  // compute is free
   Result<CostModel> cm = CostModel::Make(*ModelPreset("gdn-3b"), {}, c, {});
   ASSERT_TRUE(cm.ok());

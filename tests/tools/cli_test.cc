@@ -296,3 +296,98 @@ TEST(CliReplay, BadTablesGetOneLineAndExitTwo) {
 }
 
 }  // namespace
+
+namespace {
+
+// `stateflow calibrate`: the runs CSV's errors on one line with exit 2, and
+// the preset it writes loaded by `--cluster FILE` in simulate and sweep.
+TEST(CliCalibrate, FitsWritesAPresetThatTheOtherCommandsLoad) {
+  // Runs of the default scenario's model simulated on the A100 preset, their
+  // step times doubled: calibrate, started from the preset, must find about
+  // half the kernel-cost rates and of the efficiency curve (which covers the
+  // rest; it has the two-parameter form after the fit, the preset's assumed
+  // table has not, so not exactly), and the preset it writes must then
+  // predict what the fit reported.
+  const std::string scenario = SmallScenario();
+  const std::string path = WriteFile("calibrate-scenario.textproto", scenario);
+  std::string csv = "name,N,T,step_time_s\n";
+  const char* configs[][2] = {{"2", "8192"}, {"4", "16384"}, {"8", "16384"}, {"4", "32768"}};
+  for (auto& c : configs) {
+    CliRun run = Stateflow("simulate --json --policy stateflow --scenario " + path + " -N " + c[0] +
+                           " -T " + c[1]);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    stateflow::pb::Report report;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+    csv += std::string("r") + c[0] + "," + c[0] + "," + c[1] + "," +
+           std::to_string(2 * report.step_time_s()) + "\n";
+  }
+  const std::string runs = WriteFile("calibrate-runs.csv", csv);
+  const std::string preset = TempPath("calibrate-preset.textproto");
+  CliRun fit = Stateflow("calibrate --scenario " + path + " --runs " + runs +
+                         " --fit efficiency.peak,efficiency.knee_tokens,kernel_costs.compute_scale --out " +
+                         preset + " --json");
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  stateflow::pb::CalibrationReport report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(fit.out, &report).ok()) << fit.out;
+  ASSERT_EQ(report.runs_size(), 4);
+  EXPECT_GT(report.initial_rms_log_error(), 0.6);  // log 2 = 0.69
+  EXPECT_LT(report.rms_log_error(), 0.02);
+  EXPECT_EQ(report.parameters(9).name(), "kernel_costs.compute_scale");
+  EXPECT_NEAR(report.parameters(9).fitted(), 0.5, 0.05);
+  EXPECT_EQ(report.preset_path(), preset);
+  // The preset loads; its step time for the first run is the measured one.
+  CliRun sim = Stateflow("simulate --json --policy stateflow --scenario " + path +
+                         " -N 2 -T 8192 --cluster " + preset);
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  stateflow::pb::Report simulated;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(sim.out, &simulated).ok());
+  EXPECT_NEAR(simulated.step_time_s(), report.runs(0).predicted_step_time_s(),
+              1e-9 * simulated.step_time_s());
+  CliRun sweep = Stateflow("sweep --scenario " + path + " --cluster " + preset);
+  EXPECT_EQ(sweep.exit_code, 0) << sweep.err;
+  // The table names the fitted parameter and the runs.
+  CliRun table = Stateflow("calibrate --scenario " + path + " --runs " + runs);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("efficiency.peak"), std::string::npos);
+  EXPECT_NE(table.out.find("rms log error"), std::string::npos);
+}
+
+TEST(CliCalibrate, BadInputGetsOneLineAndExitTwo) {
+  ExpectBadInput(Stateflow("calibrate"), "--runs: required");
+  ExpectBadInput(Stateflow("calibrate --runs " + TempPath("no-such-runs.csv")), "no-such-runs.csv");
+  const std::string bad = WriteFile("calibrate-bad.csv", "T,N,step_time_s\n8192,4,1\n8192,x,1\n");
+  ExpectBadInput(Stateflow("calibrate --runs " + bad), "calibrate-bad.csv:3:2: N: 'x' is not an integer");
+  const std::string tp = WriteFile("calibrate-tp.csv", "tp,step_time_s\n7,1\n");
+  ExpectBadInput(Stateflow("calibrate --runs " + tp),
+                 "calibrate-tp.csv:2: the model cannot express this run");
+  const std::string ok = WriteFile("calibrate-ok.csv", "N,step_time_s\n4,1\n");
+  ExpectBadInput(Stateflow("calibrate --runs " + ok + " --fit speed"), "--fit: unknown parameter 'speed'");
+  ExpectBadInput(Stateflow("calibrate --runs " + ok + " --dtype float16"), "--dtype: unknown 'float16'");
+  ExpectBadInput(Stateflow("simulate --cluster " + WriteFile("bad-cluster.textproto", "device {\n peak: 1 }\n")),
+                 "bad-cluster.textproto:2:");
+}
+
+}  // namespace
+
+namespace {
+
+// --vary NAME=FACTOR scales one cluster parameter (sim::VaryParameter).
+TEST(CliVary, ScalesOneParameterAndRejectsBadInput) {
+  auto step = [](const std::string& extra) {
+    CliRun run = Stateflow("simulate --json --policy stateflow -N 4 " + extra);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    stateflow::pb::Report report;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
+    return report;
+  };
+  const stateflow::pb::Report base = step("");
+  // Slower GEMMs: a longer step; a larger reserve: a lower OOM threshold.
+  EXPECT_GT(step("--vary kernel_costs.compute_scale=0.8").step_time_s(), base.step_time_s());
+  EXPECT_LT(step("--vary memory_reserve=2").usable_bytes(), base.usable_bytes());
+  EXPECT_EQ(step("--vary pipeline_link.latency_s=1").step_time_s(), base.step_time_s());
+  ExpectBadInput(Stateflow("simulate --vary speed=2"), "--vary: unknown parameter 'speed'");
+  ExpectBadInput(Stateflow("simulate --vary efficiency.peak"), "is not NAME=FACTOR");
+  ExpectBadInput(Stateflow("simulate --vary efficiency.peak=-1"), "factor must be > 0");
+}
+
+}  // namespace

@@ -1,0 +1,745 @@
+// Calibration: CSV parsing, the parameters <-> cluster mapping, and the
+// Levenberg-Marquardt fit in log space. Method: docs/cost-model.md,
+// "Calibration".
+#include "sim/calibrate.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "common/text.h"
+#include "models/limits.h"
+#include "models/model.h"
+#include "sim/simulation.h"
+
+namespace stateflow::sim {
+namespace {
+
+constexpr std::array<std::string_view, kNumCalibParams> kParamNames = {
+    "efficiency.peak",
+    "efficiency.knee_tokens",
+    "device.memory_bandwidth_bytes_per_s",
+    "pipeline_link.bandwidth_bytes_per_s",
+    "pipeline_link.latency_s",
+    "intra_node_link.bandwidth_bytes_per_s",
+    "intra_node_link.latency_s",
+    "inter_node_link.bandwidth_bytes_per_s",
+    "inter_node_link.latency_s",
+    "kernel_costs.compute_scale",
+    "kernel_costs.all_reduce_scale",
+};
+
+// Each parameter's range (the fit clamps its steps into it): the knee
+// between 0.01 and 2^40 tokens (below 0.01 the curve is flat at every chunk
+// a run can have), the rest the limits of models/limits.h or wider.
+constexpr std::array<std::pair<double, double>, kNumCalibParams> kParamRanges = {{
+    {1e-6, 1e6}, {1e-2, 1.1e12}, {1, 1e30}, {1, 1e30}, {1e-12, 3600},
+    {1, 1e30}, {1e-12, 3600}, {1, 1e30}, {1e-12, 3600}, {1e-3, 1e3}, {1e-3, 1e3},
+}};
+
+constexpr int kCurvePoints = 31;     // 2^0 .. 2^30 tokens
+constexpr double kMinLatencyS = 1e-9;
+
+int Index(CalibParam p) { return static_cast<int>(p); }
+
+// ------------------------------------------------------------------ CSV ----
+
+enum class Column {
+  kName, kPolicy, kP, kM, kN, kT, kAlpha, kB, kTp, kDp, kRecompute, kSystem,
+  kStepTime, kPeak, kUsed, kSet
+};
+constexpr std::array<std::pair<std::string_view, Column>, 16> kColumns = {{
+    {"name", Column::kName}, {"policy", Column::kPolicy}, {"P", Column::kP},
+    {"M", Column::kM}, {"N", Column::kN}, {"T", Column::kT}, {"alpha", Column::kAlpha},
+    {"B", Column::kB}, {"tp", Column::kTp}, {"dp", Column::kDp},
+    {"recompute", Column::kRecompute}, {"system", Column::kSystem},
+    {"step_time_s", Column::kStepTime}, {"peak_bytes", Column::kPeak},
+    {"used_bytes", Column::kUsed}, {"set", Column::kSet},
+}};
+
+std::string KnownColumns() {
+  std::string out;
+  for (const auto& [name, column] : kColumns) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
+std::string TrimCell(std::string_view s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r')) ++b;
+  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\r')) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::vector<std::string> SplitCells(std::string_view line) {
+  std::vector<std::string> cells;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = line.find(',', start);
+    cells.push_back(TrimCell(line.substr(start, comma == std::string_view::npos
+                                                    ? std::string_view::npos
+                                                    : comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return cells;
+}
+
+// "<source>:<line>:<column>: <name>: <message>".
+Status CellError(std::string_view source, int line, int column, std::string_view name,
+                 const std::string& message) {
+  return Status::Invalid(Printable(source) + ":" + std::to_string(line) + ":" +
+                         std::to_string(column) + ": " + std::string(name) + ": " + message);
+}
+
+Result<long long> ParseInt(const std::string& cell, const models::IntRange& range) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(cell.c_str(), &end, 10);
+  if (end == cell.c_str() || *end != '\0' || errno != 0 || v < range.lo || v > range.hi) {
+    return Status::Invalid("'" + Printable(cell) + "' is not an integer in " +
+                           models::RangeText(range));
+  }
+  return v;
+}
+
+// A finite number >= lo (> lo when open).
+Result<double> ParseReal(const std::string& cell, double lo, bool open) {
+  char* end = nullptr;
+  const double v = std::strtod(cell.c_str(), &end);
+  if (end == cell.c_str() || *end != '\0' || !std::isfinite(v) || v < lo || (open && v == lo)) {
+    return Status::Invalid("'" + Printable(cell) + "' is not a number " +
+                           (open ? "> " : ">= ") + std::to_string(lo).substr(0, 3));
+  }
+  return v;
+}
+
+// Fills one cell of `row`; the error is the cell's message without position.
+Status FillCell(Column column, const std::string& cell, CalibrationRow* row) {
+  auto set_int = [&](std::optional<long long>* target, const models::IntRange& range) -> Status {
+    SF_ASSIGN_OR_RETURN(long long v, ParseInt(cell, range));
+    *target = v;
+    return Status::Ok();
+  };
+  switch (column) {
+    case Column::kName: row->name = cell; return Status::Ok();
+    case Column::kPolicy: row->policy = cell; return Status::Ok();
+    case Column::kRecompute: row->recompute = cell; return Status::Ok();
+    case Column::kSystem: row->system = cell; return Status::Ok();
+    case Column::kP: return set_int(&row->pipeline_size, models::kPipelineSize);
+    case Column::kM: return set_int(&row->microbatches, models::kMicrobatches);
+    case Column::kN: return set_int(&row->chunks, models::kChunks);
+    case Column::kT: return set_int(&row->seq_len, models::kSeqLen);
+    case Column::kB: return set_int(&row->microbatch_size, models::kMicrobatchSize);
+    case Column::kTp: return set_int(&row->tensor_size, models::kTensorSize);
+    case Column::kDp: return set_int(&row->data_size, models::kDataSize);
+    case Column::kAlpha: {
+      SF_ASSIGN_OR_RETURN(double v, ParseReal(cell, 0, false));
+      SF_RETURN_IF_ERROR(models::CheckRange("alpha", v, models::kAlpha));
+      row->alpha = v;
+      return Status::Ok();
+    }
+    case Column::kStepTime: {
+      SF_ASSIGN_OR_RETURN(row->step_time_s, ParseReal(cell, 0, true));
+      return Status::Ok();
+    }
+    case Column::kPeak: {
+      SF_ASSIGN_OR_RETURN(double v, ParseReal(cell, 0, true));
+      row->peak_bytes = v;
+      return Status::Ok();
+    }
+    case Column::kUsed: {
+      SF_ASSIGN_OR_RETURN(double v, ParseReal(cell, 0, true));
+      row->used_bytes = v;
+      return Status::Ok();
+    }
+    case Column::kSet:
+      if (cell != "fit" && cell != "holdout") {
+        return Status::Invalid("'" + Printable(cell) + "' is not fit or holdout");
+      }
+      row->holdout = cell == "holdout";
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------ the model ----
+
+double KneeCurve(const KneeEfficiency& k, double tokens) {
+  return k.peak_efficiency * tokens / (tokens + k.knee_tokens);
+}
+
+// One evaluation: every run simulated on `cluster`.
+struct Prediction {
+  std::vector<double> step_time_s;
+  std::vector<double> peak_bytes;
+};
+
+Result<Prediction> PredictAll(const std::vector<CalibrationRun>& runs,
+                              const pb::ClusterSpec& cluster) {
+  Prediction out;
+  for (const CalibrationRun& run : runs) {
+    pb::Scenario s = run.scenario.proto();
+    s.clear_cluster_preset();
+    *s.mutable_cluster() = cluster;
+    SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario r, scenario::Resolve(std::move(s)));
+    SF_ASSIGN_OR_RETURN(Simulation sim, Simulate(r, r.proto().schedule()));
+    out.step_time_s.push_back(sim.report.step_time_s());
+    out.peak_bytes.push_back(sim.report.peak_memory_bytes());
+  }
+  return out;
+}
+
+// The fit's state: which parameters move (in log space) and the rest fixed.
+class LogFit {
+ public:
+  LogFit(const std::vector<CalibrationRun>& runs, std::vector<int> fitted_runs,
+         pb::ClusterSpec base, CalibValues start, std::vector<int> free)
+      : runs_(runs), fitted_runs_(std::move(fitted_runs)), base_(std::move(base)),
+        values_(start), free_(std::move(free)) {}
+
+  // log(predicted / measured) of the fitted runs at log-parameters x; an
+  // error when the cluster they make is invalid or a run fails.
+  Result<Eigen::VectorXd> Residuals(const Eigen::VectorXd& x) const {
+    SF_ASSIGN_OR_RETURN(Prediction p, PredictAll(Subset(), ClusterAt(x)));
+    Eigen::VectorXd r(fitted_runs_.size());
+    for (std::size_t i = 0; i < fitted_runs_.size(); ++i) {
+      r[i] = std::log(p.step_time_s[i] / runs_[fitted_runs_[i]].row.step_time_s);
+    }
+    return r;
+  }
+
+  // Central differences, step h in log space.
+  Result<Eigen::MatrixXd> Jacobian(const Eigen::VectorXd& x, double h) const {
+    Eigen::MatrixXd j(fitted_runs_.size(), x.size());
+    for (int c = 0; c < x.size(); ++c) {
+      Eigen::VectorXd up = x, down = x;
+      up[c] += h;
+      down[c] -= h;
+      SF_ASSIGN_OR_RETURN(Eigen::VectorXd ru, Residuals(up));
+      SF_ASSIGN_OR_RETURN(Eigen::VectorXd rd, Residuals(down));
+      j.col(c) = (ru - rd) / (2 * h);
+    }
+    return j;
+  }
+
+  CalibValues ValuesAt(const Eigen::VectorXd& x) const {
+    CalibValues v = values_;
+    for (std::size_t k = 0; k < free_.size(); ++k) v[free_[k]] = std::exp(x[k]);
+    return v;
+  }
+  pb::ClusterSpec ClusterAt(const Eigen::VectorXd& x) const {
+    return WithCalibValues(base_, ValuesAt(x));
+  }
+  // x with every coordinate clamped into its parameter's range (log).
+  Eigen::VectorXd Clamp(Eigen::VectorXd x) const {
+    for (std::size_t k = 0; k < free_.size(); ++k) {
+      const auto [lo, hi] = kParamRanges[free_[k]];
+      x[k] = std::clamp(x[k], std::log(lo), std::log(hi));
+    }
+    return x;
+  }
+  Eigen::VectorXd Start() const {
+    Eigen::VectorXd x(free_.size());
+    for (std::size_t k = 0; k < free_.size(); ++k) x[k] = std::log(values_[free_[k]]);
+    return x;
+  }
+
+ private:
+  std::vector<CalibrationRun> Subset() const {
+    std::vector<CalibrationRun> out;
+    for (int i : fitted_runs_) out.push_back(runs_[i]);
+    return out;
+  }
+
+  const std::vector<CalibrationRun>& runs_;
+  std::vector<int> fitted_runs_;
+  pb::ClusterSpec base_;
+  CalibValues values_;
+  std::vector<int> free_;
+};
+
+struct LmResult {
+  Eigen::VectorXd x;
+  int iterations = 0;
+};
+
+// Levenberg-Marquardt with Marquardt's scaling (diag(J^T J)): accept a step
+// that lowers the sum of squares and divide the damping by 3, else multiply it
+// by 4; stop when a step changes no log-parameter by more than 1e-10, the
+// sum of squares stops falling (relative 1e-15), or after max_iterations.
+Result<LmResult> LevenbergMarquardt(const LogFit& fit, int max_iterations) {
+  LmResult out{fit.Start(), 0};
+  SF_ASSIGN_OR_RETURN(Eigen::VectorXd r, fit.Residuals(out.x));
+  double cost = r.squaredNorm();
+  double lambda = 1e-3;
+  for (; out.iterations < max_iterations && cost > 0; ++out.iterations) {
+    SF_ASSIGN_OR_RETURN(Eigen::MatrixXd j, fit.Jacobian(out.x, 1e-5));
+    const Eigen::MatrixXd a = j.transpose() * j;
+    const Eigen::VectorXd g = j.transpose() * r;
+    bool accepted = false;
+    double step = 0;
+    while (lambda < 1e12) {
+      Eigen::MatrixXd damped = a;
+      for (int k = 0; k < a.rows(); ++k) damped(k, k) += lambda * std::max(a(k, k), 1e-12);
+      const Eigen::VectorXd delta = damped.ldlt().solve(-g);
+      const Eigen::VectorXd trial = fit.Clamp(out.x + delta);
+      const Eigen::VectorXd moved = trial - out.x;
+      Result<Eigen::VectorXd> tr = fit.Residuals(trial);
+      if (tr.ok() && tr->allFinite() && tr->squaredNorm() < cost) {
+        step = moved.cwiseAbs().maxCoeff();
+        const double previous = cost;
+        out.x = trial;
+        r = *tr;
+        cost = r.squaredNorm();
+        lambda = std::max(lambda / 3, 1e-12);
+        accepted = true;
+        if (previous - cost <= 1e-15 * previous) step = 0;
+        break;
+      }
+      lambda *= 4;
+    }
+    if (!accepted || step < 1e-10) break;
+  }
+  return out;
+}
+
+double RmsLog(const std::vector<double>& predicted, const std::vector<CalibrationRun>& runs,
+              bool holdout) {
+  double sum = 0;
+  int n = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i].row.holdout != holdout) continue;
+    const double e = std::log(predicted[i] / runs[i].row.step_time_s);
+    sum += e * e;
+    ++n;
+  }
+  return n == 0 ? 0 : std::sqrt(sum / n);
+}
+
+}  // namespace
+
+std::string_view CalibParamName(CalibParam p) { return kParamNames[Index(p)]; }
+
+Result<std::vector<CalibParam>> ParseCalibParams(std::string_view list) {
+  std::vector<CalibParam> out;
+  for (const std::string& name : SplitCells(list)) {
+    if (name.empty()) continue;
+    const auto it = std::find(kParamNames.begin(), kParamNames.end(), name);
+    if (it == kParamNames.end()) {
+      std::string known;
+      for (std::string_view n : kParamNames) known += (known.empty() ? "" : ", ") + std::string(n);
+      return Status::Invalid("--fit: unknown parameter '" + Printable(name) + "' (known: " +
+                             known + ")");
+    }
+    const auto p = static_cast<CalibParam>(it - kParamNames.begin());
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  if (out.empty()) return Status::Invalid("--fit: no parameter named");
+  return out;
+}
+
+namespace {
+
+// For a knee k, the best peak in log is the mean of log(e_i (t_i + k) / t_i);
+// returns that peak and the sum of squared log errors.
+std::pair<double, double> KneeCost(const pb::DeviceSpec& device, double knee) {
+  const auto& points = device.efficiency();
+  double mean = 0;
+  for (const pb::EfficiencyPoint& p : points) {
+    mean += std::log(p.efficiency() * (p.tokens() + knee) / p.tokens());
+  }
+  mean /= points.size();
+  double cost = 0;
+  for (const pb::EfficiencyPoint& p : points) {
+    const double e = mean + std::log(p.tokens() / (p.tokens() + knee)) - std::log(p.efficiency());
+    cost += e * e;
+  }
+  return {std::exp(mean), cost};
+}
+
+}  // namespace
+
+KneeEfficiency KneeFromCurve(const pb::DeviceSpec& device) {
+  if (device.efficiency().empty()) return {};
+  // A flat curve (one point, or all equal): its value, knee 1 token (within
+  // 1.6 % of the curve from 64 tokens per call up; the knee stays where the
+  // fit can move it).
+  const auto& points = device.efficiency();
+  if (std::all_of(points.begin(), points.end(), [&](const pb::EfficiencyPoint& p) {
+        return p.efficiency() == points[0].efficiency();
+      })) {
+    return {points[0].efficiency(), 1.0};
+  }
+  // The knee of least squares on a grid (2^-10 .. 2^40 tokens, steps of
+  // 2^0.01), then refined by golden-section search within one grid step on
+  // each side (a curve sampled from the form gives its knee back to ~1e-9).
+  int best_step = -1000;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (int step = -1000; step <= 4000; ++step) {
+    const double cost = KneeCost(device, std::exp2(step / 100.0)).second;
+    if (cost < best_cost - 1e-15) {
+      best_cost = cost;
+      best_step = step;
+    }
+  }
+  const double golden = (std::sqrt(5.0) - 1) / 2;
+  double lo = (best_step - 1) / 100.0, hi = (best_step + 1) / 100.0;  // log2 knee
+  for (int i = 0; i < 80; ++i) {
+    const double a = hi - golden * (hi - lo), b = lo + golden * (hi - lo);
+    if (KneeCost(device, std::exp2(a)).second < KneeCost(device, std::exp2(b)).second) {
+      hi = b;
+    } else {
+      lo = a;
+    }
+  }
+  const double knee = std::exp2((lo + hi) / 2);
+  KneeEfficiency best{KneeCost(device, knee).first, knee};
+  if (best.knee_tokens < 1) best = {KneeCost(device, 1.0).first, 1.0};
+  return best;
+}
+
+void SetKneeEfficiency(const KneeEfficiency& knee, pb::DeviceSpec* device) {
+  KneeEfficiency shape = knee;
+  if (knee.peak_efficiency > 1) {
+    device->set_peak_flops(device->peak_flops() * knee.peak_efficiency);
+    shape.peak_efficiency = 1;
+  }
+  device->clear_efficiency();
+  for (int i = 0; i < kCurvePoints; ++i) {
+    const double tokens = std::exp2(i);
+    pb::EfficiencyPoint* p = device->add_efficiency();
+    p->set_tokens(tokens);
+    p->set_efficiency(std::max(KneeCurve(shape, tokens), 1e-12));
+  }
+}
+
+CalibValues ReadCalibValues(const pb::ClusterSpec& c) {
+  const KneeEfficiency knee = KneeFromCurve(c.device());
+  CalibValues v{};
+  v[Index(CalibParam::kEfficiencyPeak)] = knee.peak_efficiency;
+  v[Index(CalibParam::kEfficiencyKnee)] = knee.knee_tokens;
+  v[Index(CalibParam::kMemoryBandwidth)] = c.device().memory_bandwidth_bytes_per_s();
+  v[Index(CalibParam::kPipelineBandwidth)] = c.pipeline_link().bandwidth_bytes_per_s();
+  v[Index(CalibParam::kPipelineLatency)] = std::max(c.pipeline_link().latency_s(), kMinLatencyS);
+  v[Index(CalibParam::kIntraBandwidth)] = c.intra_node_link().bandwidth_bytes_per_s();
+  v[Index(CalibParam::kIntraLatency)] = std::max(c.intra_node_link().latency_s(), kMinLatencyS);
+  v[Index(CalibParam::kInterBandwidth)] = c.inter_node_link().bandwidth_bytes_per_s();
+  v[Index(CalibParam::kInterLatency)] = std::max(c.inter_node_link().latency_s(), kMinLatencyS);
+  v[Index(CalibParam::kKernelComputeScale)] = 1;
+  v[Index(CalibParam::kKernelAllReduceScale)] = 1;
+  return v;
+}
+
+pb::ClusterSpec WithCalibValues(pb::ClusterSpec c, const CalibValues& v) {
+  SetKneeEfficiency({v[Index(CalibParam::kEfficiencyPeak)], v[Index(CalibParam::kEfficiencyKnee)]},
+                    c.mutable_device());
+  c.mutable_device()->set_memory_bandwidth_bytes_per_s(v[Index(CalibParam::kMemoryBandwidth)]);
+  c.mutable_pipeline_link()->set_bandwidth_bytes_per_s(v[Index(CalibParam::kPipelineBandwidth)]);
+  c.mutable_pipeline_link()->set_latency_s(v[Index(CalibParam::kPipelineLatency)]);
+  c.mutable_intra_node_link()->set_bandwidth_bytes_per_s(v[Index(CalibParam::kIntraBandwidth)]);
+  c.mutable_intra_node_link()->set_latency_s(v[Index(CalibParam::kIntraLatency)]);
+  c.mutable_inter_node_link()->set_bandwidth_bytes_per_s(v[Index(CalibParam::kInterBandwidth)]);
+  c.mutable_inter_node_link()->set_latency_s(v[Index(CalibParam::kInterLatency)]);
+  if (c.has_kernel_costs()) {
+    pb::KernelCosts* k = c.mutable_kernel_costs();
+    const double compute = v[Index(CalibParam::kKernelComputeScale)];
+    for (pb::GemmPoint& p : *k->mutable_gemm()) p.set_flops_per_s(p.flops_per_s() * compute);
+    for (pb::AttentionPoint& p : *k->mutable_attention()) p.set_flops_per_s(p.flops_per_s() * compute);
+    for (pb::RecurrencePoint& p : *k->mutable_recurrence()) p.set_flops_per_s(p.flops_per_s() * compute);
+    const double all_reduce = v[Index(CalibParam::kKernelAllReduceScale)];
+    for (pb::CollectivePoint& p : *k->mutable_all_reduce()) {
+      p.set_bus_bandwidth_bytes_per_s(p.bus_bandwidth_bytes_per_s() * all_reduce);
+    }
+  }
+  return c;
+}
+
+Result<pb::ClusterSpec> VaryParameter(pb::ClusterSpec c, std::string_view name, double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) {
+    return Status::Invalid("--vary " + Printable(name) + ": factor must be > 0");
+  }
+  pb::DeviceSpec* d = c.mutable_device();
+  if (name == "memory_reserve") {
+    d->set_memory_reserve_bytes(factor * (d->has_memory_reserve_bytes()
+                                              ? d->memory_reserve_bytes()
+                                              : models::kDefaultMemoryReserveBytes));
+    d->set_memory_reserve_fraction(factor * (d->has_memory_reserve_fraction()
+                                                 ? d->memory_reserve_fraction()
+                                                 : models::kDefaultMemoryReserveFraction));
+    return c;
+  }
+  const auto it = std::find(kParamNames.begin(), kParamNames.end(), name);
+  if (it == kParamNames.end()) {
+    std::string known;
+    for (std::string_view n : kParamNames) known += std::string(n) + ", ";
+    return Status::Invalid("--vary: unknown parameter '" + Printable(name) + "' (known: " + known +
+                           "memory_reserve)");
+  }
+  switch (static_cast<CalibParam>(it - kParamNames.begin())) {
+    case CalibParam::kEfficiencyPeak: d->set_peak_flops(d->peak_flops() * factor); break;
+    case CalibParam::kEfficiencyKnee:
+      for (pb::EfficiencyPoint& p : *d->mutable_efficiency()) p.set_tokens(p.tokens() * factor);
+      break;
+    case CalibParam::kMemoryBandwidth:
+      d->set_memory_bandwidth_bytes_per_s(d->memory_bandwidth_bytes_per_s() * factor);
+      break;
+    case CalibParam::kKernelComputeScale:
+    case CalibParam::kKernelAllReduceScale: {
+      CalibValues v{};
+      v.fill(1);
+      v[it - kParamNames.begin()] = factor;
+      pb::KernelCosts scaled = WithCalibValues(c, v).kernel_costs();  // only the scales used
+      *c.mutable_kernel_costs() = scaled;
+      break;
+    }
+    default: {
+      pb::LinkSpec* link = it - kParamNames.begin() <= Index(CalibParam::kPipelineLatency)
+                               ? c.mutable_pipeline_link()
+                           : it - kParamNames.begin() <= Index(CalibParam::kIntraLatency)
+                               ? c.mutable_intra_node_link()
+                               : c.mutable_inter_node_link();
+      if (name.ends_with("latency_s")) {
+        link->set_latency_s(link->latency_s() * factor);
+      } else {
+        link->set_bandwidth_bytes_per_s(link->bandwidth_bytes_per_s() * factor);
+      }
+    }
+  }
+  return c;
+}
+
+Result<std::vector<CalibrationRow>> ParseCalibrationCsv(std::string_view text,
+                                                        std::string_view source) {
+  std::vector<Column> header;
+  std::vector<std::string> header_names;
+  std::vector<CalibrationRow> rows;
+  int line_no = 0;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    const std::string trimmed = TrimCell(line);
+    if (trimmed.empty() || trimmed[0] == '#') continue;
+    const std::vector<std::string> cells = SplitCells(line);
+    if (header.empty()) {
+      for (std::size_t c = 0; c < cells.size(); ++c) {
+        const auto it = std::find_if(kColumns.begin(), kColumns.end(),
+                                     [&](const auto& k) { return k.first == cells[c]; });
+        if (it == kColumns.end()) {
+          return CellError(source, line_no, c + 1, "header",
+                           "unknown column '" + Printable(cells[c]) + "' (known: " +
+                               KnownColumns() + ")");
+        }
+        if (std::find(header.begin(), header.end(), it->second) != header.end()) {
+          return CellError(source, line_no, c + 1, "header", "column '" + cells[c] + "' twice");
+        }
+        header.push_back(it->second);
+        header_names.push_back(cells[c]);
+      }
+      if (std::find(header.begin(), header.end(), Column::kStepTime) == header.end()) {
+        return Status::Invalid(Printable(source) + ":" + std::to_string(line_no) +
+                               ": header: no step_time_s column (the measured step time)");
+      }
+      continue;
+    }
+    if (cells.size() != header.size()) {
+      return Status::Invalid(Printable(source) + ":" + std::to_string(line_no) + ": " +
+                             std::to_string(cells.size()) + " cells, the header has " +
+                             std::to_string(header.size()));
+    }
+    CalibrationRow row;
+    row.line = line_no;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      if (cells[c].empty()) {
+        if (header[c] == Column::kStepTime) {
+          return CellError(source, line_no, c + 1, header_names[c], "empty (required)");
+        }
+        continue;
+      }
+      if (Status s = FillCell(header[c], cells[c], &row); !s.ok()) {
+        return CellError(source, line_no, c + 1, header_names[c], s.message());
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  if (header.empty()) return Status::Invalid(Printable(source) + ": no header line");
+  if (rows.empty()) return Status::Invalid(Printable(source) + ": no runs after the header");
+  return rows;
+}
+
+Result<std::vector<CalibrationRun>> ApplyRows(const scenario::ResolvedScenario& base,
+                                              const std::vector<CalibrationRow>& rows,
+                                              std::string_view source) {
+  if (!base.proto().cost_model().empty() && base.proto().cost_model() != "analytic") {
+    return Status::Invalid("calibrate: cost_model '" + Printable(base.proto().cost_model()) +
+                           "' has no parameters to fit (only analytic has)");
+  }
+  std::vector<CalibrationRun> runs;
+  for (const CalibrationRow& row : rows) {
+    pb::Scenario s = base.proto();
+    s.clear_baselines();
+    pb::ScheduleSpec* schedule = s.mutable_schedule();
+    pb::ParallelSpec* par = s.mutable_parallel();
+    if (!row.policy.empty()) {
+      schedule->set_policy(row.policy);
+      if (row.policy == "1f1b" && !row.chunks) schedule->set_chunks(1);
+    }
+    if (row.chunks) schedule->set_chunks(static_cast<std::uint32_t>(*row.chunks));
+    if (row.alpha) schedule->set_alpha(*row.alpha);
+    if (!row.recompute.empty()) schedule->set_recompute(row.recompute);
+    if (!row.system.empty()) schedule->set_system(row.system);
+    if (row.pipeline_size) par->set_pipeline_size(static_cast<std::uint32_t>(*row.pipeline_size));
+    if (row.microbatches) par->set_microbatches(static_cast<std::uint32_t>(*row.microbatches));
+    if (row.microbatch_size) par->set_microbatch_size(static_cast<std::uint32_t>(*row.microbatch_size));
+    if (row.tensor_size) par->set_tensor_size(static_cast<std::uint32_t>(*row.tensor_size));
+    if (row.data_size) par->set_data_size(static_cast<std::uint32_t>(*row.data_size));
+    if (row.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*row.seq_len));
+    const std::string where = Printable(source) + ":" + std::to_string(row.line) +
+                              ": the model cannot express this run";
+    Result<scenario::ResolvedScenario> resolved = scenario::Resolve(std::move(s));
+    if (!resolved.ok()) return resolved.status().WithPrefix(where);
+    Result<Simulation> sim = Simulate(*resolved, resolved->proto().schedule());
+    if (!sim.ok()) return sim.status().WithPrefix(where);
+    runs.push_back({row, std::move(resolved).value()});
+  }
+  return runs;
+}
+
+Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
+                              const CalibrationOptions& options) {
+  std::vector<int> fitted_runs;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (!runs[i].row.holdout) fitted_runs.push_back(static_cast<int>(i));
+  }
+  if (fitted_runs.empty()) {
+    return Status::Invalid("calibrate: every run is held out (set = holdout): nothing to fit");
+  }
+  const pb::ClusterSpec& base = runs[0].scenario.proto().cluster();
+  const CalibValues start = ReadCalibValues(base);
+  std::vector<int> asked;
+  if (options.fit.empty()) {
+    for (int k = 0; k < kNumCalibParams; ++k) asked.push_back(k);
+  } else {
+    for (CalibParam p : options.fit) asked.push_back(Index(p));
+  }
+
+  // Sensitivities at the start, of every parameter, to choose the free ones.
+  std::vector<int> all(kNumCalibParams);
+  for (int k = 0; k < kNumCalibParams; ++k) all[k] = k;
+  const LogFit probe(runs, fitted_runs, base, start, all);
+  SF_ASSIGN_OR_RETURN(Eigen::MatrixXd sens, probe.Jacobian(probe.Start(), 1e-4));
+
+  Calibration out;
+  pb::CalibrationReport& report = out.report;
+  std::vector<int> free;
+  for (int k = 0; k < kNumCalibParams; ++k) {
+    pb::CalibrationParameter* p = report.add_parameters();
+    p->set_name(std::string(kParamNames[k]));
+    p->set_initial(start[k]);
+    Eigen::Index row = 0;
+    const double s = sens.col(k).cwiseAbs().maxCoeff(&row);
+    p->set_max_sensitivity(s);
+    p->set_most_sensitive_line(runs[fitted_runs[row]].row.line);
+    const bool wanted = std::find(asked.begin(), asked.end(), k) != asked.end();
+    if (!wanted) {
+      p->set_status("held: not asked for");
+    } else if (s < options.min_sensitivity) {
+      p->set_status("held: not constrained by the runs");
+    } else {
+      p->set_status("fitted");
+      free.push_back(k);
+    }
+  }
+
+  const LogFit fit(runs, fitted_runs, base, start, free);
+  Eigen::VectorXd x = fit.Start();
+  if (!free.empty()) {
+    SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(fit, options.max_iterations));
+    x = lm.x;
+    report.set_iterations(lm.iterations);
+  } else {
+    report.add_notes("no parameter is constrained by the runs: the cluster is unchanged");
+  }
+  const CalibValues fitted = fit.ValuesAt(x);
+  for (int k = 0; k < kNumCalibParams; ++k) report.mutable_parameters(k)->set_fitted(fitted[k]);
+  out.cluster = WithCalibValues(base, fitted);
+
+  SF_ASSIGN_OR_RETURN(Prediction before, PredictAll(runs, WithCalibValues(base, start)));
+  SF_ASSIGN_OR_RETURN(Prediction after, PredictAll(runs, out.cluster));
+
+  // The reserve: the largest measured overhead beyond the allocated peak.
+  double overhead = -1;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const CalibrationRow& row = runs[i].row;
+    if (!row.used_bytes) continue;
+    const double peak = row.peak_bytes ? *row.peak_bytes : after.peak_bytes[i];
+    overhead = std::max(overhead, *row.used_bytes - peak);
+  }
+  pb::DeviceSpec* device = out.cluster.mutable_device();
+  if (overhead >= 0) {
+    device->set_memory_reserve_bytes(overhead);
+    device->set_memory_reserve_fraction(0);
+    report.add_notes("memory reserve: the largest used_bytes - peak_bytes of the runs (" +
+                     std::to_string(overhead / (1024.0 * 1024 * 1024)).substr(0, 6) +
+                     " GiB), fraction 0");
+  } else {
+    report.add_notes("memory reserve: the cluster's (no run gives used_bytes)");
+  }
+  report.set_memory_reserve_bytes(device->has_memory_reserve_bytes()
+                                      ? device->memory_reserve_bytes()
+                                      : models::kDefaultMemoryReserveBytes);
+  report.set_memory_reserve_fraction(device->has_memory_reserve_fraction()
+                                         ? device->memory_reserve_fraction()
+                                         : models::kDefaultMemoryReserveFraction);
+
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const CalibrationRow& row = runs[i].row;
+    const pb::Scenario& s = runs[i].scenario.proto();
+    pb::CalibrationRunResult* r = report.add_runs();
+    r->set_line(row.line);
+    r->set_name(row.name);
+    r->set_policy(s.schedule().policy());
+    r->set_pipeline_size(s.parallel().pipeline_size());
+    r->set_microbatches(s.parallel().microbatches());
+    r->set_chunks(s.schedule().chunks());
+    r->set_seq_len(static_cast<double>(s.seq_len()));
+    r->set_alpha(s.schedule().alpha());
+    r->set_tensor_size(s.parallel().tensor_size());
+    r->set_data_size(s.parallel().data_size());
+    r->set_measured_step_time_s(row.step_time_s);
+    r->set_initial_step_time_s(before.step_time_s[i]);
+    r->set_predicted_step_time_s(after.step_time_s[i]);
+    r->set_step_time_rel_error((after.step_time_s[i] - row.step_time_s) / row.step_time_s);
+    r->set_predicted_peak_bytes(after.peak_bytes[i]);
+    if (row.peak_bytes) {
+      r->set_measured_peak_bytes(*row.peak_bytes);
+      r->set_peak_rel_error((after.peak_bytes[i] - *row.peak_bytes) / *row.peak_bytes);
+    }
+    if (row.used_bytes) r->set_measured_used_bytes(*row.used_bytes);
+    r->set_fitted(!row.holdout);
+  }
+  report.set_initial_rms_log_error(RmsLog(before.step_time_s, runs, false));
+  report.set_rms_log_error(RmsLog(after.step_time_s, runs, false));
+  report.set_holdout_rms_log_error(RmsLog(after.step_time_s, runs, true));
+  return out;
+}
+
+std::string ClusterPresetText(const pb::ClusterSpec& cluster,
+                              const std::vector<std::string>& comment) {
+  std::string text;
+  for (const std::string& line : comment) text += "# " + line + "\n";
+  std::string body;
+  google::protobuf::TextFormat::PrintToString(cluster, &body);
+  return text + body;
+}
+
+}  // namespace stateflow::sim

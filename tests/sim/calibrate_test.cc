@@ -1,0 +1,307 @@
+// Calibration (sim/calibrate.h): the runs CSV's columns and its one-line
+// errors, a run the model cannot express, the efficiency curve's two-parameter
+// form, and the requirement: parameters recovered within 1 % from
+// runs synthesised by the simulator with known parameters.
+#include "sim/calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "scenario/load.h"
+#include "sim/simulation.h"
+#include "tests/scenario_testing.h"
+
+namespace stateflow::sim {
+namespace {
+
+using ::stateflow::testing::MustResolve;
+
+// The tiny GDN (2 heads, so TP 1 or 2) on a cluster of 2 devices per node.
+pb::Scenario TinyScenario(const pb::ClusterSpec& cluster) {
+  pb::Scenario s;
+  s.set_name("calibrate-test");
+  s.set_model_preset("gdn-tiny");
+  *s.mutable_cluster() = cluster;
+  s.mutable_parallel()->set_pipeline_size(2);
+  s.mutable_parallel()->set_microbatches(4);
+  s.set_seq_len(1024);
+  s.mutable_schedule()->set_policy("stateflow");
+  s.mutable_schedule()->set_chunks(4);
+  s.mutable_schedule()->set_granularity(16);
+  return s;
+}
+
+// The "true" cluster of the synthesised runs: slow links, so that every link
+// parameter moves the step time, and an efficiency knee inside the runs'
+// tokens per chunk.
+// In CalibParam order; the memory bandwidth is never the limit.
+constexpr CalibValues kTruth = {0.6, 200, 1e13, 2e8, 200e-6, 5e8, 100e-6, 1e8, 300e-6, 1, 1};
+
+pb::ClusterSpec TrueCluster() {
+  pb::ClusterSpec c = *models::ClusterPreset("cpu");
+  c.set_name("true");
+  return WithCalibValues(c, kTruth);
+}
+
+// Parameters no synthesised run depends on: the memory bandwidth (never the
+// limit) and the kernel-cost scales (the cluster has no kernel costs).
+bool Unconstrained(int k) {
+  return k == static_cast<int>(CalibParam::kMemoryBandwidth) ||
+         k == static_cast<int>(CalibParam::kKernelComputeScale) ||
+         k == static_cast<int>(CalibParam::kKernelAllReduceScale);
+}
+
+// Every other parameter moved by +30 % or -30 %.
+pb::ClusterSpec StartCluster() {
+  CalibValues v = kTruth;
+  for (int k = 0; k < kNumCalibParams; ++k) {
+    if (!Unconstrained(k)) v[k] *= (k % 2 == 0) ? 1.3 : 0.7;
+  }
+  return WithCalibValues(TrueCluster(), v);
+}
+
+// Runs over T, N, P, TP and DP (DP 2 in a node, DP 4 across two), their
+// step times simulated on the true cluster, as a CSV.
+std::string SynthesisedCsv() {
+  const scenario::ResolvedScenario truth = MustResolve(TinyScenario(TrueCluster()));
+  std::string csv = "name,policy,P,M,N,T,tp,dp,step_time_s\n";
+  struct Config { const char* policy; int p, m, n, t, tp, dp; };
+  const std::vector<Config> configs = {
+      {"1f1b", 1, 2, 1, 256, 1, 1},       {"1f1b", 1, 2, 1, 4096, 1, 1},
+      {"stateflow", 1, 2, 8, 1024, 1, 1}, {"stateflow", 1, 2, 16, 512, 1, 1},
+      {"1f1b", 2, 4, 1, 512, 1, 1},       {"1f1b", 2, 4, 1, 2048, 1, 1},
+      {"stateflow", 2, 4, 4, 512, 1, 1},  {"stateflow", 2, 4, 8, 4096, 1, 1},
+      {"stateflow", 4, 8, 2, 1024, 1, 1}, {"stateflow", 4, 4, 16, 2048, 1, 1},
+      {"stateflow", 2, 4, 4, 1024, 2, 1}, {"1f1b", 1, 2, 1, 2048, 2, 1},
+      {"stateflow", 2, 4, 8, 256, 2, 1},  {"1f1b", 2, 2, 1, 512, 1, 2},
+      {"stateflow", 2, 2, 4, 2048, 1, 2}, {"1f1b", 2, 2, 1, 512, 1, 4},
+      {"stateflow", 1, 2, 2, 4096, 1, 4}, {"stateflow", 2, 4, 2, 256, 1, 4},
+  };
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const Config& c = configs[i];
+    pb::Scenario s = truth.proto();
+    s.mutable_schedule()->set_policy(c.policy);
+    s.mutable_schedule()->set_chunks(c.n);
+    s.mutable_parallel()->set_pipeline_size(c.p);
+    s.mutable_parallel()->set_microbatches(c.m);
+    s.mutable_parallel()->set_tensor_size(c.tp);
+    s.mutable_parallel()->set_data_size(c.dp);
+    s.set_seq_len(c.t);
+    const scenario::ResolvedScenario r = MustResolve(s);
+    Result<Simulation> sim = Simulate(r, r.proto().schedule());
+    EXPECT_TRUE(sim.ok()) << sim.status().message();
+    char line[256];
+    std::snprintf(line, sizeof(line), "run%zu,%s,%d,%d,%d,%d,%d,%d,%.17g\n", i, c.policy, c.p,
+                  c.m, c.n, c.t, c.tp, c.dp, sim->report.step_time_s());
+    csv += line;
+  }
+  return csv;
+}
+
+std::vector<CalibrationRun> MustApply(const pb::ClusterSpec& start, const std::string& csv) {
+  Result<std::vector<CalibrationRow>> rows = ParseCalibrationCsv(csv, "runs.csv");
+  EXPECT_TRUE(rows.ok()) << rows.status().message();
+  Result<std::vector<CalibrationRun>> runs =
+      ApplyRows(MustResolve(TinyScenario(start)), *rows, "runs.csv");
+  EXPECT_TRUE(runs.ok()) << runs.status().message();
+  return std::move(runs).value();
+}
+
+TEST(Calibrate, RecoversSynthesisedParametersWithinOnePercent) {
+  const std::vector<CalibrationRun> runs = MustApply(StartCluster(), SynthesisedCsv());
+  Result<Calibration> c = Calibrate(runs, {});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const CalibValues& truth = kTruth;
+  int fitted = 0;
+  for (int k = 0; k < kNumCalibParams; ++k) {
+    const pb::CalibrationParameter& p = c->report.parameters(k);
+    SCOPED_TRACE(p.name() + " status " + p.status());
+    if (Unconstrained(k)) {
+      // No run depends on it: not constrained, held at the start.
+      EXPECT_EQ(p.status(), "held: not constrained by the runs");
+      EXPECT_EQ(p.fitted(), p.initial());
+      continue;
+    }
+    EXPECT_EQ(p.status(), "fitted");
+    EXPECT_NEAR(p.initial() / truth[k], (k % 2 == 0) ? 1.3 : 0.7, 1e-6);
+    EXPECT_NEAR(p.fitted() / truth[k], 1.0, 0.01);
+    ++fitted;
+  }
+  EXPECT_EQ(fitted, kNumCalibParams - 3);
+  EXPECT_LT(c->report.rms_log_error(), 1e-4);
+  EXPECT_GT(c->report.initial_rms_log_error(), 0.05);
+  for (const pb::CalibrationRunResult& r : c->report.runs()) {
+    EXPECT_NEAR(r.step_time_rel_error(), 0.0, 1e-3) << "line " << r.line();
+  }
+}
+
+TEST(Calibrate, FitsOnlyTheParametersAskedForAndPredictsHeldOutRuns) {
+  // Only the efficiency is wrong at the start; the held-out runs (every
+  // third) are predicted from the others.
+  CalibValues v = kTruth;
+  v[static_cast<int>(CalibParam::kEfficiencyPeak)] *= 0.5;
+  const pb::ClusterSpec start = WithCalibValues(TrueCluster(), v);
+  std::string csv = SynthesisedCsv();
+  // Append ",set" to the header and fit/holdout to each row.
+  std::string marked;
+  int line = 0;
+  std::size_t pos = 0;
+  while (pos < csv.size()) {
+    const std::size_t end = csv.find('\n', pos);
+    std::string l = csv.substr(pos, end - pos);
+    pos = end + 1;
+    l += line == 0 ? ",set" : (line % 3 == 0 ? ",holdout" : ",fit");
+    marked += l + "\n";
+    ++line;
+  }
+  const std::vector<CalibrationRun> runs = MustApply(start, marked);
+  Result<Calibration> c = Calibrate(runs, {.fit = {CalibParam::kEfficiencyPeak}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->report.parameters(0).status(), "fitted");
+  EXPECT_NEAR(c->report.parameters(0).fitted() / 0.6, 1.0, 1e-4);
+  for (int k = 1; k < kNumCalibParams; ++k) {
+    EXPECT_EQ(c->report.parameters(k).status(), "held: not asked for");
+  }
+  EXPECT_LT(c->report.holdout_rms_log_error(), 1e-4);
+  int holdout = 0;
+  for (const pb::CalibrationRunResult& r : c->report.runs()) holdout += !r.fitted();
+  EXPECT_EQ(holdout, 6);
+}
+
+TEST(Calibrate, ReserveIsTheLargestMeasuredOverhead) {
+  const pb::ClusterSpec cluster = TrueCluster();
+  const std::string csv =
+      "T,step_time_s,peak_bytes,used_bytes\n"
+      "512,0.1,1000000,1500000\n"
+      "1024,0.2,2000000,2700000\n"
+      "2048,0.4,4000000,4600000\n";
+  const std::vector<CalibrationRun> runs = MustApply(cluster, csv);
+  Result<Calibration> c = Calibrate(runs, {.fit = {CalibParam::kEfficiencyPeak}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->cluster.device().memory_reserve_bytes(), 700000);
+  EXPECT_EQ(c->cluster.device().memory_reserve_fraction(), 0);
+  EXPECT_EQ(c->report.memory_reserve_bytes(), 700000);
+  EXPECT_NEAR(c->report.runs(1).peak_rel_error(),
+              c->report.runs(1).predicted_peak_bytes() / 2000000 - 1, 1e-12);
+}
+
+TEST(Calibrate, KneeFormRoundTripsThroughTheCurvePoints) {
+  pb::ClusterSpec c = *models::ClusterPreset("cpu");
+  SetKneeEfficiency({0.45, 300}, c.mutable_device());
+  const KneeEfficiency back = KneeFromCurve(c.device());
+  EXPECT_NEAR(back.peak_efficiency / 0.45, 1.0, 1e-7);
+  EXPECT_NEAR(back.knee_tokens / 300, 1.0, 1e-7);
+  // The A100 preset's assumed curve is not of the form: the least-squares
+  // knee lies between its points.
+  const KneeEfficiency a100 = KneeFromCurve(models::ClusterPreset("a100-80gb-nvlink")->device());
+  EXPECT_GT(a100.knee_tokens, 128);
+  EXPECT_LT(a100.knee_tokens, 16384);
+  EXPECT_GT(a100.peak_efficiency, 0.6);
+  EXPECT_LT(a100.peak_efficiency, 0.9);
+  // A flat curve: its value, knee 1 token.
+  const KneeEfficiency flat = KneeFromCurve(models::ClusterPreset("cpu")->device());
+  EXPECT_EQ(flat.peak_efficiency, 1.0);
+  EXPECT_EQ(flat.knee_tokens, 1.0);
+  // Above 1 the peak FLOP/s grows instead, the points stay in (0, 1].
+  pb::ClusterSpec fast = *models::ClusterPreset("cpu");
+  SetKneeEfficiency({2.0, 1}, fast.mutable_device());
+  EXPECT_EQ(fast.device().peak_flops(), 2 * 10e9);
+  for (const pb::EfficiencyPoint& p : fast.device().efficiency()) EXPECT_LE(p.efficiency(), 1.0);
+  EXPECT_TRUE(models::ValidateCluster(fast).ok());
+}
+
+TEST(Calibrate, PresetTextParsesBackToTheCluster) {
+  const pb::ClusterSpec c = TrueCluster();
+  const std::string text = ClusterPresetText(c, {"a comment", "another"});
+  EXPECT_EQ(text.rfind("# a comment\n# another\n", 0), 0u);
+  pb::ClusterSpec back;
+  ASSERT_TRUE(scenario::ParseTextProto(text, "preset", &back).ok());
+  EXPECT_EQ(back.SerializeAsString(), c.SerializeAsString());
+}
+
+// ------------------------------------------------------------ bad input ----
+
+std::string CsvError(const std::string& csv) {
+  Result<std::vector<CalibrationRow>> rows = ParseCalibrationCsv(csv, "runs.csv");
+  return rows.ok() ? "" : rows.status().message();
+}
+
+TEST(CalibrateCsv, ParsesColumnsInAnyOrderWithCommentsAndEmptyCells) {
+  Result<std::vector<CalibrationRow>> rows = ParseCalibrationCsv(
+      "# measured on 2 nodes\n\nstep_time_s, N ,policy,alpha,peak_bytes,set,name\n"
+      "0.5,8,stateflow,0.5,,holdout,a\n"
+      "# between\n1.25,,1f1b,,3e9,fit,b\n",
+      "runs.csv");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), 2u);
+  const CalibrationRow& a = (*rows)[0];
+  EXPECT_EQ(a.line, 4);
+  EXPECT_EQ(a.step_time_s, 0.5);
+  EXPECT_EQ(a.chunks, 8);
+  EXPECT_EQ(a.policy, "stateflow");
+  EXPECT_EQ(a.alpha, 0.5);
+  EXPECT_FALSE(a.peak_bytes.has_value());
+  EXPECT_TRUE(a.holdout);
+  EXPECT_EQ(a.name, "a");
+  const CalibrationRow& b = (*rows)[1];
+  EXPECT_EQ(b.line, 6);
+  EXPECT_FALSE(b.chunks.has_value());
+  EXPECT_EQ(b.peak_bytes, 3e9);
+  EXPECT_FALSE(b.holdout);
+}
+
+TEST(CalibrateCsv, ErrorsNameFileLineAndColumn) {
+  EXPECT_EQ(CsvError("T,N,step_time_s\n1024,4x,0.5\n"),
+            "runs.csv:2:2: N: '4x' is not an integer in [1, 1048576]");
+  EXPECT_EQ(CsvError("T,step_time_s\n1024,-1\n"), "runs.csv:2:2: step_time_s: '-1' is not a number > 0.0");
+  EXPECT_EQ(CsvError("T,step_time_s\n1024,\n"), "runs.csv:2:2: step_time_s: empty (required)");
+  EXPECT_EQ(CsvError("# c\nT,steptime\n"),
+            "runs.csv:2:2: header: unknown column 'steptime' (known: name, policy, P, M, N, T, "
+            "alpha, B, tp, dp, recompute, system, step_time_s, peak_bytes, used_bytes, set)");
+  EXPECT_EQ(CsvError("T,N\n"), "runs.csv:1: header: no step_time_s column (the measured step time)");
+  EXPECT_EQ(CsvError("T,step_time_s\n1,2,3\n"), "runs.csv:2: 3 cells, the header has 2");
+  EXPECT_EQ(CsvError("step_time_s,set\n1,train\n"), "runs.csv:2:2: set: 'train' is not fit or holdout");
+  EXPECT_EQ(CsvError("step_time_s,T,T\n"), "runs.csv:1:3: header: column 'T' twice");
+  EXPECT_EQ(CsvError("# only comments\n"), "runs.csv: no header line");
+  EXPECT_EQ(CsvError("step_time_s\n"), "runs.csv: no runs after the header");
+  EXPECT_EQ(CsvError("step_time_s,alpha\n1,101\n"),
+            "runs.csv:2:2: alpha: alpha must be in [0, 100] (got 101)");
+}
+
+TEST(CalibrateCsv, ARunTheModelCannotExpressNamesItsLine) {
+  // gdn-tiny has 2 heads: TP 3 cannot split them.
+  Result<std::vector<CalibrationRow>> rows =
+      ParseCalibrationCsv("tp,step_time_s\n1,0.5\n3,0.5\n", "runs.csv");
+  ASSERT_TRUE(rows.ok());
+  Result<std::vector<CalibrationRun>> runs =
+      ApplyRows(MustResolve(TinyScenario(TrueCluster())), *rows, "runs.csv");
+  ASSERT_FALSE(runs.ok());
+  EXPECT_EQ(runs.status().message().rfind("runs.csv:3: the model cannot express this run: ", 0), 0u)
+      << runs.status().message();
+  EXPECT_NE(runs.status().message().find("tensor_size"), std::string::npos)
+      << runs.status().message();
+  // A T that N chunks at granularity 16 cannot cut.
+  rows = ParseCalibrationCsv("N,T,step_time_s\n64,512,0.5\n", "runs.csv");
+  ASSERT_TRUE(rows.ok());
+  runs = ApplyRows(MustResolve(TinyScenario(TrueCluster())), *rows, "runs.csv");
+  ASSERT_FALSE(runs.ok());
+  EXPECT_EQ(runs.status().message().rfind("runs.csv:2: the model cannot express this run: ", 0), 0u)
+      << runs.status().message();
+}
+
+TEST(CalibrateCsv, UnknownFitParameterListsTheKnown) {
+  Result<std::vector<CalibParam>> p = ParseCalibParams("efficiency.peak,link.speed");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message().rfind("--fit: unknown parameter 'link.speed' (known: efficiency.peak, ", 0),
+            0u);
+  p = ParseCalibParams("pipeline_link.latency_s, efficiency.peak");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->size(), 2u);
+}
+
+}  // namespace
+}  // namespace stateflow::sim
