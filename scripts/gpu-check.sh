@@ -29,7 +29,7 @@ echo "gpu-check: $(nvidia-smi -L | head -1) ... ($gpus GPUs)"
 dir=build-cuda
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DSF_CUDA=ON >/dev/null
 cmake --build "$dir" -j "$(nproc)"
-sf="$dir/stateflow"
+sf="$dir/stateflow-cuda"  # the program with the CUDA backend
 
 echo "== GPU tests (every kernel vs the host-grid device)"
 (cd "$dir" && ctest -L gpu --output-on-failure)

@@ -3,9 +3,7 @@
 
 #include "backend/device/device.h"
 #include "backend/device/host_grid_device.h"
-#if SF_HAVE_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
+#include "backend/device/cuda_hooks.h"
 
 namespace stateflow::backend {
 
@@ -13,14 +11,12 @@ Result<Device*> GetDevice(std::string_view name, int local_rank) {
   if (name == "cpu") return &CpuDevice();
   if (name == "host-grid") return &HostGridDevice();
   if (name == "cuda") {
-#if SF_HAVE_CUDA
-    return MakeCudaDevice(local_rank);
-#else
-    (void)local_rank;
-    return Status::Invalid(
-        "--device cuda: this build has no CUDA backend (configure with -DSF_CUDA=ON on a "
-        "machine with nvcc, cuBLAS and NCCL)");
-#endif
+    if (CudaHooks().make_device == nullptr) {
+      return Status::Invalid(
+          "--device cuda: this program has no CUDA backend (run stateflow-cuda, which a build "
+          "with nvcc, cuBLAS and NCCL makes beside stateflow; -DSF_CUDA=ON requires it)");
+    }
+    return CudaHooks().make_device(local_rank);
   }
   return Status::Invalid("--device: unknown device '" + std::string(name) +
                          "' (known: cpu, host-grid, cuda)");

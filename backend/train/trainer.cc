@@ -4,14 +4,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "backend/comm/in_process_comm.h"
 #include "backend/comm/mpi.h"
 #include "backend/device/device.h"
-#if SF_HAVE_CUDA
-#include "backend/cuda/nccl_comm.h"
-#endif
+#include "backend/device/cuda_hooks.h"
 
 namespace stateflow::backend {
 namespace {
@@ -201,20 +200,23 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
     local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes, device);
     local->transport = std::make_unique<TrackingAllocator>(r, std::nullopt, device);
     if (device->kind() == DeviceKind::kCuda && group_->size() > 1) {
-#if SF_HAVE_CUDA
       // GPU memory is not MPI's to move here: the MPI comm made with the
       // transport gives way to NCCL on the same ranks.
+      NcclCommFactory<T> make_nccl;
+      if constexpr (std::is_same_v<T, float>) {
+        make_nccl = CudaHooks().make_nccl_comm_f32;
+      } else {
+        make_nccl = CudaHooks().make_nccl_comm_f64;
+      }
+      if (make_nccl == nullptr) return Status::Internal("a CUDA device without the NCCL comm");
       const std::int64_t rows_per_token = setup_.microbatch_size, C = setup_.model.hidden_size();
       const schedule::Partition* partition = &setup_.partition;
       SF_ASSIGN_OR_RETURN(
           local->comm,
-          MakeNcclComm<T>(setup_.plan, r, *device, local->transport.get(),
-                          [partition, rows_per_token, C](const MessageKey& key) {
-                            return rows_per_token * partition->length(key.chunk) * C;
-                          }));
-#else
-      return Status::Internal("a CUDA device in a build without SF_CUDA");
-#endif
+          make_nccl(setup_.plan, r, *device, local->transport.get(),
+                    [partition, rows_per_token, C](const MessageKey& key) {
+                      return rows_per_token * partition->length(key.chunk) * C;
+                    }));
     }
     SF_ASSIGN_OR_RETURN(local->module, factory(r, setup_.stage_layers[r], local->alloc.get()));
     if (local->module->is_first() != (r == 0) || local->module->is_last() != (r == P - 1)) {
