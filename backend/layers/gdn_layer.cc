@@ -181,8 +181,9 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
       New(kWs, {ops().GdnCoreForwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+  auto core = d.st_overlap ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
   for (int64_t b = 0; b < B; ++b) {
-    ops().GdnCoreForward(s->o.data() + b * Ts * d.HV(),
+    (ops().*core)(s->o.data() + b * Ts * d.HV(),
                       state_out != nullptr ? state_out->S.data() + b * state : nullptr,
                       ws.data(), s->q.data() + b * Ts * d.HK(), s->k.data() + b * Ts * d.HK(),
                       s->v.data() + b * Ts * d.HV(), s->g.data() + b * Ts * d.H,
