@@ -163,6 +163,18 @@ class CpuOps final : public Ops<T> {
                                 dS_out, q, k, v, g, beta, S_in, T_len, H, Dk,
                                 Dv, block_size);
   }
+  void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta,
+                                 T* dS_in, T* workspace, const T* dO,
+                                 const T* dS_out, const T* q, const T* k,
+                                 const T* v, const T* g, const T* beta,
+                                 const T* S_in, int64_t T_len, int64_t H,
+                                 int64_t Dk, int64_t Dv,
+                                 int64_t block_size) override {
+    backend::GdnCoreBackwardOverlapped<T>(dq, dk, dv, dg, dbeta, dS_in,
+                                          workspace, dO, dS_out, q, k, v, g,
+                                          beta, S_in, T_len, H, Dk, Dv,
+                                          block_size);
+  }
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,
                         int64_t F) override {

@@ -295,8 +295,9 @@ TEST(GdnLayerTest, RecomputeFullIsBitIdenticalToNone) {
   }
 }
 
-// dims.st_overlap: the core's forward through Ops::GdnCoreForwardOverlapped
-// (on the CPU the split-and-overlap kernel), the same arithmetic per block:
+// dims.st_overlap: the core's forward and backward through the Ops'
+// overlapped entry points (on the CPU the split-and-overlap kernels), the
+// same arithmetic per block:
 // outputs, states and gradients bit for bit in float64 (full blocks of >= 16
 // tokens, as gdn_core.h states), under both recompute modes.
 TEST(GdnLayerTest, StOverlapIsBitIdenticalToSequential) {

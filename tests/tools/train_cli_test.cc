@@ -123,9 +123,9 @@ TEST(TrainCli, TwoThreadsAreRepeatableAndExact) {
   EXPECT_LT(RelError(ParseReport(two), ParseReport(one)), 1e-10);
 }
 
-// schedule.st_overlap on the CPU: the GDN core's forward runs split and
-// overlapped (GdnCoreForwardOverlapped) on two threads, the same arithmetic
-// per block, so the float64 losses equal overlap off bit for bit, in one
+// schedule.st_overlap on the CPU: the GDN core's forward and backward run
+// split and overlapped (GdnCoreForwardOverlapped, GdnCoreBackwardOverlapped)
+// on two threads, the same arithmetic per block, so the float64 losses equal overlap off bit for bit, in one
 // process and under mpirun. T = 256 in N = 2 chunks: full 64-token blocks.
 TEST(TrainCli, StOverlapGivesTheSameLossesBitForBit) {
   const std::vector<std::string> args = {"--dtype", "float64", "--steps", "2", "-T", "256",
