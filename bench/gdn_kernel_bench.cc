@@ -11,6 +11,9 @@
 //   GdnForwardThreads/mode:0   GdnCoreForward on 1 thread (sequential)
 //   GdnForwardThreads/mode:1   GdnCoreForward on 2 threads (heads split)
 //   GdnForwardThreads/mode:2   GdnCoreForwardOverlapped on 2 threads
+//   GdnBackwardThreads/mode:0  GdnCoreBackward on 1 thread (sequential)
+//   GdnBackwardThreads/mode:1  GdnCoreBackward on 2 threads (heads split)
+//   GdnBackwardThreads/mode:2  GdnCoreBackwardOverlapped on 2 threads
 // at H = 1, 2, 4 and T = 256 to 4096:
 //   ./bench/bench_gdn_kernel --benchmark_filter=Threads --benchmark_repetitions=3
 //
@@ -130,7 +133,33 @@ void GdnForwardThreads(benchmark::State& state) {
   SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).forward);
 }
 
+void GdnBackwardThreads(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  SetKernelThreads(mode == 0 ? 1 : 2);
+  const GdnInputs in(state.range(1), state.range(2), 128, 128);
+  const int64_t nk = in.T * in.H * in.Dk, nv = in.T * in.H * in.Dv,
+                ns = in.H * in.Dv * in.Dk;
+  std::vector<float> dO(nv, 0.01f), dS_out(ns, 0.01f), dq(nk), dk(nk), dv(nv),
+      dg(in.T * in.H), dbeta(in.T * in.H), dS_in(ns),
+      ws(GdnCoreBackwardWorkspaceSize(in.T, in.H, in.Dk, in.Dv));
+  auto* core = mode == 2 ? &GdnCoreBackwardOverlapped<float> : &GdnCoreBackward<float>;
+  for (auto _ : state) {
+    core(dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dS_in.data(), ws.data(),
+         dO.data(), dS_out.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+         in.beta.data(), in.S_in.data(), in.T, in.H, in.Dk, in.Dv, kGdnBlockSize);
+    benchmark::DoNotOptimize(dq.data());
+    benchmark::ClobberMemory();
+  }
+  SetKernelThreads(1);
+  SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).backward);
+}
+
 BENCHMARK(GdnForwardThreads)
+    ->ArgNames({"mode", "T", "H"})
+    ->ArgsProduct({{0, 1, 2}, {256, 1024, 4096}, {1, 2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(GdnBackwardThreads)
     ->ArgNames({"mode", "T", "H"})
     ->ArgsProduct({{0, 1, 2}, {256, 1024, 4096}, {1, 2, 4}})
     ->UseRealTime()

@@ -78,6 +78,9 @@ Status ValidatePolicies(const pb::SweepSpec& sweep) {
   return Status::Ok();
 }
 
+// B_V's range, as models/placement.cc checks schedule.st_tile.
+constexpr models::IntRange kStTile{1, 4096};
+
 bool HasAttention(const pb::ModelSpec& model) {
   for (models::LayerKind kind : models::LayerList(model)) {
     if (kind == models::LayerKind::kAttention) return true;
@@ -130,6 +133,8 @@ pb::SweepRun RunFromReport(const SweepConfig& config, const pb::ScheduleSpec& sc
   run.set_microbatches(config.microbatches);
   run.set_chunks(config.chunks);
   run.set_alpha(config.alpha);
+  run.set_st_overlap(report.st_overlap());
+  run.set_st_tile(report.st_tile());
   run.set_recompute(schedule.recompute());
   run.set_system(report.system());
   run.set_step_time_s(report.step_time_s());
@@ -170,12 +175,14 @@ void FinishCell(const SweepConfig& config, int first, pb::SweepReport* report) {
 }
 
 // Placements (cost model and stage assignment), one per (sequence length,
-// recompute mode, system).
+// recompute mode, system, ST overlap, ST tile): the cost model's options.
 class PlacementCache {
  public:
   Result<std::shared_ptr<const scenario::Placement>> Get(
       const scenario::ResolvedScenario& scenario, const pb::ScheduleSpec& schedule) {
-    const auto key = std::make_tuple(scenario.seq_len(), schedule.recompute(), schedule.system());
+    const auto key = std::make_tuple(scenario.seq_len(), schedule.recompute(), schedule.system(),
+                                     schedule.st_overlap(),
+                                     schedule.has_st_tile() ? schedule.st_tile() : 0u);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
       SF_ASSIGN_OR_RETURN(std::shared_ptr<const scenario::Placement> placement,
@@ -186,7 +193,7 @@ class PlacementCache {
   }
 
  private:
-  std::map<std::tuple<std::int64_t, std::string, std::string>,
+  std::map<std::tuple<std::int64_t, std::string, std::string, bool, std::uint32_t>,
            std::shared_ptr<const scenario::Placement>>
       cache_;
 };
@@ -243,7 +250,8 @@ void FillHeader(const pb::Scenario& s, pb::SweepReport* report) {
 std::string ConfigLabel(const SweepConfig& c) {
   return c.policy + " T=" + std::to_string(c.seq_len) + " GBS=" +
          std::to_string(c.global_batch) + " N=" + std::to_string(c.chunks) +
-         " alpha=" + Num(c.alpha);
+         " alpha=" + Num(c.alpha) + (c.st_overlap ? " st_overlap=on" : "") +
+         (c.st_tile > 0 ? " st_tile=" + std::to_string(c.st_tile) : "");
 }
 
 Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::SweepSpec& sweep) {
@@ -274,6 +282,8 @@ Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::Sweep
     }
   }
   SF_RETURN_IF_ERROR(InRange("seq_len", sweep.seq_len(), models::kSeqLen));
+  SF_RETURN_IF_ERROR(InRange("st_tile", sweep.st_tile(), kStTile));
+  SF_RETURN_IF_ERROR(NoRepeats("st_overlap", sweep.st_overlap()));
   return ValidatePolicies(sweep);
 }
 
@@ -282,6 +292,8 @@ pb::ScheduleSpec ScheduleFor(const scenario::ResolvedScenario& scenario, const S
   spec.set_policy(config.policy);
   spec.set_chunks(static_cast<std::uint32_t>(config.chunks));
   spec.set_alpha(config.alpha);
+  spec.set_st_overlap(config.st_overlap);
+  if (config.st_tile > 0) spec.set_st_tile(static_cast<std::uint32_t>(config.st_tile));
   return spec;
 }
 
@@ -293,7 +305,8 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
   std::vector<std::int64_t> seq_lens(sweep.seq_len().begin(), sweep.seq_len().end());
   if (seq_lens.empty()) seq_lens.push_back(static_cast<std::int64_t>(s.seq_len()));
   const bool alpha_matters = HasAttention(s.model());
-  bool collapsed = false;
+  const bool st_matters = s.cluster().device().compute_units() > 0;
+  bool collapsed = false, st_collapsed = false;
   for (const std::string& policy : PoliciesOf(s, sweep)) {
     const pb::ScheduleSpec& tmpl = TemplateFor(s, policy);
     std::vector<int> chunks(sweep.chunks().begin(), sweep.chunks().end());
@@ -307,10 +320,25 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
       alphas = {alphas.front()};
       collapsed = true;
     }
+    std::vector<bool> overlaps(sweep.st_overlap().begin(), sweep.st_overlap().end());
+    if (overlaps.empty()) overlaps.push_back(tmpl.st_overlap());
+    std::vector<int> tiles(sweep.st_tile().begin(), sweep.st_tile().end());
+    if (tiles.empty()) tiles.push_back(tmpl.has_st_tile() ? static_cast<int>(tmpl.st_tile()) : 0);
+    if (!st_matters && (overlaps.size() > 1 || tiles.size() > 1)) {
+      overlaps.resize(1);
+      tiles.resize(1);
+      st_collapsed = true;
+    }
     for (std::int64_t seq_len : seq_lens) {
       for (const auto& [gb, m] : BatchesOf(s, sweep)) {
         for (int n : chunks) {
-          for (double alpha : alphas) grid.configs.push_back({policy, seq_len, gb, m, n, alpha});
+          for (bool overlap : overlaps) {
+            for (int tile : tiles) {
+              for (double alpha : alphas) {
+                grid.configs.push_back({policy, seq_len, gb, m, n, alpha, overlap, tile});
+              }
+            }
+          }
         }
       }
     }
@@ -322,6 +350,11 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
                          " was simulated for all " + std::to_string(sweep.alpha_size()) +
                          " values of the range");
   }
+  if (st_collapsed) {
+    grid.notes.push_back(
+        "st_overlap and st_tile have no effect without cluster.device.compute_units (the "
+        "state-transition model is off), so only the first value of each range was simulated");
+  }
   return grid;
 }
 
@@ -332,6 +365,8 @@ bool BetterRun(const pb::SweepRun& a, const pb::SweepRun& b) {
   }
   if (a.chunks() != b.chunks()) return a.chunks() < b.chunks();
   if (a.alpha() != b.alpha()) return a.alpha() < b.alpha();
+  if (a.st_overlap() != b.st_overlap()) return !a.st_overlap();
+  if (a.st_tile() != b.st_tile()) return a.st_tile() < b.st_tile();
   return a.policy() < b.policy();
 }
 
@@ -348,7 +383,7 @@ Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
   for (std::string& note : grid.notes) report.add_notes(std::move(note));
   scenario::ResolvedScenario work = scenario;
   PlacementCache cache;
-  std::map<std::vector<std::int64_t>, int> seen;  // this cell and N
+  std::map<std::vector<std::int64_t>, int> seen;  // this cell, N and ST settings
   int cell_first = 0;
   const std::size_t total = grid.configs.size();
   for (std::size_t k = 0; k < total; ++k) {
@@ -357,8 +392,11 @@ Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
       FinishCell(grid.configs[k - 1], cell_first, &report);
       cell_first = report.runs_size();
     }
+    // Reuse is by rounded boundaries, which alpha alone changes.
     if (k == 0 || !SameCell(config, grid.configs[k - 1]) ||
-        config.chunks != grid.configs[k - 1].chunks) {
+        config.chunks != grid.configs[k - 1].chunks ||
+        config.st_overlap != grid.configs[k - 1].st_overlap ||
+        config.st_tile != grid.configs[k - 1].st_tile) {
       seen.clear();
     }
     Result<pb::SweepRun> run = RunOne(config, &work, &cache, &seen, options.costs, &report);

@@ -20,10 +20,12 @@ constexpr char kName[] = "sweep";
 constexpr char kExamples[] = R"(The ranges come from the scenario's `sweep { ... }` block, replaced by the
 --*-list flags; an empty range keeps the scenario's own value. 1f1b is always
 simulated with N = 1 and alpha = 0. A scalar flag (-N, --alpha, -M, -T,
---policy) fixes that field: it clears the scenario's range for it.
-Each cell (policy x sequence length x global batch) shows its best feasible
-configuration: highest tokens/s among those that fit in memory (ties: lower
-peak memory, then smaller N, then smaller alpha).
+--policy, --st-overlap, --st-tile) fixes that field: it clears the scenario's
+range for it. Each cell (policy x sequence length x global batch) shows its
+best feasible configuration: highest tokens/s among those that fit in memory
+(ties: lower peak memory, then smaller N, then smaller alpha, then overlap
+off, then smaller ST tile). The ST ranges matter only on a device with
+compute units (--compute-units, or the cluster preset's).
 
 examples:
   stateflow sweep
@@ -33,6 +35,8 @@ examples:
   stateflow sweep --chunks-list 2,4,8 --alpha-list 0,0.5,1 --model gdn-hybrid-3b
   stateflow sweep --seq-len-list 65536,131072 --global-batch-list 4,8 --policies 1f1b,stateflow
   stateflow sweep --json > sweep.json
+  stateflow sweep --compute-units 108 --tensor-parallel 4 --st-overlap-list off,on --st-tile-list 16,32,64
+      the state transition's split-and-overlap and tile B_V as swept dimensions
 )";
 
 // Scalar overrides fix a field, so they clear the scenario's range for it.
@@ -45,6 +49,8 @@ void ClearOverriddenRanges(const ScenarioFlags& f, pb::SweepSpec* sweep) {
     sweep->clear_global_batch();
   }
   if (!f.policy.empty()) sweep->clear_policies();
+  if (!f.st_overlap.empty()) sweep->clear_st_overlap();
+  if (f.st_tile) sweep->clear_st_tile();
 }
 
 Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_flags,

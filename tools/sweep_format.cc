@@ -55,8 +55,29 @@ std::string PeakWhere(const pb::SweepRun& run) {
          ", " + run.peak_class() + ")";
 }
 
-std::string NAlpha(const pb::SweepRun& run) {
-  return "N=" + std::to_string(run.chunks()) + " alpha=" + Printf("%g", run.alpha());
+// True if the runs differ in their state-transition settings (the sweep had
+// more than one st_overlap or st_tile): only then do the tables name them.
+bool StSwept(const pb::SweepReport& r) {
+  for (const pb::SweepRun& run : r.runs()) {
+    if (run.st_overlap() != r.runs(0).st_overlap() || run.st_tile() != r.runs(0).st_tile()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// "overlap on, B_V 32".
+std::string StLabel(const pb::SweepRun& run) {
+  return std::string("overlap ") + (run.st_overlap() ? "on" : "off") + ", B_V " +
+         std::to_string(run.st_tile());
+}
+
+// "N=4 alpha=0.5", with " ST overlap on B_V=32" when `st`.
+std::string NAlpha(const pb::SweepRun& run, bool st) {
+  return "N=" + std::to_string(run.chunks()) + " alpha=" + Printf("%g", run.alpha()) +
+         (st ? std::string(" ST overlap ") + (run.st_overlap() ? "on" : "off") +
+                   " B_V=" + std::to_string(run.st_tile())
+             : "");
 }
 
 std::string CellLabel(const pb::SweepCell& cell) {
@@ -123,13 +144,15 @@ std::string ResultsTable(const pb::SweepReport& r) {
     if (it == cells.end() || it->second->best_run() < 0) return nullptr;
     return &r.runs(it->second->best_run());
   };
+  const bool st = StSwept(r);
   Rows rows;
   rows.push_back({"policy"});
   for (const auto& col : columns) {
     rows[0].push_back("T=" + TokensLabel(col.first) + " GBS=" + std::to_string(col.second));
   }
   for (const std::string& policy : policies) {
-    std::vector<std::string> row = {policy}, chosen = {"  best N, alpha"},
+    std::vector<std::string> row = {policy},
+                             chosen = {st ? "  best N, alpha; ST" : "  best N, alpha"},
                              speedup = {"  speed-up vs " + policies[0]};
     for (const auto& col : columns) {
       const pb::SweepRun* run = best_of(policy, col);
@@ -139,7 +162,8 @@ std::string ResultsTable(const pb::SweepReport& r) {
                                          Printf("%.1f", run->peak_memory_bytes() / kGib));
       chosen.push_back(run == nullptr ? "-"
                                       : std::to_string(run->chunks()) + ", " +
-                                            Printf("%g", run->alpha()));
+                                            Printf("%g", run->alpha()) +
+                                            (st ? "; " + StLabel(*run) : ""));
       speedup.push_back(run == nullptr || base == nullptr
                             ? "-"
                             : Printf("%.2fx", run->tokens_per_s() / base->tokens_per_s()));
@@ -155,12 +179,13 @@ std::string ResultsTable(const pb::SweepReport& r) {
 }
 
 std::string BestList(const pb::SweepReport& r) {
+  const bool st = StSwept(r);
   Rows rows;
   for (const pb::SweepCell& c : r.cells()) {
     std::vector<std::string> row = {c.policy(), CellLabel(c)};
     if (c.best_run() >= 0) {
       const pb::SweepRun& run = r.runs(c.best_run());
-      row.insert(row.end(), {NAlpha(run), "step " + FormatTime(run.step_time_s(), r.time_unit()),
+      row.insert(row.end(), {NAlpha(run, st), "step " + FormatTime(run.step_time_s(), r.time_unit()),
                              Throughput(run.tokens_per_s(), r.time_unit()),
                              Printf("bubble %.1f %%", 100.0 * run.bubble_fraction()),
                              "peak " + PeakWhere(run)});
@@ -174,7 +199,7 @@ std::string BestList(const pb::SweepReport& r) {
       }
       row.insert(row.end(), {"OOM (all " + std::to_string(c.num_runs()) + ")", "", "", ""});
       if (least != nullptr) {
-        row.push_back("smallest peak " + PeakWhere(*least) + " at " + NAlpha(*least));
+        row.push_back("smallest peak " + PeakWhere(*least) + " at " + NAlpha(*least, st));
       }
     }
     rows.push_back(row);
@@ -192,7 +217,8 @@ std::string SplitLabel(const pb::PlanCandidate& c) {
 const char kSweepCsvHeader[] =
     "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
     "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
-    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes";
+    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes,"
+    "st_overlap,st_tile";
 
 std::string TokensLabel(double tokens) {
   const auto t = static_cast<long long>(tokens);
@@ -214,7 +240,8 @@ std::string SweepCsv(const pb::SweepReport& r) {
         Printf("%.17g", run.bubble_fraction()), Printf("%.0f", run.peak_memory_bytes()),
         Printf("%.0f", r.capacity_bytes()), run.oom() ? "1" : "0",
         std::to_string(run.peak_stage()), CsvField(run.peak_class()), run.best() ? "1" : "0",
-        CsvField(run.system()), Printf("%.0f", r.usable_bytes())};
+        CsvField(run.system()), Printf("%.0f", r.usable_bytes()), run.st_overlap() ? "1" : "0",
+        std::to_string(run.st_tile())};
     for (std::size_t k = 0; k < fields.size(); ++k) out += (k ? "," : "") + fields[k];
     out += "\n";
   }

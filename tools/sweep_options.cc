@@ -84,7 +84,10 @@ void AddSweepOptions(po::options_description* desc, SweepFlags* f, bool batches_
   desc->add_options()
       ("chunks-list", Optional(&f->chunks), "N values to sweep, e.g. 2,4,6,8,16,32")
       ("alpha-list", Optional(&f->alpha), "alpha values to sweep, e.g. 0,0.5,1,1.25")
-      ("policies", Optional(&f->policies), "policies to sweep, e.g. 1f1b,stateflow");
+      ("policies", Optional(&f->policies), "policies to sweep, e.g. 1f1b,stateflow")
+      ("st-overlap-list", Optional(&f->st_overlap),
+       "ST split-and-overlap settings to sweep: on, off or both, e.g. off,on")
+      ("st-tile-list", Optional(&f->st_tile), "ST tiles B_V to sweep, e.g. 16,32,64");
   if (!batches_and_lengths) return;
   desc->add_options()
       ("seq-len-list", Optional(&f->seq_len), "sequence lengths, e.g. 65536,131072,262144")
@@ -113,6 +116,19 @@ Status ApplySweepFlags(const SweepFlags& f, pb::SweepSpec* sweep) {
     SF_ASSIGN_OR_RETURN(std::vector<std::string> items, Items("policies", *f.policies));
     sweep->clear_policies();
     for (std::string& p : items) sweep->add_policies(std::move(p));
+  }
+  if (f.st_overlap) {
+    SF_ASSIGN_OR_RETURN(std::vector<std::string> items, Items("st-overlap-list", *f.st_overlap));
+    sweep->clear_st_overlap();
+    for (const std::string& item : items) {
+      if (item != "on" && item != "off") {
+        return Status::Invalid("--st-overlap-list: '" + item + "' is not on or off");
+      }
+      sweep->add_st_overlap(item == "on");
+    }
+  }
+  if (f.st_tile) {
+    SF_RETURN_IF_ERROR(WholeNumbers("st-tile-list", *f.st_tile, sweep->mutable_st_tile()));
   }
   return Status::Ok();
 }

@@ -29,15 +29,19 @@ struct SweepFlags {
   std::optional<std::string> global_batch;
   std::optional<std::string> microbatches;
   std::optional<std::string> policies;
+  std::optional<std::string> st_overlap;  // "on,off"
+  std::optional<std::string> st_tile;     // "16,32,64"
 };
 
-// Adds --chunks-list, --alpha-list and --policies; with `batches_and_lengths`
+// Adds --chunks-list, --alpha-list, --policies, --st-overlap-list and
+// --st-tile-list; with `batches_and_lengths`
 // also --seq-len-list, --global-batch-list and --microbatches-list.
 void AddSweepOptions(boost::program_options::options_description* desc, SweepFlags* flags,
                      bool batches_and_lengths = true);
 
 // Replaces each range of `sweep` whose flag was given. Errors name the flag:
-// "--alpha-list is empty", "--chunks-list: 'x' is not a whole number".
+// "--alpha-list is empty", "--chunks-list: 'x' is not a whole number",
+// "--st-overlap-list: 'yes' is not on or off".
 // Values are checked by sim::ValidateSweep, which names "sweep.alpha[3]".
 Status ApplySweepFlags(const SweepFlags& flags, pb::SweepSpec* sweep);
 

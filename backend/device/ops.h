@@ -107,6 +107,22 @@ class Ops {
                               const T* beta, const T* S_in, int64_t T_len,
                               int64_t H, int64_t Dk, int64_t Dv,
                               int64_t block_size) = 0;
+  // GdnCoreForward with the recurrence split into Pre / ST / Out and the ST
+  // of one block overlapping the Pre and Out of others (schedule.st_overlap):
+  // the same contract and workspace. The CPU device runs
+  // GdnCoreForwardOverlapped (gdn_core.h) on its kernel threads: the same
+  // bits as GdnCoreForward where the blocks take the same products. A device
+  // without an overlapped forward (host-grid; CUDA until its ST stream
+  // exists) runs its ordinary GdnCoreForward: this default.
+  virtual void GdnCoreForwardOverlapped(T* o, T* S_out, T* workspace,
+                                        const T* q, const T* k, const T* v,
+                                        const T* g, const T* beta,
+                                        const T* S_in, int64_t T_len,
+                                        int64_t H, int64_t Dk, int64_t Dv,
+                                        int64_t block_size) {
+    GdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk,
+                   Dv, block_size);
+  }
   virtual int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H,
                                                int64_t Dk, int64_t Dv,
                                                int64_t block_size) = 0;
@@ -117,6 +133,18 @@ class Ops {
                                const T* S_in, int64_t T_len, int64_t H,
                                int64_t Dk, int64_t Dv,
                                int64_t block_size) = 0;
+  // GdnCoreBackward split and overlapped (schedule.st_overlap), the same
+  // contract and workspace: the CPU device runs GdnCoreBackwardOverlapped
+  // (gdn_core.h); a device without one runs its GdnCoreBackward (this
+  // default), as for the forward.
+  virtual void GdnCoreBackwardOverlapped(
+      T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
+      const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
+      const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size) {
+    GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
+                    v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+  }
 
   virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
                                 const T* wg, const T* wu, const T* wd,

@@ -525,6 +525,112 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
   }
 }
 
+namespace {
+
+// Head h's block [t0, t0 + L), the half of its backward that needs no state
+// gradient: Pre, V_new from the entering state S, and the Out backward (into
+// s->grads, s->dV_new and s->dS_in). BackwardOneBlock's first steps.
+template <typename T>
+void BlockOutBackward(BlockBackwardScratch<T>* s, CMat<T> S, const CoreArgs<T>& a,
+                      int64_t h, int64_t t0, int64_t L) {
+  const CSMat<T> K = HeadRows(a.k, t0, L, h, a.H, a.Dk);   // (L, Dk)
+  GdnBlockPre<T>(&s->omega, K, HeadRows(a.v, t0, L, h, a.H, a.Dv),
+                 HeadEntries(a.g, t0, L, h, a.H), HeadEntries(a.beta, t0, L, h, a.H));
+  s->V_new = s->omega.U;
+  s->V_new.noalias() -= s->omega.W * S.transpose();
+  s->grads.SetZero(L, a.Dk, a.Dv);
+  s->dS_in.setZero(a.Dv, a.Dk);
+  s->dV_new.resize(L, a.Dv);
+  s->dW.resize(L, a.Dk);
+  GdnBlockOutBackward<T>(&s->grads, s->dV_new, s->dS_in,
+                         HeadRows(a.dO, t0, L, h, a.H, a.Dv),
+                         HeadRows(a.q, t0, L, h, a.H, a.Dk), K, s->V_new, S, s->omega);
+}
+
+// The ST backward: *dS (the gradient of the state leaving the block) becomes
+// the gradient of the state entering it.
+template <typename T>
+void BlockSTBackward(BlockBackwardScratch<T>* s, RowMat<T>* dS, CMat<T> S,
+                     const CoreArgs<T>& a, int64_t h, int64_t t0, int64_t L) {
+  GdnBlockSTBackward<T>(&s->grads, s->dW, s->dS_in, s->dV_new, *dS, s->V_new, S,
+                        s->omega, HeadRows(a.k, t0, L, h, a.H, a.Dk));
+  dS->swap(s->dS_in);
+}
+
+// The Pre backward and the block's gradient rows.
+template <typename T>
+void BlockPreBackward(BlockBackwardScratch<T>* s, const CoreArgs<T>& a, int64_t h,
+                      int64_t t0, int64_t L) {
+  GdnBlockPreBackward<T>(&s->grads, s->dV_new, s->dW, HeadRows(a.k, t0, L, h, a.H, a.Dk),
+                         HeadRows(a.v, t0, L, h, a.H, a.Dv),
+                         HeadEntries(a.beta, t0, L, h, a.H), s->omega);
+  HeadRows(a.dq, t0, L, h, a.H, a.Dk) = s->grads.dQ;
+  HeadRows(a.dk, t0, L, h, a.H, a.Dk) = s->grads.dK;
+  HeadRows(a.dv, t0, L, h, a.H, a.Dv) = s->grads.dV;
+  HeadEntries(a.dbeta, t0, L, h, a.H) = s->grads.dbeta;
+  T acc = 0;  // dg_s = sum_{r >= s} dG_r
+  for (int64_t r = L - 1; r >= 0; --r) {
+    a.dg[(t0 + r) * a.H + h] = acc += s->grads.dG(r);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
+                               T* workspace, const T* dO, const T* dS_out,
+                               const T* q, const T* k, const T* v, const T* g,
+                               const T* beta, const T* S_in, int64_t T_len,
+                               int64_t H, int64_t Dk, int64_t Dv,
+                               int64_t block_size) {
+  const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
+                      T_len, H, Dk, Dv, block_size};
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  const int64_t R = kGdnOverlapSlots;
+  // Per head: R block scratches (block b in slot b % R) and the running
+  // state gradient.
+  std::vector<BlockBackwardScratch<T>> scratch(H * R);
+  std::vector<RowMat<T>> dS(H);
+  std::vector<char> replayed(H);  // dependence tokens: head h's states are in
+  BlockBackwardScratch<T>* sc = scratch.data();
+  RowMat<T>* ds = dS.data();
+  char* rp = replayed.data();
+  const int threads = std::max(1, KernelThreads());
+  // One thread creates the tasks in program order (heads' replays, then the
+  // blocks last to first, heads inside), so the dependences order each task
+  // after the last earlier one that touched what it reads or writes.
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp single
+  {
+    for (int64_t h = 0; h < H; ++h) {
+#pragma omp task depend(out : rp[h], ds[h])
+      {
+        RowMat<T> S0;  // (Dv, Dk)
+        LoadState(&S0, S_in, h, Dk, Dv);
+        ReplayBlockStates<T>(workspace + h * blocks * Dv * Dk, S0, a, h);
+        LoadState(&ds[h], dS_out, h, Dk, Dv);
+      }
+    }
+    for (int64_t b = blocks - 1; b >= 0; --b) {
+      const int64_t t0 = b * block_size;
+      const int64_t L = std::min(block_size, T_len - t0);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t i = h * R + b % R;
+        const T* S = workspace + (h * blocks + b) * Dv * Dk;
+#pragma omp task depend(in : rp[h]) depend(out : sc[i])
+        BlockOutBackward<T>(&sc[i], CMat<T>(S, Dv, Dk), a, h, t0, L);
+#pragma omp task depend(inout : sc[i], ds[h])
+        BlockSTBackward<T>(&sc[i], &ds[h], CMat<T>(S, Dv, Dk), a, h, t0, L);
+#pragma omp task depend(inout : sc[i])
+        BlockPreBackward<T>(&sc[i], a, h, t0, L);
+      }
+    }
+  }
+  if (dS_in != nullptr) {
+    for (int64_t h = 0; h < H; ++h) Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS[h];
+  }
+}
+
 GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
                                int64_t Dv, int64_t block_size) {
   GdnCoreFlops f;
@@ -571,6 +677,10 @@ GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
       T*, T*, const T*, const T*, const T*, const T*, const T*, const T*,    \
       int64_t, int64_t, int64_t, int64_t, int64_t);                          \
   template void GdnCoreBackward<T>(                                          \
+      T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,    \
+      const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
+      int64_t, int64_t); \
+  template void GdnCoreBackwardOverlapped<T>(                                          \
       T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
       int64_t, int64_t);

@@ -161,6 +161,26 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                      const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
                      int64_t Dv, int64_t block_size = kGdnBlockSize);
 
+// The same backward with split-and-overlap on KernelThreads() threads: per
+// head, after the replay of its entering states (one task per head), block
+// b's backward is three OpenMP tasks, blocks last to first: Out(b) (Pre
+// recomputed, V_new, the Out backward: no state gradient needed), ST(b)
+// after Out(b) and ST(b + 1) (the sequential chain of the state gradient),
+// Pre(b) after ST(b) (the Pre backward and the block's gradient rows); so
+// while one thread runs a block's ST backward others run the Out backward of
+// earlier blocks and the Pre backward of later ones (of every head). Blocks
+// cycle through kGdnOverlapSlots scratch slots per head (untracked, O(slots
+// (T_C (T_C + Dk + Dv) + Dv Dk)) per head). The same workspace and the same
+// per-block arithmetic in the same order as GdnCoreBackward: the same bits
+// where the blocks take Eigen's packed products (see the forward's note).
+template <typename T>
+void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
+                               T* workspace, const T* dO, const T* dS_out,
+                               const T* q, const T* k, const T* v, const T* g,
+                               const T* beta, const T* S_in, int64_t T_len,
+                               int64_t H, int64_t Dk, int64_t Dv,
+                               int64_t block_size = kGdnBlockSize);
+
 // The floating-point operations the chunkwise algorithm executes (matrix
 // products counted as 2mnk, unit-triangular solves as L(L-1) per right-hand
 // side column, elementwise work and exps not counted). Per block of L tokens:

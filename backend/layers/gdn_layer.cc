@@ -181,8 +181,9 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
       New(kWs, {ops().GdnCoreForwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+  auto core = d.st_overlap ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
   for (int64_t b = 0; b < B; ++b) {
-    ops().GdnCoreForward(s->o.data() + b * Ts * d.HV(),
+    (ops().*core)(s->o.data() + b * Ts * d.HV(),
                       state_out != nullptr ? state_out->S.data() + b * state : nullptr,
                       ws.data(), s->q.data() + b * Ts * d.HK(), s->k.data() + b * Ts * d.HK(),
                       s->v.data() + b * Ts * d.HV(), s->g.data() + b * Ts * d.H,
@@ -422,9 +423,10 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
       Tensor<T> ws,
       New(kWs, {ops().GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
   const int64_t state = d.H * d.Dv * d.K;
+  auto core = d.st_overlap ? &Ops<T>::GdnCoreBackwardOverlapped : &Ops<T>::GdnCoreBackward;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t k = b * Ts * d.HK(), v = b * Ts * d.HV(), h = b * Ts * d.H;
-    ops().GdnCoreBackward(grads->dq.data() + k, grads->dk.data() + k, grads->dv.data() + v,
+    (ops().*core)(grads->dq.data() + k, grads->dk.data() + k, grads->dv.data() + v,
                        dg.data() + h, dbeta.data() + h,
                        dstate_in != nullptr ? dstate_in->S.data() + b * state : nullptr,
                        ws.data(), d_o.data() + v,

@@ -169,7 +169,8 @@ Status ModelStageModule<T>::Init(const pb::ModelSpec& model) {
     } else {
       SF_ASSIGN_OR_RETURN(auto b, MakeSequenceLayer<T>(model, l, alloc_,
                                                        {.recompute = options_.recompute,
-                                                        .seed = seed}));
+                                                        .seed = seed,
+                                                        .st_overlap = options_.st_overlap}));
       blocks_.push_back(std::move(b));
     }
   }

@@ -56,6 +56,9 @@ struct StageModuleOptions {
   models::Recompute recompute = models::Recompute::kNone;
   std::uint64_t seed = 0;
   int microbatch_size = 1;  // B sequences per microbatch
+  // schedule.st_overlap: GDN layers run their core's forward and backward split and
+  // overlapped (SequenceLayerOptions::st_overlap).
+  bool st_overlap = false;
 };
 
 // A stage module holding layers [layers.first, layers.last) of

@@ -78,6 +78,8 @@ class SequenceLayer {
 struct SequenceLayerOptions {
   models::Recompute recompute = models::Recompute::kNone;
   std::uint64_t seed = 0;
+  // GDN layers: the core's split-and-overlap (GdnLayerDims::st_overlap).
+  bool st_overlap = false;
 };
 
 // Layer `l` (1 <= l <= num_layers) of models::LayerList(model), its

@@ -187,8 +187,9 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
         std::make_unique<AttentionSequenceLayer<T>>(std::move(attn), alloc, options.recompute));
   }
   if (model.architecture() == "gdn") {
-    SF_ASSIGN_OR_RETURN(auto gdn, GdnLayer<T>::Make(*alloc, GdnLayerDims::FromModel(model), l,
-                                                    num_layers, options.seed));
+    GdnLayerDims dims = GdnLayerDims::FromModel(model);
+    dims.st_overlap = options.st_overlap;
+    SF_ASSIGN_OR_RETURN(auto gdn, GdnLayer<T>::Make(*alloc, dims, l, num_layers, options.seed));
     return std::unique_ptr<SequenceLayer<T>>(
         std::make_unique<RecurrentSequenceLayer<T, GdnKind<T>>>(std::move(gdn), alloc,
                                                                 options.recompute));

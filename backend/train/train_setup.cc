@@ -60,6 +60,7 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
                                           {.plan = plan, .precision = &precision}));
   SF_RETURN_IF_ERROR(CheckNoWeightPass(config.plan));
   setup.recompute = config.placement->cost_model.options().recompute;
+  setup.st_overlap = schedule.st_overlap();
   setup.stage_layers = config.placement->stage_layers;
   setup.partition = std::move(config.partition);
   setup.plan = std::move(config.plan);

@@ -33,6 +33,9 @@ struct TrainSetup {
   schedule::Partition partition;                  // N chunks of T tokens
   std::vector<models::StageLayers> stage_layers;  // (P) layers of the layer list
   models::Recompute recompute = models::Recompute::kNone;
+  // schedule.st_overlap: the GDN core's forward and backward split and overlapped
+  // (StageModuleOptions::st_overlap).
+  bool st_overlap = false;
   double alpha = 0;
   int stages = 1;            // P
   int microbatches = 1;      // M

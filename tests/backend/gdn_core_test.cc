@@ -336,6 +336,64 @@ TEST(GdnCore, OverlapEqualsSequential) {
   ExpectOverlapSame<double>({200, 3, 16, 16}, kGdnBlockSize, false, 1e-13, rng);
 }
 
+// The backward's split-and-overlap (GdnCoreBackwardOverlapped) against
+// GdnCoreBackward, as the forward's: bit for bit with full blocks of >= 16
+// tokens, 1e-13 relative with a short partial last block; null states (the
+// sequence's start, its last chunk) included.
+template <typename T>
+void ExpectBackwardOverlapSame(const GdnShape& s, int64_t block, bool null_states, double rel,
+                               std::mt19937_64& rng) {
+  const Buffers in = LayerLikeInputs(s, rng);
+  const Buffers douts = RandomDouts(s, rng);
+  std::vector<std::vector<T>> x;
+  for (const Buffer& b : in) x.emplace_back(b.begin(), b.end());
+  const std::vector<T> dO(douts[0].begin(), douts[0].end()), dS(douts[1].begin(), douts[1].end());
+  const T* S_in = null_states ? nullptr : x[5].data();
+  const T* dS_out = null_states ? nullptr : dS.data();
+  const int64_t rows = s.T * s.H;
+  auto run = [&](bool overlapped) {
+    // dq, dk, dv, dg, dbeta, dS_in; garbage first, so every element is written.
+    std::vector<std::vector<T>> g = {
+        std::vector<T>(rows * s.Dk, T(-7)), std::vector<T>(rows * s.Dk, T(-7)),
+        std::vector<T>(rows * s.Dv, T(-7)), std::vector<T>(rows, T(-7)),
+        std::vector<T>(rows, T(-7)),        std::vector<T>(s.H * s.Dv * s.Dk, T(-7))};
+    std::vector<T> ws(GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block), T(-7));
+    auto* f = overlapped ? &GdnCoreBackwardOverlapped<T> : &GdnCoreBackward<T>;
+    f(g[0].data(), g[1].data(), g[2].data(), g[3].data(), g[4].data(), g[5].data(), ws.data(),
+      dO.data(), dS_out, x[0].data(), x[1].data(), x[2].data(), x[3].data(), x[4].data(), S_in,
+      s.T, s.H, s.Dk, s.Dv, block);
+    return g;
+  };
+  const std::vector<std::vector<T>> ref = run(false);
+  for (int threads : {1, 2}) {
+    ScopedKernelThreads scoped(threads);
+    const std::vector<std::vector<T>> got = run(true);
+    const std::string where = s.Name() + " block " + std::to_string(block) + " threads " +
+                              std::to_string(threads);
+    for (size_t t = 0; t < ref.size(); ++t) {
+      if (rel == 0) {
+        EXPECT_EQ(got[t], ref[t]) << where << " output " << t;
+        continue;
+      }
+      for (size_t i = 0; i < ref[t].size(); ++i) {
+        ASSERT_NEAR(got[t][i], ref[t][i], rel * std::max(1.0, std::abs(double(ref[t][i]))))
+            << where << " output " << t;
+      }
+    }
+  }
+}
+
+TEST(GdnCore, BackwardOverlapEqualsSequential) {
+  std::mt19937_64 rng(16);
+  ExpectBackwardOverlapSame<double>({256, 3, 16, 16}, kGdnBlockSize, false, 0, rng);
+  ExpectBackwardOverlapSame<double>({144, 1, 8, 12}, 16, false, 0, rng);  // 9 blocks, 4 slots
+  ExpectBackwardOverlapSame<double>({160, 2, 12, 8}, 16, true, 0, rng);
+  ExpectBackwardOverlapSame<double>({0, 2, 4, 4}, 8, false, 0, rng);      // empty chunk
+  ExpectBackwardOverlapSame<float>({320, 4, 16, 32}, kGdnBlockSize, false, 0, rng);
+  ExpectBackwardOverlapSame<double>({100, 2, 12, 8}, 8, true, 1e-13, rng);  // last block: 4
+  ExpectBackwardOverlapSame<double>({200, 3, 16, 16}, kGdnBlockSize, false, 1e-13, rng);
+}
+
 // Zero state in and no state gradient out (nullptr) mean zeros.
 TEST(GdnCore, NullStatesMeanZeros) {
   const GdnShape s{20, 2, 4, 3};

@@ -295,6 +295,39 @@ TEST(GdnLayerTest, RecomputeFullIsBitIdenticalToNone) {
   }
 }
 
+// dims.st_overlap: the core's forward and backward through the Ops'
+// overlapped entry points (on the CPU the split-and-overlap kernels), the
+// same arithmetic per block:
+// outputs, states and gradients bit for bit in float64 (full blocks of >= 16
+// tokens, as gdn_core.h states), under both recompute modes.
+TEST(GdnLayerTest, StOverlapIsBitIdenticalToSequential) {
+  const LayerCase c{128, 4, 32};
+  const GdnLayerDims d = SmallDims(c);
+  GdnLayerDims d_on = d;
+  d_on.st_overlap = true;
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    SCOPED_TRACE(RecomputeName(mode));
+    TrackingAllocator alloc(0);
+    auto off = GdnLayer<double>::Make(alloc, d, 1, 2, 5);
+    auto on = GdnLayer<double>::Make(alloc, d_on, 1, 2, 5);
+    ASSERT_TRUE(off.ok() && on.ok());
+    ASSERT_TRUE(on->dims().st_overlap);
+    RandomizeParams(&*off, 3);
+    RandomizeParams(&*on, 3);
+    std::mt19937_64 rng(4);
+    const BlockInputs in = MakeInputs(d, c.S, rng);
+    const LayerRun a = ForwardBackward(&*off, alloc, in, mode);
+    const LayerRun b = ForwardBackward(&*on, alloc, in, mode);
+    EXPECT_EQ(a.y, b.y);
+    EXPECT_EQ(a.S_out, b.S_out);
+    EXPECT_EQ(a.dx, b.dx);
+    EXPECT_EQ(a.dS, b.dS);
+    for (size_t id = 0; id < a.dparams.size(); ++id) {
+      EXPECT_EQ(a.dparams[id], b.dparams[id]) << off->params()[id].name;
+    }
+  }
+}
+
 // What the forward keeps: under kNone the per-token elements counted in
 // gdn_layer.h, here recounted from the list of saved tensors
 //   x, xn, h, hn (4C); mlp gate, up (2F); rstd1, rstd2 (2);

@@ -258,11 +258,15 @@ class SweepCellTest(TempDirTest):
         for r in rows:
             r["system"] = "megatron-core"
             r["usable_bytes"] = 75 << 30
+            r["st_overlap"] = 1
+            r["st_tile"] = 32
         path = write_csv(self.path("optional.csv"), rows,
                          columns=data.SWEEP_COLUMNS + data.SWEEP_OPTIONAL_COLUMNS)
         back = data.load_sweep(path)
         self.assertEqual(back[0]["system"], "megatron-core")
         self.assertEqual(back[0]["usable_bytes"], float(75 << 30))
+        self.assertIs(back[0]["st_overlap"], True)
+        self.assertEqual(back[0]["st_tile"], 32)
         # Older CSVs without them still load, without the keys.
         old = data.load_sweep(write_csv(self.path("old.csv"), rows))
         self.assertNotIn("usable_bytes", old[0])

@@ -82,9 +82,14 @@ std::vector<Candidate> ByHand(const pb::Scenario& scenario, const pb::SweepSpec&
             spec.set_alpha(a);
             Result<Simulation> sim = Simulate(MustResolve(s), spec);
             EXPECT_TRUE(sim.ok()) << sim.status().message();
-            out.push_back({{policy, static_cast<std::int64_t>(t), static_cast<int>(gb),
-                            static_cast<int>(gb), static_cast<int>(n), a},
-                           sim->report});
+            Candidate c;
+            c.config.policy = policy;
+            c.config.seq_len = static_cast<std::int64_t>(t);
+            c.config.global_batch = c.config.microbatches = static_cast<int>(gb);
+            c.config.chunks = static_cast<int>(n);
+            c.config.alpha = a;
+            c.report = sim->report;
+            out.push_back(std::move(c));
           }
         }
       }
@@ -217,6 +222,88 @@ TEST(Sweep, TiesGoToLowerPeakThenFewerChunksThenSmallerAlpha) {
   EXPECT_TRUE(BetterRun(b, a));
   b.set_tokens_per_s(9);
   EXPECT_TRUE(BetterRun(a, b));
+  // Then overlap off, then the smaller ST tile.
+  b.set_tokens_per_s(10);
+  b.set_alpha(0.5);
+  a.set_st_overlap(true);
+  EXPECT_TRUE(BetterRun(b, a));
+  b.set_st_overlap(true);
+  a.set_st_tile(64);
+  b.set_st_tile(16);
+  EXPECT_TRUE(BetterRun(b, a));
+}
+
+// The ST dimensions against Simulate with each schedule set by hand, on a
+// device with compute units (the ST model on), at TP 4 where few heads per
+// device leave the ST's latency exposed.
+TEST(Sweep, StOverlapAndTileMatchSimulatingEachCandidateByHand) {
+  pb::Scenario s = HybridScenario();
+  *s.mutable_model() = *models::ModelPreset("gdn-3b");
+  s.mutable_parallel()->set_tensor_size(4);
+  s.mutable_cluster()->mutable_device()->set_compute_units(108);
+  s.clear_baselines();
+  pb::SweepSpec sweep;
+  for (int n : {2, 4}) sweep.add_chunks(n);
+  for (bool on : {false, true}) sweep.add_st_overlap(on);
+  for (int tile : {16, 64}) sweep.add_st_tile(tile);
+  Result<pb::SweepReport> report = RunSweep(MustResolve(s), sweep);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_EQ(report->runs_size(), 2 * 2 * 2);
+  ASSERT_EQ(report->cells_size(), 1);
+  const pb::SweepRun* best = nullptr;
+  int k = 0;
+  for (int n : {2, 4}) {
+    for (bool on : {false, true}) {
+      for (int tile : {16, 64}) {
+        pb::ScheduleSpec spec = s.schedule();
+        spec.set_chunks(n);
+        spec.set_st_overlap(on);
+        spec.set_st_tile(tile);
+        Result<Simulation> sim = Simulate(MustResolve(s), spec);
+        ASSERT_TRUE(sim.ok()) << sim.status().message();
+        const pb::SweepRun& run = report->runs(k++);
+        SweepConfig config;
+        config.policy = "stateflow";
+        config.seq_len = 16384;
+        config.chunks = n;
+        config.st_overlap = on;
+        config.st_tile = tile;
+        SCOPED_TRACE(ConfigLabel(config));
+        EXPECT_EQ(run.chunks(), static_cast<std::uint32_t>(n));
+        EXPECT_EQ(run.st_overlap(), on);
+        EXPECT_EQ(run.st_tile(), static_cast<std::uint32_t>(tile));
+        EXPECT_EQ(run.step_time_s(), sim->report.step_time_s());
+        EXPECT_FALSE(run.reused());
+        auto key = [](const pb::SweepRun& r) {
+          return std::make_tuple(-r.tokens_per_s(), r.peak_memory_bytes(), r.chunks(),
+                                 r.st_overlap(), r.st_tile());
+        };
+        if (!run.oom() && (best == nullptr || key(run) < key(*best))) best = &run;
+      }
+    }
+  }
+  // The dimension is not ignored: overlap on changes the step time.
+  EXPECT_NE(report->runs(0).step_time_s(), report->runs(2).step_time_s());
+  ASSERT_NE(best, nullptr);
+  ASSERT_GE(report->cells(0).best_run(), 0);
+  EXPECT_EQ(&report->runs(report->cells(0).best_run()), best);
+}
+
+// Without compute units the ST model is off: one value of each range, a note.
+TEST(Sweep, StRangesCollapseWithoutComputeUnits) {
+  pb::Scenario s = HybridScenario();
+  s.clear_baselines();
+  ASSERT_EQ(s.cluster().device().compute_units(), 0u);
+  pb::SweepSpec sweep;
+  for (bool on : {true, false}) sweep.add_st_overlap(on);
+  for (int tile : {16, 32, 64}) sweep.add_st_tile(tile);
+  Result<SweepGrid> grid = ExpandSweep(MustResolve(s), sweep);
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  ASSERT_EQ(grid->configs.size(), 1u);
+  EXPECT_TRUE(grid->configs[0].st_overlap);
+  EXPECT_EQ(grid->configs[0].st_tile, 16);
+  ASSERT_EQ(grid->notes.size(), 1u);
+  EXPECT_NE(grid->notes[0].find("compute_units"), std::string::npos) << grid->notes[0];
 }
 
 TEST(Sweep, GridShape) {
@@ -351,6 +438,14 @@ TEST(Sweep, BadRangesNameTheFieldAndIndex) {
   sweep.add_seq_len(300);
   sweep.add_chunks(4);
   ExpectSweepError(sweep, "sweep run stateflow T=300");
+  sweep.Clear();
+  sweep.add_st_tile(32);
+  sweep.add_st_tile(0);
+  ExpectSweepError(sweep, "sweep.st_tile[1] must be in [1, 4096]");
+  sweep.Clear();
+  sweep.add_st_overlap(true);
+  sweep.add_st_overlap(true);
+  ExpectSweepError(sweep, "sweep.st_overlap[1] repeats");
 }
 
 // ---- capacity plan ----

@@ -28,7 +28,8 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 constexpr char kCsvHeader[] =
     "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
     "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
-    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes";
+    "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes,"
+    "st_overlap,st_tile";
 
 TEST(SweepCli, DefaultSweepTableCsvAndJsonAgree) {
   const std::string csv = TempPath("sweep.csv");
@@ -84,6 +85,59 @@ TEST(SweepCli, PaperScenarioWithListFlags) {
   EXPECT_EQ(report.runs_size(), 1 + 2 * 2);
   EXPECT_EQ(report.runs(0).microbatches(), 4u);
   EXPECT_EQ(report.pipeline_size(), 8u);
+}
+
+// The ST dimensions: each (overlap, tile) is a run, in the CSV and the JSON;
+// the table names the best one's; the scalar flag fixes the field.
+TEST(SweepCli, StOverlapAndTileAreSweptDimensions) {
+  const std::string csv = TempPath("st.csv");
+  const std::string flags =
+      "sweep --compute-units 108 --tensor-parallel 4 --policies stateflow --chunks-list 4 "
+      "--st-overlap-list off,on --st-tile-list 16,64";
+  CliRun json = Cli(flags + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  pb::SweepReport report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &report).ok()) << json.out;
+  ASSERT_EQ(report.runs_size(), 4);
+  const std::vector<std::pair<bool, int>> order = {{false, 16}, {false, 64}, {true, 16}, {true, 64}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(report.runs(i).st_overlap(), order[i].first) << i;
+    EXPECT_EQ(static_cast<int>(report.runs(i).st_tile()), order[i].second) << i;
+  }
+  CliRun table = Cli(flags + " --csv " + csv);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  const pb::SweepRun& best = report.runs(report.cells(0).best_run());
+  EXPECT_NE(table.out.find("best N, alpha; ST"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find(std::string("ST overlap ") + (best.st_overlap() ? "on" : "off") +
+                           " B_V=" + std::to_string(best.st_tile())),
+            std::string::npos)
+      << table.out;
+  const std::vector<std::string> lines = Split(Slurp(csv), '\n');
+  ASSERT_EQ(lines.size(), 5u);
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<std::string> row = Split(lines[i + 1], ',');
+    ASSERT_GE(row.size(), 2u);
+    EXPECT_EQ(row[row.size() - 2], order[i].first ? "1" : "0");
+    EXPECT_EQ(row.back(), std::to_string(order[i].second));
+  }
+  // A scenario whose sweep block lists both overlaps: --st-overlap on fixes it.
+  std::string text = Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/default.textproto");
+  const auto at = text.find("\nsweep {");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + 8, "\n  st_overlap: false\n  st_overlap: true");
+  const std::string both = WriteTemp("st-sweep.textproto", text);
+  const std::string scenario_flags =
+      "sweep --scenario " + both +
+      " --compute-units 108 --tensor-parallel 4 --policies stateflow --chunks-list 4 --json";
+  CliRun swept = Cli(scenario_flags);
+  ASSERT_EQ(swept.exit_code, 0) << swept.err;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(swept.out, &report).ok());
+  EXPECT_EQ(report.runs_size(), 2);
+  CliRun fixed = Cli(scenario_flags + " --st-overlap on");
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.err;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(fixed.out, &report).ok());
+  ASSERT_EQ(report.runs_size(), 1);
+  EXPECT_TRUE(report.runs(0).st_overlap());
 }
 
 TEST(SweepCli, ScalarFlagFixesTheField) {
@@ -240,6 +294,8 @@ TEST(SweepCli, BadInputNamesTheFieldWithExitCode2) {
   ExpectBadInput(Cli("sweep --seq-len-list 300"), "seq_len 300 cannot be cut");
   ExpectBadInput(Cli("sweep --csv /nonexistent/dir/x.csv"), "/nonexistent/dir/x.csv");
   ExpectBadInput(Cli("sweep --model gpt-5"), "model_preset");
+  ExpectBadInput(Cli("sweep --st-overlap-list off,yes"), "--st-overlap-list: 'yes' is not on or off");
+  ExpectBadInput(Cli("sweep --st-tile-list 16,0"), "sweep.st_tile[1] must be in [1, 4096] (got 0)");
 }
 
 TEST(CapacityCli, BadInputNamesTheFieldWithExitCode2) {

@@ -123,6 +123,39 @@ TEST(TrainCli, TwoThreadsAreRepeatableAndExact) {
   EXPECT_LT(RelError(ParseReport(two), ParseReport(one)), 1e-10);
 }
 
+// schedule.st_overlap on the CPU: the GDN core's forward and backward run
+// split and overlapped (GdnCoreForwardOverlapped, GdnCoreBackwardOverlapped)
+// on two threads, the same arithmetic per block, so the float64 losses equal overlap off bit for bit, in one
+// process and under mpirun. T = 256 in N = 2 chunks: full 64-token blocks.
+TEST(TrainCli, StOverlapGivesTheSameLossesBitForBit) {
+  const std::vector<std::string> args = {"--dtype", "float64", "--steps", "2", "-T", "256",
+                                         "-M", "2", "-N", "2", "--threads", "2", "--json"};
+  const Finished off = RunFor(Train(With(args, {"--st-overlap", "off"})), TempPrefix("st-off"));
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const pb::Report ref = ParseReport(off);
+  EXPECT_FALSE(ref.st_overlap());
+  ASSERT_EQ(ref.losses_size(), 2);
+  const Finished on = RunFor(Train(With(args, {"--st-overlap", "on"})), TempPrefix("st-on"));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  const Finished mpi = RunFor(Mpirun(2, Train(With(args, {"--st-overlap", "on"}))),
+                              TempPrefix("st-on-mpi"));
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
+  const Finished mpi_off = RunFor(Mpirun(2, Train(With(args, {"--st-overlap", "off"}))),
+                                  TempPrefix("st-off-mpi"));
+  ASSERT_EQ(mpi_off.exit_code, 0) << mpi_off.err;
+  const pb::Report a = ParseReport(on), b = ParseReport(mpi), c = ParseReport(mpi_off);
+  EXPECT_TRUE(a.st_overlap());
+  EXPECT_TRUE(b.st_overlap());
+  ASSERT_EQ(a.losses_size(), 2);
+  ASSERT_EQ(b.losses_size(), 2);
+  ASSERT_EQ(c.losses_size(), 2);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(a.losses(k), ref.losses(k)) << "one process, step " << k;
+    EXPECT_EQ(b.losses(k), c.losses(k)) << "mpirun -n 2, step " << k;
+  }
+  EXPECT_LT(RelError(b, ref), 1e-10);
+}
+
 // The tiny models learn the text's byte statistics quickly: from about
 // ln 256 = 5.55 nats towards the unigram entropy of English text (about 3).
 // One test per family the backend runs.
