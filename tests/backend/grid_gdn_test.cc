@@ -18,6 +18,7 @@
 #include "backend/kernels/gdn_core.h"
 #include "backend/kernels/gdn_prep.h"
 #include "backend/threading.h"
+#include "tests/backend/gdn_test_inputs.h"
 #include "tests/backend/kernel_test_util.h"
 
 namespace stateflow::backend {
@@ -25,42 +26,15 @@ namespace {
 
 using namespace kernel_test;  // kernel_test_util.h
 
-struct Shape {
-  int64_t T, H, Dk, Dv;
-  std::string Name() const {
-    std::ostringstream s;
-    s << "T=" << T << " H=" << H << " Dk=" << Dk << " Dv=" << Dv;
-    return s.str();
-  }
-};
-
-// As a GDN layer makes them (gdn_core_test.cc): q, k L2-normalised, g from
-// the gate (decays ~0.999 to ~e^-10 per token), beta = sigmoid(b).
-Buffers LayerLikeInputs(const Shape& s, std::mt19937_64& rng) {
-  const int64_t rows = s.T * s.H;
-  const Buffer q_raw = RandomVector(rng, rows * s.Dk, -1, 1),
-               k_raw = RandomVector(rng, rows * s.Dk, -1, 1),
-               a = RandomVector(rng, rows, -4, 2), A_log = RandomVector(rng, s.H, 0, 2.7),
-               dt_bias = Buffer(s.H, -2.0), b = RandomVector(rng, rows, -3, 3);
-  Buffer q(rows * s.Dk), k(rows * s.Dk), g(rows), beta(rows), rnorm(rows);
-  L2NormForwardRef(q.data(), rnorm.data(), q_raw.data(), rows, s.Dk,
-                   1.0 / std::sqrt(static_cast<double>(s.Dk)), 1e-6);
-  L2NormForwardRef(k.data(), rnorm.data(), k_raw.data(), rows, s.Dk, 1.0, 1e-6);
-  GdnGateForwardRef(g.data(), a.data(), A_log.data(), dt_bias.data(), s.T, s.H);
-  GdnBetaForwardRef(beta.data(), b.data(), rows);
-  return {q, k, RandomVector(rng, rows * s.Dv, -1, 1), g, beta,
-          RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5)};
-}
-
 // Small unconstrained inputs for finite differences.
-Buffers SmallInputs(const Shape& s, std::mt19937_64& rng) {
+Buffers SmallInputs(const GdnShape& s, std::mt19937_64& rng) {
   const int64_t rows = s.T * s.H;
   return {RandomVector(rng, rows * s.Dk, -0.6, 0.6), RandomVector(rng, rows * s.Dk, -0.6, 0.6),
           RandomVector(rng, rows * s.Dv, -1, 1),     RandomVector(rng, rows, -0.8, -0.01),
           RandomVector(rng, rows, 0.05, 0.95),       RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5)};
 }
 
-Buffers RandomDouts(const Shape& s, std::mt19937_64& rng) {
+Buffers RandomDouts(const GdnShape& s, std::mt19937_64& rng) {
   return {RandomVector(rng, s.T * s.H * s.Dv, -1, 1),
           RandomVector(rng, s.H * s.Dv * s.Dk, -1, 1)};
 }
@@ -78,7 +52,7 @@ struct Nulls {
 // outputs {o, S_out}, grads {dq, dk, dv, dg, dbeta, dS_in}. Absent outputs
 // stay zero. The grid's workspaces start as NaN.
 template <typename T>
-KernelRun RunCore(Impl impl, const Shape& s, int64_t block, const Buffers& in,
+KernelRun RunCore(Impl impl, const GdnShape& s, int64_t block, const Buffers& in,
                   const Buffers& douts, Nulls nulls = {}) {
   const std::vector<T> q = Cast<T>(in[0]), k = Cast<T>(in[1]), v = Cast<T>(in[2]),
                        g = Cast<T>(in[3]), beta = Cast<T>(in[4]), S_in_v = Cast<T>(in[5]);
@@ -149,7 +123,7 @@ void ExpectRunsClose(const std::string& what, const KernelRun& a, const KernelRu
 // differences of the grid's forward against its backward, every input.
 class GridGdnCase : public KernelCase {
  public:
-  GridGdnCase(Shape s, int64_t block) : s_(s), block_(block) {}
+  GridGdnCase(GdnShape s, int64_t block) : s_(s), block_(block) {}
   std::string Name() const override {
     return "grid gdn_core " + s_.Name() + " block=" + std::to_string(block_);
   }
@@ -163,7 +137,7 @@ class GridGdnCase : public KernelCase {
   double Float32Tolerance() const override { return 1e-4; }
 
  private:
-  Shape s_;
+  GdnShape s_;
   int64_t block_;
 };
 
@@ -177,7 +151,7 @@ TEST(GridGdnCore, AgainstReferenceAndFiniteDifferences) {
 // Grid vs the CPU kernel (< 1e-12 relative) and vs the recurrence (1e-10, as
 // the CPU kernel's own test) at the lengths around T_C = 64.
 TEST(GridGdnCore, AgainstCpuKernelAndRecurrence) {
-  for (Shape s : {Shape{1, 2, 16, 16}, {5, 2, 16, 16}, {63, 2, 16, 16}, {64, 2, 16, 16},
+  for (GdnShape s : {GdnShape{1, 2, 16, 16}, {5, 2, 16, 16}, {63, 2, 16, 16}, {64, 2, 16, 16},
                   {65, 2, 16, 16}, {130, 2, 16, 16}, {200, 2, 8, 12}, {150, 3, 12, 8}}) {
     SCOPED_TRACE(s.Name());
     std::mt19937_64 rng(100 + s.T);
@@ -193,7 +167,7 @@ TEST(GridGdnCore, AgainstCpuKernelAndRecurrence) {
 
 // Any block size gives the same function.
 TEST(GridGdnCore, EveryBlockSizeAgrees) {
-  const Shape s{37, 2, 8, 6};
+  const GdnShape s{37, 2, 8, 6};
   std::mt19937_64 rng(7);
   const Buffers in = LayerLikeInputs(s, rng);
   const Buffers douts = RandomDouts(s, rng);
@@ -213,7 +187,7 @@ TEST(GridGdnCore, EveryBlockSizeAgrees) {
 TEST(GridGdnCore, NullBoundaryStatesAndEmptyChunk) {
   for (Nulls nulls : {Nulls{true, false, false, false}, Nulls{false, true, true, true},
                       Nulls{true, true, true, false}}) {
-    for (Shape s : {Shape{70, 2, 4, 5}, Shape{0, 2, 4, 5}}) {
+    for (GdnShape s : {GdnShape{70, 2, 4, 5}, GdnShape{0, 2, 4, 5}}) {
       SCOPED_TRACE(s.Name() + " nulls " + std::to_string(nulls.S_in) +
                    std::to_string(nulls.S_out) + std::to_string(nulls.dS_out) +
                    std::to_string(nulls.dS_in));
@@ -226,7 +200,7 @@ TEST(GridGdnCore, NullBoundaryStatesAndEmptyChunk) {
     }
   }
   // T = 0 against what it must be.
-  const Shape s{0, 2, 3, 2};
+  const GdnShape s{0, 2, 3, 2};
   std::mt19937_64 rng(10);
   const Buffers in = LayerLikeInputs(s, rng);
   const Buffers douts = RandomDouts(s, rng);
@@ -239,7 +213,7 @@ TEST(GridGdnCore, NullBoundaryStatesAndEmptyChunk) {
 // previous piece's dS_out, equals one run (the chunk exactness the pipeline
 // relies on).
 TEST(GridGdnCore, ChunkedSequenceEqualsOneRun) {
-  const Shape s{150, 2, 8, 8};
+  const GdnShape s{150, 2, 8, 8};
   std::mt19937_64 rng(12);
   const Buffers in = LayerLikeInputs(s, rng);
   const Buffers douts = RandomDouts(s, rng);
@@ -281,7 +255,7 @@ TEST(GridGdnCore, ChunkedSequenceEqualsOneRun) {
 
 // float32 grid against the float64 recurrence at layer-like inputs.
 TEST(GridGdnCore, Float32AgainstReference) {
-  for (Shape s : {Shape{100, 2, 32, 32}, Shape{70, 1, 64, 48}}) {
+  for (GdnShape s : {GdnShape{100, 2, 32, 32}, GdnShape{70, 1, 64, 48}}) {
     SCOPED_TRACE(s.Name());
     std::mt19937_64 rng(13);
     const Buffers in = LayerLikeInputs(s, rng);
@@ -294,7 +268,7 @@ TEST(GridGdnCore, Float32AgainstReference) {
 // HostExec splits long grids over the kernel threads; every functor writes
 // disjoint elements, so two threads give the same bits as one.
 TEST(GridGdnCore, TwoThreadsSameBits) {
-  const Shape s{200, 3, 16, 16};
+  const GdnShape s{200, 3, 16, 16};
   std::mt19937_64 rng(11);
   const Buffers in = LayerLikeInputs(s, rng);
   const Buffers douts = RandomDouts(s, rng);
