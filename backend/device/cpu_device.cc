@@ -175,6 +175,37 @@ class CpuOps final : public Ops<T> {
                                           beta, S_in, T_len, H, Dk, Dv,
                                           block_size);
   }
+  int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                           int64_t Dk, int64_t Dv,
+                                           int64_t block_size) override {
+    return backend::GdnCoreForwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
+                                                     block_size);
+  }
+  void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+                           const T* q, const T* k, const T* v, const T* g,
+                           const T* beta, const T* S_in, int64_t T_len,
+                           int64_t H, int64_t Dk, int64_t Dv,
+                           int64_t block_size) override {
+    backend::GdnCoreForwardPhase<T>(phase, o, S_out, workspace, q, k, v, g,
+                                    beta, S_in, T_len, H, Dk, Dv, block_size);
+  }
+  int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                            int64_t Dk, int64_t Dv,
+                                            int64_t block_size) override {
+    return backend::GdnCoreBackwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
+                                                      block_size);
+  }
+  void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+                            T* dbeta, T* dS_in, T* workspace, const T* dO,
+                            const T* dS_out, const T* q, const T* k,
+                            const T* v, const T* g, const T* beta,
+                            const T* S_in, int64_t T_len, int64_t H,
+                            int64_t Dk, int64_t Dv,
+                            int64_t block_size) override {
+    backend::GdnCoreBackwardPhase<T>(phase, dq, dk, dv, dg, dbeta, dS_in,
+                                     workspace, dO, dS_out, q, k, v, g, beta,
+                                     S_in, T_len, H, Dk, Dv, block_size);
+  }
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,
                         int64_t F) override {

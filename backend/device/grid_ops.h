@@ -177,6 +177,31 @@ class GridOps final : public Ops<T> {
                        const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
                        int64_t Dv, int64_t block_size) override;
 
+  // The core phase by phase (ops.h): the passes of GdnCoreForward /
+  // GdnCoreBackward in three groups, on their own workspaces.
+  int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                           int64_t Dk, int64_t Dv,
+                                           int64_t block_size) override {
+    return GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  }
+  void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+                           const T* q, const T* k, const T* v, const T* g,
+                           const T* beta, const T* S_in, int64_t T_len,
+                           int64_t H, int64_t Dk, int64_t Dv,
+                           int64_t block_size) override;
+  int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                            int64_t Dk, int64_t Dv,
+                                            int64_t block_size) override {
+    return GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  }
+  void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+                            T* dbeta, T* dS_in, T* workspace, const T* dO,
+                            const T* dS_out, const T* q, const T* k,
+                            const T* v, const T* g, const T* beta,
+                            const T* S_in, int64_t T_len, int64_t H,
+                            int64_t Dk, int64_t Dv,
+                            int64_t block_size) override;
+
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,
@@ -326,6 +351,90 @@ void GridOps<T, Exec>::GdnCoreBackward(
   exec_.ForEach(s.tokens() * Dk,
                 GdnPreKeyGradFn<T>{dk, ws.dW, ws.dP, k, beta, f.G, s});
   exec_.ForEach(H * s.nb, GdnDecayCumsumFn<T>{dg, s});
+}
+
+// The phases repeat GdnReplay's, GdnCoreForward's and GdnCoreBackward's
+// passes in the same order (tests/backend/grid_gdn_test.cc checks that the
+// three phases give the whole core's bits).
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out,
+                                           T* workspace, const T* q,
+                                           const T* k, const T* v, const T* g,
+                                           const T* beta, const T* S_in,
+                                           int64_t T_len, int64_t H,
+                                           int64_t Dk, int64_t Dv,
+                                           int64_t block_size) {
+  const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const grid::GdnForwardWorkspace<T> ws(workspace, s);
+  switch (phase) {
+    case GdnPhase::kPre:
+      exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, g, s});
+      BlockGram(ws.KG, k, k, s.Dk, s);
+      exec_.ForEach(s.tiles(), grid::GdnMaskDecayFn<T>{ws.KG, ws.G, s, true});
+      exec_.ForEach(s.H * s.nb * (s.Dv + s.Dk),
+                    grid::GdnPreSolveFn<T>{ws.U, ws.W, ws.KG, k, v, beta, ws.G, s});
+      break;
+    case GdnPhase::kST:
+      exec_.ForEach(s.H * s.Dv, grid::GdnSTFn<T>{ws.S, ws.U, S_out, ws.U, ws.W,
+                                                 k, ws.G, S_in, s});
+      break;
+    case GdnPhase::kOut:
+      BlockGram(ws.KG, q, k, Dk, s);
+      exec_.ForEach(s.tiles(), grid::GdnMaskDecayFn<T>{ws.KG, ws.G, s, false});
+      exec_.ForEach(s.tokens() * Dv,
+                    grid::GdnOutFn<T>{o, q, ws.KG, ws.U, ws.S, ws.G, s});
+      break;
+  }
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnCoreBackwardPhase(
+    GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
+    T* workspace, const T* dO, const T* dS_out, const T* q, const T* k,
+    const T* v, const T* g, const T* beta, const T* S_in, int64_t T_len,
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  using namespace grid;
+  const GdnShape s = GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const GdnBackwardWorkspace<T> ws(workspace, s);
+  const GdnForwardWorkspace<T>& f = ws.f;
+  switch (phase) {
+    case GdnPhase::kPre:  // the replay and Out's backward
+      GdnReplay(f, ws.Vn, /*S_out=*/nullptr, k, v, g, beta, S_in, s);
+      BlockGram(ws.P, q, k, Dk, s);
+      exec_.ForEach(s.tiles(), GdnMaskDecayFn<T>{ws.P, f.G, s, false});
+      BlockGram(ws.dP, dO, ws.Vn, Dv, s);
+      exec_.ForEach(s.tiles(), GdnMaskBlockFn<T>{ws.dP, s});
+      exec_.ForEach(s.tokens(),
+                    GdnOutDecayGradFn<T>{dg, ws.P, ws.dP, q, dO, f.S, f.G, s});
+      exec_.ForEach(s.tokens() * Dk,
+                    GdnOutQueryGradFn<T>{dq, ws.dP, k, dO, f.S, f.G, s});
+      exec_.ForEach(s.tokens() * Dk, GdnOutKeyGradFn<T>{dk, ws.dP, q, f.G, s});
+      exec_.ForEach(s.tokens() * Dv, GdnOutValueGradFn<T>{ws.dVn, ws.P, dO, s});
+      exec_.ForEach(s.H * s.nb * Dv * Dk,
+                    GdnStateShareFn<T>{ws.dS, dO, q, ws.dVn, f.W, f.G, s});
+      break;
+    case GdnPhase::kST:  // the state-gradient chain
+      exec_.ForEach(H * Dv, GdnSTBackwardFn<T>{ws.dS, ws.Z, dS_in, dS_out, k,
+                                               f.W, f.G, s});
+      break;
+    case GdnPhase::kOut:  // the ST's rows and Pre's backward
+      exec_.ForEach(s.tokens() * Dv, AddFn<T>{ws.dVn, ws.Z});
+      exec_.ForEach(s.tokens(),
+                    GdnSTRowGradFn<T>{dk, ws.e, ws.Vn, ws.dS, k, f.G, s});
+      exec_.ForEach(H * s.nb, GdnSTDecayGradFn<T>{dg, ws.e, ws.dS, f.S, f.G, s});
+      exec_.ForEach(s.tokens() * Dk, GdnWGradFn<T>{ws.dW, ws.dVn, f.S, s});
+      exec_.ForEach(H * s.nb * (Dv + Dk),
+                    GdnPreBackSolveFn<T>{ws.dVn, ws.dW, f.KG, beta, s});
+      exec_.ForEach(s.tiles(), GdnDAFn<T>{ws.dP, ws.dVn, ws.dW, f.U, f.W, s});
+      exec_.ForEach(s.tokens() * Dv, GdnScaleByBetaFn<T>{dv, ws.dVn, beta, Dv});
+      exec_.ForEach(s.tokens(), GdnPreRowGradFn<T>{dbeta, dg, ws.dVn, ws.dW,
+                                                   ws.dP, f.KG, k, v, beta,
+                                                   f.G, s});
+      exec_.ForEach(s.tokens() * Dk,
+                    GdnPreKeyGradFn<T>{dk, ws.dW, ws.dP, k, beta, f.G, s});
+      exec_.ForEach(H * s.nb, GdnDecayCumsumFn<T>{dg, s});
+      break;
+  }
 }
 
 template <typename T, typename Exec>

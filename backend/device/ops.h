@@ -30,6 +30,8 @@
 
 #include <cstdint>
 
+#include "backend/kernels/gdn_phase.h"
+
 namespace stateflow::backend {
 
 // AdamW's per-step coefficients (adamw.h computes them once per step).
@@ -145,6 +147,34 @@ class Ops {
     GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
                     v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
   }
+
+  // The GDN core one phase at a time, for timing (gdn_phase.h): calling
+  // the phases kPre, kST, kOut in order on the same arguments and a
+  // workspace of the *PhaseWorkspaceSize elements gives GdnCoreForward's
+  // (GdnCoreBackward's) outputs bit for bit; an output is final once the
+  // last phase has run. The CPU device runs gdn_core.h's
+  // GdnCore*Phase (the per-block functions, intermediates copied through
+  // the workspace); GridOps its passes in three groups (the backward's
+  // kPre includes the replay of the entering states, as on the CPU).
+  virtual int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                                   int64_t Dk, int64_t Dv,
+                                                   int64_t block_size) = 0;
+  virtual void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out,
+                                   T* workspace, const T* q, const T* k,
+                                   const T* v, const T* g, const T* beta,
+                                   const T* S_in, int64_t T_len, int64_t H,
+                                   int64_t Dk, int64_t Dv,
+                                   int64_t block_size) = 0;
+  virtual int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                                    int64_t Dk, int64_t Dv,
+                                                    int64_t block_size) = 0;
+  virtual void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv,
+                                    T* dg, T* dbeta, T* dS_in, T* workspace,
+                                    const T* dO, const T* dS_out, const T* q,
+                                    const T* k, const T* v, const T* g,
+                                    const T* beta, const T* S_in,
+                                    int64_t T_len, int64_t H, int64_t Dk,
+                                    int64_t Dv, int64_t block_size) = 0;
 
   virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
                                 const T* wg, const T* wu, const T* wd,

@@ -631,6 +631,239 @@ void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
   }
 }
 
+namespace {
+
+// Offsets in one (head, block) slot of the phase workspaces, for a block of
+// up to bs tokens. Forward slots use G .. S; backward slots all of them
+// (their entering states live in the states region before the slots).
+struct PhaseSlot {
+  int64_t G, Gam, KG, W, U, Vn, S, dVn, dW, dS, dQ, dK, dV, dG, dbeta, size;
+  static PhaseSlot Make(int64_t bs, int64_t Dk, int64_t Dv, bool backward) {
+    PhaseSlot p{};
+    int64_t at = 0;
+    auto take = [&at](int64_t n) { const int64_t o = at; at += n; return o; };
+    p.G = take(bs);
+    p.Gam = take(bs * bs);
+    p.KG = take(bs * bs);
+    p.W = take(bs * Dk);
+    p.U = take(bs * Dv);
+    p.Vn = take(bs * Dv);
+    if (!backward) {
+      p.S = take(Dv * Dk);
+    } else {
+      p.dVn = take(bs * Dv);
+      p.dW = take(bs * Dk);
+      p.dS = take(Dv * Dk);
+      p.dQ = take(bs * Dk);
+      p.dK = take(bs * Dk);
+      p.dV = take(bs * Dv);
+      p.dG = take(bs);
+      p.dbeta = take(bs);
+    }
+    p.size = at;
+    return p;
+  }
+};
+
+// Exact copies between owning Eigen objects and a slot.
+template <typename T, typename M>
+void Save(T* dst, const M& m) {
+  std::copy_n(m.data(), m.size(), dst);
+}
+template <typename T>
+void Load(RowMat<T>* m, const T* src, int64_t rows, int64_t cols) {
+  *m = CMat<T>(src, rows, cols);
+}
+template <typename T>
+void Load(Vec<T>* v, const T* src, int64_t n) {
+  *v = CVecMap<T>(src, n);
+}
+
+template <typename T>
+void SaveOmega(T* slot, const PhaseSlot& p, const GdnBlockOmega<T>& om) {
+  Save(slot + p.G, om.G);
+  Save(slot + p.Gam, om.Gam);
+  Save(slot + p.KG, om.KG);
+  Save(slot + p.W, om.W);
+  Save(slot + p.U, om.U);
+}
+// What the ST needs of Omega (G, W, U); with `all`, also Gam and KG.
+template <typename T>
+void LoadOmega(GdnBlockOmega<T>* om, const T* slot, const PhaseSlot& p,
+               int64_t L, int64_t Dk, int64_t Dv, bool all) {
+  Load(&om->G, slot + p.G, L);
+  Load(&om->W, slot + p.W, L, Dk);
+  Load(&om->U, slot + p.U, L, Dv);
+  if (all) {
+    Load(&om->Gam, slot + p.Gam, L, L);
+    Load(&om->KG, slot + p.KG, L, L);
+  }
+}
+
+}  // namespace
+
+int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
+                                         int64_t Dv, int64_t block_size) {
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  return H * blocks * PhaseSlot::Make(block_size, Dk, Dv, false).size;
+}
+
+template <typename T>
+void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+                         const T* q, const T* k, const T* v, const T* g,
+                         const T* beta, const T* S_in, int64_t T_len,
+                         int64_t H, int64_t Dk, int64_t Dv,
+                         int64_t block_size) {
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, false);
+  const int lanes = static_cast<int>(GdnCoreLanes(H));
+#pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
+  for (int64_t h = 0; h < H; ++h) {
+    GdnBlockOmega<T> omega;
+    RowMat<T> V_new;                                      // (L, Dv)
+    RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                  // (Dv, Dk) each
+    if (phase == GdnPhase::kST) LoadState(&S, S_in, h, Dk, Dv);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
+      T* slot = workspace + (h * blocks + b) * p.size;
+      const CSMat<T> K = HeadRows(k, t0, L, h, H, Dk);    // (L, Dk)
+      switch (phase) {
+        case GdnPhase::kPre:
+          GdnBlockPre<T>(&omega, K, HeadRows(v, t0, L, h, H, Dv),
+                         HeadEntries(g, t0, L, h, H),
+                         HeadEntries(beta, t0, L, h, H));
+          SaveOmega(slot, p, omega);
+          break;
+        case GdnPhase::kST:
+          LoadOmega(&omega, slot, p, L, Dk, Dv, /*all=*/false);
+          V_new.resize(L, Dv);
+          GdnBlockST<T>(V_new, S_next, S, omega, K);
+          Save(slot + p.Vn, V_new);
+          Save(slot + p.S, S);
+          S.swap(S_next);
+          break;
+        case GdnPhase::kOut: {
+          Load(&omega.G, slot + p.G, L);
+          Load(&omega.Gam, slot + p.Gam, L, L);
+          Load(&V_new, slot + p.Vn, L, Dv);
+          Load(&S, slot + p.S, Dv, Dk);
+          SMat<T> O = HeadRows(o, t0, L, h, H, Dv);       // (L, Dv)
+          GdnBlockOut<T>(O, HeadRows(q, t0, L, h, H, Dk), K, V_new, S, omega);
+          break;
+        }
+      }
+    }
+    if (phase == GdnPhase::kST && S_out != nullptr) {
+      Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S;
+    }
+  }
+}
+
+int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                          int64_t Dk, int64_t Dv,
+                                          int64_t block_size) {
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  return GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size) +
+         H * blocks * PhaseSlot::Make(block_size, Dk, Dv, true).size;
+}
+
+namespace {
+
+// The block backward's scratch to and from its slot: `all` with Omega's Gam
+// and KG, V_new and dQ, dV, dbeta (what the Pre backward needs beyond what
+// the ST backward does).
+template <typename T>
+void SaveScratch(T* slot, const PhaseSlot& p, const BlockBackwardScratch<T>& s,
+                 bool all) {
+  if (all) {
+    SaveOmega(slot, p, s.omega);
+    Save(slot + p.Vn, s.V_new);
+    Save(slot + p.dS, s.dS_in);
+    Save(slot + p.dQ, s.grads.dQ);
+    Save(slot + p.dV, s.grads.dV);
+    Save(slot + p.dbeta, s.grads.dbeta);
+  } else {
+    Save(slot + p.dW, s.dW);
+  }
+  Save(slot + p.dVn, s.dV_new);
+  Save(slot + p.dK, s.grads.dK);
+  Save(slot + p.dG, s.grads.dG);
+}
+
+// For the ST backward (`pre_backward` false): Omega's G, W, U, V_new,
+// dV_new, dS_in, dK, dG. For the Pre backward: Omega, dV_new, dW and every
+// gradient row.
+template <typename T>
+void LoadScratch(BlockBackwardScratch<T>* s, const T* slot, const PhaseSlot& p,
+                 int64_t L, int64_t Dk, int64_t Dv, bool pre_backward) {
+  LoadOmega(&s->omega, slot, p, L, Dk, Dv, /*all=*/pre_backward);
+  Load(&s->dV_new, slot + p.dVn, L, Dv);
+  Load(&s->grads.dK, slot + p.dK, L, Dk);
+  Load(&s->grads.dG, slot + p.dG, L);
+  if (pre_backward) {
+    Load(&s->dW, slot + p.dW, L, Dk);
+    Load(&s->grads.dQ, slot + p.dQ, L, Dk);
+    Load(&s->grads.dV, slot + p.dV, L, Dv);
+    Load(&s->grads.dbeta, slot + p.dbeta, L);
+  } else {
+    Load(&s->V_new, slot + p.Vn, L, Dv);
+    Load(&s->dS_in, slot + p.dS, Dv, Dk);
+    s->dW.resize(L, Dk);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+                          T* dbeta, T* dS_in, T* workspace, const T* dO,
+                          const T* dS_out, const T* q, const T* k, const T* v,
+                          const T* g, const T* beta, const T* S_in,
+                          int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+                          int64_t block_size) {
+  const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
+                      T_len, H, Dk, Dv, block_size};
+  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, true);
+  T* slots = workspace + GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  const int lanes = static_cast<int>(GdnCoreLanes(H));
+#pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
+  for (int64_t h = 0; h < H; ++h) {
+    BlockBackwardScratch<T> scratch;
+    RowMat<T> dS;                                         // (Dv, Dk)
+    T* states = workspace + h * blocks * Dv * Dk;
+    if (phase == GdnPhase::kPre) {
+      RowMat<T> S0;                                       // (Dv, Dk)
+      LoadState(&S0, S_in, h, Dk, Dv);
+      ReplayBlockStates<T>(states, S0, a, h);
+    }
+    if (phase == GdnPhase::kST) LoadState(&dS, dS_out, h, Dk, Dv);
+    for (int64_t b = blocks - 1; b >= 0; --b) {
+      const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
+      T* slot = slots + (h * blocks + b) * p.size;
+      const CMat<T> S(states + b * Dv * Dk, Dv, Dk);      // entering block b
+      switch (phase) {
+        case GdnPhase::kPre:
+          BlockOutBackward<T>(&scratch, S, a, h, t0, L);
+          SaveScratch(slot, p, scratch, /*all=*/true);
+          break;
+        case GdnPhase::kST:
+          LoadScratch(&scratch, slot, p, L, Dk, Dv, /*pre_backward=*/false);
+          BlockSTBackward<T>(&scratch, &dS, S, a, h, t0, L);
+          SaveScratch(slot, p, scratch, /*all=*/false);
+          break;
+        case GdnPhase::kOut:
+          LoadScratch(&scratch, slot, p, L, Dk, Dv, /*pre_backward=*/true);
+          BlockPreBackward<T>(&scratch, a, h, t0, L);
+          break;
+      }
+    }
+    if (phase == GdnPhase::kST && dS_in != nullptr) {
+      Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS;
+    }
+  }
+}
+
 GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
                                int64_t Dv, int64_t block_size) {
   GdnCoreFlops f;
@@ -683,7 +916,14 @@ GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
   template void GdnCoreBackwardOverlapped<T>(                                          \
       T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
-      int64_t, int64_t);
+      int64_t, int64_t);                                                     \
+  template void GdnCoreForwardPhase<T>(                                      \
+      GdnPhase, T*, T*, T*, const T*, const T*, const T*, const T*,          \
+      const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);      \
+  template void GdnCoreBackwardPhase<T>(                                     \
+      GdnPhase, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,    \
+      const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,    \
+      int64_t, int64_t, int64_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE

@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "backend/kernels/eigen_types.h"
+#include "backend/kernels/gdn_phase.h"
 
 namespace stateflow::backend {
 
@@ -180,6 +181,48 @@ void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                                const T* beta, const T* S_in, int64_t T_len,
                                int64_t H, int64_t Dk, int64_t Dv,
                                int64_t block_size = kGdnBlockSize);
+
+// ---- the core phase by phase (for timing: gdn_phase.h) --------------------
+
+// GdnCoreForward run one phase at a time: calling it with kPre, kST, kOut in
+// that order, on the same arguments and workspace, gives GdnCoreForward's o
+// and S_out bit for bit (each block runs the same Pre / ST / Out arithmetic;
+// what one phase hands the next is copied exactly through the workspace).
+// kPre reads k, v, g, beta; kST also S_in and writes S_out; kOut also q and
+// writes o. Heads in parallel on GdnCoreLanes(H) lanes in every phase.
+// workspace: GdnCoreForwardPhaseWorkspaceSize elements, per (head, block) a
+// slot holding its Omega, V_new and entering state:
+//   H ceil(T / T_C) (T_C (1 + 2 T_C + Dk + 2 Dv) + Dv Dk).
+// Not for training (the ordinary forward keeps this on the stack, per block).
+int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
+                                         int64_t Dv,
+                                         int64_t block_size = kGdnBlockSize);
+template <typename T>
+void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+                         const T* q, const T* k, const T* v, const T* g,
+                         const T* beta, const T* S_in, int64_t T_len,
+                         int64_t H, int64_t Dk, int64_t Dv,
+                         int64_t block_size = kGdnBlockSize);
+
+// GdnCoreBackward one phase at a time (gdn_phase.h: kPre = replay, Pre
+// recomputed and the Out backward; kST = the state-gradient chain; kOut =
+// the Pre backward and the gradient rows): in order on the same arguments
+// and workspace, GdnCoreBackward's outputs bit for bit. dS_in is written by
+// kST, dq, dk, dv, dg, dbeta by kOut. workspace:
+// GdnCoreBackwardPhaseWorkspaceSize elements: GdnCoreBackwardWorkspaceSize's
+// entering states, then per (head, block) a slot with its Omega, V_new, the
+// gradients of V_new, W and its entering state, and its gradient rows:
+//   H ceil(T / T_C) (2 Dv Dk + T_C (3 + 2 T_C + 4 Dk + 4 Dv)).
+int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                          int64_t Dk, int64_t Dv,
+                                          int64_t block_size = kGdnBlockSize);
+template <typename T>
+void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+                          T* dbeta, T* dS_in, T* workspace, const T* dO,
+                          const T* dS_out, const T* q, const T* k, const T* v,
+                          const T* g, const T* beta, const T* S_in,
+                          int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+                          int64_t block_size = kGdnBlockSize);
 
 // The floating-point operations the chunkwise algorithm executes (matrix
 // products counted as 2mnk, unit-triangular solves as L(L-1) per right-hand

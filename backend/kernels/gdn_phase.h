@@ -1,0 +1,40 @@
+// The three phases of a chunkwise recurrence core (the paper's Pre / ST /
+// Out), named so that a caller can run a core one phase at a time: the
+// profiler times each phase separately (GdnCoreForwardPhase and
+// GdnCoreBackwardPhase, gdn_core.h and device/ops.h) so that a replay can
+// predict the split-and-overlap time from sequential measurements
+// (docs/cost-model.md, section 2, "State transition").
+//
+// Forward:  kPre = Pre of every block (G, Gam, KG, W, U), kST = the
+//           sequential state chain (V_new, the entering states), kOut = Out
+//           of every block.
+// Backward: the roles of the cost model's StTiming (models/cost_model.h):
+//           kPre = the parallel work before the state-gradient chain (the
+//           replay of the entering states, Pre recomputed, V_new, the Out
+//           backward), kST = the state-gradient chain (the ST backward,
+//           blocks last to first), kOut = the parallel work after it (the
+//           Pre backward and the gradient rows).
+//
+// Not a scheduler: running the phases in order is the sequential core.
+//
+//   for (GdnPhase p : kGdnPhases) ops.GdnCoreForwardPhase(p, o, S_out, ws, ...);
+#pragma once
+
+namespace stateflow::backend {
+
+enum class GdnPhase { kPre, kST, kOut };
+
+inline constexpr GdnPhase kGdnPhases[] = {GdnPhase::kPre, GdnPhase::kST,
+                                          GdnPhase::kOut};
+
+// "pre", "st", "out".
+inline const char* GdnPhaseName(GdnPhase phase) {
+  switch (phase) {
+    case GdnPhase::kPre: return "pre";
+    case GdnPhase::kST: return "st";
+    case GdnPhase::kOut: return "out";
+  }
+  return "?";
+}
+
+}  // namespace stateflow::backend
