@@ -92,12 +92,16 @@ class CudaDevice final : public Device {
     dev->memory_ = std::make_unique<CudaMemory>(dev->stream_);
     dev->ops_f32_ = MakeCudaOpsF32(dev->cublas_, dev->stream_);
     dev->ops_f64_ = MakeCudaOpsF64(dev->cublas_, dev->stream_);
+    SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_start_));
+    SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_stop_));
     return dev;
   }
   ~CudaDevice() override {
     ops_f32_.reset();
     ops_f64_.reset();
     memory_.reset();
+    if (timer_start_ != nullptr) cudaEventDestroy(timer_start_);
+    if (timer_stop_ != nullptr) cudaEventDestroy(timer_stop_);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -112,6 +116,22 @@ class CudaDevice final : public Device {
     SF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return CudaStatus(cudaGetLastError(), ("kernels on " + name()).c_str());
   }
+  // The span between two events on the compute stream (device.h).
+  Status TimerStart() override {
+    SF_CUDA_RETURN_IF_ERROR(cudaEventRecord(timer_start_, stream_));
+    timer_open_ = true;
+    return Status::Ok();
+  }
+  Result<double> TimerStop() override {
+    if (!timer_open_) return Status::Internal("device " + name() + ": TimerStop without TimerStart");
+    timer_open_ = false;
+    SF_CUDA_RETURN_IF_ERROR(cudaEventRecord(timer_stop_, stream_));
+    SF_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(timer_stop_));
+    SF_RETURN_IF_ERROR(CudaStatus(cudaGetLastError(), ("kernels on " + name()).c_str()));
+    float ms = 0;
+    SF_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, timer_start_, timer_stop_));
+    return static_cast<double>(ms) * 1e-3;
+  }
 
  protected:
   Ops<float>& ops_f32() override { return *ops_f32_; }
@@ -124,6 +144,8 @@ class CudaDevice final : public Device {
   std::string gpu_name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cudaEvent_t timer_start_ = nullptr, timer_stop_ = nullptr;  // TimerStart/Stop
+  bool timer_open_ = false;
   std::unique_ptr<CudaMemory> memory_;
   std::unique_ptr<Ops<float>> ops_f32_;
   std::unique_ptr<Ops<double>> ops_f64_;

@@ -3,6 +3,7 @@
 // (same functions, same arguments, same order), so that results are
 // bit-identical. The elementwise maps are plain loops in the arithmetic order
 // the layers' Eigen expressions used. GetDevice (the registry) is here too.
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -30,6 +31,27 @@ const char* DeviceKindName(DeviceKind kind) {
     case DeviceKind::kCuda: return "cuda";
   }
   return "?";
+}
+
+Status Device::TimerStart() {
+  SF_RETURN_IF_ERROR(Synchronize());
+  timer_start_s_ = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+  return Status::Ok();
+}
+
+Result<double> Device::TimerStop() {
+  if (timer_start_s_ < 0) {
+    return Status::Internal("device " + name() + ": TimerStop without TimerStart");
+  }
+  SF_RETURN_IF_ERROR(Synchronize());
+  const double end = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count();
+  const double seconds = end - timer_start_s_;
+  timer_start_s_ = -1;
+  return seconds;
 }
 
 namespace {

@@ -18,7 +18,8 @@
 //   dev->ops<float>().SiluForward(y, x, n);
 //
 // Not a stream/event abstraction yet: every Ops call is ordered after the
-// previous one; Synchronize waits for them (a no-op on the host).
+// previous one; Synchronize waits for them (a no-op on the host); a timer
+// (TimerStart / TimerStop) measures a span of them.
 #pragma once
 
 #include <string>
@@ -68,11 +69,28 @@ class Device {
   // device-side error (a failed launch, an illegal address) as a Status.
   virtual Status Synchronize() = 0;
 
+  // Times a span of device work (the profiler's every sample):
+  //   SF_RETURN_IF_ERROR(dev->TimerStart());
+  //   ... Ops calls ...
+  //   SF_ASSIGN_OR_RETURN(double seconds, dev->TimerStop());
+  // TimerStop returns the seconds from TimerStart to the end of the work
+  // issued in between, having waited for it. This default (the host
+  // devices): the steady clock, read after Synchronize at both ends. The
+  // CUDA device: two events recorded on its compute stream and
+  // cudaEventElapsedTime, so host time spent issuing is not counted where
+  // the GPU is busy. One span at a time per device. Errors: Synchronize's
+  // (the device's), TimerStop without a TimerStart.
+  virtual Status TimerStart();
+  virtual Result<double> TimerStop();
+
  protected:
   virtual Ops<float>& ops_f32() = 0;
   virtual Ops<double>& ops_f64() = 0;
   virtual AttentionOps<float>* attention_ops_f32() { return nullptr; }
   virtual AttentionOps<double>* attention_ops_f64() { return nullptr; }
+
+ private:
+  double timer_start_s_ = -1;  // steady clock at TimerStart; -1: none open
 };
 
 // The process's CPU device (Eigen kernels, host memory).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/allocator.h"
+#include "backend/layers/gdn_layer.h"
 #include "backend/model/model_stage_module.h"
 #include "backend/train/adamw.h"
 
@@ -18,10 +19,6 @@ namespace {
 constexpr std::uint64_t kSeed = 1;
 constexpr int kChunks = 3;  // the middle one is timed
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 Status CheckOptions(std::int64_t tokens, const TimingOptions& options) {
   if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
   if (options.repetitions < 1) return Status::Invalid("--repetitions must be >= 1");
@@ -29,10 +26,10 @@ Status CheckOptions(std::int64_t tokens, const TimingOptions& options) {
   return Status::Ok();
 }
 
-// Deterministic values in [-scale, scale], never denormal (a denormal input
-// would slow the kernels down and time something no run does).
+// Deterministic values in [lo, hi], never denormal (a denormal input would
+// slow the kernels down and time something no run does).
 template <typename T>
-void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
+void FillRange(Tensor<T>* t, std::uint64_t seed, double lo, double hi) {
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   std::vector<T> host(static_cast<std::size_t>(t->numel()));
   for (std::int64_t e = 0; e < t->numel(); ++e) {
@@ -40,9 +37,14 @@ void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
     x ^= x << 25;
     x ^= x >> 27;
     const double u = static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
-    host[static_cast<std::size_t>(e)] = static_cast<T>(scale * (2 * u - 1));
+    host[static_cast<std::size_t>(e)] = static_cast<T>(lo + (hi - lo) * u);
   }
   t->FromHost(host);
+}
+// Values in [-scale, scale].
+template <typename T>
+void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
+  FillRange(t, seed, -scale, scale);
 }
 
 // One microbatch of B sequences of seq_len byte tokens (inputs and targets).
@@ -87,20 +89,18 @@ Status RunRepetition(Device& device, StageModule<T>& module, const Batch& batch,
   SF_RETURN_IF_ERROR(module.BeginStep(
       &batch, &partition, 1.0 / (static_cast<double>(batch.seq_len) * batch.microbatch_size)));
   for (int i = 0; i < N; ++i) {
-    const double start = Now();
+    SF_RETURN_IF_ERROR(device.TimerStart());
     Result<Tensor<T>> y = module.Forward(0, i, input(xs, i));
     if (!y.ok()) return y.status();
-    SF_RETURN_IF_ERROR(device.Synchronize());
-    const double end = Now();
-    if (i == timed) *forward_s = end - start;
+    SF_ASSIGN_OR_RETURN(const double seconds, device.TimerStop());
+    if (i == timed) *forward_s = seconds;
   }
   for (int i = N - 1; i >= 0; --i) {
-    const double start = Now();
+    SF_RETURN_IF_ERROR(device.TimerStart());
     Result<Tensor<T>> dx = module.Backward(0, i, input(dys, i));
     if (!dx.ok()) return dx.status();
-    SF_RETURN_IF_ERROR(device.Synchronize());
-    const double end = Now();
-    if (i == timed) *backward_s = end - start;
+    SF_ASSIGN_OR_RETURN(const double seconds, device.TimerStop());
+    if (i == timed) *backward_s = seconds;
   }
   return Status::Ok();
 }
@@ -125,6 +125,9 @@ struct LayerTimer<T>::State {
   std::unique_ptr<StageModule<T>> module;
   std::int64_t vocab = 0;
   models::LayerKind kind = models::LayerKind::kRecurrence;
+  bool phases = false;   // a GDN recurrence layer: TimePhasesOnce applies
+  GdnLayerDims dims;     // its shapes (phases only)
+  std::string architecture;
 };
 
 template <typename T>
@@ -132,7 +135,8 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
                                                            models::LayerKind kind,
                                                            models::Recompute recompute,
                                                            int microbatch_size,
-                                                           Device* device) {
+                                                           Device* device,
+                                                           bool st_overlap) {
   SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
   std::unique_ptr<LayerTimer> timer(new LayerTimer());
   timer->state_ = std::make_unique<State>(device);
@@ -140,10 +144,14 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
                       MakeStageModule<T>(model, layers,
                                          {.recompute = recompute,
                                           .seed = kSeed,
-                                          .microbatch_size = microbatch_size},
+                                          .microbatch_size = microbatch_size,
+                                          .st_overlap = st_overlap},
                                          &timer->state_->alloc));
   timer->state_->vocab = model.vocab_size();
   timer->state_->kind = kind;
+  timer->state_->architecture = model.architecture();
+  timer->state_->phases = kind == models::LayerKind::kRecurrence && model.architecture() == "gdn";
+  if (timer->state_->phases) timer->state_->dims = GdnLayerDims::FromModel(model);
   return timer;
 }
 
@@ -200,6 +208,107 @@ Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens,
 }
 
 template <typename T>
+bool LayerTimer<T>::has_phases() const {
+  return state_->phases;
+}
+
+namespace {
+
+// The core's inputs, outputs and phase workspaces for B sequences of s
+// tokens (shapes as the GDN layer's: gdn_layer.cc), all kWorkspace.
+template <typename T>
+struct CoreBuffers {
+  Tensor<T> q, k, v, g, beta, S_in, dO, dS_out;  // inputs
+  Tensor<T> o, S_out, dq, dk, dv, dg, dbeta, dS_in;  // outputs
+  Tensor<T> fws, bws;  // (B, phase workspace) forward, backward
+  std::int64_t fws_n = 0, bws_n = 0;  // elements per sequence
+};
+
+template <typename T>
+Result<CoreBuffers<T>> MakeCoreBuffers(TrackingAllocator& alloc, const GdnLayerDims& d,
+                                       std::int64_t B, std::int64_t s) {
+  CoreBuffers<T> c;
+  const BufferClass ws = BufferClass::kWorkspace;
+  auto make = [&](Tensor<T>* t, std::vector<std::int64_t> shape) -> Status {
+    SF_ASSIGN_OR_RETURN(*t, Tensor<T>::Zeros(alloc, ws, shape));
+    return Status::Ok();
+  };
+  const std::int64_t S = B * s, state = d.H * d.Dv * d.K;
+  for (Tensor<T>* t : {&c.q, &c.k, &c.dq, &c.dk}) SF_RETURN_IF_ERROR(make(t, {S, d.HK()}));
+  for (Tensor<T>* t : {&c.v, &c.dO, &c.o, &c.dv}) SF_RETURN_IF_ERROR(make(t, {S, d.HV()}));
+  for (Tensor<T>* t : {&c.g, &c.beta, &c.dg, &c.dbeta}) SF_RETURN_IF_ERROR(make(t, {S, d.H}));
+  for (Tensor<T>* t : {&c.S_in, &c.dS_out, &c.S_out, &c.dS_in}) {
+    SF_RETURN_IF_ERROR(make(t, {B, state}));
+  }
+  Ops<T>& ops = alloc.device().template ops<T>();
+  c.fws_n = ops.GdnCoreForwardPhaseWorkspaceSize(s, d.H, d.K, d.Dv, d.block_size);
+  c.bws_n = ops.GdnCoreBackwardPhaseWorkspaceSize(s, d.H, d.K, d.Dv, d.block_size);
+  SF_RETURN_IF_ERROR(make(&c.fws, {B, std::max<std::int64_t>(1, c.fws_n)}));
+  SF_RETURN_IF_ERROR(make(&c.bws, {B, std::max<std::int64_t>(1, c.bws_n)}));
+  const double unit = 1.0 / std::sqrt(static_cast<double>(d.K));  // unit-norm rows
+  FillPattern(&c.q, 31, unit);
+  FillPattern(&c.k, 37, unit);
+  FillPattern(&c.v, 41, 1.0);
+  FillRange(&c.g, 43, -0.5, -0.01);
+  FillRange(&c.beta, 47, 0.1, 0.9);
+  FillPattern(&c.S_in, 53, 0.5);
+  FillPattern(&c.dO, 59, 1.0 / static_cast<double>(S));
+  FillPattern(&c.dS_out, 61, 1.0 / static_cast<double>(S));
+  return c;
+}
+
+// Phase `p` of the forward (backward: `backward`) over every sequence.
+template <typename T>
+void RunCorePhase(Ops<T>& ops, CoreBuffers<T>& c, const GdnLayerDims& d, std::int64_t B,
+                  std::int64_t s, GdnPhase p, bool backward) {
+  const std::int64_t state = d.H * d.Dv * d.K;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t k = b * s * d.HK(), v = b * s * d.HV(), h = b * s * d.H;
+    if (!backward) {
+      ops.GdnCoreForwardPhase(p, c.o.data() + v, c.S_out.data() + b * state,
+                              c.fws.data() + b * std::max<std::int64_t>(1, c.fws_n),
+                              c.q.data() + k, c.k.data() + k, c.v.data() + v, c.g.data() + h,
+                              c.beta.data() + h, c.S_in.data() + b * state, s, d.H, d.K, d.Dv,
+                              d.block_size);
+    } else {
+      ops.GdnCoreBackwardPhase(p, c.dq.data() + k, c.dk.data() + k, c.dv.data() + v,
+                               c.dg.data() + h, c.dbeta.data() + h, c.dS_in.data() + b * state,
+                               c.bws.data() + b * std::max<std::int64_t>(1, c.bws_n),
+                               c.dO.data() + v, c.dS_out.data() + b * state, c.q.data() + k,
+                               c.k.data() + k, c.v.data() + v, c.g.data() + h,
+                               c.beta.data() + h, c.S_in.data() + b * state, s, d.H, d.K, d.Dv,
+                               d.block_size);
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+Result<CorePhaseSeconds> LayerTimer<T>::TimePhasesOnce(std::int64_t tokens) {
+  if (!state_->phases) {
+    return Status::Invalid(std::string("profile: no core phases to time for a ") +
+                           std::string(models::LayerKindName(state_->kind)) + " layer of a " +
+                           state_->architecture + " model (GDN recurrence layers only)");
+  }
+  if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
+  const GdnLayerDims& d = state_->dims;
+  const std::int64_t B = state_->module->microbatch_size();
+  Device& device = state_->alloc.device();
+  SF_ASSIGN_OR_RETURN(CoreBuffers<T> c, MakeCoreBuffers<T>(state_->alloc, d, B, tokens));
+  CorePhaseSeconds seconds;
+  for (bool backward : {false, true}) {
+    for (int p = 0; p < 3; ++p) {
+      SF_RETURN_IF_ERROR(device.TimerStart());
+      RunCorePhase(device.ops<T>(), c, d, B, tokens, kGdnPhases[p], backward);
+      SF_ASSIGN_OR_RETURN(const double s, device.TimerStop());
+      (backward ? seconds.backward : seconds.forward)[p] = s;
+    }
+  }
+  return seconds;
+}
+
+template <typename T>
 Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKind kind,
                                     models::Recompute recompute, std::int64_t tokens,
                                     const TimingOptions& options) {
@@ -235,13 +344,12 @@ Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
   SF_ASSIGN_OR_RETURN(AdamW<T> optimizer, AdamW<T>::Make(params, alloc, AdamWOptions{}));
   std::vector<double> per_param;
   for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
-    const double start = Now();
+    SF_RETURN_IF_ERROR(alloc.device().TimerStart());
     optimizer.Step();
     module->ZeroGrads();
-    SF_RETURN_IF_ERROR(alloc.device().Synchronize());
-    const double end = Now();
+    SF_ASSIGN_OR_RETURN(const double seconds, alloc.device().TimerStop());
     for (const ParamRef<T>& p : params) FillPattern(p.grad, 7 + rep, 1e-3);  // untimed
-    if (rep >= options.warmup) per_param.push_back((end - start) / count);
+    if (rep >= options.warmup) per_param.push_back(seconds / count);
   }
   return per_param;
 }

@@ -19,6 +19,14 @@
 // caches). Under recompute full a block's timed backward includes the forward
 // it re-runs, as the runtime's would.
 //
+// A GDN recurrence layer's core is also timed phase by phase
+// (TimePhasesOnce): Pre, ST and Out of its forward and backward
+// (Ops::GdnCore*Phase, gdn_phase.h), each a span of the device's timer, on
+// inputs of the layer's shapes, so that a replay can predict the core split
+// and overlapped from sequential measurements. Every time is a device timer
+// span (Device::TimerStart / TimerStop: the steady clock on the host, CUDA
+// events on a GPU).
+//
 // Not the profile command (tools/profile_command.cc) and not a CostTable
 // writer (profiler.h).
 //
@@ -41,6 +49,13 @@
 
 namespace stateflow::backend {
 
+// One repetition of the recurrence core's phases (gdn_phase.h), seconds:
+// [kPre, kST, kOut] of the forward and of the backward.
+struct CorePhaseSeconds {
+  double forward[3] = {0, 0, 0};
+  double backward[3] = {0, 0, 0};
+};
+
 struct TimingOptions {
   int repetitions = 10;  // kept samples
   int warmup = 2;        // thrown away first
@@ -55,13 +70,16 @@ class LayerTimer {
  public:
   // Errors: the module's (an unsupported model names model.architecture or
   // model.layer_pattern), a kind the model lacks.
-  // `device` (nullptr: the CPU) runs the module; a pass's time then ends
-  // when the device has finished it (Device::Synchronize before the clock).
+  // `device` (nullptr: the CPU) runs the module; a pass's time is a span
+  // of its timer (it ends when the device has finished the pass).
+  // `st_overlap` (schedule.st_overlap): GDN layers run their core split and
+  // overlapped (StageModuleOptions::st_overlap).
   static Result<std::unique_ptr<LayerTimer>> Make(const pb::ModelSpec& model,
                                                   models::LayerKind kind,
                                                   models::Recompute recompute,
                                                   int microbatch_size = 1,
-                                                  Device* device = nullptr);
+                                                  Device* device = nullptr,
+                                                  bool st_overlap = false);
   ~LayerTimer();
   LayerTimer(const LayerTimer&) = delete;
   LayerTimer& operator=(const LayerTimer&) = delete;
@@ -70,6 +88,17 @@ class LayerTimer {
   // (attention only; other kinds ignore it): the timed chunk's forward and
   // backward seconds. Error: tokens < 1, prefix < 0, the module's.
   Result<std::pair<double, double>> TimeOnce(std::int64_t tokens, std::int64_t prefix = 0);
+
+  // Whether TimePhasesOnce applies: a recurrence layer of a GDN model.
+  bool has_phases() const;
+  // One repetition of the core's phases over one microbatch of chunks of
+  // `tokens` tokens (each phase over every sequence of the microbatch, one
+  // timer span), always sequential (the phases one after another, whatever
+  // st_overlap): layer-like inputs (unit-scale q, k rows, decays in
+  // [e^-0.5, e^-0.01], beta in [0.1, 0.9]), a boundary state in and out.
+  // Errors: !has_phases() (names the kind and architecture), tokens < 1, the
+  // allocator's.
+  Result<CorePhaseSeconds> TimePhasesOnce(std::int64_t tokens);
 
  private:
   LayerTimer() = default;

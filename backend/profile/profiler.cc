@@ -25,6 +25,26 @@ pb::CostSample MakeSample(models::LayerKind kind, const char* pass, models::Reco
   return s;
 }
 
+// The medians of the core's phases over the repetitions, into the forward
+// and backward samples.
+void SetPhases(pb::CostSample* forward, pb::CostSample* backward,
+               const std::vector<CorePhaseSeconds>& reps) {
+  if (reps.empty()) return;
+  std::vector<double> f[3], b[3];
+  for (const CorePhaseSeconds& r : reps) {
+    for (int p = 0; p < 3; ++p) {
+      f[p].push_back(r.forward[p]);
+      b[p].push_back(r.backward[p]);
+    }
+  }
+  forward->set_pre_s(Quantile(f[0], 0.5));
+  forward->set_st_s(Quantile(f[1], 0.5));
+  forward->set_out_s(Quantile(f[2], 0.5));
+  backward->set_pre_s(Quantile(b[0], 0.5));
+  backward->set_st_s(Quantile(b[1], 0.5));
+  backward->set_out_s(Quantile(b[2], 0.5));
+}
+
 // A chunk to time: its length and the tokens before it (attention only).
 struct Point {
   std::int64_t tokens = 0, prefix = 0;
@@ -38,6 +58,7 @@ struct Timed {
   std::unique_ptr<LayerTimer<T>> timer;
   std::vector<Point> points;
   std::vector<PassSamples> by_point;  // (points)
+  std::vector<std::vector<CorePhaseSeconds>> phases;  // (points, repetitions)
 };
 
 // Attention at every (length, prefix) asked for; other kinds at every length.
@@ -64,6 +85,10 @@ Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& pro
         if (rep < request.timing.warmup) continue;
         t.by_point[j].forward_s.push_back(seconds.first);
         t.by_point[j].backward_s.push_back(seconds.second);
+        if (t.timer->has_phases()) {
+          SF_ASSIGN_OR_RETURN(CorePhaseSeconds phases, t.timer->TimePhasesOnce(t.points[j].tokens));
+          t.phases[j].push_back(phases);
+        }
       }
     }
     if (progress) progress(rep + 1, reps + 1);
@@ -78,21 +103,24 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
     for (models::Recompute mode : request.recompute) {
       SF_ASSIGN_OR_RETURN(auto timer,
                           LayerTimer<T>::Make(request.model, kind, mode, request.microbatch_size,
-                                              request.device));
+                                              request.device, request.st_overlap));
       std::vector<Point> points = PointsOf(request, kind);
       const std::size_t n = points.size();
       timed.push_back(Timed<T>{kind, mode, std::move(timer), std::move(points),
-                               std::vector<PassSamples>(n)});
+                               std::vector<PassSamples>(n),
+                               std::vector<std::vector<CorePhaseSeconds>>(n)});
     }
   }
   SF_RETURN_IF_ERROR(TimeInterleaved(request, progress, &timed));
   for (const Timed<T>& t : timed) {
     for (std::size_t j = 0; j < t.points.size(); ++j) {
       const Point& p = t.points[j];
-      *table->add_samples() =
-          MakeSample(t.kind, "forward", t.mode, p.tokens, p.prefix, t.by_point[j].forward_s);
-      *table->add_samples() =
+      pb::CostSample* forward = table->add_samples();
+      *forward = MakeSample(t.kind, "forward", t.mode, p.tokens, p.prefix, t.by_point[j].forward_s);
+      pb::CostSample* backward = table->add_samples();
+      *backward =
           MakeSample(t.kind, "backward", t.mode, p.tokens, p.prefix, t.by_point[j].backward_s);
+      SetPhases(forward, backward, t.phases[j]);
     }
   }
   SF_ASSIGN_OR_RETURN(std::vector<double> per_param,
@@ -141,6 +169,8 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   table.set_dtype(request.dtype);
   table.set_microbatch_size(static_cast<std::uint32_t>(request.microbatch_size));
   table.set_device(request.device != nullptr ? request.device->name() : "cpu");
+  table.set_st_overlap(request.st_overlap);
+  table.set_st_tile(static_cast<std::uint32_t>(std::max(0, request.st_tile)));
   const Status filled = request.dtype == "float64" ? Fill<double>(request, progress, &table)
                                                    : Fill<float>(request, progress, &table);
   SF_RETURN_IF_ERROR(filled);

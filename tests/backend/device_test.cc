@@ -4,7 +4,9 @@
 // order-matching transport (NCCL) must issue its receives (LinkOrder).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,6 +55,27 @@ TEST(CpuDevice, OpsMatchTheirDefinitions) {
   ops.RmsNormApply(out.data(), m.data(), rstd.data(), w.data(), 2, 3);
   EXPECT_EQ(out, (std::vector<double>{2, 40, 600, 12, 150, 1800}));
   EXPECT_NE(CpuDevice().attention_ops<double>(), nullptr);
+}
+
+// The host devices' timer: the steady clock between TimerStart and
+// TimerStop (a 30 ms sleep measures at least 30 ms and, on a machine that is
+// not stalled, well under a second), one span at a time, and TimerStop
+// without TimerStart an error naming the device.
+TEST(DeviceTimer, HostDevicesTimeASpanWithTheSteadyClock) {
+  for (const char* name : {"cpu", "host-grid"}) {
+    Result<Device*> dev = GetDevice(name, 0);
+    ASSERT_TRUE(dev.ok()) << dev.status().message();
+    Result<double> none = (*dev)->TimerStop();
+    ASSERT_FALSE(none.ok());
+    EXPECT_NE(none.status().message().find(name), std::string::npos) << none.status().message();
+    ASSERT_TRUE((*dev)->TimerStart().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    Result<double> s = (*dev)->TimerStop();
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_GE(*s, 0.030) << name;
+    EXPECT_LT(*s, 1.0) << name;
+    EXPECT_FALSE((*dev)->TimerStop().ok()) << name << ": the span was closed";
+  }
 }
 
 TEST(GetDevice, NamesTheDeviceOrSaysWhyNot) {

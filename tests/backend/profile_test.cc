@@ -157,6 +157,37 @@ TEST(LayerTimer, WhatTheBackendCannotRunIsAnError) {
   EXPECT_FALSE(TimeLayerPasses<float>(Tiny(), LayerKind::kHead, Recompute::kNone, 4, {1, -1}).ok());
 }
 
+// A GDN recurrence layer's core phases: six positive spans per repetition,
+// with or without the layer's split-and-overlap; other kinds and Mamba-3's
+// recurrence have none (an error naming the kind and architecture).
+TEST(LayerTimer, GdnCorePhasesArePositiveSpans) {
+  for (bool overlap : {false, true}) {
+    Result<std::unique_ptr<LayerTimer<float>>> timer = LayerTimer<float>::Make(
+        Tiny(), LayerKind::kRecurrence, Recompute::kNone, 2, nullptr, overlap);
+    ASSERT_TRUE(timer.ok()) << timer.status().message();
+    ASSERT_TRUE((*timer)->has_phases());
+    Result<CorePhaseSeconds> t = (*timer)->TimePhasesOnce(70);  // a partial block
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    for (int p = 0; p < 3; ++p) {
+      EXPECT_GT(t->forward[p], 0) << p;
+      EXPECT_GT(t->backward[p], 0) << p;
+    }
+    EXPECT_FALSE((*timer)->TimePhasesOnce(0).ok());
+  }
+  Result<std::unique_ptr<LayerTimer<double>>> head =
+      LayerTimer<double>::Make(Tiny(), LayerKind::kHead, Recompute::kNone);
+  ASSERT_TRUE(head.ok());
+  EXPECT_FALSE((*head)->has_phases());
+  Result<CorePhaseSeconds> none = (*head)->TimePhasesOnce(8);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("head layer of a gdn model"), std::string::npos)
+      << none.status().message();
+  Result<std::unique_ptr<LayerTimer<float>>> mamba = LayerTimer<float>::Make(
+      *models::ModelPreset("mamba3-tiny"), LayerKind::kRecurrence, Recompute::kNone);
+  ASSERT_TRUE(mamba.ok()) << mamba.status().message();
+  EXPECT_FALSE((*mamba)->has_phases());
+}
+
 TEST(LayerTimer, OptimizerPerParameter) {
   Result<std::vector<double>> t = TimeOptimizerPerParam<float>(Tiny(), kQuick);
   ASSERT_TRUE(t.ok()) << t.status().message();
@@ -214,6 +245,17 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
   EXPECT_EQ(keys.size(), 24u);
   EXPECT_GT(table->optimizer_s_per_param(), 0);
   EXPECT_EQ(table->dtype(), "float32");
+  EXPECT_FALSE(table->st_overlap());
+  // The recurrence samples carry the core's phases, the others none.
+  for (const pb::CostSample& s : table->samples()) {
+    if (s.layer_kind() == "recurrence") {
+      EXPECT_GT(s.pre_s(), 0) << sim::CostSampleKey(s);
+      EXPECT_GT(s.st_s(), 0) << sim::CostSampleKey(s);
+      EXPECT_GT(s.out_s(), 0) << sim::CostSampleKey(s);
+    } else {
+      EXPECT_EQ(s.pre_s() + s.st_s() + s.out_s(), 0) << sim::CostSampleKey(s);
+    }
+  }
 
   // With a link, the simulator's index accepts it and answers the measured
   // points exactly, and the midpoint by linear interpolation.
@@ -231,6 +273,26 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
   EXPECT_EQ(*index->Time(LayerKind::kRecurrence, "backward", Recompute::kFull, 4, 0), at4);
   EXPECT_NEAR(*index->Time(LayerKind::kRecurrence, "backward", Recompute::kFull, 8, 0),
               (at4 + at12) / 2, 1e-15);
+}
+
+// schedule.st_overlap and st_tile are recorded in the table (the layers
+// then ran their core split and overlapped; the phases are still there).
+TEST(Profiler, RecordsTheOverlapModeAndTile) {
+  ProfileRequest request{.model = Tiny(),
+                         .tokens = {64},
+                         .attention_chunks = {},
+                         .recompute = {Recompute::kNone},
+                         .dtype = "float64",
+                         .timing = {.repetitions = 1, .warmup = 0},
+                         .st_overlap = true,
+                         .st_tile = 16};
+  Result<pb::CostTable> table = ProfileLayers(request, nullptr);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  EXPECT_TRUE(table->st_overlap());
+  EXPECT_EQ(table->st_tile(), 16u);
+  int with_phases = 0;
+  for (const pb::CostSample& s : table->samples()) with_phases += s.st_s() > 0;
+  EXPECT_EQ(with_phases, 2);  // the recurrence forward and backward
 }
 
 // A hybrid: attention is timed at every (length, prefix) asked for, the
