@@ -398,6 +398,12 @@ StTiming CostModel::StateTransition(int l, std::int64_t s, bool backward) const 
   return t;
 }
 
+double MeasuredStOverlapSaving(double pre_s, double st_s, double out_s, double coverage) {
+  assert(coverage > 0 && coverage <= 1);
+  const double X = (1.0 - coverage) * st_s;  // the ST's time with units idle beside it
+  return std::min(pre_s, X) / 2 + std::min(out_s, X) / 2;
+}
+
 double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
   const double backward =
       KernelTime(l, c, s, true, BackwardFlops(l, c, s), MinBackwardBytes(l, s)) +

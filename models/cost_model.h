@@ -108,6 +108,19 @@ struct StTiming {
   double exposed_s = 0; // added to the pass: see docs/cost-model.md
 };
 
+// Split-and-overlap's saving on a recurrence pass whose core phases were
+// measured one after another: parallel work before the ST (pre_s), the ST
+// (st_s, measured: its exposure included, at coverage u = `coverage`), the
+// parallel work after it (out_s). Two equal segments, Pre1 -> (ST1 || Pre2)
+// -> (ST2 || Out1) -> Out2, a window with ST time x beside parallel work w
+// taking max(x, w + u x):
+//   saving = min(pre_s, X) / 2 + min(out_s, X) / 2,   X = (1 - u) st_s,
+// the overlapped pass = pre_s + st_s + out_s - saving. The analytic model's
+// (CostModel::StateTransition) with st_s = S / u. REQUIRES: 0 < coverage <= 1.
+// Derivation and assumptions: docs/cost-model.md, section 2, "State
+// transition", measured phases.
+double MeasuredStOverlapSaving(double pre_s, double st_s, double out_s, double coverage);
+
 // The precision of a run of the backend in `dtype` ("float32", "float64"):
 // weights, gradients and activations in that type, AdamW's two moments as
 // optimizer state (2 x the type), no master copy. "" means float32. Error

@@ -196,6 +196,39 @@ class UniformCostSource final : public TableCostSource {
   double GradientSyncTime(int) const override { return 0.0; }
 };
 
+// What a recurrence layer's measured `pass` time needs added when the
+// schedule's st_overlap differs from the table's: the overlap's saving from
+// the measured phases (models::MeasuredStOverlapSaving), subtracted when the
+// schedule overlaps and the table did not, added in the other case; 0 when
+// they agree. The coverage u is the analytic model's (tiles over
+// compute_units; 1 without compute_units). A recomputed layer's backward
+// also re-runs its forward. Error: the modes differ and the table has no
+// phases there (names the table and what to do).
+Result<double> OverlapCorrection(const models::CostModel& cm, const CostTableIndex& table, int l,
+                                 bool backward, double s) {
+  const bool want = cm.options().st_overlap;
+  if (want == table.st_overlap()) return 0.0;
+  const models::Recompute mode = cm.options().recompute;
+  const auto len = static_cast<std::int64_t>(s);
+  double correction = 0;
+  for (bool bwd : {false, true}) {
+    if (bwd && !backward) continue;
+    if (!bwd && backward && !cm.Recomputed(l)) continue;
+    SF_ASSIGN_OR_RETURN(CorePhases p, table.Phases(bwd ? "backward" : "forward", mode, s));
+    if (!p.measured) {
+      return Status::Invalid(
+          table.source() + ": measured with st_overlap " + (table.st_overlap() ? "on" : "off") +
+          " and without the recurrence core's phases (pre_s, st_s, out_s) at " +
+          std::to_string(len) + " tokens, so it cannot predict st_overlap " +
+          (want ? "on" : "off") + " (profile again, or with the schedule's --st-overlap)");
+    }
+    const double u = cm.StateTransition(l, len, bwd).coverage;
+    const double saving = models::MeasuredStOverlapSaving(p.pre_s, p.st_s, p.out_s, u);
+    correction += want ? -saving : saving;
+  }
+  return correction;
+}
+
 class ReplayCostSource final : public TableCostSource {
  public:
   explicit ReplayCostSource(const SimSetup& setup) : TableCostSource(setup), optimizer_s_(stages_) {}
@@ -232,8 +265,18 @@ class ReplayCostSource final : public TableCostSource {
           // intra-node link; a recompute replays its forward's again.
           const std::int64_t len = setup.partition.length(i);
           const double tp_forward = cm.TensorParallelForwardCommTime(l, len);
-          forward_s_[k] += *f + tp_forward;
-          backward_s_[k] += *b + cm.TensorParallelBackwardCommTime(l, len) +
+          double f_overlap = 0, b_overlap = 0;  // the schedule's st_overlap
+          if (kind == models::LayerKind::kRecurrence) {
+            const std::string where = "stage " + std::to_string(r) + " chunk " + std::to_string(i);
+            Result<double> fo = OverlapCorrection(cm, table, l, false, s);
+            Result<double> bo = OverlapCorrection(cm, table, l, true, s);
+            if (!fo.ok()) return fo.status().WithPrefix(where);
+            if (!bo.ok()) return bo.status().WithPrefix(where);
+            f_overlap = *fo;
+            b_overlap = *bo;
+          }
+          forward_s_[k] += *f + f_overlap + tp_forward;
+          backward_s_[k] += *b + b_overlap + cm.TensorParallelBackwardCommTime(l, len) +
                             (cm.Recomputed(l) ? tp_forward : 0.0);
         }
         const double bytes = cm.BoundaryActivationBytes(setup.partition.length(i));

@@ -46,6 +46,18 @@ Status CheckSample(const pb::CostSample& s, const std::string& where) {
     return Status::Invalid(where + ".median_s is negative or not finite (" + Num(s.median_s()) +
                            ")");
   }
+  const std::pair<const char*, double> phases[] = {
+      {"pre_s", s.pre_s()}, {"st_s", s.st_s()}, {"out_s", s.out_s()}};
+  for (const auto& [name, value] : phases) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return Status::Invalid(where + "." + name + " is negative or not finite (" + Num(value) +
+                             ")");
+    }
+    if (value > 0 && s.layer_kind() != "recurrence") {
+      return Status::Invalid(where + "." + name + " is set on a " + s.layer_kind() +
+                             " sample (core phases belong to recurrence samples only)");
+    }
+  }
   return Status::Ok();
 }
 
@@ -149,14 +161,15 @@ Result<CostTableIndex> CostTableIndex::Make(const pb::CostTable& table,
     const pb::CostSample& s = table.samples(k);
     SF_RETURN_IF_ERROR(CheckSample(s, "samples[" + std::to_string(k) + "]").WithPrefix(index.source_));
     Curve& curve = index.curves_[{s.layer_kind(), s.pass(), s.recompute()}][s.prefix()];
-    for (const auto& [tokens, seconds] : curve) {
-      if (tokens == s.tokens()) {
+    for (const Point& p : curve) {
+      if (p.tokens == s.tokens()) {
         return Status::Invalid(src + "samples[" + std::to_string(k) + "] repeats " +
                                s.layer_kind() + " " + s.pass() + " at " + Num(s.tokens()) +
                                " tokens");
       }
     }
-    curve.emplace_back(s.tokens(), s.median_s());
+    const bool phases = s.pre_s() > 0 || s.st_s() > 0 || s.out_s() > 0;
+    curve.push_back({s.tokens(), s.median_s(), {s.pre_s(), s.st_s(), s.out_s(), phases}});
   }
   for (auto& [key, by_prefix] : index.curves_) {
     for (auto& [prefix, curve] : by_prefix) std::sort(curve.begin(), curve.end());
@@ -174,12 +187,15 @@ Result<CostTableIndex> CostTableIndex::Make(const pb::CostTable& table,
   index.link_ = link;
   index.optimizer_s_per_param_ = table.optimizer_s_per_param();
   index.tensor_size_ = static_cast<int>(std::max(1u, table.tensor_size()));
+  index.st_overlap_ = table.st_overlap();
+  index.st_tile_ = static_cast<int>(table.st_tile());
   return index;
 }
 
-Result<double> CostTableIndex::Time(models::LayerKind kind, std::string_view pass,
-                                    models::Recompute recompute, double tokens,
-                                    double prefix) const {
+Result<CostTableIndex::Bracket> CostTableIndex::Find(models::LayerKind kind,
+                                                     std::string_view pass,
+                                                     models::Recompute recompute,
+                                                     double tokens, double prefix) const {
   const std::string kind_name(CostKindName(kind));
   const std::string mode(models::RecomputeName(recompute));
   // Only softmax attention depends on the prefix.
@@ -195,17 +211,38 @@ Result<double> CostTableIndex::Time(models::LayerKind kind, std::string_view pas
                            " samples at prefix " + Num(prefix));
   }
   const Curve& curve = curve_it->second;
-  if (tokens < curve.front().first || tokens > curve.back().first) {
+  if (tokens < curve.front().tokens || tokens > curve.back().tokens) {
     return Status::Invalid(source_ + ": " + kind_name + " " + std::string(pass) + " at " +
                            Num(tokens) + " tokens is outside the measured range [" +
-                           Num(curve.front().first) + ", " + Num(curve.back().first) +
+                           Num(curve.front().tokens) + ", " + Num(curve.back().tokens) +
                            "] (recompute " + mode + ")");
   }
-  auto hi = std::lower_bound(curve.begin(), curve.end(), std::make_pair(tokens, -1.0));
-  if (hi->first == tokens) return hi->second;
+  Point key;
+  key.tokens = tokens;
+  auto hi = std::lower_bound(curve.begin(), curve.end(), key);
+  if (hi->tokens == tokens) return Bracket{&*hi, &*hi, 0.0};
   auto lo = hi - 1;
-  const double w = (tokens - lo->first) / (hi->first - lo->first);
-  return lo->second + w * (hi->second - lo->second);
+  return Bracket{&*lo, &*hi, (tokens - lo->tokens) / (hi->tokens - lo->tokens)};
+}
+
+Result<double> CostTableIndex::Time(models::LayerKind kind, std::string_view pass,
+                                    models::Recompute recompute, double tokens,
+                                    double prefix) const {
+  SF_ASSIGN_OR_RETURN(const Bracket b, Find(kind, pass, recompute, tokens, prefix));
+  if (b.lo == b.hi) return b.lo->seconds;
+  return b.lo->seconds + b.w * (b.hi->seconds - b.lo->seconds);
+}
+
+Result<CorePhases> CostTableIndex::Phases(std::string_view pass, models::Recompute recompute,
+                                          double tokens) const {
+  SF_ASSIGN_OR_RETURN(const Bracket b,
+                      Find(models::LayerKind::kRecurrence, pass, recompute, tokens, 0));
+  const CorePhases &lo = b.lo->phases, &hi = b.hi->phases;
+  if (!lo.measured || !hi.measured) return CorePhases{};
+  if (b.lo == b.hi) return lo;
+  auto lerp = [&b](double x, double y) { return x + b.w * (y - x); };
+  return CorePhases{lerp(lo.pre_s, hi.pre_s), lerp(lo.st_s, hi.st_s), lerp(lo.out_s, hi.out_s),
+                    true};
 }
 
 Status CheckCostTableModel(const pb::CostTable& table, const pb::ModelSpec& model,

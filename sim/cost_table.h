@@ -1,6 +1,7 @@
 // Reading a measured CostTable (proto/stateflow.proto) for replay: checks it
-// (no negative or non-finite time, known layer kinds and passes, a model whose
-// layer shapes match the scenario's) and answers the time of one layer kind's
+// (no negative or non-finite time, known layer kinds and passes, core phases
+// only on recurrence samples, a model whose layer shapes match the
+// scenario's) and answers the time of one layer kind's
 // pass over a chunk by interpolating between measured chunk lengths, linear in
 // tokens (recurrence and dense work are linear in tokens). A length outside
 // the measured range is an error naming the kind, pass and range, never an
@@ -26,6 +27,14 @@
 
 namespace stateflow::sim {
 
+// A recurrence pass's core phases as measured (CostSample pre_s, st_s,
+// out_s), interpolated like the pass's time; `measured` false when the table
+// has none there (a table written before phases, or a Mamba-3 model).
+struct CorePhases {
+  double pre_s = 0, st_s = 0, out_s = 0;
+  bool measured = false;
+};
+
 class CostTableIndex {
  public:
   // Errors name `source` and the sample ("costs.textproto: samples[3].median_s
@@ -38,6 +47,17 @@ class CostTableIndex {
   Result<double> Time(models::LayerKind kind, std::string_view pass,
                       models::Recompute recompute, double tokens, double prefix) const;
 
+  // The core's phases of a recurrence `pass` at `tokens` (linear in tokens
+  // between the measured lengths, as Time; measured only when both
+  // neighbouring samples have them). Errors: Time's.
+  Result<CorePhases> Phases(std::string_view pass, models::Recompute recompute,
+                            double tokens) const;
+
+  // CostTable.st_overlap: the whole-layer times were measured with the core
+  // split and overlapped. CostTable.st_tile: the B_V they ran at (0: unset).
+  bool st_overlap() const { return st_overlap_; }
+  int st_tile() const { return st_tile_; }
+
   const pb::LinkSpec& link() const { return link_; }
   double optimizer_s_per_param() const { return optimizer_s_per_param_; }
   // The TP degree the layers were measured at (CostTable.tensor_size, >= 1).
@@ -47,13 +67,28 @@ class CostTableIndex {
  private:
   // (kind, pass, recompute) -> prefix -> samples sorted by tokens.
   using Key = std::tuple<std::string, std::string, std::string>;
-  using Curve = std::vector<std::pair<double, double>>;  // (tokens, seconds)
+  struct Point {
+    double tokens = 0, seconds = 0;
+    CorePhases phases;
+    bool operator<(const Point& o) const { return tokens < o.tokens; }
+  };
+  using Curve = std::vector<Point>;  // sorted by tokens
+  // The measured points around `tokens` and the weight of the upper one.
+  struct Bracket {
+    const Point* lo;
+    const Point* hi;
+    double w;
+  };
+  Result<Bracket> Find(models::LayerKind kind, std::string_view pass,
+                       models::Recompute recompute, double tokens, double prefix) const;
 
   std::string source_;
   std::map<Key, std::map<double, Curve>> curves_;
   pb::LinkSpec link_;
   double optimizer_s_per_param_ = 0;
   int tensor_size_ = 1;
+  bool st_overlap_ = false;
+  int st_tile_ = 0;
 };
 
 // Checks that the table was measured on a model with the same layer shapes as

@@ -3,6 +3,9 @@
 // tokens; a table that does not fit the scenario is refused with a reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "models/model.h"
 #include "sim/cost_table.h"
 #include "sim/simulation.h"
@@ -259,6 +262,189 @@ TEST(Replay, MeasuredActionTimesReplaceTheTable) {
   sim = Simulate(MustResolve(s), Stateflow(1), {.costs = &*index, .durations = &measured});
   ASSERT_FALSE(sim.ok());
   EXPECT_NE(sim.status().message().find("optimizer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stateflow::sim
+
+namespace stateflow::sim {
+namespace {
+
+// ---- the recurrence core's measured phases and schedule.st_overlap ----------
+
+// Split-and-overlap of sequentially measured phases, window by window (the
+// model the replay must reproduce, written out here on its own): two equal
+// segments, Pre1 -> (ST1 || Pre2) -> (ST2 || Out1) -> Out2, where a window
+// with ST time x at coverage u beside parallel work w takes max(x, w + u x).
+double OverlappedCore(double pre, double st, double out, double u) {
+  return pre / 2 + std::max(st / 2, pre / 2 + u * st / 2) +
+         std::max(st / 2, out / 2 + u * st / 2) + out / 2;
+}
+
+struct PhaseTimes {
+  double pre, st, out;
+  double Sequential() const { return pre + st + out; }
+};
+
+// gdn-tiny's 4 blocks on one stage, N = 1, free embedding, head and link: a
+// step is 4 (forward + backward) of one block. Each block's passes are the
+// sequential phases' sums (median_s), the phases given; the table measured
+// with st_overlap `table_overlap`.
+pb::CostTable PhasedCosts(const pb::ModelSpec& model, PhaseTimes f, PhaseTimes b,
+                          bool table_overlap, double u) {
+  pb::CostTable t = KnownCosts(model, 64, 0);
+  for (pb::CostSample& s : *t.mutable_samples()) {
+    if (s.layer_kind() != "recurrence") continue;
+    const PhaseTimes& p = s.pass() == "forward" ? f : b;
+    s.set_median_s(table_overlap ? OverlappedCore(p.pre, p.st, p.out, u) : p.Sequential());
+    s.set_pre_s(p.pre);
+    s.set_st_s(p.st);
+    s.set_out_s(p.out);
+  }
+  t.set_st_overlap(table_overlap);
+  return t;
+}
+
+// u = tiles / compute_units: gdn-tiny's 2 heads x ceil(32 / 64) value tiles
+// over 4 units: 0.5.
+pb::Scenario PhasedScenario(std::uint32_t compute_units) {
+  pb::Scenario s = TinyScenario(1, 1, 64);
+  s.mutable_cluster()->mutable_device()->set_compute_units(compute_units);
+  return s;
+}
+
+Result<double> ReplayedStep(const pb::Scenario& s, const pb::CostTable& t, bool overlap,
+                            const std::string& source = "phased.textproto") {
+  SF_ASSIGN_OR_RETURN(CostTableIndex index, CostTableIndex::Make(t, source));
+  pb::ScheduleSpec spec = Stateflow(1);
+  spec.set_st_overlap(overlap);
+  SF_ASSIGN_OR_RETURN(Simulation sim, Simulate(MustResolve(s), spec, {.costs = &index}));
+  return sim.report.step_time_s();
+}
+
+// An ST-bound chunk (the ST's idle share exceeds Pre and Out: overlap hides
+// them) and a Pre-bound one (Pre and Out exceed it: overlap hides the idle
+// share), predicted in both directions from the phases, against the window
+// model; equal modes leave the measured time as it is.
+TEST(ReplayPhases, OverlapFromMeasuredPhasesMatchesTheWindowModel) {
+  const double u = 0.5;
+  const pb::Scenario s = PhasedScenario(4);
+  struct Case {
+    const char* name;
+    PhaseTimes f, b;
+  };
+  const Case cases[] = {
+      {"ST-bound", {0.1, 1.0, 0.2}, {0.3, 1.5, 0.1}},
+      {"Pre-bound", {2.0, 1.0, 2.0}, {3.0, 1.0, 1.5}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const double seq = 4 * (c.f.Sequential() + c.b.Sequential());
+    const double ovl = 4 * (OverlappedCore(c.f.pre, c.f.st, c.f.out, u) +
+                            OverlappedCore(c.b.pre, c.b.st, c.b.out, u));
+    EXPECT_LT(ovl, seq);
+    for (bool table_overlap : {false, true}) {
+      const pb::CostTable t = PhasedCosts(s.model(), c.f, c.b, table_overlap, u);
+      Result<double> off = ReplayedStep(s, t, false);
+      Result<double> on = ReplayedStep(s, t, true);
+      ASSERT_TRUE(off.ok()) << off.status().message();
+      ASSERT_TRUE(on.ok()) << on.status().message();
+      EXPECT_NEAR(*off, seq, 1e-12) << "table overlap " << table_overlap;
+      EXPECT_NEAR(*on, ovl, 1e-12) << "table overlap " << table_overlap;
+    }
+  }
+  // The saving in closed form for the ST-bound forward: X = (1 - u) ST = 0.5,
+  // min(0.1, X) / 2 + min(0.2, X) / 2 = 0.15; Pre-bound: 0.25 + 0.25.
+  EXPECT_NEAR(models::MeasuredStOverlapSaving(0.1, 1.0, 0.2, u), 0.15, 1e-15);
+  EXPECT_NEAR(models::MeasuredStOverlapSaving(2.0, 1.0, 2.0, u), 0.5, 1e-15);
+}
+
+// Without compute_units the ST covers the device (u = 1): nothing idle beside
+// it, so overlap predicts the sequential time; a recomputed backward also
+// saves on the forward it re-runs.
+TEST(ReplayPhases, FullCoverageHidesNothingAndRecomputeSavesTwice) {
+  const PhaseTimes f{0.1, 1.0, 0.2}, b{0.3, 1.5, 0.1};
+  const pb::Scenario none = PhasedScenario(0);
+  const pb::CostTable t = PhasedCosts(none.model(), f, b, false, 1.0);
+  Result<double> on = ReplayedStep(none, t, true);
+  ASSERT_TRUE(on.ok()) << on.status().message();
+  EXPECT_NEAR(*on, 4 * (f.Sequential() + b.Sequential()), 1e-12);
+
+  const double u = 0.5;
+  const pb::Scenario s = PhasedScenario(4);
+  pb::CostTable full = PhasedCosts(s.model(), f, b, false, u);
+  for (pb::CostSample& x : *full.mutable_samples()) {
+    x.set_recompute("full");
+    // A recomputed block's backward re-runs its forward.
+    if (x.layer_kind() == "recurrence" && x.pass() == "backward") {
+      x.set_median_s(x.median_s() + f.Sequential());
+    }
+  }
+  ASSERT_TRUE(CostTableIndex::Make(full, "full").ok());
+  pb::ScheduleSpec spec = Stateflow(1);
+  spec.set_recompute("full");
+  spec.set_st_overlap(true);
+  Result<CostTableIndex> index = CostTableIndex::Make(full, "full");
+  Result<Simulation> sim = Simulate(MustResolve(s), spec, {.costs = &*index});
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  const double fo = OverlappedCore(f.pre, f.st, f.out, u);
+  EXPECT_NEAR(sim->report.step_time_s(), 4 * (fo + fo + OverlappedCore(b.pre, b.st, b.out, u)),
+              1e-12);
+}
+
+// A table without phases (written before them) replays as before when the
+// modes agree, and is refused in one line naming it when they differ.
+TEST(ReplayPhases, OldTablesReplayAsBeforeAndCannotPredictTheOtherMode) {
+  const pb::Scenario s = PhasedScenario(4);
+  const pb::CostTable old = KnownCosts(s.model(), 64, 1.0);
+  Result<double> off = ReplayedStep(s, old, false, "old.textproto");
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_NEAR(*off, 4 * 3.0, 1e-12);
+  Result<double> on = ReplayedStep(s, old, true, "old.textproto");
+  ASSERT_FALSE(on.ok());
+  const std::string& m = on.status().message();
+  EXPECT_NE(m.find("old.textproto"), std::string::npos) << m;
+  EXPECT_NE(m.find("st_overlap off"), std::string::npos) << m;
+  EXPECT_NE(m.find("st_overlap on"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  // The same table recorded as overlapped: equal modes replay it as measured.
+  pb::CostTable overlapped = old;
+  overlapped.set_st_overlap(true);
+  Result<double> same = ReplayedStep(s, overlapped, true, "old.textproto");
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_NEAR(*same, 4 * 3.0, 1e-12);
+}
+
+// Phases are checked: not negative or non-finite, only on recurrence
+// samples; the error names the file and the sample.
+TEST(ReplayPhases, BadPhasesAreRefusedNamingTheSample) {
+  const pb::Scenario s = PhasedScenario(4);
+  const pb::CostTable good = PhasedCosts(s.model(), {1, 1, 1}, {1, 1, 1}, false, 0.5);
+  ASSERT_TRUE(CostTableIndex::Make(good, "t.textproto").ok());
+  int recurrence = -1, head = -1;
+  for (int k = 0; k < good.samples_size(); ++k) {
+    if (good.samples(k).layer_kind() == "recurrence" && recurrence < 0) recurrence = k;
+    if (good.samples(k).layer_kind() == "head" && head < 0) head = k;
+  }
+  pb::CostTable negative = good;
+  negative.mutable_samples(recurrence)->set_st_s(-1);
+  Result<CostTableIndex> n = CostTableIndex::Make(negative, "t.textproto");
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("t.textproto"), std::string::npos);
+  EXPECT_NE(n.status().message().find("samples[" + std::to_string(recurrence) + "].st_s"),
+            std::string::npos)
+      << n.status().message();
+  pb::CostTable misplaced = good;
+  misplaced.mutable_samples(head)->set_pre_s(0.5);
+  Result<CostTableIndex> m = CostTableIndex::Make(misplaced, "t.textproto");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("samples[" + std::to_string(head) + "].pre_s"),
+            std::string::npos)
+      << m.status().message();
+  EXPECT_NE(m.status().message().find("head sample"), std::string::npos);
+  pb::CostTable nan = good;
+  nan.mutable_samples(recurrence)->set_out_s(std::nan(""));
+  EXPECT_FALSE(CostTableIndex::Make(nan, "t.textproto").ok());
 }
 
 }  // namespace
