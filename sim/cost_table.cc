@@ -78,10 +78,13 @@ double Combine(const std::vector<double>& values, MergeStatistic statistic) {
 pb::CostSample MergeSamples(const std::vector<const pb::CostSample*>& samples,
                             MergeStatistic statistic, double* spread) {
   pb::CostSample merged = *samples.front();
-  std::vector<double> medians;
+  std::vector<double> medians, pre, st, out;
   std::uint32_t repetitions = 0;
   for (const pb::CostSample* s : samples) {
     medians.push_back(s->median_s());
+    pre.push_back(s->pre_s());
+    st.push_back(s->st_s());
+    out.push_back(s->out_s());
     merged.set_p10_s(std::min(merged.p10_s(), s->p10_s()));
     merged.set_p90_s(std::max(merged.p90_s(), s->p90_s()));
     repetitions += s->repetitions();
@@ -89,6 +92,9 @@ pb::CostSample MergeSamples(const std::vector<const pb::CostSample*>& samples,
   const auto [lo, hi] = std::minmax_element(medians.begin(), medians.end());
   if (*lo > 0) *spread = std::max(*spread, *hi / *lo - 1);
   merged.set_median_s(Combine(medians, statistic));
+  merged.set_pre_s(Combine(pre, statistic));  // the core's phases alike
+  merged.set_st_s(Combine(st, statistic));
+  merged.set_out_s(Combine(out, statistic));
   merged.set_repetitions(repetitions);
   return merged;
 }

@@ -120,7 +120,7 @@ enum class MergeStatistic {
 };
 
 // One table from several: every sample any of them measured (by
-// CostSampleKey, in the order of first appearance), its median_s the
+// CostSampleKey, in the order of first appearance), its median_s (and pre_s, st_s, out_s) the
 // `statistic` of the medians of the tables that measured it, p10_s the
 // lowest, p90_s the highest, repetitions summed; optimizer_s_per_param the
 // `statistic` of theirs; everything else (model, link, notes, provenance)

@@ -175,7 +175,9 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
                                   .microbatch_size = static_cast<int>(std::max(1u, spec->microbatch_size())),
                                   .dtype = flags.dtype.empty() ? "float32" : flags.dtype,
                                   .timing = Timing(flags),
-                                  .device = *device};
+                                  .device = *device,
+                                  .st_overlap = spec->st_overlap(),
+                                  .st_tile = static_cast<int>(spec->st_tile())};
   for (const pb::CostSample& c : spec->samples()) {
     request.attention_chunks.emplace_back(static_cast<std::int64_t>(c.tokens()),
                                           static_cast<std::int64_t>(c.prefix()));
@@ -203,6 +205,8 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
   *spec.mutable_model() = request.model;
   spec.set_dtype(request.dtype);
   spec.set_microbatch_size(static_cast<std::uint32_t>(request.microbatch_size));
+  spec.set_st_overlap(request.st_overlap);  // how to run the layers
+  spec.set_st_tile(static_cast<std::uint32_t>(std::max(0, request.st_tile)));
   for (const auto& [s, c] : request.attention_chunks) {  // what to time, not timings
     pb::CostSample* chunk = spec.add_samples();
     chunk->set_layer_kind("attention");

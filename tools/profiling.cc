@@ -189,6 +189,16 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   backend::SetKernelThreads(precision.threads);
   SF_ASSIGN_OR_RETURN(backend::Device * device,
                       backend::GetDevice(precision.device, /*local_rank=*/0));
+  // schedule.st_overlap and st_tile: one mode per table (its whole-layer
+  // times are measured in it; the phases are sequential either way).
+  const pb::ScheduleSpec& first = configs.front().schedule;
+  for (const RunConfig& c : configs) {
+    if (c.schedule.st_overlap() != first.st_overlap()) {
+      return Status::Invalid(
+          "profile: the configurations mix schedule.st_overlap on and off; a cost table is "
+          "measured in one mode (profile each with --st-overlap on|off)");
+    }
+  }
   backend::ProfileRequest request{
       .model = scenario.model(),
       .tokens = {needs.tokens.begin(), needs.tokens.end()},
@@ -197,7 +207,9 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
       .microbatch_size = static_cast<int>(scenario.parallel().microbatch_size()),
       .dtype = precision.dtype,
       .timing = Timing(flags),
-      .device = device};
+      .device = device,
+      .st_overlap = first.st_overlap(),
+      .st_tile = static_cast<int>(first.st_tile())};
   for (const std::string& mode : needs.modes)
     request.recompute.push_back(*models::ParseRecompute(mode));
   ProgressBar bar("repetitions");
@@ -205,7 +217,8 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
     *log << "stateflow profile: timing " << needs.tokens.size() << " chunk lengths";
     if (!needs.attention.empty()) *log << " (attention: " << needs.attention.size() << " length and prefix pairs)";
     *log << " x " << needs.modes.size() << " recompute mode(s) of " << scenario.model().name()
-         << " at microbatch_size " << request.microbatch_size << "\n";
+         << " at microbatch_size " << request.microbatch_size
+         << (request.st_overlap ? ", the recurrence core split and overlapped" : "") << "\n";
   }
   const int concurrent = static_cast<int>(flags.concurrent.value_or(1));
   pb::CostTable table;
