@@ -26,7 +26,7 @@ namespace stateflow::backend {
 
 // The float with these bits, and the bits of a float, on either side.
 SF_HD inline float FloatFromBits(std::uint32_t u) {
-#if SF_DEVICE_CODE
+#if defined(__CUDA_ARCH__)  // the device pass of nvcc
   return __uint_as_float(u);
 #else
   float f;
@@ -36,7 +36,7 @@ SF_HD inline float FloatFromBits(std::uint32_t u) {
 }
 
 SF_HD inline std::uint32_t BitsOfFloat(float f) {
-#if SF_DEVICE_CODE
+#if defined(__CUDA_ARCH__)  // the device pass of nvcc
   return __float_as_uint(f);
 #else
   std::uint32_t u;
