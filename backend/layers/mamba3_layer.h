@@ -198,8 +198,6 @@ class Mamba3Layer {
   Status MixerInputsForward(Mamba3LayerSaved<T>* saved,
                             Mamba3State<T>* state_out,
                             const Mamba3State<T>& state_in, BufferClass cls);
-  void AnglesForward(Mamba3LayerSaved<T>* saved, Mamba3State<T>* state_out,
-                     const Mamba3State<T>& state_in);
   Status MixerOutputForward(Mamba3LayerSaved<T>* saved, BufferClass cls);
   Status MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* saved, BufferClass cls);
 
@@ -220,11 +218,6 @@ class Mamba3Layer {
   Status PrepBackward(MixerGrads* grads, CoreGrads* core,
                       Mamba3State<T>* dstate_in,
                       const Mamba3LayerSaved<T>& saved,
-                      const Mamba3State<T>* dstate_out);
-  void RotaryBackward(Tensor<T>* dphi, Tensor<T>* dBn, Tensor<T>* dCn,
-                      CoreGrads* core, const Mamba3LayerSaved<T>& saved);
-  void AnglesBackward(Tensor<T>* dtheta, Tensor<T>* ddt, Mamba3State<T>* dstate_in,
-                      const Tensor<T>& dphi, const Mamba3LayerSaved<T>& saved,
                       const Mamba3State<T>* dstate_out);
   Status MixerInputsBackward(Tensor<T>* dx, const MixerGrads& grads,
                              const Mamba3LayerSaved<T>& saved);
