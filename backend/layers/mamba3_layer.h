@@ -29,6 +29,11 @@
 // (rotated, as the core uses it) and its v = xv (B, H, P). Backward turns
 // d(state out) into d(state in) for all four.
 //
+// All of its arithmetic runs through the device seam (the allocator's
+// Ops<T>, backend/device/ops.h: the projections and norms, the Mamba3* gates,
+// angles, rotation, coefficients, D skip and core), so the layer runs on
+// every device (cpu, host-grid, cuda).
+//
 // Several sequences, recompute modes, allocation classes: as GdnLayer
 // (gdn_layer.h): x has B S rows, sequence-major; the projections run over all
 // rows, the angle scan and the core sequence by sequence; kNone saves
