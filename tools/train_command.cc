@@ -162,6 +162,7 @@ Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule
   SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec precision, models::PrecisionForDtype(options.dtype));
   pb::Scenario narrowed = resolved.proto();
   *narrowed.mutable_precision() = precision;
+  narrowed.mutable_train()->set_device(options.device);  // whose core scratch (placement.cc)
   narrowed.clear_baselines();
   narrowed.clear_sweep();
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario run, scenario::Resolve(std::move(narrowed)));

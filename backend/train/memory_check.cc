@@ -88,6 +88,8 @@ Result<std::vector<StageMemoryCheck>> CheckStepMemory(const scenario::ResolvedSc
                       PredictStageMemory(scenario, setup, dtype));
   TrainOptions options;
   options.dtype = dtype;
+  // Measured on the scenario's device, whose core scratch the prediction counts.
+  if (!scenario.proto().train().device().empty()) options.device = scenario.proto().train().device();
   SF_ASSIGN_OR_RETURN(std::vector<StagePeaks> measured,
                       MeasureStageMemory(setup, options, SyntheticText(setup.seq_len)));
   std::vector<StageMemoryCheck> checks;
