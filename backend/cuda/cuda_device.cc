@@ -89,15 +89,30 @@ class CudaDevice final : public Device {
     SF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&dev->stream_, cudaStreamNonBlocking));
     SF_CUBLAS_RETURN_IF_ERROR(cublasCreate(&dev->cublas_));
     SF_CUBLAS_RETURN_IF_ERROR(cublasSetStream(dev->cublas_, dev->stream_));
+    // The side stream of the overlapped GDN cores, its handle, the events.
+    CudaStreams& st = dev->streams_;
+    st.stream[0] = dev->stream_;
+    st.handle[0] = dev->cublas_;
+    SF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&st.stream[1], cudaStreamNonBlocking));
+    SF_CUBLAS_RETURN_IF_ERROR(cublasCreate(&st.handle[1]));
+    SF_CUBLAS_RETURN_IF_ERROR(cublasSetStream(st.handle[1], st.stream[1]));
+    for (cudaEvent_t& e : st.event) {
+      SF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
     dev->memory_ = std::make_unique<CudaMemory>(dev->stream_);
-    dev->ops_f32_ = MakeCudaOpsF32(dev->cublas_, dev->stream_);
-    dev->ops_f64_ = MakeCudaOpsF64(dev->cublas_, dev->stream_);
+    dev->ops_f32_ = MakeCudaOpsF32(&dev->streams_);
+    dev->ops_f64_ = MakeCudaOpsF64(&dev->streams_);
     return dev;
   }
   ~CudaDevice() override {
     ops_f32_.reset();
     ops_f64_.reset();
     memory_.reset();
+    for (cudaEvent_t e : streams_.event) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (streams_.handle[1] != nullptr) cublasDestroy(streams_.handle[1]);
+    if (streams_.stream[1] != nullptr) cudaStreamDestroy(streams_.stream[1]);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -124,6 +139,7 @@ class CudaDevice final : public Device {
   std::string gpu_name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  CudaStreams streams_;  // stream_ and cublas_ as stream 0, the side stream 1
   std::unique_ptr<CudaMemory> memory_;
   std::unique_ptr<Ops<float>> ops_f32_;
   std::unique_ptr<Ops<double>> ops_f64_;

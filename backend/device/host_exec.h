@@ -2,7 +2,8 @@
 // loop over the grid, split over the kernel threads (backend/threading.h,
 // static schedule) when it is long; every grid functor writes disjoint
 // elements per index, so the split never changes a bit. Gemm is Eigen's
-// product on row-major views; Sum adds in index order in double.
+// product on row-major views; Sum adds in index order in double. Streams
+// and events (grid_ops.h) are no-ops: the passes run in issue order.
 //
 // Not a CPU device of its own: HostGridDevice (host_grid_device.h) wraps it.
 //
@@ -27,6 +28,17 @@ struct HostExec {
     if (threads > 1 && n >= kParallelIndices)
     for (int64_t i = 0; i < n; ++i) f(i);
   }
+
+  // One tile's indices are contiguous: on the host just a ForEach.
+  template <class F>
+  void ForEachTile(int64_t tiles, int64_t tile, F f) const {
+    ForEach(tiles * tile, f);
+  }
+
+  // One stream: work runs when issued, so every event is already complete.
+  HostExec Stream(int /*i*/) const { return *this; }
+  void Record(int /*e*/) const {}
+  void Wait(int /*e*/) const {}
 
   template <typename T>
   void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
