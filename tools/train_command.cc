@@ -313,7 +313,7 @@ Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
 template <typename T>
 backend::StageModuleFactory<T> GdnFactory(const Prepared& p) {
   return [&p](int, const models::StageLayers& layers, backend::TrackingAllocator* alloc) {
-    return backend::MakeStageModule<T>(p.setup.model, layers, {.recompute = p.setup.recompute, .seed = p.options.seed, .microbatch_size = p.setup.microbatch_size, .st_overlap = p.setup.st_overlap}, alloc);
+    return backend::MakeStageModule<T>(p.setup.model, layers, {.recompute = p.setup.recompute, .seed = p.options.seed, .microbatch_size = p.setup.microbatch_size, .st_overlap = p.setup.st_overlap, .st_tile = p.setup.st_tile}, alloc);
   };
 }
 
