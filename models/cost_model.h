@@ -83,11 +83,12 @@ struct CoreFlops {
   double fwd = 0, bwd = 0;
 };
 
-// Whose scratch a recurrence core takes (backend/device/ops.h, the
-// *WorkspaceSize queries): the CPU kernels' (backend/kernels/gdn_core.h: no
-// forward scratch, the backward's entering states) or the grid devices'
-// ("host-grid" and "cuda" share one: backend/device/grid_kernels/
-// gdn_common.h, every block's intermediate results of a pass at once).
+// Whose scratch the recurrence cores take (backend/device/ops.h, the
+// *WorkspaceSize queries): the CPU kernels' (backend/kernels/gdn_core.h,
+// mamba3_core.h: no forward scratch, the backward's entering states) or the
+// grid devices' ("host-grid" and "cuda" share one: backend/device/
+// grid_kernels/gdn_common.h, mamba3_core.h, every block's intermediate
+// results of a pass at once).
 enum class CoreWorkspace { kCpu, kGrid };
 
 struct CostModelOptions {

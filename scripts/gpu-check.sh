@@ -13,7 +13,8 @@
 #     < 1e-11 relative, float32 < 1e-4.
 #   chunked vs unchunked on the GPU (N = 4 vs N = 1): losses < 1e-9 relative.
 #   P = 2 ranks (NCCL) vs one process: losses < 1e-9 relative.
-#   GPU vs CPU, the same run: losses < 1e-9 relative.
+#   GPU vs CPU, the same run (gdn-tiny, mamba3-tiny, mamba3-hybrid-tiny):
+#     losses < 1e-9 relative.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
@@ -53,6 +54,11 @@ echo "== exactness on the GPU"
 gpu=$("$sf" "${run[@]}" --device cuda | losses)
 cpu=$("$sf" "${run[@]}" --device cpu | losses)
 same "GPU vs CPU" 1e-9 "$gpu" "$cpu"
+for model in mamba3-tiny mamba3-hybrid-tiny; do
+  m3=(train --model "$model" --dtype float64 --steps 5 --json)
+  same "GPU vs CPU, $model" 1e-9 "$("$sf" "${m3[@]}" --device cuda | losses)" \
+    "$("$sf" "${m3[@]}" --device cpu | losses)"
+done
 one=$("$sf" "${run[@]}" --device cuda -N 1 | losses)
 four=$("$sf" "${run[@]}" --device cuda -N 4 | losses)
 same "N = 4 vs N = 1 on the GPU" 1e-9 "$four" "$one"

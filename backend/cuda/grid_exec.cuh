@@ -3,7 +3,8 @@
 // blocks of 256 threads) on the executor's stream, calling the same SF_HD
 // functor the host-grid device runs; Gemm and GemmStridedBatched are cuBLAS
 // calls with the row-major <-> column-major swap of column_major_gemm.h;
-// Sum reduces on the device in one block, in an order fixed by n alone, and
+// GemmBf16 is cublasGemmEx (bf16 operands, float compute); Sum reduces on
+// the device in one block, in an order fixed by n alone, and
 // copies the double to the host (the one synchronising call).
 //
 // ForEachTile launches one thread block per tile (the ST passes' B_V: the
@@ -29,8 +30,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/device/bf16.h"
 #include "backend/device/column_major_gemm.h"
 
 namespace stateflow::backend {
@@ -128,6 +131,24 @@ struct CudaExec {
         AsColumnMajor(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
     cublasDgemm_64(handle, CublasOp(g.trans_a), CublasOp(g.trans_b), g.m, g.n,
                    g.k, &alpha, g.A, g.lda, g.B, g.ldb, &beta, g.C, g.ldc);
+  }
+
+  // bf16 A and B, float accumulation (CUBLAS_COMPUTE_32F), C in float or
+  // bf16: HostExec::GemmBf16's contract.
+  template <typename TC>
+  void GemmBf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                float alpha, const bf16* A, int64_t lda, const bf16* B,
+                int64_t ldb, float beta, TC* C, int64_t ldc) const {
+    static_assert(std::is_same_v<TC, float> || std::is_same_v<TC, bf16>);
+    if (M == 0 || N == 0) return;
+    const ColumnMajorGemm<bf16, TC> g =
+        AsColumnMajor(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+    constexpr cudaDataType_t c_type =
+        std::is_same_v<TC, float> ? CUDA_R_32F : CUDA_R_16BF;
+    cublasGemmEx_64(handle, CublasOp(g.trans_a), CublasOp(g.trans_b), g.m, g.n,
+                    g.k, &alpha, g.A, CUDA_R_16BF, g.lda, g.B, CUDA_R_16BF,
+                    g.ldb, &beta, g.C, c_type, g.ldc, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT);
   }
 
   // The swap of column_major_gemm.h applied to every matrix of the batch

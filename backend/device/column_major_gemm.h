@@ -17,7 +17,9 @@
 namespace stateflow::backend {
 
 // Column-major C (m, n) = op(A) (m, k) op(B) (k, n), as BLAS names them.
-template <typename T>
+// TC, C's element type, differs from T in a mixed-precision GEMM (bf16
+// operands, float C: cublasGemmEx).
+template <typename T, typename TC = T>
 struct ColumnMajorGemm {
   bool trans_a, trans_b;
   int64_t m, n, k;
@@ -25,14 +27,14 @@ struct ColumnMajorGemm {
   int64_t lda;
   const T* B;
   int64_t ldb;
-  T* C;
+  TC* C;
   int64_t ldc;
 };
 
-template <typename T>
-ColumnMajorGemm<T> AsColumnMajor(bool trans_a, bool trans_b, int64_t M,
-                                 int64_t N, int64_t K, const T* A, int64_t lda,
-                                 const T* B, int64_t ldb, T* C, int64_t ldc) {
+template <typename T, typename TC>
+ColumnMajorGemm<T, TC> AsColumnMajor(bool trans_a, bool trans_b, int64_t M,
+                                     int64_t N, int64_t K, const T* A, int64_t lda,
+                                     const T* B, int64_t ldb, TC* C, int64_t ldc) {
   return {trans_b, trans_a, N, M, K, B, ldb, A, lda, C, ldc};
 }
 

@@ -66,6 +66,8 @@
 #include "backend/device/grid_kernels/gdn_backward.h"
 #include "backend/device/grid_kernels/gdn_common.h"
 #include "backend/device/grid_kernels/gdn_forward.h"
+#include "backend/device/grid_kernels/mamba3_core.h"
+#include "backend/device/grid_kernels/mamba3_prep.h"
 #include "backend/device/grid_kernels/math.h"
 #include "backend/device/grid_kernels/rows.h"
 #include "backend/device/ops.h"
@@ -243,6 +245,114 @@ class GridOps final : public Ops<T> {
       int64_t Dk, int64_t Dv, int64_t block_size,
       int64_t st_tile = 0) override;
 
+  // ---- Mamba-3 (grid_kernels/mamba3_prep.h, mamba3_core.h) ----
+  void Mamba3GatesForward(T* dt, T* lam, T* theta, const T* dt_bias,
+                          int64_t S, int64_t H, int64_t Na) override {
+    exec_.ForEach(S * H, grid::Mamba3GatesFn<T>{dt, lam, dt_bias, H});
+    exec_.ForEach(S * Na, grid::Mamba3ThetaFn<T>{theta});
+  }
+  void Mamba3GatesBackward(T* ddA, T* dtrap, T* ddt, T* ddt_bias, const T* da,
+                           const T* dgamma, const T* dbeta, const T* A_proj,
+                           const T* dt, const T* lam, int64_t S, int64_t H,
+                           T a_floor) override {
+    exec_.ForEach(S * H, grid::Mamba3GatesGradFn<T>{ddA, dtrap, ddt, da, dgamma,
+                                                    dbeta, A_proj, dt, lam,
+                                                    a_floor});
+    exec_.ForEach(H, grid::Mamba3DtBiasGradFn<T>{ddt_bias, ddt, S, H});
+  }
+  void Mamba3AnglesForward(T* phi, T* angle_out, const T* theta, const T* dt,
+                           const T* angle_in, int64_t B, int64_t Ts, int64_t H,
+                           int64_t Na) override {
+    exec_.ForEach(B * H * Na, grid::Mamba3AnglesFn<T>{phi, angle_out, theta, dt,
+                                                      angle_in, Ts, H, Na});
+  }
+  // dphi becomes the scan's running sums.
+  void Mamba3AnglesBackward(T* dtheta, T* ddt, T* dangle_in, T* dphi,
+                            const T* theta, const T* dt, const T* dangle_out,
+                            int64_t B, int64_t Ts, int64_t H,
+                            int64_t Na) override {
+    exec_.ForEach(B * H * Na, grid::Mamba3AnglesScanGradFn<T>{
+                                  dphi, dangle_in, dangle_out, Ts, H, Na});
+    exec_.ForEach(B * Ts * Na,
+                  grid::Mamba3ThetaGradFn<T>{dtheta, dphi, theta, dt, H, Na});
+    exec_.ForEach(B * Ts * H, grid::Mamba3AngleDtGradFn<T>{ddt, dphi, theta, H, Na});
+  }
+  void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
+                           const T* C_bias, const T* B_bias, const T* phi,
+                           int64_t S, int64_t H, int64_t N,
+                           int64_t Na) override {
+    exec_.ForEach(S * H * N, grid::Mamba3RotateFn<T>{k, Bn, B_bias, phi, H, N, Na});
+    exec_.ForEach(S * H * N, grid::Mamba3RotateFn<T>{q, Cn, C_bias, phi, H, N, Na});
+  }
+  void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias, T* dB_bias,
+                            T* dq, T* dk, const T* q, const T* k, const T* phi,
+                            int64_t S, int64_t H, int64_t N,
+                            int64_t Na) override {
+    exec_.ForEach(S * H * Na,
+                  grid::Mamba3RotaryPairGradFn<T>{dphi, dq, dk, q, k, phi, N, Na});
+    exec_.ForEach(S * N, grid::Mamba3HeadSumFn<T>{dBn, dk, H, N});
+    exec_.ForEach(S * N, grid::Mamba3HeadSumFn<T>{dCn, dq, H, N});
+    exec_.ForEach(H * N, grid::Mamba3BiasGradFn<T>{dB_bias, dk, S, H, N});
+    exec_.ForEach(H * N, grid::Mamba3BiasGradFn<T>{dC_bias, dq, S, H, N});
+  }
+  void Mamba3CoefficientsForward(T* a, T* gamma, T* beta, const T* A_proj,
+                                 const T* dt, const T* lam, int64_t n,
+                                 T a_floor) override {
+    exec_.ForEach(n, grid::Mamba3CoefficientsFn<T>{a, gamma, beta, A_proj, dt,
+                                                   lam, a_floor});
+  }
+  void Mamba3CoefficientsBackward(T* ddt, const T* da, const T* dgamma,
+                                  const T* dbeta, const T* A_proj,
+                                  const T* lam, int64_t n,
+                                  T a_floor) override {
+    exec_.ForEach(n, grid::Mamba3CoefficientsGradFn<T>{ddt, da, dgamma, dbeta,
+                                                       A_proj, lam, a_floor});
+  }
+  void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
+                               const T* silu_z, const T* D, int64_t S,
+                               int64_t H, int64_t P) override {
+    exec_.ForEach(S * H * P,
+                  grid::Mamba3GateOutputFn<T>{gated, o, xv, silu_z, D, H, P});
+  }
+  void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, T* dD, const T* dgated,
+                                const T* o, const T* xv, const T* silu_z,
+                                const T* D, int64_t S, int64_t H,
+                                int64_t P) override {
+    exec_.ForEach(H, grid::Mamba3SkipGradFn<T>{dD, dgated, xv, silu_z, S, H, P});
+    exec_.ForEach(S * H * P, grid::Mamba3GateOutputGradFn<T>{
+                                 dz, d_o, dxv, dgated, o, xv, silu_z, D, H, P});
+  }
+  // H T + H nb T_C^2 + 2 H nb Dv Dk (grid_kernels/mamba3_core.h); the CPU
+  // forward needs none.
+  int64_t Mamba3CoreForwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
+                                         int64_t Dv,
+                                         int64_t block_size) override {
+    return grid::Mamba3ForwardWorkspace<T>::Size(
+        grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size));
+  }
+  void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, T* workspace,
+                         const T* q, const T* k, const T* v, const T* a,
+                         const T* gamma, const T* beta, const T* S_in,
+                         const T* k_in, const T* v_in, int64_t T_len,
+                         int64_t H, int64_t Dk, int64_t Dv,
+                         int64_t block_size) override;
+  // 2 H T + 3 H nb T_C^2 + H (3 nb + 1) Dv Dk, where the CPU kernel keeps
+  // only the H nb Dv Dk entering states.
+  int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
+                                          int64_t Dv,
+                                          int64_t block_size) override {
+    return grid::Mamba3BackwardWorkspace<T>::Size(
+        grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size));
+  }
+  void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+                          T* dS_in, T* dk_in, T* dv_in, T* workspace,
+                          const T* dO, const T* dS_out, const T* dk_out,
+                          const T* dv_out, const T* q, const T* k, const T* v,
+                          const T* a, const T* gamma, const T* beta,
+                          const T* S_in, const T* k_in, const T* v_in,
+                          int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+                          int64_t block_size) override;
+
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,
@@ -340,6 +450,13 @@ class GridOps final : public Ops<T> {
   void GdnRestBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dk,
                    T* dv, T* dg, T* dbeta, const GdnArgs& a, int64_t b0,
                    int64_t b1);
+
+  // Pre and ST of the Mamba-3 forward: G, U, the carried entering states;
+  // the last block's exit state into S_out unless nullptr.
+  void Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws, T* S_out,
+                    const T* k, const T* v, const T* a, const T* gamma,
+                    const T* beta, const T* S_in, const T* k_in,
+                    const T* v_in, const grid::Mamba3Shape& s);
 
   Exec exec_;
 };
@@ -571,6 +688,73 @@ void GridOps<T, Exec>::GdnCoreBackwardOverlapped(
   }
   side.Record(kEvSideDone);
   main.Wait(kEvSideDone);
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws,
+                                    T* S_out, const T* k, const T* v,
+                                    const T* a, const T* gamma, const T* beta,
+                                    const T* S_in, const T* k_in,
+                                    const T* v_in, const grid::Mamba3Shape& s) {
+  // Pre: every (head, block) at once.
+  exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, a, s});
+  exec_.ForEach(s.states(s.nb), grid::Mamba3BlockUFn<T>{ws.U, k, v, ws.G, gamma, beta, s});
+  // ST: heads x state rows, blocks in order.
+  exec_.ForEach(s.H * s.Dv, grid::Mamba3STFn<T>{ws.S, S_out, ws.U, k, v, ws.G, beta,
+                                                S_in, k_in, v_in, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreForward(
+    T* o, T* S_out, T* k_out, T* v_out, T* workspace, const T* q, const T* k,
+    const T* v, const T* a, const T* gamma, const T* beta, const T* S_in,
+    const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size) {
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
+  Mamba3Replay(ws, S_out, k, v, a, gamma, beta, S_in, k_in, v_in, s);
+  // Out: every (head, block) at once.
+  exec_.ForEach(s.tiles(), grid::Mamba3GramFn<T>{ws.P, q, k, ws.G, gamma, beta, Dk,
+                                                 true, s});
+  exec_.ForEach(s.tokens() * Dv, grid::Mamba3OutFn<T>{o, q, v, ws.P, ws.S, ws.G, s});
+  exec_.ForEach(H * (Dk + Dv),
+                grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreBackward(
+    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
+    T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
+    const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+    const T* gamma, const T* beta, const T* S_in, const T* k_in,
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size) {
+  using namespace grid;
+  const Mamba3Shape s = Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const Mamba3BackwardWorkspace<T> ws(workspace, s);
+  const Mamba3ForwardWorkspace<T>& f = ws.f;
+  Mamba3Replay(f, /*S_out=*/nullptr, k, v, a, gamma, beta, S_in, k_in, v_in, s);
+  // Out's tiles, every block at once: Q K^T (into P) and dO V^T.
+  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{f.P, q, k, f.G, gamma, beta, Dk, false, s});
+  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{ws.dOV, dO, v, f.G, gamma, beta, Dv, false, s});
+  // Out's share of each block's state gradient (over U), then ST's backward.
+  exec_.ForEach(s.states(s.nb), Mamba3OutStateGradFn<T>{f.U, dO, q, f.G, s});
+  exec_.ForEach(H * Dv, Mamba3STGradFn<T>{ws.dS, dS_in, dS_out, f.U, f.G, s});
+  // Every block at once again.
+  exec_.ForEach(s.tiles(), Mamba3WeightGradFn<T>{ws.dM, f.P, ws.dOV, ws.dS, k, v, s});
+  exec_.ForEach(s.tokens() * Dk, Mamba3QueryGradFn<T>{dq, dO, k, ws.dOV, f.S, f.G,
+                                                      gamma, beta, s});
+  exec_.ForEach(s.tokens() * Dk, Mamba3KeyGradFn<T>{dk, q, v, ws.dOV, ws.dS, f.G,
+                                                    gamma, beta, dk_out, s});
+  exec_.ForEach(s.tokens() * Dv, Mamba3ValueGradFn<T>{dv, dO, k, f.P, ws.dS, f.G,
+                                                      gamma, beta, dv_out, s});
+  exec_.ForEach(s.tokens(), Mamba3DecayGradFn<T>{ws.dG, q, dO, ws.dM, f.S, ws.dS,
+                                                 f.G, gamma, beta, s});
+  exec_.ForEach(s.tokens(), Mamba3CumGradFn<T>{da, ws.dG, s});
+  exec_.ForEach(s.tokens(), Mamba3GateGradFn<T>{dgamma, dbeta, ws.dM, ws.dS, k, v,
+                                                k_in, v_in, f.G, s});
+  exec_.ForEach(H * (Dk + Dv), Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in,
+                                                      dk_out, dv_out, beta, s});
 }
 
 template <typename T, typename Exec>

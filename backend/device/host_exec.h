@@ -2,8 +2,10 @@
 // loop over the grid, split over the kernel threads (backend/threading.h,
 // static schedule) when it is long; every grid functor writes disjoint
 // elements per index, so the split never changes a bit. Gemm is Eigen's
-// product on row-major views; Sum adds in index order in double. Streams
-// and events (grid_ops.h) are no-ops: the passes run in issue order.
+// product on row-major views; Sum adds in index order in double. GemmBf16
+// (bf16 operands, float accumulation, a float or bf16 C) widens the operands
+// to float, exactly, and runs the float product, rounding a bf16 C once.
+// Streams and events (grid_ops.h) are no-ops: the passes run in issue order.
 //
 // Not a CPU device of its own: HostGridDevice (host_grid_device.h) wraps it.
 //
@@ -12,7 +14,10 @@
 
 #include <Eigen/Core>
 #include <cstdint>
+#include <type_traits>
+#include <vector>
 
+#include "backend/device/bf16.h"
 #include "backend/threading.h"
 
 namespace stateflow::backend {
@@ -77,11 +82,51 @@ struct HostExec {
     }
   }
 
+  // Row-major C (M, N) = alpha op(A) op(B) + beta C with A and B in bf16,
+  // computed in float (cuBLAS's GemmEx with CUBLAS_COMPUTE_32F on the
+  // GPU); TC is float or bf16 (then C is read, when beta != 0, and written
+  // once, rounded to nearest even).
+  template <typename TC>
+  void GemmBf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                float alpha, const bf16* A, int64_t lda, const bf16* B,
+                int64_t ldb, float beta, TC* C, int64_t ldc) const {
+    static_assert(std::is_same_v<TC, float> || std::is_same_v<TC, bf16>);
+    if (M == 0 || N == 0) return;
+    // The stored extents of A and B: (rows, cols) with leading dimension ld.
+    const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+    const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    const std::vector<float> a = Widen(A, a_rows, a_cols, lda);
+    const std::vector<float> b = Widen(B, b_rows, b_cols, ldb);
+    if constexpr (std::is_same_v<TC, float>) {
+      Gemm<float>(trans_a, trans_b, M, N, K, alpha, a.data(), a_cols, b.data(),
+                  b_cols, beta, C, ldc);
+    } else {
+      std::vector<float> c =
+          beta == 0.0f ? std::vector<float>(static_cast<std::size_t>(M * N))
+                       : Widen(C, M, N, ldc);
+      Gemm<float>(trans_a, trans_b, M, N, K, alpha, a.data(), a_cols, b.data(),
+                  b_cols, beta, c.data(), N);
+      for (int64_t r = 0; r < M; ++r) {
+        for (int64_t j = 0; j < N; ++j) C[r * ldc + j] = bf16(c[r * N + j]);
+      }
+    }
+  }
+
   template <typename T>
   double Sum(const T* x, int64_t n) const {
     double acc = 0.0;
     for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]);
     return acc;
+  }
+
+ private:
+  // The dense float copy of a (rows, cols) bf16 matrix with leading dimension ld.
+  static std::vector<float> Widen(const bf16* x, int64_t rows, int64_t cols, int64_t ld) {
+    std::vector<float> out(static_cast<std::size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = static_cast<float>(x[r * ld + j]);
+    }
+    return out;
   }
 };
 

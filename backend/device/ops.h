@@ -155,6 +155,121 @@ class Ops {
                     v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
 
+  // ---- Mamba-3 (mamba3_prep.h, mamba3_core.h; legend of mamba3_layer.h:
+  // S rows = B sequences of Ts tokens, H heads, P = Dp, N = Ds, Na angles) ----
+  // In place: dt (S, H) = softplus(dt + dt_bias_h), lam (S, H) =
+  // sigmoid(lam), theta (S, Na) = pi tanh(theta).
+  virtual void Mamba3GatesForward(T* dt, T* lam, T* theta, const T* dt_bias,
+                                  int64_t S, int64_t H, int64_t Na) = 0;
+  // ddA, dtrap (S, H) written; ddt (S, H) turned in place from d(dt) into
+  // the gradient of dt's projection; ddt_bias (H) accumulated. da, dgamma,
+  // dbeta (S, H) the core's input gradients; A_proj = the forward's ddA
+  // projection (S, H); dt, lam (S, H) the gated values.
+  virtual void Mamba3GatesBackward(T* ddA, T* dtrap, T* ddt, T* ddt_bias,
+                                   const T* da, const T* dgamma,
+                                   const T* dbeta, const T* A_proj,
+                                   const T* dt, const T* lam, int64_t S,
+                                   int64_t H, T a_floor) = 0;
+  // phi (B Ts, H, Na): phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi from
+  // angle_in (B, H, Na); the last into angle_out (B, H, Na) unless nullptr.
+  virtual void Mamba3AnglesForward(T* phi, T* angle_out, const T* theta,
+                                   const T* dt, const T* angle_in, int64_t B,
+                                   int64_t Ts, int64_t H, int64_t Na) = 0;
+  // The scan's backward: dtheta (B Ts, Na) written (the gradient of theta's
+  // projection, through pi tanh); ddt (B Ts, H) added to; dangle_in (B, H,
+  // Na) written unless nullptr; dangle_out nullptr means zeros. dphi (B Ts,
+  // H, Na) is scratch: the device may overwrite it.
+  virtual void Mamba3AnglesBackward(T* dtheta, T* ddt, T* dangle_in, T* dphi,
+                                    const T* theta, const T* dt,
+                                    const T* dangle_out, int64_t B,
+                                    int64_t Ts, int64_t H, int64_t Na) = 0;
+  // k (S, H, N) = rot(Bn_t + B_bias_h, phi_th), q likewise from Cn, C_bias:
+  // the pairs (2j, 2j+1), j < Na, turned by phi; Bn, Cn (S, N); biases
+  // (H, N); phi (S, H, Na).
+  virtual void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
+                                   const T* C_bias, const T* B_bias,
+                                   const T* phi, int64_t S, int64_t H,
+                                   int64_t N, int64_t Na) = 0;
+  // dphi (S, H, Na), dCn, dBn (S, N) written; dC_bias, dB_bias (H, N)
+  // accumulated; dq, dk (S, H, N) turned in place into the gradients of the
+  // unrotated vectors; q, k the forward's outputs.
+  virtual void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias,
+                                    T* dB_bias, T* dq, T* dk, const T* q,
+                                    const T* k, const T* phi, int64_t S,
+                                    int64_t H, int64_t N, int64_t Na) = 0;
+  // n = S H: a = -max(f(A_proj), a_floor) dt, gamma = lam dt, beta = (1 -
+  // lam) dt.
+  virtual void Mamba3CoefficientsForward(T* a, T* gamma, T* beta,
+                                         const T* A_proj, const T* dt,
+                                         const T* lam, int64_t n,
+                                         T a_floor) = 0;
+  // ddt (n) written: the coefficients' share of d(dt).
+  virtual void Mamba3CoefficientsBackward(T* ddt, const T* da,
+                                          const T* dgamma, const T* dbeta,
+                                          const T* A_proj, const T* lam,
+                                          int64_t n, T a_floor) = 0;
+  // gated (S, H, P) = (o + D_h xv) silu_z.
+  virtual void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
+                                       const T* silu_z, const T* D, int64_t S,
+                                       int64_t H, int64_t P) = 0;
+  // From dgated (S, H, P): dz = dgated (o + D_h xv) (before SiLU's
+  // backward), d_o = dgated silu_z, dxv = D_h d_o (written); dD (H)
+  // accumulated.
+  virtual void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, T* dD,
+                                        const T* dgated, const T* o,
+                                        const T* xv, const T* silu_z,
+                                        const T* D, int64_t S, int64_t H,
+                                        int64_t P) = 0;
+
+  // The chunkwise Mamba-3 recurrence (mamba3_core.h) over one sequence's
+  // T_len tokens: the kernel's arguments, plus (forward) the device's
+  // `workspace` of Mamba3CoreForwardWorkspaceSize elements (0 on the CPU).
+  virtual int64_t Mamba3CoreForwardWorkspaceSize(int64_t T_len, int64_t H,
+                                                 int64_t Dk, int64_t Dv,
+                                                 int64_t block_size) = 0;
+  virtual void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out,
+                                 T* workspace, const T* q, const T* k,
+                                 const T* v, const T* a, const T* gamma,
+                                 const T* beta, const T* S_in, const T* k_in,
+                                 const T* v_in, int64_t T_len, int64_t H,
+                                 int64_t Dk, int64_t Dv,
+                                 int64_t block_size) = 0;
+  // Mamba3CoreForward split into Pre / ST / Out and overlapped (as
+  // GdnCoreForwardOverlapped): the same contract and workspace; a device
+  // without an overlapped kernel runs its ordinary forward (this default).
+  virtual void Mamba3CoreForwardOverlapped(
+      T* o, T* S_out, T* k_out, T* v_out, T* workspace, const T* q,
+      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+      const T* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size) {
+    Mamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
+                      beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+  }
+  virtual int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H,
+                                                  int64_t Dk, int64_t Dv,
+                                                  int64_t block_size) = 0;
+  virtual void Mamba3CoreBackward(
+      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
+      T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
+      const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+      const T* gamma, const T* beta, const T* S_in, const T* k_in,
+      const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+      int64_t block_size) = 0;
+  // The backward split and overlapped: the same contract and workspace; by
+  // default the ordinary backward.
+  virtual void Mamba3CoreBackwardOverlapped(
+      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
+      T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
+      const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+      const T* gamma, const T* beta, const T* S_in, const T* k_in,
+      const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+      int64_t block_size) {
+    Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
+                       workspace, dO, dS_out, dk_out, dv_out, q, k, v, a,
+                       gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv,
+                       block_size);
+  }
+
   virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
                                 const T* wg, const T* wu, const T* wd,
                                 int64_t N, int64_t C, int64_t F) = 0;

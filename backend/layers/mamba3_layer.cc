@@ -9,16 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <string>
-#include <tuple>
 #include <utility>
 
-#include "backend/kernels/eigen_types.h"
-#include "backend/kernels/linear.h"
-#include "backend/kernels/rmsnorm.h"
-#include "backend/kernels/silu.h"
-#include "backend/kernels/swiglu_mlp.h"
 #include "backend/layers/copy.h"
 
 namespace stateflow::backend {
@@ -26,8 +19,6 @@ namespace stateflow::backend {
 namespace {
 constexpr BufferClass kWs = BufferClass::kWorkspace;
 constexpr double kInitStd = 0.02;
-constexpr double kPi = std::numbers::pi;
-constexpr double kTwoPi = 2 * std::numbers::pi;
 
 Status CheckShape(int layer, const std::string& what, const Shape& actual,
                   const Shape& expected) {
@@ -37,26 +28,6 @@ Status CheckShape(int layer, const std::string& what, const Shape& actual,
                          ", expected " + ShapeString(expected));
 }
 
-template <typename T>
-T Softplus(T x) {
-  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
-// The official heavy-tail activation f and its derivative.
-template <typename T>
-T HeavyTail(T u) {
-  return u >= T(0) ? T(1) + u : T(1) / (T(1) - u);
-}
-template <typename T>
-T HeavyTailGrad(T u) {
-  return u >= T(0) ? T(1) : T(1) / ((T(1) - u) * (T(1) - u));
-}
-
-// A = -max(f(u), floor).
-template <typename T>
-T DecayRate(T u, double floor) {
-  return -std::max(HeavyTail(u), static_cast<T>(floor));
-}
 }  // namespace
 
 int64_t Mamba3RopeAngles(int64_t N) {
@@ -120,13 +91,6 @@ template <typename T>
 Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
                                             const Mamba3LayerDims& d, int layer,
                                             int num_layers, std::uint64_t seed) {
-  // The gates, angles and the core still run as host code here (the device
-  // seam covers the projections, norms and MLP): host-accessible memory only.
-  if (!alloc.memory().host_accessible()) {
-    return Status::Invalid("layer " + std::to_string(layer) + " (mamba3 layer): device " +
-                           alloc.device().name() +
-                           " has no Mamba-3 kernels yet (run it with --device cpu)");
-  }
   const InitSpec proj = InitSpec::Normal(kInitStd);
   const InitSpec out = InitSpec::Normal(
       kInitStd / std::sqrt(2.0 * std::max(num_layers, 1)));
@@ -216,17 +180,22 @@ Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
   SF_RETURN_IF_ERROR(MixerInputsForward(s, state_out, state_in, cls));
   SF_ASSIGN_OR_RETURN(s->o, New(cls, {S, d.HDp()}));
   const int64_t nS = d.H * d.Dp * d.Ds, nk = d.HDs(), nv = d.HDp();  // per sequence
+  // The device's scratch for one sequence (none on the CPU), reused by each.
+  SF_ASSIGN_OR_RETURN(
+      Tensor<T> ws,
+      New(kWs, {ops().Mamba3CoreForwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
-    Mamba3CoreForward<T>(
+    ops().Mamba3CoreForward(
         s->o.data() + rv, state_out ? state_out->S.data() + b * nS : nullptr,
         state_out ? state_out->k.data() + b * nk : nullptr,
-        state_out ? state_out->v.data() + b * nv : nullptr, s->q.data() + rk,
+        state_out ? state_out->v.data() + b * nv : nullptr, ws.data(), s->q.data() + rk,
         s->k.data() + rk, s->xv.data() + rv, s->a.data() + rh,
         s->gamma.data() + rh, s->beta.data() + rh, state_in.S.data() + b * nS,
         state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.Ds,
         d.Dp, d.block_size);
   }
+  ws = Tensor<T>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
   return MlpForward(y, s, cls);
 }
@@ -257,17 +226,8 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
     ops().LinearForward(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
   }
   // In place: dt = softplus(. + dt_bias), lam = sigmoid(.), theta = pi tanh(.).
-  for (int64_t t = 0; t < S; ++t) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      T& dt = s->dt.data()[t * d.H + h];
-      dt = Softplus(dt + w(kDtBias)[h]);
-      T& lam = s->lam.data()[t * d.H + h];
-      lam = StableSigmoid(lam);
-    }
-  }
-  for (int64_t i = 0; i < s->theta.numel(); ++i) {
-    s->theta.data()[i] = static_cast<T>(kPi) * std::tanh(s->theta.data()[i]);
-  }
+  ops().Mamba3GatesForward(s->dt.data(), s->lam.data(), s->theta.data(), w(kDtBias), S,
+                           d.H, d.Na);
   SF_ASSIGN_OR_RETURN(s->B_rstd, New(cls, {S}));
   SF_ASSIGN_OR_RETURN(s->C_rstd, New(cls, {S}));
   SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.Ds}));  // (S, N)
@@ -276,87 +236,40 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   ops().RmsNormForward(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.Ds, bc_eps);
   ops().RmsNormForward(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.Ds, bc_eps);
   SF_ASSIGN_OR_RETURN(s->phi, New(cls, {S, d.H, d.Na}));
-  AnglesForward(s, state_out, state_in);
+  // phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi, per sequence from
+  // state_in.angle; the last into state_out->angle (unless nullptr).
+  ops().Mamba3AnglesForward(s->phi.data(), state_out ? state_out->angle.data() : nullptr,
+                            s->theta.data(), s->dt.data(), state_in.angle.data(), s->batch,
+                            S / s->batch, d.H, d.Na);
   SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HDs()}));
   SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HDs()}));
   // k = rot(Bn + B_bias_h, phi), q likewise.
-  for (int64_t t = 0; t < S; ++t) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      const T* ph = s->phi.data() + (t * d.H + h) * d.Na;
-      for (const auto& [out, in, bias] :
-           {std::tuple{s->k.data(), Bn.data(), w(kBBias)},
-            std::tuple{s->q.data(), Cn.data(), w(kCBias)}}) {
-        T* o = out + (t * d.H + h) * d.Ds;
-        for (int64_t n = 0; n < d.Ds; ++n) o[n] = in[t * d.Ds + n] + bias[h * d.Ds + n];
-        for (int64_t j = 0; j < d.Na; ++j) {
-          const T c = std::cos(ph[j]), sn = std::sin(ph[j]);
-          const T u0 = o[2 * j], u1 = o[2 * j + 1];
-          o[2 * j] = c * u0 - sn * u1;
-          o[2 * j + 1] = sn * u0 + c * u1;
-        }
-      }
-    }
-  }
+  ops().Mamba3RotaryForward(s->q.data(), s->k.data(), Cn.data(), Bn.data(), w(kCBias),
+                            w(kBBias), s->phi.data(), S, d.H, d.Ds, d.Na);
   SF_ASSIGN_OR_RETURN(s->a, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->gamma, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
-  for (int64_t i = 0; i < S * d.H; ++i) {
-    const T dt = s->dt.data()[i], lam = s->lam.data()[i];
-    s->a.data()[i] = DecayRate(s->ddA.data()[i], d.a_floor) * dt;
-    s->gamma.data()[i] = lam * dt;
-    s->beta.data()[i] = (T(1) - lam) * dt;
-  }
+  ops().Mamba3CoefficientsForward(s->a.data(), s->gamma.data(), s->beta.data(),
+                                  s->ddA.data(), s->dt.data(), s->lam.data(), S * d.H,
+                                  static_cast<T>(d.a_floor));
   Cn = Tensor<T>();
   Bn = Tensor<T>();
   return Status::Ok();
-}
-
-// phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi, per sequence from
-// state_in.angle; the last into state_out->angle (unless nullptr).
-template <typename T>
-void Mamba3Layer<T>::AnglesForward(Mamba3LayerSaved<T>* s,
-                                   Mamba3State<T>* state_out,
-                                   const Mamba3State<T>& state_in) {
-  const Mamba3LayerDims& d = dims_;
-  const int64_t B = s->batch, Ts = s->x.dim(0) / B, n = d.H * d.Na;
-  Vec<T> acc(n);  // (H Na)
-  for (int64_t b = 0; b < B; ++b) {
-    acc = CVecMap<T>(state_in.angle.data() + b * n, n);
-    for (int64_t t = b * Ts; t < (b + 1) * Ts; ++t) {
-      for (int64_t h = 0; h < d.H; ++h) {
-        const T dt = s->dt.data()[t * d.H + h];
-        for (int64_t j = 0; j < d.Na; ++j) {
-          T& p = acc(h * d.Na + j);
-          p += s->theta.data()[t * d.Na + j] * dt;
-          p -= static_cast<T>(kTwoPi) * std::floor(p / static_cast<T>(kTwoPi));
-        }
-      }
-      VecMap<T>(s->phi.data() + t * n, n) = acc;
-    }
-    if (state_out != nullptr) VecMap<T>(state_out->angle.data() + b * n, n) = acc;
-  }
 }
 
 // gated = (o + D xv) silu(z); h = x + gated Wout^T.
 template <typename T>
 Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cls) {
   const Mamba3LayerDims& d = dims_;
-  const int64_t S = s->x.dim(0), R = S * d.H;  // R rows of P per head
+  const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
   ops().SiluForward(silu_z.data(), s->z.data(), S * d.HDp());
-  const CVecMap<T> D(w(kD), d.H);
-  for (int64_t r = 0; r < R; ++r) {
-    const T Dh = D(r % d.H);
-    const int64_t i = r * d.Dp;
-    for (int64_t p = 0; p < d.Dp; ++p) {
-      s->gated.data()[i + p] =
-          (s->o.data()[i + p] + Dh * s->xv.data()[i + p]) * silu_z.data()[i + p];
-    }
-  }
+  ops().Mamba3GateOutputForward(s->gated.data(), s->o.data(), s->xv.data(), silu_z.data(),
+                                w(kD), S, d.H, d.Dp);
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
   ops().LinearForward(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HDp(), d.C);
-  s->h.flat() += s->x.flat();
+  ops().Add(s->h.data(), s->x.data(), S * d.C);
   return Status::Ok();
 }
 
@@ -377,7 +290,7 @@ Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
   ops().SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
                       prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
                       w(kMlpDown), S, d.C, d.F);
-  y->flat() += s->h.flat();
+  ops().Add(y->data(), s->h.data(), S * d.C);
   return Status::Ok();
 }
 
@@ -472,7 +385,7 @@ Status Mamba3Layer<T>::MlpBackward(Tensor<T>* dh, const Mamba3LayerSaved<T>& s,
   SF_ASSIGN_OR_RETURN(*dh, New(kWs, {S, d.C}));
   ops().RmsNormBackward(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
                      w(kMlpNorm), s.rstd2.data(), S, d.C);
-  dh->flat() += dy.flat();
+  ops().Add(dh->data(), dy.data(), S * d.C);
   return Status::Ok();
 }
 
@@ -483,7 +396,7 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
                                            const Mamba3LayerSaved<T>& s,
                                            const Tensor<T>& dh) {
   const Mamba3LayerDims& d = dims_;
-  const int64_t S = s.x.dim(0), R = S * d.H;
+  const int64_t S = s.x.dim(0);
   SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HDp()}));  // (S, HP)
   ops().LinearBackward(dgated.data(), dw(kOutProj), nullptr, dh.data(),
                     s.gated.data(), w(kOutProj), S, d.HDp(), d.C);
@@ -492,21 +405,9 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
   SF_ASSIGN_OR_RETURN(g->dz, New(kWs, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(g->dxv, New(kWs, {S, d.HDp()}));
-  const T* D = w(kD);
-  T* dD = dw(kD);
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t h = r % d.H, i = r * d.Dp;
-    T dD_r = 0;
-    for (int64_t p = 0; p < d.Dp; ++p) {
-      const T u = s.o.data()[i + p] + D[h] * s.xv.data()[i + p];
-      const T du = dgated.data()[i + p] * silu_z.data()[i + p];
-      g->dz.data()[i + p] = dgated.data()[i + p] * u;
-      d_o->data()[i + p] = du;
-      g->dxv.data()[i + p] = D[h] * du;
-      dD_r += du * s.xv.data()[i + p];
-    }
-    dD[h] += dD_r;
-  }
+  ops().Mamba3GateOutputBackward(g->dz.data(), d_o->data(), g->dxv.data(), dw(kD),
+                                 dgated.data(), s.o.data(), s.xv.data(), silu_z.data(),
+                                 w(kD), S, d.H, d.Dp);
   ops().SiluBackward(g->dz.data(), g->dz.data(), s.z.data(), S * d.HDp());
   silu_z = Tensor<T>();
   dgated = Tensor<T>();
@@ -532,7 +433,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
   // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
-      New(kWs, {Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
+      New(kWs, {ops().Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
   const int64_t nS = d.H * d.Dp * d.Ds, nk = d.HDs(), nv = d.HDp();
   auto in = [&](Tensor<T> Mamba3State<T>::*m, int64_t off) -> T* {
     return dstate_in != nullptr ? (dstate_in->*m).data() + off : nullptr;
@@ -542,7 +443,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
   };
   for (int64_t b = 0; b < B; ++b) {
     const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
-    Mamba3CoreBackward<T>(
+    ops().Mamba3CoreBackward(
         c->dq.data() + rk, c->dk.data() + rk, dv.data() + rv, c->da.data() + rh,
         c->dgamma.data() + rh, c->dbeta.data() + rh,
         in(&Mamba3State<T>::S, b * nS), in(&Mamba3State<T>::k, b * nk),
@@ -555,7 +456,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
         d.Dp, d.block_size);
   }
   ws = Tensor<T>();
-  g->dxv.flat() += dv.flat();
+  ops().Add(g->dxv.data(), dv.data(), S * d.HDp());
   dv = Tensor<T>();
   *d_o = Tensor<T>();
   return Status::Ok();
@@ -573,35 +474,30 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   const int64_t S = s.x.dim(0), n = S * d.H;
   // a = A dt, gamma = lam dt, beta = (1 - lam) dt.
   SF_ASSIGN_OR_RETURN(g->ddt, New(kWs, {S, d.H}));
-  for (int64_t i = 0; i < n; ++i) {
-    const T A = DecayRate(s.ddA.data()[i], d.a_floor), lam = s.lam.data()[i];
-    g->ddt.data()[i] = c->da.data()[i] * A + c->dgamma.data()[i] * lam +
-                       c->dbeta.data()[i] * (T(1) - lam);
-  }
+  const T a_floor = static_cast<T>(d.a_floor);
+  ops().Mamba3CoefficientsBackward(g->ddt.data(), c->da.data(), c->dgamma.data(),
+                                   c->dbeta.data(), s.ddA.data(), s.lam.data(), n, a_floor);
   SF_ASSIGN_OR_RETURN(Tensor<T> dphi, New(kWs, {S, d.H, d.Na}));  // (S, H, Na)
   SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.Ds}));         // (S, N)
   SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.Ds}));         // (S, N)
-  RotaryBackward(&dphi, &dBn, &dCn, c, s);
+  // q = rot(u, phi), u = Cn + C_bias_h (k likewise): dq, dk turned into du.
+  ops().Mamba3RotaryBackward(dphi.data(), dCn.data(), dBn.data(), dw(kCBias), dw(kBBias),
+                             c->dq.data(), c->dk.data(), s.q.data(), s.k.data(),
+                             s.phi.data(), S, d.H, d.Ds, d.Na);
   c->dk = Tensor<T>();
   c->dq = Tensor<T>();
   SF_ASSIGN_OR_RETURN(g->dtheta, New(kWs, {S, d.Na}));
-  AnglesBackward(&g->dtheta, &g->ddt, dstate_in, dphi, s, dstate_out);
+  ops().Mamba3AnglesBackward(g->dtheta.data(), g->ddt.data(),
+                             dstate_in ? dstate_in->angle.data() : nullptr, dphi.data(),
+                             s.theta.data(), s.dt.data(),
+                             dstate_out ? dstate_out->angle.data() : nullptr, s.batch,
+                             S / s.batch, d.H, d.Na);
   dphi = Tensor<T>();
   SF_ASSIGN_OR_RETURN(g->ddA, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(g->dtrap, New(kWs, {S, d.H}));
-  for (int64_t t = 0; t < S; ++t) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      const int64_t i = t * d.H + h;
-      const T dt = s.dt.data()[i], lam = s.lam.data()[i], u = s.ddA.data()[i];
-      const bool floored = HeavyTail(u) <= static_cast<T>(d.a_floor);
-      g->ddA.data()[i] = floored ? T(0) : -c->da.data()[i] * dt * HeavyTailGrad(u);
-      g->dtrap.data()[i] =
-          (c->dgamma.data()[i] - c->dbeta.data()[i]) * dt * lam * (T(1) - lam);
-      // d softplus(r)/dr = sigmoid(r) = 1 - exp(-softplus(r)).
-      g->ddt.data()[i] *= -std::expm1(-dt);
-      dw(kDtBias)[h] += g->ddt.data()[i];
-    }
-  }
+  ops().Mamba3GatesBackward(g->ddA.data(), g->dtrap.data(), g->ddt.data(), dw(kDtBias),
+                            c->da.data(), c->dgamma.data(), c->dbeta.data(), s.ddA.data(),
+                            s.dt.data(), s.lam.data(), S, d.H, a_floor);
   c->dbeta = Tensor<T>();
   c->dgamma = Tensor<T>();
   c->da = Tensor<T>();
@@ -612,86 +508,6 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   ops().RmsNormBackward(g->dCp.data(), dw(kCNorm), dCn.data(), s.Cp.data(),
                      w(kCNorm), s.C_rstd.data(), S, d.Ds);
   return Status::Ok();
-}
-
-// q = rot(u, phi), u = Cn + C_bias_h (k likewise): dphi (written) from both,
-// dq and dk turned in place into du; dBn, dCn (written) their sums over
-// heads; the biases' gradients their sums over tokens.
-template <typename T>
-void Mamba3Layer<T>::RotaryBackward(Tensor<T>* dphi, Tensor<T>* dBn,
-                                    Tensor<T>* dCn, CoreGrads* c,
-                                    const Mamba3LayerSaved<T>& s) {
-  const Mamba3LayerDims& d = dims_;
-  const int64_t S = s.x.dim(0);
-  dphi->flat().setZero();
-  dBn->flat().setZero();
-  dCn->flat().setZero();
-  for (int64_t t = 0; t < S; ++t) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      const int64_t r = t * d.H + h;
-      const T* ph = s.phi.data() + r * d.Na;
-      T* dph = dphi->data() + r * d.Na;
-      for (const auto& [grad, rotated, dn, dbias] :
-           {std::tuple{c->dk.data(), s.k.data(), dBn->data(), dw(kBBias)},
-            std::tuple{c->dq.data(), s.q.data(), dCn->data(), dw(kCBias)}}) {
-        T* g = grad + r * d.Ds;
-        const T* x = rotated + r * d.Ds;
-        for (int64_t j = 0; j < d.Na; ++j) {
-          const T cs = std::cos(ph[j]), sn = std::sin(ph[j]);
-          const T g0 = g[2 * j], g1 = g[2 * j + 1];
-          dph[j] += g1 * x[2 * j] - g0 * x[2 * j + 1];
-          g[2 * j] = cs * g0 + sn * g1;
-          g[2 * j + 1] = -sn * g0 + cs * g1;
-        }
-        for (int64_t n = 0; n < d.Ds; ++n) {
-          dn[t * d.Ds + n] += g[n];
-          dbias[h * d.Ds + n] += g[n];
-        }
-      }
-    }
-  }
-}
-
-// phi_t = phi_{t-1} + theta_t dt_t (the mod 2 pi has derivative 1): per
-// sequence, acc = d(state out angle) + the later dphi; dtheta (written, then
-// turned into the gradient of the projection under pi tanh), ddt (added) and
-// the angle of dstate_in (unless nullptr).
-template <typename T>
-void Mamba3Layer<T>::AnglesBackward(Tensor<T>* dtheta, Tensor<T>* ddt,
-                                    Mamba3State<T>* dstate_in,
-                                    const Tensor<T>& dphi,
-                                    const Mamba3LayerSaved<T>& s,
-                                    const Mamba3State<T>* dstate_out) {
-  const Mamba3LayerDims& d = dims_;
-  const int64_t B = s.batch, Ts = s.x.dim(0) / B, n = d.H * d.Na;
-  dtheta->flat().setZero();
-  Vec<T> acc(n);  // (H Na)
-  for (int64_t b = 0; b < B; ++b) {
-    if (dstate_out != nullptr) {
-      acc = CVecMap<T>(dstate_out->angle.data() + b * n, n);
-    } else {
-      acc.setZero();
-    }
-    for (int64_t t = (b + 1) * Ts - 1; t >= b * Ts; --t) {
-      acc += CVecMap<T>(dphi.data() + t * n, n);
-      for (int64_t h = 0; h < d.H; ++h) {
-        const T dt = s.dt.data()[t * d.H + h];
-        T ddt_th = 0;
-        for (int64_t j = 0; j < d.Na; ++j) {
-          const T a = acc(h * d.Na + j);
-          dtheta->data()[t * d.Na + j] += a * dt;
-          ddt_th += a * s.theta.data()[t * d.Na + j];
-        }
-        ddt->data()[t * d.H + h] += ddt_th;
-      }
-    }
-    if (dstate_in != nullptr) VecMap<T>(dstate_in->angle.data() + b * n, n) = acc;
-  }
-  // theta = pi tanh(r): dr = dtheta (pi - theta^2 / pi).
-  for (int64_t i = 0; i < dtheta->numel(); ++i) {
-    const T th = s.theta.data()[i];
-    dtheta->data()[i] *= static_cast<T>(kPi) - th * th / static_cast<T>(kPi);
-  }
 }
 
 // dx += RMSNorm-backward(sum over the eight projections of d(proj) W).
@@ -713,11 +529,11 @@ Status Mamba3Layer<T>::MixerInputsBackward(Tensor<T>* dx, const MixerGrads& g,
   for (const auto& p : projs) {
     ops().LinearBackward(part.data(), dw(p.w), nullptr, p.dproj->data(),
                       s.xn.data(), w(p.w), S, d.C, p.D);
-    dxn.flat() += part.flat();
+    ops().Add(dxn.data(), part.data(), S * d.C);
   }
   ops().RmsNormBackward(part.data(), dw(kMixerNorm), dxn.data(), s.x.data(),
                      w(kMixerNorm), s.rstd1.data(), S, d.C);
-  dx->flat() += part.flat();
+  ops().Add(dx->data(), part.data(), S * d.C);
   return Status::Ok();
 }
 

@@ -29,6 +29,11 @@
 // (rotated, as the core uses it) and its v = xv (B, H, P). Backward turns
 // d(state out) into d(state in) for all four.
 //
+// All of its arithmetic runs through the device seam (the allocator's
+// Ops<T>, backend/device/ops.h: the projections and norms, the Mamba3* gates,
+// angles, rotation, coefficients, D skip and core), so the layer runs on
+// every device (cpu, host-grid, cuda).
+//
 // Several sequences, recompute modes, allocation classes: as GdnLayer
 // (gdn_layer.h): x has B S rows, sequence-major; the projections run over all
 // rows, the angle scan and the core sequence by sequence; kNone saves
@@ -198,8 +203,6 @@ class Mamba3Layer {
   Status MixerInputsForward(Mamba3LayerSaved<T>* saved,
                             Mamba3State<T>* state_out,
                             const Mamba3State<T>& state_in, BufferClass cls);
-  void AnglesForward(Mamba3LayerSaved<T>* saved, Mamba3State<T>* state_out,
-                     const Mamba3State<T>& state_in);
   Status MixerOutputForward(Mamba3LayerSaved<T>* saved, BufferClass cls);
   Status MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* saved, BufferClass cls);
 
@@ -220,11 +223,6 @@ class Mamba3Layer {
   Status PrepBackward(MixerGrads* grads, CoreGrads* core,
                       Mamba3State<T>* dstate_in,
                       const Mamba3LayerSaved<T>& saved,
-                      const Mamba3State<T>* dstate_out);
-  void RotaryBackward(Tensor<T>* dphi, Tensor<T>* dBn, Tensor<T>* dCn,
-                      CoreGrads* core, const Mamba3LayerSaved<T>& saved);
-  void AnglesBackward(Tensor<T>* dtheta, Tensor<T>* ddt, Mamba3State<T>* dstate_in,
-                      const Tensor<T>& dphi, const Mamba3LayerSaved<T>& saved,
                       const Mamba3State<T>* dstate_out);
   Status MixerInputsBackward(Tensor<T>* dx, const MixerGrads& grads,
                              const Mamba3LayerSaved<T>& saved);

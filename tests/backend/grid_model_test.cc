@@ -1,13 +1,13 @@
 // Whole stage modules on the host-grid device (the CUDA kernels' arithmetic
 // on the host: backend/device/host_grid_device.h) against the same modules
-// on the CPU device: a training step of the small GDN model and of its
-// attention hybrid, chunked (N = 3, M = 2, the stateflow plan), with and
+// on the CPU device: a training step of the small GDN and Mamba-3 models and
+// of their attention hybrids, chunked (N = 3, M = 2, the stateflow plan), with and
 // without recompute, in float64: the loss and every parameter gradient
 // within 1e-12 relative; the memory ledger the same bytes, buffer class by
-// buffer class, except kWorkspace (the grid's GDN core needs more scratch,
-// grid_kernels/gdn_common.h). The overlapped cores and the ST tile give the
-// sequential cores' bits. Nothing above the seam knows which device it runs
-// on.
+// buffer class, except kWorkspace (the grid's GDN and Mamba-3 cores need
+// more scratch, grid_kernels/gdn_common.h, mamba3_core.h). The overlapped
+// GDN cores and the ST tile give the sequential cores' bits. Nothing above
+// the seam knows which device it runs on.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -122,6 +122,15 @@ TEST(GridModel, OverlapAndTileGiveTheSameStep) {
 
 TEST(GridModel, GdnHybridStepEqualsCpu) {
   ExpectSameStep(testing::SmallModel("gdn-hybrid", 4), Recompute::kNone);
+}
+
+TEST(GridModel, Mamba3StepEqualsCpu) {
+  ExpectSameStep(testing::SmallModel("mamba3", 2), Recompute::kNone);
+  ExpectSameStep(testing::SmallModel("mamba3", 2), Recompute::kFull);
+}
+
+TEST(GridModel, Mamba3HybridStepEqualsCpu) {
+  ExpectSameStep(testing::SmallModel("mamba3-hybrid", 4), Recompute::kNone);
 }
 
 }  // namespace

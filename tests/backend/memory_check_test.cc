@@ -39,13 +39,14 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return CaseName(info.param); });
 
 // On the host-grid device (the CUDA kernels' arithmetic on host loops, whose
-// GDN core scratch is the grid layout: grid_kernels/gdn_common.h) the memory
-// model counts that device's workspace, and is exact too: the GDN model and
-// its attention hybrid, P = 1 and 2, N = 1, 2, 4, both recompute modes, both
-// element types.
+// recurrence cores' scratch is the grid layout: grid_kernels/gdn_common.h,
+// mamba3_core.h) the memory model counts that device's workspace, and is
+// exact too: the GDN and Mamba-3 models and their attention hybrids, P = 1
+// and 2, N = 1, 2, 4, both recompute modes, both element types.
 std::vector<MemoryCase> HostGridCases() {
   std::vector<MemoryCase> cases;
-  for (const char* preset : {"gdn-tiny", "gdn-hybrid-tiny"}) {
+  for (const char* preset :
+       {"gdn-tiny", "gdn-hybrid-tiny", "mamba3-tiny", "mamba3-hybrid-tiny"}) {
     for (int P : {1, 2}) {
       for (int N : {1, 2, 4}) {
         for (const char* recompute : {"none", "full"}) {

@@ -187,6 +187,29 @@ TEST_P(TrainFamily, MpiRanksEqualOneProcessWithBatchAndAlpha) {
   EXPECT_LT(RelError(ParseReport(two), ParseReport(one)), 1e-10);
 }
 
+// --device host-grid (the CUDA kernels' arithmetic run by host loops) gives
+// the float64 losses of the CPU device, in one process and under mpirun -n 2:
+// every layer of every family on the device seam.
+TEST_P(TrainFamily, HostGridGivesTheLossesOfCpu) {
+  const std::vector<std::string> args = {"--model", GetParam(), "--steps", "2", "-T", "40",
+                                         "-M", "2", "-N", "3", "--dtype", "float64", "--json"};
+  const Finished cpu = RunFor(Train(With(args, {"--device", "cpu"})),
+                              TempPrefix("cpu-" + GetParam()));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  const Finished grid = RunFor(Train(With(args, {"--device", "host-grid"})),
+                               TempPrefix("grid-" + GetParam()));
+  ASSERT_EQ(grid.exit_code, 0) << grid.err;
+  const Finished mpi = RunFor(Mpirun(2, Train(With(args, {"--device", "host-grid"}))),
+                              TempPrefix("grid-mpi-" + GetParam()));
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
+  const pb::Report ref = ParseReport(cpu), a = ParseReport(grid), b = ParseReport(mpi);
+  ASSERT_EQ(ref.losses_size(), 2);
+  ASSERT_EQ(a.losses_size(), 2);
+  ASSERT_EQ(b.losses_size(), 2);
+  EXPECT_LT(RelError(a, ref), 1e-12) << "one process";
+  EXPECT_LT(RelError(b, ref), 1e-12) << "mpirun -n 2";
+}
+
 INSTANTIATE_TEST_SUITE_P(Issue11, TrainFamily, ::testing::Values("gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny",
                                            "mamba3-hybrid-tiny"),
                          [](const auto& info) {

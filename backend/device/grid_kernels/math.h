@@ -25,6 +25,16 @@ SF_HD inline float Log1p(float x) { return log1pf(x); }
 SF_HD inline double Log1p(double x) { return log1p(x); }
 SF_HD inline float Sqrt(float x) { return sqrtf(x); }
 SF_HD inline double Sqrt(double x) { return sqrt(x); }
+SF_HD inline float Expm1(float x) { return expm1f(x); }
+SF_HD inline double Expm1(double x) { return expm1(x); }
+SF_HD inline float Tanh(float x) { return tanhf(x); }
+SF_HD inline double Tanh(double x) { return tanh(x); }
+SF_HD inline float Floor(float x) { return floorf(x); }
+SF_HD inline double Floor(double x) { return floor(x); }
+SF_HD inline float Cos(float x) { return cosf(x); }
+SF_HD inline double Cos(double x) { return cos(x); }
+SF_HD inline float Sin(float x) { return sinf(x); }
+SF_HD inline double Sin(double x) { return sin(x); }
 // Double only: RoPE's angles are computed in double on every device.
 SF_HD inline double PowD(double x, double y) { return pow(x, y); }
 SF_HD inline double CosD(double x) { return cos(x); }

@@ -27,6 +27,7 @@
 #include "backend/device/host_grid_device.h"
 #include "backend/kernels/attention.h"
 #include "backend/kernels/gdn_core.h"
+#include "backend/kernels/mamba3_core.h"
 #include "backend/kernels/rope.h"
 #include "tests/backend/kernel_test_util.h"
 
@@ -321,6 +322,130 @@ Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
 }
 
 template <typename T>
+Case<T> Mamba3CoreCase() {
+  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12, bs = kMamba3BlockSize;
+    const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk, nh = T_len * H;
+    T* q = sp.Put(Rand<T>(61, nk, -1, 1));
+    T* k = sp.Put(Rand<T>(62, nk, -1, 1));
+    T* v = sp.Put(Rand<T>(63, nv, -1, 1));
+    T* a = sp.Put(Rand<T>(64, nh, -0.5, -0.01));
+    T* gamma = sp.Put(Rand<T>(65, nh, 0.01, 0.3));
+    T* beta = sp.Put(Rand<T>(66, nh, 0.01, 0.3));
+    T* S_in = sp.Put(Rand<T>(67, ns, -0.5, 0.5));
+    T* k_in = sp.Put(Rand<T>(68, H * Dk, -1, 1));
+    T* v_in = sp.Put(Rand<T>(69, H * Dv, -1, 1));
+    T* o = sp.Put(std::vector<T>(nv));
+    T* S_out = sp.Put(std::vector<T>(ns));
+    T* k_out = sp.Put(std::vector<T>(H * Dk));
+    T* v_out = sp.Put(std::vector<T>(H * Dv));
+    T* wsf = sp.Put(std::vector<T>(ops.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    ops.Mamba3CoreForward(o, S_out, k_out, v_out, wsf, q, k, v, a, gamma, beta, S_in, k_in,
+                          v_in, T_len, H, Dk, Dv, bs);
+    T* dO = sp.Put(Rand<T>(70, nv, -1, 1));
+    T* dS_out = sp.Put(Rand<T>(71, ns, -1, 1));
+    T* dk_out = sp.Put(Rand<T>(72, H * Dk, -1, 1));
+    T* dv_out = sp.Put(Rand<T>(73, H * Dv, -1, 1));
+    T* dq = sp.Put(std::vector<T>(nk));
+    T* dk = sp.Put(std::vector<T>(nk));
+    T* dv = sp.Put(std::vector<T>(nv));
+    T* da = sp.Put(std::vector<T>(nh));
+    T* dgamma = sp.Put(std::vector<T>(nh));
+    T* dbeta = sp.Put(std::vector<T>(nh));
+    T* dS_in = sp.Put(std::vector<T>(ns));
+    T* dk_in = sp.Put(std::vector<T>(H * Dk));
+    T* dv_in = sp.Put(std::vector<T>(H * Dv));
+    T* wsb = sp.Put(std::vector<T>(ops.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    ops.Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, wsb, dO, dS_out,
+                           dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H,
+                           Dk, Dv, bs);
+    return {{"o", sp.Get(o, nv)},           {"S_out", sp.Get(S_out, ns)},
+            {"k_out", sp.Get(k_out, H * Dk)}, {"v_out", sp.Get(v_out, H * Dv)},
+            {"dq", sp.Get(dq, nk)},         {"dk", sp.Get(dk, nk)},
+            {"dv", sp.Get(dv, nv)},         {"da", sp.Get(da, nh)},
+            {"dgamma", sp.Get(dgamma, nh)}, {"dbeta", sp.Get(dbeta, nh)},
+            {"dS_in", sp.Get(dS_in, ns)},   {"dk_in", sp.Get(dk_in, H * Dk)},
+            {"dv_in", sp.Get(dv_in, H * Dv)}};
+  };
+}
+
+// The Mamba-3 layer's per-token ops: gates, coefficients, the angle scan,
+// the rotation, the D skip and z gate, each forward and backward.
+template <typename T>
+Case<T> Mamba3PrepCase() {
+  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t B = 2, Ts = 40, S = B * Ts, H = 3, N = 8, Na = 2, P = 5;
+    T* dt = sp.Put(Rand<T>(81, S * H, -2, 2));
+    T* lam = sp.Put(Rand<T>(82, S * H, -3, 3));
+    T* theta = sp.Put(Rand<T>(83, S * Na, -2, 2));
+    T* A = sp.Put(Rand<T>(84, S * H, -3, 2));
+    T* dt_bias = sp.Put(Rand<T>(85, H, -1, 1));
+    ops.Mamba3GatesForward(dt, lam, theta, dt_bias, S, H, Na);
+    T* a = sp.Put(std::vector<T>(S * H));
+    T* gamma = sp.Put(std::vector<T>(S * H));
+    T* beta = sp.Put(std::vector<T>(S * H));
+    ops.Mamba3CoefficientsForward(a, gamma, beta, A, dt, lam, S * H, T(0.5));
+    T* angle_in = sp.Put(Rand<T>(86, B * H * Na, 0, 6));
+    T* phi = sp.Put(std::vector<T>(S * H * Na));
+    T* angle_out = sp.Put(std::vector<T>(B * H * Na));
+    ops.Mamba3AnglesForward(phi, angle_out, theta, dt, angle_in, B, Ts, H, Na);
+    T* Cn = sp.Put(Rand<T>(87, S * N, -1, 1));
+    T* Bn = sp.Put(Rand<T>(88, S * N, -1, 1));
+    T* Cb = sp.Put(Rand<T>(89, H * N, -1, 1));
+    T* Bb = sp.Put(Rand<T>(90, H * N, -1, 1));
+    T* q = sp.Put(std::vector<T>(S * H * N));
+    T* k = sp.Put(std::vector<T>(S * H * N));
+    ops.Mamba3RotaryForward(q, k, Cn, Bn, Cb, Bb, phi, S, H, N, Na);
+    T* o = sp.Put(Rand<T>(91, S * H * P, -1, 1));
+    T* xv = sp.Put(Rand<T>(92, S * H * P, -1, 1));
+    T* sz = sp.Put(Rand<T>(93, S * H * P, -1, 1));
+    T* D = sp.Put(Rand<T>(94, H, -1, 1));
+    T* gated = sp.Put(std::vector<T>(S * H * P));
+    ops.Mamba3GateOutputForward(gated, o, xv, sz, D, S, H, P);
+    // Backward, in the layer's order.
+    T* dgated = sp.Put(Rand<T>(95, S * H * P, -1, 1));
+    T* dz = sp.Put(std::vector<T>(S * H * P));
+    T* d_o = sp.Put(std::vector<T>(S * H * P));
+    T* dxv = sp.Put(std::vector<T>(S * H * P));
+    T* dD = sp.Put(std::vector<T>(H, T(0.5)));
+    ops.Mamba3GateOutputBackward(dz, d_o, dxv, dD, dgated, o, xv, sz, D, S, H, P);
+    T* da = sp.Put(Rand<T>(96, S * H, -1, 1));
+    T* dgamma = sp.Put(Rand<T>(97, S * H, -1, 1));
+    T* dbeta = sp.Put(Rand<T>(98, S * H, -1, 1));
+    T* ddt = sp.Put(std::vector<T>(S * H));
+    ops.Mamba3CoefficientsBackward(ddt, da, dgamma, dbeta, A, lam, S * H, T(0.5));
+    T* dq = sp.Put(Rand<T>(99, S * H * N, -1, 1));
+    T* dk = sp.Put(Rand<T>(100, S * H * N, -1, 1));
+    T* dphi = sp.Put(std::vector<T>(S * H * Na));
+    T* dCn = sp.Put(std::vector<T>(S * N));
+    T* dBn = sp.Put(std::vector<T>(S * N));
+    T* dCb = sp.Put(std::vector<T>(H * N, T(0.5)));
+    T* dBb = sp.Put(std::vector<T>(H * N, T(0.5)));
+    ops.Mamba3RotaryBackward(dphi, dCn, dBn, dCb, dBb, dq, dk, q, k, phi, S, H, N, Na);
+    T* dtheta = sp.Put(std::vector<T>(S * Na));
+    T* dangle_in = sp.Put(std::vector<T>(B * H * Na));
+    T* dangle_out = sp.Put(Rand<T>(101, B * H * Na, -1, 1));
+    ops.Mamba3AnglesBackward(dtheta, ddt, dangle_in, dphi, theta, dt, dangle_out, B, Ts, H, Na);
+    T* ddA = sp.Put(std::vector<T>(S * H));
+    T* dtrap = sp.Put(std::vector<T>(S * H));
+    T* ddt_bias = sp.Put(std::vector<T>(H, T(0.5)));
+    ops.Mamba3GatesBackward(ddA, dtrap, ddt, ddt_bias, da, dgamma, dbeta, A, dt, lam, S, H,
+                            T(0.5));
+    return {{"a", sp.Get(a, S * H)},          {"gamma", sp.Get(gamma, S * H)},
+            {"beta", sp.Get(beta, S * H)},    {"phi", sp.Get(phi, S * H * Na)},
+            {"angle_out", sp.Get(angle_out, B * H * Na)}, {"q", sp.Get(q, S * H * N)},
+            {"k", sp.Get(k, S * H * N)},      {"gated", sp.Get(gated, S * H * P)},
+            {"dz", sp.Get(dz, S * H * P)},    {"d_o", sp.Get(d_o, S * H * P)},
+            {"dxv", sp.Get(dxv, S * H * P)},  {"dD", sp.Get(dD, H)},
+            {"dCn", sp.Get(dCn, S * N)},      {"dBn", sp.Get(dBn, S * N)},
+            {"dC_bias", sp.Get(dCb, H * N)},  {"dB_bias", sp.Get(dBb, H * N)},
+            {"dtheta", sp.Get(dtheta, S * Na)}, {"dangle_in", sp.Get(dangle_in, B * H * Na)},
+            {"ddt", sp.Get(ddt, S * H)},      {"ddA", sp.Get(ddA, S * H)},
+            {"dtrap", sp.Get(dtrap, S * H)},  {"ddt_bias", sp.Get(ddt_bias, H)}};
+  };
+}
+
+template <typename T>
 Case<T> AttentionCase() {
   return [](Ops<T>&, AttentionOps<T>& attn, Space& sp) -> Outputs {
     const int64_t s = 70, start = 30, Hq = 4, Hkv = 2, d = 16, keys = start + s;
@@ -370,6 +495,14 @@ TEST_F(CudaGridOps, GdnCoreOverlappedAndTiled) {
   Compare<double>("gdn core overlapped, B_V 5", GdnCoreCase<double>(true, 5, 32));
   Compare<float>("gdn core overlapped, B_V 5", GdnCoreCase<float>(true, 5, 32));
   Compare<double>("gdn core sequential, B_V 1", GdnCoreCase<double>(false, 1, 32));
+}
+TEST_F(CudaGridOps, Mamba3Core) {
+  Compare<double>("mamba3 core", Mamba3CoreCase<double>());
+  Compare<float>("mamba3 core", Mamba3CoreCase<float>());
+}
+TEST_F(CudaGridOps, Mamba3PerTokenOps) {
+  Compare<double>("mamba3 per-token ops", Mamba3PrepCase<double>());
+  Compare<float>("mamba3 per-token ops", Mamba3PrepCase<float>());
 }
 TEST_F(CudaGridOps, AttentionAndRope) {
   Compare<double>("attention", AttentionCase<double>());

@@ -1,5 +1,6 @@
 // GPU test (label gpu): training end to end on a CUDA device with the
-// stateflow-cuda program, float64: the GPU's losses against the CPU device's
+// stateflow-cuda program, float64 (GDN; Mamba-3 and its hybrid): the GPU's
+// losses against the CPU device's
 // (< 1e-9 relative: reduction orders differ), chunked (N = 4) against
 // unchunked (N = 1) on the GPU, and P = 2 ranks over NCCL against one
 // process when two GPUs are visible. With no CUDA device every case is
@@ -23,9 +24,9 @@ int VisibleGpus() {
 
 // The losses of `stateflow-cuda train ... --json`, from the report's
 // "losses" array (a small parser: the array of numbers after the key).
-std::vector<double> Losses(const std::string& args) {
-  const std::string command = std::string(SF_BINARY_DIR) + "/stateflow-cuda train --model "
-                              "gdn-tiny --dtype float64 --steps 4 --json " + args;
+std::vector<double> Losses(const std::string& args, const std::string& model = "gdn-tiny") {
+  const std::string command = std::string(SF_BINARY_DIR) + "/stateflow-cuda train --model " +
+                              model + " --dtype float64 --steps 4 --json " + args;
   FILE* pipe = popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr) << command;
   std::string out;
@@ -56,6 +57,14 @@ void ExpectClose(const std::vector<double>& a, const std::vector<double>& b, con
 TEST(CudaTrain, MatchesTheCpuDevice) {
   if (VisibleGpus() < 1) GTEST_SKIP() << "no CUDA device visible";
   ExpectClose(Losses("--device cuda"), Losses("--device cpu"), "GPU vs CPU");
+}
+
+// Mamba-3 and its attention hybrid: every layer on the device seam.
+TEST(CudaTrain, Mamba3MatchesTheCpuDevice) {
+  if (VisibleGpus() < 1) GTEST_SKIP() << "no CUDA device visible";
+  for (const char* model : {"mamba3-tiny", "mamba3-hybrid-tiny"}) {
+    ExpectClose(Losses("--device cuda", model), Losses("--device cpu", model), model);
+  }
 }
 
 TEST(CudaTrain, ChunkedEqualsUnchunked) {
