@@ -146,7 +146,7 @@ void GdnBackwardThreads(benchmark::State& state) {
   for (auto _ : state) {
     core(dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dS_in.data(), ws.data(),
          dO.data(), dS_out.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
-         in.beta.data(), in.S_in.data(), in.T, in.H, in.Dk, in.Dv, kGdnBlockSize);
+         in.beta.data(), in.S_in.data(), in.T, in.H, in.Dk, in.Dv, kGdnBlockSize, 0);
     benchmark::DoNotOptimize(dq.data());
     benchmark::ClobberMemory();
   }
@@ -154,6 +154,31 @@ void GdnBackwardThreads(benchmark::State& state) {
   SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).backward);
 }
 
+// The ST tile on the CPU: one head of Dk = Dv = 128 (the case where heads
+// alone leave a thread idle), sequential on 1 thread, and overlapped on 2
+// threads untiled (B_V 0) and at B_V 64 and 32 (2 and 4 ST chains).
+void GdnForwardStTile(benchmark::State& state) {
+  const bool overlapped = state.range(0) != 0;
+  const int64_t tile = state.range(2);
+  SetKernelThreads(overlapped ? 2 : 1);
+  const GdnInputs in(state.range(1), 1, 128, 128);
+  std::vector<float> o(in.T * in.H * in.Dv), S_out(in.H * in.Dv * in.Dk);
+  auto* core = overlapped ? &GdnCoreForwardOverlapped<float> : &GdnCoreForward<float>;
+  for (auto _ : state) {
+    core(o.data(), S_out.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(),
+         in.beta.data(), in.S_in.data(), in.T, in.H, in.Dk, in.Dv, kGdnBlockSize, tile);
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  SetKernelThreads(1);
+  SetRate(state, CountGdnCoreFlops(in.T, in.H, in.Dk, in.Dv).forward);
+}
+
+BENCHMARK(GdnForwardStTile)
+    ->ArgNames({"overlap", "T", "B_V"})
+    ->ArgsProduct({{0, 1}, {1024, 4096}, {0, 64, 32}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(GdnForwardThreads)
     ->ArgNames({"mode", "T", "H"})
     ->ArgsProduct({{0, 1, 2}, {256, 1024, 4096}, {1, 2, 4}})

@@ -464,12 +464,13 @@ double CostModel::LogitsBytes(int l, std::int64_t s) const {
 
 namespace {
 
-TensorBytes SizesOf(double tokens, std::int64_t s, double act, int tp) {
+TensorBytes SizesOf(double tokens, std::int64_t s, double act, const CostModelOptions& o) {
   TensorBytes b;
   b.tokens = tokens;
   b.seq_tokens = static_cast<double>(s);
   b.act = act;
-  b.tensor_size = tp;
+  b.tensor_size = o.tensor_size;
+  b.core_workspace = o.core_workspace;
   return b;
 }
 
@@ -477,7 +478,7 @@ TensorBytes SizesOf(double tokens, std::int64_t s, double act, int tp) {
 
 MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
   const TensorBytes b = SizesOf(Tokens(s), s, precision_.activation_bytes(),
-                                options_.tensor_size);
+                                options_);
   switch (layers_[l]) {
     case LayerKind::kEmbedding: {
       MemorySegment seg;  // the gathered rows
@@ -499,7 +500,7 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
 
 MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
   const TensorBytes b = SizesOf(Tokens(s), s, precision_.activation_bytes(),
-                                options_.tensor_size);
+                                options_);
   switch (layers_[l]) {
     case LayerKind::kEmbedding: return {};  // a scatter-add into its gradient
     case LayerKind::kHead:

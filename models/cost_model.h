@@ -83,6 +83,14 @@ struct CoreFlops {
   double fwd = 0, bwd = 0;
 };
 
+// Whose scratch the recurrence cores take (backend/device/ops.h, the
+// *WorkspaceSize queries): the CPU kernels' (backend/kernels/gdn_core.h,
+// mamba3_core.h: no forward scratch, the backward's entering states) or the
+// grid devices' ("host-grid" and "cuda" share one: backend/device/
+// grid_kernels/gdn_common.h, mamba3_core.h, every block's intermediate
+// results of a pass at once).
+enum class CoreWorkspace { kCpu, kGrid };
+
 struct CostModelOptions {
   int tensor_size = 1;      // TP
   int data_size = 1;        // DP: replicas whose gradients are all-reduced
@@ -94,6 +102,9 @@ struct CostModelOptions {
   // split-and-overlap.
   int st_tile = 64;
   bool st_overlap = false;
+  // Whose recurrence-core scratch the memory events count: the CPU kernels'
+  // or the grid devices' (train.device "host-grid" or "cuda").
+  CoreWorkspace core_workspace = CoreWorkspace::kCpu;
 };
 
 // The state transition of one pass of a recurrence layer over one chunk

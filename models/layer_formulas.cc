@@ -283,10 +283,38 @@ void GdnMixerInputsForward(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->FreeAct(kWs, d.H);    // b
 }
 
+// The GDN core's scratch for one sequence of s tokens, in bytes (the
+// device's GdnCore*WorkspaceSize elements): on the CPU no forward scratch and
+// the backward's entering states H nb Dv Dk (gdn_core.h); on a grid device
+// (GdnForwardWorkspace / GdnBackwardWorkspace, grid_kernels/gdn_common.h)
+//   forward  = T H (1 + Dk + Dv) + H nb bs^2 + H nb Dv Dk
+//   backward = forward + 2 H nb bs^2 + T H (3 Dv + Dk + 1) + H (nb + 1) Dv Dk,
+// nb = ceil(s / bs), bs = T_C. Neither depends on st_tile or st_overlap.
+struct GdnCoreWorkspaceBytes {
+  double forward = 0, backward = 0;
+  GdnCoreWorkspaceBytes(const Dims& x, const GdnSizes& d, const TensorBytes& b) {
+    const double T = b.seq_tokens, bs = x.C, nb = std::ceil(T / bs);
+    const double states = d.H * nb * x.dk * x.dv;
+    if (b.core_workspace == CoreWorkspace::kCpu) {
+      backward = states * b.stat();
+      return;
+    }
+    const double tiles = d.H * nb * bs * bs, tokens = T * d.H;
+    const double fwd = tokens * (1 + x.dk + x.dv) + tiles + states;
+    forward = fwd * b.stat();
+    backward = (fwd + 2 * tiles + tokens * (3 * x.dv + x.dk + 1) +
+                d.H * (nb + 1) * x.dk * x.dv) * b.stat();
+  }
+};
+
 // GdnLayer::ForwardPass after the input copy; ends holding the output y.
-void GdnForwardPass(const GdnSizes& d, BufferClass saved, Events* ev) {
+void GdnForwardPass(const GdnSizes& d, double core_ws_bytes, BufferClass saved, Events* ev) {
   GdnMixerInputsForward(d, saved, ev);
   ev->Act(saved, d.HV);     // o = GdnCore(...)
+  if (core_ws_bytes > 0) {  // the device's scratch for one sequence (none on the CPU)
+    ev->Bytes(kWs, core_ws_bytes);
+    ev->Bytes(kWs, -core_ws_bytes);
+  }
   // MixerOutputForward.
   ev->Stat(saved, d.H);     // o_rstd
   ev->Act(saved, d.HV);     // gated
@@ -334,7 +362,7 @@ void GdnCoreBackward(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   ev->Act(kWs, d.HV);        // dv
   ev->Act(kWs, d.H);         // dg
   ev->Act(kWs, d.H);         // dbeta
-  ev->Bytes(kWs, core_ws_bytes);   // the replayed block states of one head
+  ev->Bytes(kWs, core_ws_bytes);   // the core's scratch for one sequence
   ev->Bytes(kWs, -core_ws_bytes);
   ev->Act(kWs, d.H);         // da
   ev->Act(kWs, d.H);         // db
@@ -465,11 +493,13 @@ MemorySegment AttentionLayerBackwardMemory(const pb::ModelSpec& model,
 
 MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                     bool recompute_full) {
-  const GdnSizes d(DimsOf(model), b.tensor_size);
+  const Dims x = DimsOf(model);
+  const GdnSizes d(x, b.tensor_size);
+  const GdnCoreWorkspaceBytes core_ws(x, d, b);
   Events ev(b);
   ev.Act(kAct, d.C);  // x, the block input, copied
   const BufferClass saved = recompute_full ? kWs : kAct;
-  GdnForwardPass(d, saved, &ev);
+  GdnForwardPass(d, core_ws.forward, saved, &ev);
   if (recompute_full) FreeGdnSaved(d, saved, &ev);
   return ev.segment();
 }
@@ -478,16 +508,14 @@ MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorByt
                                      bool recompute_full) {
   const Dims x = DimsOf(model);
   const GdnSizes d(x, b.tensor_size);
-  // GdnCoreBackwardWorkspaceSize: the states entering each kernel block of
-  // every head (on this TP rank) of one sequence.
-  const double core_ws =
-      d.H * std::ceil(b.seq_tokens / x.C) * x.dk * x.dv * b.stat();
+  // GdnCore*WorkspaceSize of the run's device, one sequence at a time.
+  const GdnCoreWorkspaceBytes core_ws(x, d, b);
   Events ev(b);
   if (recompute_full) {
-    GdnForwardPass(d, kWs, &ev);  // the replay, then its unused output
+    GdnForwardPass(d, core_ws.forward, kWs, &ev);  // the replay, then its unused output
     ev.FreeAct(kWs, d.C);
   }
-  GdnBackwardPass(d, core_ws, &ev);
+  GdnBackwardPass(d, core_ws.backward, &ev);
   const BufferClass saved = recompute_full ? kWs : kAct;
   FreeGdnSaved(d, saved, &ev);
   ev.FreeAct(kAct, d.C);  // x
@@ -534,9 +562,36 @@ void MambaMixerInputsForward(const MambaSizes& d, BufferClass saved, Events* ev)
 }
 
 // Mamba3Layer::ForwardPass after the input copy; ends holding the output y.
-void MambaForwardPass(const MambaSizes& d, BufferClass saved, Events* ev) {
+// The Mamba-3 core's scratch for one sequence of s tokens, in bytes (the
+// device's Mamba3Core*WorkspaceSize elements; Dk = d_state, Dv = head dim):
+// on the CPU no forward scratch and the backward's entering states
+// H nb Dv Dk (mamba3_core.h); on a grid device (Mamba3ForwardWorkspace /
+// Mamba3BackwardWorkspace, grid_kernels/mamba3_core.h)
+//   forward  = T H + H nb bs^2 + 2 H nb Dv Dk
+//   backward = forward + 2 H nb bs^2 + H (nb + 1) Dv Dk + T H.
+struct MambaCoreWorkspaceBytes {
+  double forward = 0, backward = 0;
+  MambaCoreWorkspaceBytes(const Dims& x, const MambaSizes& d, const TensorBytes& b) {
+    const double T = b.seq_tokens, bs = x.C, nb = std::ceil(T / bs);
+    const double states = d.H * nb * x.dp * x.ds;
+    if (b.core_workspace == CoreWorkspace::kCpu) {
+      backward = states * b.stat();
+      return;
+    }
+    const double tiles = d.H * nb * bs * bs, tokens = T * d.H;
+    const double fwd = tokens + tiles + 2 * states;
+    forward = fwd * b.stat();
+    backward = (fwd + 2 * tiles + d.H * (nb + 1) * x.dp * x.ds + tokens) * b.stat();
+  }
+};
+
+void MambaForwardPass(const MambaSizes& d, double core_ws_bytes, BufferClass saved, Events* ev) {
   MambaMixerInputsForward(d, saved, ev);
   ev->Act(saved, d.HP);     // o = Mamba3Core(...)
+  if (core_ws_bytes > 0) {  // the device's scratch for one sequence (none on the CPU)
+    ev->Bytes(kWs, core_ws_bytes);
+    ev->Bytes(kWs, -core_ws_bytes);
+  }
   // MixerOutputForward.
   ev->Act(saved, d.HP);     // gated
   ev->Act(kWs, d.HP);       // silu_z
@@ -612,11 +667,13 @@ void MambaBackwardPass(const MambaSizes& d, double core_ws_bytes, Events* ev) {
 
 MemorySegment Mamba3LayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
                                        bool recompute_full) {
-  const MambaSizes d(DimsOf(model), b.tensor_size);
+  const Dims x = DimsOf(model);
+  const MambaSizes d(x, b.tensor_size);
+  const MambaCoreWorkspaceBytes core_ws(x, d, b);
   Events ev(b);
   ev.Act(kAct, d.C);  // x, the layer input, copied
   const BufferClass saved = recompute_full ? kWs : kAct;
-  MambaForwardPass(d, saved, &ev);
+  MambaForwardPass(d, core_ws.forward, saved, &ev);
   if (recompute_full) FreeMambaSaved(d, saved, &ev);
   return ev.segment();
 }
@@ -625,15 +682,14 @@ MemorySegment Mamba3LayerBackwardMemory(const pb::ModelSpec& model, const Tensor
                                         bool recompute_full) {
   const Dims x = DimsOf(model);
   const MambaSizes d(x, b.tensor_size);
-  // Mamba3CoreBackwardWorkspaceSize: the states entering each kernel block of
-  // every head (on this TP rank) of one sequence.
-  const double core_ws = d.H * std::ceil(b.seq_tokens / x.C) * x.dp * x.ds * b.stat();
+  // Mamba3Core*WorkspaceSize of the run's device, one sequence at a time.
+  const MambaCoreWorkspaceBytes core_ws(x, d, b);
   Events ev(b);
   if (recompute_full) {
-    MambaForwardPass(d, kWs, &ev);  // the replay, then its unused output
+    MambaForwardPass(d, core_ws.forward, kWs, &ev);  // the replay, then its unused output
     ev.FreeAct(kWs, d.C);
   }
-  MambaBackwardPass(d, core_ws, &ev);
+  MambaBackwardPass(d, core_ws.backward, &ev);
   const BufferClass saved = recompute_full ? kWs : kAct;
   FreeMambaSaved(d, saved, &ev);
   ev.FreeAct(kAct, d.C);  // x

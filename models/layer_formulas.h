@@ -96,12 +96,13 @@ TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind);
 
 // The sizes every tensor of a layer's memory events is built from: `tokens`
 // rows (t = microbatch_size * s), `seq_tokens` = s (kernels that work one
-// sequence at a time), element bytes and the TP degree.
+// sequence at a time), element bytes, the TP degree and whose core scratch.
 struct TensorBytes {
   double tokens = 0;      // t
   double seq_tokens = 0;  // s
   double act = 0;         // activation element bytes
   int tensor_size = 1;    // TP
+  CoreWorkspace core_workspace = CoreWorkspace::kCpu;
   double stat() const { return StatBytes(act); }
 };
 

@@ -13,6 +13,11 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
   SF_ASSIGN_OR_RETURN(options.recompute, ParseRecompute(schedule.recompute()));
   SF_ASSIGN_OR_RETURN(options.system, ParseSystem(schedule.system()));
   options.st_overlap = schedule.st_overlap();
+  // The backend's memory events count the scratch of the device it runs on
+  // (the grid devices share one layout); a scenario without train.device
+  // (the simulator's GPU presets) keeps the CPU kernels' as before.
+  const std::string& device = scenario.train().device();
+  if (device == "host-grid" || device == "cuda") options.core_workspace = CoreWorkspace::kGrid;
   if (schedule.has_st_tile()) {
     if (schedule.st_tile() == 0 || schedule.st_tile() > 4096) {
       return Status::Invalid("schedule.st_tile: " + std::to_string(schedule.st_tile()) +

@@ -162,6 +162,7 @@ Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule
   SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec precision, models::PrecisionForDtype(options.dtype));
   pb::Scenario narrowed = resolved.proto();
   *narrowed.mutable_precision() = precision;
+  narrowed.mutable_train()->set_device(options.device);  // whose core scratch (placement.cc)
   narrowed.clear_baselines();
   narrowed.clear_sweep();
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario run, scenario::Resolve(std::move(narrowed)));
@@ -312,7 +313,7 @@ Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
 template <typename T>
 backend::StageModuleFactory<T> GdnFactory(const Prepared& p) {
   return [&p](int, const models::StageLayers& layers, backend::TrackingAllocator* alloc) {
-    return backend::MakeStageModule<T>(p.setup.model, layers, {.recompute = p.setup.recompute, .seed = p.options.seed, .microbatch_size = p.setup.microbatch_size, .st_overlap = p.setup.st_overlap}, alloc);
+    return backend::MakeStageModule<T>(p.setup.model, layers, {.recompute = p.setup.recompute, .seed = p.options.seed, .microbatch_size = p.setup.microbatch_size, .st_overlap = p.setup.st_overlap, .st_tile = p.setup.st_tile}, alloc);
   };
 }
 

@@ -81,14 +81,29 @@ Result<pb::CostTable> ProfileBeforeRun(const scenario::ResolvedScenario& scenari
   return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
 }
 
+// The scenario narrowed to one configuration, in the backend's element type
+// (models/cost_model.h) and with the run's device, whose recurrence-core
+// scratch the ledger counts (models/placement.cc).
+Result<scenario::ResolvedScenario> NarrowedFor(const scenario::ResolvedScenario& scenario,
+                                               const RunConfig& config,
+                                               const Precision& precision) {
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
+  if (precision.device.empty() || precision.device == narrowed.proto().train().device()) {
+    return narrowed;
+  }
+  pb::Scenario s = narrowed.proto();
+  s.mutable_train()->set_device(precision.device);
+  return scenario::Resolve(std::move(s));
+}
+
 }  // namespace
 
 Result<pb::Report> Predict(const scenario::ResolvedScenario& scenario, const RunConfig& config,
                            const sim::CostTableIndex& costs, const Precision& precision,
                            const sim::MeasuredDurations* durations) {
-  // The ledger in the backend's element type (models/cost_model.h).
-  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
-  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed,
+                      NarrowedFor(scenario, config, precision));
   Result<sim::Simulation> predicted = sim::Simulate(
       narrowed, narrowed.proto().schedule(), {.costs = &costs, .durations = durations});
   if (!predicted.ok()) return predicted.status().WithPrefix(ConfigName(config));
@@ -114,8 +129,8 @@ Result<pb::Report> PredictFromProfile(const scenario::ResolvedScenario& scenario
   }
   std::vector<const sim::CostTableIndex*> pointers;
   for (const sim::CostTableIndex& i : indexes) pointers.push_back(&i);
-  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
-  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed,
+                      NarrowedFor(scenario, config, precision));
   Result<sim::Simulation> predicted =
       sim::Simulate(narrowed, narrowed.proto().schedule(),
                     {.stage_costs = &pointers, .durations = durations});

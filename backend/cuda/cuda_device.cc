@@ -89,9 +89,19 @@ class CudaDevice final : public Device {
     SF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&dev->stream_, cudaStreamNonBlocking));
     SF_CUBLAS_RETURN_IF_ERROR(cublasCreate(&dev->cublas_));
     SF_CUBLAS_RETURN_IF_ERROR(cublasSetStream(dev->cublas_, dev->stream_));
+    // The side stream of the overlapped GDN cores, its handle, the events.
+    CudaStreams& st = dev->streams_;
+    st.stream[0] = dev->stream_;
+    st.handle[0] = dev->cublas_;
+    SF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&st.stream[1], cudaStreamNonBlocking));
+    SF_CUBLAS_RETURN_IF_ERROR(cublasCreate(&st.handle[1]));
+    SF_CUBLAS_RETURN_IF_ERROR(cublasSetStream(st.handle[1], st.stream[1]));
+    for (cudaEvent_t& e : st.event) {
+      SF_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
     dev->memory_ = std::make_unique<CudaMemory>(dev->stream_);
-    dev->ops_f32_ = MakeCudaOpsF32(dev->cublas_, dev->stream_);
-    dev->ops_f64_ = MakeCudaOpsF64(dev->cublas_, dev->stream_);
+    dev->ops_f32_ = MakeCudaOpsF32(&dev->streams_);
+    dev->ops_f64_ = MakeCudaOpsF64(&dev->streams_);
     SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_start_));
     SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_stop_));
     return dev;
@@ -102,6 +112,11 @@ class CudaDevice final : public Device {
     memory_.reset();
     if (timer_start_ != nullptr) cudaEventDestroy(timer_start_);
     if (timer_stop_ != nullptr) cudaEventDestroy(timer_stop_);
+    for (cudaEvent_t e : streams_.event) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (streams_.handle[1] != nullptr) cublasDestroy(streams_.handle[1]);
+    if (streams_.stream[1] != nullptr) cudaStreamDestroy(streams_.stream[1]);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -146,6 +161,7 @@ class CudaDevice final : public Device {
   cublasHandle_t cublas_ = nullptr;
   cudaEvent_t timer_start_ = nullptr, timer_stop_ = nullptr;  // TimerStart/Stop
   bool timer_open_ = false;
+  CudaStreams streams_;  // stream_ and cublas_ as stream 0, the side stream 1
   std::unique_ptr<CudaMemory> memory_;
   std::unique_ptr<Ops<float>> ops_f32_;
   std::unique_ptr<Ops<double>> ops_f64_;

@@ -9,31 +9,33 @@
 
 namespace stateflow::backend {
 
+static_assert(kGridEvents <= kCudaExecEvents, "CudaStreams holds every event id");
+
 template class GridOps<float, CudaExec>;
 template class GridOps<double, CudaExec>;
 template class GridAttentionOps<float, CudaExec>;
 template class GridAttentionOps<double, CudaExec>;
 
-std::unique_ptr<Ops<float>> MakeCudaOpsF32(cublasHandle_t handle,
-                                           cudaStream_t stream) {
-  return std::make_unique<GridOps<float, CudaExec>>(CudaExec{handle, stream});
+std::unique_ptr<Ops<float>> MakeCudaOpsF32(CudaStreams* streams) {
+  return std::make_unique<GridOps<float, CudaExec>>(
+      CudaExec{streams->handle[0], streams->stream[0], streams});
 }
 
-std::unique_ptr<Ops<double>> MakeCudaOpsF64(cublasHandle_t handle,
-                                            cudaStream_t stream) {
-  return std::make_unique<GridOps<double, CudaExec>>(CudaExec{handle, stream});
+std::unique_ptr<Ops<double>> MakeCudaOpsF64(CudaStreams* streams) {
+  return std::make_unique<GridOps<double, CudaExec>>(
+      CudaExec{streams->handle[0], streams->stream[0], streams});
 }
 
 std::unique_ptr<AttentionOps<float>> MakeCudaAttentionOpsF32(
     cublasHandle_t handle, cudaStream_t stream) {
   return std::make_unique<GridAttentionOps<float, CudaExec>>(
-      CudaExec{handle, stream});
+      CudaExec{handle, stream, nullptr});
 }
 
 std::unique_ptr<AttentionOps<double>> MakeCudaAttentionOpsF64(
     cublasHandle_t handle, cudaStream_t stream) {
   return std::make_unique<GridAttentionOps<double, CudaExec>>(
-      CudaExec{handle, stream});
+      CudaExec{handle, stream, nullptr});
 }
 
 }  // namespace stateflow::backend

@@ -1,6 +1,7 @@
 // The GPU kernels as Ops (device/ops.h): GridOps (device/grid_ops.h) over the
-// CUDA executor, every launch on `stream`, GEMMs through `cublas` (bound to
-// the same stream). Defined in cuda_ops.cu.
+// CUDA executor, every launch on stream 0 of `streams` but the overlapped GDN
+// cores' side passes (stream 1), GEMMs through the handle bound to the
+// launch's stream. Defined in cuda_ops.cu.
 #pragma once
 
 #include <cublas_v2.h>
@@ -12,7 +13,19 @@
 
 namespace stateflow::backend {
 
-std::unique_ptr<Ops<float>> MakeCudaOpsF32(cublasHandle_t cublas, cudaStream_t stream);
-std::unique_ptr<Ops<double>> MakeCudaOpsF64(cublasHandle_t cublas, cudaStream_t stream);
+inline constexpr int kCudaExecEvents = 16;
+
+// The device's two streams (0: its compute stream; 1: the side stream of the
+// overlapped GDN cores, grid_ops.h), a cuBLAS handle bound to each, and the
+// events ordering them. Created and destroyed by CudaDevice; the ops keep a
+// pointer.
+struct CudaStreams {
+  cudaStream_t stream[2] = {nullptr, nullptr};
+  cublasHandle_t handle[2] = {nullptr, nullptr};
+  cudaEvent_t event[kCudaExecEvents] = {};
+};
+
+std::unique_ptr<Ops<float>> MakeCudaOpsF32(CudaStreams* streams);
+std::unique_ptr<Ops<double>> MakeCudaOpsF64(CudaStreams* streams);
 
 }  // namespace stateflow::backend

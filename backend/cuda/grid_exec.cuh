@@ -7,6 +7,14 @@
 // the device in one block, in an order fixed by n alone, and
 // copies the double to the host (the one synchronising call).
 //
+// ForEachTile launches one thread block per tile (the ST passes' B_V: the
+// launch's block shape). Streams and events (grid_ops.h's executor
+// contract): a CudaStreams of the device holds stream 0 and the side
+// stream 1, a cuBLAS handle bound to each, and kCudaExecEvents events;
+// Stream(i) is an executor on stream i, Record / Wait are cudaEventRecord /
+// cudaStreamWaitEvent. Without a CudaStreams (attention ops) everything
+// stays on the one stream, whose FIFO order already satisfies every wait.
+//
 // Not memory or error handling: launches are asynchronous on the stream and
 // their errors surface at the CUDA device's Synchronize (a void Ops call has
 // no status to return them in). Compiled by nvcc only; it has not run on a
@@ -24,6 +32,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/cuda_ops.h"
 #include "backend/device/bf16.h"
 #include "backend/device/column_major_gemm.h"
 
@@ -59,6 +68,16 @@ __global__ void GridSumKernel(double* out, const T* x, int64_t n) {
   if (threadIdx.x == 0) out[0] = partial[0];
 }
 
+// Indices [tile * blockIdx.x, tile * (blockIdx.x + 1)) over blockDim.x
+// threads (a tile wider than a block loops).
+template <class F>
+__global__ void GridForEachTileKernel(int64_t tile, F f) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * tile;
+  for (int64_t r = threadIdx.x; r < tile; r += blockDim.x) f(base + r);
+}
+
+inline constexpr int kCudaMaxTileThreads = 1024;
+
 inline cublasOperation_t CublasOp(bool trans) {
   return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
@@ -66,6 +85,7 @@ inline cublasOperation_t CublasOp(bool trans) {
 struct CudaExec {
   cublasHandle_t handle;  // bound to `stream` (cublasSetStream)
   cudaStream_t stream;
+  CudaStreams* streams = nullptr;  // the device's, or none: one stream
 
   template <class F>
   void ForEach(int64_t n, F f) const {
@@ -73,6 +93,25 @@ struct CudaExec {
     int64_t blocks = (n + kGridThreads - 1) / kGridThreads;
     if (blocks > kGridMaxBlocks) blocks = kGridMaxBlocks;
     GridForEachKernel<<<static_cast<unsigned>(blocks), kGridThreads, 0, stream>>>(n, f);
+  }
+  // One thread block per tile (at most 2^31 - 1 tiles: heads x tiles).
+  template <class F>
+  void ForEachTile(int64_t tiles, int64_t tile, F f) const {
+    if (tiles <= 0 || tile <= 0) return;
+    const int threads = tile < kCudaMaxTileThreads ? static_cast<int>(tile)
+                                                   : kCudaMaxTileThreads;
+    GridForEachTileKernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(tile, f);
+  }
+
+  CudaExec Stream(int i) const {
+    if (streams == nullptr) return *this;
+    return CudaExec{streams->handle[i], streams->stream[i], streams};
+  }
+  void Record(int e) const {
+    if (streams != nullptr) cudaEventRecord(streams->event[e], stream);
+  }
+  void Wait(int e) const {
+    if (streams != nullptr) cudaStreamWaitEvent(stream, streams->event[e], 0);
   }
 
   void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

@@ -160,17 +160,19 @@ class CpuOps final : public Ops<T> {
   void GdnCoreForward(T* o, T* S_out, T* /*workspace*/, const T* q,
                       const T* k, const T* v, const T* g, const T* beta,
                       const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
-                      int64_t Dv, int64_t block_size) override {
+                      int64_t Dv, int64_t block_size,
+                      int64_t st_tile = 0) override {
     backend::GdnCoreForward<T>(o, S_out, q, k, v, g, beta, S_in, T_len, H, Dk,
-                               Dv, block_size);
+                               Dv, block_size, st_tile);
   }
   void GdnCoreForwardOverlapped(T* o, T* S_out, T* /*workspace*/, const T* q,
                                 const T* k, const T* v, const T* g,
                                 const T* beta, const T* S_in, int64_t T_len,
                                 int64_t H, int64_t Dk, int64_t Dv,
-                                int64_t block_size) override {
+                                int64_t block_size,
+                                int64_t st_tile = 0) override {
     backend::GdnCoreForwardOverlapped<T>(o, S_out, q, k, v, g, beta, S_in,
-                                         T_len, H, Dk, Dv, block_size);
+                                         T_len, H, Dk, Dv, block_size, st_tile);
   }
   int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                        int64_t Dv,
@@ -182,22 +184,23 @@ class CpuOps final : public Ops<T> {
                        T* workspace, const T* dO, const T* dS_out, const T* q,
                        const T* k, const T* v, const T* g, const T* beta,
                        const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
-                       int64_t Dv, int64_t block_size) override {
+                       int64_t Dv, int64_t block_size,
+                       int64_t st_tile = 0) override {
     backend::GdnCoreBackward<T>(dq, dk, dv, dg, dbeta, dS_in, workspace, dO,
                                 dS_out, q, k, v, g, beta, S_in, T_len, H, Dk,
-                                Dv, block_size);
+                                Dv, block_size, st_tile);
   }
   void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta,
                                  T* dS_in, T* workspace, const T* dO,
                                  const T* dS_out, const T* q, const T* k,
                                  const T* v, const T* g, const T* beta,
                                  const T* S_in, int64_t T_len, int64_t H,
-                                 int64_t Dk, int64_t Dv,
-                                 int64_t block_size) override {
+                                 int64_t Dk, int64_t Dv, int64_t block_size,
+                                 int64_t st_tile = 0) override {
     backend::GdnCoreBackwardOverlapped<T>(dq, dk, dv, dg, dbeta, dS_in,
                                           workspace, dO, dS_out, q, k, v, g,
                                           beta, S_in, T_len, H, Dk, Dv,
-                                          block_size);
+                                          block_size, st_tile);
   }
   int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                            int64_t Dk, int64_t Dv,

@@ -19,6 +19,37 @@
 //   template <typename T> double Sum(const T* x, int64_t n);
 //       sum of n device elements in double, returned to the host, in an
 //       order that depends only on n.
+//   template <class F> void ForEachTile(int64_t tiles, int64_t tile, F f);
+//       ForEach over tiles * tile indices, where the indices of one tile
+//       (i / tile) belong together: on a GPU one thread block of `tile`
+//       threads (the ST passes' B_V, a launch parameter);
+//   Exec Stream(int i);
+//       an executor like this one that issues on stream i (0: this
+//       executor's stream; 1: the side stream). Work issued on one stream
+//       runs in issue order (FIFO); work on different streams is unordered
+//       except by events;
+//   void Record(int e);
+//       event e (0 <= e < kGridEvents) completes when everything issued on
+//       this executor's stream so far has completed;
+//   void Wait(int e);
+//       work issued on this executor's stream after this call starts only
+//       after the latest Record(e) issued before it has completed.
+// HostExec runs everything at once in issue order (streams and events are
+// no-ops, the order already satisfies them); CudaExec maps streams to
+// cudaStream_t and events to cudaEvent_t (cudaEventRecord,
+// cudaStreamWaitEvent); tests/backend/grid_streams_test.cc runs the passes
+// in adversarial orders allowed by FIFO and the waits.
+//
+// Two streams (the paper's split-and-overlap, section 3.4): the overlapped
+// GDN cores cut a chunk's nb blocks into GdnStreamSegments(nb) segments and
+// issue the Pre and Out passes of a segment on stream 1 and its ST on
+// stream 0, so the sequential ST of segment k runs beside the Pre of k + 1
+// and the Out of k - 1:
+//   stream 1:  Pre_0 Pre_1 [wait ST_0] Out_0 Pre_2 [wait ST_1] Out_1 ...
+//   stream 0:  [wait Pre_0] ST_0 [wait Pre_1] ST_1 [wait Pre_2] ST_2 ...
+// bracketed by stream 1 waiting for stream 0's earlier work on entry and
+// stream 0 waiting for stream 1's last pass on exit, so to the caller the
+// call is ordered on stream 0 like any other.
 //
 // Not the CPU device's kernels (cpu_device.cc: Eigen, backend/kernels/) and not
 // attention (grid_attention_ops.h).
@@ -42,6 +73,15 @@
 #include "backend/device/ops.h"
 
 namespace stateflow::backend {
+
+// Segments of the overlapped GDN cores: min(nb, kGdnMaxSegments); segment
+// j is blocks [j nb / S, (j + 1) nb / S). The event ids they use are below
+// kGridEvents.
+inline constexpr int kGdnMaxSegments = 4;
+inline constexpr int kGridEvents = 3 + 3 * kGdnMaxSegments;
+inline int GdnStreamSegments(int64_t nb) {
+  return nb < kGdnMaxSegments ? static_cast<int>(nb) : kGdnMaxSegments;
+}
 
 template <typename T, typename Exec>
 class GridOps final : public Ops<T> {
@@ -154,6 +194,8 @@ class GridOps final : public Ops<T> {
   }
 
   // ---- the GDN core (grid_kernels/gdn_*.h) ----
+  // st_tile: B_V, the ST passes' tile of value rows (StTiles; 0: Dv). Every
+  // tile size gives the same bits: a row's arithmetic does not depend on it.
   int64_t GdnCoreForwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                       int64_t Dv,
                                       int64_t block_size) override {
@@ -163,7 +205,18 @@ class GridOps final : public Ops<T> {
   void GdnCoreForward(T* o, T* S_out, T* workspace, const T* q, const T* k,
                       const T* v, const T* g, const T* beta, const T* S_in,
                       int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                      int64_t block_size) override;
+                      int64_t block_size, int64_t st_tile = 0) override;
+  // The forward on two streams (the class comment): the blocks in
+  // GdnStreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
+  //   Pre_0 -> (ST_0 || Pre_1) -> (ST_1 || Out_0, Pre_2) -> ... -> Out_last,
+  // the same workspace and the same bits as GdnCoreForward (every pass the
+  // same functor on the same elements). Under 2 blocks: GdnCoreForward.
+  void GdnCoreForwardOverlapped(T* o, T* S_out, T* workspace, const T* q,
+                                const T* k, const T* v, const T* g,
+                                const T* beta, const T* S_in, int64_t T_len,
+                                int64_t H, int64_t Dk, int64_t Dv,
+                                int64_t block_size,
+                                int64_t st_tile = 0) override;
   // Larger than the CPU kernel's (H nb Dv Dk): see GdnBackwardWorkspace
   // (grid_kernels/gdn_common.h) -- every block's intermediate results of a
   // pass exist at once, where the CPU walks the blocks with small scratch.
@@ -177,7 +230,20 @@ class GridOps final : public Ops<T> {
                        T* workspace, const T* dO, const T* dS_out, const T* q,
                        const T* k, const T* v, const T* g, const T* beta,
                        const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
-                       int64_t Dv, int64_t block_size) override;
+                       int64_t Dv, int64_t block_size,
+                       int64_t st_tile = 0) override;
+  // The backward on two streams: the replay as the overlapped forward with
+  // Out's backward of segment k on stream 1 after the replayed ST_k; then the
+  // ST backward on stream 0, segments last to first, and the rest of
+  // segment k's backward (ST's row and decay gradients, Pre's backward) on
+  // stream 1 after ST_k's backward, while stream 0 runs ST_{k-1}'s. The same
+  // workspace and bits as GdnCoreBackward. Under 2 blocks: GdnCoreBackward.
+  void GdnCoreBackwardOverlapped(
+      T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
+      const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
+      const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size,
+      int64_t st_tile = 0) override;
 
   // The core phase by phase (ops.h): the passes of GdnCoreForward /
   // GdnCoreBackward in three groups, on their own workspaces.
@@ -353,16 +419,62 @@ class GridOps final : public Ops<T> {
                           int64_t V, int64_t Vs) override;
 
  private:
-  // tile[h, b] (L, L) = X_b Y_b^T for every head and block of (T, H, D)
-  // buffers X, Y: one strided-batched GEMM per head over its full blocks,
-  // one GEMM for a partial last block.
-  void BlockGram(T* tile, const T* X, const T* Y, int64_t D,
-                 const grid::GdnShape& s);
-  // Pre and ST of the forward: G, KG, W, U (and V_new into Vn), the
-  // entering states; the last block's exit state into S_out unless nullptr.
-  void GdnReplay(const grid::GdnForwardWorkspace<T>& ws, T* Vn, T* S_out,
-                 const T* k, const T* v, const T* g, const T* beta,
-                 const T* S_in, const grid::GdnShape& s);
+  // The inputs of one GDN core call, and its blocks [b0, b1) (a segment).
+  struct GdnArgs {
+    const T *q, *k, *v, *g, *beta, *S_in;
+    grid::GdnShape s;
+    grid::StTiles st;
+  };
+  // Events of the overlapped cores (grid_ops.h's executor comment), one id
+  // per use within a call: entry, side done, and per segment.
+  static constexpr int kEvEntry = 0, kEvSideDone = 1, kEvOutDone = 2;
+  static int EvPre(int seg) { return 3 + seg; }
+  static int EvST(int seg) { return 3 + kGdnMaxSegments + seg; }
+  static int EvSTBack(int seg) { return 3 + 2 * kGdnMaxSegments + seg; }
+
+  // f over blocks [b0, b1) of an (outer, nb, per_block) index space, or of
+  // a (T, H, D) one (Tokens: per_token = H D).
+  template <class F>
+  void ForBlocks(Exec& e, int64_t outer, int64_t per_block, int64_t b0,
+                 int64_t b1, const grid::GdnShape& s, F f) {
+    const int64_t n_in = (b1 - b0) * per_block;
+    e.ForEach(outer * n_in, grid::BlockRangeFn<F>{f, per_block, s.nb, b0, n_in});
+  }
+  template <class F>
+  void ForTokens(Exec& e, int64_t per_token, int64_t b0, int64_t b1,
+                 const grid::GdnShape& s, F f) {
+    const int64_t t0 = b0 * s.bs, t1 = b1 * s.bs < s.T ? b1 * s.bs : s.T;
+    const int64_t n = (t1 - t0) * per_token;
+    e.ForEach(n, grid::BlockRangeFn<F>{f, s.bs * per_token, s.nb, b0, n});
+  }
+  // tile[h, b] (L, L) = X_b Y_b^T for every head and block b in [b0, b1) of
+  // (T, H, D) buffers X, Y: one strided-batched GEMM per head over its full
+  // blocks, one GEMM for a partial last block.
+  void BlockGram(Exec& e, T* tile, const T* X, const T* Y, int64_t D,
+                 const grid::GdnShape& s, int64_t b0, int64_t b1);
+  // The forward's passes over blocks [b0, b1), each on executor e.
+  // Pre: G, KG, W, U.
+  void GdnPre(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
+              const GdnArgs& a, int64_t b0, int64_t b1);
+  // ST: V_new into Vn, the entering states; the last block's exit state
+  // into S_out unless nullptr.
+  void GdnST(Exec& e, const grid::GdnForwardWorkspace<T>& ws, T* Vn, T* S_out,
+             const GdnArgs& a, int64_t b0, int64_t b1);
+  // Out: o; P over KG (no longer needed by then).
+  void GdnOut(Exec& e, const grid::GdnForwardWorkspace<T>& ws, T* o,
+              const GdnArgs& a, int64_t b0, int64_t b1);
+  // The backward's passes over blocks [b0, b1) (GdnCoreBackward's order):
+  // Out's backward (dq, dk, dg written, d(V_new) from Out, each block's own
+  // share of dS); ST's backward; the rest (ST's row and decay gradients, dW,
+  // Pre's backward: dv, dbeta written, dk, dg completed).
+  void GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dq,
+                  T* dk, T* dg, const T* dO, const GdnArgs& a, int64_t b0,
+                  int64_t b1);
+  void GdnSTBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dS_in,
+                 const T* dS_out, const GdnArgs& a, int64_t b0, int64_t b1);
+  void GdnRestBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dk,
+                   T* dv, T* dg, T* dbeta, const GdnArgs& a, int64_t b0,
+                   int64_t b1);
 
   // Pre and ST of the Mamba-3 forward: G, U, the carried entering states;
   // the last block's exit state into S_out unless nullptr.
@@ -377,38 +489,57 @@ class GridOps final : public Ops<T> {
 // ---- out-of-line members ----------------------------------------------------
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::BlockGram(T* tile, const T* X, const T* Y, int64_t D,
-                                 const grid::GdnShape& s) {
-  const int64_t full = s.T / s.bs, ld = s.H * D;
+void GridOps<T, Exec>::BlockGram(Exec& e, T* tile, const T* X, const T* Y,
+                                 int64_t D, const grid::GdnShape& s,
+                                 int64_t b0, int64_t b1) {
+  const int64_t full_end = s.T / s.bs < b1 ? s.T / s.bs : b1;  // full blocks end
+  const int64_t ld = s.H * D;
   for (int64_t h = 0; h < s.H; ++h) {
-    if (full > 0) {
-      exec_.GemmStridedBatched(false, true, s.bs, s.bs, D, T(1), X + h * D, ld,
-                               s.bs * ld, Y + h * D, ld, s.bs * ld, T(0),
-                               tile + s.Tile(h, 0, 0, 0), s.bs, s.bs * s.bs,
-                               full);
+    if (full_end > b0) {
+      const int64_t off = s.Row(b0 * s.bs, h, D);
+      e.GemmStridedBatched(false, true, s.bs, s.bs, D, T(1), X + off, ld,
+                           s.bs * ld, Y + off, ld, s.bs * ld, T(0),
+                           tile + s.Tile(h, b0, 0, 0), s.bs, s.bs * s.bs,
+                           full_end - b0);
     }
-    if (full < s.nb) {
-      const int64_t L = s.L(full), off = s.Row(full * s.bs, h, D);
-      exec_.Gemm(false, true, L, L, D, T(1), X + off, ld, Y + off, ld, T(0),
-                 tile + s.Tile(h, full, 0, 0), s.bs);
+    if (full_end < b1) {  // the partial last block
+      const int64_t L = s.L(full_end), off = s.Row(full_end * s.bs, h, D);
+      e.Gemm(false, true, L, L, D, T(1), X + off, ld, Y + off, ld, T(0),
+             tile + s.Tile(h, full_end, 0, 0), s.bs);
     }
   }
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::GdnReplay(const grid::GdnForwardWorkspace<T>& ws,
-                                 T* Vn, T* S_out, const T* k, const T* v,
-                                 const T* g, const T* beta, const T* S_in,
-                                 const grid::GdnShape& s) {
-  // Pre: every (head, block) at once.
-  exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, g, s});
-  BlockGram(ws.KG, k, k, s.Dk, s);
-  exec_.ForEach(s.tiles(), grid::GdnMaskDecayFn<T>{ws.KG, ws.G, s, true});
-  exec_.ForEach(s.H * s.nb * (s.Dv + s.Dk),
-                grid::GdnPreSolveFn<T>{ws.U, ws.W, ws.KG, k, v, beta, ws.G, s});
-  // ST: heads x value rows, blocks in order.
-  exec_.ForEach(s.H * s.Dv, grid::GdnSTFn<T>{ws.S, Vn, S_out, ws.U, ws.W, k,
-                                             ws.G, S_in, s});
+void GridOps<T, Exec>::GdnPre(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
+                              const GdnArgs& a, int64_t b0, int64_t b1) {
+  using namespace grid;
+  const GdnShape& s = a.s;
+  ForTokens(e, s.H, b0, b1, s, GdnCumDecayFn<T>{ws.G, a.g, s});
+  BlockGram(e, ws.KG, a.k, a.k, s.Dk, s, b0, b1);
+  ForBlocks(e, s.H, s.bs * s.bs, b0, b1, s, GdnMaskDecayFn<T>{ws.KG, ws.G, s, true});
+  ForBlocks(e, s.H, s.Dv + s.Dk, b0, b1, s,
+            GdnPreSolveFn<T>{ws.U, ws.W, ws.KG, a.k, a.v, a.beta, ws.G, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnST(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
+                             T* Vn, T* S_out, const GdnArgs& a, int64_t b0,
+                             int64_t b1) {
+  // Heads x tiles of value rows, blocks in order.
+  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
+                grid::GdnSTFn<T>{ws.S, Vn, S_out, ws.U, ws.W, a.k, ws.G, a.S_in,
+                                 a.s, a.st, b0, b1});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnOut(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
+                              T* o, const GdnArgs& a, int64_t b0, int64_t b1) {
+  using namespace grid;
+  const GdnShape& s = a.s;
+  BlockGram(e, ws.KG, a.q, a.k, s.Dk, s, b0, b1);
+  ForBlocks(e, s.H, s.bs * s.bs, b0, b1, s, GdnMaskDecayFn<T>{ws.KG, ws.G, s, false});
+  ForTokens(e, s.H * s.Dv, b0, b1, s, GdnOutFn<T>{o, a.q, ws.KG, ws.U, ws.S, ws.G, s});
 }
 
 template <typename T, typename Exec>
@@ -417,15 +548,107 @@ void GridOps<T, Exec>::GdnCoreForward(T* o, T* S_out, T* workspace,
                                       const T* g, const T* beta,
                                       const T* S_in, int64_t T_len, int64_t H,
                                       int64_t Dk, int64_t Dv,
-                                      int64_t block_size) {
+                                      int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
-  GdnReplay(ws, /*Vn=*/ws.U, S_out, k, v, g, beta, S_in, s);
-  // Out: every (head, block) at once; P over KG (no longer needed).
-  BlockGram(ws.KG, q, k, Dk, s);
-  exec_.ForEach(s.tiles(), grid::GdnMaskDecayFn<T>{ws.KG, ws.G, s, false});
-  exec_.ForEach(s.tokens() * Dv,
-                grid::GdnOutFn<T>{o, q, ws.KG, ws.U, ws.S, ws.G, s});
+  GdnPre(exec_, ws, a, 0, s.nb);
+  GdnST(exec_, ws, /*Vn=*/ws.U, S_out, a, 0, s.nb);
+  GdnOut(exec_, ws, o, a, 0, s.nb);
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnCoreForwardOverlapped(
+    T* o, T* S_out, T* workspace, const T* q, const T* k, const T* v,
+    const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
+  const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const int segs = GdnStreamSegments(s.nb);
+  if (segs < 2) {
+    GdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk,
+                   Dv, block_size, st_tile);
+    return;
+  }
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const grid::GdnForwardWorkspace<T> ws(workspace, s);
+  auto bound = [&](int seg) { return seg * s.nb / segs; };
+  Exec& main = exec_;
+  Exec side = exec_.Stream(1);
+  main.Record(kEvEntry);  // the inputs, made on stream 0 before this call
+  side.Wait(kEvEntry);
+  GdnPre(side, ws, a, bound(0), bound(1));
+  side.Record(EvPre(0));
+  for (int seg = 0; seg < segs; ++seg) {
+    main.Wait(EvPre(seg));
+    GdnST(main, ws, /*Vn=*/ws.U, S_out, a, bound(seg), bound(seg + 1));
+    main.Record(EvST(seg));
+    if (seg + 1 < segs) {
+      GdnPre(side, ws, a, bound(seg + 1), bound(seg + 2));
+      side.Record(EvPre(seg + 1));
+    }
+    side.Wait(EvST(seg));
+    GdnOut(side, ws, o, a, bound(seg), bound(seg + 1));
+  }
+  side.Record(kEvSideDone);
+  main.Wait(kEvSideDone);  // stream 0's later work sees o
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
+                                  T* dq, T* dk, T* dg, const T* dO,
+                                  const GdnArgs& a, int64_t b0, int64_t b1) {
+  using namespace grid;
+  const GdnShape& s = a.s;
+  const GdnForwardWorkspace<T>& f = ws.f;
+  const int64_t Dk = s.Dk, Dv = s.Dv, tile = s.bs * s.bs;
+  BlockGram(e, ws.P, a.q, a.k, Dk, s, b0, b1);
+  ForBlocks(e, s.H, tile, b0, b1, s, GdnMaskDecayFn<T>{ws.P, f.G, s, false});
+  BlockGram(e, ws.dP, dO, ws.Vn, Dv, s, b0, b1);
+  ForBlocks(e, s.H, tile, b0, b1, s, GdnMaskBlockFn<T>{ws.dP, s});
+  ForTokens(e, s.H, b0, b1, s,
+            GdnOutDecayGradFn<T>{dg, ws.P, ws.dP, a.q, dO, f.S, f.G, s});
+  ForTokens(e, s.H * Dk, b0, b1, s,
+            GdnOutQueryGradFn<T>{dq, ws.dP, a.k, dO, f.S, f.G, s});
+  ForTokens(e, s.H * Dk, b0, b1, s, GdnOutKeyGradFn<T>{dk, ws.dP, a.q, f.G, s});
+  ForTokens(e, s.H * Dv, b0, b1, s, GdnOutValueGradFn<T>{ws.dVn, ws.P, dO, s});
+  ForBlocks(e, s.H, Dv * Dk, b0, b1, s,
+            GdnStateShareFn<T>{ws.dS, dO, a.q, ws.dVn, f.W, f.G, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnSTBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
+                                 T* dS_in, const T* dS_out, const GdnArgs& a,
+                                 int64_t b0, int64_t b1) {
+  // Heads x tiles of value rows, blocks in reverse.
+  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
+                grid::GdnSTBackwardFn<T>{ws.dS, ws.Z, dS_in, dS_out, a.k, ws.f.W,
+                                         ws.f.G, a.s, a.st, b0, b1});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnRestBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
+                                   T* dk, T* dv, T* dg, T* dbeta,
+                                   const GdnArgs& a, int64_t b0, int64_t b1) {
+  using namespace grid;
+  const GdnShape& s = a.s;
+  const GdnForwardWorkspace<T>& f = ws.f;
+  const int64_t Dk = s.Dk, Dv = s.Dv;
+  ForTokens(e, s.H * Dv, b0, b1, s, AddFn<T>{ws.dVn, ws.Z});
+  ForTokens(e, s.H, b0, b1, s, GdnSTRowGradFn<T>{dk, ws.e, ws.Vn, ws.dS, a.k, f.G, s});
+  ForBlocks(e, s.H, 1, b0, b1, s, GdnSTDecayGradFn<T>{dg, ws.e, ws.dS, f.S, f.G, s});
+  ForTokens(e, s.H * Dk, b0, b1, s, GdnWGradFn<T>{ws.dW, ws.dVn, f.S, s});
+  // Pre's backward.
+  ForBlocks(e, s.H, Dv + Dk, b0, b1, s,
+            GdnPreBackSolveFn<T>{ws.dVn, ws.dW, f.KG, a.beta, s});
+  ForBlocks(e, s.H, s.bs * s.bs, b0, b1, s,
+            GdnDAFn<T>{ws.dP, ws.dVn, ws.dW, f.U, f.W, s});
+  ForTokens(e, s.H * Dv, b0, b1, s, GdnScaleByBetaFn<T>{dv, ws.dVn, a.beta, Dv});
+  ForTokens(e, s.H, b0, b1, s,
+            GdnPreRowGradFn<T>{dbeta, dg, ws.dVn, ws.dW, ws.dP, f.KG, a.k, a.v,
+                               a.beta, f.G, s});
+  ForTokens(e, s.H * Dk, b0, b1, s,
+            GdnPreKeyGradFn<T>{dk, ws.dW, ws.dP, a.k, a.beta, f.G, s});
+  ForBlocks(e, s.H, 1, b0, b1, s, GdnDecayCumsumFn<T>{dg, s});
 }
 
 template <typename T, typename Exec>
@@ -433,46 +656,68 @@ void GridOps<T, Exec>::GdnCoreBackward(
     T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
     const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
     const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
-    int64_t Dk, int64_t Dv, int64_t block_size) {
-  using namespace grid;
-  const GdnShape s = GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnBackwardWorkspace<T> ws(workspace, s);
-  const GdnForwardWorkspace<T>& f = ws.f;
-  GdnReplay(f, ws.Vn, /*S_out=*/nullptr, k, v, g, beta, S_in, s);
-  // Out's backward, every block at once.
-  BlockGram(ws.P, q, k, Dk, s);
-  exec_.ForEach(s.tiles(), GdnMaskDecayFn<T>{ws.P, f.G, s, false});
-  BlockGram(ws.dP, dO, ws.Vn, Dv, s);
-  exec_.ForEach(s.tiles(), GdnMaskBlockFn<T>{ws.dP, s});
-  exec_.ForEach(s.tokens(),
-                GdnOutDecayGradFn<T>{dg, ws.P, ws.dP, q, dO, f.S, f.G, s});
-  exec_.ForEach(s.tokens() * Dk, GdnOutQueryGradFn<T>{dq, ws.dP, k, dO, f.S, f.G, s});
-  exec_.ForEach(s.tokens() * Dk, GdnOutKeyGradFn<T>{dk, ws.dP, q, f.G, s});
-  exec_.ForEach(s.tokens() * Dv, GdnOutValueGradFn<T>{ws.dVn, ws.P, dO, s});
-  exec_.ForEach(s.H * s.nb * Dv * Dk,
-                GdnStateShareFn<T>{ws.dS, dO, q, ws.dVn, f.W, f.G, s});
-  // ST's backward: heads x value rows, blocks in reverse.
-  exec_.ForEach(H * Dv, GdnSTBackwardFn<T>{ws.dS, ws.Z, dS_in, dS_out, k, f.W,
-                                           f.G, s});
-  exec_.ForEach(s.tokens() * Dv, AddFn<T>{ws.dVn, ws.Z});
-  exec_.ForEach(s.tokens(), GdnSTRowGradFn<T>{dk, ws.e, ws.Vn, ws.dS, k, f.G, s});
-  exec_.ForEach(H * s.nb, GdnSTDecayGradFn<T>{dg, ws.e, ws.dS, f.S, f.G, s});
-  exec_.ForEach(s.tokens() * Dk, GdnWGradFn<T>{ws.dW, ws.dVn, f.S, s});
-  // Pre's backward, every block at once.
-  exec_.ForEach(H * s.nb * (Dv + Dk),
-                GdnPreBackSolveFn<T>{ws.dVn, ws.dW, f.KG, beta, s});
-  exec_.ForEach(s.tiles(), GdnDAFn<T>{ws.dP, ws.dVn, ws.dW, f.U, f.W, s});
-  exec_.ForEach(s.tokens() * Dv, GdnScaleByBetaFn<T>{dv, ws.dVn, beta, Dv});
-  exec_.ForEach(s.tokens(), GdnPreRowGradFn<T>{dbeta, dg, ws.dVn, ws.dW, ws.dP,
-                                               f.KG, k, v, beta, f.G, s});
-  exec_.ForEach(s.tokens() * Dk,
-                GdnPreKeyGradFn<T>{dk, ws.dW, ws.dP, k, beta, f.G, s});
-  exec_.ForEach(H * s.nb, GdnDecayCumsumFn<T>{dg, s});
+    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
+  const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const grid::GdnBackwardWorkspace<T> ws(workspace, s);
+  // The replay of Pre and ST (U and V_new kept apart: Pre's backward needs U).
+  GdnPre(exec_, ws.f, a, 0, s.nb);
+  GdnST(exec_, ws.f, ws.Vn, /*S_out=*/nullptr, a, 0, s.nb);
+  GdnOutBack(exec_, ws, dq, dk, dg, dO, a, 0, s.nb);
+  GdnSTBack(exec_, ws, dS_in, dS_out, a, 0, s.nb);
+  GdnRestBack(exec_, ws, dk, dv, dg, dbeta, a, 0, s.nb);
 }
 
-// The phases repeat GdnReplay's, GdnCoreForward's and GdnCoreBackward's
-// passes in the same order (tests/backend/grid_gdn_test.cc checks that the
-// three phases give the whole core's bits).
+template <typename T, typename Exec>
+void GridOps<T, Exec>::GdnCoreBackwardOverlapped(
+    T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
+    const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
+    const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
+  const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const int segs = GdnStreamSegments(s.nb);
+  if (segs < 2) {
+    GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
+                    v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    return;
+  }
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const grid::GdnBackwardWorkspace<T> ws(workspace, s);
+  auto bound = [&](int seg) { return seg * s.nb / segs; };
+  Exec& main = exec_;
+  Exec side = exec_.Stream(1);
+  main.Record(kEvEntry);
+  side.Wait(kEvEntry);
+  // The replay, with Out's backward of a segment after its ST.
+  GdnPre(side, ws.f, a, bound(0), bound(1));
+  side.Record(EvPre(0));
+  for (int seg = 0; seg < segs; ++seg) {
+    main.Wait(EvPre(seg));
+    GdnST(main, ws.f, ws.Vn, /*S_out=*/nullptr, a, bound(seg), bound(seg + 1));
+    main.Record(EvST(seg));
+    if (seg + 1 < segs) {
+      GdnPre(side, ws.f, a, bound(seg + 1), bound(seg + 2));
+      side.Record(EvPre(seg + 1));
+    }
+    side.Wait(EvST(seg));
+    GdnOutBack(side, ws, dq, dk, dg, dO, a, bound(seg), bound(seg + 1));
+  }
+  side.Record(kEvOutDone);
+  main.Wait(kEvOutDone);
+  // ST's backward, segments last to first; the rest of each behind it.
+  for (int seg = segs - 1; seg >= 0; --seg) {
+    GdnSTBack(main, ws, dS_in, dS_out, a, bound(seg), bound(seg + 1));
+    main.Record(EvSTBack(seg));
+    side.Wait(EvSTBack(seg));
+    GdnRestBack(side, ws, dk, dv, dg, dbeta, a, bound(seg), bound(seg + 1));
+  }
+  side.Record(kEvSideDone);
+  main.Wait(kEvSideDone);
+}
+
+// The phases are GdnCoreForward's and GdnCoreBackward's passes, cut where
+// the profiler times them (tests/backend/gdn_phase_test.cc checks that the
+// three phases in order give the whole core's bits).
 template <typename T, typename Exec>
 void GridOps<T, Exec>::GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out,
                                            T* workspace, const T* q,
@@ -482,25 +727,12 @@ void GridOps<T, Exec>::GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out,
                                            int64_t Dk, int64_t Dv,
                                            int64_t block_size) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, 0)};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
   switch (phase) {
-    case GdnPhase::kPre:
-      exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, g, s});
-      BlockGram(ws.KG, k, k, s.Dk, s);
-      exec_.ForEach(s.tiles(), grid::GdnMaskDecayFn<T>{ws.KG, ws.G, s, true});
-      exec_.ForEach(s.H * s.nb * (s.Dv + s.Dk),
-                    grid::GdnPreSolveFn<T>{ws.U, ws.W, ws.KG, k, v, beta, ws.G, s});
-      break;
-    case GdnPhase::kST:
-      exec_.ForEach(s.H * s.Dv, grid::GdnSTFn<T>{ws.S, ws.U, S_out, ws.U, ws.W,
-                                                 k, ws.G, S_in, s});
-      break;
-    case GdnPhase::kOut:
-      BlockGram(ws.KG, q, k, Dk, s);
-      exec_.ForEach(s.tiles(), grid::GdnMaskDecayFn<T>{ws.KG, ws.G, s, false});
-      exec_.ForEach(s.tokens() * Dv,
-                    grid::GdnOutFn<T>{o, q, ws.KG, ws.U, ws.S, ws.G, s});
-      break;
+    case GdnPhase::kPre: GdnPre(exec_, ws, a, 0, s.nb); break;
+    case GdnPhase::kST: GdnST(exec_, ws, /*Vn=*/ws.U, S_out, a, 0, s.nb); break;
+    case GdnPhase::kOut: GdnOut(exec_, ws, o, a, 0, s.nb); break;
   }
 }
 
@@ -510,46 +742,20 @@ void GridOps<T, Exec>::GdnCoreBackwardPhase(
     T* workspace, const T* dO, const T* dS_out, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const T* S_in, int64_t T_len,
     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
-  using namespace grid;
-  const GdnShape s = GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnBackwardWorkspace<T> ws(workspace, s);
-  const GdnForwardWorkspace<T>& f = ws.f;
+  const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, 0)};
+  const grid::GdnBackwardWorkspace<T> ws(workspace, s);
   switch (phase) {
     case GdnPhase::kPre:  // the replay and Out's backward
-      GdnReplay(f, ws.Vn, /*S_out=*/nullptr, k, v, g, beta, S_in, s);
-      BlockGram(ws.P, q, k, Dk, s);
-      exec_.ForEach(s.tiles(), GdnMaskDecayFn<T>{ws.P, f.G, s, false});
-      BlockGram(ws.dP, dO, ws.Vn, Dv, s);
-      exec_.ForEach(s.tiles(), GdnMaskBlockFn<T>{ws.dP, s});
-      exec_.ForEach(s.tokens(),
-                    GdnOutDecayGradFn<T>{dg, ws.P, ws.dP, q, dO, f.S, f.G, s});
-      exec_.ForEach(s.tokens() * Dk,
-                    GdnOutQueryGradFn<T>{dq, ws.dP, k, dO, f.S, f.G, s});
-      exec_.ForEach(s.tokens() * Dk, GdnOutKeyGradFn<T>{dk, ws.dP, q, f.G, s});
-      exec_.ForEach(s.tokens() * Dv, GdnOutValueGradFn<T>{ws.dVn, ws.P, dO, s});
-      exec_.ForEach(s.H * s.nb * Dv * Dk,
-                    GdnStateShareFn<T>{ws.dS, dO, q, ws.dVn, f.W, f.G, s});
+      GdnPre(exec_, ws.f, a, 0, s.nb);
+      GdnST(exec_, ws.f, ws.Vn, /*S_out=*/nullptr, a, 0, s.nb);
+      GdnOutBack(exec_, ws, dq, dk, dg, dO, a, 0, s.nb);
       break;
     case GdnPhase::kST:  // the state-gradient chain
-      exec_.ForEach(H * Dv, GdnSTBackwardFn<T>{ws.dS, ws.Z, dS_in, dS_out, k,
-                                               f.W, f.G, s});
+      GdnSTBack(exec_, ws, dS_in, dS_out, a, 0, s.nb);
       break;
     case GdnPhase::kOut:  // the ST's rows and Pre's backward
-      exec_.ForEach(s.tokens() * Dv, AddFn<T>{ws.dVn, ws.Z});
-      exec_.ForEach(s.tokens(),
-                    GdnSTRowGradFn<T>{dk, ws.e, ws.Vn, ws.dS, k, f.G, s});
-      exec_.ForEach(H * s.nb, GdnSTDecayGradFn<T>{dg, ws.e, ws.dS, f.S, f.G, s});
-      exec_.ForEach(s.tokens() * Dk, GdnWGradFn<T>{ws.dW, ws.dVn, f.S, s});
-      exec_.ForEach(H * s.nb * (Dv + Dk),
-                    GdnPreBackSolveFn<T>{ws.dVn, ws.dW, f.KG, beta, s});
-      exec_.ForEach(s.tiles(), GdnDAFn<T>{ws.dP, ws.dVn, ws.dW, f.U, f.W, s});
-      exec_.ForEach(s.tokens() * Dv, GdnScaleByBetaFn<T>{dv, ws.dVn, beta, Dv});
-      exec_.ForEach(s.tokens(), GdnPreRowGradFn<T>{dbeta, dg, ws.dVn, ws.dW,
-                                                   ws.dP, f.KG, k, v, beta,
-                                                   f.G, s});
-      exec_.ForEach(s.tokens() * Dk,
-                    GdnPreKeyGradFn<T>{dk, ws.dW, ws.dP, k, beta, f.G, s});
-      exec_.ForEach(H * s.nb, GdnDecayCumsumFn<T>{dg, s});
+      GdnRestBack(exec_, ws, dk, dv, dg, dbeta, a, 0, s.nb);
       break;
   }
 }

@@ -5,6 +5,7 @@
 // product on row-major views; Sum adds in index order in double. GemmBf16
 // (bf16 operands, float accumulation, a float or bf16 C) widens the operands
 // to float, exactly, and runs the float product, rounding a bf16 C once.
+// Streams and events (grid_ops.h) are no-ops: the passes run in issue order.
 //
 // Not a CPU device of its own: HostGridDevice (host_grid_device.h) wraps it.
 //
@@ -32,6 +33,17 @@ struct HostExec {
     if (threads > 1 && n >= kParallelIndices)
     for (int64_t i = 0; i < n; ++i) f(i);
   }
+
+  // One tile's indices are contiguous: on the host just a ForEach.
+  template <class F>
+  void ForEachTile(int64_t tiles, int64_t tile, F f) const {
+    ForEach(tiles * tile, f);
+  }
+
+  // One stream: work runs when issued, so every event is already complete.
+  HostExec Stream(int /*i*/) const { return *this; }
+  void Record(int /*e*/) const {}
+  void Wait(int /*e*/) const {}
 
   template <typename T>
   void Gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

@@ -18,8 +18,9 @@
 // elements; the caller allocates them (BufferClass::kWorkspace) so every byte
 // stays counted. On the CPU they are the CPU kernels' own sizes.
 //
-// Not streams or events (Device::Synchronize; issue 15 adds the ST stream),
-// not communication (comm/comm.h).
+// Not streams or events (Device::Synchronize; the grid devices' overlapped
+// GDN cores use a side stream inside one call: grid_ops.h), not
+// communication (comm/comm.h).
 //
 //   Ops<float>& ops = alloc.device().ops<float>();
 //   ops.RmsNormForward(y, rstd, x, w, N, C, 1e-6f);
@@ -100,7 +101,13 @@ class Ops {
                                int64_t n) = 0;
 
   // The chunkwise GDN recurrence (gdn_core.h) over one sequence's T_len
-  // tokens, with `workspace` of GdnCore*WorkspaceSize elements.
+  // tokens, with `workspace` of GdnCore*WorkspaceSize elements. st_tile:
+  // B_V (schedule.st_tile), the tile of value rows into which ST splits the
+  // (Dv, Dk) state of a head -- its rows never mix in ST, so the tiles are
+  // independent chains (a device runs them in parallel); 0 means the
+  // device's default (one tile of Dv rows). Any tile gives the untiled
+  // results (bit for bit on the grid devices; on the CPU within rounding,
+  // < 1e-12 relative in float64, as its products are split).
   virtual int64_t GdnCoreForwardWorkspaceSize(int64_t T_len, int64_t H,
                                               int64_t Dk, int64_t Dv,
                                               int64_t block_size) = 0;
@@ -108,22 +115,24 @@ class Ops {
                               const T* k, const T* v, const T* g,
                               const T* beta, const T* S_in, int64_t T_len,
                               int64_t H, int64_t Dk, int64_t Dv,
-                              int64_t block_size) = 0;
+                              int64_t block_size, int64_t st_tile = 0) = 0;
   // GdnCoreForward with the recurrence split into Pre / ST / Out and the ST
   // of one block overlapping the Pre and Out of others (schedule.st_overlap):
   // the same contract and workspace. The CPU device runs
   // GdnCoreForwardOverlapped (gdn_core.h) on its kernel threads: the same
-  // bits as GdnCoreForward where the blocks take the same products. A device
-  // without an overlapped forward (host-grid; CUDA until its ST stream
-  // exists) runs its ordinary GdnCoreForward: this default.
+  // bits as GdnCoreForward where the blocks take the same products; the grid
+  // devices (grid_ops.h) split the blocks into segments on two streams. A
+  // device without an overlapped forward runs its GdnCoreForward: this
+  // default.
   virtual void GdnCoreForwardOverlapped(T* o, T* S_out, T* workspace,
                                         const T* q, const T* k, const T* v,
                                         const T* g, const T* beta,
                                         const T* S_in, int64_t T_len,
                                         int64_t H, int64_t Dk, int64_t Dv,
-                                        int64_t block_size) {
+                                        int64_t block_size,
+                                        int64_t st_tile = 0) {
     GdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk,
-                   Dv, block_size);
+                   Dv, block_size, st_tile);
   }
   virtual int64_t GdnCoreBackwardWorkspaceSize(int64_t T_len, int64_t H,
                                                int64_t Dk, int64_t Dv,
@@ -133,8 +142,8 @@ class Ops {
                                const T* dS_out, const T* q, const T* k,
                                const T* v, const T* g, const T* beta,
                                const T* S_in, int64_t T_len, int64_t H,
-                               int64_t Dk, int64_t Dv,
-                               int64_t block_size) = 0;
+                               int64_t Dk, int64_t Dv, int64_t block_size,
+                               int64_t st_tile = 0) = 0;
   // GdnCoreBackward split and overlapped (schedule.st_overlap), the same
   // contract and workspace: the CPU device runs GdnCoreBackwardOverlapped
   // (gdn_core.h); a device without one runs its GdnCoreBackward (this
@@ -143,9 +152,9 @@ class Ops {
       T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
       const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
       const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
-      int64_t Dk, int64_t Dv, int64_t block_size) {
+      int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile = 0) {
     GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
-                    v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+                    v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
 
   // The GDN core one phase at a time, for timing (gdn_phase.h): calling

@@ -166,6 +166,41 @@ void GdnBlockST(MatRef<T> V_new, MatRef<T> S_out, CMatRef<T> S_in,
 }
 
 template <typename T>
+void GdnBlockSTRows(MatRef<T> V_new, MatRef<T> S_out, CMatRef<T> S_in,
+                    const GdnBlockOmega<T>& omega, CMatRef<T> K, int64_t j0,
+                    int64_t n) {
+  const Vec<T> d = DecayToEnd(omega.G);                   // (L)
+  const T gam_last = std::exp(omega.G(omega.G.size() - 1));
+  auto V = V_new.middleCols(j0, n);                       // (L, n)
+  const auto Si = S_in.middleRows(j0, n);                 // (n, Dk)
+  V = omega.U.middleCols(j0, n);
+  V.noalias() -= omega.W * Si.transpose();
+  const RowMat<T> Kd = d.asDiagonal() * K;                // (L, Dk)
+  auto So = S_out.middleRows(j0, n);                      // (n, Dk)
+  So.noalias() = V.transpose() * Kd;
+  So += gam_last * Si;
+}
+
+namespace {
+
+// GdnBlockST in tiles of `tile` state rows; untiled (GdnBlockST itself) when
+// tile is 0 or covers Dv.
+template <typename T>
+void GdnBlockSTTiled(MatRef<T> V_new, MatRef<T> S_out, CMatRef<T> S_in,
+                     const GdnBlockOmega<T>& omega, CMatRef<T> K, int64_t tile) {
+  const int64_t Dv = S_in.rows();
+  if (tile <= 0 || tile >= Dv) {
+    GdnBlockST<T>(V_new, S_out, S_in, omega, K);
+    return;
+  }
+  for (int64_t j0 = 0; j0 < Dv; j0 += tile) {
+    GdnBlockSTRows<T>(V_new, S_out, S_in, omega, K, j0, std::min(tile, Dv - j0));
+  }
+}
+
+}  // namespace
+
+template <typename T>
 void GdnBlockOut(MatRef<T> O, CMatRef<T> Q, CMatRef<T> K, CMatRef<T> V_new,
                  CMatRef<T> S_in, const GdnBlockOmega<T>& omega) {
   RowMat<T> P(Q.rows(), K.rows());                        // (L, L)
@@ -214,14 +249,37 @@ template <typename T>
 void GdnBlockSTBackward(GdnBlockGrads<T>* grads, MatRef<T> dW,
                         MatRef<T> dS_in, MatRef<T> dV_new,
                         CMatRef<T> dS_out, CMatRef<T> V_new, CMatRef<T> S_in,
-                        const GdnBlockOmega<T>& omega, CMatRef<T> K) {
-  const Eigen::Index L = K.rows();
+                        const GdnBlockOmega<T>& omega, CMatRef<T> K,
+                        int64_t st_tile) {
+  const Eigen::Index L = K.rows(), Dv = dS_out.rows();
   const Vec<T> d = DecayToEnd(omega.G);                   // (L)
   const T gam_last = std::exp(omega.G(L - 1));
+  const RowMat<T> Kd = d.asDiagonal() * K;                // (L, Dk)
+  if (st_tile > 0 && st_tile < Dv) {
+    // The chain, tile by tile of state rows: row j of dS_in needs only row j
+    // of dS_out and column j of dV_new. The sums over rows follow.
+    for (Eigen::Index j0 = 0; j0 < Dv; j0 += st_tile) {
+      const Eigen::Index n = std::min<Eigen::Index>(st_tile, Dv - j0);
+      auto dSi = dS_in.middleRows(j0, n);
+      const auto dSo = dS_out.middleRows(j0, n);
+      auto dVn = dV_new.middleCols(j0, n);
+      dSi += gam_last * dSo;
+      dVn.noalias() += Kd * dSo.transpose();
+      dSi.noalias() -= dVn.transpose() * omega.W;
+    }
+    grads->dG(L - 1) += gam_last * (dS_out.array() * S_in.array()).sum();
+    const RowMat<T> dKd = V_new * dS_out;                 // (L, Dk)
+    grads->dK.noalias() += d.asDiagonal() * dKd;
+    const Vec<T> e =
+        ((dKd.array() * K.array()).rowwise().sum() * d.array()).matrix();
+    grads->dG(L - 1) += e.sum();
+    grads->dG -= e;
+    dW.noalias() = -dV_new * S_in;
+    return;
+  }
   // S_out = gam_last S_in + V_new^T Kd, Kd = diag(d) K.
   dS_in += gam_last * dS_out;
   grads->dG(L - 1) += gam_last * (dS_out.array() * S_in.array()).sum();
-  const RowMat<T> Kd = d.asDiagonal() * K;                // (L, Dk)
   dV_new.noalias() += Kd * dS_out.transpose();
   const RowMat<T> dKd = V_new * dS_out;                   // (L, Dk)
   grads->dK.noalias() += d.asDiagonal() * dKd;
@@ -317,7 +375,7 @@ template <typename T>
 void ForwardOneHead(T* o, T* S_out, const T* q, const T* k, const T* v,
                     const T* g, const T* beta, const T* S_in, int64_t T_len,
                     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size,
-                    int64_t h) {
+                    int64_t st_tile, int64_t h) {
   GdnBlockOmega<T> omega;
   RowMat<T> V_new;                                        // (L, Dv)
   RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                    // (Dv, Dk) each
@@ -329,7 +387,7 @@ void ForwardOneHead(T* o, T* S_out, const T* q, const T* k, const T* v,
     GdnBlockPre<T>(&omega, K, HeadRows(v, t0, L, h, H, Dv),
                    HeadEntries(g, t0, L, h, H), HeadEntries(beta, t0, L, h, H));
     V_new.resize(L, Dv);
-    GdnBlockST<T>(V_new, S_next, S, omega, K);
+    GdnBlockSTTiled<T>(V_new, S_next, S, omega, K, st_tile);
     GdnBlockOut<T>(O, HeadRows(q, t0, L, h, H, Dk), K, V_new, S, omega);
     S.swap(S_next);
   }
@@ -345,13 +403,14 @@ int64_t GdnCoreLanes(int64_t H) {
 template <typename T>
 void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
                     const T* g, const T* beta, const T* S_in, int64_t T_len,
-                    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+                    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size,
+                    int64_t st_tile) {
   const int lanes = static_cast<int>(GdnCoreLanes(H));
   // Heads are independent: a static schedule hands each lane a fixed range.
 #pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
   for (int64_t h = 0; h < H; ++h) {
     ForwardOneHead<T>(o, S_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv,
-                      block_size, h);
+                      block_size, st_tile, h);
   }
 }
 
@@ -359,18 +418,28 @@ template <typename T>
 void GdnCoreForwardOverlapped(T* o, T* S_out, const T* q, const T* k,
                               const T* v, const T* g, const T* beta,
                               const T* S_in, int64_t T_len, int64_t H,
-                              int64_t Dk, int64_t Dv, int64_t block_size) {
+                              int64_t Dk, int64_t Dv, int64_t block_size,
+                              int64_t st_tile) {
   const int64_t blocks = (T_len + block_size - 1) / block_size;
   const int64_t R = kGdnOverlapSlots;
-  // Per head R slots, block b in slot b % R: its Omega, its V_new and the
-  // state entering it (the state leaving it goes to slot (b + 1) % R).
+  // ST's tiles of state rows: nt of them, the last `last` rows.
+  const int64_t tile = st_tile > 0 && st_tile < Dv ? st_tile : std::max<int64_t>(Dv, 1);
+  const int64_t nt = (Dv + tile - 1) / tile;
+  // Per head R slots, block b in slot b % R: its Omega, its V_new (block_size
+  // rows, the first L used) and the state entering it (the state leaving it
+  // goes to slot (b + 1) % R).
   std::vector<GdnBlockOmega<T>> omega(H * R);
-  std::vector<RowMat<T>> V_new(H * R);
+  std::vector<RowMat<T>> V_new(H * R, RowMat<T>(block_size, Dv));
   std::vector<RowMat<T>> S(H * R, RowMat<T>(Dv, Dk));
   for (int64_t h = 0; h < H; ++h) LoadState(&S[h * R], S_in, h, Dk, Dv);
+  // Dependence tokens per slot and tile: its state rows, its V_new columns.
+  std::vector<char> state_tiles(std::max<int64_t>(H * R * nt, 1));
+  std::vector<char> vnew_tiles(std::max<int64_t>(H * R * nt, 1));
   GdnBlockOmega<T>* om = omega.data();
   RowMat<T>* vn = V_new.data();
   RowMat<T>* st = S.data();
+  char* sx = state_tiles.data();
+  char* vx = vnew_tiles.data();
   const int threads = std::max(1, KernelThreads());
   // One thread creates the tasks in program order (block by block, heads
   // inside), so OpenMP's dependences on the slots order each task after the
@@ -387,16 +456,24 @@ void GdnCoreForwardOverlapped(T* o, T* S_out, const T* q, const T* k,
       GdnBlockPre<T>(&om[i], HeadRows(k, t0, L, h, H, Dk),
                      HeadRows(v, t0, L, h, H, Dv), HeadEntries(g, t0, L, h, H),
                      HeadEntries(beta, t0, L, h, H));
-#pragma omp task depend(in : om[i], st[i]) depend(out : st[n], vn[i])
-      {
-        vn[i].resize(L, Dv);
-        GdnBlockST<T>(vn[i], st[n], st[i], om[i], HeadRows(k, t0, L, h, H, Dk));
+      for (int64_t j = 0; j < nt; ++j) {
+        // Tile j: after Pre(b) and tile j of block b - 1 (its entering rows).
+#pragma omp task depend(in : om[i], sx[i * nt + j]) depend(out : sx[n * nt + j], vx[i * nt + j])
+        {
+          auto V = vn[i].topRows(L);
+          if (nt == 1) {
+            GdnBlockST<T>(V, st[n], st[i], om[i], HeadRows(k, t0, L, h, H, Dk));
+          } else {
+            GdnBlockSTRows<T>(V, st[n], st[i], om[i], HeadRows(k, t0, L, h, H, Dk),
+                              j * tile, std::min(tile, Dv - j * tile));
+          }
+        }
       }
-#pragma omp task depend(in : om[i], st[i], vn[i])
+#pragma omp task depend(in : om[i]) depend(iterator(j = 0 : nt), in : sx[i * nt + j], vx[i * nt + j])
       {
         SMat<T> O = HeadRows(o, t0, L, h, H, Dv);
         GdnBlockOut<T>(O, HeadRows(q, t0, L, h, H, Dk),
-                       HeadRows(k, t0, L, h, H, Dk), vn[i], st[i], om[i]);
+                       HeadRows(k, t0, L, h, H, Dk), vn[i].topRows(L), st[i], om[i]);
       }
     }
   }
@@ -421,6 +498,7 @@ struct CoreArgs {
   T *dq, *dk, *dv, *dg, *dbeta;
   const T *dO, *q, *k, *v, *g, *beta;
   int64_t T_len, H, Dk, Dv, block_size;
+  int64_t st_tile;  // B_V (GdnCoreBackward)
 };
 
 // Runs Pre and ST over head h's blocks from S (Dv, Dk), storing the state
@@ -439,7 +517,7 @@ void ReplayBlockStates(T* states, RowMat<T> S, const CoreArgs<T>& a,
                    HeadEntries(a.g, t0, L, h, a.H),
                    HeadEntries(a.beta, t0, L, h, a.H));
     V_new.resize(L, a.Dv);
-    GdnBlockST<T>(V_new, S_next, S, omega, K);
+    GdnBlockSTTiled<T>(V_new, S_next, S, omega, K, a.st_tile);
     S.swap(S_next);
   }
 }
@@ -475,7 +553,7 @@ void BackwardOneBlock(BlockBackwardScratch<T>* s, RowMat<T>* dS, CMat<T> S,
                          HeadRows(a.dO, t0, L, h, a.H, a.Dv), Q, K, s->V_new,
                          S, s->omega);
   GdnBlockSTBackward<T>(&s->grads, s->dW, s->dS_in, s->dV_new, *dS, s->V_new,
-                        S, s->omega, K);
+                        S, s->omega, K, a.st_tile);
   GdnBlockPreBackward<T>(&s->grads, s->dV_new, s->dW, K, V, beta, s->omega);
   HeadRows(a.dq, t0, L, h, a.H, a.Dk) = s->grads.dQ;
   HeadRows(a.dk, t0, L, h, a.H, a.Dk) = s->grads.dK;
@@ -495,9 +573,9 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                      T* workspace, const T* dO, const T* dS_out, const T* q,
                      const T* k, const T* v, const T* g, const T* beta,
                      const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
-                     int64_t Dv, int64_t block_size) {
+                     int64_t Dv, int64_t block_size, int64_t st_tile) {
   const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
-                      T_len, H, Dk, Dv, block_size};
+                      T_len, H, Dk, Dv, block_size, st_tile};
   const int64_t blocks = (T_len + block_size - 1) / block_size;
   const int lanes = static_cast<int>(GdnCoreLanes(H));
   // Heads are independent: a static schedule hands each lane a fixed range
@@ -553,7 +631,7 @@ template <typename T>
 void BlockSTBackward(BlockBackwardScratch<T>* s, RowMat<T>* dS, CMat<T> S,
                      const CoreArgs<T>& a, int64_t h, int64_t t0, int64_t L) {
   GdnBlockSTBackward<T>(&s->grads, s->dW, s->dS_in, s->dV_new, *dS, s->V_new, S,
-                        s->omega, HeadRows(a.k, t0, L, h, a.H, a.Dk));
+                        s->omega, HeadRows(a.k, t0, L, h, a.H, a.Dk), a.st_tile);
   dS->swap(s->dS_in);
 }
 
@@ -582,9 +660,9 @@ void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                                const T* q, const T* k, const T* v, const T* g,
                                const T* beta, const T* S_in, int64_t T_len,
                                int64_t H, int64_t Dk, int64_t Dv,
-                               int64_t block_size) {
+                               int64_t block_size, int64_t st_tile) {
   const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
-                      T_len, H, Dk, Dv, block_size};
+                      T_len, H, Dk, Dv, block_size, st_tile};
   const int64_t blocks = (T_len + block_size - 1) / block_size;
   const int64_t R = kGdnOverlapSlots;
   // Per head: R block scratches (block b in slot b % R) and the running
@@ -822,7 +900,7 @@ void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                           int64_t block_size) {
   const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
-                      T_len, H, Dk, Dv, block_size};
+                      T_len, H, Dk, Dv, block_size, /*st_tile=*/0};
   const int64_t blocks = (T_len + block_size - 1) / block_size;
   const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, true);
   T* slots = workspace + GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
@@ -891,6 +969,9 @@ GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
                                CVecRef<T>, CVecRef<T>);                      \
   template void GdnBlockST<T>(MatRef<T>, MatRef<T>, CMatRef<T>,              \
                               const GdnBlockOmega<T>&, CMatRef<T>);          \
+  template void GdnBlockSTRows<T>(MatRef<T>, MatRef<T>, CMatRef<T>,          \
+                                  const GdnBlockOmega<T>&, CMatRef<T>,       \
+                                  int64_t, int64_t);                         \
   template void GdnBlockOut<T>(MatRef<T>, CMatRef<T>, CMatRef<T>,            \
                                CMatRef<T>, CMatRef<T>,                       \
                                const GdnBlockOmega<T>&);                     \
@@ -899,24 +980,25 @@ GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
       CMatRef<T>, CMatRef<T>, CMatRef<T>, const GdnBlockOmega<T>&);          \
   template void GdnBlockSTBackward<T>(                                       \
       GdnBlockGrads<T>*, MatRef<T>, MatRef<T>, MatRef<T>, CMatRef<T>,        \
-      CMatRef<T>, CMatRef<T>, const GdnBlockOmega<T>&, CMatRef<T>);          \
+      CMatRef<T>, CMatRef<T>, const GdnBlockOmega<T>&, CMatRef<T>, int64_t); \
   template void GdnBlockPreBackward<T>(GdnBlockGrads<T>*, CMatRef<T>,        \
                                        CMatRef<T>, CMatRef<T>, CMatRef<T>,   \
                                        CVecRef<T>, const GdnBlockOmega<T>&); \
   template void GdnCoreForward<T>(T*, T*, const T*, const T*, const T*,      \
                                   const T*, const T*, const T*, int64_t,     \
-                                  int64_t, int64_t, int64_t, int64_t);       \
+                                  int64_t, int64_t, int64_t, int64_t,        \
+                                  int64_t);                                  \
   template void GdnCoreForwardOverlapped<T>(                                 \
       T*, T*, const T*, const T*, const T*, const T*, const T*, const T*,    \
-      int64_t, int64_t, int64_t, int64_t, int64_t);                          \
+      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);                 \
   template void GdnCoreBackward<T>(                                          \
       T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
-      int64_t, int64_t); \
+      int64_t, int64_t, int64_t); \
   template void GdnCoreBackwardOverlapped<T>(                                          \
       T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
-      int64_t, int64_t);                                                     \
+      int64_t, int64_t, int64_t);                                            \
   template void GdnCoreForwardPhase<T>(                                      \
       GdnPhase, T*, T*, T*, const T*, const T*, const T*, const T*,          \
       const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);      \

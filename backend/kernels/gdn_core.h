@@ -68,6 +68,16 @@ template <typename T>
 void GdnBlockST(MatRef<T> V_new, MatRef<T> S_out, CMatRef<T> S_in,
                 const GdnBlockOmega<T>& omega, CMatRef<T> K);
 
+// GdnBlockST on the value rows [j0, j0 + n) of the state alone (columns of
+// V_new, rows of S_out and S_in): V_new[:, j] and S_out[j] read only
+// S_in[j], so the state's rows split into independent tiles of B_V rows
+// (schedule.st_tile, docs/gdn-kernel.md). The same arithmetic as
+// GdnBlockST on those rows, its products split (equal within rounding).
+template <typename T>
+void GdnBlockSTRows(MatRef<T> V_new, MatRef<T> S_out, CMatRef<T> S_in,
+                    const GdnBlockOmega<T>& omega, CMatRef<T> K, int64_t j0,
+                    int64_t n);
+
 // O (L, Dv) = diag(exp(G)) Q S_in^T + ((Q K^T) o Gam) V_new.
 template <typename T>
 void GdnBlockOut(MatRef<T> O, CMatRef<T> Q, CMatRef<T> K, CMatRef<T> V_new,
@@ -94,11 +104,15 @@ void GdnBlockOutBackward(GdnBlockGrads<T>* grads, MatRef<T> dV_new,
 
 // Given dS_out (Dv, Dk) and dV_new (L, Dv) from Out (to which ST's share is
 // added, making it dU): dW (L, Dk) written; dS_in added; grads->dK, dG added.
+// st_tile B_V in (0, Dv): the state gradient's chain (dS_in, dV_new, row by
+// row of the state) runs tile by tile of B_V rows, then the sums over all
+// rows (dK, dG, dW); equal to the untiled order within rounding.
 template <typename T>
 void GdnBlockSTBackward(GdnBlockGrads<T>* grads, MatRef<T> dW,
                         MatRef<T> dS_in, MatRef<T> dV_new,
                         CMatRef<T> dS_out, CMatRef<T> V_new, CMatRef<T> S_in,
-                        const GdnBlockOmega<T>& omega, CMatRef<T> K);
+                        const GdnBlockOmega<T>& omega, CMatRef<T> K,
+                        int64_t st_tile = 0);
 
 // Given dU (L, Dv) and dW (L, Dk): grads->dK, dV, dG, dbeta added.
 template <typename T>
@@ -112,11 +126,14 @@ void GdnBlockPreBackward(GdnBlockGrads<T>* grads, CMatRef<T> dU,
 // v (T, H, Dv); g, beta (T, H); S_in (H, Dv, Dk) (nullptr means zeros: the
 // sequence start). block_size: T_C (tests use small ones). T may be any
 // length >= 0; the last block is partial when T is not a multiple of T_C.
+// st_tile: B_V, ST's tile of the state's value rows (GdnBlockSTRows); 0 or
+// >= Dv: untiled (the same bits as before tiles existed); otherwise equal to
+// the untiled results within rounding (< 1e-12 relative in float64).
 template <typename T>
 void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
                     const T* g, const T* beta, const T* S_in, int64_t T_len,
                     int64_t H, int64_t Dk, int64_t Dv,
-                    int64_t block_size = kGdnBlockSize);
+                    int64_t block_size = kGdnBlockSize, int64_t st_tile = 0);
 
 // The same forward with split-and-overlap (the paper's section 3.4) on
 // KernelThreads() threads: per head, block b's Pre, ST and Out are OpenMP
@@ -130,13 +147,18 @@ void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,
 // packed products (full blocks of >= 16 tokens, as T_C = 64); a short partial
 // last block's small products may differ in the last bit, as they may
 // between two runs of either function (heap alignment; tested < 1e-13).
+// With st_tile B_V in (0, Dv), a block's ST is one task per tile of B_V
+// state rows, tile j of block b after tile j of block b - 1 only, so one
+// head's ceil(Dv / B_V) tiles are parallel ST chains (Out(b) after all of
+// block b's tiles); the same bits as GdnCoreForward with that st_tile.
 inline constexpr int64_t kGdnOverlapSlots = 4;
 template <typename T>
 void GdnCoreForwardOverlapped(T* o, T* S_out, const T* q, const T* k,
                               const T* v, const T* g, const T* beta,
                               const T* S_in, int64_t T_len, int64_t H,
                               int64_t Dk, int64_t Dv,
-                              int64_t block_size = kGdnBlockSize);
+                              int64_t block_size = kGdnBlockSize,
+                              int64_t st_tile = 0);
 
 // Heads run in parallel on min(H, KernelThreads()) lanes (backend/
 // threading.h), each lane a fixed range of heads (static schedule), so the
@@ -160,7 +182,8 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                      T* workspace, const T* dO, const T* dS_out, const T* q,
                      const T* k, const T* v, const T* g, const T* beta,
                      const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
-                     int64_t Dv, int64_t block_size = kGdnBlockSize);
+                     int64_t Dv, int64_t block_size = kGdnBlockSize,
+                     int64_t st_tile = 0);
 
 // The same backward with split-and-overlap on KernelThreads() threads: per
 // head, after the replay of its entering states (one task per head), block
@@ -174,13 +197,16 @@ void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
 // (T_C (T_C + Dk + Dv) + Dv Dk)) per head). The same workspace and the same
 // per-block arithmetic in the same order as GdnCoreBackward: the same bits
 // where the blocks take Eigen's packed products (see the forward's note).
+// st_tile: as in GdnCoreBackward (a block's ST backward walks its tiles in
+// one task: the tiles are not separate tasks in the backward).
 template <typename T>
 void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                                T* workspace, const T* dO, const T* dS_out,
                                const T* q, const T* k, const T* v, const T* g,
                                const T* beta, const T* S_in, int64_t T_len,
                                int64_t H, int64_t Dk, int64_t Dv,
-                               int64_t block_size = kGdnBlockSize);
+                               int64_t block_size = kGdnBlockSize,
+                               int64_t st_tile = 0);
 
 // ---- the core phase by phase (for timing: gdn_phase.h) --------------------
 

@@ -188,7 +188,7 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
                       ws.data(), s->q.data() + b * Ts * d.HK(), s->k.data() + b * Ts * d.HK(),
                       s->v.data() + b * Ts * d.HV(), s->g.data() + b * Ts * d.H,
                       s->beta.data() + b * Ts * d.H, state_in.S.data() + b * state, Ts,
-                      d.H, d.K, d.Dv, d.block_size);
+                      d.H, d.K, d.Dv, d.block_size, d.st_tile);
   }
   ws = Tensor<T>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
@@ -433,7 +433,7 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
                        dstate_out != nullptr ? dstate_out->S.data() + b * state : nullptr,
                        s.q.data() + k, s.k.data() + k, s.v.data() + v, s.g.data() + h,
                        s.beta.data() + h, state_in.S.data() + b * state, Ts, d.H, d.K,
-                       d.Dv, d.block_size);
+                       d.Dv, d.block_size, d.st_tile);
   }
   ws = Tensor<T>();
   SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));

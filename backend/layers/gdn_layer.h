@@ -63,6 +63,10 @@ struct GdnLayerDims {
   // and GdnCoreBackwardOverlapped (schedule.st_overlap): split-and-overlap
   // where the device has it.
   bool st_overlap = false;
+  // B_V, the core's ST tile of value rows (schedule.st_tile; Ops' st_tile):
+  // 0 is the device's default (untiled). The results do not depend on it
+  // beyond rounding (ops.h).
+  int64_t st_tile = 0;
   double norm_eps = 1e-6;              // the three RMSNorms
   double l2_eps = 1e-6;                // the q and k L2 norms
 

@@ -170,7 +170,8 @@ Status ModelStageModule<T>::Init(const pb::ModelSpec& model) {
       SF_ASSIGN_OR_RETURN(auto b, MakeSequenceLayer<T>(model, l, alloc_,
                                                        {.recompute = options_.recompute,
                                                         .seed = seed,
-                                                        .st_overlap = options_.st_overlap}));
+                                                        .st_overlap = options_.st_overlap,
+                                                        .st_tile = options_.st_tile}));
       blocks_.push_back(std::move(b));
     }
   }

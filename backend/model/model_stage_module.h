@@ -59,6 +59,9 @@ struct StageModuleOptions {
   // schedule.st_overlap: GDN layers run their core's forward and backward split and
   // overlapped (SequenceLayerOptions::st_overlap).
   bool st_overlap = false;
+  // schedule.st_tile: B_V, the GDN core's ST tile of value rows
+  // (SequenceLayerOptions::st_tile; 0: the device's default, untiled).
+  int64_t st_tile = 0;
 };
 
 // A stage module holding layers [layers.first, layers.last) of

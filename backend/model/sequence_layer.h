@@ -78,8 +78,10 @@ class SequenceLayer {
 struct SequenceLayerOptions {
   models::Recompute recompute = models::Recompute::kNone;
   std::uint64_t seed = 0;
-  // GDN layers: the core's split-and-overlap (GdnLayerDims::st_overlap).
+  // GDN layers: the core's split-and-overlap (GdnLayerDims::st_overlap) and
+  // ST tile (GdnLayerDims::st_tile).
   bool st_overlap = false;
+  int64_t st_tile = 0;
 };
 
 // Layer `l` (1 <= l <= num_layers) of models::LayerList(model), its

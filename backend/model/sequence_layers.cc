@@ -189,6 +189,7 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
   if (model.architecture() == "gdn") {
     GdnLayerDims dims = GdnLayerDims::FromModel(model);
     dims.st_overlap = options.st_overlap;
+    dims.st_tile = options.st_tile;
     SF_ASSIGN_OR_RETURN(auto gdn, GdnLayer<T>::Make(*alloc, dims, l, num_layers, options.seed));
     return std::unique_ptr<SequenceLayer<T>>(
         std::make_unique<RecurrentSequenceLayer<T, GdnKind<T>>>(std::move(gdn), alloc,

@@ -38,7 +38,7 @@ Result<std::vector<StagePeaks>> MeasureTyped(const TrainSetup& setup, const Trai
                                              const TextData& text) {
   StageModuleFactory<T> factory = [&](int, const models::StageLayers& layers,
                                       TrackingAllocator* alloc) {
-    return MakeStageModule<T>(setup.model, layers, {.recompute = setup.recompute, .seed = options.seed, .microbatch_size = setup.microbatch_size, .st_overlap = setup.st_overlap}, alloc);
+    return MakeStageModule<T>(setup.model, layers, {.recompute = setup.recompute, .seed = options.seed, .microbatch_size = setup.microbatch_size, .st_overlap = setup.st_overlap, .st_tile = setup.st_tile}, alloc);
   };
   SF_ASSIGN_OR_RETURN(Transport<T> transport, MakeSingleProcessTransport<T>(setup.stages));
   SF_ASSIGN_OR_RETURN(std::unique_ptr<Trainer<T>> trainer,
@@ -88,6 +88,8 @@ Result<std::vector<StageMemoryCheck>> CheckStepMemory(const scenario::ResolvedSc
                       PredictStageMemory(scenario, setup, dtype));
   TrainOptions options;
   options.dtype = dtype;
+  // Measured on the scenario's device, whose core scratch the prediction counts.
+  if (!scenario.proto().train().device().empty()) options.device = scenario.proto().train().device();
   SF_ASSIGN_OR_RETURN(std::vector<StagePeaks> measured,
                       MeasureStageMemory(setup, options, SyntheticText(setup.seq_len)));
   std::vector<StageMemoryCheck> checks;

@@ -59,7 +59,8 @@ Result<std::vector<StagePeaks>> MeasureStageMemory(const TrainSetup& setup,
 
 // Both, for a resolved scenario: the setup of MakeTrainSetup, the
 // prediction in `dtype`, one measured step in `dtype` on synthetic bytes
-// (the ledger does not depend on the tokens).
+// (the ledger does not depend on the tokens), on the scenario's train.device
+// (default cpu; the prediction counts that device's core scratch).
 Result<std::vector<StageMemoryCheck>> CheckStepMemory(const scenario::ResolvedScenario& scenario,
                                                       const std::string& dtype);
 

@@ -66,6 +66,7 @@ pb::Report MakeTrainReport(const TrainSetup& setup, const TrainOptions& options,
   report.set_seq_len(setup.seq_len);
   report.set_recompute(std::string(models::RecomputeName(setup.recompute)));
   report.set_st_overlap(setup.st_overlap);  // the GDN core split and overlapped
+  if (setup.st_tile > 0) report.set_st_tile(static_cast<std::uint32_t>(setup.st_tile));
   report.set_cost_model("measured");
   report.set_time_unit("s");
   for (std::int64_t b : setup.partition.boundaries()) report.add_chunk_boundaries(b);

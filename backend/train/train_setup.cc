@@ -61,6 +61,7 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
   SF_RETURN_IF_ERROR(CheckNoWeightPass(config.plan));
   setup.recompute = config.placement->cost_model.options().recompute;
   setup.st_overlap = schedule.st_overlap();
+  setup.st_tile = schedule.has_st_tile() ? static_cast<int64_t>(schedule.st_tile()) : 0;
   setup.stage_layers = config.placement->stage_layers;
   setup.partition = std::move(config.partition);
   setup.plan = std::move(config.plan);

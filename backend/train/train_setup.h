@@ -36,6 +36,9 @@ struct TrainSetup {
   // schedule.st_overlap: the GDN core's forward and backward split and overlapped
   // (StageModuleOptions::st_overlap).
   bool st_overlap = false;
+  // schedule.st_tile: B_V of the GDN core's ST (StageModuleOptions::st_tile);
+  // 0 when the schedule leaves it unset (the device's default, untiled).
+  int64_t st_tile = 0;
   double alpha = 0;
   int stages = 1;            // P
   int microbatches = 1;      // M

@@ -333,7 +333,7 @@ void ExpectBackwardOverlapSame(const GdnShape& s, int64_t block, bool null_state
     auto* f = overlapped ? &GdnCoreBackwardOverlapped<T> : &GdnCoreBackward<T>;
     f(g[0].data(), g[1].data(), g[2].data(), g[3].data(), g[4].data(), g[5].data(), ws.data(),
       dO.data(), dS_out, x[0].data(), x[1].data(), x[2].data(), x[3].data(), x[4].data(), S_in,
-      s.T, s.H, s.Dk, s.Dv, block);
+      s.T, s.H, s.Dk, s.Dv, block, 0);
     return g;
   };
   const std::vector<std::vector<T>> ref = run(false);
@@ -364,6 +364,66 @@ TEST(GdnCore, BackwardOverlapEqualsSequential) {
   ExpectBackwardOverlapSame<float>({320, 4, 16, 32}, kGdnBlockSize, false, 0, rng);
   ExpectBackwardOverlapSame<double>({100, 2, 12, 8}, 8, true, 1e-13, rng);  // last block: 4
   ExpectBackwardOverlapSame<double>({200, 3, 16, 16}, kGdnBlockSize, false, 1e-13, rng);
+}
+
+// The ST tile B_V (st_tile): the state's value rows split into tiles of B_V
+// rows, each an independent chain through the blocks (GdnBlockSTRows; in the
+// overlapped forward one task per tile). Against the untiled kernels: the
+// same bits when the tile covers Dv, else within 1e-12 relative (the
+// products are split); the overlapped kernels, forward and backward, on 1
+// and 2 threads, the same bits as the sequential ones with the same tile.
+// B_V = 1, 16, 64, 48 (does not divide 128) and 128 = Dv; one head of
+// Dv = 128 at B_V = 64 is two parallel chains.
+using CoreOutputs = std::vector<std::vector<double>>;  // o, S_out, dq, dk, dv, dg, dbeta, dS_in
+
+CoreOutputs RunTiled(const GdnShape& s, int64_t block, int64_t tile, bool overlapped,
+                     const Buffers& in, const Buffers& douts) {
+  const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv, ns = s.H * s.Dv * s.Dk;
+  CoreOutputs r = {Buffer(nv, -7), Buffer(ns, -7), Buffer(nk, -7), Buffer(nk, -7),
+                   Buffer(nv, -7), Buffer(s.T * s.H, -7), Buffer(s.T * s.H, -7), Buffer(ns, -7)};
+  auto fwd = overlapped ? &GdnCoreForwardOverlapped<double> : &GdnCoreForward<double>;
+  fwd(r[0].data(), r[1].data(), in[0].data(), in[1].data(), in[2].data(), in[3].data(),
+      in[4].data(), in[5].data(), s.T, s.H, s.Dk, s.Dv, block, tile);
+  Buffer ws(GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block), -7);
+  auto bwd = overlapped ? &GdnCoreBackwardOverlapped<double> : &GdnCoreBackward<double>;
+  bwd(r[2].data(), r[3].data(), r[4].data(), r[5].data(), r[6].data(), r[7].data(), ws.data(),
+      douts[0].data(), douts[1].data(), in[0].data(), in[1].data(), in[2].data(), in[3].data(),
+      in[4].data(), in[5].data(), s.T, s.H, s.Dk, s.Dv, block, tile);
+  return r;
+}
+
+TEST(GdnCore, StTilesEqualUntiled) {
+  for (const GdnShape& s : {GdnShape{128, 2, 16, 128}, GdnShape{96, 1, 8, 128}}) {
+    std::mt19937_64 rng(21);
+    const Buffers in = LayerLikeInputs(s, rng);
+    const Buffers douts = RandomDouts(s, rng);
+    const int64_t block = 32;
+    const CoreOutputs untiled = RunTiled(s, block, 0, false, in, douts);
+    for (int64_t tile : {1, 16, 48, 64, 128}) {
+      const std::string where = s.Name() + " st_tile " + std::to_string(tile);
+      const CoreOutputs tiled = RunTiled(s, block, tile, false, in, douts);
+      for (size_t t = 0; t < untiled.size(); ++t) {
+        if (tile >= s.Dv) {
+          EXPECT_EQ(tiled[t], untiled[t]) << where << " output " << t;
+          continue;
+        }
+        double worst = 0;
+        for (size_t i = 0; i < untiled[t].size(); ++i) {
+          worst = std::max(worst, std::abs(tiled[t][i] - untiled[t][i]) /
+                                      std::max(1.0, std::abs(untiled[t][i])));
+        }
+        EXPECT_LT(worst, 1e-12) << where << " output " << t;
+      }
+      for (int threads : {1, 2}) {
+        ScopedKernelThreads scoped(threads);
+        const CoreOutputs overlapped = RunTiled(s, block, tile, true, in, douts);
+        for (size_t t = 0; t < tiled.size(); ++t) {
+          EXPECT_EQ(overlapped[t], tiled[t])
+              << where << " overlapped, threads " << threads << ", output " << t;
+        }
+      }
+    }
+  }
 }
 
 // Zero state in and no state gradient out (nullptr) mean zeros.

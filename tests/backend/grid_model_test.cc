@@ -5,8 +5,9 @@
 // without recompute, in float64: the loss and every parameter gradient
 // within 1e-12 relative; the memory ledger the same bytes, buffer class by
 // buffer class, except kWorkspace (the grid's GDN and Mamba-3 cores need
-// more scratch, grid_kernels/gdn_common.h, mamba3_core.h). Nothing above the seam knows which device it
-// runs on.
+// more scratch, grid_kernels/gdn_common.h, mamba3_core.h). The overlapped
+// GDN cores and the ST tile give the sequential cores' bits. Nothing above
+// the seam knows which device it runs on.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -37,7 +38,7 @@ struct StepRun {
 // One training step of one stage holding the whole model, on `device`
 // (nullptr: the CPU device): M microbatches of T tokens in N chunks.
 StepRun RunStep(Device* device, const pb::ModelSpec& model, Recompute recompute, int M,
-                int64_t T, int N) {
+                int64_t T, int N, bool st_overlap = false, int64_t st_tile = 0) {
   StepRun run;
   TrackingAllocator alloc(0, {}, device);
   Batch batch;
@@ -52,7 +53,12 @@ StepRun RunStep(Device* device, const pb::ModelSpec& model, Recompute recompute,
   Result<schedule::Plan> plan = schedule::MakePlan("stateflow", 1, M, N);
   auto module = MakeStageModule<double>(
       model, {0, static_cast<int>(model.num_layers()) + 2},
-      {.recompute = recompute, .seed = 1234, .microbatch_size = 1}, &alloc);
+      {.recompute = recompute,
+       .seed = 1234,
+       .microbatch_size = 1,
+       .st_overlap = st_overlap,
+       .st_tile = st_tile},
+      &alloc);
   if (!partition.ok() || !plan.ok() || !module.ok()) {
     ADD_FAILURE() << "setup failed: " << module.status().message();
     return run;
@@ -97,6 +103,21 @@ void ExpectSameStep(const pb::ModelSpec& model, Recompute recompute) {
 TEST(GridModel, GdnStepEqualsCpu) {
   ExpectSameStep(testing::SmallModel("gdn", 2), Recompute::kNone);
   ExpectSameStep(testing::SmallModel("gdn", 2), Recompute::kFull);
+}
+
+// schedule.st_overlap and st_tile on the host-grid device: the GDN cores
+// on two streams (grid_ops.h; chunks of 150 tokens, 3 kernel blocks in 3
+// segments) with an ST tile of 4 rows (not a divisor of d_v = 6): the same
+// loss, gradients and bytes per class, bit for bit, as the sequential cores.
+TEST(GridModel, OverlapAndTileGiveTheSameStep) {
+  const pb::ModelSpec model = testing::SmallModel("gdn", 2);
+  for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    const StepRun seq = RunStep(&HostGridDevice(), model, recompute, 2, 300, 2);
+    const StepRun ovl = RunStep(&HostGridDevice(), model, recompute, 2, 300, 2, true, 4);
+    EXPECT_EQ(ovl.loss, seq.loss);
+    EXPECT_EQ(ovl.grads, seq.grads);
+    EXPECT_EQ(ovl.peak_bytes, seq.peak_bytes);
+  }
 }
 
 TEST(GridModel, GdnHybridStepEqualsCpu) {

@@ -38,6 +38,52 @@ INSTANTIATE_TEST_SUITE_P(
                       MemoryCase{"gdn-tiny", "1f1b", 1, 2, 1, "none", "float64", 256}),
     [](const auto& info) { return CaseName(info.param); });
 
+// On the host-grid device (the CUDA kernels' arithmetic on host loops, whose
+// recurrence cores' scratch is the grid layout: grid_kernels/gdn_common.h,
+// mamba3_core.h) the memory model counts that device's workspace, and is
+// exact too: the GDN and Mamba-3 models and their attention hybrids, P = 1
+// and 2, N = 1, 2, 4, both recompute modes, both element types.
+std::vector<MemoryCase> HostGridCases() {
+  std::vector<MemoryCase> cases;
+  for (const char* preset :
+       {"gdn-tiny", "gdn-hybrid-tiny", "mamba3-tiny", "mamba3-hybrid-tiny"}) {
+    for (int P : {1, 2}) {
+      for (int N : {1, 2, 4}) {
+        for (const char* recompute : {"none", "full"}) {
+          for (const char* dtype : {"float32", "float64"}) {
+            MemoryCase c{preset, "stateflow", P, 2, N, recompute, dtype, 256};
+            c.device = "host-grid";
+            cases.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(HostGrid, StepMemory, ::testing::ValuesIn(HostGridCases()),
+                         [](const auto& info) { return CaseName(info.param); });
+
+// The same scenario on cpu and host-grid: the prediction differs by the GDN
+// core's scratch alone, so the model really follows train.device (a formula
+// that ignored it could not pass both the cpu and the host-grid cases above
+// unless the two layouts were equal, which this rules out).
+TEST(StepMemoryDevice, TheGridPredictionCountsMoreWorkspace) {
+  MemoryCase c{"gdn-tiny", "stateflow", 1, 2, 2, "none", "float32", 256};
+  Result<std::vector<StageMemoryCheck>> cpu = CheckStepMemory(MustResolve(ScenarioOf(c)), c.dtype);
+  c.device = "host-grid";
+  Result<std::vector<StageMemoryCheck>> grid = CheckStepMemory(MustResolve(ScenarioOf(c)), c.dtype);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  const int ws = static_cast<int>(BufferClass::kWorkspace);
+  EXPECT_GT((*grid)[0].predicted.class_peak[ws], (*cpu)[0].predicted.class_peak[ws]);
+  for (int k = 0; k < kNumBufferClasses; ++k) {
+    if (k == ws) continue;
+    EXPECT_EQ((*grid)[0].predicted.class_peak[k], (*cpu)[0].predicted.class_peak[k])
+        << kBufferClassNames[k];
+  }
+}
+
 // Messages never sit on a stage's ledger between actions: after every
 // action of every step, no stage holds workspace or logits (its input and
 // output lived inside the action; receive buffers posted ahead and sends in

@@ -33,6 +33,7 @@ struct MemoryCase {
   std::int64_t T;
   double alpha = 0;  // the hybrid partition (schedule.alpha)
   int mbs = 1;       // sequences per microbatch (parallel.microbatch_size)
+  const char* device = "cpu";  // train.device: the measured step's device
 };
 
 inline std::string CaseName(const MemoryCase& c) {
@@ -41,6 +42,7 @@ inline std::string CaseName(const MemoryCase& c) {
                      c.dtype + "_T" + std::to_string(c.T);
   if (c.alpha != 0) name += "_alpha" + std::to_string(static_cast<int>(std::lround(c.alpha * 100)));
   if (c.mbs != 1) name += "_mbs" + std::to_string(c.mbs);
+  if (std::string(c.device) != "cpu") name += std::string("_") + c.device;
   for (char& ch : name) {
     if (ch == '-') ch = '_';
   }
@@ -69,6 +71,7 @@ inline pb::Scenario ScenarioOf(const MemoryCase& c) {
   sched->set_granularity(1);
   sched->set_recompute(c.recompute);
   *s.mutable_precision() = *models::PrecisionForDtype(c.dtype);
+  if (std::string(c.device) != "cpu") s.mutable_train()->set_device(c.device);
   return s;
 }
 

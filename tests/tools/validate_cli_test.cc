@@ -147,6 +147,33 @@ TEST(ValidateCli, PeakMemoryPerStageWithinTwoPercentAndTimingCompared) {
   }
 }
 
+// On --device host-grid the prediction counts that device's GDN core
+// scratch (larger than the CPU kernels': models/cost_model.h,
+// CoreWorkspace), so the peaks are exact there too: every stage's predicted
+// peak equals the measured one, and exceeds the CPU run's prediction.
+TEST(ValidateCli, HostGridPeakMemoryIsExact) {
+  const std::string scenario = WriteFile("scenario-grid.textproto", kScenario);
+  std::vector<double> peaks[2];  // cpu, host-grid: predicted per stage
+  int d = 0;
+  for (const char* device : {"cpu", "host-grid"}) {
+    const Finished v = RunCli({"validate", "--scenario", scenario, "--steps", "2", "--repetitions",
+                               "1", "--warmup", "0", "--concurrent", "1", "--device", device,
+                               "--json"},
+                              std::string("grid-") + device);
+    ASSERT_EQ(v.exit_code, 0) << v.err;
+    const pb::ValidationReport report = FromJson<pb::ValidationReport>(v);
+    ASSERT_EQ(report.runs_size(), 1);
+    for (const pb::ValidationStage& s : report.runs(0).stages()) {
+      EXPECT_EQ(s.predicted_peak_memory_bytes(), s.measured_peak_memory_bytes())
+          << device << " stage " << s.stage();
+      peaks[d].push_back(s.predicted_peak_memory_bytes());
+    }
+    ++d;
+  }
+  ASSERT_EQ(peaks[0].size(), peaks[1].size());
+  for (size_t r = 0; r < peaks[0].size(); ++r) EXPECT_GT(peaks[1][r], peaks[0][r]) << r;
+}
+
 // P = 1: the real run is one process (no mpirun); the link timed in process.
 TEST(ValidateCli, TextTableNamesEveryQuantity) {
   const std::string scenario = WriteFile("text.textproto", kScenario);

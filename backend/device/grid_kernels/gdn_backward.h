@@ -8,7 +8,7 @@
 //        GdnOutValueGradFn    (T, H, Dv)       d(V_new) from Out = P^T dO
 //        GdnStateShareFn      (H, nb, Dv, Dk)  each block's own share of dS:
 //                                              dOg^T Q - dV_new(Out)^T W
-//   ST   GdnSTBackwardFn      (H, Dv)          one state-gradient row: blocks
+//   ST   GdnSTBackwardFn      (H, tiles, B_V)  one state-gradient row: blocks
 //                                              in reverse; ST's share of
 //                                              d(V_new) into Z
 //        GdnSTRowGradFn       (T, H)           dk from ST, e_r
@@ -174,9 +174,11 @@ struct GdnStateShareFn {
   }
 };
 
-// (h, i): row i of the state gradient through the blocks in reverse. Slot nb
-// starts as d(S_out) (zeros for nullptr); for b = nb-1..0, with dS' = slot
-// b+1 (the gradient of the state leaving block b):
+// (h, i): row i of the state gradient through blocks [b0, b1) in reverse
+// (StTiles decodes the index). Slot nb starts as d(S_out) (zeros for
+// nullptr) when b1 = nb; otherwise slot b1 was written by the ST backward of
+// the blocks after. For b = b1-1..b0, with dS' = slot b+1 (the gradient of
+// the state leaving block b):
 //   Z[r, i]  = sum_k d_r k_rk dS'_k            (ST's share of d(V_new))
 //   slot b   = slot b (block b's own share) + gam_{L-1} dS' - sum_r Z_ri W_r.
 // Slot 0 ends as d(S_in), copied out unless dS_in is nullptr.
@@ -190,12 +192,17 @@ struct GdnSTBackwardFn {
   const T* W;
   const T* G;
   GdnShape s;
+  StTiles st;
+  int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1), walked from b1 - 1 down
   SF_HD void operator()(int64_t idx) const {
-    const int64_t h = idx / s.Dv, i = idx % s.Dv;
-    T* last = dS + s.State(h, s.nb, i, s.nb + 1);
-    const T* dso = dS_out != nullptr ? dS_out + (h * s.Dv + i) * s.Dk : nullptr;
-    for (int64_t c = 0; c < s.Dk; ++c) last[c] = dso != nullptr ? dso[c] : T(0);
-    for (int64_t b = s.nb - 1; b >= 0; --b) {
+    int64_t h, i;
+    if (!st.Decode(idx, s.Dv, &h, &i)) return;
+    if (b1 == s.nb) {
+      T* last = dS + s.State(h, s.nb, i, s.nb + 1);
+      const T* dso = dS_out != nullptr ? dS_out + (h * s.Dv + i) * s.Dk : nullptr;
+      for (int64_t c = 0; c < s.Dk; ++c) last[c] = dso != nullptr ? dso[c] : T(0);
+    }
+    for (int64_t b = b1 - 1; b >= b0; --b) {
       const int64_t t0 = b * s.bs, L = s.L(b);
       const T* next = dS + s.State(h, b + 1, i, s.nb + 1);
       T* cur = dS + s.State(h, b, i, s.nb + 1);
@@ -216,7 +223,7 @@ struct GdnSTBackwardFn {
         cur[c] = (cur[c] + gam_last * next[c]) - zw;
       }
     }
-    if (dS_in == nullptr) return;
+    if (dS_in == nullptr || b0 != 0) return;
     const T* first = dS + s.State(h, 0, i, s.nb + 1);
     for (int64_t c = 0; c < s.Dk; ++c) dS_in[(h * s.Dv + i) * s.Dk + c] = first[c];
   }

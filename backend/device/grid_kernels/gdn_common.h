@@ -51,6 +51,45 @@ struct GdnShape {
   int64_t states(int64_t slots) const { return H * slots * Dv * Dk; }
 };
 
+// f over the blocks [b0, b1) of an index space laid out (outer, nb,
+// per_block): index i of the n = outer * n_in indices (n_in = (b1 - b0)
+// per_block, or the token count of a partial last block) calls f on the
+// index it stands for in the whole space. For (T, H, D) buffers outer = 1 and
+// per_block = bs H D; for (H, nb, ...) ones outer = H. A pass over a segment
+// of blocks (GridOps' overlapped cores) is then the whole pass's functor
+// restricted, element for element the same arithmetic.
+template <class F>
+struct BlockRangeFn {
+  F f;
+  int64_t per_block, nb, b0, n_in;
+  SF_HD void operator()(int64_t i) const {
+    f(((i / n_in) * nb + b0) * per_block + i % n_in);
+  }
+};
+
+// The ST passes' grid (GdnSTFn, GdnSTBackwardFn): heads x tiles of B_V
+// value rows x the rows of a tile, ceil(Dv / B_V) tiles per head, the last
+// one partial when B_V does not divide Dv (its spare indices do nothing).
+// Row i of the state never meets another row in ST (S_{b+1}[i] and
+// V_new[:, i] read only S_b[i]; dS likewise), so tiles are independent
+// chains; on a GPU one tile is one thread block (CudaExec::ForEachTile).
+// B_V <= 0 or >= Dv: one tile of Dv rows per head.
+struct StTiles {
+  int64_t tile = 1, per_head = 0;  // B_V, tiles per head
+  static StTiles Make(int64_t Dv, int64_t st_tile) {
+    const int64_t t = st_tile <= 0 || st_tile > Dv ? Dv : st_tile;
+    if (t <= 0) return {1, 0};
+    return {t, (Dv + t - 1) / t};
+  }
+  // Index idx -> head h and value row i; false for a partial tile's spare.
+  SF_HD bool Decode(int64_t idx, int64_t Dv, int64_t* h, int64_t* i) const {
+    *h = idx / (tile * per_head);
+    *i = ((idx / tile) % per_head) * tile + idx % tile;
+    return *i < Dv;
+  }
+  int64_t tiles(int64_t H) const { return H * per_head; }
+};
+
 // Gam_rs = exp(G_r - G_s) for s <= r, else 0 (G of head h, block start t0).
 template <typename T>
 SF_HD inline T Decay(const T* G, const GdnShape& sh, int64_t h, int64_t t0,

@@ -3,7 +3,7 @@
 //        GEMMs, GdnMaskDecayFn (H, nb, bs, bs) KG_rs = (k_r . k_s) Gam_rs, s < r
 //        GdnPreSolveFn   (H, nb, Dv + Dk)    one column of U or W by forward
 //                                            substitution with (I + A)
-//   ST   GdnSTFn         (H, Dv)             one state row: blocks in order
+//   ST   GdnSTFn         (H, tiles, B_V)     one state row: blocks in order
 //   Out  GEMMs, GdnMaskDecayFn (H, nb, bs, bs) P_rs = (q_r . k_s) Gam_rs, s <= r
 //        GdnOutFn        (T, H, Dv)          o = gam Q S_b^T + P V_new
 // The (L, L) Gram matrices K K^T and Q K^T of every block are batched GEMMs
@@ -115,8 +115,10 @@ struct GdnPreSolveFn {
   }
 };
 
-// (h, i): row i of head h's state through every block in order. Block b's
-// entering row S_b[i] goes to the states buffer; then
+// (h, i): row i of head h's state through blocks [b0, b1) in order (StTiles
+// decodes the index). Block b's entering row S_b[i] is in the states buffer
+// (block 0's copied there from S_in; a later segment's written by the ST of
+// the blocks before it); then
 //   V_new[r, i] = U[r, i] - W_r . S_b[i]         (written over U when Vn == U)
 //   S_{b+1}[i]  = sum_r V_new[r, i] d_r K_r + gam_{L-1} S_b[i],
 //   d_r = exp(G_{L-1} - G_r),
@@ -132,15 +134,20 @@ struct GdnSTFn {
   const T* G;     // (T, H)
   const T* S_in;  // (H, Dv, Dk) or nullptr
   GdnShape s;
+  StTiles st;
+  int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1)
   SF_HD void operator()(int64_t idx) const {
-    const int64_t h = idx / s.Dv, i = idx % s.Dv;
-    const T* in = S_in != nullptr ? S_in + (h * s.Dv + i) * s.Dk : nullptr;
-    T* first = s.nb > 0 ? states + s.State(h, 0, i, s.nb)
-                        : (S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk
-                                            : nullptr);
-    if (first == nullptr) return;
-    for (int64_t c = 0; c < s.Dk; ++c) first[c] = in != nullptr ? in[c] : T(0);
-    for (int64_t b = 0; b < s.nb; ++b) {
+    int64_t h, i;
+    if (!st.Decode(idx, s.Dv, &h, &i)) return;
+    if (b0 == 0) {
+      const T* in = S_in != nullptr ? S_in + (h * s.Dv + i) * s.Dk : nullptr;
+      T* first = s.nb > 0 ? states + s.State(h, 0, i, s.nb)
+                          : (S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk
+                                              : nullptr);
+      if (first == nullptr) return;
+      for (int64_t c = 0; c < s.Dk; ++c) first[c] = in != nullptr ? in[c] : T(0);
+    }
+    for (int64_t b = b0; b < b1; ++b) {
       const int64_t t0 = b * s.bs, L = s.L(b);
       const T* Sb = states + s.State(h, b, i, s.nb);
       for (int64_t r = 0; r < L; ++r) {

@@ -1,5 +1,6 @@
 // GPU test (label gpu): every kernel of GridOps and GridAttentionOps run on
-// a CUDA device (CudaExec: one thread per index, GEMMs in cuBLAS) against
+// a CUDA device (CudaExec: one thread per index, GEMMs in cuBLAS; the
+// overlapped GDN cores on two streams with events) against
 // the same kernels on the host-grid device (HostExec), from the same inputs:
 // float64 within 1e-11 relative (the device may contract a*b+c into an FMA),
 // float32 within 1e-4. The host-grid results are themselves tested against
@@ -93,8 +94,22 @@ class CudaGridOps : public ::testing::Test {
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
     ASSERT_EQ(cublasCreate(&handle_), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cublasSetStream(handle_, stream_), CUBLAS_STATUS_SUCCESS);
+    // Stream 0 is stream_; the side stream of the overlapped GDN cores.
+    streams_.stream[0] = stream_;
+    streams_.handle[0] = handle_;
+    ASSERT_EQ(cudaStreamCreate(&streams_.stream[1]), cudaSuccess);
+    ASSERT_EQ(cublasCreate(&streams_.handle[1]), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasSetStream(streams_.handle[1], streams_.stream[1]), CUBLAS_STATUS_SUCCESS);
+    for (cudaEvent_t& e : streams_.event) {
+      ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+    }
   }
   void TearDown() override {
+    for (cudaEvent_t e : streams_.event) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (streams_.handle[1] != nullptr) cublasDestroy(streams_.handle[1]);
+    if (streams_.stream[1] != nullptr) cudaStreamDestroy(streams_.stream[1]);
     if (handle_ != nullptr) cublasDestroy(handle_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -106,10 +121,10 @@ class CudaGridOps : public ::testing::Test {
     std::unique_ptr<Ops<T>> gpu_ops;
     std::unique_ptr<AttentionOps<T>> gpu_attn;
     if constexpr (std::is_same_v<T, double>) {
-      gpu_ops = MakeCudaOpsF64(handle_, stream_);
+      gpu_ops = MakeCudaOpsF64(&streams_);
       gpu_attn = MakeCudaAttentionOpsF64(handle_, stream_);
     } else {
-      gpu_ops = MakeCudaOpsF32(handle_, stream_);
+      gpu_ops = MakeCudaOpsF32(&streams_);
       gpu_attn = MakeCudaAttentionOpsF32(handle_, stream_);
     }
     Space host(false), device(true);
@@ -125,6 +140,7 @@ class CudaGridOps : public ::testing::Test {
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;
+  CudaStreams streams_;
 };
 
 template <typename T>
@@ -267,10 +283,13 @@ Case<T> EmbeddingAndLossCase() {
   };
 }
 
+// overlapped: the two-stream cores (at bs = 32: 5 blocks in 4 segments);
+// st_tile: the ST launch's block shape (5 does not divide Dv).
 template <typename T>
-Case<T> GdnCoreCase() {
-  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
-    const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12, bs = kGdnBlockSize;
+Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
+                    int64_t bs = kGdnBlockSize) {
+  return [=](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12;
     const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk;
     T* q = sp.Put(Rand<T>(41, nk, -0.25, 0.25));
     T* k = sp.Put(Rand<T>(42, nk, -0.25, 0.25));
@@ -281,7 +300,8 @@ Case<T> GdnCoreCase() {
     T* o = sp.Put(std::vector<T>(nv));
     T* S_out = sp.Put(std::vector<T>(ns));
     T* wsf = sp.Put(std::vector<T>(ops.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    ops.GdnCoreForward(o, S_out, wsf, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, bs);
+    auto fwd = overlapped ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
+    (ops.*fwd)(o, S_out, wsf, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, bs, st_tile);
     T* dO = sp.Put(Rand<T>(47, nv, -1, 1));
     T* dS_out = sp.Put(Rand<T>(48, ns, -1, 1));
     T* dq = sp.Put(std::vector<T>(nk));
@@ -291,8 +311,9 @@ Case<T> GdnCoreCase() {
     T* dbeta = sp.Put(std::vector<T>(T_len * H));
     T* dS_in = sp.Put(std::vector<T>(ns));
     T* wsb = sp.Put(std::vector<T>(ops.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    ops.GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, wsb, dO, dS_out, q, k, v, g, beta, S_in,
-                        T_len, H, Dk, Dv, bs);
+    auto bwd = overlapped ? &Ops<T>::GdnCoreBackwardOverlapped : &Ops<T>::GdnCoreBackward;
+    (ops.*bwd)(dq, dk, dv, dg, dbeta, dS_in, wsb, dO, dS_out, q, k, v, g, beta, S_in, T_len, H,
+               Dk, Dv, bs, st_tile);
     return {{"o", sp.Get(o, nv)},        {"S_out", sp.Get(S_out, ns)},
             {"dq", sp.Get(dq, nk)},      {"dk", sp.Get(dk, nk)},
             {"dv", sp.Get(dv, nv)},      {"dg", sp.Get(dg, T_len * H)},
@@ -466,6 +487,14 @@ TEST_F(CudaGridOps, EmbeddingAndOutputLoss) {
 TEST_F(CudaGridOps, GdnCore) {
   Compare<double>("gdn core", GdnCoreCase<double>());
   Compare<float>("gdn core", GdnCoreCase<float>());
+}
+// The two streams with events and the ST tile as the launch's block shape,
+// against the host-grid device (whose overlapped cores equal its sequential
+// ones bit for bit: grid_streams_test.cc).
+TEST_F(CudaGridOps, GdnCoreOverlappedAndTiled) {
+  Compare<double>("gdn core overlapped, B_V 5", GdnCoreCase<double>(true, 5, 32));
+  Compare<float>("gdn core overlapped, B_V 5", GdnCoreCase<float>(true, 5, 32));
+  Compare<double>("gdn core sequential, B_V 1", GdnCoreCase<double>(false, 1, 32));
 }
 TEST_F(CudaGridOps, Mamba3Core) {
   Compare<double>("mamba3 core", Mamba3CoreCase<double>());
