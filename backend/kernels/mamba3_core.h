@@ -28,11 +28,15 @@
 // workspace of Mamba3CoreBackwardWorkspaceSize elements (kWorkspace) and
 // recomputes Pre per block; per-block scratch, O(L (L + Dk + Dv) + Dk Dv)
 // elements, lives in Eigen temporaries and is not tracked.
+// Per block the backward is three functions, OutAG, the ST chain and OutWG
+// (see Mamba3CoreBackwardOverlapped), in the sequential and overlapped
+// kernels alike.
 //
 // Not the projections, norms, rotary angles, D skip or gate of the layer.
 //
 //   Mamba3CoreForward<float>(o, S_out, k_out, v_out, q, k, v, a, gamma, beta,
 //                            S_in, k_in, v_in, T, H, Dk, Dv);
+//   Mamba3CoreForwardOverlapped<float>(...the same arguments...);  // split-and-overlap
 //
 // Dimensions: T tokens in the chunk, H heads, Dk state dim (d_state), Dv SSM
 // head dim, L tokens in one block (T_C, or fewer for the last block).
