@@ -8,6 +8,16 @@
 // sequence of T = 256, 1024, 4096 tokens. After the runs it prints each
 // Mamba-3 rate as a fraction of the best GEMM rate (the target is >= 40%).
 // Rates are per CPU second, medians when repeated.
+// Split-and-overlap (issue 15), one rank, wall time, float32, the paper's
+// head (d_state N = 128, head dim P = 64):
+//   Mamba3ForwardThreads/mode:0   Mamba3CoreForward on 1 thread (sequential)
+//   Mamba3ForwardThreads/mode:1   Mamba3CoreForward on 2 threads (heads split)
+//   Mamba3ForwardThreads/mode:2   Mamba3CoreForwardOverlapped on 2 threads
+//   Mamba3BackwardThreads/mode:0  Mamba3CoreBackward on 1 thread (sequential)
+//   Mamba3BackwardThreads/mode:1  Mamba3CoreBackward on 2 threads (heads split)
+//   Mamba3BackwardThreads/mode:2  Mamba3CoreBackwardOverlapped on 2 threads
+// at H = 1, 2, 4 and T = 256 to 4096:
+//   OMP_NUM_THREADS=2 ./bench/bench_mamba3_kernel --benchmark_filter=Threads --benchmark_repetitions=3
 //
 //   ./bench/bench_mamba3_kernel --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
@@ -99,6 +109,48 @@ void Mamba3Backward(benchmark::State& state) {
   SetRate(state, CountMamba3CoreFlops(in.T, in.H, in.N, in.P).backward);
 }
 
+void Mamba3ForwardThreads(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  SetKernelThreads(mode == 0 ? 1 : 2);
+  const Mamba3Inputs in(state.range(1), state.range(2), 128, 64);
+  std::vector<float> o(in.T * in.H * in.P), S_out(in.H * in.P * in.N),
+      k_out(in.H * in.N), v_out(in.H * in.P);
+  auto* core = mode == 2 ? &Mamba3CoreForwardOverlapped<float> : &Mamba3CoreForward<float>;
+  for (auto _ : state) {
+    core(o.data(), S_out.data(), k_out.data(), v_out.data(), in.q.data(), in.k.data(),
+         in.v.data(), in.a.data(), in.gamma.data(), in.beta.data(), in.S_in.data(),
+         in.k_in.data(), in.v_in.data(), in.T, in.H, in.N, in.P, kMamba3BlockSize);
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  SetKernelThreads(1);
+  SetRate(state, CountMamba3CoreFlops(in.T, in.H, in.N, in.P).forward);
+}
+
+void Mamba3BackwardThreads(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  SetKernelThreads(mode == 0 ? 1 : 2);
+  const Mamba3Inputs in(state.range(1), state.range(2), 128, 64);
+  const int64_t nk = in.T * in.H * in.N, nv = in.T * in.H * in.P,
+                ns = in.H * in.P * in.N, nh = in.T * in.H;
+  std::vector<float> dO(nv, 0.01f), dS_out(ns, 0.01f), dk_out(in.H * in.N, 0.01f),
+      dv_out(in.H * in.P, 0.01f), dq(nk), dk(nk), dv(nv), da(nh), dgamma(nh),
+      dbeta(nh), dS_in(ns), dk_in(in.H * in.N), dv_in(in.H * in.P),
+      ws(Mamba3CoreBackwardWorkspaceSize(in.T, in.H, in.N, in.P));
+  auto* core = mode == 2 ? &Mamba3CoreBackwardOverlapped<float> : &Mamba3CoreBackward<float>;
+  for (auto _ : state) {
+    core(dq.data(), dk.data(), dv.data(), da.data(), dgamma.data(), dbeta.data(),
+         dS_in.data(), dk_in.data(), dv_in.data(), ws.data(), dO.data(), dS_out.data(),
+         dk_out.data(), dv_out.data(), in.q.data(), in.k.data(), in.v.data(), in.a.data(),
+         in.gamma.data(), in.beta.data(), in.S_in.data(), in.k_in.data(), in.v_in.data(),
+         in.T, in.H, in.N, in.P, kMamba3BlockSize);
+    benchmark::DoNotOptimize(dq.data());
+    benchmark::ClobberMemory();
+  }
+  SetKernelThreads(1);
+  SetRate(state, CountMamba3CoreFlops(in.T, in.H, in.N, in.P).backward);
+}
+
 void Configs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"T", "H", "N", "P"});
   for (int64_t T : {256, 1024, 4096}) {
@@ -108,6 +160,16 @@ void Configs(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond);
 }
 
+BENCHMARK(Mamba3ForwardThreads)
+    ->ArgNames({"mode", "T", "H"})
+    ->ArgsProduct({{0, 1, 2}, {256, 1024, 4096}, {1, 2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(Mamba3BackwardThreads)
+    ->ArgNames({"mode", "T", "H"})
+    ->ArgsProduct({{0, 1, 2}, {256, 1024, 4096}, {1, 2, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(Gemm)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK(Mamba3Forward)->Apply(Configs);
 BENCHMARK(Mamba3Backward)->Apply(Configs);

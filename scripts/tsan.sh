@@ -3,7 +3,7 @@
 # builds build-tsan/ with clang, -fsanitize=thread and LLVM's OpenMP runtime
 # (libomp, Debian's libomp-dev), and runs what uses threads with more than
 # one: the kernels' tests at 2 threads (GDN, Mamba-3 and attention heads on
-# lanes, the overlapped GDN forward's OpenMP tasks, Eigen's products), the
+# lanes, the overlapped GDN and Mamba-3 cores' OpenMP tasks, Eigen's products), the
 # pipeline runtime and trainer in one process, the MPI backend's tests, and
 # `stateflow train --threads 2` in one process and under `mpirun -n 2` for
 # each tiny model family.

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/kernels/eigen_types.h"
 #include "backend/threading.h"
@@ -57,29 +58,46 @@ RowMat<T> LoadState(const T* S, int64_t h, int64_t Dk, int64_t Dv) {
   return CMat<T>(S + h * Dv * Dk, Dv, Dk);
 }
 
-// One head's chunk: its inputs and sizes.
+// One head's chunk: its inputs, the carry entering it and the sizes.
 template <typename T>
 struct HeadArgs {
-  const T *q, *k, *v, *a, *gamma, *beta;
+  const T *q, *k, *v, *a, *gamma, *beta, *k_in, *v_in;
   int64_t T_len, H, Dk, Dv, block_size, h;
 };
 
+// The carry before token t0 of head x.h: k and v of token t0 - 1, or the
+// boundary state's (k_in, v_in; zeros for nullptr) at t0 = 0.
+template <typename T>
+Vec<T> CarryK(const HeadArgs<T>& x, int64_t t0) {
+  if (t0 == 0) return LoadCarry(x.k_in, x.h, x.Dk);
+  return HeadRows(x.k, t0 - 1, 1, x.h, x.H, x.Dk).transpose();
+}
+template <typename T>
+Vec<T> CarryV(const HeadArgs<T>& x, int64_t t0) {
+  if (t0 == 0) return LoadCarry(x.v_in, x.h, x.Dv);
+  return HeadRows(x.v, t0 - 1, 1, x.h, x.H, x.Dv).transpose();
+}
+
 // Pre's decay weights of one block: G (L) and M (L, L) as in the header, and
-// Gam (L, L) (the backward needs both).
+// Gam (L, L) (the backward needs both); U only in the forward and the replay.
 template <typename T>
 struct BlockWeights {
   Vec<T> G;       // (L)
   RowMat<T> Gam;  // (L, L) exp(G_r - G_s), s <= r, else 0
   RowMat<T> M;    // (L, L)
+  RowMat<T> U;    // (Dv, Dk) V^T diag(m) K, m = M_{L-1,.}
 };
 
+// Pre without U: G, Gam, M of head x.h's block [t0, t0 + L).
 template <typename T>
-void BlockPre(BlockWeights<T>* w, CSVec<T> a, CSVec<T> gamma,
-              CSVec<T> beta) {
-  const Eigen::Index L = a.size();
+void BlockPre(BlockWeights<T>* w, const HeadArgs<T>& x, int64_t t0,
+              int64_t L) {
+  const CSVec<T> a = HeadEntries(x.a, t0, L, x.h, x.H);
+  const CSVec<T> gamma = HeadEntries(x.gamma, t0, L, x.h, x.H);
+  const CSVec<T> beta = HeadEntries(x.beta, t0, L, x.h, x.H);
   w->G.resize(L);
   T acc = 0;
-  for (Eigen::Index r = 0; r < L; ++r) w->G(r) = acc += a(r);
+  for (int64_t r = 0; r < L; ++r) w->G(r) = acc += a(r);
   // The upper part is zeroed before the exp so that nothing there overflows.
   w->Gam.noalias() = w->G.rowwise().replicate(L) -
                      w->G.transpose().colwise().replicate(L);
@@ -87,35 +105,51 @@ void BlockPre(BlockWeights<T>* w, CSVec<T> a, CSVec<T> gamma,
   w->Gam.array() = w->Gam.array().exp();
   w->Gam.template triangularView<Eigen::StrictlyUpper>().setZero();
   RowVec<T> c(L);  // c_s = gamma_s + beta_{s+1}; c_{L-1} never used
-  for (Eigen::Index s = 0; s + 1 < L; ++s) c(s) = gamma(s) + beta(s + 1);
+  for (int64_t s = 0; s + 1 < L; ++s) c(s) = gamma(s) + beta(s + 1);
   c(L - 1) = 0;
   w->M.noalias() = w->Gam * c.asDiagonal();
   w->M.diagonal() = gamma;
 }
 
+// The whole Pre of the forward (and of the backward's replay): G, Gam, M and
+// the block's own state contribution U = V^T diag(m) K.
+template <typename T>
+void BlockPreWithU(BlockWeights<T>* w, const HeadArgs<T>& x, int64_t t0,
+                   int64_t L) {
+  BlockPre<T>(w, x, t0, L);
+  const CSMat<T> K = HeadRows(x.k, t0, L, x.h, x.H, x.Dk);  // (L, Dk)
+  const CSMat<T> V = HeadRows(x.v, t0, L, x.h, x.H, x.Dv);  // (L, Dv)
+  const RowMat<T> Km = w->M.row(L - 1).transpose().asDiagonal() * K;  // (L, Dk)
+  w->U.noalias() = V.transpose() * Km;
+}
+
 // S' = S + beta_0 vp kp^T.
 template <typename T>
-void CarriedState(RowMat<T>* S1, const RowMat<T>& S, T beta0, const Vec<T>& kp,
+void CarriedState(RowMat<T>* S1, CMatRef<T> S, T beta0, const Vec<T>& kp,
                   const Vec<T>& vp) {
   *S1 = S;
   S1->noalias() += (beta0 * vp) * kp.transpose();
 }
 
-// ST: S_next = exp(G_{L-1}) S' + V^T diag(m) K.
+// ST of head x.h's block at t0, given its Pre: S' (into *S1) and
+// S_next = exp(G_{L-1}) S' + U. O(Dk Dv): the only sequential part.
 template <typename T>
-void BlockST(RowMat<T>* S_next, const RowMat<T>& S1, const BlockWeights<T>& w,
-             CSMat<T> K, CSMat<T> V) {
-  const Eigen::Index L = K.rows();
-  const RowMat<T> Km = w.M.row(L - 1).transpose().asDiagonal() * K;  // (L, Dk)
-  S_next->noalias() = V.transpose() * Km;
-  *S_next += std::exp(w.G(L - 1)) * S1;
+void BlockST(RowMat<T>* S_next, RowMat<T>* S1, CMatRef<T> S,
+             const BlockWeights<T>& w, const HeadArgs<T>& x, int64_t t0) {
+  CarriedState<T>(S1, S, x.beta[t0 * x.H + x.h], CarryK(x, t0), CarryV(x, t0));
+  *S_next = w.U;
+  *S_next += std::exp(w.G(w.G.size() - 1)) * *S1;
 }
 
 // Out: O = diag(exp(G)) Q S'^T + ((Q K^T) o M) V.
 template <typename T>
-void BlockOut(SMat<T> O, const RowMat<T>& S1, const BlockWeights<T>& w,
-              CSMat<T> Q, CSMat<T> K, CSMat<T> V) {
-  RowMat<T> P(Q.rows(), K.rows());  // (L, L)
+void BlockOut(T* o, const RowMat<T>& S1, const BlockWeights<T>& w,
+              const HeadArgs<T>& x, int64_t t0, int64_t L) {
+  const CSMat<T> Q = HeadRows(x.q, t0, L, x.h, x.H, x.Dk);  // (L, Dk)
+  const CSMat<T> K = HeadRows(x.k, t0, L, x.h, x.H, x.Dk);  // (L, Dk)
+  const CSMat<T> V = HeadRows(x.v, t0, L, x.h, x.H, x.Dv);  // (L, Dv)
+  SMat<T> O = HeadRows(o, t0, L, x.h, x.H, x.Dv);           // (L, Dv)
+  RowMat<T> P(L, L);
   P.noalias() = Q * K.transpose();
   P.array() *= w.M.array();
   O.noalias() = Q * S1.transpose();
@@ -123,34 +157,37 @@ void BlockOut(SMat<T> O, const RowMat<T>& S1, const BlockWeights<T>& w,
   O.noalias() += P * V;
 }
 
+// The leaving state and carry of head x.h (each nullptr skips it); S is the
+// state leaving the last block (S_in for an empty chunk).
+template <typename T>
+void StoreLeaving(T* S_out, T* k_out, T* v_out, const RowMat<T>& S,
+                  const HeadArgs<T>& x) {
+  if (S_out != nullptr) Mat<T>(S_out + x.h * x.Dv * x.Dk, x.Dv, x.Dk) = S;
+  StoreCarry(k_out, CarryK(x, x.T_len), x.h);
+  StoreCarry(v_out, CarryV(x, x.T_len), x.h);
+}
+
 template <typename T>
 void ForwardOneHead(T* o, T* S_out, T* k_out, T* v_out, const T* S_in,
-                    const T* k_in, const T* v_in, const HeadArgs<T>& x) {
-  const int64_t H = x.H, h = x.h;
-  RowMat<T> S = LoadState(S_in, h, x.Dk, x.Dv), S1, S_next;  // (Dv, Dk)
-  Vec<T> kp = LoadCarry(k_in, h, x.Dk), vp = LoadCarry(v_in, h, x.Dv);
+                    const HeadArgs<T>& x) {
+  RowMat<T> S = LoadState(S_in, x.h, x.Dk, x.Dv), S1, S_next;  // (Dv, Dk)
   BlockWeights<T> w;
   for (int64_t t0 = 0; t0 < x.T_len; t0 += x.block_size) {
     const int64_t L = std::min(x.block_size, x.T_len - t0);
-    const CSMat<T> Q = HeadRows(x.q, t0, L, h, H, x.Dk);  // (L, Dk)
-    const CSMat<T> K = HeadRows(x.k, t0, L, h, H, x.Dk);  // (L, Dk)
-    const CSMat<T> V = HeadRows(x.v, t0, L, h, H, x.Dv);  // (L, Dv)
-    BlockPre<T>(&w, HeadEntries(x.a, t0, L, h, H),
-                HeadEntries(x.gamma, t0, L, h, H), HeadEntries(x.beta, t0, L, h, H));
-    CarriedState<T>(&S1, S, x.beta[t0 * H + h], kp, vp);
-    BlockST<T>(&S_next, S1, w, K, V);
-    BlockOut<T>(HeadRows(o, t0, L, h, H, x.Dv), S1, w, Q, K, V);
+    BlockPreWithU<T>(&w, x, t0, L);
+    BlockST<T>(&S_next, &S1, S, w, x, t0);
+    BlockOut<T>(o, S1, w, x, t0, L);
     S.swap(S_next);
-    kp = K.row(L - 1).transpose();
-    vp = V.row(L - 1).transpose();
   }
-  if (S_out != nullptr) Mat<T>(S_out + h * x.Dv * x.Dk, x.Dv, x.Dk) = S;
-  StoreCarry(k_out, kp, h);
-  StoreCarry(v_out, vp, h);
+  StoreLeaving<T>(S_out, k_out, v_out, S, x);
 }
 
 int Lanes(int64_t H) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(H, KernelThreads())));
+}
+
+int64_t Blocks(int64_t T_len, int64_t block_size) {
+  return (T_len + block_size - 1) / block_size;
 }
 
 }  // namespace
@@ -165,15 +202,62 @@ void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, const T* q,
   // Heads are independent: a static schedule hands each lane a fixed range.
 #pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
   for (int64_t h = 0; h < H; ++h) {
-    const HeadArgs<T> x{q, k, v, a, gamma, beta, T_len, H, Dk, Dv, block_size, h};
-    ForwardOneHead<T>(o, S_out, k_out, v_out, S_in, k_in, v_in, x);
+    const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
+                        T_len, H, Dk, Dv, block_size, h};
+    ForwardOneHead<T>(o, S_out, k_out, v_out, S_in, x);
+  }
+}
+
+template <typename T>
+void Mamba3CoreForwardOverlapped(T* o, T* S_out, T* k_out, T* v_out,
+                                 const T* q, const T* k, const T* v,
+                                 const T* a, const T* gamma, const T* beta,
+                                 const T* S_in, const T* k_in, const T* v_in,
+                                 int64_t T_len, int64_t H, int64_t Dk,
+                                 int64_t Dv, int64_t block_size) {
+  const int64_t blocks = Blocks(T_len, block_size);
+  const int64_t R = kMamba3OverlapSlots;
+  // Per head R slots, block b in slot b % R: its Pre, its S' and the state
+  // entering it (the state leaving it goes to slot (b + 1) % R).
+  std::vector<HeadArgs<T>> args;
+  std::vector<BlockWeights<T>> weights(H * R);
+  std::vector<RowMat<T>> states(H * R), carried(H * R);
+  for (int64_t h = 0; h < H; ++h) {
+    args.push_back({q, k, v, a, gamma, beta, k_in, v_in, T_len, H, Dk, Dv, block_size, h});
+    states[h * R] = LoadState(S_in, h, Dk, Dv);
+  }
+  const HeadArgs<T>* xs = args.data();
+  BlockWeights<T>* w = weights.data();
+  RowMat<T>* st = states.data();
+  RowMat<T>* s1 = carried.data();
+  const int threads = std::max(1, KernelThreads());
+  // One thread creates the tasks in program order (block by block, heads
+  // inside), so OpenMP's dependences on the slots order each task after the
+  // last earlier one that wrote what it reads or read what it writes.
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp single
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t t0 = b * block_size;
+    const int64_t L = std::min(block_size, T_len - t0);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t i = h * R + b % R;        // this block's slot
+      const int64_t n = h * R + (b + 1) % R;  // the next block's
+#pragma omp task depend(out : w[i])
+      BlockPreWithU<T>(&w[i], xs[h], t0, L);
+#pragma omp task depend(in : w[i], st[i]) depend(out : st[n], s1[i])
+      BlockST<T>(&st[n], &s1[i], st[i], w[i], xs[h], t0);
+#pragma omp task depend(in : w[i], s1[i])
+      BlockOut<T>(o, s1[i], w[i], xs[h], t0, L);
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    StoreLeaving<T>(S_out, k_out, v_out, states[h * R + blocks % R], args[h]);
   }
 }
 
 int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                         int64_t Dv, int64_t block_size) {
-  const int64_t blocks = (T_len + block_size - 1) / block_size;
-  return H * blocks * Dv * Dk;
+  return H * Blocks(T_len, block_size) * Dv * Dk;
 }
 
 namespace {
@@ -189,47 +273,65 @@ struct Flow {
 // Scratch of one block's backward, reused across blocks.
 template <typename T>
 struct BlockScratch {
-  BlockWeights<T> w;
-  RowMat<T> S1, dS1;          // (Dv, Dk) S' and its gradient
+  BlockWeights<T> w;          // Pre again (no U)
+  RowMat<T> S1;               // (Dv, Dk) S'
+  RowMat<T> dS1;              // (Dv, Dk) the gradient of S'
+  RowMat<T> dS_next;          // (Dv, Dk) of the state leaving the block
+  Vec<T> dk_next, dv_next;    // (Dk), (Dv) of the carry leaving the block
+  T dbeta0 = 0;               // beta_0's share through S'
   RowMat<T> dQ, dK, dV;       // (L, Dk), (L, Dk), (L, Dv)
   RowMat<T> QK, dM, dP;       // (L, L) each
+  RowMat<T> dOg;              // (L, Dv) diag(exp(G)) dO
   Vec<T> dG;                  // (L)
 };
 
-// The gradients out of one block's Out and ST (into s->dQ, dK, dV, dM, dG,
-// dS1), given dO and the gradient dS of the state leaving the block.
+// The backward's first part, needing neither the replayed state nor any
+// gradient from later blocks: Pre again; Out's intra-block backward (into
+// s->dQ, dK, dV, dM) and OutAG, Out's gradient of S' (s->dS1 = dOg^T Q), the
+// one share of Out's backward that the chain of state gradients waits for.
 template <typename T>
-void OutSTBackward(BlockScratch<T>* s, CSMat<T> dO, const RowMat<T>& dS,
-                   CSMat<T> Q, CSMat<T> K, CSMat<T> V) {
+void BlockOutBackward(BlockScratch<T>* s, const T* dO, const HeadArgs<T>& x,
+                      int64_t t0, int64_t L) {
+  const CSMat<T> Q = HeadRows(x.q, t0, L, x.h, x.H, x.Dk);     // (L, Dk)
+  const CSMat<T> K = HeadRows(x.k, t0, L, x.h, x.H, x.Dk);     // (L, Dk)
+  const CSMat<T> V = HeadRows(x.v, t0, L, x.h, x.H, x.Dv);     // (L, Dv)
+  const CSMat<T> dOb = HeadRows(dO, t0, L, x.h, x.H, x.Dv);    // (L, Dv)
+  BlockPre<T>(&s->w, x, t0, L);
   const BlockWeights<T>& w = s->w;
-  const Eigen::Index L = Q.rows();
-  // ST: S_next = exp(G_{L-1}) S' + V^T diag(m) K.
-  const T e_last = std::exp(w.G(L - 1));
-  s->dS1 = e_last * dS;
-  s->dG.setZero(L);
-  s->dG(L - 1) = e_last * (dS.array() * s->S1.array()).sum();
-  const Vec<T> m = w.M.row(L - 1).transpose();                  // (L)
-  s->dV.noalias() = K * dS.transpose();                          // (L, Dv)
-  s->dV = m.asDiagonal() * s->dV;
-  const RowMat<T> VdS = V * dS;                                  // (L, Dk)
-  s->dK.noalias() = m.asDiagonal() * VdS;
-  s->dM.setZero(L, L);
-  s->dM.row(L - 1) = (VdS.array() * K.array()).rowwise().sum().transpose();
-  // Out, intra-block: O += P V, P = QK o M.
+  // O += P V, P = QK o M.
   s->QK.noalias() = Q * K.transpose();
-  s->dP.noalias() = dO * V.transpose();                          // (L, L)
-  s->dM.array() += s->dP.array() * s->QK.array();
-  s->QK.array() *= w.M.array();                                  // P
-  s->dV.noalias() += s->QK.transpose() * dO;
-  s->dP.array() *= w.M.array();                                  // d(QK)
+  s->dP.noalias() = dOb * V.transpose();
+  s->dM = s->dP.cwiseProduct(s->QK);
+  s->QK.array() *= w.M.array();                                // P
+  s->dV.noalias() = s->QK.transpose() * dOb;
+  s->dP.array() *= w.M.array();                                // d(QK)
   s->dQ.noalias() = s->dP * K;
-  s->dK.noalias() += s->dP.transpose() * Q;
-  // Out, inter-block: O += diag(exp(G)) Q S'^T.
-  const RowMat<T> dOg = dO.array().colwise() * w.G.array().exp();  // (L, Dv)
-  const RowMat<T> dOgS = dOg * s->S1;                               // (L, Dk)
-  s->dQ += dOgS;
-  s->dG += (dOgS.array() * Q.array()).rowwise().sum().matrix();
-  s->dS1.noalias() += dOg.transpose() * Q;
+  s->dK.noalias() = s->dP.transpose() * Q;
+  // O += diag(exp(G)) Q S'^T: OutAG.
+  s->dOg = dOb.array().colwise() * w.G.array().exp();
+  s->dS1.noalias() = s->dOg.transpose() * Q;
+}
+
+// The ST backward, the sequential chain, O(Dk Dv): given *flow (the
+// gradients of the state and carry leaving the block), s->dS1 becomes the
+// whole gradient of S' = S + beta_0 vp kp^T, which is that of the entering
+// state, and the carry (kp, vp) takes its share. *flow then holds the
+// entering state's and carry's gradients; the leaving ones move to
+// s->dS_next, dk_next, dv_next for BlockWeightBackward.
+template <typename T>
+void BlockSTBackward(BlockScratch<T>* s, Flow<T>* flow, const HeadArgs<T>& x,
+                     int64_t t0) {
+  const T beta0 = x.beta[t0 * x.H + x.h];
+  s->dS1 += std::exp(s->w.G(s->w.G.size() - 1)) * flow->dS;
+  const Vec<T> kp = CarryK(x, t0), vp = CarryV(x, t0);
+  const Vec<T> dS1_kp = s->dS1 * kp;                           // (Dv)
+  s->dbeta0 = vp.dot(dS1_kp);
+  s->dk_next.swap(flow->dk);
+  s->dv_next.swap(flow->dv);
+  flow->dv = beta0 * dS1_kp;
+  flow->dk.noalias() = beta0 * (s->dS1.transpose() * vp);
+  s->dS_next.swap(flow->dS);
+  flow->dS.swap(s->dS1);
 }
 
 // Pre's backward: dM into dG, dgamma, dbeta (written for the block's rows).
@@ -256,32 +358,39 @@ void PreBackward(BlockScratch<T>* s, T* dgamma, T* dbeta, int64_t t0,
   }
 }
 
-// Head h's block [t0, t0 + L) given the state S entering it and the carry
-// (kp, vp) before it: writes its rows of every gradient and turns *flow (of
-// the state and carry leaving the block) into that of S and (kp, vp).
+// The backward's last part, the weight-gradient side nobody in the chain
+// waits for (OutWG with the ST's and Pre's): given the state S entering the
+// block and what BlockSTBackward left in *s, the rest of Out's backward (its
+// inter-block term), the ST's gradients of K, V and the decays, the carry
+// leaving the block, Pre's backward, and the block's rows of every gradient.
 template <typename T>
-void BackwardOneBlock(BlockScratch<T>* s, Flow<T>* flow, CMat<T> S,
-                      const Vec<T>& kp, const Vec<T>& vp, const T* dO,
-                      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
-                      const HeadArgs<T>& x, int64_t t0, int64_t L) {
+void BlockWeightBackward(BlockScratch<T>* s, CMatRef<T> S, T* dq, T* dk, T* dv,
+                         T* da, T* dgamma, T* dbeta, const HeadArgs<T>& x,
+                         int64_t t0, int64_t L) {
   const int64_t H = x.H, h = x.h;
   const CSMat<T> Q = HeadRows(x.q, t0, L, h, H, x.Dk);   // (L, Dk)
   const CSMat<T> K = HeadRows(x.k, t0, L, h, H, x.Dk);   // (L, Dk)
   const CSMat<T> V = HeadRows(x.v, t0, L, h, H, x.Dv);   // (L, Dv)
-  BlockPre<T>(&s->w, HeadEntries(x.a, t0, L, h, H),
-              HeadEntries(x.gamma, t0, L, h, H), HeadEntries(x.beta, t0, L, h, H));
-  const T beta0 = x.beta[t0 * H + h];
-  CarriedState<T>(&s->S1, RowMat<T>(S), beta0, kp, vp);
-  OutSTBackward<T>(s, HeadRows(dO, t0, L, h, H, x.Dv), flow->dS, Q, K, V);
-  s->dK.row(L - 1) += flow->dk.transpose();  // the carry leaving the block
-  s->dV.row(L - 1) += flow->dv.transpose();
+  const BlockWeights<T>& w = s->w;
+  CarriedState<T>(&s->S1, S, x.beta[t0 * H + h], CarryK(x, t0), CarryV(x, t0));
+  // ST: S_next = exp(G_{L-1}) S' + V^T diag(m) K.
+  const RowMat<T>& dS = s->dS_next;
+  s->dG.setZero(L);
+  s->dG(L - 1) = std::exp(w.G(L - 1)) * (dS.array() * s->S1.array()).sum();
+  const Vec<T> m = w.M.row(L - 1).transpose();                  // (L)
+  const RowMat<T> KdS = K * dS.transpose();                      // (L, Dv)
+  s->dV.noalias() += m.asDiagonal() * KdS;
+  const RowMat<T> VdS = V * dS;                                  // (L, Dk)
+  s->dK.noalias() += m.asDiagonal() * VdS;
+  s->dM.row(L - 1) += (VdS.array() * K.array()).rowwise().sum().transpose().matrix();
+  // Out, inter-block: O += diag(exp(G)) Q S'^T.
+  const RowMat<T> dOgS = s->dOg * s->S1;                         // (L, Dk)
+  s->dQ += dOgS;
+  s->dG += (dOgS.array() * Q.array()).rowwise().sum().matrix();
+  s->dK.row(L - 1) += s->dk_next.transpose();  // the carry leaving the block
+  s->dV.row(L - 1) += s->dv_next.transpose();
   PreBackward<T>(s, dgamma, dbeta, t0, H, h);
-  // S' = S + beta_0 vp kp^T.
-  const Vec<T> dS1_kp = s->dS1 * kp;                             // (Dv)
-  dbeta[t0 * H + h] += vp.dot(dS1_kp);
-  flow->dv = beta0 * dS1_kp;
-  flow->dk.noalias() = beta0 * (s->dS1.transpose() * vp);
-  flow->dS.swap(s->dS1);
+  dbeta[t0 * H + h] += s->dbeta0;
   HeadRows(dq, t0, L, h, H, x.Dk) = s->dQ;
   HeadRows(dk, t0, L, h, H, x.Dk) = s->dK;
   HeadRows(dv, t0, L, h, H, x.Dv) = s->dV;
@@ -289,28 +398,31 @@ void BackwardOneBlock(BlockScratch<T>* s, Flow<T>* flow, CMat<T> S,
   for (int64_t r = L - 1; r >= 0; --r) da[(t0 + r) * H + h] = acc += s->dG(r);
 }
 
-// Runs ST over head h's blocks from (S, kp, vp), storing the state entering
-// block b at states + b Dv Dk.
+// The replay's ST of head x.h's block at t0: the state entering the next
+// block (at S_next) from the one entering this block (at S) and its Pre.
 template <typename T>
-void ReplayBlockStates(T* states, RowMat<T> S, Vec<T> kp, Vec<T> vp,
-                       const HeadArgs<T>& x) {
-  BlockWeights<T> w;
-  RowMat<T> S1, S_next;
-  for (int64_t t0 = 0, b = 0; t0 < x.T_len; t0 += x.block_size, ++b) {
-    const int64_t L = std::min(x.block_size, x.T_len - t0);
-    Mat<T>(states + b * x.Dv * x.Dk, x.Dv, x.Dk) = S;
-    if (t0 + L == x.T_len) break;  // the last block's exit state is not needed
-    const CSMat<T> K = HeadRows(x.k, t0, L, x.h, x.H, x.Dk);
-    const CSMat<T> V = HeadRows(x.v, t0, L, x.h, x.H, x.Dv);
-    BlockPre<T>(&w, HeadEntries(x.a, t0, L, x.h, x.H),
-                HeadEntries(x.gamma, t0, L, x.h, x.H),
-                HeadEntries(x.beta, t0, L, x.h, x.H));
-    CarriedState<T>(&S1, S, x.beta[t0 * x.H + x.h], kp, vp);
-    BlockST<T>(&S_next, S1, w, K, V);
-    S.swap(S_next);
-    kp = K.row(L - 1).transpose();
-    vp = V.row(L - 1).transpose();
-  }
+void ReplayST(T* S_next, const T* S, const BlockWeights<T>& w,
+              const HeadArgs<T>& x, int64_t t0) {
+  RowMat<T> S1, next;  // (Dv, Dk) each
+  BlockST<T>(&next, &S1, CMat<T>(S, x.Dv, x.Dk), w, x, t0);
+  Mat<T>(S_next, x.Dv, x.Dk) = next;
+}
+
+// The gradients of head x.h's entering state and carry (each nullptr skips it).
+template <typename T>
+void StoreEntering(T* dS_in, T* dk_in, T* dv_in, const Flow<T>& flow,
+                   const HeadArgs<T>& x) {
+  if (dS_in != nullptr) Mat<T>(dS_in + x.h * x.Dv * x.Dk, x.Dv, x.Dk) = flow.dS;
+  StoreCarry(dk_in, flow.dk, x.h);
+  StoreCarry(dv_in, flow.dv, x.h);
+}
+
+template <typename T>
+void LoadLeaving(Flow<T>* flow, const T* dS_out, const T* dk_out,
+                 const T* dv_out, const HeadArgs<T>& x) {
+  flow->dS = LoadState(dS_out, x.h, x.Dk, x.Dv);
+  flow->dk = LoadCarry(dk_out, x.h, x.Dk);
+  flow->dv = LoadCarry(dv_out, x.h, x.Dv);
 }
 
 }  // namespace
@@ -324,36 +436,108 @@ void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
                         const T* S_in, const T* k_in, const T* v_in,
                         int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                         int64_t block_size) {
-  const int64_t blocks = (T_len + block_size - 1) / block_size;
+  const int64_t blocks = Blocks(T_len, block_size);
   const int lanes = Lanes(H);
   // Heads are independent: a static schedule hands each lane a fixed range of
   // heads; head h replays its states into its own slice of the workspace.
 #pragma omp parallel num_threads(lanes) if (lanes > 1)
   {
+    BlockWeights<T> w;
     BlockScratch<T> scratch;
     Flow<T> flow;
 #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; ++h) {
-      const HeadArgs<T> x{q, k, v, a, gamma, beta, T_len, H, Dk, Dv, block_size, h};
-      T* states = workspace + h * blocks * Dv * Dk;
-      const Vec<T> k0 = LoadCarry(k_in, h, Dk), v0 = LoadCarry(v_in, h, Dv);
-      ReplayBlockStates<T>(states, LoadState(S_in, h, Dk, Dv), k0, v0, x);
-      flow.dS = LoadState(dS_out, h, Dk, Dv);
-      flow.dk = LoadCarry(dk_out, h, Dk);
-      flow.dv = LoadCarry(dv_out, h, Dv);
+      const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
+                          T_len, H, Dk, Dv, block_size, h};
+      T* states = workspace + h * blocks * Dv * Dk;  // (blocks, Dv, Dk)
+      if (blocks > 0) Mat<T>(states, Dv, Dk) = LoadState(S_in, h, Dk, Dv);
+      for (int64_t b = 0; b + 1 < blocks; ++b) {  // the replay
+        const int64_t t0 = b * block_size;
+        BlockPreWithU<T>(&w, x, t0, block_size);
+        ReplayST<T>(states + (b + 1) * Dv * Dk, states + b * Dv * Dk, w, x, t0);
+      }
+      LoadLeaving<T>(&flow, dS_out, dk_out, dv_out, x);
       for (int64_t b = blocks - 1; b >= 0; --b) {
         const int64_t t0 = b * block_size;
-        const Vec<T> kp = t0 == 0 ? k0 : Vec<T>(HeadRows(k, t0 - 1, 1, h, H, Dk).transpose());
-        const Vec<T> vp = t0 == 0 ? v0 : Vec<T>(HeadRows(v, t0 - 1, 1, h, H, Dv).transpose());
-        BackwardOneBlock<T>(&scratch, &flow, CMat<T>(states + b * Dv * Dk, Dv, Dk),
-                            kp, vp, dO, dq, dk, dv, da, dgamma, dbeta, x, t0,
-                            std::min(block_size, T_len - t0));
+        const int64_t L = std::min(block_size, T_len - t0);
+        BlockOutBackward<T>(&scratch, dO, x, t0, L);
+        BlockSTBackward<T>(&scratch, &flow, x, t0);
+        BlockWeightBackward<T>(&scratch, CMat<T>(states + b * Dv * Dk, Dv, Dk),
+                               dq, dk, dv, da, dgamma, dbeta, x, t0, L);
       }
-      if (dS_in != nullptr) Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = flow.dS;
-      StoreCarry(dk_in, flow.dk, h);
-      StoreCarry(dv_in, flow.dv, h);
+      StoreEntering<T>(dS_in, dk_in, dv_in, flow, x);
     }
   }
+}
+
+template <typename T>
+void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
+                                  T* dbeta, T* dS_in, T* dk_in, T* dv_in,
+                                  T* workspace, const T* dO, const T* dS_out,
+                                  const T* dk_out, const T* dv_out, const T* q,
+                                  const T* k, const T* v, const T* a,
+                                  const T* gamma, const T* beta, const T* S_in,
+                                  const T* k_in, const T* v_in, int64_t T_len,
+                                  int64_t H, int64_t Dk, int64_t Dv,
+                                  int64_t block_size) {
+  const int64_t blocks = Blocks(T_len, block_size);
+  const int64_t R = kMamba3OverlapSlots;
+  // Per head R slots of the replay's Pre and R of the backward's scratch
+  // (block b in slot b % R), the running gradient flow, and one dependence
+  // token per block: "the state entering block b is in the workspace".
+  std::vector<HeadArgs<T>> args;
+  std::vector<BlockWeights<T>> replay(H * R);
+  std::vector<BlockScratch<T>> scratch(H * R);
+  std::vector<Flow<T>> flows(H);
+  std::vector<char> entered(H * blocks + 1);
+  for (int64_t h = 0; h < H; ++h) {
+    args.push_back({q, k, v, a, gamma, beta, k_in, v_in, T_len, H, Dk, Dv, block_size, h});
+    if (blocks > 0) {
+      Mat<T>(workspace + h * blocks * Dv * Dk, Dv, Dk) = LoadState(S_in, h, Dk, Dv);
+    }
+    LoadLeaving<T>(&flows[h], dS_out, dk_out, dv_out, args[h]);
+  }
+  const HeadArgs<T>* xs = args.data();
+  BlockWeights<T>* rw = replay.data();
+  BlockScratch<T>* sc = scratch.data();
+  Flow<T>* fl = flows.data();
+  char* ready = entered.data();
+  const int threads = std::max(1, KernelThreads());
+  // One thread creates the tasks in program order (the replay's blocks first
+  // to last, then the backward's last to first, heads inside), so the
+  // dependences order each task after the last earlier one that touched what
+  // it reads or writes.
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#pragma omp single
+  {
+    for (int64_t b = 0; b + 1 < blocks; ++b) {  // the replay: Pre || ST chain
+      const int64_t t0 = b * block_size;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t i = h * R + b % R, e = h * blocks + b;
+        T* S = workspace + e * Dv * Dk;
+#pragma omp task depend(out : rw[i])
+        BlockPreWithU<T>(&rw[i], xs[h], t0, block_size);
+#pragma omp task depend(in : rw[i], ready[e]) depend(out : ready[e + 1])
+        ReplayST<T>(S + Dv * Dk, S, rw[i], xs[h], t0);
+      }
+    }
+    for (int64_t b = blocks - 1; b >= 0; --b) {  // OutAG -> (ST chain || OutWG)
+      const int64_t t0 = b * block_size;
+      const int64_t L = std::min(block_size, T_len - t0);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t i = h * R + b % R, e = h * blocks + b;
+        const T* S = workspace + e * Dv * Dk;
+#pragma omp task depend(out : sc[i])
+        BlockOutBackward<T>(&sc[i], dO, xs[h], t0, L);
+#pragma omp task depend(inout : sc[i], fl[h])
+        BlockSTBackward<T>(&sc[i], &fl[h], xs[h], t0);
+#pragma omp task depend(in : ready[e]) depend(inout : sc[i])
+        BlockWeightBackward<T>(&sc[i], CMat<T>(S, Dv, Dk), dq, dk, dv, da,
+                               dgamma, dbeta, xs[h], t0, L);
+      }
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) StoreEntering<T>(dS_in, dk_in, dv_in, flows[h], args[h]);
 }
 
 Mamba3CoreFlops CountMamba3CoreFlops(int64_t T_len, int64_t H, int64_t Dk,
@@ -380,7 +564,16 @@ Mamba3CoreFlops CountMamba3CoreFlops(int64_t T_len, int64_t H, int64_t Dk,
                                      const T*, const T*, const T*, const T*,  \
                                      const T*, const T*, const T*, int64_t,   \
                                      int64_t, int64_t, int64_t, int64_t);     \
+  template void Mamba3CoreForwardOverlapped<T>(                               \
+      T*, T*, T*, T*, const T*, const T*, const T*, const T*, const T*,       \
+      const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,      \
+      int64_t, int64_t);                                                      \
   template void Mamba3CoreBackward<T>(                                        \
+      T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
+      const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
+      const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
+      int64_t);                                                               \
+  template void Mamba3CoreBackwardOverlapped<T>(                              \
       T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \

@@ -28,11 +28,15 @@
 // workspace of Mamba3CoreBackwardWorkspaceSize elements (kWorkspace) and
 // recomputes Pre per block; per-block scratch, O(L (L + Dk + Dv) + Dk Dv)
 // elements, lives in Eigen temporaries and is not tracked.
+// Per block the backward is three functions, OutAG, the ST chain and OutWG
+// (see Mamba3CoreBackwardOverlapped), in the sequential and overlapped
+// kernels alike.
 //
 // Not the projections, norms, rotary angles, D skip or gate of the layer.
 //
 //   Mamba3CoreForward<float>(o, S_out, k_out, v_out, q, k, v, a, gamma, beta,
 //                            S_in, k_in, v_in, T, H, Dk, Dv);
+//   Mamba3CoreForwardOverlapped<float>(...the same arguments...);  // split-and-overlap
 //
 // Dimensions: T tokens in the chunk, H heads, Dk state dim (d_state), Dv SSM
 // head dim, L tokens in one block (T_C, or fewer for the last block).
@@ -59,6 +63,29 @@ void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, const T* q,
                        const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
                        int64_t Dv, int64_t block_size = kMamba3BlockSize);
 
+// The same forward with split-and-overlap (the paper's section 3.4) on
+// KernelThreads() threads: per head, block b's Pre (G, M and U, the bulk of
+// the work), ST (S' and S_next, O(Dk Dv)) and Out are OpenMP tasks, ST(b)
+// after Pre(b) and ST(b - 1), Out(b) after ST(b), so that the sequential
+// chain of STs runs while other threads run the Pre of later blocks and the
+// Out of earlier ones (of every head). Blocks cycle through
+// kMamba3OverlapSlots slots per head (Pre, S', entering state): untracked
+// scratch O(slots (L^2 + Dk Dv)) per head whatever T. Each block runs the
+// same Pre / ST / Out code on the same inputs as Mamba3CoreForward: the same
+// bits where the blocks take Eigen's packed products (full blocks of >= 16
+// tokens, as T_C = 64); a short partial last block's small products may
+// differ in the last bit, as they may between two runs of either function
+// (heap alignment of temporaries; tested < 1e-12).
+inline constexpr int64_t kMamba3OverlapSlots = 4;
+template <typename T>
+void Mamba3CoreForwardOverlapped(T* o, T* S_out, T* k_out, T* v_out,
+                                 const T* q, const T* k, const T* v,
+                                 const T* a, const T* gamma, const T* beta,
+                                 const T* S_in, const T* k_in, const T* v_in,
+                                 int64_t T_len, int64_t H, int64_t Dk,
+                                 int64_t Dv,
+                                 int64_t block_size = kMamba3BlockSize);
+
 // Elements of the backward's workspace: per head, the (ceil(T / T_C), Dv, Dk)
 // states entering each of its blocks: H ceil(T / T_C) Dv Dk, whatever the
 // thread count.
@@ -80,6 +107,37 @@ void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
                         const T* S_in, const T* k_in, const T* v_in,
                         int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                         int64_t block_size = kMamba3BlockSize);
+
+// The same backward with split-and-overlap on KernelThreads() threads. The
+// backward of block b is, as in Mamba3CoreBackward, three functions:
+//   OutAG (Pre again; Out's intra-block backward and its gradient of S',
+//          dS' = dOg^T Q): needs neither the replayed state nor anything
+//          from later blocks;
+//   ST    (dS' += exp(G_{L-1}) dS_next, the carry's share through S'):
+//          the sequential chain of state gradients, O(Dk Dv);
+//   OutWG (Out's inter-block term, the ST's and Pre's gradients, the
+//          block's rows of every gradient): after ST(b) and the replay of
+//          the state entering b; nothing downstream waits for it.
+// The replay of the entering states is itself split: Pre (with U) per block
+// in parallel, the O(Dk Dv) ST chained. As OpenMP tasks per head and block
+// (replay blocks first to last, then the backward last to first), the
+// replay overlaps with the OutAG of the last blocks, and each block's
+// OutWG with the chain and the OutAG of earlier blocks (of every head).
+// Blocks cycle through kMamba3OverlapSlots slots per head (untracked scratch
+// O(slots (L (L + Dk + Dv) + Dk Dv))). The same workspace as
+// Mamba3CoreBackward (the memory ledger does not change) and the same
+// per-block code in the same order: the same bits where the blocks take
+// Eigen's packed products (see the forward's note).
+template <typename T>
+void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
+                                  T* dbeta, T* dS_in, T* dk_in, T* dv_in,
+                                  T* workspace, const T* dO, const T* dS_out,
+                                  const T* dk_out, const T* dv_out, const T* q,
+                                  const T* k, const T* v, const T* a,
+                                  const T* gamma, const T* beta, const T* S_in,
+                                  const T* k_in, const T* v_in, int64_t T_len,
+                                  int64_t H, int64_t Dk, int64_t Dv,
+                                  int64_t block_size = kMamba3BlockSize);
 
 // The floating-point operations the chunkwise algorithm executes (matrix
 // products as 2mnk; elementwise work, exps and the per-block rank-one carry

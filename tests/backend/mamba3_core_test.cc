@@ -3,9 +3,12 @@
 // 1e-10 in float64, full and partial blocks), by central differences for every
 // input including every element of S_in, k_in and v_in, chunking exactness
 // (a sequence run in pieces with the state handed over equals one run), any
-// block size, thread counts, and float32 agreement.
+// block size, thread counts, float32 agreement, and the split-and-overlap
+// kernels (Mamba3CoreForwardOverlapped / BackwardOverlapped) against the
+// sequential ones (bit for bit with full blocks) and the recurrence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -301,6 +304,121 @@ TEST(Mamba3Core, TwoThreadsKeepExactness) {
   const KernelRun run32 = RunCore<float>(false, s, kMamba3BlockSize, in, douts);
   EXPECT_EQ(run32.outputs, one32.outputs);
   EXPECT_EQ(run32.grads, one32.grads);
+}
+
+// Split-and-overlap (Mamba3CoreForwardOverlapped / BackwardOverlapped) runs
+// each block's Pre, ST and Out (backward: the replay's Pre and ST, OutAG, the
+// ST chain, OutWG) as tasks on 1 or 2 threads. Every output of both
+// directions (o and the three leaving states; the nine gradients, the
+// entering state's three included; the replayed states in the workspace) is
+// compared with the sequential kernel's: bit for bit when every block is a
+// full one of >= 16 tokens (Eigen's packed products), else (a short partial
+// last block's small products, whose last bit may follow the heap alignment
+// of temporaries in either function) to `rel`. Garbage is written first, so
+// every element must be written. null_states: the sequence's first chunk
+// (S_in, k_in, v_in nullptr) and its last (dS_out, dk_out, dv_out nullptr).
+template <typename T>
+void ExpectOverlapSame(const Shape3& s, int64_t block, bool null_states,
+                       double rel, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Buffers in = LayerLikeInputs(s, rng), douts = RandomDouts(s, rng);
+  std::vector<std::vector<T>> x, d;
+  for (const Buffer& b : in) x.push_back(Cast<T>(b));
+  for (const Buffer& b : douts) d.push_back(Cast<T>(b));
+  auto state = [&](const std::vector<T>& b) { return null_states ? nullptr : b.data(); };
+  const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv, nh = s.T * s.H,
+                ns = s.H * s.Dv * s.Dk;
+  // {o, S_out, k_out, v_out, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in,
+  //  dv_in, workspace}.
+  auto run = [&](bool overlapped) {
+    std::vector<std::vector<T>> r;
+    for (int64_t n : {nv, ns, s.H * s.Dk, s.H * s.Dv, nk, nk, nv, nh, nh, nh, ns,
+                      s.H * s.Dk, s.H * s.Dv,
+                      Mamba3CoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block)}) {
+      r.emplace_back(n, T(-7));
+    }
+    auto* fwd = overlapped ? &Mamba3CoreForwardOverlapped<T> : &Mamba3CoreForward<T>;
+    fwd(r[0].data(), r[1].data(), r[2].data(), r[3].data(), x[kQ].data(), x[kK].data(),
+        x[kV].data(), x[kA].data(), x[kGamma].data(), x[kBeta].data(), state(x[kSIn]),
+        state(x[kKIn]), state(x[kVIn]), s.T, s.H, s.Dk, s.Dv, block);
+    auto* bwd = overlapped ? &Mamba3CoreBackwardOverlapped<T> : &Mamba3CoreBackward<T>;
+    bwd(r[4].data(), r[5].data(), r[6].data(), r[7].data(), r[8].data(), r[9].data(),
+        r[10].data(), r[11].data(), r[12].data(), r[13].data(), d[0].data(), state(d[1]),
+        state(d[2]), state(d[3]), x[kQ].data(), x[kK].data(), x[kV].data(), x[kA].data(),
+        x[kGamma].data(), x[kBeta].data(), state(x[kSIn]), state(x[kKIn]),
+        state(x[kVIn]), s.T, s.H, s.Dk, s.Dv, block);
+    return r;
+  };
+  const std::vector<std::vector<T>> ref = run(false);
+  const std::vector<std::string> names = {
+      "o", "S_out", "k_out", "v_out", "dq", "dk", "dv", "da", "dgamma",
+      "dbeta", "dS_in", "dk_in", "dv_in", "workspace"};
+  for (int threads : {1, 2}) {
+    ScopedKernelThreads scoped(threads);
+    const std::vector<std::vector<T>> got = run(true);
+    for (size_t t = 0; t < ref.size(); ++t) {
+      const std::string where = s.Name() + " block=" + std::to_string(block) +
+                                " threads=" + std::to_string(threads) +
+                                (null_states ? " null states " : " ") + names[t];
+      if (rel == 0) {
+        EXPECT_EQ(got[t], ref[t]) << where;
+        continue;
+      }
+      for (size_t i = 0; i < ref[t].size(); ++i) {
+        ASSERT_NEAR(got[t][i], ref[t][i], rel * std::max(1.0, std::abs(double(ref[t][i]))))
+            << where << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Mamba3Core, OverlapEqualsSequential) {
+  ExpectOverlapSame<double>({256, 3, 16, 32}, kMamba3BlockSize, false, 0, 21);
+  ExpectOverlapSame<double>({256, 1, 16, 32}, kMamba3BlockSize, true, 0, 22);
+  ExpectOverlapSame<double>({144, 1, 8, 12}, 16, false, 0, 23);   // 9 blocks, 4 slots
+  ExpectOverlapSame<double>({160, 2, 12, 8}, 16, true, 0, 24);
+  ExpectOverlapSame<double>({0, 2, 4, 4}, 8, false, 0, 25);       // empty chunk
+  ExpectOverlapSame<float>({320, 2, 16, 32}, kMamba3BlockSize, false, 0, 26);
+  // Short partial last blocks: 4, 3, 8 and 1 tokens; and a chunk of one.
+  ExpectOverlapSame<double>({100, 2, 12, 8}, 16, true, 1e-12, 27);
+  ExpectOverlapSame<double>({259, 1, 16, 32}, kMamba3BlockSize, false, 1e-12, 28);
+  ExpectOverlapSame<double>({200, 3, 16, 16}, kMamba3BlockSize, false, 1e-12, 29);
+  ExpectOverlapSame<double>({129, 2, 8, 8}, kMamba3BlockSize, true, 1e-12, 30);
+  ExpectOverlapSame<double>({1, 3, 4, 5}, kMamba3BlockSize, false, 1e-12, 31);
+}
+
+// The overlapped kernels against the token-by-token float64 recurrence, as
+// the sequential ones (ExpectChunkwiseEqualsRecurrence), at 2 threads and
+// lengths with short partial last blocks.
+TEST(Mamba3Core, OverlapEqualsTokenByTokenRecurrence) {
+  ScopedKernelThreads two(2);
+  for (const Shape3& s : {Shape3{5, 2, 16, 32}, Shape3{65, 1, 16, 32},
+                          Shape3{130, 3, 16, 32}, Shape3{200, 2, 8, 16}}) {
+    SCOPED_TRACE(s.Name());
+    std::mt19937_64 rng(300 + s.T);
+    const Buffers in = LayerLikeInputs(s, rng), douts = RandomDouts(s, rng);
+    const KernelRun ref = RunCore<double>(true, s, kMamba3BlockSize, in, douts);
+    Buffer o(s.T * s.H * s.Dv), S_out(s.H * s.Dv * s.Dk), k_out(s.H * s.Dk),
+        v_out(s.H * s.Dv);
+    Mamba3CoreForwardOverlapped<double>(
+        o.data(), S_out.data(), k_out.data(), v_out.data(), in[kQ].data(),
+        in[kK].data(), in[kV].data(), in[kA].data(), in[kGamma].data(),
+        in[kBeta].data(), in[kSIn].data(), in[kKIn].data(), in[kVIn].data(), s.T,
+        s.H, s.Dk, s.Dv);
+    KernelRun got{{o, S_out, k_out, v_out}, {}};
+    const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv, nh = s.T * s.H;
+    Buffers g = {Buffer(nk), Buffer(nk), Buffer(nv), Buffer(nh), Buffer(nh), Buffer(nh),
+                 Buffer(s.H * s.Dv * s.Dk), Buffer(s.H * s.Dk), Buffer(s.H * s.Dv)};
+    Buffer ws(Mamba3CoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv));
+    Mamba3CoreBackwardOverlapped<double>(
+        g[0].data(), g[1].data(), g[2].data(), g[3].data(), g[4].data(), g[5].data(),
+        g[6].data(), g[7].data(), g[8].data(), ws.data(), douts[0].data(),
+        douts[1].data(), douts[2].data(), douts[3].data(), in[kQ].data(), in[kK].data(),
+        in[kV].data(), in[kA].data(), in[kGamma].data(), in[kBeta].data(),
+        in[kSIn].data(), in[kKIn].data(), in[kVIn].data(), s.T, s.H, s.Dk, s.Dv);
+    got.grads = g;
+    ExpectAllClose(got, ref);
+  }
 }
 
 // nullptr states mean zeros, in and out; an empty chunk hands them through.
