@@ -184,9 +184,10 @@ Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
   SF_ASSIGN_OR_RETURN(
       Tensor<T> ws,
       New(kWs, {ops().Mamba3CoreForwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
+  auto core = d.st_overlap ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
-    ops().Mamba3CoreForward(
+    (ops().*core)(
         s->o.data() + rv, state_out ? state_out->S.data() + b * nS : nullptr,
         state_out ? state_out->k.data() + b * nk : nullptr,
         state_out ? state_out->v.data() + b * nv : nullptr, ws.data(), s->q.data() + rk,
@@ -441,9 +442,10 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
   auto out = [&](Tensor<T> Mamba3State<T>::*m, int64_t off) -> const T* {
     return dstate_out != nullptr ? (dstate_out->*m).data() + off : nullptr;
   };
+  auto core = d.st_overlap ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
-    ops().Mamba3CoreBackward(
+    (ops().*core)(
         c->dq.data() + rk, c->dk.data() + rk, dv.data() + rv, c->da.data() + rh,
         c->dgamma.data() + rh, c->dbeta.data() + rh,
         in(&Mamba3State<T>::S, b * nS), in(&Mamba3State<T>::k, b * nk),

@@ -80,6 +80,10 @@ struct Mamba3LayerDims {
   double norm_eps = 1e-6;                 // mixer_norm, mlp_norm (as GDN's)
   double bc_norm_eps = kMamba3BcNormEps;  // B_norm, C_norm
   double a_floor = kMamba3AFloor;
+  // The core's forward and backward split and overlapped
+  // (Ops::Mamba3CoreForwardOverlapped / BackwardOverlapped; schedule.st_overlap):
+  // the same results, on the CPU bit for bit with full blocks.
+  bool st_overlap = false;
 
   int64_t HDp() const { return H * Dp; }
   int64_t HDs() const { return H * Ds; }

@@ -56,8 +56,8 @@ struct StageModuleOptions {
   models::Recompute recompute = models::Recompute::kNone;
   std::uint64_t seed = 0;
   int microbatch_size = 1;  // B sequences per microbatch
-  // schedule.st_overlap: GDN layers run their core's forward and backward split and
-  // overlapped (SequenceLayerOptions::st_overlap).
+  // schedule.st_overlap: recurrent layers (GDN, Mamba-3) run their core's
+  // forward and backward split and overlapped (SequenceLayerOptions::st_overlap).
   bool st_overlap = false;
   // schedule.st_tile: B_V, the GDN core's ST tile of value rows
   // (SequenceLayerOptions::st_tile; 0: the device's default, untiled).

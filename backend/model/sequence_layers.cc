@@ -196,8 +196,9 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
                                                                 options.recompute));
   }
   if (model.architecture() == "mamba3") {
-    SF_ASSIGN_OR_RETURN(auto m3, Mamba3Layer<T>::Make(*alloc, Mamba3LayerDims::FromModel(model),
-                                                      l, num_layers, options.seed));
+    Mamba3LayerDims dims = Mamba3LayerDims::FromModel(model);
+    dims.st_overlap = options.st_overlap;
+    SF_ASSIGN_OR_RETURN(auto m3, Mamba3Layer<T>::Make(*alloc, dims, l, num_layers, options.seed));
     return std::unique_ptr<SequenceLayer<T>>(
         std::make_unique<RecurrentSequenceLayer<T, Mamba3Kind<T>>>(std::move(m3), alloc,
                                                                    options.recompute));

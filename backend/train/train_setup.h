@@ -33,7 +33,7 @@ struct TrainSetup {
   schedule::Partition partition;                  // N chunks of T tokens
   std::vector<models::StageLayers> stage_layers;  // (P) layers of the layer list
   models::Recompute recompute = models::Recompute::kNone;
-  // schedule.st_overlap: the GDN core's forward and backward split and overlapped
+  // schedule.st_overlap: the GDN and Mamba-3 cores' forward and backward split and overlapped
   // (StageModuleOptions::st_overlap).
   bool st_overlap = false;
   // schedule.st_tile: B_V of the GDN core's ST (StageModuleOptions::st_tile);

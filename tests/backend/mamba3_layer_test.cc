@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/layers/mamba3_layer.h"
+#include "backend/threading.h"
 #include "models/cost_model.h"
 #include "models/layer_formulas.h"
 #include "models/model.h"
@@ -443,6 +444,50 @@ TEST(Mamba3LayerTest, RecomputeFullIsBitIdenticalToNone) {
   for (size_t id = 0; id < a.dparams.size(); ++id) {
     EXPECT_EQ(a.dparams[id], b.dparams[id]) << none->params()[id].name;
   }
+}
+
+// dims.st_overlap: the core's forward and backward through the Ops'
+// overlapped entry points (on the CPU Mamba3CoreForwardOverlapped /
+// BackwardOverlapped, OpenMP tasks per block), the same arithmetic per
+// block: outputs, all four states and every gradient bit for bit in float64
+// with full blocks (S = 48 in blocks of 16, two sequences), under both
+// recompute modes and at 1 and 2 threads.
+TEST(Mamba3LayerTest, StOverlapIsBitIdenticalToSequential) {
+  const Mamba3LayerDims d = SmallDims(16);
+  Mamba3LayerDims d_on = d;
+  d_on.st_overlap = true;
+  const int threads_before = KernelThreads();
+  for (int threads : {1, 2}) {
+    SetKernelThreads(threads);
+    for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+      SCOPED_TRACE(std::string(RecomputeName(mode)) + ", threads " + std::to_string(threads));
+      TrackingAllocator alloc(0);
+      auto off = Mamba3Layer<double>::Make(alloc, d, 1, 2, 5);
+      auto on = Mamba3Layer<double>::Make(alloc, d_on, 1, 2, 5);
+      ASSERT_TRUE(off.ok() && on.ok());
+      ASSERT_TRUE(on->dims().st_overlap);
+      RandomizeParams(&*off, 3);
+      RandomizeParams(&*on, 3);
+      std::mt19937_64 rng(4);
+      const ChunkInputs in = MakeInputs(d, 2, 48, rng);
+      const LayerRun a = ForwardBackward(&*off, alloc, in, mode);
+      const LayerRun b = ForwardBackward(&*on, alloc, in, mode);
+      EXPECT_EQ(a.y, b.y);
+      EXPECT_EQ(a.dx, b.dx);
+      EXPECT_EQ(a.state_out.angle, b.state_out.angle);
+      EXPECT_EQ(a.state_out.S, b.state_out.S);
+      EXPECT_EQ(a.state_out.k, b.state_out.k);
+      EXPECT_EQ(a.state_out.v, b.state_out.v);
+      EXPECT_EQ(a.dstate_in.angle, b.dstate_in.angle);
+      EXPECT_EQ(a.dstate_in.S, b.dstate_in.S);
+      EXPECT_EQ(a.dstate_in.k, b.dstate_in.k);
+      EXPECT_EQ(a.dstate_in.v, b.dstate_in.v);
+      for (size_t id = 0; id < a.dparams.size(); ++id) {
+        EXPECT_EQ(a.dparams[id], b.dparams[id]) << off->params()[id].name;
+      }
+    }
+  }
+  SetKernelThreads(threads_before);
 }
 
 // The layer's parameters are what the cost model counts for a Mamba-3 layer

@@ -156,6 +156,27 @@ TEST(TrainCli, StOverlapGivesTheSameLossesBitForBit) {
   EXPECT_LT(RelError(b, ref), 1e-10);
 }
 
+// The same for Mamba-3 (its overlapped core, OpenMP tasks per block): on
+// equals off bit for bit in float64, one process and mpirun -n 2.
+TEST(TrainCli, StOverlapGivesTheSameLossesBitForBitMamba3) {
+  const std::vector<std::string> args = {"--model", "mamba3-tiny", "--dtype", "float64",
+                                         "--steps", "2", "-T", "256", "-M", "2", "-N", "2",
+                                         "--threads", "2", "--json"};
+  const Finished off = RunFor(Train(With(args, {"--st-overlap", "off"})), TempPrefix("m3-off"));
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const Finished on = RunFor(Train(With(args, {"--st-overlap", "on"})), TempPrefix("m3-on"));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  const Finished mpi = RunFor(Mpirun(2, Train(With(args, {"--st-overlap", "on"}))),
+                              TempPrefix("m3-on-mpi"));
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
+  const pb::Report ref = ParseReport(off), a = ParseReport(on), b = ParseReport(mpi);
+  EXPECT_TRUE(a.st_overlap());
+  ASSERT_EQ(ref.losses_size(), 2);
+  ASSERT_EQ(a.losses_size(), 2);
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(a.losses(k), ref.losses(k)) << "step " << k;
+  EXPECT_LT(RelError(b, ref), 1e-10);
+}
+
 // The tiny models learn the text's byte statistics quickly: from about
 // ln 256 = 5.55 nats towards the unigram entropy of English text (about 3).
 // One test per family the backend runs.
