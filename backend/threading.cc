@@ -16,6 +16,12 @@ void SetKernelThreads(int threads) {
 
 int KernelThreads() { return Eigen::nbThreads(); }
 
+int LoopTeam(long long tasks) {
+  const int threads = std::max(1, KernelThreads());
+  if (threads == 1) return 1;
+  return static_cast<int>(std::clamp<long long>(tasks, 2, threads));
+}
+
 int HardwareThreads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }

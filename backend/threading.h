@@ -21,6 +21,16 @@ void SetKernelThreads(int threads);
 // any SetKernelThreads).
 int KernelThreads();
 
+// The team size for a kernel's parallel loop over `tasks` independent lanes
+// (heads, query tiles): min(tasks, KernelThreads()), but never a team of one
+// while KernelThreads() > 1. Outside a parallel region Eigen splits every
+// product over KernelThreads() threads (it checks omp_get_num_threads() ==
+// 1), which for the kernels' small per-block products costs 50 to 100 times
+// their single-thread time (docs/performance.md, "Threads and small
+// products"); inside a team of two or more its products run on the calling
+// thread. So with one head and two threads one thread works and one waits.
+int LoopTeam(long long tasks);
+
 // The hardware threads this process may use (std::thread::hardware_concurrency,
 // at least 1).
 int HardwareThreads();

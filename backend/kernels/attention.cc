@@ -146,9 +146,7 @@ void ForwardTile(ForwardScratch<T>* w, T* o, T* lse, const T* q, const T* k,
   }
 }
 
-int Lanes(int64_t tasks) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tasks, KernelThreads())));
-}
+int Lanes(int64_t tasks) { return LoopTeam(tasks); }
 
 // ---- backward ----------------------------------------------------------------
 

@@ -396,9 +396,7 @@ void ForwardOneHead(T* o, T* S_out, const T* q, const T* k, const T* v,
 
 }  // namespace
 
-int64_t GdnCoreLanes(int64_t H) {
-  return std::max<int64_t>(1, std::min<int64_t>(H, KernelThreads()));
-}
+int64_t GdnCoreLanes(int64_t H) { return LoopTeam(H); }
 
 template <typename T>
 void GdnCoreForward(T* o, T* S_out, const T* q, const T* k, const T* v,

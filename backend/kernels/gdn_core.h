@@ -160,10 +160,10 @@ void GdnCoreForwardOverlapped(T* o, T* S_out, const T* q, const T* k,
                               int64_t block_size = kGdnBlockSize,
                               int64_t st_tile = 0);
 
-// Heads run in parallel on min(H, KernelThreads()) lanes (backend/
-// threading.h), each lane a fixed range of heads (static schedule), so the
-// results never depend on timing: the same bits from run to run at a given
-// thread count.
+// Heads run in parallel on LoopTeam(H) lanes (min(H, KernelThreads()), at
+// least two while KernelThreads() > 1: backend/threading.h), each lane a
+// fixed range of heads (static schedule), so the results never depend on
+// timing: the same bits from run to run at a given thread count.
 int64_t GdnCoreLanes(int64_t H);
 
 // Elements of the backward's workspace: per head, the (ceil(T / T_C), Dv, Dk)

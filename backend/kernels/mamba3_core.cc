@@ -182,9 +182,7 @@ void ForwardOneHead(T* o, T* S_out, T* k_out, T* v_out, const T* S_in,
   StoreLeaving<T>(S_out, k_out, v_out, S, x);
 }
 
-int Lanes(int64_t H) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(H, KernelThreads())));
-}
+int Lanes(int64_t H) { return LoopTeam(H); }
 
 int64_t Blocks(int64_t T_len, int64_t block_size) {
   return (T_len + block_size - 1) / block_size;

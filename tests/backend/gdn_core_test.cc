@@ -238,6 +238,22 @@ class ScopedKernelThreads {
   ScopedKernelThreads& operator=(const ScopedKernelThreads&) = delete;
 };
 
+// LoopTeam: min(tasks, threads), but a team of at least two while threads
+// > 1, so that the kernels' small products never run outside a parallel
+// region (where Eigen would split each over the threads).
+TEST(LoopTeam, NeverATeamOfOneWhileThreadsAreMany) {
+  {
+    ScopedKernelThreads one(1);
+    EXPECT_EQ(LoopTeam(1), 1);
+    EXPECT_EQ(LoopTeam(8), 1);
+  }
+  ScopedKernelThreads four(4);
+  EXPECT_EQ(LoopTeam(0), 2);
+  EXPECT_EQ(LoopTeam(1), 2);
+  EXPECT_EQ(LoopTeam(3), 3);
+  EXPECT_EQ(LoopTeam(100), 4);
+}
+
 // At T = 2 kernel threads, three heads on two lanes (each replaying its
 // block states into its own slice of the workspace): still the recurrence
 // to 1e-10, a chunked sequence still one run, and the same bits as T = 1
@@ -250,6 +266,7 @@ TEST(GdnCore, TwoThreadsKeepExactness) {
   const KernelRun one = RunCore<double>(false, s, kGdnBlockSize, in, douts);
   ScopedKernelThreads two(2);
   ASSERT_EQ(GdnCoreLanes(s.H), 2);
+  ASSERT_EQ(GdnCoreLanes(1), 2);  // one head still runs inside a team (LoopTeam)
   ExpectChunkwiseEqualsRecurrence(3);
   CheckCoreChunking(s, {64}, 6);
   CheckCoreChunking(s, {30, 31, 130}, 7);
