@@ -30,6 +30,7 @@
 #include "backend/kernels/mamba3_core.h"
 #include "backend/threading.h"
 #include "tests/backend/kernel_test_util.h"
+#include "tests/backend/mamba3_test_inputs.h"
 
 namespace stateflow::backend {
 namespace {
@@ -38,46 +39,8 @@ using namespace kernel_test;  // kernel_test_util.h
 
 // ---- the core ----------------------------------------------------------------
 
-struct CoreShape {
-  int64_t T, H, Dk, Dv;
-  std::string Name() const {
-    std::ostringstream s;
-    s << "T=" << T << " H=" << H << " Dk=" << Dk << " Dv=" << Dv;
-    return s.str();
-  }
-};
-
-const std::vector<std::string> kCoreInputs = {"q",    "k",    "v",    "a",   "gamma",
-                                              "beta", "S_in", "k_in", "v_in"};
-enum CoreInput { kQ, kK, kV, kA, kGamma, kBeta, kSIn, kKIn, kVIn };
-
-// As a Mamba-3 layer makes them (mamba3_core_test.cc's): a = A dt, gamma =
-// lam dt, beta = (1 - lam) dt, unit-scale q, k.
-Buffers LayerLikeInputs(const CoreShape& s, std::mt19937_64& rng) {
-  const int64_t rows = s.T * s.H;
-  const Buffer dt = RandomVector(rng, rows, 1e-3, 0.5), A = RandomVector(rng, rows, -3, -0.05),
-               lam = RandomVector(rng, rows, 0.02, 0.98);
-  Buffer a(rows), gamma(rows), beta(rows);
-  for (int64_t i = 0; i < rows; ++i) {
-    a[i] = A[i] * dt[i];
-    gamma[i] = lam[i] * dt[i];
-    beta[i] = (1 - lam[i]) * dt[i];
-  }
-  return {RandomVector(rng, rows * s.Dk, -1.5, 1.5), RandomVector(rng, rows * s.Dk, -1.5, 1.5),
-          RandomVector(rng, rows * s.Dv, -1, 1),     a, gamma, beta,
-          RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5), RandomVector(rng, s.H * s.Dk, -1, 1),
-          RandomVector(rng, s.H * s.Dv, -1, 1)};
-}
-
-// Small unconstrained inputs for finite differences (gamma, beta any sign).
-Buffers SmallInputs(const CoreShape& s, std::mt19937_64& rng) {
-  const int64_t rows = s.T * s.H;
-  return {RandomVector(rng, rows * s.Dk, -0.6, 0.6), RandomVector(rng, rows * s.Dk, -0.6, 0.6),
-          RandomVector(rng, rows * s.Dv, -1, 1),     RandomVector(rng, rows, -0.8, -0.01),
-          RandomVector(rng, rows, -0.5, 0.9),        RandomVector(rng, rows, -0.5, 0.9),
-          RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5), RandomVector(rng, s.H * s.Dk, -1, 1),
-          RandomVector(rng, s.H * s.Dv, -1, 1)};
-}
+using CoreShape = Mamba3CoreShape;  // mamba3_test_inputs.h
+const std::vector<std::string>& kCoreInputs = kMamba3CoreInputs;
 
 Buffers CoreDouts(const CoreShape& s, std::mt19937_64& rng) {
   return {RandomVector(rng, s.T * s.H * s.Dv, -1, 1), RandomVector(rng, s.H * s.Dv * s.Dk, -1, 1),

@@ -416,6 +416,25 @@ TEST(Mamba3LayerTest, BatchOfThreeEqualsThreeOnes) {
   }
 }
 
+// Every output, state, input gradient and parameter gradient of two runs,
+// bit for bit.
+void ExpectSameBits(const LayerRun& a, const LayerRun& b, Mamba3Layer<double>& m) {
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.dx, b.dx);
+  EXPECT_EQ(a.state_out.angle, b.state_out.angle);
+  EXPECT_EQ(a.state_out.S, b.state_out.S);
+  EXPECT_EQ(a.state_out.k, b.state_out.k);
+  EXPECT_EQ(a.state_out.v, b.state_out.v);
+  EXPECT_EQ(a.dstate_in.angle, b.dstate_in.angle);
+  EXPECT_EQ(a.dstate_in.S, b.dstate_in.S);
+  EXPECT_EQ(a.dstate_in.k, b.dstate_in.k);
+  EXPECT_EQ(a.dstate_in.v, b.dstate_in.v);
+  ASSERT_EQ(a.dparams.size(), b.dparams.size());
+  for (size_t id = 0; id < a.dparams.size(); ++id) {
+    EXPECT_EQ(a.dparams[id], b.dparams[id]) << m.params()[id].name;
+  }
+}
+
 TEST(Mamba3LayerTest, RecomputeFullIsBitIdenticalToNone) {
   const Mamba3LayerDims d = SmallDims(16);
   TrackingAllocator alloc(0);
@@ -431,19 +450,7 @@ TEST(Mamba3LayerTest, RecomputeFullIsBitIdenticalToNone) {
   ForwardBackward(&*full, alloc, in, Recompute::kFull);
   const LayerRun a = ForwardBackward(&*none, alloc, in, Recompute::kNone);
   const LayerRun b = ForwardBackward(&*full, alloc, in, Recompute::kFull);
-  EXPECT_EQ(a.y, b.y);
-  EXPECT_EQ(a.dx, b.dx);
-  EXPECT_EQ(a.state_out.angle, b.state_out.angle);
-  EXPECT_EQ(a.state_out.S, b.state_out.S);
-  EXPECT_EQ(a.state_out.k, b.state_out.k);
-  EXPECT_EQ(a.state_out.v, b.state_out.v);
-  EXPECT_EQ(a.dstate_in.angle, b.dstate_in.angle);
-  EXPECT_EQ(a.dstate_in.S, b.dstate_in.S);
-  EXPECT_EQ(a.dstate_in.k, b.dstate_in.k);
-  EXPECT_EQ(a.dstate_in.v, b.dstate_in.v);
-  for (size_t id = 0; id < a.dparams.size(); ++id) {
-    EXPECT_EQ(a.dparams[id], b.dparams[id]) << none->params()[id].name;
-  }
+  ExpectSameBits(a, b, *none);
 }
 
 // dims.st_overlap: the core's forward and backward through the Ops'
@@ -472,19 +479,7 @@ TEST(Mamba3LayerTest, StOverlapIsBitIdenticalToSequential) {
       const ChunkInputs in = MakeInputs(d, 2, 48, rng);
       const LayerRun a = ForwardBackward(&*off, alloc, in, mode);
       const LayerRun b = ForwardBackward(&*on, alloc, in, mode);
-      EXPECT_EQ(a.y, b.y);
-      EXPECT_EQ(a.dx, b.dx);
-      EXPECT_EQ(a.state_out.angle, b.state_out.angle);
-      EXPECT_EQ(a.state_out.S, b.state_out.S);
-      EXPECT_EQ(a.state_out.k, b.state_out.k);
-      EXPECT_EQ(a.state_out.v, b.state_out.v);
-      EXPECT_EQ(a.dstate_in.angle, b.dstate_in.angle);
-      EXPECT_EQ(a.dstate_in.S, b.dstate_in.S);
-      EXPECT_EQ(a.dstate_in.k, b.dstate_in.k);
-      EXPECT_EQ(a.dstate_in.v, b.dstate_in.v);
-      for (size_t id = 0; id < a.dparams.size(); ++id) {
-        EXPECT_EQ(a.dparams[id], b.dparams[id]) << off->params()[id].name;
-      }
+      ExpectSameBits(a, b, *off);
     }
   }
   SetKernelThreads(threads_before);
