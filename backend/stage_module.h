@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/device/precision.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "schedule/partition.h"
@@ -48,7 +49,7 @@ template <typename T>
 struct ParamRef {
   std::string name;   // e.g. "block3.q_proj.weight"
   Tensor<T>* value;
-  Tensor<T>* grad;
+  Tensor<GradOf<T>>* grad;  // float in bf16 (precision.h)
 };
 
 template <typename T>

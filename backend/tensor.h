@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backend/allocator.h"
+#include "backend/device/bf16.h"
 #include "backend/device/memory.h"
 #include "common/buffer_class.h"
 #include "common/status.h"
@@ -45,8 +46,9 @@ inline std::string ShapeString(const Shape& shape) {
 
 template <typename T>
 class Tensor {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "Tensor holds float or double");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                    std::is_same_v<T, bf16>,
+                "Tensor holds float, double or bf16");
 
  public:
   using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic,

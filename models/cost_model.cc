@@ -64,9 +64,19 @@ Result<pb::PrecisionSpec> PrecisionForDtype(std::string_view dtype) {
     bytes = 4;
   } else if (dtype == "float64") {
     bytes = 8;
+  } else if (dtype == "bf16") {
+    // Mixed precision (backend/device/precision.h): bf16 weights and
+    // activations, fp32 gradients, fp32 master weights beside AdamW's m and
+    // v; statistics and states fp32 (StatBytes).
+    pb::PrecisionSpec p;
+    p.set_weight_bytes(2);
+    p.set_gradient_bytes(4);
+    p.set_optimizer_bytes(12);
+    p.set_activation_bytes(2);
+    return p;
   } else {
     return Status::Invalid("train.dtype: unknown '" + std::string(dtype) +
-                           "' (known: float32, float64)");
+                           "' (known: float32, float64, bf16)");
   }
   pb::PrecisionSpec p;
   p.set_weight_bytes(bytes);

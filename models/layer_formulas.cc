@@ -301,9 +301,16 @@ struct GdnCoreWorkspaceBytes {
     }
     const double tiles = d.H * nb * bs * bs, tokens = T * d.H;
     const double fwd = tokens * (1 + x.dk + x.dv) + tiles + states;
-    forward = fwd * b.stat();
+    // bf16 (activations narrower than statistics): the float passes run on
+    // float copies of the inputs and outputs after the float scratch
+    // (GridOps' kWide): q, k, v, g, beta, o; and dO, q, k, v, g, beta, dq,
+    // dk, dv, dg, dbeta.
+    const bool wide = b.act < b.stat();
+    const double wide_fwd = wide ? tokens * (2 * x.dk + 2 * x.dv + 2) : 0;
+    const double wide_bwd = wide ? tokens * (4 * x.dk + 3 * x.dv + 4) : 0;
+    forward = (fwd + wide_fwd) * b.stat();
     backward = (fwd + 2 * tiles + tokens * (3 * x.dv + x.dk + 1) +
-                d.H * (nb + 1) * x.dk * x.dv) * b.stat();
+                d.H * (nb + 1) * x.dk * x.dv + wide_bwd) * b.stat();
   }
 };
 
@@ -580,8 +587,20 @@ struct MambaCoreWorkspaceBytes {
     }
     const double tiles = d.H * nb * bs * bs, tokens = T * d.H;
     const double fwd = tokens + tiles + 2 * states;
-    forward = fwd * b.stat();
-    backward = (fwd + 2 * tiles + d.H * (nb + 1) * x.dp * x.ds + tokens) * b.stat();
+    // bf16: float copies of the inputs and outputs (as GdnCoreWorkspaceBytes;
+    // Dk = ds, Dv = dp): q, k, v, a, gamma, beta, k_in, v_in, o, k_out,
+    // v_out; and dO, q, k, v, a, gamma, beta, dk_out, dv_out, k_in, v_in,
+    // dq, dk, dv, da, dgamma, dbeta, dk_in, dv_in.
+    const bool wide = b.act < b.stat();
+    const double carry = d.H * (x.ds + x.dp);
+    const double wide_fwd = wide ? tokens * (2 * x.ds + 2 * x.dp + 3) + 2 * carry : 0;
+    const double wide_bwd =
+        wide ? tokens * (3 * x.dp + 2 * x.ds + 3) + 2 * carry + tokens * (2 * x.ds + x.dp + 3) +
+                   carry
+             : 0;
+    forward = (fwd + wide_fwd) * b.stat();
+    backward =
+        (fwd + 2 * tiles + d.H * (nb + 1) * x.dp * x.ds + tokens + wide_bwd) * b.stat();
   }
 };
 
@@ -718,6 +737,10 @@ MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& 
   ev.Stat(kWs, 1);     // d(losses)
   ev.Act(kWs, x.h);    // dxn
   ev.Stat(BufferClass::kLogits, slice);  // the slice being differentiated
+  if (b.act < b.stat()) {  // bf16: its d(logits) rounded for the two GEMMs
+    ev.Act(BufferClass::kLogits, slice);
+    ev.FreeAct(BufferClass::kLogits, slice);
+  }
   ev.FreeStat(BufferClass::kLogits, slice);
   ev.Act(kWs, x.h);    // dx
   ev.FreeAct(kAct, 2 * x.h);  // x, xn

@@ -124,7 +124,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
   if (!dtype.empty()) {
     // Count bytes as a backend run in that dtype does (its peaks are measured so).
     Result<pb::PrecisionSpec> precision = models::PrecisionForDtype(dtype);
-    if (!precision.ok()) return Status::Invalid("--dtype: unknown '" + Printable(dtype) + "' (known: float32, float64)");
+    if (!precision.ok()) return Status::Invalid("--dtype: unknown '" + Printable(dtype) + "' (known: float32, float64, bf16)");
     pb::Scenario s = base.proto();
     *s.mutable_precision() = *precision;
     SF_ASSIGN_OR_RETURN(base, scenario::Resolve(std::move(s)));

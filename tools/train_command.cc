@@ -60,6 +60,9 @@ constexpr char kExamples[] = R"(examples:
       conventional 1F1B; one JSON Report (source "train") on stdout
   stateflow train --dtype float64 --trace train.json
       open train.json in ui.perfetto.dev beside a `stateflow simulate --trace`
+  stateflow train --dtype bf16 --device host-grid --steps 5
+      mixed precision as a GPU trains (bf16 weights and activations, fp32
+      gradients and master weights), its arithmetic run on the host
 )";
 
 struct TrainFlags {
@@ -74,7 +77,8 @@ struct TrainFlags {
 void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
   desc->add_options()("help,h", "show this help")
       ("steps", Optional(&f->steps), "training steps (train.steps; default 10)")
-      ("dtype", po::value(&f->dtype), "float32 or float64 (train.dtype)")
+      ("dtype", po::value(&f->dtype), "float32, float64, or bf16 (train.dtype; bf16 on --device host-grid or cuda: "
+       "bf16 weights and activations, fp32 gradients, statistics and master weights)")
       ("device", po::value(&f->device),
        "cpu (default), host-grid (the GPU kernels' arithmetic run by host loops) or cuda "
        "(one GPU per rank, chosen by local rank; needs a CUDA build) (train.device)")
@@ -433,8 +437,9 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
   backend::SetKernelThreads(prepared->options.threads > 0
                                 ? prepared->options.threads
                                 : backend::DefaultKernelThreads(ranks_on_node));
-  return prepared->options.dtype == "float64" ? TrainTyped<double>(*prepared, flags, rank, mpi)
-                                              : TrainTyped<float>(*prepared, flags, rank, mpi);
+  if (prepared->options.dtype == "float64") return TrainTyped<double>(*prepared, flags, rank, mpi);
+  if (prepared->options.dtype == "bf16") return TrainTyped<backend::bf16>(*prepared, flags, rank, mpi);
+  return TrainTyped<float>(*prepared, flags, rank, mpi);
 }
 
 }  // namespace

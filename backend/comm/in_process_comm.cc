@@ -166,5 +166,6 @@ std::vector<std::unique_ptr<Comm<T>>> MakeInProcessComms(int stages) {
 
 template std::vector<std::unique_ptr<Comm<float>>> MakeInProcessComms<float>(int);
 template std::vector<std::unique_ptr<Comm<double>>> MakeInProcessComms<double>(int);
+template std::vector<std::unique_ptr<Comm<bf16>>> MakeInProcessComms<bf16>(int);
 
 }  // namespace stateflow::backend

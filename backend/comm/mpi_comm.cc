@@ -22,7 +22,11 @@ std::string MpiError(int code) {
 
 template <typename T>
 MPI_Datatype Datatype() {
-  return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+  if constexpr (std::is_same_v<T, bf16>) {
+    return MPI_UINT16_T;  // bf16's bits, moved as they are
+  } else {
+    return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+  }
 }
 
 template <typename T>
@@ -224,6 +228,7 @@ Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks) {
 
 template Result<std::unique_ptr<Comm<float>>> MakeMpiComm<float>(int, int);
 template Result<std::unique_ptr<Comm<double>>> MakeMpiComm<double>(int, int);
+template Result<std::unique_ptr<Comm<bf16>>> MakeMpiComm<bf16>(int, int);
 
 void AbortMpiJob(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);

@@ -102,6 +102,7 @@ class CudaDevice final : public Device {
     dev->memory_ = std::make_unique<CudaMemory>(dev->stream_);
     dev->ops_f32_ = MakeCudaOpsF32(&dev->streams_);
     dev->ops_f64_ = MakeCudaOpsF64(&dev->streams_);
+    dev->ops_bf16_ = MakeCudaOpsBf16(&dev->streams_);
     SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_start_));
     SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_stop_));
     return dev;
@@ -109,6 +110,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override {
     ops_f32_.reset();
     ops_f64_.reset();
+    ops_bf16_.reset();
     memory_.reset();
     if (timer_start_ != nullptr) cudaEventDestroy(timer_start_);
     if (timer_stop_ != nullptr) cudaEventDestroy(timer_stop_);
@@ -151,6 +153,7 @@ class CudaDevice final : public Device {
  protected:
   Ops<float>& ops_f32() override { return *ops_f32_; }
   Ops<double>& ops_f64() override { return *ops_f64_; }
+  Ops<bf16>* ops_bf16() override { return ops_bf16_.get(); }
 
  private:
   CudaDevice(int index, std::string gpu_name) : index_(index), gpu_name_(std::move(gpu_name)) {}
@@ -165,6 +168,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<CudaMemory> memory_;
   std::unique_ptr<Ops<float>> ops_f32_;
   std::unique_ptr<Ops<double>> ops_f64_;
+  std::unique_ptr<Ops<bf16>> ops_bf16_;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// GridOps and GridAttentionOps <float|double, CudaExec>: every grid functor
+// GridOps <float|double|bf16, CudaExec> and GridAttentionOps <float|double, CudaExec>: every grid functor
 // instantiated as a CUDA kernel (grid_exec.cuh), in this one translation unit.
 #include "backend/cuda/cuda_ops.h"
 
@@ -23,6 +23,13 @@ std::unique_ptr<Ops<float>> MakeCudaOpsF32(CudaStreams* streams) {
 
 std::unique_ptr<Ops<double>> MakeCudaOpsF64(CudaStreams* streams) {
   return std::make_unique<GridOps<double, CudaExec>>(
+      CudaExec{streams->handle[0], streams->stream[0], streams});
+}
+
+// Not an explicit instantiation: GridOps<bf16> instantiates only what its
+// virtual members use (the recurrent cores run on GridOps<float>).
+std::unique_ptr<Ops<bf16>> MakeCudaOpsBf16(CudaStreams* streams) {
+  return std::make_unique<GridOps<bf16, CudaExec>>(
       CudaExec{streams->handle[0], streams->stream[0], streams});
 }
 

@@ -27,5 +27,6 @@ struct CudaStreams {
 
 std::unique_ptr<Ops<float>> MakeCudaOpsF32(CudaStreams* streams);
 std::unique_ptr<Ops<double>> MakeCudaOpsF64(CudaStreams* streams);
+std::unique_ptr<Ops<bf16>> MakeCudaOpsBf16(CudaStreams* streams);
 
 }  // namespace stateflow::backend

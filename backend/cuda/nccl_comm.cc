@@ -202,7 +202,9 @@ class NcclComm final : public Comm<T> {
   int pending_sends() const override { return static_cast<int>(sends_.size()); }
 
  private:
-  static constexpr ncclDataType_t kType = std::is_same_v<T, float> ? ncclFloat : ncclDouble;
+  static constexpr ncclDataType_t kType = std::is_same_v<T, bf16>    ? ncclBfloat16
+                                          : std::is_same_v<T, float> ? ncclFloat
+                                                                     : ncclDouble;
 
   struct Recv {
     int from = 0;
@@ -291,6 +293,9 @@ template Result<std::unique_ptr<Comm<float>>> MakeNcclComm<float>(
     const schedule::Plan&, int, Device&, TrackingAllocator*,
     std::function<int64_t(const MessageKey&)>);
 template Result<std::unique_ptr<Comm<double>>> MakeNcclComm<double>(
+    const schedule::Plan&, int, Device&, TrackingAllocator*,
+    std::function<int64_t(const MessageKey&)>);
+template Result<std::unique_ptr<Comm<bf16>>> MakeNcclComm<bf16>(
     const schedule::Plan&, int, Device&, TrackingAllocator*,
     std::function<int64_t(const MessageKey&)>);
 

@@ -14,6 +14,7 @@ const bool kRegistered = [] {
   hooks.make_device = &MakeCudaDevice;
   hooks.make_nccl_comm_f32 = &MakeNcclComm<float>;
   hooks.make_nccl_comm_f64 = &MakeNcclComm<double>;
+  hooks.make_nccl_comm_bf16 = &MakeNcclComm<bf16>;
   return true;
 }();
 

@@ -10,11 +10,15 @@
 // or beyond the largest bf16 plus half its last place becomes an infinity.
 // Conversion to float is exact.
 //
-// Not arithmetic: a kernel converts to float, computes in float and rounds
-// once when it stores (float accumulation); there are no bf16 operators.
+// Not arithmetic: there are no bf16 operators. Both conversions are
+// implicit, so a grid functor written over T reads a bf16 as the float it
+// is and rounds once when it stores into a bf16 -- provided its locals are
+// ComputeOf<T> (precision.h: float for bf16), never T, so that it computes
+// and accumulates in float (GridOps<bf16>'s tests check this bit for bit
+// against the float kernels: tests/backend/grid_bf16_test.cc).
 //
-//   bf16 h(3.14159f);            // 3.140625: 0x4049
-//   float f = static_cast<float>(h);
+//   bf16 h = 3.14159f;           // 3.140625: 0x4049
+//   float f = h;
 #pragma once
 
 #include <cstdint>
@@ -49,11 +53,19 @@ struct bf16 {
   std::uint16_t bits;  // trivial: device buffers and shared arrays of bf16
 
   bf16() = default;
-  SF_HD explicit bf16(float f) : bits(RoundBits(f)) {}
+  // NOLINTNEXTLINE: implicit by design (above)
+  SF_HD bf16(float f) : bits(RoundBits(f)) {}
 
-  SF_HD explicit operator float() const {
+  // NOLINTNEXTLINE: implicit by design
+  SF_HD operator float() const {
     return FloatFromBits(static_cast<std::uint32_t>(bits) << 16);
   }
+
+  // Read, compute in float, store rounded once: y[i] += x reads as float.
+  SF_HD bf16& operator+=(float x) { return *this = bf16(float(*this) + x); }
+  SF_HD bf16& operator-=(float x) { return *this = bf16(float(*this) - x); }
+  SF_HD bf16& operator*=(float x) { return *this = bf16(float(*this) * x); }
+  SF_HD bf16& operator/=(float x) { return *this = bf16(float(*this) / x); }
 
   SF_HD static bf16 FromBits(std::uint16_t b) {
     bf16 h;

@@ -73,6 +73,9 @@ class CpuOps final : public Ops<T> {
   void Mul(T* y, const T* a, const T* b, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
   }
+  // StatOf<T> is T on the CPU (float and double only): copies.
+  void Widen(T* y, const T* x, int64_t n) override { Copy(y, x, n); }
+  void Narrow(T* y, const T* x, int64_t n) override { Copy(y, x, n); }
   double Sum(const T* x, int64_t n) override {
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
@@ -381,7 +384,8 @@ class CpuOps final : public Ops<T> {
   void OutputLossBackward(T* dx, T* dw, T* logits, const T* dlosses,
                           const T* lse, const T* x, const T* w,
                           const int32_t* targets, int64_t N, int64_t C,
-                          int64_t V, int64_t Vs) override {
+                          int64_t V, int64_t Vs,
+                          T* /*workspace*/ = nullptr) override {
     backend::OutputLossBackward<T>(dx, dw, logits, dlosses, lse, x, w,
                                    targets, N, C, V, Vs);
   }

@@ -29,6 +29,7 @@ struct CudaBackendHooks {
   Result<Device*> (*make_device)(int local_rank) = nullptr;  // MakeCudaDevice
   NcclCommFactory<float> make_nccl_comm_f32 = nullptr;       // MakeNcclComm<float>
   NcclCommFactory<double> make_nccl_comm_f64 = nullptr;
+  NcclCommFactory<bf16> make_nccl_comm_bf16 = nullptr;
 };
 
 // The process's hooks (all null until the CUDA backend registers).

@@ -46,22 +46,32 @@ class Device {
   virtual std::string name() const = 0;
   virtual MemoryResource& memory() = 0;
 
+  // REQUIRES for bf16: has_bf16() (the trainer refuses --dtype bf16 on a
+  // device without it, before any work).
   template <typename T>
   Ops<T>& ops() {
-    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, bf16>);
     if constexpr (std::is_same_v<T, float>) {
       return ops_f32();
-    } else {
+    } else if constexpr (std::is_same_v<T, double>) {
       return ops_f64();
+    } else {
+      return *ops_bf16();
     }
   }
+  // Whether this device has bf16 kernels (Ops<bf16>: the grid devices; the
+  // CPU's Eigen kernels are float and double only).
+  bool has_bf16() { return ops_bf16() != nullptr; }
   // nullptr when this device has no attention kernels yet.
   template <typename T>
   AttentionOps<T>* attention_ops() {
     if constexpr (std::is_same_v<T, float>) {
       return attention_ops_f32();
-    } else {
+    } else if constexpr (std::is_same_v<T, double>) {
       return attention_ops_f64();
+    } else {
+      return nullptr;  // no bf16 attention kernels yet (docs/backend.md)
     }
   }
 
@@ -86,6 +96,7 @@ class Device {
  protected:
   virtual Ops<float>& ops_f32() = 0;
   virtual Ops<double>& ops_f64() = 0;
+  virtual Ops<bf16>* ops_bf16() { return nullptr; }
   virtual AttentionOps<float>* attention_ops_f32() { return nullptr; }
   virtual AttentionOps<double>* attention_ops_f64() { return nullptr; }
 

@@ -27,15 +27,15 @@ class GridAttentionOps final : public AttentionOps<T> {
  public:
   explicit GridAttentionOps(Exec exec) : exec_(exec) {}
 
-  void AttentionForward(T* o, T* lse, const T* q, const T* k, const T* v,
+  void AttentionForward(T* o, StatOf<T>* lse, const T* q, const T* k, const T* v,
                         int64_t s, int64_t start, int64_t Hq, int64_t Hkv,
                         int64_t d, int64_t /*q_tile*/, int64_t k_tile) override {
     exec_.ForEach(s * Hq, grid::AttentionForwardFn<T>{
                               o, lse, q, k, v, Shape(s, start, Hq, Hkv, d, k_tile),
                               Scale(d)});
   }
-  void AttentionBackward(T* dq, T* dk, T* dv, T* D, const T* dO, const T* o,
-                         const T* lse, const T* q, const T* k, const T* v,
+  void AttentionBackward(T* dq, T* dk, T* dv, StatOf<T>* D, const T* dO, const T* o,
+                         const StatOf<T>* lse, const T* q, const T* k, const T* v,
                          int64_t s, int64_t start, int64_t Hq, int64_t Hkv,
                          int64_t d, int64_t /*q_tile*/,
                          int64_t k_tile) override {

@@ -61,6 +61,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/device/grid_kernels/elementwise.h"
 #include "backend/device/grid_kernels/gdn_backward.h"
@@ -104,7 +105,13 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(n, grid::MulFn<T>{y, a, b});
   }
   double Sum(const T* x, int64_t n) override { return exec_.Sum(x, n); }
-  void RmsNormApply(T* y, const T* x, const T* rstd, const T* w, int64_t N,
+  void Widen(StatOf<T>* y, const T* x, int64_t n) override {
+    exec_.ForEach(n, grid::ConvertFn<StatOf<T>, T>{y, x});
+  }
+  void Narrow(T* y, const StatOf<T>* x, int64_t n) override {
+    exec_.ForEach(n, grid::ConvertFn<T, StatOf<T>>{y, x});
+  }
+  void RmsNormApply(T* y, const T* x, const StatOf<T>* rstd, const T* w, int64_t N,
                     int64_t C) override {
     exec_.ForEach(N * C, grid::RmsNormApplyFn<T>{y, x, rstd, w, C});
   }
@@ -118,24 +125,24 @@ class GridOps final : public Ops<T> {
   // ---- dense kernels ----
   void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t N,
                      int64_t C, int64_t D) override {
-    exec_.Gemm(false, true, N, D, C, T(1), x, C, w, C, T(0), y, D);
+    Mm(exec_, false, true, N, D, C, x, C, w, C, 0, y, D);
     if (b != nullptr) exec_.ForEach(N * D, grid::AddBiasFn<T>{y, b, D});
   }
-  void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x,
+  void LinearBackward(T* dx, GradOf<T>* dw, GradOf<T>* db, const T* dy, const T* x,
                       const T* w, int64_t N, int64_t C, int64_t D) override {
     if (dx != nullptr) {
-      exec_.Gemm(false, false, N, C, D, T(1), dy, D, w, C, T(0), dx, C);
+      Mm(exec_, false, false, N, C, D, dy, D, w, C, 0, dx, C);
     }
-    exec_.Gemm(true, false, D, C, N, T(1), dy, D, x, C, T(1), dw, C);
+    Mm(exec_, true, false, D, C, N, dy, D, x, C, 1, dw, C);
     if (db != nullptr) exec_.ForEach(D, grid::ColumnSumAddFn<T>{db, dy, N, D});
   }
-  void RmsNormForward(T* y, T* rstd, const T* x, const T* w, int64_t N,
-                      int64_t C, T eps) override {
+  void RmsNormForward(T* y, StatOf<T>* rstd, const T* x, const T* w, int64_t N,
+                      int64_t C, ComputeOf<T> eps) override {
     exec_.ForEach(N, grid::RmsNormRstdFn<T>{rstd, x, C, eps});
     exec_.ForEach(N * C, grid::RmsNormApplyFn<T>{y, x, rstd, w, C});
   }
-  void RmsNormBackward(T* dx, T* dw, const T* dy, const T* x, const T* w,
-                       const T* rstd, int64_t N, int64_t C) override {
+  void RmsNormBackward(T* dx, GradOf<T>* dw, const T* dy, const T* x, const T* w,
+                       const StatOf<T>* rstd, int64_t N, int64_t C) override {
     exec_.ForEach(C, grid::RmsNormWeightGradFn<T>{dw, dy, x, rstd, N, C});
     exec_.ForEach(N, grid::RmsNormInputGradFn<T>{dx, dy, x, w, rstd, C});
   }
@@ -154,7 +161,7 @@ class GridOps final : public Ops<T> {
                     grid::ShortConvTailFn<T>{tail_out, x, tail_in, T_len, C, W});
     }
   }
-  void ShortConvBackward(T* dx, T* dtail_in, T* dw, const T* dy,
+  void ShortConvBackward(T* dx, T* dtail_in, GradOf<T>* dw, const T* dy,
                          const T* dtail_out, const T* x, const T* w,
                          const T* tail_in, int64_t T_len, int64_t C,
                          int64_t W) override {
@@ -164,12 +171,12 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(W * C, grid::ShortConvWeightGradFn<T>{dw, dy, x, tail_in,
                                                          T_len, C, W});
   }
-  void L2NormForward(T* y, T* rnorm, const T* x, int64_t R, int64_t D,
-                     T scale, T eps) override {
+  void L2NormForward(T* y, StatOf<T>* rnorm, const T* x, int64_t R, int64_t D,
+                     ComputeOf<T> scale, ComputeOf<T> eps) override {
     exec_.ForEach(R, grid::L2NormForwardFn<T>{y, rnorm, x, D, scale, eps});
   }
-  void L2NormBackward(T* dx, const T* dy, const T* x, const T* rnorm,
-                      int64_t R, int64_t D, T scale) override {
+  void L2NormBackward(T* dx, const T* dy, const T* x, const StatOf<T>* rnorm,
+                      int64_t R, int64_t D, ComputeOf<T> scale) override {
     exec_.ForEach(R, grid::L2NormBackwardFn<T>{dx, dy, x, rnorm, D, scale});
   }
   void GdnGateForward(T* g, const T* a, const T* A_log, const T* dt_bias,
@@ -177,7 +184,7 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(T_len * H, grid::GdnGateForwardFn<T>{g, a, A_log, dt_bias, H});
   }
   // REQUIRES: da does not alias dg (as the CPU kernel).
-  void GdnGateBackward(T* da, T* dA_log, T* ddt_bias, const T* dg,
+  void GdnGateBackward(T* da, GradOf<T>* dA_log, GradOf<T>* ddt_bias, const T* dg,
                        const T* a, const T* A_log, const T* dt_bias,
                        int64_t T_len, int64_t H) override {
     exec_.ForEach(T_len * H,
@@ -200,23 +207,46 @@ class GridOps final : public Ops<T> {
                                       int64_t Dv,
                                       int64_t block_size) override {
     return grid::GdnForwardWorkspace<T>::Size(
-        grid::GdnShape::Make(T_len, H, Dk, Dv, block_size));
+               grid::GdnShape::Make(T_len, H, Dk, Dv, block_size)) +
+           (kWide ? WideGdnForwardSize(T_len * H, Dk, Dv) : 0);
   }
-  void GdnCoreForward(T* o, T* S_out, T* workspace, const T* q, const T* k,
-                      const T* v, const T* g, const T* beta, const T* S_in,
+  void GdnCoreForward(T* o, StatOf<T>* S_out, StatOf<T>* workspace, const T* q, const T* k,
+                      const T* v, const T* g, const T* beta, const StatOf<T>* S_in,
                       int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                      int64_t block_size, int64_t st_tile = 0) override;
+                      int64_t block_size, int64_t st_tile = 0) override {
+    if constexpr (kWide) {
+      WideGdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    } else {
+      GdnCoreForwardNative(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    }
+  }
+  void GdnCoreForwardNative(T* o, StatOf<T>* S_out, StatOf<T>* workspace, const T* q, const T* k,
+                      const T* v, const T* g, const T* beta, const StatOf<T>* S_in,
+                      int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+                      int64_t block_size, int64_t st_tile);
   // The forward on two streams (the class comment): the blocks in
   // GdnStreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
   //   Pre_0 -> (ST_0 || Pre_1) -> (ST_1 || Out_0, Pre_2) -> ... -> Out_last,
   // the same workspace and the same bits as GdnCoreForward (every pass the
   // same functor on the same elements). Under 2 blocks: GdnCoreForward.
-  void GdnCoreForwardOverlapped(T* o, T* S_out, T* workspace, const T* q,
+  void GdnCoreForwardOverlapped(T* o, StatOf<T>* S_out, StatOf<T>* workspace, const T* q,
                                 const T* k, const T* v, const T* g,
-                                const T* beta, const T* S_in, int64_t T_len,
+                                const T* beta, const StatOf<T>* S_in, int64_t T_len,
                                 int64_t H, int64_t Dk, int64_t Dv,
                                 int64_t block_size,
-                                int64_t st_tile = 0) override;
+                                int64_t st_tile = 0) override {
+    if constexpr (kWide) {
+      WideGdnCoreForwardOverlapped(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    } else {
+      GdnCoreForwardOverlappedNative(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    }
+  }
+  void GdnCoreForwardOverlappedNative(T* o, StatOf<T>* S_out, StatOf<T>* workspace, const T* q,
+                                const T* k, const T* v, const T* g,
+                                const T* beta, const StatOf<T>* S_in, int64_t T_len,
+                                int64_t H, int64_t Dk, int64_t Dv,
+                                int64_t block_size,
+                                int64_t st_tile);
   // Larger than the CPU kernel's (H nb Dv Dk): see GdnBackwardWorkspace
   // (grid_kernels/gdn_common.h) -- every block's intermediate results of a
   // pass exist at once, where the CPU walks the blocks with small scratch.
@@ -224,14 +254,27 @@ class GridOps final : public Ops<T> {
                                        int64_t Dv,
                                        int64_t block_size) override {
     return grid::GdnBackwardWorkspace<T>::Size(
-        grid::GdnShape::Make(T_len, H, Dk, Dv, block_size));
+               grid::GdnShape::Make(T_len, H, Dk, Dv, block_size)) +
+           (kWide ? WideGdnBackwardSize(T_len * H, Dk, Dv) : 0);
   }
-  void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
-                       T* workspace, const T* dO, const T* dS_out, const T* q,
+  void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
+                       StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* q,
                        const T* k, const T* v, const T* g, const T* beta,
-                       const T* S_in, int64_t T_len, int64_t H, int64_t Dk,
+                       const StatOf<T>* S_in, int64_t T_len, int64_t H, int64_t Dk,
                        int64_t Dv, int64_t block_size,
-                       int64_t st_tile = 0) override;
+                       int64_t st_tile = 0) override {
+    if constexpr (kWide) {
+      WideGdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    } else {
+      GdnCoreBackwardNative(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    }
+  }
+  void GdnCoreBackwardNative(T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
+                       StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* q,
+                       const T* k, const T* v, const T* g, const T* beta,
+                       const StatOf<T>* S_in, int64_t T_len, int64_t H, int64_t Dk,
+                       int64_t Dv, int64_t block_size,
+                       int64_t st_tile);
   // The backward on two streams: the replay as the overlapped forward with
   // Out's backward of segment k on stream 1 after the replayed ST_k; then the
   // ST backward on stream 0, segments last to first, and the rest of
@@ -239,11 +282,23 @@ class GridOps final : public Ops<T> {
   // stream 1 after ST_k's backward, while stream 0 runs ST_{k-1}'s. The same
   // workspace and bits as GdnCoreBackward. Under 2 blocks: GdnCoreBackward.
   void GdnCoreBackwardOverlapped(
-      T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
-      const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
-      const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+      T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace,
+      const T* dO, const StatOf<T>* dS_out, const T* q, const T* k, const T* v,
+      const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
       int64_t Dk, int64_t Dv, int64_t block_size,
-      int64_t st_tile = 0) override;
+      int64_t st_tile = 0) override {
+    if constexpr (kWide) {
+      WideGdnCoreBackwardOverlapped(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    } else {
+      GdnCoreBackwardOverlappedNative(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    }
+  }
+  void GdnCoreBackwardOverlappedNative(
+      T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace,
+      const T* dO, const StatOf<T>* dS_out, const T* q, const T* k, const T* v,
+      const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size,
+      int64_t st_tile);
 
   // The core phase by phase (ops.h): the passes of GdnCoreForward /
   // GdnCoreBackward in three groups, on their own workspaces.
@@ -252,23 +307,47 @@ class GridOps final : public Ops<T> {
                                            int64_t block_size) override {
     return GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
   }
-  void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+  void GdnCoreForwardPhase(GdnPhase phase, T* o, StatOf<T>* S_out, StatOf<T>* workspace,
                            const T* q, const T* k, const T* v, const T* g,
-                           const T* beta, const T* S_in, int64_t T_len,
+                           const T* beta, const StatOf<T>* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
-                           int64_t block_size) override;
+                           int64_t block_size) override {
+    if constexpr (kWide) {
+      WideGdnCoreForwardPhase(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+    } else {
+      GdnCoreForwardPhaseNative(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+    }
+  }
+  void GdnCoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out, StatOf<T>* workspace,
+                           const T* q, const T* k, const T* v, const T* g,
+                           const T* beta, const StatOf<T>* S_in, int64_t T_len,
+                           int64_t H, int64_t Dk, int64_t Dv,
+                           int64_t block_size);
   int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                             int64_t Dk, int64_t Dv,
                                             int64_t block_size) override {
     return GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
   }
   void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
-                            T* dbeta, T* dS_in, T* workspace, const T* dO,
-                            const T* dS_out, const T* q, const T* k,
+                            T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace, const T* dO,
+                            const StatOf<T>* dS_out, const T* q, const T* k,
                             const T* v, const T* g, const T* beta,
-                            const T* S_in, int64_t T_len, int64_t H,
+                            const StatOf<T>* S_in, int64_t T_len, int64_t H,
                             int64_t Dk, int64_t Dv,
-                            int64_t block_size) override;
+                            int64_t block_size) override {
+    if constexpr (kWide) {
+      WideGdnCoreBackwardPhase(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+    } else {
+      GdnCoreBackwardPhaseNative(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+    }
+  }
+  void GdnCoreBackwardPhaseNative(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+                            T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace, const T* dO,
+                            const StatOf<T>* dS_out, const T* q, const T* k,
+                            const T* v, const T* g, const T* beta,
+                            const StatOf<T>* S_in, int64_t T_len, int64_t H,
+                            int64_t Dk, int64_t Dv,
+                            int64_t block_size);
 
   // ---- Mamba-3 (grid_kernels/mamba3_prep.h, mamba3_core.h) ----
   void Mamba3GatesForward(T* dt, T* lam, T* theta, const T* dt_bias,
@@ -276,24 +355,24 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(S * H, grid::Mamba3GatesFn<T>{dt, lam, dt_bias, H});
     exec_.ForEach(S * Na, grid::Mamba3ThetaFn<T>{theta});
   }
-  void Mamba3GatesBackward(T* ddA, T* dtrap, T* ddt, T* ddt_bias, const T* da,
+  void Mamba3GatesBackward(T* ddA, T* dtrap, T* ddt, GradOf<T>* ddt_bias, const T* da,
                            const T* dgamma, const T* dbeta, const T* A_proj,
                            const T* dt, const T* lam, int64_t S, int64_t H,
-                           T a_floor) override {
+                           ComputeOf<T> a_floor) override {
     exec_.ForEach(S * H, grid::Mamba3GatesGradFn<T>{ddA, dtrap, ddt, da, dgamma,
                                                     dbeta, A_proj, dt, lam,
                                                     a_floor});
     exec_.ForEach(H, grid::Mamba3DtBiasGradFn<T>{ddt_bias, ddt, S, H});
   }
-  void Mamba3AnglesForward(T* phi, T* angle_out, const T* theta, const T* dt,
-                           const T* angle_in, int64_t B, int64_t Ts, int64_t H,
+  void Mamba3AnglesForward(StatOf<T>* phi, StatOf<T>* angle_out, const T* theta, const T* dt,
+                           const StatOf<T>* angle_in, int64_t B, int64_t Ts, int64_t H,
                            int64_t Na) override {
     exec_.ForEach(B * H * Na, grid::Mamba3AnglesFn<T>{phi, angle_out, theta, dt,
                                                       angle_in, Ts, H, Na});
   }
   // dphi becomes the scan's running sums.
-  void Mamba3AnglesBackward(T* dtheta, T* ddt, T* dangle_in, T* dphi,
-                            const T* theta, const T* dt, const T* dangle_out,
+  void Mamba3AnglesBackward(T* dtheta, T* ddt, StatOf<T>* dangle_in, StatOf<T>* dphi,
+                            const T* theta, const T* dt, const StatOf<T>* dangle_out,
                             int64_t B, int64_t Ts, int64_t H,
                             int64_t Na) override {
     exec_.ForEach(B * H * Na, grid::Mamba3AnglesScanGradFn<T>{
@@ -303,14 +382,14 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(B * Ts * H, grid::Mamba3AngleDtGradFn<T>{ddt, dphi, theta, H, Na});
   }
   void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
-                           const T* C_bias, const T* B_bias, const T* phi,
+                           const T* C_bias, const T* B_bias, const StatOf<T>* phi,
                            int64_t S, int64_t H, int64_t N,
                            int64_t Na) override {
     exec_.ForEach(S * H * N, grid::Mamba3RotateFn<T>{k, Bn, B_bias, phi, H, N, Na});
     exec_.ForEach(S * H * N, grid::Mamba3RotateFn<T>{q, Cn, C_bias, phi, H, N, Na});
   }
-  void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias, T* dB_bias,
-                            T* dq, T* dk, const T* q, const T* k, const T* phi,
+  void Mamba3RotaryBackward(StatOf<T>* dphi, T* dCn, T* dBn, GradOf<T>* dC_bias, GradOf<T>* dB_bias,
+                            T* dq, T* dk, const T* q, const T* k, const StatOf<T>* phi,
                             int64_t S, int64_t H, int64_t N,
                             int64_t Na) override {
     exec_.ForEach(S * H * Na,
@@ -322,14 +401,14 @@ class GridOps final : public Ops<T> {
   }
   void Mamba3CoefficientsForward(T* a, T* gamma, T* beta, const T* A_proj,
                                  const T* dt, const T* lam, int64_t n,
-                                 T a_floor) override {
+                                 ComputeOf<T> a_floor) override {
     exec_.ForEach(n, grid::Mamba3CoefficientsFn<T>{a, gamma, beta, A_proj, dt,
                                                    lam, a_floor});
   }
   void Mamba3CoefficientsBackward(T* ddt, const T* da, const T* dgamma,
                                   const T* dbeta, const T* A_proj,
                                   const T* lam, int64_t n,
-                                  T a_floor) override {
+                                  ComputeOf<T> a_floor) override {
     exec_.ForEach(n, grid::Mamba3CoefficientsGradFn<T>{ddt, da, dgamma, dbeta,
                                                        A_proj, lam, a_floor});
   }
@@ -339,7 +418,7 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(S * H * P,
                   grid::Mamba3GateOutputFn<T>{gated, o, xv, silu_z, D, H, P});
   }
-  void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, T* dD, const T* dgated,
+  void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, GradOf<T>* dD, const T* dgated,
                                 const T* o, const T* xv, const T* silu_z,
                                 const T* D, int64_t S, int64_t H,
                                 int64_t P) override {
@@ -353,30 +432,58 @@ class GridOps final : public Ops<T> {
                                          int64_t Dv,
                                          int64_t block_size) override {
     return grid::Mamba3ForwardWorkspace<T>::Size(
-        grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size));
+               grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size)) +
+           (kWide ? WideMamba3ForwardSize(T_len, H, Dk, Dv) : 0);
   }
-  void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, T* workspace,
+  void Mamba3CoreForward(T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
                          const T* q, const T* k, const T* v, const T* a,
-                         const T* gamma, const T* beta, const T* S_in,
+                         const T* gamma, const T* beta, const StatOf<T>* S_in,
                          const T* k_in, const T* v_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
-                         int64_t block_size) override;
+                         int64_t block_size) override {
+    if constexpr (kWide) {
+      WideMamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    } else {
+      Mamba3CoreForwardNative(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    }
+  }
+  void Mamba3CoreForwardNative(T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
+                         const T* q, const T* k, const T* v, const T* a,
+                         const T* gamma, const T* beta, const StatOf<T>* S_in,
+                         const T* k_in, const T* v_in, int64_t T_len,
+                         int64_t H, int64_t Dk, int64_t Dv,
+                         int64_t block_size);
   // 2 H T + 3 H nb T_C^2 + H (3 nb + 1) Dv Dk, where the CPU kernel keeps
   // only the H nb Dv Dk entering states.
   int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                           int64_t Dv,
                                           int64_t block_size) override {
     return grid::Mamba3BackwardWorkspace<T>::Size(
-        grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size));
+               grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size)) +
+           (kWide ? WideMamba3BackwardSize(T_len, H, Dk, Dv) : 0);
   }
   void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
-                          T* dS_in, T* dk_in, T* dv_in, T* workspace,
-                          const T* dO, const T* dS_out, const T* dk_out,
+                          StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace,
+                          const T* dO, const StatOf<T>* dS_out, const T* dk_out,
                           const T* dv_out, const T* q, const T* k, const T* v,
                           const T* a, const T* gamma, const T* beta,
-                          const T* S_in, const T* k_in, const T* v_in,
+                          const StatOf<T>* S_in, const T* k_in, const T* v_in,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                          int64_t block_size) override;
+                          int64_t block_size) override {
+    if constexpr (kWide) {
+      WideMamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    } else {
+      Mamba3CoreBackwardNative(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    }
+  }
+  void Mamba3CoreBackwardNative(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+                          StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace,
+                          const T* dO, const StatOf<T>* dS_out, const T* dk_out,
+                          const T* dv_out, const T* q, const T* k, const T* v,
+                          const T* a, const T* gamma, const T* beta,
+                          const StatOf<T>* S_in, const T* k_in, const T* v_in,
+                          int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+                          int64_t block_size);
 
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
@@ -387,7 +494,8 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(N * F, grid::SwigluHiddenFn<T>{h, gate, up});
     LinearForward(y, h, wd, nullptr, N, F, C);
   }
-  void SwigluMlpBackward(T* dx, T* dwg, T* dwu, T* dwd, T* workspace,
+  void SwigluMlpBackward(T* dx, GradOf<T>* dwg, GradOf<T>* dwu, GradOf<T>* dwd,
+                         T* workspace,
                          const T* dy, const T* gate, const T* up, const T* x,
                          const T* wg, const T* wu, const T* wd, int64_t N,
                          int64_t C, int64_t F) override {
@@ -399,26 +507,150 @@ class GridOps final : public Ops<T> {
     LinearBackward(dx, dwg, nullptr, dgate, x, wg, N, C, F);
     LinearBackward(nullptr, dwu, nullptr, hd, x, wu, N, C, F);
     if (dx != nullptr) {
-      exec_.Gemm(false, false, N, C, F, T(1), hd, F, wu, C, T(1), dx, C);
+      Mm(exec_, false, false, N, C, F, hd, F, wu, C, 1, dx, C);
     }
   }
   void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t N,
                         int64_t C, int64_t /*V*/) override {
     exec_.ForEach(N * C, grid::EmbeddingGatherFn<T>{y, ids, table, C});
   }
-  void EmbeddingBackward(T* dtable, const T* dy, const int32_t* ids,
+  void EmbeddingBackward(GradOf<T>* dtable, const T* dy, const int32_t* ids,
                          int64_t N, int64_t C, int64_t /*V*/) override {
     exec_.ForEach(C, grid::EmbeddingScatterAddFn<T>{dtable, dy, ids, N, C});
   }
-  double OutputLossForward(T* losses, T* lse, T* logits, const T* x,
+  double OutputLossForward(StatOf<T>* losses, StatOf<T>* lse, StatOf<T>* logits, const T* x,
                            const T* w, const int32_t* targets, int64_t N,
                            int64_t C, int64_t V, int64_t Vs) override;
-  void OutputLossBackward(T* dx, T* dw, T* logits, const T* dlosses,
-                          const T* lse, const T* x, const T* w,
+  void OutputLossBackward(T* dx, GradOf<T>* dw, StatOf<T>* logits, const StatOf<T>* dlosses,
+                          const StatOf<T>* lse, const T* x, const T* w,
                           const int32_t* targets, int64_t N, int64_t C,
-                          int64_t V, int64_t Vs) override;
+                          int64_t V, int64_t Vs, T* workspace = nullptr) override;
+  int64_t OutputLossBackwardWorkspaceSize(int64_t N, int64_t V,
+                                          int64_t Vs) override {
+    return kWide ? N * (V < Vs ? V : Vs) : 0;
+  }
 
  private:
+  // bf16 (StatOf<T> wider than T): the recurrent cores run their float
+  // passes on float copies of their inputs, made in the workspace after the
+  // float core's own, and round their outputs once at the end ("bf16" in
+  // docs/backend.md). The *Size functions are those extra elements.
+  static constexpr bool kWide = !std::is_same_v<StatOf<T>, T>;
+  using F = StatOf<T>;
+  static int64_t WideGdnForwardSize(int64_t n, int64_t Dk, int64_t Dv) {
+    return n * (2 * Dk + 2 * Dv + 2);  // q, k, v, g, beta; o
+  }
+  static int64_t WideGdnBackwardSize(int64_t n, int64_t Dk, int64_t Dv) {
+    // dO, q, k, v, g, beta; dq, dk, dv, dg, dbeta
+    return n * (2 * Dk + 2 * Dv + 2) + n * (2 * Dk + Dv + 2);
+  }
+  static int64_t WideMamba3ForwardSize(int64_t T_len, int64_t H, int64_t Dk,
+                                       int64_t Dv) {
+    // q, k, v, a, gamma, beta; k_in, v_in; o; k_out, v_out
+    return T_len * H * (2 * Dk + 2 * Dv + 3) + 2 * H * (Dk + Dv);
+  }
+  static int64_t WideMamba3BackwardSize(int64_t T_len, int64_t H, int64_t Dk,
+                                        int64_t Dv) {
+    // dO, q, k, v, a, gamma, beta; dk_out, dv_out, k_in, v_in;
+    // dq, dk, dv, da, dgamma, dbeta; dk_in, dv_in
+    return T_len * H * (3 * Dv + 2 * Dk + 3) + 2 * H * (Dk + Dv) +
+           T_len * H * (2 * Dk + Dv + 3) + H * (Dk + Dv);
+  }
+  // Consecutive float buffers from p; a nullptr source gives nullptr.
+  struct Carve {
+    F* p;
+    F* Take(int64_t n) {
+      F* r = p;
+      p += n;
+      return r;
+    }
+  };
+  const F* WideIn(Carve& c, const T* x, int64_t n) {
+    if (x == nullptr) return nullptr;
+    F* y = c.Take(n);
+    Widen(y, x, n);
+    return y;
+  }
+  F* WideOut(Carve& c, const T* x, int64_t n) {
+    return x == nullptr ? nullptr : c.Take(n);
+  }
+  void NarrowOut(T* y, const F* x, int64_t n) {
+    if (y != nullptr) Narrow(y, x, n);
+  }
+  void WideGdnCoreForward(T* o, F* S_out, F* workspace, const T* q,
+                          const T* k, const T* v, const T* g, const T* beta,
+                          const F* S_in, int64_t T_len, int64_t H, int64_t Dk,
+                          int64_t Dv, int64_t block_size, int64_t st_tile,
+                          bool overlapped = false);
+  void WideGdnCoreForwardOverlapped(T* o, F* S_out, F* workspace, const T* q,
+                                    const T* k, const T* v, const T* g,
+                                    const T* beta, const F* S_in,
+                                    int64_t T_len, int64_t H, int64_t Dk,
+                                    int64_t Dv, int64_t block_size,
+                                    int64_t st_tile) {
+    WideGdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H,
+                       Dk, Dv, block_size, st_tile, true);
+  }
+  void WideGdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in,
+                           F* workspace, const T* dO, const F* dS_out,
+                           const T* q, const T* k, const T* v, const T* g,
+                           const T* beta, const F* S_in, int64_t T_len,
+                           int64_t H, int64_t Dk, int64_t Dv,
+                           int64_t block_size, int64_t st_tile,
+                           bool overlapped = false);
+  void WideGdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta,
+                                     F* dS_in, F* workspace, const T* dO,
+                                     const F* dS_out, const T* q, const T* k,
+                                     const T* v, const T* g, const T* beta,
+                                     const F* S_in, int64_t T_len, int64_t H,
+                                     int64_t Dk, int64_t Dv,
+                                     int64_t block_size, int64_t st_tile) {
+    WideGdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q,
+                        k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size,
+                        st_tile, true);
+  }
+  void WideGdnCoreForwardPhase(GdnPhase phase, T* o, F* S_out, F* workspace,
+                               const T* q, const T* k, const T* v, const T* g,
+                               const T* beta, const F* S_in, int64_t T_len,
+                               int64_t H, int64_t Dk, int64_t Dv,
+                               int64_t block_size);
+  void WideGdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+                                T* dbeta, F* dS_in, F* workspace, const T* dO,
+                                const F* dS_out, const T* q, const T* k,
+                                const T* v, const T* g, const T* beta,
+                                const F* S_in, int64_t T_len, int64_t H,
+                                int64_t Dk, int64_t Dv, int64_t block_size);
+  void WideMamba3CoreForward(T* o, F* S_out, T* k_out, T* v_out, F* workspace,
+                             const T* q, const T* k, const T* v, const T* a,
+                             const T* gamma, const T* beta, const F* S_in,
+                             const T* k_in, const T* v_in, int64_t T_len,
+                             int64_t H, int64_t Dk, int64_t Dv,
+                             int64_t block_size);
+  void WideMamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma,
+                              T* dbeta, F* dS_in, T* dk_in, T* dv_in,
+                              F* workspace, const T* dO, const F* dS_out,
+                              const T* dk_out, const T* dv_out, const T* q,
+                              const T* k, const T* v, const T* a,
+                              const T* gamma, const T* beta, const F* S_in,
+                              const T* k_in, const T* v_in, int64_t T_len,
+                              int64_t H, int64_t Dk, int64_t Dv,
+                              int64_t block_size);
+  // Row-major C = op(A) op(B) + beta C: exec_.Gemm for float and double;
+  // for bf16 operands exec_.GemmBf16 (float accumulation; C float or bf16).
+  template <typename TC>
+  void Mm(Exec& e, bool trans_a, bool trans_b, int64_t M, int64_t N,
+          int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+          double beta, TC* C, int64_t ldc) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      e.GemmBf16(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb,
+                 static_cast<float>(beta), C, ldc);
+    } else {
+      static_assert(std::is_same_v<TC, T>);
+      e.Gemm(trans_a, trans_b, M, N, K, T(1), A, lda, B, ldb, T(beta), C,
+             ldc);
+    }
+  }
+
   // The inputs of one GDN core call, and its blocks [b0, b1) (a segment).
   struct GdnArgs {
     const T *q, *k, *v, *g, *beta, *S_in;
@@ -458,7 +690,7 @@ class GridOps final : public Ops<T> {
               const GdnArgs& a, int64_t b0, int64_t b1);
   // ST: V_new into Vn, the entering states; the last block's exit state
   // into S_out unless nullptr.
-  void GdnST(Exec& e, const grid::GdnForwardWorkspace<T>& ws, T* Vn, T* S_out,
+  void GdnST(Exec& e, const grid::GdnForwardWorkspace<T>& ws, T* Vn, StatOf<T>* S_out,
              const GdnArgs& a, int64_t b0, int64_t b1);
   // Out: o; P over KG (no longer needed by then).
   void GdnOut(Exec& e, const grid::GdnForwardWorkspace<T>& ws, T* o,
@@ -470,17 +702,17 @@ class GridOps final : public Ops<T> {
   void GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dq,
                   T* dk, T* dg, const T* dO, const GdnArgs& a, int64_t b0,
                   int64_t b1);
-  void GdnSTBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dS_in,
-                 const T* dS_out, const GdnArgs& a, int64_t b0, int64_t b1);
+  void GdnSTBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, StatOf<T>* dS_in,
+                 const StatOf<T>* dS_out, const GdnArgs& a, int64_t b0, int64_t b1);
   void GdnRestBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dk,
                    T* dv, T* dg, T* dbeta, const GdnArgs& a, int64_t b0,
                    int64_t b1);
 
   // Pre and ST of the Mamba-3 forward: G, U, the carried entering states;
   // the last block's exit state into S_out unless nullptr.
-  void Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws, T* S_out,
+  void Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws, StatOf<T>* S_out,
                     const T* k, const T* v, const T* a, const T* gamma,
-                    const T* beta, const T* S_in, const T* k_in,
+                    const T* beta, const StatOf<T>* S_in, const T* k_in,
                     const T* v_in, const grid::Mamba3Shape& s);
 
   Exec exec_;
@@ -524,7 +756,7 @@ void GridOps<T, Exec>::GdnPre(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
 
 template <typename T, typename Exec>
 void GridOps<T, Exec>::GdnST(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
-                             T* Vn, T* S_out, const GdnArgs& a, int64_t b0,
+                             T* Vn, StatOf<T>* S_out, const GdnArgs& a, int64_t b0,
                              int64_t b1) {
   // Heads x tiles of value rows, blocks in order.
   e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
@@ -543,10 +775,10 @@ void GridOps<T, Exec>::GdnOut(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::GdnCoreForward(T* o, T* S_out, T* workspace,
+void GridOps<T, Exec>::GdnCoreForwardNative(T* o, StatOf<T>* S_out, StatOf<T>* workspace,
                                       const T* q, const T* k, const T* v,
                                       const T* g, const T* beta,
-                                      const T* S_in, int64_t T_len, int64_t H,
+                                      const StatOf<T>* S_in, int64_t T_len, int64_t H,
                                       int64_t Dk, int64_t Dv,
                                       int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
@@ -558,9 +790,9 @@ void GridOps<T, Exec>::GdnCoreForward(T* o, T* S_out, T* workspace,
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::GdnCoreForwardOverlapped(
-    T* o, T* S_out, T* workspace, const T* q, const T* k, const T* v,
-    const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+void GridOps<T, Exec>::GdnCoreForwardOverlappedNative(
+    T* o, StatOf<T>* S_out, StatOf<T>* workspace, const T* q, const T* k, const T* v,
+    const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
     int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
   const int segs = GdnStreamSegments(s.nb);
@@ -617,7 +849,7 @@ void GridOps<T, Exec>::GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T>& 
 
 template <typename T, typename Exec>
 void GridOps<T, Exec>::GdnSTBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
-                                 T* dS_in, const T* dS_out, const GdnArgs& a,
+                                 StatOf<T>* dS_in, const StatOf<T>* dS_out, const GdnArgs& a,
                                  int64_t b0, int64_t b1) {
   // Heads x tiles of value rows, blocks in reverse.
   e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
@@ -652,10 +884,10 @@ void GridOps<T, Exec>::GdnRestBack(Exec& e, const grid::GdnBackwardWorkspace<T>&
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::GdnCoreBackward(
-    T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
-    const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
-    const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+void GridOps<T, Exec>::GdnCoreBackwardNative(
+    T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace,
+    const T* dO, const StatOf<T>* dS_out, const T* q, const T* k, const T* v,
+    const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
     int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
   const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
@@ -669,10 +901,10 @@ void GridOps<T, Exec>::GdnCoreBackward(
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::GdnCoreBackwardOverlapped(
-    T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
-    const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
-    const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+void GridOps<T, Exec>::GdnCoreBackwardOverlappedNative(
+    T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace,
+    const T* dO, const StatOf<T>* dS_out, const T* q, const T* k, const T* v,
+    const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
     int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
   const int segs = GdnStreamSegments(s.nb);
@@ -719,10 +951,10 @@ void GridOps<T, Exec>::GdnCoreBackwardOverlapped(
 // the profiler times them (tests/backend/gdn_phase_test.cc checks that the
 // three phases in order give the whole core's bits).
 template <typename T, typename Exec>
-void GridOps<T, Exec>::GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out,
-                                           T* workspace, const T* q,
+void GridOps<T, Exec>::GdnCoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out,
+                                           StatOf<T>* workspace, const T* q,
                                            const T* k, const T* v, const T* g,
-                                           const T* beta, const T* S_in,
+                                           const T* beta, const StatOf<T>* S_in,
                                            int64_t T_len, int64_t H,
                                            int64_t Dk, int64_t Dv,
                                            int64_t block_size) {
@@ -737,10 +969,10 @@ void GridOps<T, Exec>::GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out,
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::GdnCoreBackwardPhase(
-    GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
-    T* workspace, const T* dO, const T* dS_out, const T* q, const T* k,
-    const T* v, const T* g, const T* beta, const T* S_in, int64_t T_len,
+void GridOps<T, Exec>::GdnCoreBackwardPhaseNative(
+    GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
+    StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* q, const T* k,
+    const T* v, const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len,
     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
   const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, 0)};
@@ -762,9 +994,9 @@ void GridOps<T, Exec>::GdnCoreBackwardPhase(
 
 template <typename T, typename Exec>
 void GridOps<T, Exec>::Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws,
-                                    T* S_out, const T* k, const T* v,
+                                    StatOf<T>* S_out, const T* k, const T* v,
                                     const T* a, const T* gamma, const T* beta,
-                                    const T* S_in, const T* k_in,
+                                    const StatOf<T>* S_in, const T* k_in,
                                     const T* v_in, const grid::Mamba3Shape& s) {
   // Pre: every (head, block) at once.
   exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, a, s});
@@ -775,9 +1007,9 @@ void GridOps<T, Exec>::Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws,
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::Mamba3CoreForward(
-    T* o, T* S_out, T* k_out, T* v_out, T* workspace, const T* q, const T* k,
-    const T* v, const T* a, const T* gamma, const T* beta, const T* S_in,
+void GridOps<T, Exec>::Mamba3CoreForwardNative(
+    T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace, const T* q, const T* k,
+    const T* v, const T* a, const T* gamma, const T* beta, const StatOf<T>* S_in,
     const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
     int64_t Dv, int64_t block_size) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
@@ -792,11 +1024,11 @@ void GridOps<T, Exec>::Mamba3CoreForward(
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::Mamba3CoreBackward(
-    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
-    T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
+void GridOps<T, Exec>::Mamba3CoreBackwardNative(
+    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in, T* dk_in,
+    T* dv_in, StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* dk_out,
     const T* dv_out, const T* q, const T* k, const T* v, const T* a,
-    const T* gamma, const T* beta, const T* S_in, const T* k_in,
+    const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
     const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
     int64_t block_size) {
   using namespace grid;
@@ -828,16 +1060,15 @@ void GridOps<T, Exec>::Mamba3CoreBackward(
 }
 
 template <typename T, typename Exec>
-double GridOps<T, Exec>::OutputLossForward(T* losses, T* lse, T* logits,
+double GridOps<T, Exec>::OutputLossForward(StatOf<T>* losses, StatOf<T>* lse, StatOf<T>* logits,
                                            const T* x, const T* w,
                                            const int32_t* targets, int64_t N,
                                            int64_t C, int64_t V, int64_t Vs) {
   if (N == 0) return 0.0;
-  exec_.ForEach(N, grid::FillFn<T>{lse, grid::NegInf<T>()});
+  exec_.ForEach(N, grid::FillFn<F>{lse, grid::NegInf<F>()});
   for (int64_t v0 = 0; v0 < V; v0 += Vs) {
     const int64_t vs = V - v0 < Vs ? V - v0 : Vs;
-    exec_.Gemm(false, true, N, vs, C, T(1), x, C, w + v0 * C, C, T(0), logits,
-               vs);
+    Mm(exec_, false, true, N, vs, C, x, C, w + v0 * C, C, 0, logits, vs);
     exec_.ForEach(N, grid::OnlineLogsumexpFn<T>{lse, logits, vs});
   }
   // The per-token losses into the (now free) logits workspace, summed there.
@@ -846,25 +1077,235 @@ double GridOps<T, Exec>::OutputLossForward(T* losses, T* lse, T* logits,
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::OutputLossBackward(T* dx, T* dw, T* logits,
-                                          const T* dlosses, const T* lse,
+void GridOps<T, Exec>::OutputLossBackward(T* dx, GradOf<T>* dw, StatOf<T>* logits,
+                                          const StatOf<T>* dlosses, const StatOf<T>* lse,
                                           const T* x, const T* w,
                                           const int32_t* targets, int64_t N,
-                                          int64_t C, int64_t V, int64_t Vs) {
+                                          int64_t C, int64_t V, int64_t Vs,
+                                          T* workspace) {
   for (int64_t v0 = 0; v0 < V; v0 += Vs) {
     const int64_t vs = V - v0 < Vs ? V - v0 : Vs;
     const T* ws = w + v0 * C;  // (vs, C)
-    exec_.Gemm(false, true, N, vs, C, T(1), x, C, ws, C, T(0), logits, vs);
+    Mm(exec_, false, true, N, vs, C, x, C, ws, C, 0, logits, vs);
     exec_.ForEach(N * vs,
                   grid::SoftmaxGradFn<T>{logits, lse, dlosses, targets, vs, v0});
-    if (dx != nullptr) {
-      exec_.Gemm(false, false, N, C, vs, T(1), logits, vs, ws, C,
-                 v0 == 0 ? T(0) : T(1), dx, C);
+    // d(logits): in bf16, rounded into the workspace for the two GEMMs (as
+    // a bf16 framework casts the float gradient back); else the logits.
+    const T* dl = nullptr;
+    if constexpr (kWide) {
+      Narrow(workspace, logits, N * vs);
+      dl = workspace;
+    } else {
+      dl = logits;
     }
-    exec_.Gemm(true, false, vs, C, N, T(1), logits, vs, x, C, T(1),
-               dw + v0 * C, C);
+    if (dx != nullptr) {
+      Mm(exec_, false, false, N, C, vs, dl, vs, ws, C, v0 == 0 ? 0 : 1, dx, C);
+    }
+    Mm(exec_, true, false, vs, C, N, dl, vs, x, C, 1, dw + v0 * C, C);
   }
   if (dx != nullptr && V == 0) exec_.ForEach(N * C, grid::FillFn<T>{dx, T(0)});
+}
+
+// ---- bf16: the recurrent cores on float copies (kWide) ------------------------
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideGdnCoreForward(
+    T* o, F* S_out, F* workspace, const T* q, const T* k, const T* v,
+    const T* g, const T* beta, const F* S_in, int64_t T_len, int64_t H,
+    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile,
+    bool overlapped) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  const F* qf = WideIn(c, q, n * Dk);
+  const F* kf = WideIn(c, k, n * Dk);
+  const F* vf = WideIn(c, v, n * Dv);
+  const F* gf = WideIn(c, g, n);
+  const F* bf = WideIn(c, beta, n);
+  F* of = c.Take(n * Dv);
+  if (overlapped) {
+    f.GdnCoreForwardOverlapped(of, S_out, workspace, qf, kf, vf, gf, bf, S_in,
+                               T_len, H, Dk, Dv, block_size, st_tile);
+  } else {
+    f.GdnCoreForward(of, S_out, workspace, qf, kf, vf, gf, bf, S_in, T_len, H,
+                     Dk, Dv, block_size, st_tile);
+  }
+  Narrow(o, of, n * Dv);
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideGdnCoreBackward(
+    T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in, F* workspace, const T* dO,
+    const F* dS_out, const T* q, const T* k, const T* v, const T* g,
+    const T* beta, const F* S_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size, int64_t st_tile, bool overlapped) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  const F* dOf = WideIn(c, dO, n * Dv);
+  const F* qf = WideIn(c, q, n * Dk);
+  const F* kf = WideIn(c, k, n * Dk);
+  const F* vf = WideIn(c, v, n * Dv);
+  const F* gf = WideIn(c, g, n);
+  const F* bf = WideIn(c, beta, n);
+  F* dqf = c.Take(n * Dk);
+  F* dkf = c.Take(n * Dk);
+  F* dvf = c.Take(n * Dv);
+  F* dgf = c.Take(n);
+  F* dbf = c.Take(n);
+  if (overlapped) {
+    f.GdnCoreBackwardOverlapped(dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf,
+                                dS_out, qf, kf, vf, gf, bf, S_in, T_len, H, Dk,
+                                Dv, block_size, st_tile);
+  } else {
+    f.GdnCoreBackward(dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf, dS_out,
+                      qf, kf, vf, gf, bf, S_in, T_len, H, Dk, Dv, block_size,
+                      st_tile);
+  }
+  Narrow(dq, dqf, n * Dk);
+  Narrow(dk, dkf, n * Dk);
+  Narrow(dv, dvf, n * Dv);
+  Narrow(dg, dgf, n);
+  Narrow(dbeta, dbf, n);
+}
+
+// By phase: kPre widens the inputs first, kOut rounds the outputs last; the
+// float copies stay in the workspace between the calls, as the float core's
+// intermediates do.
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideGdnCoreForwardPhase(
+    GdnPhase phase, T* o, F* S_out, F* workspace, const T* q, const T* k,
+    const T* v, const T* g, const T* beta, const F* S_in, int64_t T_len,
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  F* qf = c.Take(n * Dk);
+  F* kf = c.Take(n * Dk);
+  F* vf = c.Take(n * Dv);
+  F* gf = c.Take(n);
+  F* bf = c.Take(n);
+  F* of = c.Take(n * Dv);
+  if (phase == GdnPhase::kPre) {
+    Widen(qf, q, n * Dk);
+    Widen(kf, k, n * Dk);
+    Widen(vf, v, n * Dv);
+    Widen(gf, g, n);
+    Widen(bf, beta, n);
+  }
+  f.GdnCoreForwardPhase(phase, of, S_out, workspace, qf, kf, vf, gf, bf, S_in,
+                        T_len, H, Dk, Dv, block_size);
+  if (phase == GdnPhase::kOut) Narrow(o, of, n * Dv);
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideGdnCoreBackwardPhase(
+    GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in,
+    F* workspace, const T* dO, const F* dS_out, const T* q, const T* k,
+    const T* v, const T* g, const T* beta, const F* S_in, int64_t T_len,
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  F* dOf = c.Take(n * Dv);
+  F* qf = c.Take(n * Dk);
+  F* kf = c.Take(n * Dk);
+  F* vf = c.Take(n * Dv);
+  F* gf = c.Take(n);
+  F* bf = c.Take(n);
+  F* dqf = c.Take(n * Dk);
+  F* dkf = c.Take(n * Dk);
+  F* dvf = c.Take(n * Dv);
+  F* dgf = c.Take(n);
+  F* dbf = c.Take(n);
+  if (phase == GdnPhase::kPre) {
+    Widen(dOf, dO, n * Dv);
+    Widen(qf, q, n * Dk);
+    Widen(kf, k, n * Dk);
+    Widen(vf, v, n * Dv);
+    Widen(gf, g, n);
+    Widen(bf, beta, n);
+  }
+  f.GdnCoreBackwardPhase(phase, dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf,
+                         dS_out, qf, kf, vf, gf, bf, S_in, T_len, H, Dk, Dv,
+                         block_size);
+  if (phase == GdnPhase::kOut) {
+    Narrow(dq, dqf, n * Dk);
+    Narrow(dk, dkf, n * Dk);
+    Narrow(dv, dvf, n * Dv);
+    Narrow(dg, dgf, n);
+    Narrow(dbeta, dbf, n);
+  }
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideMamba3CoreForward(
+    T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
+    const T* v, const T* a, const T* gamma, const T* beta, const F* S_in,
+    const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  const F* qf = WideIn(c, q, n * Dk);
+  const F* kf = WideIn(c, k, n * Dk);
+  const F* vf = WideIn(c, v, n * Dv);
+  const F* af = WideIn(c, a, n);
+  const F* gmf = WideIn(c, gamma, n);
+  const F* bf = WideIn(c, beta, n);
+  const F* kif = WideIn(c, k_in, H * Dk);
+  const F* vif = WideIn(c, v_in, H * Dv);
+  F* of = c.Take(n * Dv);
+  F* kof = WideOut(c, k_out, H * Dk);
+  F* vof = WideOut(c, v_out, H * Dv);
+  f.Mamba3CoreForward(of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf,
+                      S_in, kif, vif, T_len, H, Dk, Dv, block_size);
+  Narrow(o, of, n * Dv);
+  NarrowOut(k_out, kof, H * Dk);
+  NarrowOut(v_out, vof, H * Dv);
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideMamba3CoreBackward(
+    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, F* dS_in, T* dk_in,
+    T* dv_in, F* workspace, const T* dO, const F* dS_out, const T* dk_out,
+    const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+    const T* gamma, const T* beta, const F* S_in, const T* k_in,
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  const F* dOf = WideIn(c, dO, n * Dv);
+  const F* qf = WideIn(c, q, n * Dk);
+  const F* kf = WideIn(c, k, n * Dk);
+  const F* vf = WideIn(c, v, n * Dv);
+  const F* af = WideIn(c, a, n);
+  const F* gmf = WideIn(c, gamma, n);
+  const F* bf = WideIn(c, beta, n);
+  const F* dkof = WideIn(c, dk_out, H * Dk);
+  const F* dvof = WideIn(c, dv_out, H * Dv);
+  const F* kif = WideIn(c, k_in, H * Dk);
+  const F* vif = WideIn(c, v_in, H * Dv);
+  F* dqf = c.Take(n * Dk);
+  F* dkf = c.Take(n * Dk);
+  F* dvf = c.Take(n * Dv);
+  F* daf = c.Take(n);
+  F* dgmf = c.Take(n);
+  F* dbf = c.Take(n);
+  F* dkif = WideOut(c, dk_in, H * Dk);
+  F* dvif = WideOut(c, dv_in, H * Dv);
+  f.Mamba3CoreBackward(dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif,
+                       workspace, dOf, dS_out, dkof, dvof, qf, kf, vf, af, gmf,
+                       bf, S_in, kif, vif, T_len, H, Dk, Dv, block_size);
+  Narrow(dq, dqf, n * Dk);
+  Narrow(dk, dkf, n * Dk);
+  Narrow(dv, dvf, n * Dv);
+  Narrow(da, daf, n);
+  Narrow(dgamma, dgmf, n);
+  Narrow(dbeta, dbf, n);
+  NarrowOut(dk_in, dkif, H * Dk);
+  NarrowOut(dv_in, dvif, H * Dv);
 }
 
 }  // namespace stateflow::backend

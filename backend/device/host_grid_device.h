@@ -22,7 +22,7 @@ namespace stateflow::backend {
 class HostGrid final : public Device {
  public:
   HostGrid()
-      : f32_(HostExec{}), f64_(HostExec{}), attn32_(HostExec{}),
+      : f32_(HostExec{}), f64_(HostExec{}), bf16_(HostExec{}), attn32_(HostExec{}),
         attn64_(HostExec{}) {}
   HostGrid(const HostGrid&) = delete;
   HostGrid& operator=(const HostGrid&) = delete;
@@ -36,12 +36,14 @@ class HostGrid final : public Device {
  protected:
   Ops<float>& ops_f32() override { return f32_; }
   Ops<double>& ops_f64() override { return f64_; }
+  Ops<bf16>* ops_bf16() override { return &bf16_; }
   AttentionOps<float>* attention_ops_f32() override { return &attn32_; }
   AttentionOps<double>* attention_ops_f64() override { return &attn64_; }
 
  private:
   GridOps<float, HostExec> f32_;
   GridOps<double, HostExec> f64_;
+  GridOps<bf16, HostExec> bf16_;
   GridAttentionOps<float, HostExec> attn32_;
   GridAttentionOps<double, HostExec> attn64_;
 };

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 
+#include "backend/device/precision.h"
 #include "backend/kernels/gdn_phase.h"
 
 namespace stateflow::backend {
@@ -57,11 +58,15 @@ class Ops {
   virtual void Add(T* y, const T* x, int64_t n) = 0;    // y += x
   // y = a * b elementwise; y may alias a or b.
   virtual void Mul(T* y, const T* a, const T* b, int64_t n) = 0;
+  // y = x widened (Widen) or rounded to nearest even (Narrow) between the
+  // storage type and StatOf<T> (precision.h): copies for float and double.
+  virtual void Widen(StatOf<T>* y, const T* x, int64_t n) = 0;
+  virtual void Narrow(T* y, const StatOf<T>* x, int64_t n) = 0;
   // sum_i x_i in double (on the CPU in index order).
   virtual double Sum(const T* x, int64_t n) = 0;
   // y (N, C) = x (N, C) * rstd (N) per row * w (C) per column, that is
   // (x_nc rstd_n) w_c: an RMSNorm re-applied with its saved rstd.
-  virtual void RmsNormApply(T* y, const T* x, const T* rstd, const T* w,
+  virtual void RmsNormApply(T* y, const T* x, const StatOf<T>* rstd, const T* w,
                             int64_t N, int64_t C) = 0;
   // One AdamW update of n elements: m, v, w in place from g.
   virtual void AdamWUpdate(T* w, T* m, T* v, const T* g, int64_t n,
@@ -70,30 +75,32 @@ class Ops {
   // ---- kernels: the contracts of backend/kernels/*.h ----
   virtual void LinearForward(T* y, const T* x, const T* w, const T* b,
                              int64_t N, int64_t C, int64_t D) = 0;
-  virtual void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x,
+  virtual void LinearBackward(T* dx, GradOf<T>* dw, GradOf<T>* db, const T* dy, const T* x,
                               const T* w, int64_t N, int64_t C,
                               int64_t D) = 0;
-  virtual void RmsNormForward(T* y, T* rstd, const T* x, const T* w,
-                              int64_t N, int64_t C, T eps) = 0;
-  virtual void RmsNormBackward(T* dx, T* dw, const T* dy, const T* x,
-                               const T* w, const T* rstd, int64_t N,
+  virtual void RmsNormForward(T* y, StatOf<T>* rstd, const T* x, const T* w,
+                              int64_t N, int64_t C, ComputeOf<T> eps) = 0;
+  virtual void RmsNormBackward(T* dx, GradOf<T>* dw, const T* dy, const T* x,
+                               const T* w, const StatOf<T>* rstd, int64_t N,
                                int64_t C) = 0;
   virtual void SiluForward(T* y, const T* x, int64_t n) = 0;
   virtual void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) = 0;
   virtual void ShortConvForward(T* y, T* tail_out, const T* x, const T* w,
                                 const T* tail_in, int64_t T_len, int64_t C,
                                 int64_t W) = 0;
-  virtual void ShortConvBackward(T* dx, T* dtail_in, T* dw, const T* dy,
+  virtual void ShortConvBackward(T* dx, T* dtail_in, GradOf<T>* dw, const T* dy,
                                  const T* dtail_out, const T* x, const T* w,
                                  const T* tail_in, int64_t T_len, int64_t C,
                                  int64_t W) = 0;
-  virtual void L2NormForward(T* y, T* rnorm, const T* x, int64_t R, int64_t D,
-                             T scale, T eps) = 0;
-  virtual void L2NormBackward(T* dx, const T* dy, const T* x, const T* rnorm,
-                              int64_t R, int64_t D, T scale) = 0;
+  virtual void L2NormForward(T* y, StatOf<T>* rnorm, const T* x, int64_t R,
+                             int64_t D, ComputeOf<T> scale,
+                             ComputeOf<T> eps) = 0;
+  virtual void L2NormBackward(T* dx, const T* dy, const T* x,
+                              const StatOf<T>* rnorm, int64_t R, int64_t D,
+                              ComputeOf<T> scale) = 0;
   virtual void GdnGateForward(T* g, const T* a, const T* A_log,
                               const T* dt_bias, int64_t T_len, int64_t H) = 0;
-  virtual void GdnGateBackward(T* da, T* dA_log, T* ddt_bias, const T* dg,
+  virtual void GdnGateBackward(T* da, GradOf<T>* dA_log, GradOf<T>* ddt_bias, const T* dg,
                                const T* a, const T* A_log, const T* dt_bias,
                                int64_t T_len, int64_t H) = 0;
   virtual void GdnBetaForward(T* beta, const T* b, int64_t n) = 0;
@@ -111,9 +118,9 @@ class Ops {
   virtual int64_t GdnCoreForwardWorkspaceSize(int64_t T_len, int64_t H,
                                               int64_t Dk, int64_t Dv,
                                               int64_t block_size) = 0;
-  virtual void GdnCoreForward(T* o, T* S_out, T* workspace, const T* q,
-                              const T* k, const T* v, const T* g,
-                              const T* beta, const T* S_in, int64_t T_len,
+  virtual void GdnCoreForward(T* o, StatOf<T>* S_out, StatOf<T>* workspace,
+                              const T* q, const T* k, const T* v, const T* g,
+                              const T* beta, const StatOf<T>* S_in, int64_t T_len,
                               int64_t H, int64_t Dk, int64_t Dv,
                               int64_t block_size, int64_t st_tile = 0) = 0;
   // GdnCoreForward with the recurrence split into Pre / ST / Out and the ST
@@ -124,10 +131,11 @@ class Ops {
   // devices (grid_ops.h) split the blocks into segments on two streams. A
   // device without an overlapped forward runs its GdnCoreForward: this
   // default.
-  virtual void GdnCoreForwardOverlapped(T* o, T* S_out, T* workspace,
+  virtual void GdnCoreForwardOverlapped(T* o, StatOf<T>* S_out,
+                                        StatOf<T>* workspace,
                                         const T* q, const T* k, const T* v,
                                         const T* g, const T* beta,
-                                        const T* S_in, int64_t T_len,
+                                        const StatOf<T>* S_in, int64_t T_len,
                                         int64_t H, int64_t Dk, int64_t Dv,
                                         int64_t block_size,
                                         int64_t st_tile = 0) {
@@ -138,10 +146,11 @@ class Ops {
                                                int64_t Dk, int64_t Dv,
                                                int64_t block_size) = 0;
   virtual void GdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta,
-                               T* dS_in, T* workspace, const T* dO,
-                               const T* dS_out, const T* q, const T* k,
-                               const T* v, const T* g, const T* beta,
-                               const T* S_in, int64_t T_len, int64_t H,
+                               StatOf<T>* dS_in, StatOf<T>* workspace,
+                               const T* dO, const StatOf<T>* dS_out,
+                               const T* q, const T* k, const T* v,
+                               const T* g, const T* beta,
+                               const StatOf<T>* S_in, int64_t T_len, int64_t H,
                                int64_t Dk, int64_t Dv, int64_t block_size,
                                int64_t st_tile = 0) = 0;
   // GdnCoreBackward split and overlapped (schedule.st_overlap), the same
@@ -149,9 +158,10 @@ class Ops {
   // (gdn_core.h); a device without one runs its GdnCoreBackward (this
   // default), as for the forward.
   virtual void GdnCoreBackwardOverlapped(
-      T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
-      const T* dO, const T* dS_out, const T* q, const T* k, const T* v,
-      const T* g, const T* beta, const T* S_in, int64_t T_len, int64_t H,
+      T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
+      StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* q,
+      const T* k, const T* v, const T* g, const T* beta,
+      const StatOf<T>* S_in, int64_t T_len, int64_t H,
       int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile = 0) {
     GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
                     v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
@@ -168,20 +178,22 @@ class Ops {
   virtual int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                    int64_t Dk, int64_t Dv,
                                                    int64_t block_size) = 0;
-  virtual void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out,
-                                   T* workspace, const T* q, const T* k,
-                                   const T* v, const T* g, const T* beta,
-                                   const T* S_in, int64_t T_len, int64_t H,
+  virtual void GdnCoreForwardPhase(GdnPhase phase, T* o, StatOf<T>* S_out,
+                                   StatOf<T>* workspace, const T* q,
+                                   const T* k, const T* v, const T* g,
+                                   const T* beta, const StatOf<T>* S_in,
+                                   int64_t T_len, int64_t H,
                                    int64_t Dk, int64_t Dv,
                                    int64_t block_size) = 0;
   virtual int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                     int64_t Dk, int64_t Dv,
                                                     int64_t block_size) = 0;
   virtual void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv,
-                                    T* dg, T* dbeta, T* dS_in, T* workspace,
-                                    const T* dO, const T* dS_out, const T* q,
+                                    T* dg, T* dbeta, StatOf<T>* dS_in,
+                                    StatOf<T>* workspace, const T* dO,
+                                    const StatOf<T>* dS_out, const T* q,
                                     const T* k, const T* v, const T* g,
-                                    const T* beta, const T* S_in,
+                                    const T* beta, const StatOf<T>* S_in,
                                     int64_t T_len, int64_t H, int64_t Dk,
                                     int64_t Dv, int64_t block_size) = 0;
 
@@ -195,49 +207,52 @@ class Ops {
   // the gradient of dt's projection; ddt_bias (H) accumulated. da, dgamma,
   // dbeta (S, H) the core's input gradients; A_proj = the forward's ddA
   // projection (S, H); dt, lam (S, H) the gated values.
-  virtual void Mamba3GatesBackward(T* ddA, T* dtrap, T* ddt, T* ddt_bias,
+  virtual void Mamba3GatesBackward(T* ddA, T* dtrap, T* ddt, GradOf<T>* ddt_bias,
                                    const T* da, const T* dgamma,
                                    const T* dbeta, const T* A_proj,
                                    const T* dt, const T* lam, int64_t S,
-                                   int64_t H, T a_floor) = 0;
+                                   int64_t H, ComputeOf<T> a_floor) = 0;
   // phi (B Ts, H, Na): phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi from
   // angle_in (B, H, Na); the last into angle_out (B, H, Na) unless nullptr.
-  virtual void Mamba3AnglesForward(T* phi, T* angle_out, const T* theta,
-                                   const T* dt, const T* angle_in, int64_t B,
+  virtual void Mamba3AnglesForward(StatOf<T>* phi, StatOf<T>* angle_out,
+                                   const T* theta, const T* dt,
+                                   const StatOf<T>* angle_in, int64_t B,
                                    int64_t Ts, int64_t H, int64_t Na) = 0;
   // The scan's backward: dtheta (B Ts, Na) written (the gradient of theta's
   // projection, through pi tanh); ddt (B Ts, H) added to; dangle_in (B, H,
   // Na) written unless nullptr; dangle_out nullptr means zeros. dphi (B Ts,
   // H, Na) is scratch: the device may overwrite it.
-  virtual void Mamba3AnglesBackward(T* dtheta, T* ddt, T* dangle_in, T* dphi,
-                                    const T* theta, const T* dt,
-                                    const T* dangle_out, int64_t B,
+  virtual void Mamba3AnglesBackward(T* dtheta, T* ddt, StatOf<T>* dangle_in,
+                                    StatOf<T>* dphi, const T* theta,
+                                    const T* dt, const StatOf<T>* dangle_out,
+                                    int64_t B,
                                     int64_t Ts, int64_t H, int64_t Na) = 0;
   // k (S, H, N) = rot(Bn_t + B_bias_h, phi_th), q likewise from Cn, C_bias:
   // the pairs (2j, 2j+1), j < Na, turned by phi; Bn, Cn (S, N); biases
   // (H, N); phi (S, H, Na).
   virtual void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
                                    const T* C_bias, const T* B_bias,
-                                   const T* phi, int64_t S, int64_t H,
-                                   int64_t N, int64_t Na) = 0;
+                                   const StatOf<T>* phi, int64_t S,
+                                   int64_t H, int64_t N, int64_t Na) = 0;
   // dphi (S, H, Na), dCn, dBn (S, N) written; dC_bias, dB_bias (H, N)
   // accumulated; dq, dk (S, H, N) turned in place into the gradients of the
   // unrotated vectors; q, k the forward's outputs.
-  virtual void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias,
-                                    T* dB_bias, T* dq, T* dk, const T* q,
-                                    const T* k, const T* phi, int64_t S,
+  virtual void Mamba3RotaryBackward(StatOf<T>* dphi, T* dCn, T* dBn,
+                                    GradOf<T>* dC_bias, GradOf<T>* dB_bias,
+                                    T* dq, T* dk, const T* q, const T* k,
+                                    const StatOf<T>* phi, int64_t S,
                                     int64_t H, int64_t N, int64_t Na) = 0;
   // n = S H: a = -max(f(A_proj), a_floor) dt, gamma = lam dt, beta = (1 -
   // lam) dt.
   virtual void Mamba3CoefficientsForward(T* a, T* gamma, T* beta,
                                          const T* A_proj, const T* dt,
                                          const T* lam, int64_t n,
-                                         T a_floor) = 0;
+                                         ComputeOf<T> a_floor) = 0;
   // ddt (n) written: the coefficients' share of d(dt).
   virtual void Mamba3CoefficientsBackward(T* ddt, const T* da,
                                           const T* dgamma, const T* dbeta,
                                           const T* A_proj, const T* lam,
-                                          int64_t n, T a_floor) = 0;
+                                          int64_t n, ComputeOf<T> a_floor) = 0;
   // gated (S, H, P) = (o + D_h xv) silu_z.
   virtual void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
                                        const T* silu_z, const T* D, int64_t S,
@@ -245,7 +260,7 @@ class Ops {
   // From dgated (S, H, P): dz = dgated (o + D_h xv) (before SiLU's
   // backward), d_o = dgated silu_z, dxv = D_h d_o (written); dD (H)
   // accumulated.
-  virtual void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, T* dD,
+  virtual void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, GradOf<T>* dD,
                                         const T* dgated, const T* o,
                                         const T* xv, const T* silu_z,
                                         const T* D, int64_t S, int64_t H,
@@ -257,10 +272,10 @@ class Ops {
   virtual int64_t Mamba3CoreForwardWorkspaceSize(int64_t T_len, int64_t H,
                                                  int64_t Dk, int64_t Dv,
                                                  int64_t block_size) = 0;
-  virtual void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out,
-                                 T* workspace, const T* q, const T* k,
+  virtual void Mamba3CoreForward(T* o, StatOf<T>* S_out, T* k_out, T* v_out,
+                                 StatOf<T>* workspace, const T* q, const T* k,
                                  const T* v, const T* a, const T* gamma,
-                                 const T* beta, const T* S_in, const T* k_in,
+                                 const T* beta, const StatOf<T>* S_in, const T* k_in,
                                  const T* v_in, int64_t T_len, int64_t H,
                                  int64_t Dk, int64_t Dv,
                                  int64_t block_size) = 0;
@@ -268,9 +283,10 @@ class Ops {
   // GdnCoreForwardOverlapped): the same contract and workspace; a device
   // without an overlapped kernel runs its ordinary forward (this default).
   virtual void Mamba3CoreForwardOverlapped(
-      T* o, T* S_out, T* k_out, T* v_out, T* workspace, const T* q,
-      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
-      const T* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+      T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
+      const T* q, const T* k, const T* v, const T* a, const T* gamma,
+      const T* beta, const StatOf<T>* S_in, const T* k_in, const T* v_in,
+      int64_t T_len, int64_t H,
       int64_t Dk, int64_t Dv, int64_t block_size) {
     Mamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
                       beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
@@ -279,19 +295,21 @@ class Ops {
                                                   int64_t Dk, int64_t Dv,
                                                   int64_t block_size) = 0;
   virtual void Mamba3CoreBackward(
-      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
-      T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
-      const T* dv_out, const T* q, const T* k, const T* v, const T* a,
-      const T* gamma, const T* beta, const T* S_in, const T* k_in,
+      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in,
+      T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO,
+      const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
+      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+      const StatOf<T>* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
       int64_t block_size) = 0;
   // The backward split and overlapped: the same contract and workspace; by
   // default the ordinary backward.
   virtual void Mamba3CoreBackwardOverlapped(
-      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
-      T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
-      const T* dv_out, const T* q, const T* k, const T* v, const T* a,
-      const T* gamma, const T* beta, const T* S_in, const T* k_in,
+      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in,
+      T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO,
+      const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
+      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+      const StatOf<T>* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
       int64_t block_size) {
     Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
@@ -303,24 +321,36 @@ class Ops {
   virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
                                 const T* wg, const T* wu, const T* wd,
                                 int64_t N, int64_t C, int64_t F) = 0;
-  virtual void SwigluMlpBackward(T* dx, T* dwg, T* dwu, T* dwd, T* workspace,
+  virtual void SwigluMlpBackward(T* dx, GradOf<T>* dwg, GradOf<T>* dwu,
+                                 GradOf<T>* dwd, T* workspace,
                                  const T* dy, const T* gate, const T* up,
                                  const T* x, const T* wg, const T* wu,
                                  const T* wd, int64_t N, int64_t C,
                                  int64_t F) = 0;
   virtual void EmbeddingForward(T* y, const int32_t* ids, const T* table,
                                 int64_t N, int64_t C, int64_t V) = 0;
-  virtual void EmbeddingBackward(T* dtable, const T* dy, const int32_t* ids,
+  virtual void EmbeddingBackward(GradOf<T>* dtable, const T* dy, const int32_t* ids,
                                  int64_t N, int64_t C, int64_t V) = 0;
   // Returns the mean loss as the CPU kernel does (host value).
-  virtual double OutputLossForward(T* losses, T* lse, T* logits, const T* x,
+  virtual double OutputLossForward(StatOf<T>* losses, StatOf<T>* lse,
+                                   StatOf<T>* logits, const T* x,
                                    const T* w, const int32_t* targets,
                                    int64_t N, int64_t C, int64_t V,
                                    int64_t Vs) = 0;
-  virtual void OutputLossBackward(T* dx, T* dw, T* logits, const T* dlosses,
-                                  const T* lse, const T* x, const T* w,
+  virtual void OutputLossBackward(T* dx, GradOf<T>* dw, StatOf<T>* logits,
+                                  const StatOf<T>* dlosses,
+                                  const StatOf<T>* lse, const T* x, const T* w,
                                   const int32_t* targets, int64_t N,
-                                  int64_t C, int64_t V, int64_t Vs) = 0;
+                                  int64_t C, int64_t V, int64_t Vs,
+                                  T* workspace = nullptr) = 0;
+  // OutputLossBackward's workspace: 0 where StatOf<T> is T; for bf16 one
+  // vocabulary slice of d(logits) rounded to bf16 (N min(V, Vs) elements),
+  // which the GEMMs read.
+  virtual int64_t OutputLossBackwardWorkspaceSize(int64_t /*N*/,
+                                                  int64_t /*V*/,
+                                                  int64_t /*Vs*/) {
+    return 0;
+  }
 };
 
 // Softmax attention with RoPE (attention.h, rope.h): a separate interface, so
@@ -330,12 +360,13 @@ template <typename T>
 class AttentionOps {
  public:
   virtual ~AttentionOps() = default;
-  virtual void AttentionForward(T* o, T* lse, const T* q, const T* k,
+  virtual void AttentionForward(T* o, StatOf<T>* lse, const T* q, const T* k,
                                 const T* v, int64_t s, int64_t start,
                                 int64_t Hq, int64_t Hkv, int64_t d,
                                 int64_t q_tile, int64_t k_tile) = 0;
-  virtual void AttentionBackward(T* dq, T* dk, T* dv, T* D, const T* dO,
-                                 const T* o, const T* lse, const T* q,
+  virtual void AttentionBackward(T* dq, T* dk, T* dv, StatOf<T>* D,
+                                 const T* dO, const T* o,
+                                 const StatOf<T>* lse, const T* q,
                                  const T* k, const T* v, int64_t s,
                                  int64_t start, int64_t Hq, int64_t Hkv,
                                  int64_t d, int64_t q_tile,

@@ -43,5 +43,6 @@ Status EmbeddingLayer<T>::Backward(const Tensor<T>& dy, const int32_t* ids) {
 
 template class EmbeddingLayer<float>;
 template class EmbeddingLayer<double>;
+template class EmbeddingLayer<bf16>;
 
 }  // namespace stateflow::backend

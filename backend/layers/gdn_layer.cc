@@ -53,7 +53,7 @@ Result<GdnState<T>> GdnState<T>::Zeros(TrackingAllocator& alloc,
                                        const GdnLayerDims& d,
                                        int64_t batch, BufferClass cls) {
   GdnState s;
-  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Dv, d.K}));
+  SF_ASSIGN_OR_RETURN(s.S, Tensor<StatOf<T>>::Zeros(alloc, cls, {batch, d.H, d.Dv, d.K}));
   SF_ASSIGN_OR_RETURN(s.tail_q, Tensor<T>::Zeros(alloc, cls, {batch, d.W - 1, d.HK()}));
   SF_ASSIGN_OR_RETURN(s.tail_k, Tensor<T>::Zeros(alloc, cls, {batch, d.W - 1, d.HK()}));
   SF_ASSIGN_OR_RETURN(s.tail_v, Tensor<T>::Zeros(alloc, cls, {batch, d.W - 1, d.HV()}));
@@ -117,8 +117,9 @@ Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
 }
 
 template <typename T>
-Result<Tensor<T>> GdnLayer<T>::New(BufferClass cls, Shape shape) {
-  return Tensor<T>::Uninitialized(*alloc_, cls, std::move(shape));
+template <typename E>
+Result<Tensor<E>> GdnLayer<T>::New(BufferClass cls, Shape shape) {
+  return Tensor<E>::Uninitialized(*alloc_, cls, std::move(shape));
 }
 
 template <typename T>
@@ -179,8 +180,8 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
   const int64_t state = d.H * d.Dv * d.K;
   // The device's scratch for one sequence (none on the CPU), reused by each.
   SF_ASSIGN_OR_RETURN(
-      Tensor<T> ws,
-      New(kWs, {ops().GdnCoreForwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+      Tensor<StatOf<T>> ws,
+      New<StatOf<T>>(kWs, {ops().GdnCoreForwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
   auto core = d.st_overlap ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
   for (int64_t b = 0; b < B; ++b) {
     (ops().*core)(s->o.data() + b * Ts * d.HV(),
@@ -190,7 +191,7 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
                       s->beta.data() + b * Ts * d.H, state_in.S.data() + b * state, Ts,
                       d.H, d.K, d.Dv, d.block_size, d.st_tile);
   }
-  ws = Tensor<T>();
+  ws = Tensor<StatOf<T>>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
   return MlpForward(y, s, cls);
 }
@@ -204,9 +205,9 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {S}));
+  SF_ASSIGN_OR_RETURN(s->rstd1, New<StatOf<T>>(cls, {S}));
   ops().RmsNormForward(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
-                    S, d.C, static_cast<T>(d.norm_eps));
+                    S, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(Tensor<T> b, New(kWs, {S, d.H}));  // (S, H)
   const struct {
     Tensor<T>* out;
@@ -222,10 +223,10 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   }
   // q, k: L2-normalised SiLU(conv); v: SiLU(conv), the core's input as is.
   SF_ASSIGN_OR_RETURN(Tensor<T> act, New(kWs, {S, d.HK()}));  // (S, HK)
-  const T q_scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.K)));
-  const T eps = static_cast<T>(d.l2_eps);
-  SF_ASSIGN_OR_RETURN(s->q_rnorm, New(cls, {S, d.H}));
-  SF_ASSIGN_OR_RETURN(s->k_rnorm, New(cls, {S, d.H}));
+  const ComputeOf<T> q_scale = static_cast<ComputeOf<T>>(1.0 / std::sqrt(static_cast<double>(d.K)));
+  const ComputeOf<T> eps = static_cast<ComputeOf<T>>(d.l2_eps);
+  SF_ASSIGN_OR_RETURN(s->q_rnorm, New<StatOf<T>>(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->k_rnorm, New<StatOf<T>>(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(s->v, New(cls, {S, d.HV()}));
@@ -233,7 +234,7 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   ConvSiluForward(&act, state_out ? &state_out->tail_q : nullptr, s->q_in, B, kQConv, state_in.tail_q);
   ops().L2NormForward(s->q.data(), s->q_rnorm.data(), act.data(), S * d.H, d.K, q_scale, eps);
   ConvSiluForward(&act, state_out ? &state_out->tail_k : nullptr, s->k_in, B, kKConv, state_in.tail_k);
-  ops().L2NormForward(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, T(1), eps);
+  ops().L2NormForward(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, ComputeOf<T>(1), eps);
   ConvSiluForward(&s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, B, kVConv, state_in.tail_v);
   SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
@@ -264,11 +265,11 @@ template <typename T>
 Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
   const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
-  SF_ASSIGN_OR_RETURN(s->o_rstd, New(cls, {S, d.H}));
+  SF_ASSIGN_OR_RETURN(s->o_rstd, New<StatOf<T>>(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HV()}));
   SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HV()}));  // (S, HV)
   ops().RmsNormForward(s->gated.data(), s->o_rstd.data(), s->o.data(), w(kONorm),
-                    S * d.H, d.Dv, static_cast<T>(d.norm_eps));
+                    S * d.H, d.Dv, static_cast<ComputeOf<T>>(d.norm_eps));
   ops().SiluForward(silu_z.data(), s->z.data(), S * d.HV());
   ops().Mul(s->gated.data(), s->gated.data(), silu_z.data(), S * d.HV());
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
@@ -284,9 +285,9 @@ Status GdnLayer<T>::MlpForward(Tensor<T>* y, GdnLayerSaved<T>* s,
   const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {S}));
+  SF_ASSIGN_OR_RETURN(s->rstd2, New<StatOf<T>>(cls, {S}));
   ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
-                    S, d.C, static_cast<T>(d.norm_eps));
+                    S, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
@@ -420,8 +421,8 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
   SF_ASSIGN_OR_RETURN(Tensor<T> dbeta, New(kWs, {S, d.H}));  // (S, H)
   // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
-      Tensor<T> ws,
-      New(kWs, {ops().GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+      Tensor<StatOf<T>> ws,
+      New<StatOf<T>>(kWs, {ops().GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
   const int64_t state = d.H * d.Dv * d.K;
   auto core = d.st_overlap ? &Ops<T>::GdnCoreBackwardOverlapped : &Ops<T>::GdnCoreBackward;
   for (int64_t b = 0; b < B; ++b) {
@@ -435,7 +436,7 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
                        s.beta.data() + h, state_in.S.data() + b * state, Ts, d.H, d.K,
                        d.Dv, d.block_size, d.st_tile);
   }
-  ws = Tensor<T>();
+  ws = Tensor<StatOf<T>>();
   SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(grads->db, New(kWs, {S, d.H}));
   ops().GdnGateBackward(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
@@ -450,7 +451,7 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
 template <typename T>
 Status GdnLayer<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
                                      const Tensor<T>& d_out,
-                                     const Tensor<T>* rnorm, T scale,
+                                     const Tensor<StatOf<T>>* rnorm, ComputeOf<T> scale,
                                      const Tensor<T>& in, int64_t batch, ParamId conv,
                                      const Tensor<T>& tail_in,
                                      const Tensor<T>* dtail_out) {
@@ -491,7 +492,7 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
                                         const GdnState<T>& state_in) {
   const GdnLayerDims& d = dims_;
   const int64_t S = s.x.dim(0);
-  const T q_scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.K)));
+  const ComputeOf<T> q_scale = static_cast<ComputeOf<T>>(1.0 / std::sqrt(static_cast<double>(d.K)));
   Tensor<T> dq_in, dk_in, dv_in;  // (S, HK), (S, HK), (S, HV)
   auto dtail = [&](Tensor<T> GdnState<T>::*m) {
     return dstate_in != nullptr ? &(dstate_in->*m) : nullptr;
@@ -503,10 +504,10 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
                                       &s.q_rnorm, q_scale, s.q_in, s.batch, kQConv,
                                       state_in.tail_q, dtail_out(&GdnState<T>::tail_q)));
   SF_RETURN_IF_ERROR(ConvSiluBackward(&dk_in, dtail(&GdnState<T>::tail_k), g.dk,
-                                      &s.k_rnorm, T(1), s.k_in, s.batch, kKConv,
+                                      &s.k_rnorm, ComputeOf<T>(1), s.k_in, s.batch, kKConv,
                                       state_in.tail_k, dtail_out(&GdnState<T>::tail_k)));
   SF_RETURN_IF_ERROR(ConvSiluBackward(&dv_in, dtail(&GdnState<T>::tail_v), g.dv,
-                                      nullptr, T(1), s.v_in, s.batch, kVConv,
+                                      nullptr, ComputeOf<T>(1), s.v_in, s.batch, kVConv,
                                       state_in.tail_v, dtail_out(&GdnState<T>::tail_v)));
   const struct {
     const Tensor<T>* dproj;
@@ -534,6 +535,7 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
   template class GdnLayer<T>;
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
+SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE
 
 }  // namespace stateflow::backend

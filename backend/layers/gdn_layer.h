@@ -81,7 +81,7 @@ struct GdnLayerDims {
 // The boundary state of one GDN layer for B sequences (or its gradient).
 template <typename T>
 struct GdnState {
-  Tensor<T> S;       // (B, H, Dv, K) recurrent state
+  Tensor<StatOf<T>> S;  // (B, H, Dv, K) recurrent state (float in bf16)
   Tensor<T> tail_q;  // (B, W-1, HK) last W-1 conv inputs of q, oldest first
   Tensor<T> tail_k;  // (B, W-1, HK)
   Tensor<T> tail_v;  // (B, W-1, HV)
@@ -103,14 +103,17 @@ struct GdnLayerSaved {
   bool recompute_full = false;
   int64_t batch = 1;            // B sequences; every tensor has B S rows
   Tensor<T> x;                  // (S, C) layer input
-  Tensor<T> xn, rstd1;          // (S, C) pre-norm output, (S) its 1/rms
+  Tensor<T> xn;                 // (S, C) pre-norm output
+  Tensor<StatOf<T>> rstd1;      // (S) its 1/rms
   Tensor<T> q_in, k_in, v_in;   // (S, HK), (S, HK), (S, HV) conv inputs
   Tensor<T> q, k, v;            // (S, HK), (S, HK), (S, HV) core inputs
-  Tensor<T> q_rnorm, k_rnorm;   // (S, H) 1/|.| of the L2 norms
+  Tensor<StatOf<T>> q_rnorm, k_rnorm;  // (S, H) 1/|.| of the L2 norms
   Tensor<T> a, g, beta;         // (S, H) decay input, log decay, beta
-  Tensor<T> o, o_rstd;          // (S, HV) core output, (S, H) its 1/rms
+  Tensor<T> o;                  // (S, HV) core output
+  Tensor<StatOf<T>> o_rstd;     // (S, H) its 1/rms
   Tensor<T> z, gated;           // (S, HV) output gate, o_proj input
-  Tensor<T> h, hn, rstd2;       // (S, C) after the mixer, (S, C), (S)
+  Tensor<T> h, hn;              // (S, C) after the mixer, (S, C)
+  Tensor<StatOf<T>> rstd2;      // (S)
   Tensor<T> mlp_gate, mlp_up;   // (S, F) SwiGLU gate and up projections
 
   // Elements per token under kNone: 4C + 2F + 2 + 4 HK + 5 HV + 6 H.
@@ -177,9 +180,10 @@ class GdnLayer {
   GdnLayer(TrackingAllocator* alloc, const GdnLayerDims& dims, int layer)
       : alloc_(alloc), dims_(dims), layer_(layer) {}
 
-  Result<Tensor<T>> New(BufferClass cls, Shape shape);
+  template <typename E = T>
+  Result<Tensor<E>> New(BufferClass cls, Shape shape);
   const T* w(ParamId id) const { return params_[id].value.data(); }
-  T* dw(ParamId id) { return params_[id].grad.data(); }
+  GradOf<T>* dw(ParamId id) { return params_[id].grad.data(); }
   Status CheckState(const GdnState<T>& state, int64_t batch, const char* what) const;
 
   // The forward, reading saved->x and filling the rest of *saved with
@@ -209,8 +213,8 @@ class GdnLayer {
                       const GdnState<T>* dstate_out,
                       const GdnState<T>& state_in);
   Status ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
-                          const Tensor<T>& d_out, const Tensor<T>* rnorm,
-                          T scale, const Tensor<T>& in, int64_t batch, ParamId conv,
+                          const Tensor<T>& d_out, const Tensor<StatOf<T>>* rnorm,
+                          ComputeOf<T> scale, const Tensor<T>& in, int64_t batch, ParamId conv,
                           const Tensor<T>& tail_in,
                           const Tensor<T>* dtail_out);
   Status MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,

@@ -46,17 +46,19 @@ Status HeadLayer<T>::Forward(double* loss_sum, HeadSaved<T>* saved,
   *saved = HeadSaved<T>{};
   SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, kAct, x));
   SF_ASSIGN_OR_RETURN(saved->xn, Tensor<T>::Uninitialized(*alloc_, kAct, {S, C_}));
-  SF_ASSIGN_OR_RETURN(saved->rstd, Tensor<T>::Uninitialized(*alloc_, kAct, {S}));
-  SF_ASSIGN_OR_RETURN(saved->lse, Tensor<T>::Uninitialized(*alloc_, kAct, {S}));
+  SF_ASSIGN_OR_RETURN(saved->rstd, Tensor<StatOf<T>>::Uninitialized(*alloc_, kAct, {S}));
+  SF_ASSIGN_OR_RETURN(saved->lse, Tensor<StatOf<T>>::Uninitialized(*alloc_, kAct, {S}));
   ops().RmsNormForward(saved->xn.data(), saved->rstd.data(), x.data(),
-                    params_[kNorm].value.data(), S, C_, static_cast<T>(eps_));
-  SF_ASSIGN_OR_RETURN(Tensor<T> logits, Tensor<T>::Uninitialized(
-                                            *alloc_, BufferClass::kLogits, {S, Vs}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> losses, Tensor<T>::Uninitialized(*alloc_, kWs, {S}));
+                       params_[kNorm].value.data(), S, C_,
+                       static_cast<ComputeOf<T>>(eps_));
+  SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> logits, Tensor<StatOf<T>>::Uninitialized(
+                                                    *alloc_, BufferClass::kLogits, {S, Vs}));
+  SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> losses,
+                      Tensor<StatOf<T>>::Uninitialized(*alloc_, kWs, {S}));
   ops().OutputLossForward(losses.data(), saved->lse.data(), logits.data(),
                        saved->xn.data(), params_[kOutput].value.data(),
                        targets, S, C_, V_, Vs);
-  *loss_sum = ops().Sum(losses.data(), S);
+  *loss_sum = alloc_->device().template ops<StatOf<T>>().Sum(losses.data(), S);
   return Status::Ok();
 }
 
@@ -68,16 +70,24 @@ Status HeadLayer<T>::Backward(Tensor<T>* dx, HeadSaved<T>* saved,
                            " (head): backward without a saved forward");
   }
   const int64_t S = saved->x.dim(0), Vs = std::min(Vs_, V_);
-  SF_ASSIGN_OR_RETURN(Tensor<T> dlosses, Tensor<T>::Uninitialized(*alloc_, kWs, {S}));
-  ops().Fill(dlosses.data(), static_cast<T>(loss_scale), S);
+  SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> dlosses,
+                      Tensor<StatOf<T>>::Uninitialized(*alloc_, kWs, {S}));
+  alloc_->device().template ops<StatOf<T>>().Fill(
+      dlosses.data(), static_cast<StatOf<T>>(loss_scale), S);
   SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
   {
-    SF_ASSIGN_OR_RETURN(Tensor<T> logits, Tensor<T>::Uninitialized(
-                                              *alloc_, BufferClass::kLogits, {S, Vs}));
+    SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> logits, Tensor<StatOf<T>>::Uninitialized(
+                                                      *alloc_, BufferClass::kLogits, {S, Vs}));
+    // bf16: the slice's d(logits) rounded for the GEMMs (ops.h); else none.
+    const int64_t dl_n = ops().OutputLossBackwardWorkspaceSize(S, V_, Vs);
+    Tensor<T> dl;
+    if (dl_n > 0) {
+      SF_ASSIGN_OR_RETURN(dl, Tensor<T>::Uninitialized(*alloc_, BufferClass::kLogits, {dl_n}));
+    }
     ops().OutputLossBackward(dxn.data(), params_[kOutput].grad.data(),
                           logits.data(), dlosses.data(), saved->lse.data(),
                           saved->xn.data(), params_[kOutput].value.data(),
-                          targets, S, C_, V_, Vs);
+                          targets, S, C_, V_, Vs, dl_n > 0 ? dl.data() : nullptr);
   }
   SF_ASSIGN_OR_RETURN(*dx, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
   ops().RmsNormBackward(dx->data(), params_[kNorm].grad.data(), dxn.data(),
@@ -89,5 +99,6 @@ Status HeadLayer<T>::Backward(Tensor<T>* dx, HeadSaved<T>* saved,
 
 template class HeadLayer<float>;
 template class HeadLayer<double>;
+template class HeadLayer<bf16>;
 
 }  // namespace stateflow::backend

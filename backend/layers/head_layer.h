@@ -29,8 +29,8 @@ namespace stateflow::backend {
 template <typename T>
 struct HeadSaved {
   Tensor<T> x, xn;    // (S, C) head input, normalised
-  Tensor<T> rstd;     // (S) 1/rms of x
-  Tensor<T> lse;      // (S) logsumexp of the logits
+  Tensor<StatOf<T>> rstd;  // (S) 1/rms of x
+  Tensor<StatOf<T>> lse;   // (S) logsumexp of the logits
 
   static int64_t NumelPerToken(int64_t C) { return 2 * C + 2; }
 };

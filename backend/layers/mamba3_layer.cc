@@ -54,8 +54,8 @@ Result<Mamba3State<T>> Mamba3State<T>::Zeros(TrackingAllocator& alloc,
                                              const Mamba3LayerDims& d,
                                              int64_t batch, BufferClass cls) {
   Mamba3State s;
-  SF_ASSIGN_OR_RETURN(s.angle, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Na}));
-  SF_ASSIGN_OR_RETURN(s.S, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Dp, d.Ds}));
+  SF_ASSIGN_OR_RETURN(s.angle, Tensor<StatOf<T>>::Zeros(alloc, cls, {batch, d.H, d.Na}));
+  SF_ASSIGN_OR_RETURN(s.S, Tensor<StatOf<T>>::Zeros(alloc, cls, {batch, d.H, d.Dp, d.Ds}));
   SF_ASSIGN_OR_RETURN(s.k, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Ds}));
   SF_ASSIGN_OR_RETURN(s.v, Tensor<T>::Zeros(alloc, cls, {batch, d.H, d.Dp}));
   return s;
@@ -118,8 +118,9 @@ Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
 }
 
 template <typename T>
-Result<Tensor<T>> Mamba3Layer<T>::New(BufferClass cls, Shape shape) {
-  return Tensor<T>::Uninitialized(*alloc_, cls, std::move(shape));
+template <typename E>
+Result<Tensor<E>> Mamba3Layer<T>::New(BufferClass cls, Shape shape) {
+  return Tensor<E>::Uninitialized(*alloc_, cls, std::move(shape));
 }
 
 template <typename T>
@@ -182,8 +183,8 @@ Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
   const int64_t nS = d.H * d.Dp * d.Ds, nk = d.HDs(), nv = d.HDp();  // per sequence
   // The device's scratch for one sequence (none on the CPU), reused by each.
   SF_ASSIGN_OR_RETURN(
-      Tensor<T> ws,
-      New(kWs, {ops().Mamba3CoreForwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
+      Tensor<StatOf<T>> ws,
+      New<StatOf<T>>(kWs, {ops().Mamba3CoreForwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
   auto core = d.st_overlap ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
@@ -196,7 +197,7 @@ Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
         state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.Ds,
         d.Dp, d.block_size);
   }
-  ws = Tensor<T>();
+  ws = Tensor<StatOf<T>>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
   return MlpForward(y, s, cls);
 }
@@ -211,9 +212,9 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {S}));
+  SF_ASSIGN_OR_RETURN(s->rstd1, New<StatOf<T>>(cls, {S}));
   ops().RmsNormForward(s->xn.data(), s->rstd1.data(), s->x.data(), w(kMixerNorm),
-                    S, d.C, static_cast<T>(d.norm_eps));
+                    S, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
   const struct {
     Tensor<T>* out;
     ParamId w;
@@ -229,14 +230,14 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   // In place: dt = softplus(. + dt_bias), lam = sigmoid(.), theta = pi tanh(.).
   ops().Mamba3GatesForward(s->dt.data(), s->lam.data(), s->theta.data(), w(kDtBias), S,
                            d.H, d.Na);
-  SF_ASSIGN_OR_RETURN(s->B_rstd, New(cls, {S}));
-  SF_ASSIGN_OR_RETURN(s->C_rstd, New(cls, {S}));
+  SF_ASSIGN_OR_RETURN(s->B_rstd, New<StatOf<T>>(cls, {S}));
+  SF_ASSIGN_OR_RETURN(s->C_rstd, New<StatOf<T>>(cls, {S}));
   SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.Ds}));  // (S, N)
   SF_ASSIGN_OR_RETURN(Tensor<T> Cn, New(kWs, {S, d.Ds}));  // (S, N)
-  const T bc_eps = static_cast<T>(d.bc_norm_eps);
+  const ComputeOf<T> bc_eps = static_cast<ComputeOf<T>>(d.bc_norm_eps);
   ops().RmsNormForward(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.Ds, bc_eps);
   ops().RmsNormForward(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.Ds, bc_eps);
-  SF_ASSIGN_OR_RETURN(s->phi, New(cls, {S, d.H, d.Na}));
+  SF_ASSIGN_OR_RETURN(s->phi, New<StatOf<T>>(cls, {S, d.H, d.Na}));
   // phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi, per sequence from
   // state_in.angle; the last into state_out->angle (unless nullptr).
   ops().Mamba3AnglesForward(s->phi.data(), state_out ? state_out->angle.data() : nullptr,
@@ -252,7 +253,7 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
   ops().Mamba3CoefficientsForward(s->a.data(), s->gamma.data(), s->beta.data(),
                                   s->ddA.data(), s->dt.data(), s->lam.data(), S * d.H,
-                                  static_cast<T>(d.a_floor));
+                                  static_cast<ComputeOf<T>>(d.a_floor));
   Cn = Tensor<T>();
   Bn = Tensor<T>();
   return Status::Ok();
@@ -281,9 +282,9 @@ Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {S}));
+  SF_ASSIGN_OR_RETURN(s->rstd2, New<StatOf<T>>(cls, {S}));
   ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
-                    S, d.C, static_cast<T>(d.norm_eps));
+                    S, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
   SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
@@ -433,13 +434,14 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
   SF_ASSIGN_OR_RETURN(c->dbeta, New(kWs, {S, d.H}));
   // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
-      Tensor<T> ws,
-      New(kWs, {ops().Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
+      Tensor<StatOf<T>> ws,
+      New<StatOf<T>>(kWs, {ops().Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
   const int64_t nS = d.H * d.Dp * d.Ds, nk = d.HDs(), nv = d.HDp();
-  auto in = [&](Tensor<T> Mamba3State<T>::*m, int64_t off) -> T* {
+  // (S and the angle are StatOf<T>, k and v T: one lambda for both.)
+  auto in = [&](auto m, int64_t off) {
     return dstate_in != nullptr ? (dstate_in->*m).data() + off : nullptr;
   };
-  auto out = [&](Tensor<T> Mamba3State<T>::*m, int64_t off) -> const T* {
+  auto out = [&](auto m, int64_t off) {
     return dstate_out != nullptr ? (dstate_out->*m).data() + off : nullptr;
   };
   auto core = d.st_overlap ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
@@ -457,7 +459,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
         state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.Ds,
         d.Dp, d.block_size);
   }
-  ws = Tensor<T>();
+  ws = Tensor<StatOf<T>>();
   ops().Add(g->dxv.data(), dv.data(), S * d.HDp());
   dv = Tensor<T>();
   *d_o = Tensor<T>();
@@ -476,10 +478,10 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   const int64_t S = s.x.dim(0), n = S * d.H;
   // a = A dt, gamma = lam dt, beta = (1 - lam) dt.
   SF_ASSIGN_OR_RETURN(g->ddt, New(kWs, {S, d.H}));
-  const T a_floor = static_cast<T>(d.a_floor);
+  const ComputeOf<T> a_floor = static_cast<ComputeOf<T>>(d.a_floor);
   ops().Mamba3CoefficientsBackward(g->ddt.data(), c->da.data(), c->dgamma.data(),
                                    c->dbeta.data(), s.ddA.data(), s.lam.data(), n, a_floor);
-  SF_ASSIGN_OR_RETURN(Tensor<T> dphi, New(kWs, {S, d.H, d.Na}));  // (S, H, Na)
+  SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> dphi, New<StatOf<T>>(kWs, {S, d.H, d.Na}));  // (S, H, Na)
   SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.Ds}));         // (S, N)
   SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.Ds}));         // (S, N)
   // q = rot(u, phi), u = Cn + C_bias_h (k likewise): dq, dk turned into du.
@@ -494,7 +496,7 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
                              s.theta.data(), s.dt.data(),
                              dstate_out ? dstate_out->angle.data() : nullptr, s.batch,
                              S / s.batch, d.H, d.Na);
-  dphi = Tensor<T>();
+  dphi = Tensor<StatOf<T>>();
   SF_ASSIGN_OR_RETURN(g->ddA, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(g->dtrap, New(kWs, {S, d.H}));
   ops().Mamba3GatesBackward(g->ddA.data(), g->dtrap.data(), g->ddt.data(), dw(kDtBias),
@@ -545,6 +547,7 @@ Status Mamba3Layer<T>::MixerInputsBackward(Tensor<T>* dx, const MixerGrads& g,
   template class Mamba3Layer<T>;
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
+SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE
 
 }  // namespace stateflow::backend

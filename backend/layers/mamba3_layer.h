@@ -96,8 +96,8 @@ struct Mamba3LayerDims {
 // The boundary state of one Mamba-3 layer for B sequences (or its gradient).
 template <typename T>
 struct Mamba3State {
-  Tensor<T> angle;  // (B, H, Na) running rotary angle, in [0, 2 pi)
-  Tensor<T> S;      // (B, H, P, N) SSM state
+  Tensor<StatOf<T>> angle;  // (B, H, Na) running rotary angle, in [0, 2 pi)
+  Tensor<StatOf<T>> S;      // (B, H, P, N) SSM state (both float in bf16)
   Tensor<T> k;      // (B, H, N) last token's rotated k
   Tensor<T> v;      // (B, H, P) last token's v (xv)
 
@@ -118,17 +118,19 @@ struct Mamba3LayerSaved {
   bool recompute_full = false;
   int64_t batch = 1;              // B sequences; every tensor has B S rows
   Tensor<T> x;                    // (S, C) layer input
-  Tensor<T> xn, rstd1;            // (S, C) pre-norm output, (S) its 1/rms
+  Tensor<T> xn;                   // (S, C) pre-norm output
+  Tensor<StatOf<T>> rstd1;        // (S) its 1/rms
   Tensor<T> z, xv;                // (S, HP) gate and x (the core's v)
   Tensor<T> Bp, Cp;               // (S, N) B and C projections
   Tensor<T> dt, ddA, lam;         // (S, H) dt, A's projection, trapezoid gate
   Tensor<T> theta;                // (S, Na) angle rates pi tanh(.)
-  Tensor<T> B_rstd, C_rstd;       // (S) 1/rms of the B and C norms
-  Tensor<T> phi;                  // (S, H, Na) running angles
+  Tensor<StatOf<T>> B_rstd, C_rstd;  // (S) 1/rms of the B and C norms
+  Tensor<StatOf<T>> phi;          // (S, H, Na) running angles
   Tensor<T> q, k;                 // (S, HN) core inputs
   Tensor<T> a, gamma, beta;       // (S, H) core inputs
   Tensor<T> o, gated;             // (S, HP) core output, out_proj input
-  Tensor<T> h, hn, rstd2;         // (S, C) after the mixer, (S, C), (S)
+  Tensor<T> h, hn;                // (S, C) after the mixer, (S, C)
+  Tensor<StatOf<T>> rstd2;        // (S)
   Tensor<T> mlp_gate, mlp_up;     // (S, F) SwiGLU gate and up projections
 
   // Elements per token under kNone:
@@ -195,9 +197,10 @@ class Mamba3Layer {
   Mamba3Layer(TrackingAllocator* alloc, const Mamba3LayerDims& dims, int layer)
       : alloc_(alloc), dims_(dims), layer_(layer) {}
 
-  Result<Tensor<T>> New(BufferClass cls, Shape shape);
+  template <typename E = T>
+  Result<Tensor<E>> New(BufferClass cls, Shape shape);
   const T* w(ParamId id) const { return params_[id].value.data(); }
-  T* dw(ParamId id) { return params_[id].grad.data(); }
+  GradOf<T>* dw(ParamId id) { return params_[id].grad.data(); }
   Status CheckState(const Mamba3State<T>& state, int64_t batch,
                     const char* what) const;
 

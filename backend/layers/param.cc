@@ -73,8 +73,8 @@ Result<Param<T>> MakeParam(TrackingAllocator& alloc, std::string name,
   Param<T> p;
   SF_ASSIGN_OR_RETURN(p.value, Tensor<T>::Uninitialized(
                                    alloc, BufferClass::kWeights, shape));
-  SF_ASSIGN_OR_RETURN(p.grad, Tensor<T>::Zeros(alloc, BufferClass::kGradients,
-                                               std::move(shape)));
+  SF_ASSIGN_OR_RETURN(p.grad, Tensor<GradOf<T>>::Zeros(alloc, BufferClass::kGradients,
+                                                       std::move(shape)));
   InitParam(&p.value, spec, seed, layer, name);
   p.name = std::move(name);
   return p;
@@ -88,6 +88,7 @@ Result<Param<T>> MakeParam(TrackingAllocator& alloc, std::string name,
                                          std::uint64_t, int);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
+SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE
 
 }  // namespace stateflow::backend

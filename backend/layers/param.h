@@ -17,16 +17,19 @@
 #include <string>
 #include <string_view>
 
+#include "backend/device/precision.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 
 namespace stateflow::backend {
 
+// In bf16 the value is bf16 and the gradient float (GradOf, precision.h);
+// the fp32 master weights are the optimizer's (adamw.h).
 template <typename T>
 struct Param {
-  std::string name;  // within its layer, e.g. "q_proj.weight"
-  Tensor<T> value;   // kWeights
-  Tensor<T> grad;    // kGradients, same shape, zero after MakeParam
+  std::string name;          // within its layer, e.g. "q_proj.weight"
+  Tensor<T> value;           // kWeights
+  Tensor<GradOf<T>> grad;    // kGradients, same shape, zero after MakeParam
 };
 
 // How a parameter's elements are drawn (a, b as documented per kind).

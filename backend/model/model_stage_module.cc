@@ -438,5 +438,7 @@ template Result<std::unique_ptr<StageModule<float>>> MakeStageModule<float>(
     const pb::ModelSpec&, models::StageLayers, const StageModuleOptions&, TrackingAllocator*);
 template Result<std::unique_ptr<StageModule<double>>> MakeStageModule<double>(
     const pb::ModelSpec&, models::StageLayers, const StageModuleOptions&, TrackingAllocator*);
+template Result<std::unique_ptr<StageModule<bf16>>> MakeStageModule<bf16>(
+    const pb::ModelSpec&, models::StageLayers, const StageModuleOptions&, TrackingAllocator*);
 
 }  // namespace stateflow::backend

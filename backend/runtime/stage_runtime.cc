@@ -188,5 +188,8 @@ template Status RunStepAlone<float>(StageRuntime<float>&);
 template Status RunStepAlone<double>(StageRuntime<double>&);
 template Status RunStepInProcess<float>(const std::vector<StageRuntime<float>*>&);
 template Status RunStepInProcess<double>(const std::vector<StageRuntime<double>*>&);
+template class StageRuntime<bf16>;
+template Status RunStepAlone<bf16>(StageRuntime<bf16>&);
+template Status RunStepInProcess<bf16>(const std::vector<StageRuntime<bf16>*>&);
 
 }  // namespace stateflow::backend

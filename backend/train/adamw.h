@@ -9,6 +9,12 @@
 //   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + lr wd w
 // Weight decay applies to matrices (rank >= 2) only, not to gains or biases.
 //
+// In bf16 (precision.h: kHasMaster) the update runs on fp32 master weights
+// (kOptimizerState, beside m and v: 12 bytes a parameter) from the fp32
+// gradient, exactly as a float32 run updates its weights, and the bf16 value
+// the layers read is the master rounded once (Ops::Narrow). The master
+// starts as the bf16 value widened.
+//
 // Not a gradient clipper and not a learning-rate schedule.
 //
 //   SF_ASSIGN_OR_RETURN(AdamW<float> opt, AdamW<float>::Make(module->Parameters(), alloc, {}));
@@ -50,8 +56,12 @@ class AdamW {
   // parameter k (same shape), and restoring the step counter (bias
   // corrections use it). REQUIRES: k < params().size(), steps >= 0.
   const std::vector<ParamRef<T>>& params() const { return params_; }
-  Tensor<T>& first_moment(std::size_t k) { return m_[k]; }
-  Tensor<T>& second_moment(std::size_t k) { return v_[k]; }
+  Tensor<MasterOf<T>>& first_moment(std::size_t k) { return m_[k]; }
+  Tensor<MasterOf<T>>& second_moment(std::size_t k) { return v_[k]; }
+  // The fp32 master weights of parameter k (kHasMaster<T> only), and
+  // rounding them into the values after a checkpoint restored them.
+  Tensor<MasterOf<T>>& master(std::size_t k) { return master_[k]; }
+  void NarrowMasters();
   void set_steps_taken(int steps) { steps_taken_ = steps; }
 
  private:
@@ -59,8 +69,9 @@ class AdamW {
       : params_(std::move(params)), options_(options), device_(device) {}
 
   std::vector<ParamRef<T>> params_;
-  std::vector<Tensor<T>> m_;  // same shapes as params_
-  std::vector<Tensor<T>> v_;
+  std::vector<Tensor<MasterOf<T>>> m_;  // same shapes as params_
+  std::vector<Tensor<MasterOf<T>>> v_;
+  std::vector<Tensor<MasterOf<T>>> master_;  // kHasMaster<T> only
   AdamWOptions options_;
   Device* device_;  // the parameters' device (their allocator's); not owned
   int steps_taken_ = 0;

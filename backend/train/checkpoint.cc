@@ -167,11 +167,26 @@ template <>
 std::string DtypeName<double>() {
   return "float64";
 }
+template <>
+std::string DtypeName<bf16>() {
+  return "bf16";
+}
 
 std::string CheckpointManifestPath(const std::string& dir) { return dir + "/" + kManifest; }
 
 std::string StageCheckpointPath(const std::string& dir, int stage, int step) {
   return dir + "/stage-" + std::to_string(stage) + ".step-" + std::to_string(step) + ".ckpt";
+}
+
+// The first of a parameter's three stored tensors: its value, or in bf16
+// its fp32 master weights (the value is their rounding: AdamW::NarrowMasters).
+template <typename T>
+Tensor<MasterOf<T>>* StoredWeights(AdamW<T>& opt, std::size_t k) {
+  if constexpr (kHasMaster<T>) {
+    return &opt.master(k);
+  } else {
+    return opt.params()[k].value;
+  }
 }
 
 template <typename T>
@@ -184,9 +199,10 @@ std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
     out += params[k].name;
     const std::int64_t n = params[k].value->numel();
     Put(n, &out);
-    for (const Tensor<T>* t : {params[k].value, &opt.first_moment(k), &opt.second_moment(k)}) {
-      const std::vector<T> host = t->ToHost();  // from the tensor's device
-      out.append(reinterpret_cast<const char*>(host.data()), sizeof(T) * n);
+    using M = MasterOf<T>;
+    for (const Tensor<M>* t : {StoredWeights(opt, k), &opt.first_moment(k), &opt.second_moment(k)}) {
+      const std::vector<M> host = t->ToHost();  // from the tensor's device
+      out.append(reinterpret_cast<const char*>(host.data()), sizeof(M) * n);
     }
   }
   Put(static_cast<std::int64_t>(opt.steps_taken()), &out);
@@ -215,7 +231,8 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
       CheckFields(fields, StageFields(key, stage, layers, step, params.size()), path));
   // Read everything before writing anything into `opt`.
   Reader in(body.substr(end));
-  std::vector<std::vector<T>> data(params.size());
+  using M = MasterOf<T>;
+  std::vector<std::vector<M>> data(params.size());
   const std::string corrupt = path + ": corrupt checkpoint (parameter ";
   for (std::size_t k = 0; k < params.size(); ++k) {
     std::uint32_t name_size = 0;
@@ -235,7 +252,7 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
                              std::to_string(params[k].value->numel()));
     }
     data[k].resize(static_cast<std::size_t>(3 * n));
-    if (!in.Raw(data[k].data(), sizeof(T) * data[k].size())) {
+    if (!in.Raw(data[k].data(), sizeof(M) * data[k].size())) {
       return Status::Invalid(corrupt + params[k].name + ")");
     }
   }
@@ -245,11 +262,13 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
   }
   for (std::size_t k = 0; k < params.size(); ++k) {
     const std::size_t n = data[k].size() / 3;
-    Tensor<T>* targets[] = {params[k].value, &opt->first_moment(k), &opt->second_moment(k)};
+    Tensor<M>* targets[] = {StoredWeights(*opt, k), &opt->first_moment(k),
+                            &opt->second_moment(k)};
     for (int t = 0; t < 3; ++t) {
-      targets[t]->FromHost(std::vector<T>(data[k].begin() + t * n, data[k].begin() + (t + 1) * n));
+      targets[t]->FromHost(std::vector<M>(data[k].begin() + t * n, data[k].begin() + (t + 1) * n));
     }
   }
+  opt->NarrowMasters();  // bf16: the values the layers read; else nothing
   opt->set_steps_taken(static_cast<int>(steps_taken));
   return Status::Ok();
 }
@@ -327,5 +346,15 @@ template Status ReadStageCheckpoint<float>(const std::string&, const CheckpointK
                                            const models::StageLayers&, int, AdamW<float>*);
 template Status ReadStageCheckpoint<double>(const std::string&, const CheckpointKey&, int,
                                             const models::StageLayers&, int, AdamW<double>*);
+template std::string EncodeStageCheckpoint<bf16>(const CheckpointKey&, int,
+                                                   const models::StageLayers&, int,
+                                                   AdamW<bf16>&);
+template Status DecodeStageCheckpoint<bf16>(std::string_view, const std::string&,
+                                              const CheckpointKey&, int,
+                                              const models::StageLayers&, int, AdamW<bf16>*);
+template Status WriteStageCheckpoint<bf16>(const std::string&, const CheckpointKey&, int,
+                                             const models::StageLayers&, int, AdamW<bf16>&);
+template Status ReadStageCheckpoint<bf16>(const std::string&, const CheckpointKey&, int,
+                                            const models::StageLayers&, int, AdamW<bf16>*);
 
 }  // namespace stateflow::backend

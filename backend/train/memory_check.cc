@@ -78,7 +78,9 @@ Result<std::vector<StagePeaks>> MeasureStageMemory(const TrainSetup& setup,
                                                    const TextData& text) {
   if (options.dtype == "float64") return MeasureTyped<double>(setup, options, text);
   if (options.dtype == "float32") return MeasureTyped<float>(setup, options, text);
-  return Status::Invalid("train.dtype: unknown '" + options.dtype + "' (known: float32, float64)");
+  if (options.dtype == "bf16") return MeasureTyped<bf16>(setup, options, text);
+  return Status::Invalid("train.dtype: unknown '" + options.dtype +
+                         "' (known: float32, float64, bf16)");
 }
 
 Result<std::vector<StageMemoryCheck>> CheckStepMemory(const scenario::ResolvedScenario& scenario,

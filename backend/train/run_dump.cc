@@ -80,7 +80,10 @@ template <typename T>
 Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
                     const TrainOptions& options, const TextData& text,
                     const std::vector<std::pair<std::string, double>>& constants) {
-  constexpr const char* kDtype = std::is_same_v<T, float> ? "float32" : "float64";
+  // Parameter values in the run's storage type ("bfloat16": bf16's bits).
+  constexpr const char* kDtype = std::is_same_v<T, bf16>    ? "bfloat16"
+                                 : std::is_same_v<T, float> ? "float32"
+                                                            : "float64";
   const TrainSetup& setup = trainer.setup();
   DumpWriter writer(path);
   if (!writer.is_open()) return Status::Invalid("run dump " + path + ": cannot open file");
@@ -132,6 +135,9 @@ template Status WriteRunDump<float>(const std::string&, Trainer<float>&, const T
                                     const TextData&,
                                     const std::vector<std::pair<std::string, double>>&);
 template Status WriteRunDump<double>(const std::string&, Trainer<double>&, const TrainOptions&,
+                                     const TextData&,
+                                     const std::vector<std::pair<std::string, double>>&);
+template Status WriteRunDump<bf16>(const std::string&, Trainer<bf16>&, const TrainOptions&,
                                      const TextData&,
                                      const std::vector<std::pair<std::string, double>>&);
 

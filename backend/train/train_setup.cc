@@ -86,13 +86,18 @@ Result<TrainOptions> TrainOptionsFromSpec(const pb::TrainSpec& spec) {
     return Status::Invalid("train.weight_decay must be finite and >= 0 (got " +
                            std::to_string(options.adamw.weight_decay) + ")");
   }
-  if (options.dtype != "float32" && options.dtype != "float64") {
+  if (options.dtype != "float32" && options.dtype != "float64" && options.dtype != "bf16") {
     return Status::Invalid("train.dtype: unknown '" + options.dtype +
-                           "' (known: float32, float64)");
+                           "' (known: float32, float64, bf16)");
   }
   if (options.device != "cpu" && options.device != "host-grid" && options.device != "cuda") {
     return Status::Invalid("train.device: unknown '" + options.device +
                            "' (known: cpu, host-grid, cuda)");
+  }
+  if (options.dtype == "bf16" && options.device == "cpu") {
+    return Status::Invalid(
+        "train.dtype: bf16 runs on the grid devices (--device host-grid or cuda); the cpu "
+        "device's kernels are float32 and float64");
   }
   return options;
 }

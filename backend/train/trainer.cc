@@ -197,6 +197,13 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
                               std::to_string(P));
     }
     SF_ASSIGN_OR_RETURN(Device * device, GetDevice(options_.device, LocalRank(r)));
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (!device->has_bf16()) {
+        return Status::Invalid("train.dtype: bf16 runs on the grid devices (--device host-grid "
+                               "or cuda); the " + options_.device +
+                               " device's kernels are float32 and float64");
+      }
+    }
     local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes, device);
     local->transport = std::make_unique<TrackingAllocator>(r, std::nullopt, device);
     if (device->kind() == DeviceKind::kCuda && group_->size() > 1) {
@@ -205,8 +212,10 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
       NcclCommFactory<T> make_nccl;
       if constexpr (std::is_same_v<T, float>) {
         make_nccl = CudaHooks().make_nccl_comm_f32;
-      } else {
+      } else if constexpr (std::is_same_v<T, double>) {
         make_nccl = CudaHooks().make_nccl_comm_f64;
+      } else {
+        make_nccl = CudaHooks().make_nccl_comm_bf16;
       }
       if (make_nccl == nullptr) return Status::Internal("a CUDA device without the NCCL comm");
       const std::int64_t rows_per_token = setup_.microbatch_size, C = setup_.model.hidden_size();
@@ -438,6 +447,12 @@ template Result<Transport<double>> MakeMpiTransport<double>(int, int, int);
 template TrainRun Train<float>(Trainer<float>&, int,
                                const std::function<void(const StepResult&)>&, const TrainLoop&);
 template TrainRun Train<double>(Trainer<double>&, int,
+                                const std::function<void(const StepResult&)>&,
+                                const TrainLoop&);
+template class Trainer<bf16>;
+template Result<Transport<bf16>> MakeSingleProcessTransport<bf16>(int);
+template Result<Transport<bf16>> MakeMpiTransport<bf16>(int, int, int);
+template TrainRun Train<bf16>(Trainer<bf16>&, int,
                                 const std::function<void(const StepResult&)>&,
                                 const TrainLoop&);
 

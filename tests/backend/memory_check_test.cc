@@ -64,6 +64,66 @@ std::vector<MemoryCase> HostGridCases() {
 INSTANTIATE_TEST_SUITE_P(HostGrid, StepMemory, ::testing::ValuesIn(HostGridCases()),
                          [](const auto& info) { return CaseName(info.param); });
 
+// bf16 on host-grid (issue 12): the memory model's mixed precision
+// (models::PrecisionForDtype("bf16"): 2-byte weights and activations,
+// 4-byte gradients, statistics and states, 12 optimizer bytes) is what the
+// backend allocates, byte for byte: bf16 values, fp32 gradients and master
+// weights, fp32 statistics, the recurrent cores' float copies and the
+// head's bf16 d(logits) slice. The families bf16 trains (no attention yet).
+std::vector<MemoryCase> Bf16Cases() {
+  std::vector<MemoryCase> cases;
+  for (const char* preset : {"gdn-tiny", "mamba3-tiny"}) {
+    for (int P : {1, 2}) {
+      for (int N : {1, 2, 4}) {
+        for (const char* recompute : {"none", "full"}) {
+          MemoryCase c{preset, "stateflow", P, 2, N, recompute, "bf16", 256};
+          c.device = "host-grid";
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  MemoryCase mbs{"gdn-tiny", "stateflow", 2, 2, 4, "none", "bf16", 256, 0, 2};
+  mbs.device = "host-grid";
+  cases.push_back(mbs);
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(HostGridBf16, StepMemory, ::testing::ValuesIn(Bf16Cases()),
+                         [](const auto& info) { return CaseName(info.param); });
+
+// bf16's gradients, optimizer state and statistics are fp32 and its weights
+// and activations bf16: against float32 on the same device, weights halve,
+// gradients stay, the optimizer grows by a half (master, m, v).
+TEST(StepMemoryDevice, Bf16CountsMixedPrecision) {
+  MemoryCase c{"gdn-tiny", "stateflow", 1, 2, 2, "none", "float32", 256};
+  c.device = "host-grid";
+  Result<std::vector<StageMemoryCheck>> f32 = CheckStepMemory(MustResolve(ScenarioOf(c)), "float32");
+  Result<std::vector<StageMemoryCheck>> b16 = CheckStepMemory(MustResolve(ScenarioOf(c)), "bf16");
+  ASSERT_TRUE(f32.ok()) << f32.status().message();
+  ASSERT_TRUE(b16.ok()) << b16.status().message();
+  const auto peak = [](const Result<std::vector<StageMemoryCheck>>& r, BufferClass k) {
+    return (*r)[0].measured.class_peak[static_cast<int>(k)];
+  };
+  EXPECT_EQ(2 * peak(b16, BufferClass::kWeights), peak(f32, BufferClass::kWeights));
+  EXPECT_EQ(peak(b16, BufferClass::kGradients), peak(f32, BufferClass::kGradients));
+  EXPECT_EQ(2 * peak(b16, BufferClass::kOptimizerState), 3 * peak(f32, BufferClass::kOptimizerState));
+  EXPECT_LT(peak(b16, BufferClass::kActivations), peak(f32, BufferClass::kActivations));
+}
+
+TEST(StepMemoryDevice, Bf16IsRefusedOnTheCpuAndForAttention) {
+  MemoryCase c{"gdn-tiny", "stateflow", 1, 2, 2, "none", "bf16", 256};
+  Result<std::vector<StageMemoryCheck>> cpu = CheckStepMemory(MustResolve(ScenarioOf(c)), "bf16");
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("bf16 runs on the grid devices"), std::string::npos)
+      << cpu.status().message();
+  MemoryCase h{"gdn-hybrid-tiny", "stateflow", 1, 2, 2, "none", "bf16", 256};
+  h.device = "host-grid";
+  Result<std::vector<StageMemoryCheck>> attn = CheckStepMemory(MustResolve(ScenarioOf(h)), "bf16");
+  ASSERT_FALSE(attn.ok());
+  EXPECT_NE(attn.status().message().find("no attention kernels"), std::string::npos)
+      << attn.status().message();
+}
+
 // The same scenario on cpu and host-grid: the prediction differs by the GDN
 // core's scratch alone, so the model really follows train.device (a formula
 // that ignored it could not pass both the cpu and the host-grid cases above

@@ -21,6 +21,7 @@
 
 #include "backend/device/grid_kernels/math.h"
 #include "backend/device/hd.h"
+#include "backend/device/precision.h"
 
 namespace stateflow::backend::grid {
 
@@ -36,30 +37,30 @@ struct AttnShape {
 template <typename T>
 struct AttentionForwardFn {
   T* o;
-  T* lse;
+  StatOf<T>* lse;
   const T* q;
   const T* k;
   const T* v;
   AttnShape a;
-  T scale;
+  ComputeOf<T> scale;
   SF_HD void operator()(int64_t idx) const {
     const int64_t i = idx / a.Hq, h = idx % a.Hq, g = h / a.G();
     const int64_t keys = a.start + i + 1;
     const T* qi = q + a.Q(i, h);
     T* oi = o + a.Q(i, h);
-    for (int64_t e = 0; e < a.d; ++e) oi[e] = T(0);
-    T m = NegInf<T>(), l = T(0);
+    for (int64_t e = 0; e < a.d; ++e) oi[e] = ComputeOf<T>(0);
+    ComputeOf<T> m = NegInf<T>(), l = ComputeOf<T>(0);
     for (int64_t j0 = 0; j0 < keys; j0 += a.k_tile) {
       const int64_t j1 = Min(j0 + a.k_tile, keys);
-      T m_new = m;
+      ComputeOf<T> m_new = m;
       for (int64_t j = j0; j < j1; ++j) {
         m_new = Max(m_new, scale * Dot(qi, k + a.K(j, g), a.d));
       }
-      const T f = Exp(m - m_new);
+      const ComputeOf<T> f = Exp(m - m_new);
       l *= f;
       for (int64_t e = 0; e < a.d; ++e) oi[e] *= f;
       for (int64_t j = j0; j < j1; ++j) {
-        const T p = Exp(scale * Dot(qi, k + a.K(j, g), a.d) - m_new);
+        const ComputeOf<T> p = Exp(scale * Dot(qi, k + a.K(j, g), a.d) - m_new);
         l += p;
         const T* vj = v + a.K(j, g);
         for (int64_t e = 0; e < a.d; ++e) oi[e] += p * vj[e];
@@ -74,7 +75,7 @@ struct AttentionForwardFn {
 // Row (i, h): D = dO_i . o_i.
 template <typename T>
 struct AttentionDeltaFn {
-  T* D;
+  StatOf<T>* D;
   const T* dO;
   const T* o;
   int64_t d;
@@ -85,7 +86,7 @@ struct AttentionDeltaFn {
 template <typename T>
 SF_HD inline void AttentionPair(T* p, T* ds, const T* qi, const T* kj,
                                 const T* dOi, const T* vj, T lse_i, T D_i,
-                                T scale, int64_t d) {
+                                ComputeOf<T> scale, int64_t d) {
   *p = Exp(scale * Dot(qi, kj, d) - lse_i);
   *ds = *p * (Dot(dOi, vj, d) - D_i) * scale;
 }
@@ -95,19 +96,19 @@ template <typename T>
 struct AttentionQueryGradFn {
   T* dq;
   const T* dO;
-  const T* lse;
-  const T* D;
+  const StatOf<T>* lse;
+  const StatOf<T>* D;
   const T* q;
   const T* k;
   const T* v;
   AttnShape a;
-  T scale;
+  ComputeOf<T> scale;
   SF_HD void operator()(int64_t idx) const {
     const int64_t i = idx / a.Hq, h = idx % a.Hq, g = h / a.G();
     T* dqi = dq + a.Q(i, h);
-    for (int64_t e = 0; e < a.d; ++e) dqi[e] = T(0);
+    for (int64_t e = 0; e < a.d; ++e) dqi[e] = ComputeOf<T>(0);
     for (int64_t j = 0; j <= a.start + i; ++j) {
-      T p, ds;
+      ComputeOf<T> p, ds;
       AttentionPair(&p, &ds, q + a.Q(i, h), k + a.K(j, g), dO + a.Q(i, h),
                     v + a.K(j, g), lse[idx], D[idx], scale, a.d);
       const T* kj = k + a.K(j, g);
@@ -123,20 +124,20 @@ struct AttentionKeyValueGradFn {
   T* dk;
   T* dv;
   const T* dO;
-  const T* lse;
-  const T* D;
+  const StatOf<T>* lse;
+  const StatOf<T>* D;
   const T* q;
   const T* k;
   const T* v;
   AttnShape a;
-  T scale;
+  ComputeOf<T> scale;
   SF_HD void operator()(int64_t idx) const {
     const int64_t j = idx / a.Hkv, g = idx % a.Hkv;
     T* dkj = dk + a.K(j, g);
     T* dvj = dv + a.K(j, g);
     for (int64_t i = Max<int64_t>(0, j - a.start); i < a.s; ++i) {
       for (int64_t h = g * a.G(); h < (g + 1) * a.G(); ++h) {
-        T p, ds;
+        ComputeOf<T> p, ds;
         const int64_t r = i * a.Hq + h;
         AttentionPair(&p, &ds, q + a.Q(i, h), k + a.K(j, g), dO + a.Q(i, h),
                       v + a.K(j, g), lse[r], D[r], scale, a.d);
@@ -159,16 +160,16 @@ struct RopeFn {
   T* x;        // (N, H, d)
   int64_t H, d, pos0;
   double base;
-  T sign;
+  ComputeOf<T> sign;
   SF_HD void operator()(int64_t idx) const {
     const int64_t half = d / 2;
     const int64_t i = idx % half, n = idx / (half * H);
     const double ang = static_cast<double>(pos0 + n) *
                        PowD(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-    const T c = static_cast<T>(CosD(ang));
-    const T s = static_cast<T>(SinD(ang)) * sign;
+    const ComputeOf<T> c = static_cast<ComputeOf<T>>(CosD(ang));
+    const ComputeOf<T> s = static_cast<ComputeOf<T>>(SinD(ang)) * sign;
     T* a = x + (idx / half) * d;
-    const T ai = a[i], bi = a[i + half];
+    const ComputeOf<T> ai = a[i], bi = a[i + half];
     a[i] = ai * c - bi * s;
     a[i + half] = bi * c + ai * s;
   }

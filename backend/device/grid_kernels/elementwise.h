@@ -17,6 +17,7 @@
 
 #include "backend/device/grid_kernels/math.h"
 #include "backend/device/hd.h"
+#include "backend/device/precision.h"
 
 namespace stateflow::backend::grid {
 
@@ -26,6 +27,15 @@ struct FillFn {
   T* x;
   T value;
   SF_HD void operator()(int64_t i) const { x[i] = value; }
+};
+
+// y[i] = x[i] converted: exact when widening, rounded to nearest even when
+// narrowing float to bf16 (bf16.h).
+template <typename To, typename From>
+struct ConvertFn {
+  To* y;
+  const From* x;
+  SF_HD void operator()(int64_t i) const { y[i] = static_cast<To>(x[i]); }
 };
 
 // y[i] = x[i].
@@ -58,7 +68,7 @@ template <typename T>
 struct RmsNormApplyFn {
   T* y;
   const T* x;
-  const T* rstd;  // (N)
+  const StatOf<T>* rstd;  // (N)
   const T* w;     // (C)
   int64_t C;
   SF_HD void operator()(int64_t i) const {
@@ -90,8 +100,8 @@ struct SiluBackwardFn {
   const T* dy;
   const T* x;
   SF_HD void operator()(int64_t i) const {
-    const T s = Sigmoid(x[i]);
-    dx[i] = dy[i] * s * (T(1) + x[i] * (T(1) - s));
+    const ComputeOf<T> s = Sigmoid(x[i]);
+    dx[i] = dy[i] * s * (ComputeOf<T>(1) + x[i] * (ComputeOf<T>(1) - s));
   }
 };
 
@@ -115,9 +125,9 @@ struct SwigluBackwardFn {
   const T* gate;
   const T* up;
   SF_HD void operator()(int64_t i) const {
-    const T s = Sigmoid(gate[i]);
-    const T dh = dgate[i];
-    dgate[i] = dh * up[i] * s * (T(1) + gate[i] * (T(1) - s));
+    const ComputeOf<T> s = Sigmoid(gate[i]);
+    const ComputeOf<T> dh = dgate[i];
+    dgate[i] = dh * up[i] * s * (ComputeOf<T>(1) + gate[i] * (ComputeOf<T>(1) - s));
     hd[i] = dh * gate[i] * s;
   }
 };
@@ -166,7 +176,7 @@ struct GdnBetaBackwardFn {
   const T* dbeta;
   const T* beta;
   SF_HD void operator()(int64_t i) const {
-    db[i] = dbeta[i] * beta[i] * (T(1) - beta[i]);
+    db[i] = dbeta[i] * beta[i] * (ComputeOf<T>(1) - beta[i]);
   }
 };
 
@@ -178,8 +188,8 @@ struct AdamWFn {
   T* m;
   T* v;
   const T* g;
-  T beta1, one_minus_beta1, beta2, one_minus_beta2;
-  T step_size, inv_sqrt_c2, eps, lr_decay;
+  ComputeOf<T> beta1, one_minus_beta1, beta2, one_minus_beta2;
+  ComputeOf<T> step_size, inv_sqrt_c2, eps, lr_decay;
   SF_HD void operator()(int64_t i) const {
     m[i] = beta1 * m[i] + one_minus_beta1 * g[i];
     v[i] = beta2 * v[i] + one_minus_beta2 * g[i] * g[i];

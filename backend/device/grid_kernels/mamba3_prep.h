@@ -18,23 +18,24 @@
 
 #include "backend/device/grid_kernels/math.h"
 #include "backend/device/hd.h"
+#include "backend/device/precision.h"
 
 namespace stateflow::backend::grid {
 
 template <typename T>
 SF_HD inline T Pi() {
-  return static_cast<T>(3.14159265358979323846);
+  return static_cast<ComputeOf<T>>(3.14159265358979323846);
 }
 
 // f(u) = 1 + u (u >= 0), 1 / (1 - u) (u < 0); its derivative; A = -max(f,
 // floor).
 template <typename T>
 SF_HD inline T HeavyTail(T u) {
-  return u >= T(0) ? T(1) + u : T(1) / (T(1) - u);
+  return u >= ComputeOf<T>(0) ? ComputeOf<T>(1) + u : ComputeOf<T>(1) / (ComputeOf<T>(1) - u);
 }
 template <typename T>
 SF_HD inline T HeavyTailGrad(T u) {
-  return u >= T(0) ? T(1) : T(1) / ((T(1) - u) * (T(1) - u));
+  return u >= ComputeOf<T>(0) ? ComputeOf<T>(1) : ComputeOf<T>(1) / ((ComputeOf<T>(1) - u) * (ComputeOf<T>(1) - u));
 }
 template <typename T>
 SF_HD inline T DecayRate(T u, T floor) {
@@ -58,7 +59,7 @@ struct Mamba3GatesFn {
 template <typename T>
 struct Mamba3ThetaFn {
   T* theta;  // (S, Na)
-  SF_HD void operator()(int64_t i) const { theta[i] = Pi<T>() * Tanh(theta[i]); }
+  SF_HD void operator()(int64_t i) const { theta[i] = Pi<ComputeOf<T>>() * Tanh(theta[i]); }
 };
 
 // (t, h): ddA, dtrap written; ddt scaled by softplus' derivative.
@@ -69,12 +70,12 @@ struct Mamba3GatesGradFn {
   T* ddt;                              // (S, H) in place
   const T *da, *dgamma, *dbeta;        // (S, H)
   const T *A_proj, *dt, *lam;          // (S, H)
-  T a_floor;
+  ComputeOf<T> a_floor;
   SF_HD void operator()(int64_t i) const {
-    const T d = dt[i], l = lam[i], u = A_proj[i];
+    const ComputeOf<T> d = dt[i], l = lam[i], u = A_proj[i];
     const bool floored = HeavyTail(u) <= a_floor;
-    ddA[i] = floored ? T(0) : -da[i] * d * HeavyTailGrad(u);
-    dtrap[i] = (dgamma[i] - dbeta[i]) * d * l * (T(1) - l);
+    ddA[i] = floored ? ComputeOf<T>(0) : -da[i] * d * HeavyTailGrad(u);
+    dtrap[i] = (dgamma[i] - dbeta[i]) * d * l * (ComputeOf<T>(1) - l);
     ddt[i] *= -Expm1(-d);
   }
 };
@@ -82,7 +83,7 @@ struct Mamba3GatesGradFn {
 // h: ddt_bias_h += ddt[t, h] over the rows in order.
 template <typename T>
 struct Mamba3DtBiasGradFn {
-  T* ddt_bias;    // (H)
+  GradOf<T>* ddt_bias;    // (H)
   const T* ddt;   // (S, H)
   int64_t S, H;
   SF_HD void operator()(int64_t h) const {
@@ -94,16 +95,16 @@ struct Mamba3DtBiasGradFn {
 // tokens in order, from angle_in; the last into angle_out unless nullptr.
 template <typename T>
 struct Mamba3AnglesFn {
-  T* phi;               // (B Ts, H, Na)
-  T* angle_out;         // (B, H, Na) or nullptr
+  StatOf<T>* phi;               // (B Ts, H, Na)
+  StatOf<T>* angle_out;         // (B, H, Na) or nullptr
   const T* theta;       // (B Ts, Na)
   const T* dt;          // (B Ts, H)
-  const T* angle_in;    // (B, H, Na)
+  const StatOf<T>* angle_in;    // (B, H, Na)
   int64_t Ts, H, Na;
   SF_HD void operator()(int64_t i) const {
     const int64_t n = H * Na, b = i / n, e = i % n, h = e / Na, j = e % Na;
-    const T two_pi = static_cast<T>(2 * 3.14159265358979323846);
-    T p = angle_in[i];
+    const ComputeOf<T> two_pi = static_cast<ComputeOf<T>>(2 * 3.14159265358979323846);
+    ComputeOf<T> p = angle_in[i];
     for (int64_t t = b * Ts; t < (b + 1) * Ts; ++t) {
       p += theta[t * Na + j] * dt[t * H + h];
       p -= two_pi * Floor(p / two_pi);
@@ -117,13 +118,13 @@ struct Mamba3AnglesFn {
 // dphi_u, u >= t, in place; dangle_in = acc at the sequence's first token.
 template <typename T>
 struct Mamba3AnglesScanGradFn {
-  T* dphi;               // (B Ts, H, Na) in place
-  T* dangle_in;          // (B, H, Na) or nullptr
-  const T* dangle_out;   // (B, H, Na) or nullptr
+  StatOf<T>* dphi;               // (B Ts, H, Na) in place
+  StatOf<T>* dangle_in;          // (B, H, Na) or nullptr
+  const StatOf<T>* dangle_out;   // (B, H, Na) or nullptr
   int64_t Ts, H, Na;
   SF_HD void operator()(int64_t i) const {
     const int64_t n = H * Na, b = i / n, e = i % n;
-    T acc = dangle_out != nullptr ? dangle_out[i] : T(0);
+    ComputeOf<T> acc = dangle_out != nullptr ? dangle_out[i] : ComputeOf<T>(0);
     for (int64_t t = (b + 1) * Ts - 1; t >= b * Ts; --t) {
       acc += dphi[t * n + e];
       dphi[t * n + e] = acc;
@@ -136,16 +137,16 @@ struct Mamba3AnglesScanGradFn {
 template <typename T>
 struct Mamba3ThetaGradFn {
   T* dtheta;         // (B Ts, Na)
-  const T* acc;      // (B Ts, H, Na)
+  const StatOf<T>* acc;  // (B Ts, H, Na)
   const T* theta;    // (B Ts, Na)
   const T* dt;       // (B Ts, H)
   int64_t H, Na;
   SF_HD void operator()(int64_t i) const {
     const int64_t t = i / Na, j = i % Na;
-    T sum = 0;
+    ComputeOf<T> sum = 0;
     for (int64_t h = 0; h < H; ++h) sum += acc[(t * H + h) * Na + j] * dt[t * H + h];
-    const T th = theta[i];
-    dtheta[i] = sum * (Pi<T>() - th * th / Pi<T>());
+    const ComputeOf<T> th = theta[i];
+    dtheta[i] = sum * (Pi<ComputeOf<T>>() - th * th / Pi<ComputeOf<T>>());
   }
 };
 
@@ -153,12 +154,12 @@ struct Mamba3ThetaGradFn {
 template <typename T>
 struct Mamba3AngleDtGradFn {
   T* ddt;            // (B Ts, H)
-  const T* acc;      // (B Ts, H, Na)
+  const StatOf<T>* acc;  // (B Ts, H, Na)
   const T* theta;    // (B Ts, Na)
   int64_t H, Na;
   SF_HD void operator()(int64_t i) const {
     const int64_t t = i / H;
-    T sum = 0;
+    ComputeOf<T> sum = 0;
     for (int64_t j = 0; j < Na; ++j) sum += acc[i * Na + j] * theta[t * Na + j];
     ddt[i] += sum;
   }
@@ -171,19 +172,19 @@ struct Mamba3RotateFn {
   T* out;          // (S, H, N)
   const T* in;     // (S, N)
   const T* bias;   // (H, N)
-  const T* phi;    // (S, H, Na)
+  const StatOf<T>* phi;    // (S, H, Na)
   int64_t H, N, Na;
   SF_HD void operator()(int64_t i) const {
     const int64_t c = i % N, r = i / N, h = r % H, t = r / H;
-    const T u = in[t * N + c] + bias[h * N + c];
+    const ComputeOf<T> u = in[t * N + c] + bias[h * N + c];
     if (c >= 2 * Na) {
       out[i] = u;
       return;
     }
     const int64_t j = c / 2, c0 = 2 * j;
-    const T ph = phi[r * Na + j], cs = Cos(ph), sn = Sin(ph);
-    const T u0 = c == c0 ? u : in[t * N + c0] + bias[h * N + c0];
-    const T u1 = c == c0 ? in[t * N + c0 + 1] + bias[h * N + c0 + 1] : u;
+    const ComputeOf<T> ph = phi[r * Na + j], cs = Cos(ph), sn = Sin(ph);
+    const ComputeOf<T> u0 = c == c0 ? u : in[t * N + c0] + bias[h * N + c0];
+    const ComputeOf<T> u1 = c == c0 ? in[t * N + c0 + 1] + bias[h * N + c0 + 1] : u;
     out[i] = c == c0 ? cs * u0 - sn * u1 : sn * u0 + cs * u1;
   }
 };
@@ -192,23 +193,23 @@ struct Mamba3RotateFn {
 // dk and dq turned back by -phi, in place.
 template <typename T>
 struct Mamba3RotaryPairGradFn {
-  T* dphi;          // (S, H, Na)
+  StatOf<T>* dphi;          // (S, H, Na)
   T* dq;            // (S, H, N) in place
   T* dk;            // (S, H, N) in place
   const T* q;       // (S, H, N) rotated
   const T* k;       // (S, H, N) rotated
-  const T* phi;     // (S, H, Na)
+  const StatOf<T>* phi;     // (S, H, Na)
   int64_t N, Na;
   SF_HD void operator()(int64_t i) const {
     const int64_t r = i / Na, j = i % Na, c0 = r * N + 2 * j;
-    const T cs = Cos(phi[i]), sn = Sin(phi[i]);
-    T acc = 0;
+    const ComputeOf<T> cs = Cos(phi[i]), sn = Sin(phi[i]);
+    ComputeOf<T> acc = 0;
     T* grads[2] = {dk, dq};
     const T* xs[2] = {k, q};
     for (int u = 0; u < 2; ++u) {
       T* g = grads[u] + c0;
       const T* x = xs[u] + c0;
-      const T g0 = g[0], g1 = g[1];
+      const ComputeOf<T> g0 = g[0], g1 = g[1];
       acc += g1 * x[0] - g0 * x[1];
       g[0] = cs * g0 + sn * g1;
       g[1] = -sn * g0 + cs * g1;
@@ -225,7 +226,7 @@ struct Mamba3HeadSumFn {
   int64_t H, N;
   SF_HD void operator()(int64_t i) const {
     const int64_t t = i / N, c = i % N;
-    T acc = 0;
+    ComputeOf<T> acc = 0;
     for (int64_t h = 0; h < H; ++h) acc += du[(t * H + h) * N + c];
     dn[i] = acc;
   }
@@ -234,7 +235,7 @@ struct Mamba3HeadSumFn {
 // (h, c): dbias_hc += du_thc over the rows in order.
 template <typename T>
 struct Mamba3BiasGradFn {
-  T* dbias;       // (H, N)
+  GradOf<T>* dbias;  // (H, N)
   const T* du;    // (S, H, N)
   int64_t S, H, N;
   SF_HD void operator()(int64_t i) const {
@@ -247,12 +248,12 @@ template <typename T>
 struct Mamba3CoefficientsFn {
   T *a, *gamma, *beta;
   const T *A_proj, *dt, *lam;
-  T a_floor;
+  ComputeOf<T> a_floor;
   SF_HD void operator()(int64_t i) const {
-    const T d = dt[i], l = lam[i];
-    a[i] = DecayRate(A_proj[i], a_floor) * d;
+    const ComputeOf<T> d = dt[i], l = lam[i];
+    a[i] = DecayRate(ComputeOf<T>(A_proj[i]), a_floor) * d;
     gamma[i] = l * d;
-    beta[i] = (T(1) - l) * d;
+    beta[i] = (ComputeOf<T>(1) - l) * d;
   }
 };
 
@@ -261,10 +262,10 @@ template <typename T>
 struct Mamba3CoefficientsGradFn {
   T* ddt;
   const T *da, *dgamma, *dbeta, *A_proj, *lam;
-  T a_floor;
+  ComputeOf<T> a_floor;
   SF_HD void operator()(int64_t i) const {
-    const T A = DecayRate(A_proj[i], a_floor), l = lam[i];
-    ddt[i] = da[i] * A + dgamma[i] * l + dbeta[i] * (T(1) - l);
+    const ComputeOf<T> A = DecayRate(ComputeOf<T>(A_proj[i]), a_floor), l = lam[i];
+    ddt[i] = da[i] * A + dgamma[i] * l + dbeta[i] * (ComputeOf<T>(1) - l);
   }
 };
 
@@ -275,7 +276,7 @@ struct Mamba3GateOutputFn {
   const T *o, *xv, *silu_z, *D;
   int64_t H, P;
   SF_HD void operator()(int64_t i) const {
-    const T Dh = D[(i / P) % H];
+    const ComputeOf<T> Dh = D[(i / P) % H];
     gated[i] = (o[i] + Dh * xv[i]) * silu_z[i];
   }
 };
@@ -287,9 +288,9 @@ struct Mamba3GateOutputGradFn {
   const T *dgated, *o, *xv, *silu_z, *D;
   int64_t H, P;
   SF_HD void operator()(int64_t i) const {
-    const T Dh = D[(i / P) % H];
-    const T u = o[i] + Dh * xv[i];
-    const T du = dgated[i] * silu_z[i];
+    const ComputeOf<T> Dh = D[(i / P) % H];
+    const ComputeOf<T> u = o[i] + Dh * xv[i];
+    const ComputeOf<T> du = dgated[i] * silu_z[i];
     dz[i] = dgated[i] * u;
     d_o[i] = du;
     dxv[i] = Dh * du;
@@ -299,13 +300,13 @@ struct Mamba3GateOutputGradFn {
 // h: dD_h += sum_p dgated silu_z xv, row by row in order.
 template <typename T>
 struct Mamba3SkipGradFn {
-  T* dD;
+  GradOf<T>* dD;
   const T *dgated, *xv, *silu_z;
   int64_t S, H, P;
   SF_HD void operator()(int64_t h) const {
     for (int64_t t = 0; t < S; ++t) {
       const int64_t i = (t * H + h) * P;
-      T sum = 0;
+      ComputeOf<T> sum = 0;
       for (int64_t p = 0; p < P; ++p) sum += dgated[i + p] * silu_z[i + p] * xv[i + p];
       dD[h] += sum;
     }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "backend/device/bf16.h"
 #include "backend/device/hd.h"
 
 namespace stateflow::backend::grid {
@@ -69,6 +70,18 @@ SF_HD inline T Sigmoid(T x) {
 template <typename T>
 SF_HD inline T Softplus(T x) {
   return x > T(0) ? x + Log1p(Exp(-x)) : Log1p(Exp(x));
+}
+
+// bf16 arguments compute in float and return float (bf16.h: a kernel rounds
+// only when it stores), rather than deducing T = bf16 above.
+SF_HD inline float Sigmoid(bf16 x) { return Sigmoid(static_cast<float>(x)); }
+SF_HD inline float Softplus(bf16 x) { return Softplus(static_cast<float>(x)); }
+SF_HD inline float Dot(const bf16* a, const bf16* b, int64_t n) {
+  float acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    acc += static_cast<float>(a[i]) * static_cast<float>(b[i]);
+  }
+  return acc;
 }
 
 // -infinity of T, for running maxima (no <limits> in device code).

@@ -20,6 +20,7 @@
 
 #include "backend/device/grid_kernels/math.h"
 #include "backend/device/hd.h"
+#include "backend/device/precision.h"
 
 namespace stateflow::backend::grid {
 
@@ -28,14 +29,14 @@ namespace stateflow::backend::grid {
 // Row n: rstd[n] = 1 / sqrt(mean_c x^2 + eps).
 template <typename T>
 struct RmsNormRstdFn {
-  T* rstd;      // (N)
+  StatOf<T>* rstd;      // (N)
   const T* x;   // (N, C)
   int64_t C;
-  T eps;
+  ComputeOf<T> eps;
   SF_HD void operator()(int64_t n) const {
-    T ss = 0;
+    ComputeOf<T> ss = 0;
     for (int64_t c = 0; c < C; ++c) ss += x[n * C + c] * x[n * C + c];
-    rstd[n] = T(1) / Sqrt(ss / T(C) + eps);
+    rstd[n] = ComputeOf<T>(1) / Sqrt(ss / ComputeOf<T>(C) + eps);
   }
 };
 
@@ -47,17 +48,17 @@ struct RmsNormInputGradFn {
   const T* dy;    // (N, C)
   const T* x;     // (N, C)
   const T* w;     // (C)
-  const T* rstd;  // (N)
+  const StatOf<T>* rstd;  // (N)
   int64_t C;
   SF_HD void operator()(int64_t n) const {
-    const T r = rstd[n];
-    T m = 0;
+    const ComputeOf<T> r = rstd[n];
+    ComputeOf<T> m = 0;
     for (int64_t c = 0; c < C; ++c) {
       m += (dy[n * C + c] * w[c]) * (x[n * C + c] * r);
     }
-    m /= T(C);
+    m /= ComputeOf<T>(C);
     for (int64_t c = 0; c < C; ++c) {
-      const T g = dy[n * C + c] * w[c];
+      const ComputeOf<T> g = dy[n * C + c] * w[c];
       dx[n * C + c] = (g - (x[n * C + c] * r) * m) * r;
     }
   }
@@ -66,13 +67,13 @@ struct RmsNormInputGradFn {
 // Column c: dw[c] += sum_n dy xhat (rows in order).
 template <typename T>
 struct RmsNormWeightGradFn {
-  T* dw;          // (C)
+  GradOf<T>* dw;          // (C)
   const T* dy;    // (N, C)
   const T* x;     // (N, C)
-  const T* rstd;  // (N)
+  const StatOf<T>* rstd;  // (N)
   int64_t N, C;
   SF_HD void operator()(int64_t c) const {
-    T acc = 0;
+    ComputeOf<T> acc = 0;
     for (int64_t n = 0; n < N; ++n) {
       acc += dy[n * C + c] * (x[n * C + c] * rstd[n]);
     }
@@ -83,11 +84,11 @@ struct RmsNormWeightGradFn {
 // Column c: out[c] += sum_n in[n, c] (a bias gradient: LinearBackward's db).
 template <typename T>
 struct ColumnSumAddFn {
-  T* out;        // (C)
+  GradOf<T>* out;  // (C): a bias's gradient
   const T* in;   // (N, C)
   int64_t N, C;
   SF_HD void operator()(int64_t c) const {
-    T acc = 0;
+    ComputeOf<T> acc = 0;
     for (int64_t n = 0; n < N; ++n) acc += in[n * C + c];
     out[c] += acc;
   }
@@ -99,14 +100,14 @@ struct ColumnSumAddFn {
 template <typename T>
 struct L2NormForwardFn {
   T* y;         // (R, D)
-  T* rnorm;     // (R)
+  StatOf<T>* rnorm;     // (R)
   const T* x;   // (R, D)
   int64_t D;
-  T scale, eps;
+  ComputeOf<T> scale, eps;
   SF_HD void operator()(int64_t r) const {
-    T ss = 0;
+    ComputeOf<T> ss = 0;
     for (int64_t d = 0; d < D; ++d) ss += x[r * D + d] * x[r * D + d];
-    const T n = T(1) / Sqrt(ss + eps);
+    const ComputeOf<T> n = ComputeOf<T>(1) / Sqrt(ss + eps);
     rnorm[r] = n;
     for (int64_t d = 0; d < D; ++d) y[r * D + d] = x[r * D + d] * (n * scale);
   }
@@ -118,14 +119,14 @@ struct L2NormBackwardFn {
   T* dx;           // (R, D)
   const T* dy;     // (R, D)
   const T* x;      // (R, D)
-  const T* rnorm;  // (R)
+  const StatOf<T>* rnorm;  // (R)
   int64_t D;
-  T scale;
+  ComputeOf<T> scale;
   SF_HD void operator()(int64_t r) const {
-    T xdy = 0;
+    ComputeOf<T> xdy = 0;
     for (int64_t d = 0; d < D; ++d) xdy += x[r * D + d] * dy[r * D + d];
-    const T n = rnorm[r];
-    const T c = n * n * xdy;
+    const ComputeOf<T> n = rnorm[r];
+    const ComputeOf<T> c = n * n * xdy;
     for (int64_t d = 0; d < D; ++d) {
       dx[r * D + d] = (dy[r * D + d] - x[r * D + d] * c) * (n * scale);
     }
@@ -138,8 +139,8 @@ struct L2NormBackwardFn {
 // dA_log[h] += sum_t -dg exp(A_log) softplus(a + dt_bias).
 template <typename T>
 struct GdnGateParamGradFn {
-  T* dA_log;        // (H)
-  T* ddt_bias;      // (H)
+  GradOf<T>* dA_log;        // (H)
+  GradOf<T>* ddt_bias;      // (H)
   const T* da;      // (T, H)
   const T* dg;      // (T, H)
   const T* a;       // (T, H)
@@ -147,8 +148,8 @@ struct GdnGateParamGradFn {
   const T* dt_bias; // (H)
   int64_t T_len, H;
   SF_HD void operator()(int64_t h) const {
-    const T decay_rate = Exp(A_log[h]);
-    T sum_da = 0, sum_dalog = 0;
+    const ComputeOf<T> decay_rate = Exp(A_log[h]);
+    ComputeOf<T> sum_da = 0, sum_dalog = 0;
     for (int64_t t = 0; t < T_len; ++t) {
       const int64_t i = t * H + h;
       sum_da += da[i];
@@ -163,10 +164,10 @@ struct GdnGateParamGradFn {
 // xbar = [tail_in; x] (W-1+T, C); x_t is xbar row t+W-1.
 
 template <typename T>
-SF_HD inline T Xbar(const T* x, const T* tail_in, int64_t p, int64_t c,
-                    int64_t C, int64_t W) {
+SF_HD inline ComputeOf<T> Xbar(const T* x, const T* tail_in, int64_t p,
+                               int64_t c, int64_t C, int64_t W) {
   if (p >= W - 1) return x[(p - (W - 1)) * C + c];
-  return tail_in != nullptr ? tail_in[p * C + c] : T(0);
+  return tail_in != nullptr ? ComputeOf<T>(tail_in[p * C + c]) : ComputeOf<T>(0);
 }
 
 // Element (t, c): y = sum_j w[j, c] xbar[t + W-1-j, c].
@@ -179,7 +180,7 @@ struct ShortConvForwardFn {
   int64_t C, W;
   SF_HD void operator()(int64_t i) const {
     const int64_t t = i / C, c = i % C;
-    T acc = 0;
+    ComputeOf<T> acc = 0;
     for (int64_t j = 0; j < W; ++j) {
       acc += Xbar(x, tail_in, t + W - 1 - j, c, C, W) * w[j * C + c];
     }
@@ -214,7 +215,7 @@ struct ShortConvInputGradFn {
   SF_HD void operator()(int64_t i) const {
     const int64_t p = i / C, c = i % C;
     if (p < W - 1 && dtail_in == nullptr) return;
-    T acc = 0;
+    ComputeOf<T> acc = 0;
     for (int64_t j = 0; j < W; ++j) {  // output t = p - (W-1) + j reads row p
       const int64_t t = p - (W - 1) + j;
       if (t >= 0 && t < T_len) acc += dy[t * C + c] * w[j * C + c];
@@ -231,14 +232,14 @@ struct ShortConvInputGradFn {
 // Element (j, c) of dw: += sum_t dy[t, c] xbar[t + W-1-j, c].
 template <typename T>
 struct ShortConvWeightGradFn {
-  T* dw;              // (W, C)
+  GradOf<T>* dw;              // (W, C)
   const T* dy;        // (T, C)
   const T* x;         // (T, C)
   const T* tail_in;   // (W-1, C) or nullptr
   int64_t T_len, C, W;
   SF_HD void operator()(int64_t i) const {
     const int64_t j = i / C, c = i % C;
-    T acc = 0;
+    ComputeOf<T> acc = 0;
     for (int64_t t = 0; t < T_len; ++t) {
       acc += dy[t * C + c] * Xbar(x, tail_in, t + W - 1 - j, c, C, W);
     }
@@ -266,7 +267,7 @@ struct EmbeddingGatherFn {
 // atomics, in the CPU kernel's order.
 template <typename T>
 struct EmbeddingScatterAddFn {
-  T* dtable;          // (V, C)
+  GradOf<T>* dtable;          // (V, C)
   const T* dy;        // (N, C)
   const int32_t* ids; // (N)
   int64_t N, C;
@@ -285,13 +286,13 @@ struct EmbeddingScatterAddFn {
 // One number per token carries the online logsumexp across slices.
 template <typename T>
 struct OnlineLogsumexpFn {
-  T* lse;          // (N)
-  const T* z;      // (N, vs)
+  StatOf<T>* lse;        // (N)
+  const StatOf<T>* z;    // (N, vs)
   int64_t vs;
   SF_HD void operator()(int64_t n) const {
-    T m = lse[n];
+    ComputeOf<T> m = lse[n];
     for (int64_t v = 0; v < vs; ++v) m = Max(m, z[n * vs + v]);
-    T s = Exp(lse[n] - m);
+    ComputeOf<T> s = Exp(lse[n] - m);
     for (int64_t v = 0; v < vs; ++v) s += Exp(z[n * vs + v] - m);
     lse[n] = m + Log(s);
   }
@@ -301,18 +302,18 @@ struct OnlineLogsumexpFn {
 // nullptr, losses[n].
 template <typename T>
 struct TokenLossFn {
-  T* out;               // (N)
-  T* losses;            // (N) or nullptr
-  const T* lse;         // (N)
+  StatOf<T>* out;       // (N)
+  StatOf<T>* losses;            // (N) or nullptr
+  const StatOf<T>* lse;         // (N)
   const T* x;           // (N, C)
   const T* w;           // (V, C)
   const int32_t* targets; // (N)
   int64_t C;
   SF_HD void operator()(int64_t n) const {
     const T* wt = w + static_cast<int64_t>(targets[n]) * C;
-    T zt = 0;
+    ComputeOf<T> zt = 0;
     for (int64_t c = 0; c < C; ++c) zt += x[n * C + c] * wt[c];
-    const T loss = lse[n] - zt;
+    const ComputeOf<T> loss = lse[n] - zt;
     out[n] = loss;
     if (losses != nullptr) losses[n] = loss;
   }
@@ -322,14 +323,14 @@ struct TokenLossFn {
 // dZ = dlosses_n (softmax_v - [v0 + v == target_n]).
 template <typename T>
 struct SoftmaxGradFn {
-  T* z;                   // (N, vs) in: logits; out: dZ
-  const T* lse;           // (N)
-  const T* dlosses;       // (N)
+  StatOf<T>* z;           // (N, vs) in: logits; out: dZ
+  const StatOf<T>* lse;           // (N)
+  const StatOf<T>* dlosses;       // (N)
   const int32_t* targets; // (N)
   int64_t vs, v0;
   SF_HD void operator()(int64_t i) const {
     const int64_t n = i / vs, v = i % vs;
-    T d = Exp(z[i] - lse[n]) * dlosses[n];
+    ComputeOf<T> d = Exp(z[i] - lse[n]) * dlosses[n];
     if (targets[n] == v0 + v) d -= dlosses[n];
     z[i] = d;
   }
