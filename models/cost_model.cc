@@ -467,7 +467,9 @@ double CostModel::LogitsBytes(int l, std::int64_t s) const {
   }
   const double columns = std::min<double>(
       kLossVocabSlice, static_cast<double>(model_.vocab_size()) / options_.tensor_size);
-  return Tokens(s) * columns * StatBytes(precision_.activation_bytes());
+  // The backward's bf16 copy of the slice's d(logits) when activations are
+  // narrower than fp32 (what the GEMMs read: HeadBackwardMemory).
+  return Tokens(s) * columns * (StatBytes(act) + (act < StatBytes(act) ? act : 0));
 }
 
 // ---------------------------------------------------------- memory events ----

@@ -222,7 +222,9 @@ class CostModel {
   double KvGradBytesPerToken(int l) const;
   // The most logits bytes the head holds at once (0 for other layers). Under
   // System::kStateFlow one vocabulary slice (t, min(128, V/TP)) in float32,
-  // only within the head's forward or backward, never from one to the other.
+  // plus in the backward, when activations are narrower (bf16), its
+  // d(logits) in the activation dtype; only within the head's forward or
+  // backward, never from one to the other.
   // Under a framework (FullLogitsLoss) the full logits (t, V/TP) in the
   // activation dtype beside their float32 copy, within the forward; the
   // float32 softmax (t, V/TP) stays from the forward to the backward.

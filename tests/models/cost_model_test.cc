@@ -353,16 +353,17 @@ TEST(CostModel, LogitsAndBoundaryActivations) {
   const CostModel cm = MakeModel("gdn-32b", tp, mbs);
   const std::int64_t s = 3000;
   const int head = cm.num_layers() - 1;
-  // One fp32 slice of 128 vocabulary columns (of the V / TP on this rank).
+  // One fp32 slice of 128 vocabulary columns (of the V / TP on this rank),
+  // and in the backward its bf16 d(logits) (the default 2-byte activations).
   ASSERT_GT(cm.model().vocab_size() / tp, 128);
-  EXPECT_DOUBLE_EQ(cm.LogitsBytes(head, s), double(mbs) * s * 128 * 4);
+  EXPECT_DOUBLE_EQ(cm.LogitsBytes(head, s), double(mbs) * s * 128 * (4 + 2));
   EXPECT_EQ(cm.LogitsBytes(1, s), 0.0);
   EXPECT_DOUBLE_EQ(cm.BoundaryActivationBytes(s), double(mbs) * s * cm.model().hidden_size() * 2);
   EXPECT_EQ(cm.StoredActivationBytes(0, s), 0.0);  // the token ids stay in the batch
   // A vocabulary narrower than a slice is one slice.
   const CostModel tiny = MakeModel("gdn-tiny", 2, 1);
   EXPECT_DOUBLE_EQ(tiny.LogitsBytes(tiny.num_layers() - 1, 10),
-                   10.0 * tiny.model().vocab_size() / 2 * 4);
+                   10.0 * tiny.model().vocab_size() / 2 * (4 + 2));
 }
 
 // Mamba-3's backward workspace grows by one replayed fp32 state per head

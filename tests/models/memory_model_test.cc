@@ -122,7 +122,9 @@ TEST(LayerMemory, PassesAddUpToTheStoredTensorsAndOneActivation) {
           EXPECT_DOUBLE_EQ(b.net()[kWs], makes_input_grad ? io : 0.0);
           EXPECT_EQ(f.net()[kLogits], 0.0);
           EXPECT_EQ(b.net()[kLogits], 0.0);
-          EXPECT_DOUBLE_EQ(f.class_peak()[kLogits], cm.LogitsBytes(l, s));
+          // LogitsBytes is the most held at once: the backward's, which in
+          // bf16 adds the slice's d(logits) copy to the forward's slice.
+          EXPECT_LE(f.class_peak()[kLogits], cm.LogitsBytes(l, s));
           EXPECT_DOUBLE_EQ(b.class_peak()[kLogits], cm.LogitsBytes(l, s));
           EXPECT_EQ(f.net()[kStates], 0.0);  // boundary states are the stage's
         }

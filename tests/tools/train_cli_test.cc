@@ -603,5 +603,88 @@ TEST(TrainCli, MpiResumeIsBitIdenticalToAnUninterruptedRun) {
   fs::remove_all(part_dir);
 }
 
+// bf16 (issue 12) on host-grid, the GPU path's arithmetic on the host: bf16
+// weights and activations, fp32 gradients, statistics and master weights.
+// It tracks float32 to bf16's precision, the loss falls, mpirun -n 2 gives
+// one process's bits, chunking changes the losses only by rounding, and a
+// resumed run (fp32 master weights and moments in the checkpoint) is the
+// uninterrupted run bit for bit.
+const std::vector<std::string> kBf16 = {"--device", "host-grid", "-T", "96", "-M", "2",
+                                        "-N", "2", "--json"};
+
+TEST(TrainCli, Bf16TracksFloat32AndRanksGiveOneProcessBits) {
+  for (const char* model : {"gdn-tiny", "mamba3-tiny"}) {
+    SCOPED_TRACE(model);
+    const std::vector<std::string> args = With(kBf16, {"--model", model, "--steps", "4"});
+    const Finished b = RunFor(Train(With(args, {"--dtype", "bf16"})), TempPrefix("bf16"));
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    const Finished f = RunFor(Train(With(args, {"--dtype", "float32"})), TempPrefix("bf16-f32"));
+    ASSERT_EQ(f.exit_code, 0) << f.err;
+    const pb::Report rb = ParseReport(b), rf = ParseReport(f);
+    ASSERT_EQ(rb.losses_size(), 4);
+    EXPECT_LT(RelError(rb, rf), 1e-2);
+    EXPECT_GT(RelError(rb, rf), 0) << "bf16 gave float32's bits: is it running bf16?";
+    EXPECT_LT(rb.losses(3), rb.losses(0));
+    if (std::string(model) == "gdn-tiny") {
+      const Finished m = RunFor(Mpirun(2, Train(With(args, {"--dtype", "bf16"}))),
+                                TempPrefix("bf16-mpi"));
+      ASSERT_EQ(m.exit_code, 0) << m.err;
+      const pb::Report rm = ParseReport(m);
+      ASSERT_EQ(rm.losses_size(), 4);
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(rm.losses(k), rb.losses(k)) << "step " << k;
+    }
+  }
+}
+
+TEST(TrainCli, Bf16ChunkedIsUnchunkedUpToRounding) {
+  const std::vector<std::string> base = {"--device", "host-grid", "-T", "128", "-M", "2",
+                                         "--steps",  "3",         "--dtype", "bf16", "--json"};
+  const Finished one = RunFor(Train(With(base, {"-N", "1"})), TempPrefix("bf16-n1"));
+  const Finished four = RunFor(Train(With(base, {"-N", "4"})), TempPrefix("bf16-n4"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(four.exit_code, 0) << four.err;
+  EXPECT_LT(RelError(ParseReport(four), ParseReport(one)), 5e-3);
+}
+
+TEST(TrainCli, Bf16ResumeIsBitIdenticalToAnUninterruptedRun) {
+  namespace fs = std::filesystem;
+  const std::string dir = TempPrefix("bf16-ck");
+  fs::remove_all(dir);
+  const std::vector<std::string> base = With(kBf16, {"--dtype", "bf16"});
+  const Finished full = RunFor(Train(With(base, {"--steps", "4"})), TempPrefix("bf16-full"));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const Finished first = RunFor(Train(With(base, {"--steps", "2", "--checkpoint", dir})),
+                                TempPrefix("bf16-first"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const Finished resumed = RunFor(Train(With(base, {"--steps", "4", "--resume", dir})),
+                                  TempPrefix("bf16-resumed"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const pb::Report a = ParseReport(full), b = ParseReport(resumed);
+  ASSERT_EQ(a.losses_size(), 4);
+  ASSERT_EQ(b.losses_size(), 2);
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(b.losses(k), a.losses(2 + k)) << "step " << 2 + k;
+  // A float32 run cannot resume a bf16 checkpoint.
+  const Finished other = RunFor(
+      Train(With(kBf16, {"--dtype", "float32", "--steps", "4", "--resume", dir})),
+      TempPrefix("bf16-other"));
+  EXPECT_EQ(other.exit_code, 2);
+  ExpectOneLine(other, "train.dtype");
+  fs::remove_all(dir);
+}
+
+TEST(TrainCli, Bf16WithoutItsKernelsIsOneLine) {
+  Finished f = RunFor(Train({"--dtype", "bf16", "--steps", "1"}), TempPrefix("bf16-cpu"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "train.dtype: bf16 runs on the grid devices");
+  f = RunFor(Train({"--dtype", "bf16", "--device", "host-grid", "--model", "gdn-hybrid-tiny",
+                    "--steps", "1"}),
+             TempPrefix("bf16-attn"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "bf16 has no attention kernels yet");
+  f = RunFor(Train({"--dtype", "bfloat16", "--steps", "1"}), TempPrefix("bf16-name"));
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "(known: float32, float64, bf16)");
+}
+
 }  // namespace
 }  // namespace stateflow::backend::testing
