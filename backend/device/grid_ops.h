@@ -942,7 +942,8 @@ void GridOps<T, Exec>::Mamba3CoreForwardOverlapped(
     Mamba3Out(side, ws, o, m, bound(seg), bound(seg + 1));
   }
   // The carry out reads only the inputs.
-  main.ForEach(H * (Dk + Dv), grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
+  main.ForEach(H * (Dk + Dv),
+               grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
   side.Record(kEvSideDone);
   main.Wait(kEvSideDone);  // stream 0's later work sees o
 }
@@ -1026,8 +1027,9 @@ void GridOps<T, Exec>::Mamba3CoreBackward(
   Mamba3OutStateGrad(exec_, ws, dO, m, 0, s.nb);
   Mamba3STBack(exec_, ws, dS_in, dS_out, m, 0, s.nb);
   Mamba3RestBack(exec_, ws, dk, dv, da, dgamma, dbeta, dO, dk_out, dv_out, m, 0, s.nb);
-  exec_.ForEach(H * (Dk + Dv), grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in,
-                                                            v_in, dk_out, dv_out, beta, s});
+  exec_.ForEach(H * (Dk + Dv),
+                grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in, dk_out,
+                                             dv_out, beta, s});
 }
 
 template <typename T, typename Exec>
@@ -1088,8 +1090,9 @@ void GridOps<T, Exec>::Mamba3CoreBackwardOverlapped(
     Mamba3RestBack(side, ws, dk, dv, da, dgamma, dbeta, dO, dk_out, dv_out, m, bound(seg),
                    bound(seg + 1));
   }
-  side.ForEach(H * (Dk + Dv), grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in,
-                                                           dk_out, dv_out, beta, s});
+  side.ForEach(H * (Dk + Dv),
+               grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in, dk_out,
+                                            dv_out, beta, s});
   side.Record(kEvSideDone);
   main.Wait(kEvSideDone);
 }
