@@ -49,7 +49,9 @@
 //   stream 0:  [wait Pre_0] ST_0 [wait Pre_1] ST_1 [wait Pre_2] ST_2 ...
 // bracketed by stream 1 waiting for stream 0's earlier work on entry and
 // stream 0 waiting for stream 1's last pass on exit, so to the caller the
-// call is ordered on stream 0 like any other.
+// call is ordered on stream 0 like any other. The overlapped Mamba-3 cores
+// use the same segments and events, each wait for exactly the data a pass
+// reads (Mamba3CoreForwardOverlapped, Mamba3CoreBackwardOverlapped).
 //
 // Not the CPU device's kernels (cpu_device.cc: Eigen, backend/kernels/) and not
 // attention (grid_attention_ops.h).
@@ -75,9 +77,9 @@
 
 namespace stateflow::backend {
 
-// Segments of the overlapped GDN cores: min(nb, kGdnMaxSegments); segment
-// j is blocks [j nb / S, (j + 1) nb / S). The event ids they use are below
-// kGridEvents.
+// Segments of the overlapped GDN and Mamba-3 cores: min(nb,
+// kGdnMaxSegments); segment j is blocks [j nb / S, (j + 1) nb / S). The
+// event ids they use are below kGridEvents.
 inline constexpr int kGdnMaxSegments = 4;
 inline constexpr int kGridEvents = 3 + 3 * kGdnMaxSegments;
 inline int GdnStreamSegments(int64_t nb) {
@@ -484,6 +486,71 @@ class GridOps final : public Ops<T> {
                           const StatOf<T>* S_in, const T* k_in, const T* v_in,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                           int64_t block_size);
+  // The Mamba-3 core on two streams, as the GDN cores: the blocks in
+  // GdnStreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
+  //   Pre_0 -> (ST_0 || Pre_1) -> (ST_1 || Out_0, Pre_2) -> ... -> Out_last.
+  // ST of a segment reads U and G of the blocks before each of its own
+  // (Mamba3STFn), so it waits for the Pre of the segment holding the last
+  // block it reads: none for a first segment of one block, the previous
+  // segment's Pre (already waited for) for a later one. The same workspace
+  // and bits as Mamba3CoreForward. Under 2 blocks: Mamba3CoreForward.
+  void Mamba3CoreForwardOverlapped(T* o, StatOf<T>* S_out, T* k_out, T* v_out,
+                                   StatOf<T>* workspace, const T* q, const T* k,
+                                   const T* v, const T* a, const T* gamma,
+                                   const T* beta, const StatOf<T>* S_in,
+                                   const T* k_in, const T* v_in, int64_t T_len,
+                                   int64_t H, int64_t Dk, int64_t Dv,
+                                   int64_t block_size) override {
+    if constexpr (kWide) {
+      WideMamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in,
+                            k_in, v_in, T_len, H, Dk, Dv, block_size, true);
+    } else {
+      Mamba3CoreForwardOverlappedNative(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
+                                        beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    }
+  }
+  void Mamba3CoreForwardOverlappedNative(T* o, StatOf<T>* S_out, T* k_out, T* v_out,
+                                         StatOf<T>* workspace, const T* q, const T* k,
+                                         const T* v, const T* a, const T* gamma,
+                                         const T* beta, const StatOf<T>* S_in,
+                                         const T* k_in, const T* v_in, int64_t T_len,
+                                         int64_t H, int64_t Dk, int64_t Dv,
+                                         int64_t block_size);
+  // The backward on two streams (the CPU's OutAG -> (ST chain || OutWG)):
+  // the replay as the overlapped forward with Out's backward that needs no
+  // state gradient (Q K^T, dO V^T, dq) of segment k on stream 1 after the
+  // replayed ST_k, and Z_{k-1} (Out's share of the state gradient, written
+  // over U) after ST_k too, the last reader of U of segment k - 1; then the
+  // ST backward on stream 0, segments last to first, and the rest of segment
+  // k's backward (dM, dk, dv, dG, da, dgamma, dbeta) on stream 1 after ST_k's
+  // backward, while stream 0 runs ST_{k-1}'s; the carry's gradients last.
+  // The same workspace and bits as Mamba3CoreBackward. Under 2 blocks:
+  // Mamba3CoreBackward.
+  void Mamba3CoreBackwardOverlapped(
+      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in, T* dk_in,
+      T* dv_in, StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* dk_out,
+      const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+      const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
+      const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+      int64_t block_size) override {
+    if constexpr (kWide) {
+      WideMamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO,
+                             dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in,
+                             T_len, H, Dk, Dv, block_size, true);
+    } else {
+      Mamba3CoreBackwardOverlappedNative(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
+                                         workspace, dO, dS_out, dk_out, dv_out, q, k, v, a,
+                                         gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv,
+                                         block_size);
+    }
+  }
+  void Mamba3CoreBackwardOverlappedNative(
+      T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in, T* dk_in,
+      T* dv_in, StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* dk_out,
+      const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+      const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
+      const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+      int64_t block_size);
 
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
@@ -625,7 +692,7 @@ class GridOps final : public Ops<T> {
                              const T* gamma, const T* beta, const F* S_in,
                              const T* k_in, const T* v_in, int64_t T_len,
                              int64_t H, int64_t Dk, int64_t Dv,
-                             int64_t block_size);
+                             int64_t block_size, bool overlapped = false);
   void WideMamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma,
                               T* dbeta, F* dS_in, T* dk_in, T* dv_in,
                               F* workspace, const T* dO, const F* dS_out,
@@ -634,7 +701,7 @@ class GridOps final : public Ops<T> {
                               const T* gamma, const T* beta, const F* S_in,
                               const T* k_in, const T* v_in, int64_t T_len,
                               int64_t H, int64_t Dk, int64_t Dv,
-                              int64_t block_size);
+                              int64_t block_size, bool overlapped = false);
   // Row-major C = op(A) op(B) + beta C: exec_.Gemm for float and double;
   // for bf16 operands exec_.GemmBf16 (float accumulation; C float or bf16).
   template <typename TC>
@@ -708,12 +775,51 @@ class GridOps final : public Ops<T> {
                    T* dv, T* dg, T* dbeta, const GdnArgs& a, int64_t b0,
                    int64_t b1);
 
-  // Pre and ST of the Mamba-3 forward: G, U, the carried entering states;
-  // the last block's exit state into S_out unless nullptr.
-  void Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws, StatOf<T>* S_out,
-                    const T* k, const T* v, const T* a, const T* gamma,
-                    const T* beta, const StatOf<T>* S_in, const T* k_in,
-                    const T* v_in, const grid::Mamba3Shape& s);
+  // The inputs of one Mamba-3 core call.
+  struct Mamba3Args {
+    const T *q, *k, *v, *a, *gamma, *beta, *S_in, *k_in, *v_in;
+    grid::Mamba3Shape s;
+  };
+  // The Mamba-3 forward's passes over blocks [b0, b1), each on executor e.
+  // Pre: G, U.
+  void Mamba3Pre(Exec& e, const grid::Mamba3ForwardWorkspace<T>& ws,
+                 const Mamba3Args& a, int64_t b0, int64_t b1);
+  // ST: the entering states S'; with the last block, S_out unless nullptr.
+  void Mamba3ST(Exec& e, const grid::Mamba3ForwardWorkspace<T>& ws, T* S_out,
+                const Mamba3Args& a, int64_t b0, int64_t b1);
+  // Out: P, o.
+  void Mamba3Out(Exec& e, const grid::Mamba3ForwardWorkspace<T>& ws, T* o,
+                 const Mamba3Args& a, int64_t b0, int64_t b1);
+  // The overlapped forward's and backward's wait before the ST of segment
+  // seg (of segs, blocks [bound(seg), bound(seg + 1)) of nb): for the Pre of
+  // the segment holding the last block that ST reads (with_exit: S_out too),
+  // unless stream 0 already waited for it (*pre_waited, the latest).
+  static void Mamba3WaitPre(Exec& main, int seg, int segs, int64_t nb,
+                            bool with_exit, int* pre_waited);
+  // The overlapped backward's wait before the rest of segment seg: for the
+  // ST backward of the segment that wrote the first state-gradient slot it
+  // reads (slot b0, or slot 1 when b0 = 0 unless `carry_in`: the carry's
+  // gradients read slot 0), unless stream 1 already waited for it
+  // (*back_waited, the latest: segments go last to first).
+  static void Mamba3WaitSTBack(Exec& side, int seg, int segs, int64_t nb,
+                               bool carry_in, int* back_waited);
+  // The backward's passes over blocks [b0, b1) (Mamba3CoreBackward's order):
+  // Out's backward before ST's (Q K^T into P, dO V^T, dq); Out's share of
+  // the state gradient (Z over U); ST's backward (dS; dS_in with block 0);
+  // the rest (dM, dk, dv, dG, da, dgamma, dbeta).
+  void Mamba3OutBack(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
+                     T* dq, const T* dO, const Mamba3Args& a, int64_t b0,
+                     int64_t b1);
+  void Mamba3OutStateGrad(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
+                          const T* dO, const Mamba3Args& a, int64_t b0,
+                          int64_t b1);
+  void Mamba3STBack(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
+                    T* dS_in, const T* dS_out, const Mamba3Args& a, int64_t b0,
+                    int64_t b1);
+  void Mamba3RestBack(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
+                      T* dk, T* dv, T* da, T* dgamma, T* dbeta, const T* dO,
+                      const T* dk_out, const T* dv_out, const Mamba3Args& a,
+                      int64_t b0, int64_t b1);
 
   Exec exec_;
 };
@@ -993,17 +1099,61 @@ void GridOps<T, Exec>::GdnCoreBackwardPhaseNative(
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws,
-                                    StatOf<T>* S_out, const T* k, const T* v,
-                                    const T* a, const T* gamma, const T* beta,
-                                    const StatOf<T>* S_in, const T* k_in,
-                                    const T* v_in, const grid::Mamba3Shape& s) {
-  // Pre: every (head, block) at once.
-  exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, a, s});
-  exec_.ForEach(s.states(s.nb), grid::Mamba3BlockUFn<T>{ws.U, k, v, ws.G, gamma, beta, s});
-  // ST: heads x state rows, blocks in order.
-  exec_.ForEach(s.H * s.Dv, grid::Mamba3STFn<T>{ws.S, S_out, ws.U, k, v, ws.G, beta,
-                                                S_in, k_in, v_in, s});
+void GridOps<T, Exec>::Mamba3Pre(Exec& e, const grid::Mamba3ForwardWorkspace<T>& ws,
+                                 const Mamba3Args& a, int64_t b0, int64_t b1) {
+  using namespace grid;
+  const Mamba3Shape& s = a.s;
+  ForTokens(e, s.H, b0, b1, s, GdnCumDecayFn<T>{ws.G, a.a, s});
+  ForBlocks(e, s.H, s.Dv * s.Dk, b0, b1, s,
+            Mamba3BlockUFn<T>{ws.U, a.k, a.v, ws.G, a.gamma, a.beta, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3ST(Exec& e, const grid::Mamba3ForwardWorkspace<T>& ws,
+                                T* S_out, const Mamba3Args& a, int64_t b0,
+                                int64_t b1) {
+  // Heads x state rows, blocks in order.
+  e.ForEach(a.s.H * a.s.Dv,
+            grid::Mamba3STFn<T>{ws.S, S_out, ws.U, a.k, a.v, ws.G, a.beta, a.S_in,
+                                a.k_in, a.v_in, a.s, b0, b1});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3Out(Exec& e, const grid::Mamba3ForwardWorkspace<T>& ws,
+                                 T* o, const Mamba3Args& a, int64_t b0, int64_t b1) {
+  using namespace grid;
+  const Mamba3Shape& s = a.s;
+  ForBlocks(e, s.H, s.bs * s.bs, b0, b1, s,
+            Mamba3GramFn<T>{ws.P, a.q, a.k, ws.G, a.gamma, a.beta, s.Dk, true, s});
+  ForTokens(e, s.H * s.Dv, b0, b1, s, Mamba3OutFn<T>{o, a.q, a.v, ws.P, ws.S, ws.G, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3WaitPre(Exec& main, int seg, int segs, int64_t nb,
+                                     bool with_exit, int* pre_waited) {
+  auto bound = [&](int k) { return k * nb / segs; };
+  // Mamba3STFn: blocks [b0, b1) read U, G of blocks b0 - 1 .. b1 - 2, and
+  // of block nb - 1 for S_out.
+  const int64_t last = with_exit && seg + 1 == segs ? nb - 1 : bound(seg + 1) - 2;
+  if (last < 0) return;
+  const int need = last >= bound(seg) ? seg : seg - 1;
+  if (need <= *pre_waited) return;
+  main.Wait(EvPre(need));
+  *pre_waited = need;
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3WaitSTBack(Exec& side, int seg, int segs, int64_t nb,
+                                        bool carry_in, int* back_waited) {
+  auto bound = [&](int k) { return k * nb / segs; };
+  // Mamba3RestBack of blocks [b0, b1) reads slots b0 + 1 .. b1 (dM, dk, dv,
+  // dG) and slot b0 (dbeta of the block's first token) unless b0 = 0 without
+  // a carry in; the carry's gradients read slot 0.
+  const int64_t first = bound(seg) > 0 || carry_in ? bound(seg) : 1;
+  const int need = first < bound(seg + 1) ? seg : seg + 1;
+  if (need >= *back_waited) return;
+  side.Wait(EvSTBack(need));
+  *back_waited = need;
 }
 
 template <typename T, typename Exec>
@@ -1013,14 +1163,115 @@ void GridOps<T, Exec>::Mamba3CoreForwardNative(
     const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
     int64_t Dv, int64_t block_size) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
   const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
-  Mamba3Replay(ws, S_out, k, v, a, gamma, beta, S_in, k_in, v_in, s);
-  // Out: every (head, block) at once.
-  exec_.ForEach(s.tiles(), grid::Mamba3GramFn<T>{ws.P, q, k, ws.G, gamma, beta, Dk,
-                                                 true, s});
-  exec_.ForEach(s.tokens() * Dv, grid::Mamba3OutFn<T>{o, q, v, ws.P, ws.S, ws.G, s});
+  Mamba3Pre(exec_, ws, m, 0, s.nb);
+  Mamba3ST(exec_, ws, S_out, m, 0, s.nb);
+  Mamba3Out(exec_, ws, o, m, 0, s.nb);
   exec_.ForEach(H * (Dk + Dv),
                 grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreForwardOverlappedNative(
+    T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace, const T* q, const T* k,
+    const T* v, const T* a, const T* gamma, const T* beta, const StatOf<T>* S_in,
+    const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size) {
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const int segs = GdnStreamSegments(s.nb);
+  if (segs < 2) {
+    Mamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta,
+                      S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    return;
+  }
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
+  auto bound = [&](int seg) { return seg * s.nb / segs; };
+  Exec& main = exec_;
+  Exec side = exec_.Stream(1);
+  main.Record(kEvEntry);  // the inputs, made on stream 0 before this call
+  side.Wait(kEvEntry);
+  Mamba3Pre(side, ws, m, bound(0), bound(1));
+  side.Record(EvPre(0));
+  int pre_waited = -1;
+  for (int seg = 0; seg < segs; ++seg) {
+    Mamba3WaitPre(main, seg, segs, s.nb, S_out != nullptr, &pre_waited);
+    Mamba3ST(main, ws, S_out, m, bound(seg), bound(seg + 1));
+    main.Record(EvST(seg));
+    if (seg + 1 < segs) {
+      Mamba3Pre(side, ws, m, bound(seg + 1), bound(seg + 2));
+      side.Record(EvPre(seg + 1));
+    }
+    side.Wait(EvST(seg));
+    Mamba3Out(side, ws, o, m, bound(seg), bound(seg + 1));
+  }
+  // The carry out reads only the inputs.
+  main.ForEach(H * (Dk + Dv),
+               grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
+  side.Record(kEvSideDone);
+  main.Wait(kEvSideDone);  // stream 0's later work sees o
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3OutBack(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
+                                     T* dq, const T* dO, const Mamba3Args& a,
+                                     int64_t b0, int64_t b1) {
+  using namespace grid;
+  const Mamba3Shape& s = a.s;
+  const Mamba3ForwardWorkspace<T>& f = ws.f;
+  const int64_t tile = s.bs * s.bs;
+  // Out's tiles: Q K^T (into P) and dO V^T.
+  ForBlocks(e, s.H, tile, b0, b1, s,
+            Mamba3GramFn<T>{f.P, a.q, a.k, f.G, a.gamma, a.beta, s.Dk, false, s});
+  ForBlocks(e, s.H, tile, b0, b1, s,
+            Mamba3GramFn<T>{ws.dOV, dO, a.v, f.G, a.gamma, a.beta, s.Dv, false, s});
+  ForTokens(e, s.H * s.Dk, b0, b1, s,
+            Mamba3QueryGradFn<T>{dq, dO, a.k, ws.dOV, f.S, f.G, a.gamma, a.beta, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3OutStateGrad(Exec& e,
+                                          const grid::Mamba3BackwardWorkspace<T>& ws,
+                                          const T* dO, const Mamba3Args& a, int64_t b0,
+                                          int64_t b1) {
+  const grid::Mamba3Shape& s = a.s;
+  ForBlocks(e, s.H, s.Dv * s.Dk, b0, b1, s,
+            grid::Mamba3OutStateGradFn<T>{ws.f.U, dO, a.q, ws.f.G, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3STBack(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
+                                    T* dS_in, const T* dS_out, const Mamba3Args& a,
+                                    int64_t b0, int64_t b1) {
+  // Heads x state rows, blocks in reverse.
+  e.ForEach(a.s.H * a.s.Dv,
+            grid::Mamba3STGradFn<T>{ws.dS, dS_in, dS_out, ws.f.U, ws.f.G, a.s, b0, b1});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3RestBack(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
+                                      T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+                                      const T* dO, const T* dk_out, const T* dv_out,
+                                      const Mamba3Args& a, int64_t b0, int64_t b1) {
+  using namespace grid;
+  const Mamba3Shape& s = a.s;
+  const Mamba3ForwardWorkspace<T>& f = ws.f;
+  ForBlocks(e, s.H, s.bs * s.bs, b0, b1, s,
+            Mamba3WeightGradFn<T>{ws.dM, f.P, ws.dOV, ws.dS, a.k, a.v, s});
+  ForTokens(e, s.H * s.Dk, b0, b1, s,
+            Mamba3KeyGradFn<T>{dk, a.q, a.v, ws.dOV, ws.dS, f.G, a.gamma, a.beta,
+                               dk_out, s});
+  ForTokens(e, s.H * s.Dv, b0, b1, s,
+            Mamba3ValueGradFn<T>{dv, dO, a.k, f.P, ws.dS, f.G, a.gamma, a.beta,
+                                 dv_out, s});
+  ForTokens(e, s.H, b0, b1, s,
+            Mamba3DecayGradFn<T>{ws.dG, a.q, dO, ws.dM, f.S, ws.dS, f.G, a.gamma,
+                                 a.beta, s});
+  ForTokens(e, s.H, b0, b1, s, Mamba3CumGradFn<T>{da, ws.dG, s});
+  ForTokens(e, s.H, b0, b1, s,
+            Mamba3GateGradFn<T>{dgamma, dbeta, ws.dM, ws.dS, a.k, a.v, a.k_in, a.v_in,
+                                f.G, s});
 }
 
 template <typename T, typename Exec>
@@ -1031,32 +1282,84 @@ void GridOps<T, Exec>::Mamba3CoreBackwardNative(
     const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
     const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
     int64_t block_size) {
-  using namespace grid;
-  const Mamba3Shape s = Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const Mamba3BackwardWorkspace<T> ws(workspace, s);
-  const Mamba3ForwardWorkspace<T>& f = ws.f;
-  Mamba3Replay(f, /*S_out=*/nullptr, k, v, a, gamma, beta, S_in, k_in, v_in, s);
-  // Out's tiles, every block at once: Q K^T (into P) and dO V^T.
-  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{f.P, q, k, f.G, gamma, beta, Dk, false, s});
-  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{ws.dOV, dO, v, f.G, gamma, beta, Dv, false, s});
-  // Out's share of each block's state gradient (over U), then ST's backward.
-  exec_.ForEach(s.states(s.nb), Mamba3OutStateGradFn<T>{f.U, dO, q, f.G, s});
-  exec_.ForEach(H * Dv, Mamba3STGradFn<T>{ws.dS, dS_in, dS_out, f.U, f.G, s});
-  // Every block at once again.
-  exec_.ForEach(s.tiles(), Mamba3WeightGradFn<T>{ws.dM, f.P, ws.dOV, ws.dS, k, v, s});
-  exec_.ForEach(s.tokens() * Dk, Mamba3QueryGradFn<T>{dq, dO, k, ws.dOV, f.S, f.G,
-                                                      gamma, beta, s});
-  exec_.ForEach(s.tokens() * Dk, Mamba3KeyGradFn<T>{dk, q, v, ws.dOV, ws.dS, f.G,
-                                                    gamma, beta, dk_out, s});
-  exec_.ForEach(s.tokens() * Dv, Mamba3ValueGradFn<T>{dv, dO, k, f.P, ws.dS, f.G,
-                                                      gamma, beta, dv_out, s});
-  exec_.ForEach(s.tokens(), Mamba3DecayGradFn<T>{ws.dG, q, dO, ws.dM, f.S, ws.dS,
-                                                 f.G, gamma, beta, s});
-  exec_.ForEach(s.tokens(), Mamba3CumGradFn<T>{da, ws.dG, s});
-  exec_.ForEach(s.tokens(), Mamba3GateGradFn<T>{dgamma, dbeta, ws.dM, ws.dS, k, v,
-                                                k_in, v_in, f.G, s});
-  exec_.ForEach(H * (Dk + Dv), Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in,
-                                                      dk_out, dv_out, beta, s});
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
+  // The replay of Pre and ST, then every pass over every block.
+  Mamba3Pre(exec_, ws.f, m, 0, s.nb);
+  Mamba3ST(exec_, ws.f, /*S_out=*/nullptr, m, 0, s.nb);
+  Mamba3OutBack(exec_, ws, dq, dO, m, 0, s.nb);
+  Mamba3OutStateGrad(exec_, ws, dO, m, 0, s.nb);
+  Mamba3STBack(exec_, ws, dS_in, dS_out, m, 0, s.nb);
+  Mamba3RestBack(exec_, ws, dk, dv, da, dgamma, dbeta, dO, dk_out, dv_out, m, 0, s.nb);
+  exec_.ForEach(H * (Dk + Dv),
+                grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in, dk_out,
+                                             dv_out, beta, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreBackwardOverlappedNative(
+    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in, T* dk_in,
+    T* dv_in, StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* dk_out,
+    const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+    const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size) {
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const int segs = GdnStreamSegments(s.nb);
+  if (segs < 2) {
+    Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace,
+                       dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in,
+                       k_in, v_in, T_len, H, Dk, Dv, block_size);
+    return;
+  }
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
+  auto bound = [&](int seg) { return seg * s.nb / segs; };
+  Exec& main = exec_;
+  Exec side = exec_.Stream(1);
+  main.Record(kEvEntry);
+  side.Wait(kEvEntry);
+  // The replay, with Out's backward of a segment after its ST, and Z of the
+  // segment before after this one's ST (which reads U of that segment's
+  // last block).
+  Mamba3Pre(side, ws.f, m, bound(0), bound(1));
+  side.Record(EvPre(0));
+  int pre_waited = -1;
+  for (int seg = 0; seg < segs; ++seg) {
+    Mamba3WaitPre(main, seg, segs, s.nb, /*with_exit=*/false, &pre_waited);
+    Mamba3ST(main, ws.f, /*S_out=*/nullptr, m, bound(seg), bound(seg + 1));
+    main.Record(EvST(seg));
+    if (seg + 1 < segs) {
+      Mamba3Pre(side, ws.f, m, bound(seg + 1), bound(seg + 2));
+      side.Record(EvPre(seg + 1));
+    }
+    side.Wait(EvST(seg));
+    Mamba3OutBack(side, ws, dq, dO, m, bound(seg), bound(seg + 1));
+    if (seg > 0) Mamba3OutStateGrad(side, ws, dO, m, bound(seg - 1), bound(seg));
+  }
+  Mamba3OutStateGrad(side, ws, dO, m, bound(segs - 1), bound(segs));
+  side.Record(kEvOutDone);
+  main.Wait(kEvOutDone);
+  // ST's backward, segments last to first; the rest of each behind it.
+  // Slot 0 is read on stream 1 only for the carry in (Mamba3GateGradFn's
+  // dbeta of the first token, Mamba3CarryInGradFn).
+  const bool carry_in = (k_in != nullptr && v_in != nullptr) ||
+                        (dk_in != nullptr && v_in != nullptr) ||
+                        (dv_in != nullptr && k_in != nullptr);
+  int back_waited = segs;
+  for (int seg = segs - 1; seg >= 0; --seg) {
+    Mamba3STBack(main, ws, dS_in, dS_out, m, bound(seg), bound(seg + 1));
+    main.Record(EvSTBack(seg));
+    Mamba3WaitSTBack(side, seg, segs, s.nb, carry_in, &back_waited);
+    Mamba3RestBack(side, ws, dk, dv, da, dgamma, dbeta, dO, dk_out, dv_out, m, bound(seg),
+                   bound(seg + 1));
+  }
+  side.ForEach(H * (Dk + Dv),
+               grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in, dk_out,
+                                            dv_out, beta, s});
+  side.Record(kEvSideDone);
+  main.Wait(kEvSideDone);
 }
 
 template <typename T, typename Exec>
@@ -1243,7 +1546,7 @@ void GridOps<T, Exec>::WideMamba3CoreForward(
     T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
     const T* v, const T* a, const T* gamma, const T* beta, const F* S_in,
     const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size) {
+    int64_t Dv, int64_t block_size, bool overlapped) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1258,8 +1561,10 @@ void GridOps<T, Exec>::WideMamba3CoreForward(
   F* of = c.Take(n * Dv);
   F* kof = WideOut(c, k_out, H * Dk);
   F* vof = WideOut(c, v_out, H * Dv);
-  f.Mamba3CoreForward(of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf,
-                      S_in, kif, vif, T_len, H, Dk, Dv, block_size);
+  auto core = overlapped ? &GridOps<F, Exec>::Mamba3CoreForwardOverlapped
+                         : &GridOps<F, Exec>::Mamba3CoreForward;
+  (f.*core)(of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H,
+            Dk, Dv, block_size);
   Narrow(o, of, n * Dv);
   NarrowOut(k_out, kof, H * Dk);
   NarrowOut(v_out, vof, H * Dv);
@@ -1272,7 +1577,7 @@ void GridOps<T, Exec>::WideMamba3CoreBackward(
     const T* dv_out, const T* q, const T* k, const T* v, const T* a,
     const T* gamma, const T* beta, const F* S_in, const T* k_in,
     const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-    int64_t block_size) {
+    int64_t block_size, bool overlapped) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1295,9 +1600,10 @@ void GridOps<T, Exec>::WideMamba3CoreBackward(
   F* dbf = c.Take(n);
   F* dkif = WideOut(c, dk_in, H * Dk);
   F* dvif = WideOut(c, dv_in, H * Dv);
-  f.Mamba3CoreBackward(dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif,
-                       workspace, dOf, dS_out, dkof, dvof, qf, kf, vf, af, gmf,
-                       bf, S_in, kif, vif, T_len, H, Dk, Dv, block_size);
+  auto core = overlapped ? &GridOps<F, Exec>::Mamba3CoreBackwardOverlapped
+                         : &GridOps<F, Exec>::Mamba3CoreBackward;
+  (f.*core)(dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif, workspace, dOf, dS_out, dkof, dvof,
+            qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H, Dk, Dv, block_size);
   Narrow(dq, dqf, n * Dk);
   Narrow(dk, dkf, n * Dk);
   Narrow(dv, dvf, n * Dv);

@@ -64,10 +64,27 @@ struct HostExec {
     // op(A) (M, K): A is (M, K), or (K, M) when transposed; likewise B.
     const CView a(A, trans_a ? K : M, trans_a ? M : K, Eigen::OuterStride<>(lda));
     const CView b(B, trans_b ? N : K, trans_b ? K : N, Eigen::OuterStride<>(ldb));
-    if (!trans_a && !trans_b) c.noalias() += alpha * (a * b);
-    if (!trans_a && trans_b) c.noalias() += alpha * (a * b.transpose());
-    if (trans_a && !trans_b) c.noalias() += alpha * (a.transpose() * b);
-    if (trans_a && trans_b) c.noalias() += alpha * (a.transpose() * b.transpose());
+    // The product of dense (aligned) copies of op(A) and op(B), then added:
+    // Eigen vectorises small products by where their operands sit, so the
+    // same values at other addresses could round differently. From copies,
+    // a call's bits depend on its values and shapes alone -- what the grid's
+    // bit-for-bit guarantees (overlapped = sequential, any ST tile, any
+    // executor) rest on. The sum into C is elementwise, exact per element.
+    RowMat ca, cb;
+    if (trans_a) {
+      ca = a.transpose();
+    } else {
+      ca = a;
+    }
+    if (trans_b) {
+      cb = b.transpose();
+    } else {
+      cb = b;
+    }
+    RowMat p(M, N);
+    p.noalias() = ca * cb;
+    if (alpha != T(1)) p *= alpha;
+    c += p;
   }
 
   template <typename T>

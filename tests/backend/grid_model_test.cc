@@ -6,7 +6,7 @@
 // within 1e-12 relative; the memory ledger the same bytes, buffer class by
 // buffer class, except kWorkspace (the grid's GDN and Mamba-3 cores need
 // more scratch, grid_kernels/gdn_common.h, mamba3_core.h). The overlapped
-// GDN cores and the ST tile give the sequential cores' bits. Nothing above
+// GDN and Mamba-3 cores and the ST tile give the sequential cores' bits. Nothing above
 // the seam knows which device it runs on.
 #include <gtest/gtest.h>
 
@@ -127,6 +127,21 @@ TEST(GridModel, GdnHybridStepEqualsCpu) {
 TEST(GridModel, Mamba3StepEqualsCpu) {
   ExpectSameStep(testing::SmallModel("mamba3", 2), Recompute::kNone);
   ExpectSameStep(testing::SmallModel("mamba3", 2), Recompute::kFull);
+}
+
+// schedule.st_overlap for Mamba-3 on the host-grid device: the core on two
+// streams (grid_ops.h; chunks of 150 tokens, 3 kernel blocks of T_C = 64 in
+// 3 segments, the last block short): the same loss, gradients and bytes per
+// class, bit for bit, as the sequential core.
+TEST(GridModel, Mamba3OverlapGivesTheSameStep) {
+  const pb::ModelSpec model = testing::SmallModel("mamba3", 2);
+  for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    const StepRun seq = RunStep(&HostGridDevice(), model, recompute, 2, 300, 2);
+    const StepRun ovl = RunStep(&HostGridDevice(), model, recompute, 2, 300, 2, true);
+    EXPECT_EQ(ovl.loss, seq.loss);
+    EXPECT_EQ(ovl.grads, seq.grads);
+    EXPECT_EQ(ovl.peak_bytes, seq.peak_bytes);
+  }
 }
 
 TEST(GridModel, Mamba3HybridStepEqualsCpu) {

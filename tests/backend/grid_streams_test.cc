@@ -9,6 +9,10 @@
 // And the waits are all needed: dropping any one of them (the executor's
 // test-only DropWait) lets some order read an element before it is written
 // (inputs, outputs and workspace start as NaN), which changes the result.
+// The same for the overlapped Mamba-3 cores (Mamba3CoreForwardOverlapped /
+// Mamba3CoreBackwardOverlapped) in float64 and float32, at block counts
+// whose segments hold one or two blocks, the last block short, with and
+// without boundary states.
 // Also: every ST tile B_V (1, 16, 48, 64, Dv = 128) gives the untiled bits,
 // on the host executor and on the checking one.
 #include <gtest/gtest.h>
@@ -21,16 +25,18 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
 #include "tests/backend/gdn_test_inputs.h"
+#include "tests/backend/mamba3_test_inputs.h"
 
 namespace stateflow::backend {
 namespace {
 
-using namespace kernel_test;  // kernel_test_util.h, gdn_test_inputs.h
+using namespace kernel_test;  // kernel_test_util.h, gdn_test_inputs.h, mamba3_test_inputs.h
 
 // How the checking executor picks the next pass among those allowed.
 struct Order {
@@ -162,7 +168,16 @@ struct CheckingExec {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// One core call's buffers: inputs {q, k, v, g, beta, S_in} (+ {dO, dS_out}),
+template <typename T>
+using Bufs = std::vector<std::vector<T>>;
+
+// nullptr for an absent (empty) buffer: a boundary state not given.
+template <typename T>
+T* Ptr(std::vector<T>& b) {
+  return b.empty() ? nullptr : b.data();
+}
+
+// One GDN core call's buffers: inputs {q, k, v, g, beta, S_in} (+ {dO, dS_out}),
 // outputs forward {o, S_out}, backward {dq, dk, dv, dg, dbeta, dS_in}.
 struct CoreCall {
   GdnShape s;
@@ -186,34 +201,109 @@ CoreCall MakeCall(const GdnShape& s, int64_t block, int64_t tile, bool backward,
   return c;
 }
 
+// One Mamba-3 core call's buffers: inputs {q, k, v, a, gamma, beta, S_in,
+// k_in, v_in} (+ {dO, dS_out, dk_out, dv_out}), outputs forward {o, S_out,
+// k_out, v_out}, backward {dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in,
+// dv_in}. Without boundaries, the boundary states in and out (and their
+// gradients) are absent (empty, passed as nullptr): a sequence's only chunk.
+struct Mamba3Call {
+  Mamba3CoreShape s;
+  int64_t block;
+  bool backward;
+  std::vector<Buffer> in;   // the real values
+  std::vector<Buffer> out;  // sized, NaN
+};
+
+Mamba3Call MakeMamba3Call(const Mamba3CoreShape& s, int64_t block, bool boundaries,
+                          bool backward, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Mamba3Call c{s, block, backward, LayerLikeInputs(s, rng), {}};
+  const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv, ns = s.H * s.Dv * s.Dk,
+                nh = s.T * s.H;
+  // Present or absent boundary state sizes: S, k carry, v carry.
+  const int64_t bs = boundaries ? ns : 0, bk = boundaries ? s.H * s.Dk : 0,
+                bv = boundaries ? s.H * s.Dv : 0;
+  for (int i : {kSIn, kKIn, kVIn}) {
+    if (!boundaries) c.in[i].clear();
+  }
+  if (backward) {
+    c.in.push_back(RandomVector(rng, nv, -1, 1));
+    c.in.push_back(RandomVector(rng, bs, -1, 1));
+    c.in.push_back(RandomVector(rng, bk, -1, 1));
+    c.in.push_back(RandomVector(rng, bv, -1, 1));
+    for (int64_t n : {nk, nk, nv, nh, nh, nh, bs, bk, bv}) c.out.emplace_back(n, kNaN);
+  } else {
+    for (int64_t n : {nv, bs, bk, bv}) c.out.emplace_back(n, kNaN);
+  }
+  return c;
+}
+
 // Issues the call on `ops` with inputs at `in`, outputs into `out`, the
 // workspace (NaN) in `ws`.
-template <class Exec>
-void Issue(GridOps<double, Exec>& ops, const CoreCall& c, bool overlapped,
-           std::vector<Buffer>& in, std::vector<Buffer>& out, Buffer& ws) {
+template <typename T, class Exec>
+void Issue(GridOps<T, Exec>& ops, const CoreCall& c, bool overlapped, Bufs<T>& in,
+           Bufs<T>& out, std::vector<T>& ws) {
   const GdnShape& s = c.s;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
   if (!c.backward) {
-    ws.assign(ops.GdnCoreForwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), kNaN);
-    auto f = overlapped ? &Ops<double>::GdnCoreForwardOverlapped : &Ops<double>::GdnCoreForward;
+    ws.assign(ops.GdnCoreForwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
+    auto f = overlapped ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
     (ops.*f)(out[0].data(), out[1].data(), ws.data(), in[0].data(), in[1].data(), in[2].data(),
              in[3].data(), in[4].data(), in[5].data(), s.T, s.H, s.Dk, s.Dv, c.block, c.tile);
     return;
   }
-  ws.assign(ops.GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), kNaN);
-  auto f = overlapped ? &Ops<double>::GdnCoreBackwardOverlapped : &Ops<double>::GdnCoreBackward;
+  ws.assign(ops.GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
+  auto f = overlapped ? &Ops<T>::GdnCoreBackwardOverlapped : &Ops<T>::GdnCoreBackward;
   (ops.*f)(out[0].data(), out[1].data(), out[2].data(), out[3].data(), out[4].data(),
            out[5].data(), ws.data(), in[6].data(), in[7].data(), in[0].data(), in[1].data(),
            in[2].data(), in[3].data(), in[4].data(), in[5].data(), s.T, s.H, s.Dk, s.Dv,
            c.block, c.tile);
 }
 
-// The call on the host executor (passes in issue order).
-std::vector<Buffer> RunHost(const CoreCall& c, bool overlapped) {
-  GridOps<double, HostExec> ops{HostExec{}};
-  std::vector<Buffer> in = c.in, out = c.out;
-  Buffer ws;
-  Issue(ops, c, overlapped, in, out, ws);
+template <typename T, class Exec>
+void Issue(GridOps<T, Exec>& ops, const Mamba3Call& c, bool overlapped, Bufs<T>& in,
+           Bufs<T>& out, std::vector<T>& ws) {
+  const Mamba3CoreShape& s = c.s;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  if (!c.backward) {
+    ws.assign(ops.Mamba3CoreForwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
+    auto f = overlapped ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
+    (ops.*f)(out[0].data(), Ptr(out[1]), Ptr(out[2]), Ptr(out[3]), ws.data(), in[kQ].data(),
+             in[kK].data(), in[kV].data(), in[kA].data(), in[kGamma].data(), in[kBeta].data(),
+             Ptr(in[kSIn]), Ptr(in[kKIn]), Ptr(in[kVIn]), s.T, s.H, s.Dk, s.Dv, c.block);
+    return;
+  }
+  ws.assign(ops.Mamba3CoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
+  auto f = overlapped ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
+  (ops.*f)(out[0].data(), out[1].data(), out[2].data(), out[3].data(), out[4].data(),
+           out[5].data(), Ptr(out[6]), Ptr(out[7]), Ptr(out[8]), ws.data(), in[9].data(),
+           Ptr(in[10]), Ptr(in[11]), Ptr(in[12]), in[kQ].data(), in[kK].data(), in[kV].data(),
+           in[kA].data(), in[kGamma].data(), in[kBeta].data(), Ptr(in[kSIn]), Ptr(in[kKIn]),
+           Ptr(in[kVIn]), s.T, s.H, s.Dk, s.Dv, c.block);
+}
+
+template <typename T>
+Bufs<T> CastAll(const std::vector<Buffer>& b) {
+  Bufs<T> out;
+  for (const Buffer& x : b) out.push_back(Cast<T>(x));
   return out;
+}
+template <typename T>
+std::vector<Buffer> ToDoubleAll(const Bufs<T>& b) {
+  std::vector<Buffer> out;
+  for (const std::vector<T>& x : b) out.push_back(ToDouble(x));
+  return out;
+}
+
+// The call in precision T on the host executor (passes in issue order);
+// the results in double (exactly).
+template <typename T = double, class Call>
+std::vector<Buffer> RunHost(const Call& c, bool overlapped) {
+  GridOps<T, HostExec> ops{HostExec{}};
+  Bufs<T> in = CastAll<T>(c.in), out = CastAll<T>(c.out);
+  std::vector<T> ws;
+  Issue(ops, c, overlapped, in, out, ws);
+  return ToDoubleAll(out);
 }
 
 // The overlapped call on the checking executor, bracketed by stream 0's
@@ -226,15 +316,18 @@ struct CheckedRun {
   bool deadlock = false;
 };
 
-CheckedRun RunChecked(const CoreCall& c, const Order& order, int drop_wait = -1) {
+template <typename T = double, class Call>
+CheckedRun RunChecked(const Call& c, const Order& order, int drop_wait = -1) {
   auto rec = std::make_shared<Recording>();
   rec->DropWait(drop_wait);
-  GridOps<double, CheckingExec> ops{CheckingExec{rec, 0}};
-  std::vector<Buffer> in, out = c.out, results = c.out;
-  for (const Buffer& b : c.in) in.emplace_back(b.size(), kNaN);
-  Buffer ws;
+  GridOps<T, CheckingExec> ops{CheckingExec{rec, 0}};
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const Bufs<T> staged = CastAll<T>(c.in);
+  Bufs<T> in, out = CastAll<T>(c.out), results = CastAll<T>(c.out);
+  for (const std::vector<T>& b : staged) in.emplace_back(b.size(), nan);
+  std::vector<T> ws;
   for (size_t i = 0; i < in.size(); ++i) {
-    ops.Copy(in[i].data(), c.in[i].data(), static_cast<int64_t>(in[i].size()));
+    ops.Copy(in[i].data(), staged[i].data(), static_cast<int64_t>(in[i].size()));
   }
   Issue(ops, c, /*overlapped=*/true, in, out, ws);
   for (size_t i = 0; i < out.size(); ++i) {
@@ -244,7 +337,7 @@ CheckedRun RunChecked(const CoreCall& c, const Order& order, int drop_wait = -1)
   r.waits = rec->waits();
   r.side_passes = rec->passes_on(1);
   r.deadlock = !rec->Run(order);
-  r.results = std::move(results);
+  r.results = ToDoubleAll(results);
   return r;
 }
 
@@ -304,6 +397,90 @@ TEST(GridStreams, EveryDroppedWaitIsCaught) {
         }
         EXPECT_TRUE(caught) << what << ": dropping wait " << w << " went unnoticed";
       }
+    }
+  }
+}
+
+// ---- the Mamba-3 cores ----------------------------------------------------
+
+struct Mamba3Case {
+  Mamba3CoreShape s;
+  int64_t block;
+  bool boundaries;
+  std::string Name() const {
+    return "mamba3 " + s.Name() + " block " + std::to_string(block) +
+           (boundaries ? "" : " without boundary states");
+  }
+};
+
+// Segments of blocks (GdnStreamSegments): 8 blocks in 4 segments of 2; 5
+// (the last partial) in 1, 1, 1, 2; 6 (the last partial) in 1, 2, 1, 2; 3
+// (the last partial) in 1, 1, 1; 2 in 1, 1; the segments of one block are
+// where a segment's ST reads only the Pre of the segment before
+// (Mamba3STFn), with S_out (the last ST also reads the last block's Pre) and
+// without.
+const std::vector<Mamba3Case> kMamba3Cases = {
+    {{256, 2, 8, 6}, 32, true}, {{150, 2, 6, 8}, 32, true}, {{180, 1, 4, 5}, 32, true},
+    {{70, 1, 4, 4}, 24, true},  {{64, 1, 8, 4}, 32, true},  {{150, 2, 6, 8}, 32, false},
+    {{70, 1, 4, 4}, 24, false}};
+
+template <typename T>
+void ExpectMamba3InEveryOrder(const Mamba3Case& k, bool backward) {
+  const Mamba3Call c = MakeMamba3Call(k.s, k.block, k.boundaries, backward, 41);
+  const std::string what = k.Name() + (backward ? " backward" : " forward") +
+                           (std::is_same_v<T, float> ? " float32" : " float64");
+  const std::vector<Buffer> ref = RunHost<T>(c, /*overlapped=*/false);
+  EXPECT_EQ(RunHost<T>(c, /*overlapped=*/true), ref) << what << " on the host executor";
+  for (const Order& order : Orders()) {
+    const CheckedRun run = RunChecked<T>(c, order);
+    ASSERT_FALSE(run.deadlock) << what << ", " << order.Name();
+    EXPECT_GT(run.side_passes, 0) << what;  // two streams really used
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_EQ(run.results[i], ref[i]) << what << ", " << order.Name() << ", output " << i;
+    }
+  }
+}
+
+TEST(GridStreams, Mamba3OverlappedEqualsSequentialInEveryOrder) {
+  for (const Mamba3Case& k : kMamba3Cases) {
+    for (bool backward : {false, true}) {
+      ExpectMamba3InEveryOrder<double>(k, backward);
+      ExpectMamba3InEveryOrder<float>(k, backward);
+    }
+  }
+}
+
+// Every wait the overlapped Mamba-3 cores issue is needed.
+TEST(GridStreams, Mamba3EveryDroppedWaitIsCaught) {
+  for (const Mamba3Case& k : kMamba3Cases) {
+    for (bool backward : {false, true}) {
+      const Mamba3Call c = MakeMamba3Call(k.s, k.block, k.boundaries, backward, 42);
+      const std::string what = k.Name() + (backward ? " backward" : " forward");
+      const std::vector<Buffer> ref = RunHost(c, /*overlapped=*/false);
+      const int waits = RunChecked(c, {Order::kStream0First}).waits;
+      EXPECT_GE(waits, 4) << what;
+      for (int w = 0; w < waits; ++w) {
+        bool caught = false;
+        for (const Order& order : Orders()) {
+          const CheckedRun run = RunChecked(c, order, w);
+          caught = caught || run.deadlock || run.results != ref;
+        }
+        EXPECT_TRUE(caught) << what << ": dropping wait " << w << " went unnoticed";
+      }
+    }
+  }
+}
+
+// Under two blocks (an empty chunk, one block) the overlapped cores are the
+// sequential ones: one stream, the same bits.
+TEST(GridStreams, Mamba3UnderTwoBlocksIsSequential) {
+  for (const Mamba3CoreShape& s : {Mamba3CoreShape{0, 2, 4, 3}, Mamba3CoreShape{20, 2, 4, 3}}) {
+    for (bool backward : {false, true}) {
+      const Mamba3Call c = MakeMamba3Call(s, 32, true, backward, 43);
+      const std::string what = s.Name() + (backward ? " backward" : " forward");
+      const CheckedRun run = RunChecked(c, {Order::kRandom, 5});
+      EXPECT_EQ(run.side_passes, 0) << what;
+      EXPECT_EQ(run.results, RunHost(c, /*overlapped=*/false)) << what;
     }
   }
 }

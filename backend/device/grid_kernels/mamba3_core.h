@@ -22,7 +22,10 @@
 //     Mamba3GateGradFn (T, H)                dgamma, dbeta
 //     Mamba3CarryInGradFn (H, Dk + Dv)       dk_in, dv_in
 // Only the two ST passes walk the blocks in order (over heads x state rows);
-// every other pass runs every block of every head at once. Each functor
+// every other pass runs every block of every head at once. Every pass also
+// runs on a range of blocks (a segment: GridOps' overlapped cores, the ST
+// passes with their b0, b1, the others restricted by BlockRangeFn), element
+// for element the same arithmetic as over the whole chunk. Each functor
 // writes disjoint elements per index; every sum runs inside one index in a
 // fixed order: deterministic, no atomics.
 //
@@ -141,8 +144,13 @@ struct Mamba3BlockUFn {
   }
 };
 
-// (h, i): row i of head h's state through the blocks in order (see the
-// header); S_out's row unless nullptr (T = 0: S_in's, or zeros).
+// (h, i): row i of head h's state through blocks [b0, b1) in order (see
+// the header): S'_b of each into `states`, from S'_{b-1} and U_{b-1} (block
+// b0 > 0: the previous segment's, written by the ST of the blocks before it;
+// block 0: S_in's row, or zeros); after the chunk's last block (b1 = nb),
+// S_out's row unless nullptr. T = 0: S_out = S_in (or zeros). So the ST of
+// blocks [b0, b1) reads Pre's U and G of blocks [b0 - 1, b1 - 1), and of
+// block nb - 1 for S_out.
 template <typename T>
 struct Mamba3STFn {
   T* states;        // (H, nb, Dv, Dk) S'_b
@@ -150,6 +158,7 @@ struct Mamba3STFn {
   const T *U, *k, *v, *G, *beta;
   const T *S_in, *k_in, *v_in;   // (H, Dv, Dk), (H, Dk), (H, Dv) or nullptr
   Mamba3Shape s;
+  int64_t b0 = 0, b1 = 0;        // the blocks [b0, b1)
   SF_HD void operator()(int64_t idx) const {
     const int64_t h = idx / s.Dv, i = idx % s.Dv;
     const T* in = S_in != nullptr ? S_in + (h * s.Dv + i) * s.Dk : nullptr;
@@ -160,7 +169,7 @@ struct Mamba3STFn {
       }
       return;
     }
-    for (int64_t b = 0; b < s.nb; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       const int64_t t0 = b * s.bs;
       T* Sb = states + s.State(h, b, i, s.nb);
       // The carry: the previous token's k, v (or the chunk's carry in).
@@ -181,7 +190,7 @@ struct Mamba3STFn {
         Sb[c] = prev + (kp != nullptr ? bv * kp[c] : T(0));
       }
     }
-    if (out != nullptr) {
+    if (out != nullptr && b1 == s.nb) {
       const int64_t b = s.nb - 1, tl = b * s.bs + s.L(b) - 1;
       const T gl = Exp(G[tl * s.H + h]);
       const T* Sb = states + s.State(h, b, i, s.nb);
@@ -270,22 +279,26 @@ struct Mamba3OutStateGradFn {
   }
 };
 
-// (h, i): row i of the state gradients, blocks in reverse: slot nb =
-// d(S_out) (or 0), slot b = exp(G_{L-1}) slot b+1 + Z_b; dS_in = slot 0
-// unless nullptr.
+// (h, i): row i of the state gradients through blocks [b0, b1) in reverse:
+// slot nb = d(S_out) (or 0) when b1 = nb (otherwise slot b1 was written by
+// the backward of the blocks after), slot b = exp(G_{L-1}) slot b+1 + Z_b;
+// dS_in = slot 0 unless nullptr, when b0 = 0.
 template <typename T>
 struct Mamba3STGradFn {
   T* dS;                 // (H, nb + 1, Dv, Dk)
   T* dS_in;              // (H, Dv, Dk) or nullptr
   const T *dS_out, *Z, *G;
   Mamba3Shape s;
+  int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1), walked from b1 - 1 down
   SF_HD void operator()(int64_t idx) const {
     const int64_t h = idx / s.Dv, i = idx % s.Dv, slots = s.nb + 1;
-    T* last = dS + s.State(h, s.nb, i, slots);
-    for (int64_t c = 0; c < s.Dk; ++c) {
-      last[c] = dS_out != nullptr ? dS_out[(h * s.Dv + i) * s.Dk + c] : T(0);
+    if (b1 == s.nb) {
+      T* last = dS + s.State(h, s.nb, i, slots);
+      for (int64_t c = 0; c < s.Dk; ++c) {
+        last[c] = dS_out != nullptr ? dS_out[(h * s.Dv + i) * s.Dk + c] : T(0);
+      }
     }
-    for (int64_t b = s.nb - 1; b >= 0; --b) {
+    for (int64_t b = b1 - 1; b >= b0; --b) {
       const int64_t tl = b * s.bs + s.L(b) - 1;
       const T gl = Exp(G[tl * s.H + h]);
       const T* next = dS + s.State(h, b + 1, i, slots);
@@ -293,7 +306,7 @@ struct Mamba3STGradFn {
       const T* z = Z + s.State(h, b, i, s.nb);
       for (int64_t c = 0; c < s.Dk; ++c) cur[c] = gl * next[c] + z[c];
     }
-    if (dS_in != nullptr) {
+    if (dS_in != nullptr && b0 == 0) {
       const T* first = dS + s.State(h, 0, i, slots);
       for (int64_t c = 0; c < s.Dk; ++c) dS_in[(h * s.Dv + i) * s.Dk + c] = first[c];
     }

@@ -1,6 +1,6 @@
 // GPU test (label gpu): every kernel of GridOps and GridAttentionOps run on
 // a CUDA device (CudaExec: one thread per index, GEMMs in cuBLAS; the
-// overlapped GDN cores on two streams with events) against
+// overlapped GDN and Mamba-3 cores on two streams with events) against
 // the same kernels on the host-grid device (HostExec), from the same inputs:
 // float64 within 1e-11 relative (the device may contract a*b+c into an FMA),
 // float32 within 1e-4. The host-grid results are themselves tested against
@@ -94,7 +94,7 @@ class CudaGridOps : public ::testing::Test {
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
     ASSERT_EQ(cublasCreate(&handle_), CUBLAS_STATUS_SUCCESS);
     ASSERT_EQ(cublasSetStream(handle_, stream_), CUBLAS_STATUS_SUCCESS);
-    // Stream 0 is stream_; the side stream of the overlapped GDN cores.
+    // Stream 0 is stream_; stream 1 the overlapped GDN and Mamba-3 cores' side.
     streams_.stream[0] = stream_;
     streams_.handle[0] = handle_;
     ASSERT_EQ(cudaStreamCreate(&streams_.stream[1]), cudaSuccess);
@@ -321,10 +321,12 @@ Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
   };
 }
 
+// overlapped: the two-stream core (at bs = 32: 5 blocks, the last short, in
+// segments of 1, 1, 1, 2; at bs = 16: 10 blocks in 2, 3, 2, 3).
 template <typename T>
-Case<T> Mamba3CoreCase() {
-  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
-    const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12, bs = kMamba3BlockSize;
+Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize) {
+  return [=](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+    const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12;
     const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk, nh = T_len * H;
     T* q = sp.Put(Rand<T>(61, nk, -1, 1));
     T* k = sp.Put(Rand<T>(62, nk, -1, 1));
@@ -340,8 +342,9 @@ Case<T> Mamba3CoreCase() {
     T* k_out = sp.Put(std::vector<T>(H * Dk));
     T* v_out = sp.Put(std::vector<T>(H * Dv));
     T* wsf = sp.Put(std::vector<T>(ops.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    ops.Mamba3CoreForward(o, S_out, k_out, v_out, wsf, q, k, v, a, gamma, beta, S_in, k_in,
-                          v_in, T_len, H, Dk, Dv, bs);
+    auto fwd = overlapped ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
+    (ops.*fwd)(o, S_out, k_out, v_out, wsf, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len,
+               H, Dk, Dv, bs);
     T* dO = sp.Put(Rand<T>(70, nv, -1, 1));
     T* dS_out = sp.Put(Rand<T>(71, ns, -1, 1));
     T* dk_out = sp.Put(Rand<T>(72, H * Dk, -1, 1));
@@ -356,9 +359,9 @@ Case<T> Mamba3CoreCase() {
     T* dk_in = sp.Put(std::vector<T>(H * Dk));
     T* dv_in = sp.Put(std::vector<T>(H * Dv));
     T* wsb = sp.Put(std::vector<T>(ops.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    ops.Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, wsb, dO, dS_out,
-                           dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H,
-                           Dk, Dv, bs);
+    auto bwd = overlapped ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
+    (ops.*bwd)(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, wsb, dO, dS_out, dk_out,
+               dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, bs);
     return {{"o", sp.Get(o, nv)},           {"S_out", sp.Get(S_out, ns)},
             {"k_out", sp.Get(k_out, H * Dk)}, {"v_out", sp.Get(v_out, H * Dv)},
             {"dq", sp.Get(dq, nk)},         {"dk", sp.Get(dk, nk)},
@@ -499,6 +502,15 @@ TEST_F(CudaGridOps, GdnCoreOverlappedAndTiled) {
 TEST_F(CudaGridOps, Mamba3Core) {
   Compare<double>("mamba3 core", Mamba3CoreCase<double>());
   Compare<float>("mamba3 core", Mamba3CoreCase<float>());
+}
+// The Mamba-3 core on two streams with events, against the host-grid
+// device (whose overlapped core equals its sequential one bit for bit:
+// grid_streams_test.cc).
+TEST_F(CudaGridOps, Mamba3CoreOverlapped) {
+  Compare<double>("mamba3 core overlapped, bs 32", Mamba3CoreCase<double>(true, 32));
+  Compare<float>("mamba3 core overlapped, bs 32", Mamba3CoreCase<float>(true, 32));
+  Compare<double>("mamba3 core overlapped, bs 16", Mamba3CoreCase<double>(true, 16));
+  Compare<float>("mamba3 core overlapped, bs 16", Mamba3CoreCase<float>(true, 16));
 }
 TEST_F(CudaGridOps, Mamba3PerTokenOps) {
   Compare<double>("mamba3 per-token ops", Mamba3PrepCase<double>());
