@@ -378,6 +378,33 @@ class GridOps final : public Ops<T> {
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                           int64_t block_size) override;
 
+  // The core phase by phase (ops.h): the passes of Mamba3CoreForward /
+  // Mamba3CoreBackward in three groups, on their own workspaces.
+  int64_t Mamba3CoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                              int64_t Dk, int64_t Dv,
+                                              int64_t block_size) override {
+    return Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  }
+  void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
+                              T* v_out, T* workspace, const T* q, const T* k,
+                              const T* v, const T* a, const T* gamma,
+                              const T* beta, const T* S_in, const T* k_in,
+                              const T* v_in, int64_t T_len, int64_t H,
+                              int64_t Dk, int64_t Dv,
+                              int64_t block_size) override;
+  int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                               int64_t Dk, int64_t Dv,
+                                               int64_t block_size) override {
+    return Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  }
+  void Mamba3CoreBackwardPhase(
+      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      T* dS_in, T* dk_in, T* dv_in, T* workspace, const T* dO,
+      const T* dS_out, const T* dk_out, const T* dv_out, const T* q,
+      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+      const T* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size) override;
+
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,
@@ -482,6 +509,30 @@ class GridOps final : public Ops<T> {
                     const T* k, const T* v, const T* a, const T* gamma,
                     const T* beta, const T* S_in, const T* k_in,
                     const T* v_in, const grid::Mamba3Shape& s);
+  // The forward's passes: Pre (G, U), ST (the replay's two halves), Out (o
+  // and the carries out); the backward's: OutAG (Out's tiles and its share
+  // of each block's state gradient), the state-gradient chain, OutWG (every
+  // gradient's rows and the carries' gradients in).
+  void Mamba3Pre(const grid::Mamba3ForwardWorkspace<T>& ws, const T* k,
+                 const T* v, const T* a, const T* gamma, const T* beta,
+                 const grid::Mamba3Shape& s);
+  void Mamba3ST(const grid::Mamba3ForwardWorkspace<T>& ws, T* S_out,
+                const T* k, const T* v, const T* beta, const T* S_in,
+                const T* k_in, const T* v_in, const grid::Mamba3Shape& s);
+  void Mamba3Out(const grid::Mamba3ForwardWorkspace<T>& ws, T* o, T* k_out,
+                 T* v_out, const T* q, const T* k, const T* v,
+                 const T* gamma, const T* beta, const T* k_in,
+                 const T* v_in, const grid::Mamba3Shape& s);
+  void Mamba3OutAG(const grid::Mamba3BackwardWorkspace<T>& ws, const T* dO,
+                   const T* q, const T* k, const T* v, const T* gamma,
+                   const T* beta, const grid::Mamba3Shape& s);
+  void Mamba3STBack(const grid::Mamba3BackwardWorkspace<T>& ws, T* dS_in,
+                    const T* dS_out, const grid::Mamba3Shape& s);
+  void Mamba3OutWG(const grid::Mamba3BackwardWorkspace<T>& ws, T* dq, T* dk,
+                   T* dv, T* da, T* dgamma, T* dbeta, T* dk_in, T* dv_in,
+                   const T* dO, const T* dk_out, const T* dv_out, const T* q,
+                   const T* k, const T* v, const T* gamma, const T* beta,
+                   const T* k_in, const T* v_in, const grid::Mamba3Shape& s);
 
   Exec exec_;
 };
@@ -761,17 +812,47 @@ void GridOps<T, Exec>::GdnCoreBackwardPhase(
 }
 
 template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3Pre(const grid::Mamba3ForwardWorkspace<T>& ws,
+                                 const T* k, const T* v, const T* a,
+                                 const T* gamma, const T* beta,
+                                 const grid::Mamba3Shape& s) {
+  // Every (head, block) at once.
+  exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, a, s});
+  exec_.ForEach(s.states(s.nb), grid::Mamba3BlockUFn<T>{ws.U, k, v, ws.G, gamma, beta, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3ST(const grid::Mamba3ForwardWorkspace<T>& ws,
+                                T* S_out, const T* k, const T* v,
+                                const T* beta, const T* S_in, const T* k_in,
+                                const T* v_in, const grid::Mamba3Shape& s) {
+  // Heads x state rows, blocks in order.
+  exec_.ForEach(s.H * s.Dv, grid::Mamba3STFn<T>{ws.S, S_out, ws.U, k, v, ws.G, beta,
+                                                S_in, k_in, v_in, s});
+}
+
+template <typename T, typename Exec>
 void GridOps<T, Exec>::Mamba3Replay(const grid::Mamba3ForwardWorkspace<T>& ws,
                                     T* S_out, const T* k, const T* v,
                                     const T* a, const T* gamma, const T* beta,
                                     const T* S_in, const T* k_in,
                                     const T* v_in, const grid::Mamba3Shape& s) {
-  // Pre: every (head, block) at once.
-  exec_.ForEach(s.tokens(), grid::GdnCumDecayFn<T>{ws.G, a, s});
-  exec_.ForEach(s.states(s.nb), grid::Mamba3BlockUFn<T>{ws.U, k, v, ws.G, gamma, beta, s});
-  // ST: heads x state rows, blocks in order.
-  exec_.ForEach(s.H * s.Dv, grid::Mamba3STFn<T>{ws.S, S_out, ws.U, k, v, ws.G, beta,
-                                                S_in, k_in, v_in, s});
+  Mamba3Pre(ws, k, v, a, gamma, beta, s);
+  Mamba3ST(ws, S_out, k, v, beta, S_in, k_in, v_in, s);
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3Out(const grid::Mamba3ForwardWorkspace<T>& ws,
+                                 T* o, T* k_out, T* v_out, const T* q,
+                                 const T* k, const T* v, const T* gamma,
+                                 const T* beta, const T* k_in, const T* v_in,
+                                 const grid::Mamba3Shape& s) {
+  // Every (head, block) at once.
+  exec_.ForEach(s.tiles(), grid::Mamba3GramFn<T>{ws.P, q, k, ws.G, gamma, beta, s.Dk,
+                                                 true, s});
+  exec_.ForEach(s.tokens() * s.Dv, grid::Mamba3OutFn<T>{o, q, v, ws.P, ws.S, ws.G, s});
+  exec_.ForEach(s.H * (s.Dk + s.Dv),
+                grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
 }
 
 template <typename T, typename Exec>
@@ -783,33 +864,39 @@ void GridOps<T, Exec>::Mamba3CoreForward(
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
   const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
   Mamba3Replay(ws, S_out, k, v, a, gamma, beta, S_in, k_in, v_in, s);
-  // Out: every (head, block) at once.
-  exec_.ForEach(s.tiles(), grid::Mamba3GramFn<T>{ws.P, q, k, ws.G, gamma, beta, Dk,
-                                                 true, s});
-  exec_.ForEach(s.tokens() * Dv, grid::Mamba3OutFn<T>{o, q, v, ws.P, ws.S, ws.G, s});
-  exec_.ForEach(H * (Dk + Dv),
-                grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
+  Mamba3Out(ws, o, k_out, v_out, q, k, v, gamma, beta, k_in, v_in, s);
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::Mamba3CoreBackward(
-    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
-    T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
-    const T* dv_out, const T* q, const T* k, const T* v, const T* a,
-    const T* gamma, const T* beta, const T* S_in, const T* k_in,
-    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-    int64_t block_size) {
+void GridOps<T, Exec>::Mamba3OutAG(const grid::Mamba3BackwardWorkspace<T>& ws,
+                                   const T* dO, const T* q, const T* k,
+                                   const T* v, const T* gamma, const T* beta,
+                                   const grid::Mamba3Shape& s) {
   using namespace grid;
-  const Mamba3Shape s = Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const Mamba3BackwardWorkspace<T> ws(workspace, s);
   const Mamba3ForwardWorkspace<T>& f = ws.f;
-  Mamba3Replay(f, /*S_out=*/nullptr, k, v, a, gamma, beta, S_in, k_in, v_in, s);
   // Out's tiles, every block at once: Q K^T (into P) and dO V^T.
-  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{f.P, q, k, f.G, gamma, beta, Dk, false, s});
-  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{ws.dOV, dO, v, f.G, gamma, beta, Dv, false, s});
-  // Out's share of each block's state gradient (over U), then ST's backward.
+  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{f.P, q, k, f.G, gamma, beta, s.Dk, false, s});
+  exec_.ForEach(s.tiles(), Mamba3GramFn<T>{ws.dOV, dO, v, f.G, gamma, beta, s.Dv, false, s});
+  // Out's share of each block's state gradient (over U).
   exec_.ForEach(s.states(s.nb), Mamba3OutStateGradFn<T>{f.U, dO, q, f.G, s});
-  exec_.ForEach(H * Dv, Mamba3STGradFn<T>{ws.dS, dS_in, dS_out, f.U, f.G, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3STBack(const grid::Mamba3BackwardWorkspace<T>& ws,
+                                    T* dS_in, const T* dS_out,
+                                    const grid::Mamba3Shape& s) {
+  exec_.ForEach(s.H * s.Dv, grid::Mamba3STGradFn<T>{ws.dS, dS_in, dS_out, ws.f.U, ws.f.G, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3OutWG(
+    const grid::Mamba3BackwardWorkspace<T>& ws, T* dq, T* dk, T* dv, T* da,
+    T* dgamma, T* dbeta, T* dk_in, T* dv_in, const T* dO, const T* dk_out,
+    const T* dv_out, const T* q, const T* k, const T* v, const T* gamma,
+    const T* beta, const T* k_in, const T* v_in, const grid::Mamba3Shape& s) {
+  using namespace grid;
+  const Mamba3ForwardWorkspace<T>& f = ws.f;
+  const int64_t Dk = s.Dk, Dv = s.Dv, H = s.H;
   // Every block at once again.
   exec_.ForEach(s.tiles(), Mamba3WeightGradFn<T>{ws.dM, f.P, ws.dOV, ws.dS, k, v, s});
   exec_.ForEach(s.tokens() * Dk, Mamba3QueryGradFn<T>{dq, dO, k, ws.dOV, f.S, f.G,
@@ -825,6 +912,69 @@ void GridOps<T, Exec>::Mamba3CoreBackward(
                                                 k_in, v_in, f.G, s});
   exec_.ForEach(H * (Dk + Dv), Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in,
                                                       dk_out, dv_out, beta, s});
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreBackward(
+    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
+    T* dv_in, T* workspace, const T* dO, const T* dS_out, const T* dk_out,
+    const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+    const T* gamma, const T* beta, const T* S_in, const T* k_in,
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size) {
+  using namespace grid;
+  const Mamba3Shape s = Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const Mamba3BackwardWorkspace<T> ws(workspace, s);
+  Mamba3Replay(ws.f, /*S_out=*/nullptr, k, v, a, gamma, beta, S_in, k_in, v_in, s);
+  Mamba3OutAG(ws, dO, q, k, v, gamma, beta, s);
+  Mamba3STBack(ws, dS_in, dS_out, s);
+  Mamba3OutWG(ws, dq, dk, dv, da, dgamma, dbeta, dk_in, dv_in, dO, dk_out, dv_out, q, k, v,
+              gamma, beta, k_in, v_in, s);
+}
+
+// The phases are Mamba3CoreForward's and Mamba3CoreBackward's passes, cut
+// where the profiler times them (tests/backend/mamba3_phase_test.cc checks
+// that the three phases in order give the whole core's bits).
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreForwardPhase(
+    GdnPhase phase, T* o, T* S_out, T* k_out, T* v_out, T* workspace,
+    const T* q, const T* k, const T* v, const T* a, const T* gamma,
+    const T* beta, const T* S_in, const T* k_in, const T* v_in, int64_t T_len,
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
+  switch (phase) {
+    case GdnPhase::kPre: Mamba3Pre(ws, k, v, a, gamma, beta, s); break;
+    case GdnPhase::kST: Mamba3ST(ws, S_out, k, v, beta, S_in, k_in, v_in, s); break;
+    case GdnPhase::kOut:
+      Mamba3Out(ws, o, k_out, v_out, q, k, v, gamma, beta, k_in, v_in, s);
+      break;
+  }
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreBackwardPhase(
+    GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in,
+    T* dk_in, T* dv_in, T* workspace, const T* dO, const T* dS_out,
+    const T* dk_out, const T* dv_out, const T* q, const T* k, const T* v,
+    const T* a, const T* gamma, const T* beta, const T* S_in, const T* k_in,
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size) {
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
+  switch (phase) {
+    case GdnPhase::kPre:  // the replay and OutAG
+      Mamba3Replay(ws.f, /*S_out=*/nullptr, k, v, a, gamma, beta, S_in, k_in, v_in, s);
+      Mamba3OutAG(ws, dO, q, k, v, gamma, beta, s);
+      break;
+    case GdnPhase::kST:  // the state-gradient chain
+      Mamba3STBack(ws, dS_in, dS_out, s);
+      break;
+    case GdnPhase::kOut:  // OutWG
+      Mamba3OutWG(ws, dq, dk, dv, da, dgamma, dbeta, dk_in, dv_in, dO, dk_out, dv_out, q, k,
+                  v, gamma, beta, k_in, v_in, s);
+      break;
+  }
 }
 
 template <typename T, typename Exec>
