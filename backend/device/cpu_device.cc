@@ -355,6 +355,42 @@ class CpuOps final : public Ops<T> {
         dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in,
         T_len, H, Dk, Dv, block_size);
   }
+  int64_t Mamba3CoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                              int64_t Dk, int64_t Dv,
+                                              int64_t block_size) override {
+    return backend::Mamba3CoreForwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
+                                                        block_size);
+  }
+  void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
+                              T* v_out, T* workspace, const T* q, const T* k,
+                              const T* v, const T* a, const T* gamma,
+                              const T* beta, const T* S_in, const T* k_in,
+                              const T* v_in, int64_t T_len, int64_t H,
+                              int64_t Dk, int64_t Dv,
+                              int64_t block_size) override {
+    backend::Mamba3CoreForwardPhase<T>(phase, o, S_out, k_out, v_out,
+                                       workspace, q, k, v, a, gamma, beta,
+                                       S_in, k_in, v_in, T_len, H, Dk, Dv,
+                                       block_size);
+  }
+  int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                               int64_t Dk, int64_t Dv,
+                                               int64_t block_size) override {
+    return backend::Mamba3CoreBackwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
+                                                         block_size);
+  }
+  void Mamba3CoreBackwardPhase(
+      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      T* dS_in, T* dk_in, T* dv_in, T* workspace, const T* dO,
+      const T* dS_out, const T* dk_out, const T* dv_out, const T* q,
+      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+      const T* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size) override {
+    backend::Mamba3CoreBackwardPhase<T>(
+        phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace,
+        dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in,
+        T_len, H, Dk, Dv, block_size);
+  }
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,
                         int64_t F) override {

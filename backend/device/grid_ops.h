@@ -552,6 +552,70 @@ class GridOps final : public Ops<T> {
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
       int64_t block_size);
 
+  // The core phase by phase (ops.h): the passes of Mamba3CoreForward /
+  // Mamba3CoreBackward in three groups, on their own workspaces.
+  int64_t Mamba3CoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                              int64_t Dk, int64_t Dv,
+                                              int64_t block_size) override {
+    return Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  }
+  // Forward: kPre every block's Pre; kST the state chain, S_out and the
+  // carry (k_out, v_out); kOut every block's Out (o).
+  void Mamba3CoreForwardPhase(GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out,
+                              T* v_out, StatOf<T>* workspace, const T* q, const T* k,
+                              const T* v, const T* a, const T* gamma,
+                              const T* beta, const StatOf<T>* S_in, const T* k_in,
+                              const T* v_in, int64_t T_len, int64_t H,
+                              int64_t Dk, int64_t Dv,
+                              int64_t block_size) override {
+    if constexpr (kWide) {
+      WideMamba3CoreForwardPhase(phase, o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
+                                 beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    } else {
+      Mamba3CoreForwardPhaseNative(phase, o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
+                                   beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    }
+  }
+  void Mamba3CoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out,
+                                    T* v_out, StatOf<T>* workspace, const T* q, const T* k,
+                                    const T* v, const T* a, const T* gamma,
+                                    const T* beta, const StatOf<T>* S_in, const T* k_in,
+                                    const T* v_in, int64_t T_len, int64_t H,
+                                    int64_t Dk, int64_t Dv, int64_t block_size);
+  int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                               int64_t Dk, int64_t Dv,
+                                               int64_t block_size) override {
+    return Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  }
+  // Backward, as the overlapped core splits it: kPre the replay of the
+  // entering states and Out's backward that needs no state gradient (Q K^T,
+  // dO V^T, dq; Z); kST the state-gradient chain (dS_in) and the carry's
+  // gradients (dk_in, dv_in); kOut the rest (dk, dv, da, dgamma, dbeta).
+  void Mamba3CoreBackwardPhase(
+      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO,
+      const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
+      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+      const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size) override {
+    if constexpr (kWide) {
+      WideMamba3CoreBackwardPhase(phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
+                                  workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma,
+                                  beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    } else {
+      Mamba3CoreBackwardPhaseNative(phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
+                                    workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma,
+                                    beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+    }
+  }
+  void Mamba3CoreBackwardPhaseNative(
+      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO,
+      const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
+      const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+      const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size);
+
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,
@@ -702,6 +766,18 @@ class GridOps final : public Ops<T> {
                               const T* k_in, const T* v_in, int64_t T_len,
                               int64_t H, int64_t Dk, int64_t Dv,
                               int64_t block_size, bool overlapped = false);
+  void WideMamba3CoreForwardPhase(GdnPhase phase, T* o, F* S_out, T* k_out, T* v_out,
+                                  F* workspace, const T* q, const T* k, const T* v,
+                                  const T* a, const T* gamma, const T* beta, const F* S_in,
+                                  const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+                                  int64_t Dk, int64_t Dv, int64_t block_size);
+  void WideMamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma,
+                                   T* dbeta, F* dS_in, T* dk_in, T* dv_in, F* workspace,
+                                   const T* dO, const F* dS_out, const T* dk_out,
+                                   const T* dv_out, const T* q, const T* k, const T* v,
+                                   const T* a, const T* gamma, const T* beta, const F* S_in,
+                                   const T* k_in, const T* v_in, int64_t T_len, int64_t H,
+                                   int64_t Dk, int64_t Dv, int64_t block_size);
   // Row-major C = op(A) op(B) + beta C: exec_.Gemm for float and double;
   // for bf16 operands exec_.GemmBf16 (float accumulation; C float or bf16).
   template <typename TC>
@@ -1612,6 +1688,158 @@ void GridOps<T, Exec>::WideMamba3CoreBackward(
   Narrow(dbeta, dbf, n);
   NarrowOut(dk_in, dkif, H * Dk);
   NarrowOut(dv_in, dvif, H * Dv);
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreForwardPhaseNative(
+    GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
+    const T* q, const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+    const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size) {
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
+  switch (phase) {
+    case GdnPhase::kPre:
+      Mamba3Pre(exec_, ws, m, 0, s.nb);
+      break;
+    case GdnPhase::kST:
+      Mamba3ST(exec_, ws, S_out, m, 0, s.nb);
+      exec_.ForEach(H * (Dk + Dv), grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
+      break;
+    case GdnPhase::kOut:
+      Mamba3Out(exec_, ws, o, m, 0, s.nb);
+      break;
+  }
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::Mamba3CoreBackwardPhaseNative(
+    GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in,
+    T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out,
+    const T* dk_out, const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+    const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in, const T* v_in,
+    int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
+  switch (phase) {
+    case GdnPhase::kPre:
+      Mamba3Pre(exec_, ws.f, m, 0, s.nb);
+      Mamba3ST(exec_, ws.f, /*S_out=*/nullptr, m, 0, s.nb);
+      Mamba3OutBack(exec_, ws, dq, dO, m, 0, s.nb);
+      Mamba3OutStateGrad(exec_, ws, dO, m, 0, s.nb);
+      break;
+    case GdnPhase::kST:
+      Mamba3STBack(exec_, ws, dS_in, dS_out, m, 0, s.nb);
+      exec_.ForEach(H * (Dk + Dv),
+                    grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in, dk_out,
+                                                 dv_out, beta, s});
+      break;
+    case GdnPhase::kOut:
+      Mamba3RestBack(exec_, ws, dk, dv, da, dgamma, dbeta, dO, dk_out, dv_out, m, 0, s.nb);
+      break;
+  }
+}
+
+// By phase, as the GDN core's: kPre widens the inputs, kOut rounds every
+// output; the float copies stay in the workspace between the calls.
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideMamba3CoreForwardPhase(
+    GdnPhase phase, T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
+    const T* v, const T* a, const T* gamma, const T* beta, const F* S_in, const T* k_in,
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  F* qf = c.Take(n * Dk);
+  F* kf = c.Take(n * Dk);
+  F* vf = c.Take(n * Dv);
+  F* af = c.Take(n);
+  F* gmf = c.Take(n);
+  F* bf = c.Take(n);
+  F* kif = c.Take(H * Dk);
+  F* vif = c.Take(H * Dv);
+  F* of = c.Take(n * Dv);
+  F* kof = c.Take(H * Dk);
+  F* vof = c.Take(H * Dv);
+  if (phase == GdnPhase::kPre) {
+    Widen(qf, q, n * Dk);
+    Widen(kf, k, n * Dk);
+    Widen(vf, v, n * Dv);
+    Widen(af, a, n);
+    Widen(gmf, gamma, n);
+    Widen(bf, beta, n);
+    if (k_in != nullptr) Widen(kif, k_in, H * Dk);
+    if (v_in != nullptr) Widen(vif, v_in, H * Dv);
+  }
+  f.Mamba3CoreForwardPhase(phase, of, S_out, k_out ? kof : nullptr, v_out ? vof : nullptr,
+                           workspace, qf, kf, vf, af, gmf, bf, S_in, k_in ? kif : nullptr,
+                           v_in ? vif : nullptr, T_len, H, Dk, Dv, block_size);
+  if (phase == GdnPhase::kOut) {
+    Narrow(o, of, n * Dv);
+    NarrowOut(k_out, kof, H * Dk);
+    NarrowOut(v_out, vof, H * Dv);
+  }
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideMamba3CoreBackwardPhase(
+    GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, F* dS_in, T* dk_in,
+    T* dv_in, F* workspace, const T* dO, const F* dS_out, const T* dk_out, const T* dv_out,
+    const T* q, const T* k, const T* v, const T* a, const T* gamma, const T* beta,
+    const F* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  Carve c{workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
+  F* dOf = c.Take(n * Dv);
+  F* qf = c.Take(n * Dk);
+  F* kf = c.Take(n * Dk);
+  F* vf = c.Take(n * Dv);
+  F* af = c.Take(n);
+  F* gmf = c.Take(n);
+  F* bf = c.Take(n);
+  F* dkof = c.Take(H * Dk);
+  F* dvof = c.Take(H * Dv);
+  F* kif = c.Take(H * Dk);
+  F* vif = c.Take(H * Dv);
+  F* dqf = c.Take(n * Dk);
+  F* dkf = c.Take(n * Dk);
+  F* dvf = c.Take(n * Dv);
+  F* daf = c.Take(n);
+  F* dgmf = c.Take(n);
+  F* dbf = c.Take(n);
+  F* dkif = c.Take(H * Dk);
+  F* dvif = c.Take(H * Dv);
+  if (phase == GdnPhase::kPre) {
+    Widen(dOf, dO, n * Dv);
+    Widen(qf, q, n * Dk);
+    Widen(kf, k, n * Dk);
+    Widen(vf, v, n * Dv);
+    Widen(af, a, n);
+    Widen(gmf, gamma, n);
+    Widen(bf, beta, n);
+    if (dk_out != nullptr) Widen(dkof, dk_out, H * Dk);
+    if (dv_out != nullptr) Widen(dvof, dv_out, H * Dv);
+    if (k_in != nullptr) Widen(kif, k_in, H * Dk);
+    if (v_in != nullptr) Widen(vif, v_in, H * Dv);
+  }
+  f.Mamba3CoreBackwardPhase(phase, dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dk_in ? dkif : nullptr,
+                            dv_in ? dvif : nullptr, workspace, dOf, dS_out,
+                            dk_out ? dkof : nullptr, dv_out ? dvof : nullptr, qf, kf, vf, af,
+                            gmf, bf, S_in, k_in ? kif : nullptr, v_in ? vif : nullptr, T_len,
+                            H, Dk, Dv, block_size);
+  if (phase == GdnPhase::kOut) {
+    Narrow(dq, dqf, n * Dk);
+    Narrow(dk, dkf, n * Dk);
+    Narrow(dv, dvf, n * Dv);
+    Narrow(da, daf, n);
+    Narrow(dgamma, dgmf, n);
+    Narrow(dbeta, dbf, n);
+    NarrowOut(dk_in, dkif, H * Dk);
+    NarrowOut(dv_in, dvif, H * Dv);
+  }
 }
 
 }  // namespace stateflow::backend

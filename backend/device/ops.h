@@ -318,6 +318,38 @@ class Ops {
                        block_size);
   }
 
+  // The Mamba-3 core one phase at a time, for timing (gdn_phase.h), as the
+  // GDN core's: kPre, kST, kOut in order on the same arguments and a
+  // workspace of the *PhaseWorkspaceSize elements give Mamba3CoreForward's
+  // (Mamba3CoreBackward's) outputs bit for bit. The CPU device runs
+  // mamba3_core.h's Mamba3Core*Phase (the per-block functions, intermediates
+  // copied through the workspace; the backward split as the overlapped one:
+  // kPre = the replay and OutAG, kST = the state-gradient chain, kOut =
+  // OutWG); GridOps its passes in three groups.
+  virtual int64_t Mamba3CoreForwardPhaseWorkspaceSize(int64_t T_len,
+                                                      int64_t H, int64_t Dk,
+                                                      int64_t Dv,
+                                                      int64_t block_size) = 0;
+  virtual void Mamba3CoreForwardPhase(
+      GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out,
+      StatOf<T>* workspace, const T* q, const T* k, const T* v, const T* a,
+      const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
+      const T* v_in,
+      int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+      int64_t block_size) = 0;
+  virtual int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len,
+                                                       int64_t H, int64_t Dk,
+                                                       int64_t Dv,
+                                                       int64_t block_size) = 0;
+  virtual void Mamba3CoreBackwardPhase(
+      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace,
+      const T* dO, const StatOf<T>* dS_out, const T* dk_out,
+      const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+      const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
+      const T* v_in, int64_t T_len, int64_t H,
+      int64_t Dk, int64_t Dv, int64_t block_size) = 0;
+
   virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
                                 const T* wg, const T* wu, const T* wd,
                                 int64_t N, int64_t C, int64_t F) = 0;

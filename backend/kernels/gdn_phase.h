@@ -1,9 +1,12 @@
 // The three phases of a chunkwise recurrence core (the paper's Pre / ST /
 // Out), named so that a caller can run a core one phase at a time: the
 // profiler times each phase separately (GdnCoreForwardPhase and
-// GdnCoreBackwardPhase, gdn_core.h and device/ops.h) so that a replay can
+// GdnCoreBackwardPhase, gdn_core.h; Mamba3CoreForwardPhase and
+// Mamba3CoreBackwardPhase, mamba3_core.h; device/ops.h) so that a replay can
 // predict the split-and-overlap time from sequential measurements
-// (docs/cost-model.md, section 2, "State transition").
+// (docs/cost-model.md, section 2, "State transition"). The enum keeps its
+// GDN name; the roles below are GDN's, Mamba-3's are in mamba3_core.h (the
+// backward's kPre = replay + OutAG, kST = the chain, kOut = OutWG).
 //
 // Forward:  kPre = Pre of every block (G, Gam, KG, W, U), kST = the
 //           sequential state chain (V_new, the entering states), kOut = Out

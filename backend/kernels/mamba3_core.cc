@@ -538,6 +538,216 @@ void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
   for (int64_t h = 0; h < H; ++h) StoreEntering<T>(dS_in, dk_in, dv_in, flows[h], args[h]);
 }
 
+// ---- the core phase by phase ---------------------------------------------
+
+namespace {
+
+// Offsets in one (head, block) slot of the phase workspaces, for a block of
+// up to bs tokens. Forward slots: G, M, U, S1. Backward slots: G, Gam, M and
+// the rest (the entering states live in the states region before them).
+struct PhaseSlot {
+  int64_t G, Gam, M, U, S1, dM, dQ, dK, dV, dOg, dS1, dS_next, dk_next,
+      dv_next, dbeta0, size;
+  static PhaseSlot Make(int64_t bs, int64_t Dk, int64_t Dv, bool backward) {
+    PhaseSlot p{};
+    int64_t at = 0;
+    auto take = [&at](int64_t n) { const int64_t o = at; at += n; return o; };
+    p.G = take(bs);
+    if (!backward) {
+      p.M = take(bs * bs);
+      p.U = take(Dv * Dk);
+      p.S1 = take(Dv * Dk);
+    } else {
+      p.Gam = take(bs * bs);
+      p.M = take(bs * bs);
+      p.dM = take(bs * bs);
+      p.dQ = take(bs * Dk);
+      p.dK = take(bs * Dk);
+      p.dV = take(bs * Dv);
+      p.dOg = take(bs * Dv);
+      p.dS1 = take(Dv * Dk);
+      p.dS_next = take(Dv * Dk);
+      p.dk_next = take(Dk);
+      p.dv_next = take(Dv);
+      p.dbeta0 = take(1);
+    }
+    p.size = at;
+    return p;
+  }
+};
+
+// Exact copies between owning Eigen objects and a slot.
+template <typename T, typename M>
+void Save(T* dst, const M& m) {
+  std::copy_n(m.data(), m.size(), dst);
+}
+template <typename T>
+void Load(RowMat<T>* m, const T* src, int64_t rows, int64_t cols) {
+  *m = CMat<T>(src, rows, cols);
+}
+template <typename T>
+void Load(Vec<T>* v, const T* src, int64_t n) {
+  *v = CVecMap<T>(src, n);
+}
+
+// What OutAG leaves for the chain and for OutWG, to and from its slot.
+template <typename T>
+void SaveOutAG(T* slot, const PhaseSlot& p, const BlockScratch<T>& s) {
+  Save(slot + p.G, s.w.G);
+  Save(slot + p.Gam, s.w.Gam);
+  Save(slot + p.M, s.w.M);
+  Save(slot + p.dM, s.dM);
+  Save(slot + p.dQ, s.dQ);
+  Save(slot + p.dK, s.dK);
+  Save(slot + p.dV, s.dV);
+  Save(slot + p.dOg, s.dOg);
+  Save(slot + p.dS1, s.dS1);
+}
+// What the chain leaves for OutWG.
+template <typename T>
+void SaveChain(T* slot, const PhaseSlot& p, const BlockScratch<T>& s) {
+  Save(slot + p.dS_next, s.dS_next);
+  Save(slot + p.dk_next, s.dk_next);
+  Save(slot + p.dv_next, s.dv_next);
+  slot[p.dbeta0] = s.dbeta0;
+}
+// For OutWG: all of it but dS1 (the chain's, consumed).
+template <typename T>
+void LoadForWeights(BlockScratch<T>* s, const T* slot, const PhaseSlot& p,
+                    int64_t L, int64_t Dk, int64_t Dv) {
+  Load(&s->w.G, slot + p.G, L);
+  Load(&s->w.Gam, slot + p.Gam, L, L);
+  Load(&s->w.M, slot + p.M, L, L);
+  Load(&s->dM, slot + p.dM, L, L);
+  Load(&s->dQ, slot + p.dQ, L, Dk);
+  Load(&s->dK, slot + p.dK, L, Dk);
+  Load(&s->dV, slot + p.dV, L, Dv);
+  Load(&s->dOg, slot + p.dOg, L, Dv);
+  Load(&s->dS_next, slot + p.dS_next, Dv, Dk);
+  Load(&s->dk_next, slot + p.dk_next, Dk);
+  Load(&s->dv_next, slot + p.dv_next, Dv);
+  s->dbeta0 = slot[p.dbeta0];
+}
+
+}  // namespace
+
+int64_t Mamba3CoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                            int64_t Dk, int64_t Dv,
+                                            int64_t block_size) {
+  return H * Blocks(T_len, block_size) *
+         PhaseSlot::Make(block_size, Dk, Dv, false).size;
+}
+
+template <typename T>
+void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
+                            T* v_out, T* workspace, const T* q, const T* k,
+                            const T* v, const T* a, const T* gamma,
+                            const T* beta, const T* S_in, const T* k_in,
+                            const T* v_in, int64_t T_len, int64_t H,
+                            int64_t Dk, int64_t Dv, int64_t block_size) {
+  const int64_t blocks = Blocks(T_len, block_size);
+  const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, false);
+  const int lanes = Lanes(H);
+#pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
+  for (int64_t h = 0; h < H; ++h) {
+    const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
+                        T_len, H, Dk, Dv, block_size, h};
+    BlockWeights<T> w;
+    RowMat<T> S, S1, S_next;  // (Dv, Dk) each
+    if (phase == GdnPhase::kST) S = LoadState(S_in, h, Dk, Dv);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
+      T* slot = workspace + (h * blocks + b) * p.size;
+      switch (phase) {
+        case GdnPhase::kPre:
+          BlockPreWithU<T>(&w, x, t0, L);
+          Save(slot + p.G, w.G);
+          Save(slot + p.M, w.M);
+          Save(slot + p.U, w.U);
+          break;
+        case GdnPhase::kST:
+          Load(&w.G, slot + p.G, L);
+          Load(&w.U, slot + p.U, Dv, Dk);
+          BlockST<T>(&S_next, &S1, S, w, x, t0);
+          Save(slot + p.S1, S1);
+          S.swap(S_next);
+          break;
+        case GdnPhase::kOut:
+          Load(&w.G, slot + p.G, L);
+          Load(&w.M, slot + p.M, L, L);
+          Load(&S1, slot + p.S1, Dv, Dk);
+          BlockOut<T>(o, S1, w, x, t0, L);
+          break;
+      }
+    }
+    if (phase == GdnPhase::kST) StoreLeaving<T>(S_out, k_out, v_out, S, x);
+  }
+}
+
+int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
+                                             int64_t Dk, int64_t Dv,
+                                             int64_t block_size) {
+  return Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size) +
+         H * Blocks(T_len, block_size) *
+             PhaseSlot::Make(block_size, Dk, Dv, true).size;
+}
+
+template <typename T>
+void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
+                             T* dgamma, T* dbeta, T* dS_in, T* dk_in,
+                             T* dv_in, T* workspace, const T* dO,
+                             const T* dS_out, const T* dk_out,
+                             const T* dv_out, const T* q, const T* k,
+                             const T* v, const T* a, const T* gamma,
+                             const T* beta, const T* S_in, const T* k_in,
+                             const T* v_in, int64_t T_len, int64_t H,
+                             int64_t Dk, int64_t Dv, int64_t block_size) {
+  const int64_t blocks = Blocks(T_len, block_size);
+  const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, true);
+  T* slots = workspace + Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
+  const int lanes = Lanes(H);
+#pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
+  for (int64_t h = 0; h < H; ++h) {
+    const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
+                        T_len, H, Dk, Dv, block_size, h};
+    T* states = workspace + h * blocks * Dv * Dk;  // (blocks, Dv, Dk)
+    BlockScratch<T> scratch;
+    Flow<T> flow;
+    if (phase == GdnPhase::kPre) {  // the replay, as Mamba3CoreBackward's
+      BlockWeights<T> w;
+      if (blocks > 0) Mat<T>(states, Dv, Dk) = LoadState(S_in, h, Dk, Dv);
+      for (int64_t b = 0; b + 1 < blocks; ++b) {
+        const int64_t t0 = b * block_size;
+        BlockPreWithU<T>(&w, x, t0, block_size);
+        ReplayST<T>(states + (b + 1) * Dv * Dk, states + b * Dv * Dk, w, x, t0);
+      }
+    }
+    if (phase == GdnPhase::kST) LoadLeaving<T>(&flow, dS_out, dk_out, dv_out, x);
+    for (int64_t b = blocks - 1; b >= 0; --b) {
+      const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
+      T* slot = slots + (h * blocks + b) * p.size;
+      switch (phase) {
+        case GdnPhase::kPre:  // OutAG
+          BlockOutBackward<T>(&scratch, dO, x, t0, L);
+          SaveOutAG(slot, p, scratch);
+          break;
+        case GdnPhase::kST:  // the chain
+          Load(&scratch.w.G, slot + p.G, L);
+          Load(&scratch.dS1, slot + p.dS1, Dv, Dk);
+          BlockSTBackward<T>(&scratch, &flow, x, t0);
+          SaveChain(slot, p, scratch);
+          break;
+        case GdnPhase::kOut:  // OutWG
+          LoadForWeights(&scratch, slot, p, L, Dk, Dv);
+          BlockWeightBackward<T>(&scratch, CMat<T>(states + b * Dv * Dk, Dv, Dk),
+                                 dq, dk, dv, da, dgamma, dbeta, x, t0, L);
+          break;
+      }
+    }
+    if (phase == GdnPhase::kST) StoreEntering<T>(dS_in, dk_in, dv_in, flow, x);
+  }
+}
+
 Mamba3CoreFlops CountMamba3CoreFlops(int64_t T_len, int64_t H, int64_t Dk,
                                      int64_t Dv, int64_t block_size) {
   Mamba3CoreFlops f;
@@ -575,7 +785,16 @@ Mamba3CoreFlops CountMamba3CoreFlops(int64_t T_len, int64_t H, int64_t Dk,
       T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
-      int64_t);
+      int64_t);                                                               \
+  template void Mamba3CoreForwardPhase<T>(                                    \
+      GdnPhase, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,   \
+      const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,     \
+      int64_t, int64_t, int64_t);                                             \
+  template void Mamba3CoreBackwardPhase<T>(                                   \
+      GdnPhase, T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*,   \
+      const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
+      const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,      \
+      int64_t, int64_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE

@@ -37,6 +37,8 @@
 //   Mamba3CoreForward<float>(o, S_out, k_out, v_out, q, k, v, a, gamma, beta,
 //                            S_in, k_in, v_in, T, H, Dk, Dv);
 //   Mamba3CoreForwardOverlapped<float>(...the same arguments...);  // split-and-overlap
+//   for (GdnPhase p : kGdnPhases)                                   // timed phase by phase
+//     Mamba3CoreForwardPhase<float>(p, o, S_out, k_out, v_out, ws, q, k, ...);
 //
 // Dimensions: T tokens in the chunk, H heads, Dk state dim (d_state), Dv SSM
 // head dim, L tokens in one block (T_C, or fewer for the last block).
@@ -45,6 +47,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "backend/kernels/gdn_phase.h"
 
 namespace stateflow::backend {
 
@@ -138,6 +142,63 @@ void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
                                   const T* k_in, const T* v_in, int64_t T_len,
                                   int64_t H, int64_t Dk, int64_t Dv,
                                   int64_t block_size = kMamba3BlockSize);
+
+// ---- the core phase by phase (for timing: gdn_phase.h) --------------------
+
+// Mamba3CoreForward run one phase at a time: calling it with kPre, kST, kOut
+// in that order, on the same arguments and workspace, gives
+// Mamba3CoreForward's o, S_out, k_out and v_out bit for bit (each block runs
+// the same Pre / ST / Out functions on the same values; what one phase hands
+// the next is copied exactly through the workspace into the same aligned
+// temporaries). "The same arguments" means the same buffers: a short last
+// block's small products may round with their operands' alignment, as
+// between two calls of Mamba3CoreForward on copies (see the overlapped
+// forward's note). kPre reads k, v, a,
+// gamma, beta; kST also S_in, k_in, v_in and writes S_out, k_out, v_out;
+// kOut also q and writes o. Heads on the forward's lanes in every phase.
+// workspace: Mamba3CoreForwardPhaseWorkspaceSize elements, per (head, block)
+// a slot with its Pre (G, M, U) and its carried entering state S':
+//   H ceil(T / T_C) (T_C (1 + T_C) + 2 Dv Dk).
+// Not for training (the ordinary forward keeps this on the stack, per block).
+int64_t Mamba3CoreForwardPhaseWorkspaceSize(
+    int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size = kMamba3BlockSize);
+template <typename T>
+void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
+                            T* v_out, T* workspace, const T* q, const T* k,
+                            const T* v, const T* a, const T* gamma,
+                            const T* beta, const T* S_in, const T* k_in,
+                            const T* v_in, int64_t T_len, int64_t H,
+                            int64_t Dk, int64_t Dv,
+                            int64_t block_size = kMamba3BlockSize);
+
+// Mamba3CoreBackward one phase at a time, with the split of
+// Mamba3CoreBackwardOverlapped (gdn_phase.h's roles): kPre = the replay of
+// the entering states (Pre with U, the O(Dk Dv) ST chained) and every
+// block's OutAG; kST = the chain of state gradients (blocks last to first);
+// kOut = every block's OutWG (the block's rows of every gradient). In order
+// on the same arguments and workspace: Mamba3CoreBackward's outputs bit for
+// bit. dS_in, dk_in, dv_in are written by kST, dq, dk, dv, da, dgamma,
+// dbeta by kOut. workspace: Mamba3CoreBackwardPhaseWorkspaceSize elements:
+// Mamba3CoreBackwardWorkspaceSize's entering states, then per (head, block)
+// a slot with its G, Gam, M, the gradients of M, Q, K, V, diag(exp(G)) dO,
+// S', of the leaving state and carry, and of beta_0:
+//   H ceil(T / T_C) (Dv Dk + T_C (1 + 3 T_C + 2 Dk + 2 Dv)
+//                    + 2 Dv Dk + Dk + Dv + 1).
+int64_t Mamba3CoreBackwardPhaseWorkspaceSize(
+    int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size = kMamba3BlockSize);
+template <typename T>
+void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
+                             T* dgamma, T* dbeta, T* dS_in, T* dk_in,
+                             T* dv_in, T* workspace, const T* dO,
+                             const T* dS_out, const T* dk_out,
+                             const T* dv_out, const T* q, const T* k,
+                             const T* v, const T* a, const T* gamma,
+                             const T* beta, const T* S_in, const T* k_in,
+                             const T* v_in, int64_t T_len, int64_t H,
+                             int64_t Dk, int64_t Dv,
+                             int64_t block_size = kMamba3BlockSize);
 
 // The floating-point operations the chunkwise algorithm executes (matrix
 // products as 2mnk; elementwise work, exps and the per-block rank-one carry

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/allocator.h"
 #include "backend/layers/gdn_layer.h"
+#include "backend/layers/mamba3_layer.h"
 #include "backend/model/model_stage_module.h"
 #include "backend/train/adamw.h"
 
@@ -105,6 +107,32 @@ Status RunRepetition(Device& device, StageModule<T>& module, const Batch& batch,
   return Status::Ok();
 }
 
+// The shapes of a recurrence layer's core (gdn_core.h, mamba3_core.h):
+// Dk = the key (GDN) or state (Mamba-3, d_state) dim, Dv the value or SSM
+// head dim.
+struct CoreDims {
+  bool mamba3 = false;
+  std::int64_t H = 0, Dk = 0, Dv = 0, block_size = 0;
+  std::int64_t HK() const { return H * Dk; }
+  std::int64_t HV() const { return H * Dv; }
+  std::int64_t state() const { return H * Dv * Dk; }
+};
+
+// The core of a recurrence layer of `model` (a GDN or Mamba-3 architecture;
+// a hybrid's recurrence layers are its architecture's), or nothing.
+std::optional<CoreDims> RecurrenceCore(const pb::ModelSpec& model, models::LayerKind kind) {
+  if (kind != models::LayerKind::kRecurrence) return std::nullopt;
+  if (model.architecture() == "gdn") {
+    const GdnLayerDims d = GdnLayerDims::FromModel(model);
+    return CoreDims{false, d.H, d.K, d.Dv, d.block_size};
+  }
+  if (model.architecture() == "mamba3") {
+    const Mamba3LayerDims d = Mamba3LayerDims::FromModel(model);
+    return CoreDims{true, d.H, d.Ds, d.Dp, d.block_size};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<models::StageLayers> OneLayerOf(const pb::ModelSpec& model, models::LayerKind kind) {
@@ -125,8 +153,8 @@ struct LayerTimer<T>::State {
   std::unique_ptr<StageModule<T>> module;
   std::int64_t vocab = 0;
   models::LayerKind kind = models::LayerKind::kRecurrence;
-  bool phases = false;   // a GDN recurrence layer: TimePhasesOnce applies
-  GdnLayerDims dims;     // its shapes (phases only)
+  bool phases = false;   // a GDN or Mamba-3 recurrence layer: TimePhasesOnce applies
+  CoreDims dims;         // its core's shapes (phases only)
   std::string architecture;
 };
 
@@ -150,8 +178,9 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
   timer->state_->vocab = model.vocab_size();
   timer->state_->kind = kind;
   timer->state_->architecture = model.architecture();
-  timer->state_->phases = kind == models::LayerKind::kRecurrence && model.architecture() == "gdn";
-  if (timer->state_->phases) timer->state_->dims = GdnLayerDims::FromModel(model);
+  const std::optional<CoreDims> core = RecurrenceCore(model, kind);
+  timer->state_->phases = core.has_value();
+  if (core) timer->state_->dims = *core;
   return timer;
 }
 
@@ -215,69 +244,147 @@ bool LayerTimer<T>::has_phases() const {
 namespace {
 
 // The core's inputs, outputs and phase workspaces for B sequences of s
-// tokens (shapes as the GDN layer's: gdn_layer.cc), all kWorkspace.
+// tokens (shapes as the layers': gdn_layer.cc, mamba3_layer.cc), all
+// kWorkspace. GDN's decay g is `a`, its dg `da`; the carries and gamma are
+// Mamba-3's only (empty for GDN).
 template <typename T>
 struct CoreBuffers {
-  Tensor<T> q, k, v, g, beta, S_in, dO, dS_out;  // inputs
-  Tensor<T> o, S_out, dq, dk, dv, dg, dbeta, dS_in;  // outputs
+  Tensor<T> q, k, v, a, gamma, beta, S_in, k_in, v_in;  // inputs
+  Tensor<T> dO, dS_out, dk_out, dv_out;                  // inputs of the backward
+  Tensor<T> o, S_out, k_out, v_out;                      // outputs of the forward
+  Tensor<T> dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in;  // of the backward
   Tensor<T> fws, bws;  // (B, phase workspace) forward, backward
   std::int64_t fws_n = 0, bws_n = 0;  // elements per sequence
 };
 
 template <typename T>
-Result<CoreBuffers<T>> MakeCoreBuffers(TrackingAllocator& alloc, const GdnLayerDims& d,
-                                       std::int64_t B, std::int64_t s) {
-  CoreBuffers<T> c;
-  const BufferClass ws = BufferClass::kWorkspace;
+Status AllocateCoreBuffers(TrackingAllocator& alloc, const CoreDims& d, std::int64_t B,
+                           std::int64_t s, CoreBuffers<T>* c) {
   auto make = [&](Tensor<T>* t, std::vector<std::int64_t> shape) -> Status {
-    SF_ASSIGN_OR_RETURN(*t, Tensor<T>::Zeros(alloc, ws, shape));
+    SF_ASSIGN_OR_RETURN(*t, Tensor<T>::Zeros(alloc, BufferClass::kWorkspace, shape));
     return Status::Ok();
   };
-  const std::int64_t S = B * s, state = d.H * d.Dv * d.K;
-  for (Tensor<T>* t : {&c.q, &c.k, &c.dq, &c.dk}) SF_RETURN_IF_ERROR(make(t, {S, d.HK()}));
-  for (Tensor<T>* t : {&c.v, &c.dO, &c.o, &c.dv}) SF_RETURN_IF_ERROR(make(t, {S, d.HV()}));
-  for (Tensor<T>* t : {&c.g, &c.beta, &c.dg, &c.dbeta}) SF_RETURN_IF_ERROR(make(t, {S, d.H}));
-  for (Tensor<T>* t : {&c.S_in, &c.dS_out, &c.S_out, &c.dS_in}) {
-    SF_RETURN_IF_ERROR(make(t, {B, state}));
+  const std::int64_t S = B * s;
+  for (Tensor<T>* t : {&c->q, &c->k, &c->dq, &c->dk}) SF_RETURN_IF_ERROR(make(t, {S, d.HK()}));
+  for (Tensor<T>* t : {&c->v, &c->dO, &c->o, &c->dv}) SF_RETURN_IF_ERROR(make(t, {S, d.HV()}));
+  for (Tensor<T>* t : {&c->a, &c->beta, &c->da, &c->dbeta}) SF_RETURN_IF_ERROR(make(t, {S, d.H}));
+  for (Tensor<T>* t : {&c->S_in, &c->dS_out, &c->S_out, &c->dS_in}) {
+    SF_RETURN_IF_ERROR(make(t, {B, d.state()}));
+  }
+  if (d.mamba3) {
+    for (Tensor<T>* t : {&c->gamma, &c->dgamma}) SF_RETURN_IF_ERROR(make(t, {S, d.H}));
+    for (Tensor<T>* t : {&c->k_in, &c->dk_out, &c->k_out, &c->dk_in}) {
+      SF_RETURN_IF_ERROR(make(t, {B, d.HK()}));
+    }
+    for (Tensor<T>* t : {&c->v_in, &c->dv_out, &c->v_out, &c->dv_in}) {
+      SF_RETURN_IF_ERROR(make(t, {B, d.HV()}));
+    }
   }
   Ops<T>& ops = alloc.device().template ops<T>();
-  c.fws_n = ops.GdnCoreForwardPhaseWorkspaceSize(s, d.H, d.K, d.Dv, d.block_size);
-  c.bws_n = ops.GdnCoreBackwardPhaseWorkspaceSize(s, d.H, d.K, d.Dv, d.block_size);
-  SF_RETURN_IF_ERROR(make(&c.fws, {B, std::max<std::int64_t>(1, c.fws_n)}));
-  SF_RETURN_IF_ERROR(make(&c.bws, {B, std::max<std::int64_t>(1, c.bws_n)}));
-  const double unit = 1.0 / std::sqrt(static_cast<double>(d.K));  // unit-norm rows
-  FillPattern(&c.q, 31, unit);
-  FillPattern(&c.k, 37, unit);
-  FillPattern(&c.v, 41, 1.0);
-  FillRange(&c.g, 43, -0.5, -0.01);
-  FillRange(&c.beta, 47, 0.1, 0.9);
-  FillPattern(&c.S_in, 53, 0.5);
-  FillPattern(&c.dO, 59, 1.0 / static_cast<double>(S));
-  FillPattern(&c.dS_out, 61, 1.0 / static_cast<double>(S));
+  c->fws_n = d.mamba3 ? ops.Mamba3CoreForwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size)
+                      : ops.GdnCoreForwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size);
+  c->bws_n = d.mamba3 ? ops.Mamba3CoreBackwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size)
+                      : ops.GdnCoreBackwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size);
+  SF_RETURN_IF_ERROR(make(&c->fws, {B, std::max<std::int64_t>(1, c->fws_n)}));
+  return make(&c->bws, {B, std::max<std::int64_t>(1, c->bws_n)});
+}
+
+// Layer-like values: unit-norm q, k rows (GDN; Mamba-3's normalised and
+// rotated q, k have unit-scale entries), log decays in [-0.5, -0.01], GDN's
+// beta in [0.1, 0.9], Mamba-3's gamma and beta (lambda dt, (1 - lambda) dt)
+// in [0.01, 0.5]; gradients of a mean loss's size.
+template <typename T>
+void FillCoreBuffers(const CoreDims& d, std::int64_t S, CoreBuffers<T>* c) {
+  const double unit = d.mamba3 ? 1.0 : 1.0 / std::sqrt(static_cast<double>(d.Dk));
+  FillPattern(&c->q, 31, unit);
+  FillPattern(&c->k, 37, unit);
+  FillPattern(&c->v, 41, 1.0);
+  FillRange(&c->a, 43, -0.5, -0.01);
+  if (d.mamba3) {
+    FillRange(&c->beta, 47, 0.01, 0.5);
+    FillRange(&c->gamma, 67, 0.01, 0.5);
+    FillPattern(&c->k_in, 71, 1.0);
+    FillPattern(&c->v_in, 73, 1.0);
+    FillPattern(&c->dk_out, 79, 1.0 / static_cast<double>(S));
+    FillPattern(&c->dv_out, 83, 1.0 / static_cast<double>(S));
+  } else {
+    FillRange(&c->beta, 47, 0.1, 0.9);
+  }
+  FillPattern(&c->S_in, 53, 0.5);
+  FillPattern(&c->dO, 59, 1.0 / static_cast<double>(S));
+  FillPattern(&c->dS_out, 61, 1.0 / static_cast<double>(S));
+}
+
+template <typename T>
+Result<CoreBuffers<T>> MakeCoreBuffers(TrackingAllocator& alloc, const CoreDims& d,
+                                       std::int64_t B, std::int64_t s) {
+  CoreBuffers<T> c;
+  SF_RETURN_IF_ERROR(AllocateCoreBuffers(alloc, d, B, s, &c));
+  FillCoreBuffers(d, B * s, &c);
   return c;
+}
+
+// Sequence b's part of one core buffer: `rows` rows of width `w` each (a
+// (B rows, w) buffer), nullptr for an empty (unused) tensor.
+template <typename T>
+T* Part(Tensor<T>& t, std::int64_t b, std::int64_t rows, std::int64_t w) {
+  return t.numel() == 0 ? nullptr : t.data() + b * rows * w;
+}
+
+// Phase `p` of the GDN core over sequence b.
+template <typename T>
+void RunGdnPhase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t b,
+                 std::int64_t s, GdnPhase p, bool backward) {
+  const std::int64_t HK = d.HK(), HV = d.HV(), H = d.H, st = d.state();
+  if (!backward) {
+    ops.GdnCoreForwardPhase(p, Part(c.o, b, s, HV), Part(c.S_out, b, 1, st),
+                            Part(c.fws, b, 1, c.fws.dim(1)), Part(c.q, b, s, HK),
+                            Part(c.k, b, s, HK), Part(c.v, b, s, HV), Part(c.a, b, s, H),
+                            Part(c.beta, b, s, H), Part(c.S_in, b, 1, st), s, d.H, d.Dk, d.Dv,
+                            d.block_size);
+    return;
+  }
+  ops.GdnCoreBackwardPhase(p, Part(c.dq, b, s, HK), Part(c.dk, b, s, HK), Part(c.dv, b, s, HV),
+                           Part(c.da, b, s, H), Part(c.dbeta, b, s, H), Part(c.dS_in, b, 1, st),
+                           Part(c.bws, b, 1, c.bws.dim(1)), Part(c.dO, b, s, HV),
+                           Part(c.dS_out, b, 1, st), Part(c.q, b, s, HK), Part(c.k, b, s, HK),
+                           Part(c.v, b, s, HV), Part(c.a, b, s, H), Part(c.beta, b, s, H),
+                           Part(c.S_in, b, 1, st), s, d.H, d.Dk, d.Dv, d.block_size);
+}
+
+// Phase `p` of the Mamba-3 core over sequence b.
+template <typename T>
+void RunMamba3Phase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t b,
+                    std::int64_t s, GdnPhase p, bool backward) {
+  const std::int64_t HK = d.HK(), HV = d.HV(), H = d.H, st = d.state();
+  if (!backward) {
+    ops.Mamba3CoreForwardPhase(
+        p, Part(c.o, b, s, HV), Part(c.S_out, b, 1, st), Part(c.k_out, b, 1, HK),
+        Part(c.v_out, b, 1, HV), Part(c.fws, b, 1, c.fws.dim(1)), Part(c.q, b, s, HK),
+        Part(c.k, b, s, HK), Part(c.v, b, s, HV), Part(c.a, b, s, H), Part(c.gamma, b, s, H),
+        Part(c.beta, b, s, H), Part(c.S_in, b, 1, st), Part(c.k_in, b, 1, HK),
+        Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size);
+    return;
+  }
+  ops.Mamba3CoreBackwardPhase(
+      p, Part(c.dq, b, s, HK), Part(c.dk, b, s, HK), Part(c.dv, b, s, HV), Part(c.da, b, s, H),
+      Part(c.dgamma, b, s, H), Part(c.dbeta, b, s, H), Part(c.dS_in, b, 1, st),
+      Part(c.dk_in, b, 1, HK), Part(c.dv_in, b, 1, HV), Part(c.bws, b, 1, c.bws.dim(1)),
+      Part(c.dO, b, s, HV), Part(c.dS_out, b, 1, st), Part(c.dk_out, b, 1, HK),
+      Part(c.dv_out, b, 1, HV), Part(c.q, b, s, HK), Part(c.k, b, s, HK), Part(c.v, b, s, HV),
+      Part(c.a, b, s, H), Part(c.gamma, b, s, H), Part(c.beta, b, s, H), Part(c.S_in, b, 1, st),
+      Part(c.k_in, b, 1, HK), Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size);
 }
 
 // Phase `p` of the forward (backward: `backward`) over every sequence.
 template <typename T>
-void RunCorePhase(Ops<T>& ops, CoreBuffers<T>& c, const GdnLayerDims& d, std::int64_t B,
+void RunCorePhase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t B,
                   std::int64_t s, GdnPhase p, bool backward) {
-  const std::int64_t state = d.H * d.Dv * d.K;
   for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t k = b * s * d.HK(), v = b * s * d.HV(), h = b * s * d.H;
-    if (!backward) {
-      ops.GdnCoreForwardPhase(p, c.o.data() + v, c.S_out.data() + b * state,
-                              c.fws.data() + b * std::max<std::int64_t>(1, c.fws_n),
-                              c.q.data() + k, c.k.data() + k, c.v.data() + v, c.g.data() + h,
-                              c.beta.data() + h, c.S_in.data() + b * state, s, d.H, d.K, d.Dv,
-                              d.block_size);
+    if (d.mamba3) {
+      RunMamba3Phase(ops, c, d, b, s, p, backward);
     } else {
-      ops.GdnCoreBackwardPhase(p, c.dq.data() + k, c.dk.data() + k, c.dv.data() + v,
-                               c.dg.data() + h, c.dbeta.data() + h, c.dS_in.data() + b * state,
-                               c.bws.data() + b * std::max<std::int64_t>(1, c.bws_n),
-                               c.dO.data() + v, c.dS_out.data() + b * state, c.q.data() + k,
-                               c.k.data() + k, c.v.data() + v, c.g.data() + h,
-                               c.beta.data() + h, c.S_in.data() + b * state, s, d.H, d.K, d.Dv,
-                               d.block_size);
+      RunGdnPhase(ops, c, d, b, s, p, backward);
     }
   }
 }
@@ -289,10 +396,11 @@ Result<CorePhaseSeconds> LayerTimer<T>::TimePhasesOnce(std::int64_t tokens) {
   if (!state_->phases) {
     return Status::Invalid(std::string("profile: no core phases to time for a ") +
                            std::string(models::LayerKindName(state_->kind)) + " layer of a " +
-                           state_->architecture + " model (GDN recurrence layers only)");
+                           state_->architecture +
+                           " model (GDN and Mamba-3 recurrence layers only)");
   }
   if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
-  const GdnLayerDims& d = state_->dims;
+  const CoreDims& d = state_->dims;
   const std::int64_t B = state_->module->microbatch_size();
   Device& device = state_->alloc.device();
   SF_ASSIGN_OR_RETURN(CoreBuffers<T> c, MakeCoreBuffers<T>(state_->alloc, d, B, tokens));

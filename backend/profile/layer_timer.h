@@ -19,9 +19,10 @@
 // caches). Under recompute full a block's timed backward includes the forward
 // it re-runs, as the runtime's would.
 //
-// A GDN recurrence layer's core is also timed phase by phase
-// (TimePhasesOnce): Pre, ST and Out of its forward and backward
-// (Ops::GdnCore*Phase, gdn_phase.h), each a span of the device's timer, on
+// A recurrence layer's core (GDN, or Mamba-3: of the mamba3 and
+// mamba3-hybrid families) is also timed phase by phase (TimePhasesOnce): Pre,
+// ST and Out of its forward and backward (Ops::GdnCore*Phase,
+// Ops::Mamba3Core*Phase; gdn_phase.h), each a span of the device's timer, on
 // inputs of the layer's shapes, so that a replay can predict the core split
 // and overlapped from sequential measurements. Every time is a device timer
 // span (Device::TimerStart / TimerStop: the steady clock on the host, CUDA
@@ -72,8 +73,8 @@ class LayerTimer {
   // model.layer_pattern), a kind the model lacks.
   // `device` (nullptr: the CPU) runs the module; a pass's time is a span
   // of its timer (it ends when the device has finished the pass).
-  // `st_overlap` (schedule.st_overlap): GDN layers run their core split and
-  // overlapped (StageModuleOptions::st_overlap).
+  // `st_overlap` (schedule.st_overlap): GDN and Mamba-3 layers run their
+  // core split and overlapped (StageModuleOptions::st_overlap).
   static Result<std::unique_ptr<LayerTimer>> Make(const pb::ModelSpec& model,
                                                   models::LayerKind kind,
                                                   models::Recompute recompute,
@@ -89,13 +90,15 @@ class LayerTimer {
   // backward seconds. Error: tokens < 1, prefix < 0, the module's.
   Result<std::pair<double, double>> TimeOnce(std::int64_t tokens, std::int64_t prefix = 0);
 
-  // Whether TimePhasesOnce applies: a recurrence layer of a GDN model.
+  // Whether TimePhasesOnce applies: a recurrence layer of a GDN or Mamba-3
+  // model (a hybrid's recurrence layers included).
   bool has_phases() const;
   // One repetition of the core's phases over one microbatch of chunks of
   // `tokens` tokens (each phase over every sequence of the microbatch, one
   // timer span), always sequential (the phases one after another, whatever
   // st_overlap): layer-like inputs (unit-scale q, k rows, decays in
-  // [e^-0.5, e^-0.01], beta in [0.1, 0.9]), a boundary state in and out.
+  // [e^-0.5, e^-0.01], GDN's beta in [0.1, 0.9], Mamba-3's gamma and beta in
+  // [0.01, 0.5]), a boundary state in and out (Mamba-3's with its k, v carry).
   // Errors: !has_phases() (names the kind and architecture), tokens < 1, the
   // allocator's.
   Result<CorePhaseSeconds> TimePhasesOnce(std::int64_t tokens);

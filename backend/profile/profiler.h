@@ -37,7 +37,7 @@ struct ProfileRequest {
   std::string dtype = "float32";               // or "float64"
   TimingOptions timing;
   Device* device = nullptr;                    // where to time; nullptr: the CPU
-  // schedule.st_overlap: the whole-layer times of GDN recurrence layers with
+  // schedule.st_overlap: the whole-layer times of recurrence layers with
   // the core split and overlapped (the phases are timed sequentially
   // either way); recorded in CostTable.st_overlap.
   bool st_overlap = false;
@@ -51,9 +51,10 @@ using ProfileProgress = std::function<void(int done, int total)>;
 // A CostTable with `model`, `dtype`, `microbatch_size`, one CostSample per
 // (layer kind, pass, mode, length; attention: length and prefix) -- median,
 // p10, p90 of the kept repetitions -- and
-// optimizer_s_per_param (median); GDN recurrence samples also carry the
-// core's phases (pre_s, st_s, out_s: medians of LayerTimer::TimePhasesOnce,
-// timed in the same repetitions); st_overlap and st_tile as requested.
+// optimizer_s_per_param (median); recurrence samples (GDN, Mamba-3) also
+// carry the core's phases (pre_s, st_s, out_s: medians of
+// LayerTimer::TimePhasesOnce, timed in the same repetitions); st_overlap and
+// st_tile as requested.
 // Link and provenance are left empty.
 // Repetitions are interleaved: each one times every (kind, mode, length)
 // once (LayerTimer), so that a burst of load on a shared machine spreads

@@ -379,7 +379,7 @@ TEST(GridBf16, GdnCoreIsTheFloatCoreOnWidenedInputs) {
 }
 
 TEST(GridBf16, Mamba3CoreIsTheFloatCoreOnWidenedInputs) {
-  constexpr int64_t T = 45, Hc = 2, Dk = 6, Dv = 5, bs = 16, n = T * Hc;
+  constexpr int64_t T = 75, Hc = 2, Dk = 6, Dv = 5, bs = 16, n = T * Hc;
   const std::vector<Spec> specs = {
       {"o", n * Dv},           {"S_out", Hc * Dv * Dk, true}, {"k_out", Hc * Dk},
       {"v_out", Hc * Dv},      {"q", n * Dk},                 {"k", n * Dk},
@@ -390,6 +390,36 @@ TEST(GridBf16, Mamba3CoreIsTheFloatCoreOnWidenedInputs) {
       {"dbeta", n},            {"dS_in", Hc * Dv * Dk, true}, {"dk_in", Hc * Dk},
       {"dv_in", Hc * Dv},      {"dO", n * Dv},                {"dS_out", Hc * Dv * Dk, true},
       {"dk_out", Hc * Dk},     {"dv_out", Hc * Dv}};
+  Check("Mamba-3 core overlapped", specs, [&](auto& ops, auto& b) {
+    const int64_t w = std::max(ops.Mamba3CoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
+                               ops.Mamba3CoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs));
+    std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
+    ops.Mamba3CoreForwardOverlapped(b("o"), b.S("S_out"), b("k_out"), b("v_out"), ws.data(),
+                                    b("q"), b("k"), b("v"), b("a"), b("gamma"), b("beta"),
+                                    b.S("S_in"), b("k_in"), b("v_in"), T, Hc, Dk, Dv, bs);
+    ops.Mamba3CoreBackwardOverlapped(b("dq"), b("dk"), b("dv"), b("da"), b("dgamma"),
+                                     b("dbeta"), b.S("dS_in"), b("dk_in"), b("dv_in"), ws.data(),
+                                     b("dO"), b.S("dS_out"), b("dk_out"), b("dv_out"), b("q"),
+                                     b("k"), b("v"), b("a"), b("gamma"), b("beta"), b.S("S_in"),
+                                     b("k_in"), b("v_in"), T, Hc, Dk, Dv, bs);
+  });
+  Check("Mamba-3 core phases", specs, [&](auto& ops, auto& b) {
+    const int64_t w = std::max(ops.Mamba3CoreForwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs),
+                               ops.Mamba3CoreBackwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs));
+    std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
+    for (GdnPhase p : {GdnPhase::kPre, GdnPhase::kST, GdnPhase::kOut}) {
+      ops.Mamba3CoreForwardPhase(p, b("o"), b.S("S_out"), b("k_out"), b("v_out"), ws.data(),
+                                 b("q"), b("k"), b("v"), b("a"), b("gamma"), b("beta"),
+                                 b.S("S_in"), b("k_in"), b("v_in"), T, Hc, Dk, Dv, bs);
+    }
+    for (GdnPhase p : {GdnPhase::kPre, GdnPhase::kST, GdnPhase::kOut}) {
+      ops.Mamba3CoreBackwardPhase(p, b("dq"), b("dk"), b("dv"), b("da"), b("dgamma"),
+                                  b("dbeta"), b.S("dS_in"), b("dk_in"), b("dv_in"), ws.data(),
+                                  b("dO"), b.S("dS_out"), b("dk_out"), b("dv_out"), b("q"),
+                                  b("k"), b("v"), b("a"), b("gamma"), b("beta"), b.S("S_in"),
+                                  b("k_in"), b("v_in"), T, Hc, Dk, Dv, bs);
+    }
+  });
   Check("Mamba-3 core", specs, [&](auto& ops, auto& b) {
     const int64_t w = std::max(ops.Mamba3CoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
                                ops.Mamba3CoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs));

@@ -6,6 +6,7 @@
 // replay index accepts and answers at the measured lengths.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -17,6 +18,8 @@
 #include "backend/profile/spread.h"
 #include "models/model.h"
 #include "sim/cost_table.h"
+#include "sim/simulation.h"
+#include "tests/scenario_testing.h"
 
 namespace stateflow::backend {
 namespace {
@@ -158,8 +161,8 @@ TEST(LayerTimer, WhatTheBackendCannotRunIsAnError) {
 }
 
 // A GDN recurrence layer's core phases: six positive spans per repetition,
-// with or without the layer's split-and-overlap; other kinds and Mamba-3's
-// recurrence have none (an error naming the kind and architecture).
+// with or without the layer's split-and-overlap; other kinds have none (an
+// error naming the kind and architecture).
 TEST(LayerTimer, GdnCorePhasesArePositiveSpans) {
   for (bool overlap : {false, true}) {
     Result<std::unique_ptr<LayerTimer<float>>> timer = LayerTimer<float>::Make(
@@ -182,10 +185,39 @@ TEST(LayerTimer, GdnCorePhasesArePositiveSpans) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("head layer of a gdn model"), std::string::npos)
       << none.status().message();
-  Result<std::unique_ptr<LayerTimer<float>>> mamba = LayerTimer<float>::Make(
-      *models::ModelPreset("mamba3-tiny"), LayerKind::kRecurrence, Recompute::kNone);
-  ASSERT_TRUE(mamba.ok()) << mamba.status().message();
-  EXPECT_FALSE((*mamba)->has_phases());
+}
+
+// A Mamba-3 recurrence layer's core phases likewise (mamba3 and the Mamba-3
+// layers of mamba3-hybrid), with or without split-and-overlap, at a partial
+// block and at several blocks; the hybrid's attention layers have none.
+TEST(LayerTimer, Mamba3CorePhasesArePositiveSpans) {
+  for (const char* name : {"mamba3-tiny", "mamba3-hybrid-tiny"}) {
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(std::string(name) + (overlap ? " overlapped" : " sequential"));
+      Result<std::unique_ptr<LayerTimer<double>>> timer = LayerTimer<double>::Make(
+          *models::ModelPreset(name), LayerKind::kRecurrence, Recompute::kNone, 2, nullptr,
+          overlap);
+      ASSERT_TRUE(timer.ok()) << timer.status().message();
+      ASSERT_TRUE((*timer)->has_phases());
+      for (std::int64_t tokens : {70, 192}) {
+        Result<CorePhaseSeconds> t = (*timer)->TimePhasesOnce(tokens);
+        ASSERT_TRUE(t.ok()) << t.status().message();
+        for (int p = 0; p < 3; ++p) {
+          EXPECT_GT(t->forward[p], 0) << tokens << " " << p;
+          EXPECT_GT(t->backward[p], 0) << tokens << " " << p;
+        }
+      }
+      EXPECT_FALSE((*timer)->TimePhasesOnce(0).ok());
+    }
+  }
+  Result<std::unique_ptr<LayerTimer<float>>> attention = LayerTimer<float>::Make(
+      *models::ModelPreset("mamba3-hybrid-tiny"), LayerKind::kAttention, Recompute::kNone);
+  ASSERT_TRUE(attention.ok()) << attention.status().message();
+  EXPECT_FALSE((*attention)->has_phases());
+  Result<CorePhaseSeconds> none = (*attention)->TimePhasesOnce(8);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("attention layer of a mamba3 model"), std::string::npos)
+      << none.status().message();
 }
 
 TEST(LayerTimer, OptimizerPerParameter) {
@@ -293,6 +325,82 @@ TEST(Profiler, RecordsTheOverlapModeAndTile) {
   int with_phases = 0;
   for (const pb::CostSample& s : table->samples()) with_phases += s.st_s() > 0;
   EXPECT_EQ(with_phases, 2);  // the recurrence forward and backward
+}
+
+// A profiled Mamba-3 table (measured sequentially, with phases) replays with
+// either overlap mode: st_overlap off gives the measured passes, on takes
+// off each recurrence pass's saving derived by hand from its measured
+// phases, the window model of docs/cost-model.md ("Measured phases"): at
+// coverage u, X = (1 - u) st_s, saving = min(pre_s, X) / 2 + min(out_s, X) / 2.
+// One stage, one microbatch, one chunk: the step is the sum of the passes,
+// so the two replays differ by exactly the savings of its recurrence layers.
+TEST(Profiler, Mamba3TableReplaysWithEitherOverlapMode) {
+  const pb::ModelSpec model = *models::ModelPreset("mamba3-tiny");
+  const std::int64_t tokens = 128;  // two blocks of T_C = 64
+  ProfileRequest request{.model = model,
+                         .tokens = {tokens},
+                         .attention_chunks = {},
+                         .recompute = {Recompute::kNone},
+                         .dtype = "float32",
+                         .timing = kQuick};
+  Result<pb::CostTable> table = ProfileLayers(request, nullptr);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  EXPECT_FALSE(table->st_overlap());
+  double saving[2] = {0, 0};  // forward, backward: derived below
+  // u: the ST's tiles (heads x ceil(head_dim_v / st_tile), st_tile 64) over
+  // twice as many compute units.
+  const double tiles = model.num_heads() * std::ceil(model.head_dim_v() / 64.0);
+  const double u = 0.5;
+  int phased = 0;
+  for (const pb::CostSample& s : table->samples()) {
+    if (s.layer_kind() != "recurrence") {
+      EXPECT_EQ(s.pre_s() + s.st_s() + s.out_s(), 0) << sim::CostSampleKey(s);
+      continue;
+    }
+    ++phased;
+    EXPECT_GT(s.pre_s(), 0) << sim::CostSampleKey(s);
+    EXPECT_GT(s.st_s(), 0) << sim::CostSampleKey(s);
+    EXPECT_GT(s.out_s(), 0) << sim::CostSampleKey(s);
+    const double X = (1 - u) * s.st_s();
+    saving[s.pass() == "backward"] = std::min(s.pre_s(), X) / 2 + std::min(s.out_s(), X) / 2;
+  }
+  EXPECT_EQ(phased, 2);  // the recurrence forward and backward
+  table->mutable_link()->set_latency_s(1e-6);
+  table->mutable_link()->set_bandwidth_bytes_per_s(1e9);
+  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(*table, "mamba3.textproto");
+  ASSERT_TRUE(index.ok()) << index.status().message();
+
+  pb::Scenario scenario;
+  scenario.set_name("mamba3-phases");
+  *scenario.mutable_model() = model;
+  *scenario.mutable_cluster() = *models::ClusterPreset("cpu");
+  scenario.mutable_cluster()->mutable_device()->set_compute_units(
+      static_cast<std::uint32_t>(tiles / u));
+  scenario.mutable_parallel()->set_pipeline_size(1);
+  scenario.mutable_parallel()->set_tensor_size(1);
+  scenario.mutable_parallel()->set_data_size(1);
+  scenario.mutable_parallel()->set_microbatch_size(1);
+  scenario.mutable_parallel()->set_microbatches(1);
+  scenario.set_seq_len(tokens);
+  double step[2] = {0, 0};  // st_overlap off, on
+  for (bool overlap : {false, true}) {
+    pb::ScheduleSpec spec;
+    spec.set_policy("1f1b");
+    spec.set_chunks(1);
+    spec.set_granularity(1);
+    spec.set_recompute("none");
+    spec.set_st_overlap(overlap);
+    Result<sim::Simulation> run =
+        sim::Simulate(testing::MustResolve(scenario), spec, {.costs = &*index});
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    step[overlap] = run->report.step_time_s();
+  }
+  int recurrence_layers = 0;
+  for (LayerKind k : models::LayerList(model)) recurrence_layers += k == LayerKind::kRecurrence;
+  EXPECT_EQ(recurrence_layers, model.num_layers());
+  const double expected = recurrence_layers * (saving[0] + saving[1]);
+  EXPECT_GT(expected, 0);
+  EXPECT_NEAR(step[0] - step[1], expected, 1e-12 * step[0]);
 }
 
 // A hybrid: attention is timed at every (length, prefix) asked for, the
