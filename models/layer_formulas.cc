@@ -412,9 +412,9 @@ void GdnBackwardPass(const GdnSizes& d, double core_ws_bytes, Events* ev) {
 // HqD = Hq d; everything but C is split by TP. K and V live in the stage's
 // K/V buffer (memory_model.h), never in the layer's events.
 struct AttnSizes {
-  double C, F, Hq, HqD;
-  AttnSizes(const Dims& x, int tp)
-      : C(x.h), F(x.m / tp), Hq(x.hq / tp), HqD(x.hq * x.d / tp) {}
+  double C, F, Hq, HqD, KV;
+  AttnSizes(const Dims& x, int tp, double kv_heads)
+      : C(x.h), F(x.m / tp), Hq(x.hq / tp), HqD(x.hq * x.d / tp), KV(kv_heads * x.d / tp) {}
 };
 
 // AttentionLayer::MlpForward: the pre-norm SwiGLU MLP; ends holding y.
@@ -466,6 +466,11 @@ void AttnBackwardPass(const AttnSizes& d, const TensorBytes& b, Events* ev) {
   // MixerInputsBackward.
   ev->Act(kWs, d.C);         // dxn
   ev->Act(kWs, d.C);         // part
+  if (b.act < b.stat()) {    // bf16: one sequence's rows of the fp32 K/V
+    const double rows = b.seq_tokens * d.KV * b.act;  // gradient, rounded
+    ev->Bytes(kWs, rows);
+    ev->Bytes(kWs, -rows);
+  }
   ev->FreeAct(kWs, 2 * d.C + d.HqD);  // part, dxn, dq
 }
 
@@ -474,7 +479,7 @@ void AttnBackwardPass(const AttnSizes& d, const TensorBytes& b, Events* ev) {
 MemorySegment AttentionLayerForwardMemory(const pb::ModelSpec& model,
                                           const TensorBytes& b,
                                           bool recompute_full) {
-  const AttnSizes d(DimsOf(model), b.tensor_size);
+  const AttnSizes d(DimsOf(model), b.tensor_size, KvHeads(model));
   Events ev(b);
   ev.Act(kAct, d.C);  // x, the layer input, copied
   const BufferClass saved = recompute_full ? kWs : kAct;
@@ -486,7 +491,7 @@ MemorySegment AttentionLayerForwardMemory(const pb::ModelSpec& model,
 MemorySegment AttentionLayerBackwardMemory(const pb::ModelSpec& model,
                                            const TensorBytes& b,
                                            bool recompute_full) {
-  const AttnSizes d(DimsOf(model), b.tensor_size);
+  const AttnSizes d(DimsOf(model), b.tensor_size, KvHeads(model));
   Events ev(b);
   if (recompute_full) {
     AttnForwardPass(d, kWs, &ev);  // the replay (K/V read from the buffer), then its unused output

@@ -18,6 +18,8 @@ namespace stateflow::backend {
 
 std::unique_ptr<AttentionOps<float>> MakeCudaAttentionOpsF32(cublasHandle_t cublas,
                                                              cudaStream_t stream);
+std::unique_ptr<AttentionOps<bf16>> MakeCudaAttentionOpsBf16(cublasHandle_t cublas,
+                                                            cudaStream_t stream);
 std::unique_ptr<AttentionOps<double>> MakeCudaAttentionOpsF64(cublasHandle_t cublas,
                                                               cudaStream_t stream);
 

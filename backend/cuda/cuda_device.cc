@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "backend/cuda/cuda_attention_ops.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/device/block_cache.h"
@@ -103,6 +104,9 @@ class CudaDevice final : public Device {
     dev->ops_f32_ = MakeCudaOpsF32(&dev->streams_);
     dev->ops_f64_ = MakeCudaOpsF64(&dev->streams_);
     dev->ops_bf16_ = MakeCudaOpsBf16(&dev->streams_);
+    dev->attn_f32_ = MakeCudaAttentionOpsF32(dev->cublas_, dev->stream_);
+    dev->attn_f64_ = MakeCudaAttentionOpsF64(dev->cublas_, dev->stream_);
+    dev->attn_bf16_ = MakeCudaAttentionOpsBf16(dev->cublas_, dev->stream_);
     SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_start_));
     SF_CUDA_RETURN_IF_ERROR(cudaEventCreate(&dev->timer_stop_));
     return dev;
@@ -111,6 +115,9 @@ class CudaDevice final : public Device {
     ops_f32_.reset();
     ops_f64_.reset();
     ops_bf16_.reset();
+    attn_f32_.reset();
+    attn_f64_.reset();
+    attn_bf16_.reset();
     memory_.reset();
     if (timer_start_ != nullptr) cudaEventDestroy(timer_start_);
     if (timer_stop_ != nullptr) cudaEventDestroy(timer_stop_);
@@ -154,6 +161,9 @@ class CudaDevice final : public Device {
   Ops<float>& ops_f32() override { return *ops_f32_; }
   Ops<double>& ops_f64() override { return *ops_f64_; }
   Ops<bf16>* ops_bf16() override { return ops_bf16_.get(); }
+  AttentionOps<float>* attention_ops_f32() override { return attn_f32_.get(); }
+  AttentionOps<double>* attention_ops_f64() override { return attn_f64_.get(); }
+  AttentionOps<bf16>* attention_ops_bf16() override { return attn_bf16_.get(); }
 
  private:
   CudaDevice(int index, std::string gpu_name) : index_(index), gpu_name_(std::move(gpu_name)) {}
@@ -169,6 +179,9 @@ class CudaDevice final : public Device {
   std::unique_ptr<Ops<float>> ops_f32_;
   std::unique_ptr<Ops<double>> ops_f64_;
   std::unique_ptr<Ops<bf16>> ops_bf16_;
+  std::unique_ptr<AttentionOps<float>> attn_f32_;
+  std::unique_ptr<AttentionOps<double>> attn_f64_;
+  std::unique_ptr<AttentionOps<bf16>> attn_bf16_;
 };
 
 }  // namespace

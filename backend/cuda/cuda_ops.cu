@@ -39,6 +39,12 @@ std::unique_ptr<AttentionOps<float>> MakeCudaAttentionOpsF32(
       CudaExec{handle, stream, nullptr});
 }
 
+std::unique_ptr<AttentionOps<bf16>> MakeCudaAttentionOpsBf16(
+    cublasHandle_t handle, cudaStream_t stream) {
+  return std::make_unique<GridAttentionOps<bf16, CudaExec>>(
+      CudaExec{handle, stream, nullptr});
+}
+
 std::unique_ptr<AttentionOps<double>> MakeCudaAttentionOpsF64(
     cublasHandle_t handle, cudaStream_t stream) {
   return std::make_unique<GridAttentionOps<double, CudaExec>>(

@@ -71,7 +71,7 @@ class Device {
     } else if constexpr (std::is_same_v<T, double>) {
       return attention_ops_f64();
     } else {
-      return nullptr;  // no bf16 attention kernels yet (docs/backend.md)
+      return attention_ops_bf16();
     }
   }
 
@@ -99,6 +99,7 @@ class Device {
   virtual Ops<bf16>* ops_bf16() { return nullptr; }
   virtual AttentionOps<float>* attention_ops_f32() { return nullptr; }
   virtual AttentionOps<double>* attention_ops_f64() { return nullptr; }
+  virtual AttentionOps<bf16>* attention_ops_bf16() { return nullptr; }
 
  private:
   double timer_start_s_ = -1;  // steady clock at TimerStart; -1: none open

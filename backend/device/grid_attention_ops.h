@@ -34,7 +34,7 @@ class GridAttentionOps final : public AttentionOps<T> {
                               o, lse, q, k, v, Shape(s, start, Hq, Hkv, d, k_tile),
                               Scale(d)});
   }
-  void AttentionBackward(T* dq, T* dk, T* dv, StatOf<T>* D, const T* dO, const T* o,
+  void AttentionBackward(T* dq, StatOf<T>* dk, StatOf<T>* dv, StatOf<T>* D, const T* dO, const T* o,
                          const StatOf<T>* lse, const T* q, const T* k, const T* v,
                          int64_t s, int64_t start, int64_t Hq, int64_t Hkv,
                          int64_t d, int64_t /*q_tile*/,
@@ -61,7 +61,9 @@ class GridAttentionOps final : public AttentionOps<T> {
                                int64_t Hkv, int64_t d, int64_t k_tile) {
     return {s, start, Hq, Hkv, d, k_tile};
   }
-  static T Scale(int64_t d) { return T(1) / grid::Sqrt(static_cast<T>(d)); }
+  static ComputeOf<T> Scale(int64_t d) {
+    return ComputeOf<T>(1) / grid::Sqrt(static_cast<ComputeOf<T>>(d));
+  }
 
   Exec exec_;
 };

@@ -23,7 +23,7 @@ class HostGrid final : public Device {
  public:
   HostGrid()
       : f32_(HostExec{}), f64_(HostExec{}), bf16_(HostExec{}), attn32_(HostExec{}),
-        attn64_(HostExec{}) {}
+        attn64_(HostExec{}), attnbf16_(HostExec{}) {}
   HostGrid(const HostGrid&) = delete;
   HostGrid& operator=(const HostGrid&) = delete;
 
@@ -39,6 +39,7 @@ class HostGrid final : public Device {
   Ops<bf16>* ops_bf16() override { return &bf16_; }
   AttentionOps<float>* attention_ops_f32() override { return &attn32_; }
   AttentionOps<double>* attention_ops_f64() override { return &attn64_; }
+  AttentionOps<bf16>* attention_ops_bf16() override { return &attnbf16_; }
 
  private:
   GridOps<float, HostExec> f32_;
@@ -46,6 +47,7 @@ class HostGrid final : public Device {
   GridOps<bf16, HostExec> bf16_;
   GridAttentionOps<float, HostExec> attn32_;
   GridAttentionOps<double, HostExec> attn64_;
+  GridAttentionOps<bf16, HostExec> attnbf16_;
 };
 
 // The process's host-grid device (constructed on first use).

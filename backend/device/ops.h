@@ -396,7 +396,9 @@ class AttentionOps {
                                 const T* v, int64_t s, int64_t start,
                                 int64_t Hq, int64_t Hkv, int64_t d,
                                 int64_t q_tile, int64_t k_tile) = 0;
-  virtual void AttentionBackward(T* dq, T* dk, T* dv, StatOf<T>* D,
+  // dk, dv: the K/V gradient accumulator, StatOf<T> (fp32 in bf16, as the
+  // memory model's kv_buffers count it), added to.
+  virtual void AttentionBackward(T* dq, StatOf<T>* dk, StatOf<T>* dv, StatOf<T>* D,
                                  const T* dO, const T* o,
                                  const StatOf<T>* lse, const T* q,
                                  const T* k, const T* v, int64_t s,

@@ -46,6 +46,11 @@ using MasterOf = typename Precision<T>::Master;
 template <typename T>
 using ComputeOf = typename Precision<T>::Compute;
 
+// The largest head dim of bf16 attention: its kernels keep a row of running
+// sums in float locals (grid_kernels/attention.h AccRow); the layer refuses
+// more.
+inline constexpr long kMaxBf16AttentionHeadDim = 256;
+
 // Whether T keeps fp32 master weights apart from its working copy.
 template <typename T>
 inline constexpr bool kHasMaster = !std::is_same_v<MasterOf<T>, T>;

@@ -73,15 +73,15 @@ Status KvBuffer<T>::MakeGrads(TrackingAllocator& alloc) {
     return Status::Invalid("K/V buffer: gradients before the buffer (KvBuffer::Make first)");
   }
   const BufferClass cls = BufferClass::kKvBuffers;
-  SF_ASSIGN_OR_RETURN(dk, Tensor<T>::Zeros(alloc, cls, k.shape()));
-  SF_ASSIGN_OR_RETURN(dv, Tensor<T>::Zeros(alloc, cls, k.shape()));
+  SF_ASSIGN_OR_RETURN(dk, Tensor<StatOf<T>>::Zeros(alloc, cls, k.shape()));
+  SF_ASSIGN_OR_RETURN(dv, Tensor<StatOf<T>>::Zeros(alloc, cls, k.shape()));
   return Status::Ok();
 }
 
 template <typename T>
 int64_t KvBuffer<T>::Bytes(const AttentionLayerDims& d, int64_t batch,
                            int64_t seq_len) {
-  return 2 * batch * seq_len * d.KV() * static_cast<int64_t>(sizeof(T));
+  return 2 * batch * seq_len * d.KV() * static_cast<int64_t>(sizeof(T));  // k, v
 }
 
 template <typename T>
@@ -111,6 +111,11 @@ Result<AttentionLayer<T>> AttentionLayer<T>::Make(TrackingAllocator& alloc,
   if (alloc.device().template attention_ops<T>() == nullptr) {
     return LayerError(layer, "device " + alloc.device().name() +
                                  " has no attention kernels yet (run it with --device cpu)");
+  }
+  if (std::is_same_v<T, bf16> && d.D > kMaxBf16AttentionHeadDim) {
+    return LayerError(layer, "bf16 attention keeps a head's row of sums in float locals: head dim " +
+                                 std::to_string(d.D) + " is over " +
+                                 std::to_string(kMaxBf16AttentionHeadDim));
   }
   if (d.Hq % d.Hkv != 0) {
     return LayerError(layer, "attn_heads " + std::to_string(d.Hq) +
@@ -144,8 +149,9 @@ Result<AttentionLayer<T>> AttentionLayer<T>::Make(TrackingAllocator& alloc,
 }
 
 template <typename T>
-Result<Tensor<T>> AttentionLayer<T>::New(BufferClass cls, Shape shape) {
-  return Tensor<T>::Uninitialized(*alloc_, cls, std::move(shape));
+template <typename E>
+Result<Tensor<E>> AttentionLayer<T>::New(BufferClass cls, Shape shape) {
+  return Tensor<E>::Uninitialized(*alloc_, cls, std::move(shape));
 }
 
 // `t` is (R, C) with R a multiple of batch, and the chunk fits the buffer.
@@ -216,9 +222,9 @@ Status AttentionLayer<T>::MixerForward(AttentionLayerSaved<T>* s,
   const AttentionLayerDims& d = dims_;
   const int64_t R = s->x.dim(0), B = s->batch, S = R / B, start = s->start;
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {R, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd1, New(cls, {R}));
+  SF_ASSIGN_OR_RETURN(s->rstd1, New<StatOf<T>>(cls, {R}));
   ops().RmsNormForward(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
-                    R, d.C, static_cast<T>(d.norm_eps));
+                    R, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->q, New(cls, {R, d.HqD()}));
   ops().LinearForward(s->q.data(), s->xn.data(), w(kQProj), nullptr, R, d.C, d.HqD());
   for (int64_t b = 0; b < B; ++b) {
@@ -232,7 +238,7 @@ Status AttentionLayer<T>::MixerForward(AttentionLayerSaved<T>* s,
     ops().LinearForward(v, xn, w(kVProj), nullptr, S, d.C, d.KV());
   }
   SF_ASSIGN_OR_RETURN(s->o, New(cls, {R, d.HqD()}));
-  SF_ASSIGN_OR_RETURN(s->lse, New(cls, {R, d.Hq}));
+  SF_ASSIGN_OR_RETURN(s->lse, New<StatOf<T>>(cls, {R, d.Hq}));
   for (int64_t b = 0; b < B; ++b) {
     attn().AttentionForward(s->o.data() + b * S * d.HqD(), s->lse.data() + b * S * d.Hq,
                         s->q.data() + b * S * d.HqD(),
@@ -253,9 +259,9 @@ Status AttentionLayer<T>::MlpForward(Tensor<T>* y, AttentionLayerSaved<T>* s,
   const AttentionLayerDims& d = dims_;
   const int64_t R = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->hn, New(cls, {R, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd2, New(cls, {R}));
+  SF_ASSIGN_OR_RETURN(s->rstd2, New<StatOf<T>>(cls, {R}));
   ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
-                    R, d.C, static_cast<T>(d.norm_eps));
+                    R, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
   SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {R, d.F}));
   SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {R, d.F}));
   SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {R, d.F}));  // (R, F)
@@ -351,7 +357,7 @@ Status AttentionLayer<T>::AttentionBackwardPass(Tensor<T>* dq,
   ops().LinearBackward(d_o.data(), dw(kOProj), nullptr, dh.data(), s.o.data(),
                     w(kOProj), R, d.HqD(), d.C);
   SF_ASSIGN_OR_RETURN(*dq, New(kWs, {R, d.HqD()}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> D, New(kWs, {S, d.Hq}));  // (S, Hq) one sequence's
+  SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> D, New<StatOf<T>>(kWs, {S, d.Hq}));  // (S, Hq) one sequence's
   for (int64_t b = 0; b < B; ++b) {
     const int64_t kv0 = KvRow(*kv, b, 0) * d.KV();
     attn().AttentionBackward(dq->data() + b * S * d.HqD(), kv->dk.data() + kv0,
@@ -379,18 +385,32 @@ Status AttentionLayer<T>::MixerInputsBackward(Tensor<T>* dx,
   ops().LinearBackward(dxn.data(), dw(kQProj), nullptr, dq.data(), s.xn.data(),
                     w(kQProj), R, d.C, d.HqD());
   SF_ASSIGN_OR_RETURN(Tensor<T> part, New(kWs, {R, d.C}));  // (R, C)
+  // The accumulator is StatOf<T>: its RoPE backward runs in that type.
+  AttentionOps<StatOf<T>>& stat_attn = *alloc_->device().template attention_ops<StatOf<T>>();
   for (int64_t b = 0; b < B; ++b) {
-    attn().RopeBackward(kv->dk.data() + KvRow(*kv, b, start) * d.KV(), S, d.Hkv,
-                    d.D, start, d.rope_theta);
+    stat_attn.RopeBackward(kv->dk.data() + KvRow(*kv, b, start) * d.KV(), S, d.Hkv, d.D, start,
+                           d.rope_theta);
+  }
+  // bf16: the chunk's rows of the fp32 accumulator rounded for the GEMMs.
+  Tensor<T> rows;  // (S, KV), bf16 only
+  if constexpr (!std::is_same_v<StatOf<T>, T>) {
+    SF_ASSIGN_OR_RETURN(rows, New(kWs, {S, d.KV()}));
   }
   for (const auto& [grad, id] : {std::pair{&kv->dk, kKProj}, std::pair{&kv->dv, kVProj}}) {
     for (int64_t b = 0; b < B; ++b) {
-      ops().LinearBackward(part.data() + b * S * d.C, dw(id), nullptr,
-                        grad->data() + KvRow(*kv, b, start) * d.KV(),
-                        s.xn.data() + b * S * d.C, w(id), S, d.C, d.KV());
+      const T* g = nullptr;
+      if constexpr (std::is_same_v<StatOf<T>, T>) {
+        g = grad->data() + KvRow(*kv, b, start) * d.KV();
+      } else {
+        ops().Narrow(rows.data(), grad->data() + KvRow(*kv, b, start) * d.KV(), S * d.KV());
+        g = rows.data();
+      }
+      ops().LinearBackward(part.data() + b * S * d.C, dw(id), nullptr, g,
+                           s.xn.data() + b * S * d.C, w(id), S, d.C, d.KV());
     }
     ops().Add(dxn.data(), part.data(), dxn.numel());
   }
+  rows = Tensor<T>();
   ops().RmsNormBackward(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
                      w(kAttnNorm), s.rstd1.data(), R, d.C);
   ops().Add(dx->data(), part.data(), dx->numel());
@@ -403,6 +423,7 @@ Status AttentionLayer<T>::MixerInputsBackward(Tensor<T>* dx,
   template class AttentionLayer<T>;
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
+SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE
 
 }  // namespace stateflow::backend

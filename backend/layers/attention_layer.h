@@ -77,7 +77,8 @@ struct AttentionLayerDims {
 template <typename T>
 struct KvBuffer {
   Tensor<T> k, v;    // (B, T, KV) K after RoPE, and V, of the positions written so far
-  Tensor<T> dk, dv;  // (B, T, KV) their gradients, accumulated over chunks
+  Tensor<StatOf<T>> dk, dv;  // (B, T, KV) their gradients, accumulated over
+                             // chunks (fp32 in bf16)
 
   // k, v zeros (no gradients yet). Errors: batch or seq_len < 1, capacity.
   static Result<KvBuffer> Make(TrackingAllocator& alloc,
@@ -97,10 +98,13 @@ struct AttentionLayerSaved {
   bool recompute_full = false;
   int64_t batch = 0, start = 0;  // of the forward that filled it
   Tensor<T> x;                   // (R, C) layer input
-  Tensor<T> xn, rstd1;           // (R, C) pre-norm output, (R) its 1/rms
+  Tensor<T> xn;                  // (R, C) pre-norm output
+  Tensor<StatOf<T>> rstd1;       // (R) its 1/rms
   Tensor<T> q;                   // (R, HqD) queries after RoPE
-  Tensor<T> o, lse;              // (R, HqD) attention output, (R, Hq) log-sum-exp
-  Tensor<T> h, hn, rstd2;        // (R, C) after the mixer, (R, C), (R)
+  Tensor<T> o;                   // (R, HqD) attention output
+  Tensor<StatOf<T>> lse;         // (R, Hq) log-sum-exp
+  Tensor<T> h, hn;               // (R, C) after the mixer, (R, C)
+  Tensor<StatOf<T>> rstd2;       // (R)
   Tensor<T> mlp_gate, mlp_up;    // (R, F) SwiGLU gate and up projections
 
   // Elements per token under kNone: 4C + 2F + 2 + 2 HqD + Hq.
@@ -165,9 +169,10 @@ class AttentionLayer {
                  int layer)
       : alloc_(alloc), dims_(dims), layer_(layer) {}
 
-  Result<Tensor<T>> New(BufferClass cls, Shape shape);
+  template <typename E = T>
+  Result<Tensor<E>> New(BufferClass cls, Shape shape);
   const T* w(ParamId id) const { return params_[id].value.data(); }
-  T* dw(ParamId id) { return params_[id].grad.data(); }
+  GradOf<T>* dw(ParamId id) { return params_[id].grad.data(); }
   Status CheckChunk(const char* what, const Tensor<T>& t, int64_t batch,
                     int64_t start, const KvBuffer<T>& kv) const;
   // Row offset of sequence b's position `pos` in a (B, T, .) buffer.

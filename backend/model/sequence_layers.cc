@@ -181,16 +181,10 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
                            std::to_string(num_layers) + ")");
   }
   if (models::IsAttentionBlock(model, l - 1)) {
-    if constexpr (std::is_same_v<T, bf16>) {
-      return Status::Invalid("train.dtype: bf16 has no attention kernels yet (layer " +
-                             std::to_string(l) +
-                             " is attention); bf16 trains the gdn and mamba3 families");
-    } else {
     SF_ASSIGN_OR_RETURN(auto attn, AttentionLayer<T>::Make(*alloc, AttentionLayerDims::FromModel(model),
                                                            l, num_layers, options.seed));
     return std::unique_ptr<SequenceLayer<T>>(
         std::make_unique<AttentionSequenceLayer<T>>(std::move(attn), alloc, options.recompute));
-    }
   }
   if (model.architecture() == "gdn") {
     GdnLayerDims dims = GdnLayerDims::FromModel(model);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/device/bf16.h"
+#include "backend/device/grid_attention_ops.h"
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
 #include "backend/device/host_grid_device.h"
@@ -435,10 +436,49 @@ TEST(GridBf16, Mamba3CoreIsTheFloatCoreOnWidenedInputs) {
   });
 }
 
+// Attention keeps each row's running sums (o; dq) in float locals and
+// stores them once: bit for bit the float kernels' rounded results; the
+// log-sum-exps, D and the K/V gradient accumulator (dk, dv) are float. Grouped queries (Hq = 4, Hkv = 2), a
+// prefix of earlier keys (start = 5), key tiles of 4.
+TEST(GridBf16, AttentionRoundsOnceBitForBit) {
+  constexpr int64_t s = 9, start = 5, Hq = 4, Hkv = 2, d = 8, keys = start + s;
+  const auto run_attention = [](auto& ops, auto& b) {
+    using T = std::remove_pointer_t<decltype(b("o"))>;
+    GridAttentionOps<T, HostExec> attn{HostExec{}};
+    attn.AttentionForward(b("o"), b.S("lse"), b("q"), b("k"), b("v"), s, start, Hq, Hkv, d, 4,
+                          4);
+    (void)ops;
+  };
+  const std::vector<Spec> fwd = {{"o", s * Hq * d}, {"lse", s * Hq, true},
+                                 {"q", s * Hq * d}, {"k", keys * Hkv * d},
+                                 {"v", keys * Hkv * d}};
+  Check("AttentionForward", fwd, run_attention);
+  Check("AttentionBackward",
+        {{"dq", s * Hq * d}, {"dk", keys * Hkv * d, true}, {"dv", keys * Hkv * d, true},
+         {"D", s * Hq, true}, {"dO", s * Hq * d}, {"o", s * Hq * d},
+         {"lse", s * Hq, true, 1, 3}, {"q", s * Hq * d}, {"k", keys * Hkv * d},
+         {"v", keys * Hkv * d}},
+        [](auto& ops, auto& b) {
+          using T = std::remove_pointer_t<decltype(b("o"))>;
+          GridAttentionOps<T, HostExec> attn{HostExec{}};
+          attn.AttentionBackward(b("dq"), b.S("dk"), b.S("dv"), b.S("D"), b("dO"), b("o"),
+                                 b.S("lse"), b("q"), b("k"), b("v"), s, start, Hq, Hkv, d, 4,
+                                 4);
+          (void)ops;
+        });
+  Check("Rope", {{"x", s * Hq * d}, {"dx", s * Hq * d}}, [](auto& ops, auto& b) {
+    using T = std::remove_pointer_t<decltype(b("x"))>;
+    GridAttentionOps<T, HostExec> attn{HostExec{}};
+    attn.RopeForward(b("x"), s, Hq, d, start, 10000.0);
+    attn.RopeBackward(b("dx"), s, Hq, d, start, 10000.0);
+    (void)ops;
+  });
+}
+
 TEST(GridBf16, HostGridHasBf16AndTheCpuDoesNot) {
   EXPECT_TRUE(HostGridDevice().has_bf16());
   EXPECT_FALSE(CpuDevice().has_bf16());
-  EXPECT_EQ(HostGridDevice().attention_ops<bf16>(), nullptr);
+  EXPECT_NE(HostGridDevice().attention_ops<bf16>(), nullptr);
   // Widen is exact; Narrow rounds to nearest even (ties to even).
   Ops<bf16>& ops = HostGridDevice().ops<bf16>();
   std::vector<bf16> h = {bf16(1.0f), bf16(-2.5f)};

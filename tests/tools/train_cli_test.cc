@@ -613,7 +613,7 @@ const std::vector<std::string> kBf16 = {"--device", "host-grid", "-T", "96", "-M
                                         "-N", "2", "--json"};
 
 TEST(TrainCli, Bf16TracksFloat32AndRanksGiveOneProcessBits) {
-  for (const char* model : {"gdn-tiny", "mamba3-tiny"}) {
+  for (const char* model : {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny"}) {
     SCOPED_TRACE(model);
     const std::vector<std::string> args = With(kBf16, {"--model", model, "--steps", "4"});
     const Finished b = RunFor(Train(With(args, {"--dtype", "bf16"})), TempPrefix("bf16"));
@@ -676,11 +676,6 @@ TEST(TrainCli, Bf16WithoutItsKernelsIsOneLine) {
   Finished f = RunFor(Train({"--dtype", "bf16", "--steps", "1"}), TempPrefix("bf16-cpu"));
   EXPECT_EQ(f.exit_code, 2);
   ExpectOneLine(f, "train.dtype: bf16 runs on the grid devices");
-  f = RunFor(Train({"--dtype", "bf16", "--device", "host-grid", "--model", "gdn-hybrid-tiny",
-                    "--steps", "1"}),
-             TempPrefix("bf16-attn"));
-  EXPECT_EQ(f.exit_code, 2);
-  ExpectOneLine(f, "bf16 has no attention kernels yet");
   f = RunFor(Train({"--dtype", "bfloat16", "--steps", "1"}), TempPrefix("bf16-name"));
   EXPECT_EQ(f.exit_code, 2);
   ExpectOneLine(f, "(known: float32, float64, bf16)");

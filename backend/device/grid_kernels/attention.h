@@ -18,12 +18,37 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/device/grid_kernels/math.h"
 #include "backend/device/hd.h"
 #include "backend/device/precision.h"
 
 namespace stateflow::backend::grid {
+
+// A row of d running sums that ends in `out`: where T computes in T (float,
+// double) the row of `out` itself, as it always was; for bf16 a local float
+// row, loaded from `out` or zeroed, written back rounded once by Store, so
+// that the sums never round to bf16 on the way.
+template <typename T, bool kInPlace = std::is_same_v<ComputeOf<T>, T>>
+struct AccRow {
+  T* out;
+  SF_HD AccRow(T* row, int64_t /*d*/, bool /*load*/) : out(row) {}
+  SF_HD T& operator[](int64_t e) { return out[e]; }
+  SF_HD void Store(int64_t /*d*/) {}
+};
+template <typename T>
+struct AccRow<T, false> {
+  T* out;
+  ComputeOf<T> acc[kMaxBf16AttentionHeadDim];
+  SF_HD AccRow(T* row, int64_t d, bool load) : out(row) {
+    for (int64_t e = 0; e < d; ++e) acc[e] = load ? ComputeOf<T>(row[e]) : ComputeOf<T>(0);
+  }
+  SF_HD ComputeOf<T>& operator[](int64_t e) { return acc[e]; }
+  SF_HD void Store(int64_t d) {
+    for (int64_t e = 0; e < d; ++e) out[e] = acc[e];
+  }
+};
 
 struct AttnShape {
   int64_t s, start, Hq, Hkv, d, k_tile;
@@ -47,7 +72,7 @@ struct AttentionForwardFn {
     const int64_t i = idx / a.Hq, h = idx % a.Hq, g = h / a.G();
     const int64_t keys = a.start + i + 1;
     const T* qi = q + a.Q(i, h);
-    T* oi = o + a.Q(i, h);
+    AccRow<T> oi(o + a.Q(i, h), a.d, /*load=*/false);
     for (int64_t e = 0; e < a.d; ++e) oi[e] = ComputeOf<T>(0);
     ComputeOf<T> m = NegInf<T>(), l = ComputeOf<T>(0);
     for (int64_t j0 = 0; j0 < keys; j0 += a.k_tile) {
@@ -68,6 +93,7 @@ struct AttentionForwardFn {
       m = m_new;
     }
     for (int64_t e = 0; e < a.d; ++e) oi[e] /= l;
+    oi.Store(a.d);
     lse[idx] = m + Log(l);
   }
 };
@@ -84,8 +110,8 @@ struct AttentionDeltaFn {
 
 // dS_ij = P_ij (dO_i . v_j - D_i) scale with P_ij = exp(scale q_i . k_j - lse_i).
 template <typename T>
-SF_HD inline void AttentionPair(T* p, T* ds, const T* qi, const T* kj,
-                                const T* dOi, const T* vj, T lse_i, T D_i,
+SF_HD inline void AttentionPair(ComputeOf<T>* p, ComputeOf<T>* ds, const T* qi, const T* kj,
+                                const T* dOi, const T* vj, StatOf<T> lse_i, StatOf<T> D_i,
                                 ComputeOf<T> scale, int64_t d) {
   *p = Exp(scale * Dot(qi, kj, d) - lse_i);
   *ds = *p * (Dot(dOi, vj, d) - D_i) * scale;
@@ -105,15 +131,16 @@ struct AttentionQueryGradFn {
   ComputeOf<T> scale;
   SF_HD void operator()(int64_t idx) const {
     const int64_t i = idx / a.Hq, h = idx % a.Hq, g = h / a.G();
-    T* dqi = dq + a.Q(i, h);
+    AccRow<T> dqi(dq + a.Q(i, h), a.d, /*load=*/false);
     for (int64_t e = 0; e < a.d; ++e) dqi[e] = ComputeOf<T>(0);
     for (int64_t j = 0; j <= a.start + i; ++j) {
       ComputeOf<T> p, ds;
-      AttentionPair(&p, &ds, q + a.Q(i, h), k + a.K(j, g), dO + a.Q(i, h),
+      AttentionPair<T>(&p, &ds, q + a.Q(i, h), k + a.K(j, g), dO + a.Q(i, h),
                     v + a.K(j, g), lse[idx], D[idx], scale, a.d);
       const T* kj = k + a.K(j, g);
       for (int64_t e = 0; e < a.d; ++e) dqi[e] += ds * kj[e];
     }
+    dqi.Store(a.d);
   }
 };
 
@@ -121,8 +148,8 @@ struct AttentionQueryGradFn {
 // i >= j - start of the G query heads that read K/V head g.
 template <typename T>
 struct AttentionKeyValueGradFn {
-  T* dk;
-  T* dv;
+  StatOf<T>* dk;  // the accumulator: fp32 in bf16
+  StatOf<T>* dv;
   const T* dO;
   const StatOf<T>* lse;
   const StatOf<T>* D;
@@ -133,13 +160,13 @@ struct AttentionKeyValueGradFn {
   ComputeOf<T> scale;
   SF_HD void operator()(int64_t idx) const {
     const int64_t j = idx / a.Hkv, g = idx % a.Hkv;
-    T* dkj = dk + a.K(j, g);
-    T* dvj = dv + a.K(j, g);
+    AccRow<StatOf<T>> dkj(dk + a.K(j, g), a.d, /*load=*/true);
+    AccRow<StatOf<T>> dvj(dv + a.K(j, g), a.d, /*load=*/true);
     for (int64_t i = Max<int64_t>(0, j - a.start); i < a.s; ++i) {
       for (int64_t h = g * a.G(); h < (g + 1) * a.G(); ++h) {
         ComputeOf<T> p, ds;
         const int64_t r = i * a.Hq + h;
-        AttentionPair(&p, &ds, q + a.Q(i, h), k + a.K(j, g), dO + a.Q(i, h),
+        AttentionPair<T>(&p, &ds, q + a.Q(i, h), k + a.K(j, g), dO + a.Q(i, h),
                       v + a.K(j, g), lse[r], D[r], scale, a.d);
         const T* qi = q + a.Q(i, h);
         const T* dOi = dO + a.Q(i, h);
@@ -149,6 +176,8 @@ struct AttentionKeyValueGradFn {
         }
       }
     }
+    dkj.Store(a.d);
+    dvj.Store(a.d);
   }
 };
 
