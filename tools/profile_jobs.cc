@@ -139,6 +139,7 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
   const backend::TimingOptions timing = Timing(flags);
   Result<std::vector<pb::LinkSample>> samples =
       flags.dtype == "float64" ? backend::PingPongMpi<double>(*elements, timing)
+      : flags.dtype == "bf16"  ? backend::PingPongMpi<backend::bf16>(*elements, timing)
                                : backend::PingPongMpi<float>(*elements, timing);
   if (!samples.ok()) return Fail(kName, samples.status());
   if (session.rank() != 0) return kExitOk;

@@ -88,6 +88,7 @@ Result<LinkMeasurement> MeasureLink(const std::vector<std::int64_t>& elements,
   const backend::TimingOptions timing = Timing(flags);
   Result<std::vector<pb::LinkSample>> local =
       precision.dtype == "float64" ? backend::PingPongInProcess<double>(elements, timing)
+      : precision.dtype == "bf16"  ? backend::PingPongInProcess<backend::bf16>(elements, timing)
                                    : backend::PingPongInProcess<float>(elements, timing);
   if (!local.ok()) return local.status();
   return LinkMeasurement{*local,
@@ -130,7 +131,8 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
   desc->add_options()("repetitions", Optional(&flags->repetitions),
                       "timed repetitions per sample (default 10)")(
       "warmup", Optional(&flags->warmup), "repetitions thrown away first (default 2)")(
-      "dtype", po::value(&flags->dtype), "float32 or float64 (default: train.dtype)")(
+      "dtype", po::value(&flags->dtype),
+      "float32, float64 or bf16 (bf16 on --device host-grid or cuda; default: train.dtype)")(
       "device", po::value(&flags->device),
       "cpu, host-grid or cuda: where the layers are timed and validate's runs train "
       "(default: train.device, else cpu); on a GPU each pass is timed until the device has "
@@ -149,8 +151,12 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
   SF_ASSIGN_OR_RETURN(backend::TrainOptions train, backend::TrainOptionsFromSpec(scenario.train()));
   Precision p{flags.dtype.empty() ? train.dtype : flags.dtype, train.threads,
               flags.device.empty() ? train.device : flags.device};
-  if (p.dtype != "float32" && p.dtype != "float64") {
-    return Status::Invalid("--dtype: unknown '" + p.dtype + "' (known: float32, float64)");
+  if (p.dtype != "float32" && p.dtype != "float64" && p.dtype != "bf16") {
+    return Status::Invalid("--dtype: unknown '" + p.dtype + "' (known: float32, float64, bf16)");
+  }
+  if (p.dtype == "bf16" && (p.device.empty() || p.device == "cpu")) {
+    return Status::Invalid("--dtype: bf16 runs on the grid devices (--device host-grid or cuda); "
+                           "the cpu device's kernels are float32 and float64");
   }
   if (flags.threads) {
     if (*flags.threads < 1 || *flags.threads > 1024) {

@@ -247,28 +247,32 @@ namespace {
 // tokens (shapes as the layers': gdn_layer.cc, mamba3_layer.cc), all
 // kWorkspace. GDN's decay g is `a`, its dg `da`; the carries and gamma are
 // Mamba-3's only (empty for GDN).
+// States, their gradients and the phase workspaces are StatOf<T> (float in
+// bf16, precision.h), the rest T.
 template <typename T>
 struct CoreBuffers {
-  Tensor<T> q, k, v, a, gamma, beta, S_in, k_in, v_in;  // inputs
-  Tensor<T> dO, dS_out, dk_out, dv_out;                  // inputs of the backward
-  Tensor<T> o, S_out, k_out, v_out;                      // outputs of the forward
-  Tensor<T> dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in;  // of the backward
-  Tensor<T> fws, bws;  // (B, phase workspace) forward, backward
+  Tensor<T> q, k, v, a, gamma, beta, k_in, v_in;  // inputs
+  Tensor<T> dO, dk_out, dv_out;                   // inputs of the backward
+  Tensor<T> o, k_out, v_out;                      // outputs of the forward
+  Tensor<T> dq, dk, dv, da, dgamma, dbeta, dk_in, dv_in;  // of the backward
+  Tensor<StatOf<T>> S_in, dS_out, S_out, dS_in;   // states and their gradients
+  Tensor<StatOf<T>> fws, bws;  // (B, phase workspace) forward, backward
   std::int64_t fws_n = 0, bws_n = 0;  // elements per sequence
 };
 
 template <typename T>
 Status AllocateCoreBuffers(TrackingAllocator& alloc, const CoreDims& d, std::int64_t B,
                            std::int64_t s, CoreBuffers<T>* c) {
-  auto make = [&](Tensor<T>* t, std::vector<std::int64_t> shape) -> Status {
-    SF_ASSIGN_OR_RETURN(*t, Tensor<T>::Zeros(alloc, BufferClass::kWorkspace, shape));
+  auto make = [&](auto* t, std::vector<std::int64_t> shape) -> Status {
+    using Made = std::remove_pointer_t<decltype(t)>;  // Tensor<T> or Tensor<StatOf<T>>
+    SF_ASSIGN_OR_RETURN(*t, Made::Zeros(alloc, BufferClass::kWorkspace, shape));
     return Status::Ok();
   };
   const std::int64_t S = B * s;
   for (Tensor<T>* t : {&c->q, &c->k, &c->dq, &c->dk}) SF_RETURN_IF_ERROR(make(t, {S, d.HK()}));
   for (Tensor<T>* t : {&c->v, &c->dO, &c->o, &c->dv}) SF_RETURN_IF_ERROR(make(t, {S, d.HV()}));
   for (Tensor<T>* t : {&c->a, &c->beta, &c->da, &c->dbeta}) SF_RETURN_IF_ERROR(make(t, {S, d.H}));
-  for (Tensor<T>* t : {&c->S_in, &c->dS_out, &c->S_out, &c->dS_in}) {
+  for (Tensor<StatOf<T>>* t : {&c->S_in, &c->dS_out, &c->S_out, &c->dS_in}) {
     SF_RETURN_IF_ERROR(make(t, {B, d.state()}));
   }
   if (d.mamba3) {
@@ -474,6 +478,13 @@ template Result<std::vector<double>> TimeOptimizerPerParam<float>(const pb::Mode
                                                                   const TimingOptions&,
                                                                   Device*);
 template Result<std::vector<double>> TimeOptimizerPerParam<double>(const pb::ModelSpec&,
+                                                                   const TimingOptions&,
+                                                                   Device*);
+template class LayerTimer<bf16>;
+template Result<PassSamples> TimeLayerPasses<bf16>(const pb::ModelSpec&, models::LayerKind,
+                                                     models::Recompute, std::int64_t,
+                                                     const TimingOptions&);
+template Result<std::vector<double>> TimeOptimizerPerParam<bf16>(const pb::ModelSpec&,
                                                                    const TimingOptions&,
                                                                    Device*);
 

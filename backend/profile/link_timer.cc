@@ -176,5 +176,9 @@ template Result<std::vector<pb::LinkSample>> PingPongInProcess<float>(
     const std::vector<std::int64_t>&, const TimingOptions&);
 template Result<std::vector<pb::LinkSample>> PingPongInProcess<double>(
     const std::vector<std::int64_t>&, const TimingOptions&);
+template Result<std::vector<pb::LinkSample>> PingPongMpi<bf16>(const std::vector<std::int64_t>&,
+                                                               const TimingOptions&);
+template Result<std::vector<pb::LinkSample>> PingPongInProcess<bf16>(
+    const std::vector<std::int64_t>&, const TimingOptions&);
 
 }  // namespace stateflow::backend

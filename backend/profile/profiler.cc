@@ -161,8 +161,13 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   if (request.timing.repetitions < 1) return Status::Invalid("--repetitions must be >= 1");
   if (request.timing.warmup < 0) return Status::Invalid("--warmup must be >= 0");
   if (request.recompute.empty()) return Status::Invalid("profile: no recompute modes to time");
-  if (request.dtype != "float32" && request.dtype != "float64") {
-    return Status::Invalid("--dtype: unknown '" + request.dtype + "' (known: float32, float64)");
+  if (request.dtype != "float32" && request.dtype != "float64" && request.dtype != "bf16") {
+    return Status::Invalid("--dtype: unknown '" + request.dtype +
+                           "' (known: float32, float64, bf16)");
+  }
+  if (request.dtype == "bf16" && (request.device == nullptr || !request.device->has_bf16())) {
+    return Status::Invalid("--dtype: bf16 runs on the grid devices (--device host-grid or "
+                           "cuda); the cpu device's kernels are float32 and float64");
   }
   pb::CostTable table;
   *table.mutable_model() = request.model;
@@ -172,6 +177,7 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   table.set_st_overlap(request.st_overlap);
   table.set_st_tile(static_cast<std::uint32_t>(std::max(0, request.st_tile)));
   const Status filled = request.dtype == "float64" ? Fill<double>(request, progress, &table)
+                        : request.dtype == "bf16"  ? Fill<bf16>(request, progress, &table)
                                                    : Fill<float>(request, progress, &table);
   SF_RETURN_IF_ERROR(filled);
   return table;

@@ -3,7 +3,9 @@
 // losses against the CPU device's
 // (< 1e-9 relative: reduction orders differ), chunked (N = 4) against
 // unchunked (N = 1) on the GPU, and P = 2 ranks over NCCL against one
-// process when two GPUs are visible. With no CUDA device every case is
+// process when two GPUs are visible; and bf16 on the GPU against bf16 on the
+// host-grid device (the same arithmetic, cuBLAS's products in another order:
+// within bf16's precision, 1e-2 relative). With no CUDA device every case is
 // SKIPPED with the reason (never passed). Written and compiled on a machine
 // without a GPU: it has not run on one.
 #include <cuda_runtime_api.h>
@@ -24,9 +26,10 @@ int VisibleGpus() {
 
 // The losses of `stateflow-cuda train ... --json`, from the report's
 // "losses" array (a small parser: the array of numbers after the key).
-std::vector<double> Losses(const std::string& args, const std::string& model = "gdn-tiny") {
+std::vector<double> Losses(const std::string& args, const std::string& model = "gdn-tiny",
+                          const std::string& dtype = "float64") {
   const std::string command = std::string(SF_BINARY_DIR) + "/stateflow-cuda train --model " +
-                              model + " --dtype float64 --steps 4 --json " + args;
+                              model + " --dtype " + dtype + " --steps 4 --json " + args;
   FILE* pipe = popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr) << command;
   std::string out;
@@ -46,11 +49,21 @@ std::vector<double> Losses(const std::string& args, const std::string& model = "
   return losses;
 }
 
-void ExpectClose(const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+void ExpectClose(const std::vector<double>& a, const std::vector<double>& b, const char* what,
+                 double tol = 1e-9) {
   ASSERT_EQ(a.size(), b.size()) << what;
   ASSERT_FALSE(a.empty()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_LT(std::abs(a[i] - b[i]), 1e-9 * std::abs(b[i])) << what << ", step " << i;
+    EXPECT_LT(std::abs(a[i] - b[i]), tol * std::abs(b[i])) << what << ", step " << i;
+  }
+}
+
+// bf16 (every family) on the GPU against bf16 on host-grid.
+TEST(CudaTrain, Bf16TracksTheHostGridDevice) {
+  if (VisibleGpus() < 1) GTEST_SKIP() << "no CUDA device visible";
+  for (const char* model : {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny", "mamba3-hybrid-tiny"}) {
+    ExpectClose(Losses("--device cuda", model, "bf16"), Losses("--device host-grid", model, "bf16"),
+                model, 1e-2);
   }
 }
 
