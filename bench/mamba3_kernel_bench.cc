@@ -119,7 +119,7 @@ void Mamba3ForwardThreads(benchmark::State& state) {
   for (auto _ : state) {
     core(o.data(), S_out.data(), k_out.data(), v_out.data(), in.q.data(), in.k.data(),
          in.v.data(), in.a.data(), in.gamma.data(), in.beta.data(), in.S_in.data(),
-         in.k_in.data(), in.v_in.data(), in.T, in.H, in.N, in.P, kMamba3BlockSize);
+         in.k_in.data(), in.v_in.data(), in.T, in.H, in.N, in.P, kMamba3BlockSize, /*st_tile=*/0);
     benchmark::DoNotOptimize(o.data());
     benchmark::ClobberMemory();
   }
@@ -143,7 +143,7 @@ void Mamba3BackwardThreads(benchmark::State& state) {
          dS_in.data(), dk_in.data(), dv_in.data(), ws.data(), dO.data(), dS_out.data(),
          dk_out.data(), dv_out.data(), in.q.data(), in.k.data(), in.v.data(), in.a.data(),
          in.gamma.data(), in.beta.data(), in.S_in.data(), in.k_in.data(), in.v_in.data(),
-         in.T, in.H, in.N, in.P, kMamba3BlockSize);
+         in.T, in.H, in.N, in.P, kMamba3BlockSize, /*st_tile=*/0);
     benchmark::DoNotOptimize(dq.data());
     benchmark::ClobberMemory();
   }
@@ -160,6 +160,33 @@ void Configs(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond);
 }
 
+// The ST tile on the CPU, as GdnForwardStTile: one head (d_state 128, head
+// dim 64), sequential on 1 thread, and overlapped on 2 threads untiled (B_V
+// 0) and at B_V 32 and 16 (2 and 4 ST chains per block).
+void Mamba3ForwardStTile(benchmark::State& state) {
+  const bool overlapped = state.range(0) != 0;
+  const int64_t tile = state.range(2);
+  SetKernelThreads(overlapped ? 2 : 1);
+  const Mamba3Inputs in(state.range(1), 1, 128, 64);
+  std::vector<float> o(in.T * in.H * in.P), S_out(in.H * in.P * in.N),
+      k_out(in.H * in.N), v_out(in.H * in.P);
+  auto* core = overlapped ? &Mamba3CoreForwardOverlapped<float> : &Mamba3CoreForward<float>;
+  for (auto _ : state) {
+    core(o.data(), S_out.data(), k_out.data(), v_out.data(), in.q.data(), in.k.data(),
+         in.v.data(), in.a.data(), in.gamma.data(), in.beta.data(), in.S_in.data(),
+         in.k_in.data(), in.v_in.data(), in.T, in.H, in.N, in.P, kMamba3BlockSize, tile);
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  SetKernelThreads(1);
+  SetRate(state, CountMamba3CoreFlops(in.T, in.H, in.N, in.P).forward);
+}
+
+BENCHMARK(Mamba3ForwardStTile)
+    ->ArgNames({"overlap", "T", "B_V"})
+    ->ArgsProduct({{0, 1}, {1024, 4096}, {0, 32, 16}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(Mamba3ForwardThreads)
     ->ArgNames({"mode", "T", "H"})
     ->ArgsProduct({{0, 1, 2}, {256, 1024, 4096}, {1, 2, 4}})

@@ -215,9 +215,9 @@ class CpuOps final : public Ops<T> {
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const T* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
-                           int64_t block_size) override {
+                           int64_t block_size, int64_t st_tile = 0) override {
     backend::GdnCoreForwardPhase<T>(phase, o, S_out, workspace, q, k, v, g,
-                                    beta, S_in, T_len, H, Dk, Dv, block_size);
+                                    beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
   int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                             int64_t Dk, int64_t Dv,
@@ -231,10 +231,10 @@ class CpuOps final : public Ops<T> {
                             const T* v, const T* g, const T* beta,
                             const T* S_in, int64_t T_len, int64_t H,
                             int64_t Dk, int64_t Dv,
-                            int64_t block_size) override {
+                            int64_t block_size, int64_t st_tile = 0) override {
     backend::GdnCoreBackwardPhase<T>(phase, dq, dk, dv, dg, dbeta, dS_in,
                                      workspace, dO, dS_out, q, k, v, g, beta,
-                                     S_in, T_len, H, Dk, Dv, block_size);
+                                     S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
   void Mamba3GatesForward(T* dt, T* lam, T* theta, const T* dt_bias,
                           int64_t S, int64_t H, int64_t Na) override {
@@ -308,10 +308,10 @@ class CpuOps final : public Ops<T> {
                          const T* gamma, const T* beta, const T* S_in,
                          const T* k_in, const T* v_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
-                         int64_t block_size) override {
+                         int64_t block_size, int64_t st_tile = 0) override {
     backend::Mamba3CoreForward<T>(o, S_out, k_out, v_out, q, k, v, a, gamma,
                                   beta, S_in, k_in, v_in, T_len, H, Dk, Dv,
-                                  block_size);
+                                  block_size, st_tile);
   }
   void Mamba3CoreForwardOverlapped(T* o, T* S_out, T* k_out, T* v_out,
                                    T* /*workspace*/, const T* q, const T* k,
@@ -319,10 +319,10 @@ class CpuOps final : public Ops<T> {
                                    const T* beta, const T* S_in, const T* k_in,
                                    const T* v_in, int64_t T_len, int64_t H,
                                    int64_t Dk, int64_t Dv,
-                                   int64_t block_size) override {
+                                   int64_t block_size, int64_t st_tile = 0) override {
     backend::Mamba3CoreForwardOverlapped<T>(o, S_out, k_out, v_out, q, k, v, a,
                                             gamma, beta, S_in, k_in, v_in,
-                                            T_len, H, Dk, Dv, block_size);
+                                            T_len, H, Dk, Dv, block_size, st_tile);
   }
   int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                           int64_t Dv,
@@ -337,11 +337,11 @@ class CpuOps final : public Ops<T> {
                           const T* a, const T* gamma, const T* beta,
                           const T* S_in, const T* k_in, const T* v_in,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                          int64_t block_size) override {
+                          int64_t block_size, int64_t st_tile = 0) override {
     backend::Mamba3CoreBackward<T>(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in,
                                    dv_in, workspace, dO, dS_out, dk_out, dv_out,
                                    q, k, v, a, gamma, beta, S_in, k_in, v_in,
-                                   T_len, H, Dk, Dv, block_size);
+                                   T_len, H, Dk, Dv, block_size, st_tile);
   }
   void Mamba3CoreBackwardOverlapped(
       T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, T* dS_in, T* dk_in,
@@ -349,11 +349,11 @@ class CpuOps final : public Ops<T> {
       const T* dv_out, const T* q, const T* k, const T* v, const T* a,
       const T* gamma, const T* beta, const T* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-      int64_t block_size) override {
+      int64_t block_size, int64_t st_tile = 0) override {
     backend::Mamba3CoreBackwardOverlapped<T>(
         dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO,
         dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in,
-        T_len, H, Dk, Dv, block_size);
+        T_len, H, Dk, Dv, block_size, st_tile);
   }
   int64_t Mamba3CoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                               int64_t Dk, int64_t Dv,
@@ -367,11 +367,11 @@ class CpuOps final : public Ops<T> {
                               const T* beta, const T* S_in, const T* k_in,
                               const T* v_in, int64_t T_len, int64_t H,
                               int64_t Dk, int64_t Dv,
-                              int64_t block_size) override {
+                              int64_t block_size, int64_t st_tile = 0) override {
     backend::Mamba3CoreForwardPhase<T>(phase, o, S_out, k_out, v_out,
                                        workspace, q, k, v, a, gamma, beta,
                                        S_in, k_in, v_in, T_len, H, Dk, Dv,
-                                       block_size);
+                                       block_size, st_tile);
   }
   int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                int64_t Dk, int64_t Dv,
@@ -385,11 +385,11 @@ class CpuOps final : public Ops<T> {
       const T* dS_out, const T* dk_out, const T* dv_out, const T* q,
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,
       const T* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
-      int64_t Dk, int64_t Dv, int64_t block_size) override {
+      int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile = 0) override {
     backend::Mamba3CoreBackwardPhase<T>(
         phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace,
         dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in,
-        T_len, H, Dk, Dv, block_size);
+        T_len, H, Dk, Dv, block_size, st_tile);
   }
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
                         const T* wu, const T* wd, int64_t N, int64_t C,

@@ -313,18 +313,18 @@ class GridOps final : public Ops<T> {
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const StatOf<T>* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
-                           int64_t block_size) override {
+                           int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideGdnCoreForwardPhase(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+      WideGdnCoreForwardPhase(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     } else {
-      GdnCoreForwardPhaseNative(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+      GdnCoreForwardPhaseNative(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
   void GdnCoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out, StatOf<T>* workspace,
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const StatOf<T>* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
-                           int64_t block_size);
+                           int64_t block_size, int64_t st_tile);
   int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                             int64_t Dk, int64_t Dv,
                                             int64_t block_size) override {
@@ -336,11 +336,11 @@ class GridOps final : public Ops<T> {
                             const T* v, const T* g, const T* beta,
                             const StatOf<T>* S_in, int64_t T_len, int64_t H,
                             int64_t Dk, int64_t Dv,
-                            int64_t block_size) override {
+                            int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideGdnCoreBackwardPhase(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+      WideGdnCoreBackwardPhase(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     } else {
-      GdnCoreBackwardPhaseNative(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
+      GdnCoreBackwardPhaseNative(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
   void GdnCoreBackwardPhaseNative(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
@@ -349,7 +349,7 @@ class GridOps final : public Ops<T> {
                             const T* v, const T* g, const T* beta,
                             const StatOf<T>* S_in, int64_t T_len, int64_t H,
                             int64_t Dk, int64_t Dv,
-                            int64_t block_size);
+                            int64_t block_size, int64_t st_tile);
 
   // ---- Mamba-3 (grid_kernels/mamba3_prep.h, mamba3_core.h) ----
   void Mamba3GatesForward(T* dt, T* lam, T* theta, const T* dt_bias,
@@ -442,11 +442,11 @@ class GridOps final : public Ops<T> {
                          const T* gamma, const T* beta, const StatOf<T>* S_in,
                          const T* k_in, const T* v_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
-                         int64_t block_size) override {
+                         int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideMamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+      WideMamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     } else {
-      Mamba3CoreForwardNative(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+      Mamba3CoreForwardNative(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
   void Mamba3CoreForwardNative(T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
@@ -454,7 +454,7 @@ class GridOps final : public Ops<T> {
                          const T* gamma, const T* beta, const StatOf<T>* S_in,
                          const T* k_in, const T* v_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
-                         int64_t block_size);
+                         int64_t block_size, int64_t st_tile);
   // 2 H T + 3 H nb T_C^2 + H (3 nb + 1) Dv Dk, where the CPU kernel keeps
   // only the H nb Dv Dk entering states.
   int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
@@ -471,11 +471,11 @@ class GridOps final : public Ops<T> {
                           const T* a, const T* gamma, const T* beta,
                           const StatOf<T>* S_in, const T* k_in, const T* v_in,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                          int64_t block_size) override {
+                          int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideMamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+      WideMamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     } else {
-      Mamba3CoreBackwardNative(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+      Mamba3CoreBackwardNative(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
   void Mamba3CoreBackwardNative(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
@@ -485,7 +485,7 @@ class GridOps final : public Ops<T> {
                           const T* a, const T* gamma, const T* beta,
                           const StatOf<T>* S_in, const T* k_in, const T* v_in,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                          int64_t block_size);
+                          int64_t block_size, int64_t st_tile);
   // The Mamba-3 core on two streams, as the GDN cores: the blocks in
   // GdnStreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
   //   Pre_0 -> (ST_0 || Pre_1) -> (ST_1 || Out_0, Pre_2) -> ... -> Out_last.
@@ -500,13 +500,13 @@ class GridOps final : public Ops<T> {
                                    const T* beta, const StatOf<T>* S_in,
                                    const T* k_in, const T* v_in, int64_t T_len,
                                    int64_t H, int64_t Dk, int64_t Dv,
-                                   int64_t block_size) override {
+                                   int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
       WideMamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in,
-                            k_in, v_in, T_len, H, Dk, Dv, block_size, true);
+                            k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile, true);
     } else {
       Mamba3CoreForwardOverlappedNative(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
-                                        beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+                                        beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
   void Mamba3CoreForwardOverlappedNative(T* o, StatOf<T>* S_out, T* k_out, T* v_out,
@@ -515,7 +515,7 @@ class GridOps final : public Ops<T> {
                                          const T* beta, const StatOf<T>* S_in,
                                          const T* k_in, const T* v_in, int64_t T_len,
                                          int64_t H, int64_t Dk, int64_t Dv,
-                                         int64_t block_size);
+                                         int64_t block_size, int64_t st_tile);
   // The backward on two streams (the CPU's OutAG -> (ST chain || OutWG)):
   // the replay as the overlapped forward with Out's backward that needs no
   // state gradient (Q K^T, dO V^T, dq) of segment k on stream 1 after the
@@ -532,16 +532,16 @@ class GridOps final : public Ops<T> {
       const T* dv_out, const T* q, const T* k, const T* v, const T* a,
       const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-      int64_t block_size) override {
+      int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
       WideMamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO,
                              dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in,
-                             T_len, H, Dk, Dv, block_size, true);
+                             T_len, H, Dk, Dv, block_size, st_tile, true);
     } else {
       Mamba3CoreBackwardOverlappedNative(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
                                          workspace, dO, dS_out, dk_out, dv_out, q, k, v, a,
                                          gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv,
-                                         block_size);
+                                         block_size, st_tile);
     }
   }
   void Mamba3CoreBackwardOverlappedNative(
@@ -550,7 +550,7 @@ class GridOps final : public Ops<T> {
       const T* dv_out, const T* q, const T* k, const T* v, const T* a,
       const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-      int64_t block_size);
+      int64_t block_size, int64_t st_tile);
 
   // The core phase by phase (ops.h): the passes of Mamba3CoreForward /
   // Mamba3CoreBackward in three groups, on their own workspaces.
@@ -567,13 +567,13 @@ class GridOps final : public Ops<T> {
                               const T* beta, const StatOf<T>* S_in, const T* k_in,
                               const T* v_in, int64_t T_len, int64_t H,
                               int64_t Dk, int64_t Dv,
-                              int64_t block_size) override {
+                              int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
       WideMamba3CoreForwardPhase(phase, o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
-                                 beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+                                 beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     } else {
       Mamba3CoreForwardPhaseNative(phase, o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
-                                   beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+                                   beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
   void Mamba3CoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out,
@@ -581,7 +581,7 @@ class GridOps final : public Ops<T> {
                                     const T* v, const T* a, const T* gamma,
                                     const T* beta, const StatOf<T>* S_in, const T* k_in,
                                     const T* v_in, int64_t T_len, int64_t H,
-                                    int64_t Dk, int64_t Dv, int64_t block_size);
+                                    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
   int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                int64_t Dk, int64_t Dv,
                                                int64_t block_size) override {
@@ -597,15 +597,15 @@ class GridOps final : public Ops<T> {
       const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,
       const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
-      int64_t Dk, int64_t Dv, int64_t block_size) override {
+      int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
       WideMamba3CoreBackwardPhase(phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
                                   workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma,
-                                  beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+                                  beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     } else {
       Mamba3CoreBackwardPhaseNative(phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
                                     workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma,
-                                    beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+                                    beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
   void Mamba3CoreBackwardPhaseNative(
@@ -614,7 +614,7 @@ class GridOps final : public Ops<T> {
       const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,
       const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
-      int64_t Dk, int64_t Dv, int64_t block_size);
+      int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
 
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
@@ -744,19 +744,19 @@ class GridOps final : public Ops<T> {
                                const T* q, const T* k, const T* v, const T* g,
                                const T* beta, const F* S_in, int64_t T_len,
                                int64_t H, int64_t Dk, int64_t Dv,
-                               int64_t block_size);
+                               int64_t block_size, int64_t st_tile);
   void WideGdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
                                 T* dbeta, F* dS_in, F* workspace, const T* dO,
                                 const F* dS_out, const T* q, const T* k,
                                 const T* v, const T* g, const T* beta,
                                 const F* S_in, int64_t T_len, int64_t H,
-                                int64_t Dk, int64_t Dv, int64_t block_size);
+                                int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
   void WideMamba3CoreForward(T* o, F* S_out, T* k_out, T* v_out, F* workspace,
                              const T* q, const T* k, const T* v, const T* a,
                              const T* gamma, const T* beta, const F* S_in,
                              const T* k_in, const T* v_in, int64_t T_len,
                              int64_t H, int64_t Dk, int64_t Dv,
-                             int64_t block_size, bool overlapped = false);
+                             int64_t block_size, int64_t st_tile, bool overlapped = false);
   void WideMamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma,
                               T* dbeta, F* dS_in, T* dk_in, T* dv_in,
                               F* workspace, const T* dO, const F* dS_out,
@@ -765,19 +765,19 @@ class GridOps final : public Ops<T> {
                               const T* gamma, const T* beta, const F* S_in,
                               const T* k_in, const T* v_in, int64_t T_len,
                               int64_t H, int64_t Dk, int64_t Dv,
-                              int64_t block_size, bool overlapped = false);
+                              int64_t block_size, int64_t st_tile, bool overlapped = false);
   void WideMamba3CoreForwardPhase(GdnPhase phase, T* o, F* S_out, T* k_out, T* v_out,
                                   F* workspace, const T* q, const T* k, const T* v,
                                   const T* a, const T* gamma, const T* beta, const F* S_in,
                                   const T* k_in, const T* v_in, int64_t T_len, int64_t H,
-                                  int64_t Dk, int64_t Dv, int64_t block_size);
+                                  int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
   void WideMamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma,
                                    T* dbeta, F* dS_in, T* dk_in, T* dv_in, F* workspace,
                                    const T* dO, const F* dS_out, const T* dk_out,
                                    const T* dv_out, const T* q, const T* k, const T* v,
                                    const T* a, const T* gamma, const T* beta, const F* S_in,
                                    const T* k_in, const T* v_in, int64_t T_len, int64_t H,
-                                   int64_t Dk, int64_t Dv, int64_t block_size);
+                                   int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
   // Row-major C = op(A) op(B) + beta C: exec_.Gemm for float and double;
   // for bf16 operands exec_.GemmBf16 (float accumulation; C float or bf16).
   template <typename TC>
@@ -855,6 +855,7 @@ class GridOps final : public Ops<T> {
   struct Mamba3Args {
     const T *q, *k, *v, *a, *gamma, *beta, *S_in, *k_in, *v_in;
     grid::Mamba3Shape s;
+    grid::StTiles st;  // the ST passes' grid (schedule.st_tile)
   };
   // The Mamba-3 forward's passes over blocks [b0, b1), each on executor e.
   // Pre: G, U.
@@ -1139,9 +1140,9 @@ void GridOps<T, Exec>::GdnCoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>
                                            const T* beta, const StatOf<T>* S_in,
                                            int64_t T_len, int64_t H,
                                            int64_t Dk, int64_t Dv,
-                                           int64_t block_size) {
+                                           int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, 0)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
   switch (phase) {
     case GdnPhase::kPre: GdnPre(exec_, ws, a, 0, s.nb); break;
@@ -1155,9 +1156,9 @@ void GridOps<T, Exec>::GdnCoreBackwardPhaseNative(
     GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
     StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len,
-    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, 0)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
   const grid::GdnBackwardWorkspace<T> ws(workspace, s);
   switch (phase) {
     case GdnPhase::kPre:  // the replay and Out's backward
@@ -1188,10 +1189,10 @@ template <typename T, typename Exec>
 void GridOps<T, Exec>::Mamba3ST(Exec& e, const grid::Mamba3ForwardWorkspace<T>& ws,
                                 T* S_out, const Mamba3Args& a, int64_t b0,
                                 int64_t b1) {
-  // Heads x state rows, blocks in order.
-  e.ForEach(a.s.H * a.s.Dv,
-            grid::Mamba3STFn<T>{ws.S, S_out, ws.U, a.k, a.v, ws.G, a.beta, a.S_in,
-                                a.k_in, a.v_in, a.s, b0, b1});
+  // Heads x tiles of state rows, blocks in order.
+  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
+                grid::Mamba3STFn<T>{ws.S, S_out, ws.U, a.k, a.v, ws.G, a.beta, a.S_in,
+                                    a.k_in, a.v_in, a.s, a.st, b0, b1});
 }
 
 template <typename T, typename Exec>
@@ -1237,9 +1238,10 @@ void GridOps<T, Exec>::Mamba3CoreForwardNative(
     T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace, const T* q, const T* k,
     const T* v, const T* a, const T* gamma, const T* beta, const StatOf<T>* S_in,
     const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size) {
+    int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s,
+                     grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
   Mamba3Pre(exec_, ws, m, 0, s.nb);
   Mamba3ST(exec_, ws, S_out, m, 0, s.nb);
@@ -1253,15 +1255,16 @@ void GridOps<T, Exec>::Mamba3CoreForwardOverlappedNative(
     T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace, const T* q, const T* k,
     const T* v, const T* a, const T* gamma, const T* beta, const StatOf<T>* S_in,
     const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size) {
+    int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
   const int segs = GdnStreamSegments(s.nb);
   if (segs < 2) {
     Mamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta,
-                      S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+                      S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     return;
   }
-  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s,
+                     grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
   auto bound = [&](int seg) { return seg * s.nb / segs; };
   Exec& main = exec_;
@@ -1320,9 +1323,10 @@ template <typename T, typename Exec>
 void GridOps<T, Exec>::Mamba3STBack(Exec& e, const grid::Mamba3BackwardWorkspace<T>& ws,
                                     T* dS_in, const T* dS_out, const Mamba3Args& a,
                                     int64_t b0, int64_t b1) {
-  // Heads x state rows, blocks in reverse.
-  e.ForEach(a.s.H * a.s.Dv,
-            grid::Mamba3STGradFn<T>{ws.dS, dS_in, dS_out, ws.f.U, ws.f.G, a.s, b0, b1});
+  // Heads x tiles of state rows, blocks in reverse.
+  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
+                grid::Mamba3STGradFn<T>{ws.dS, dS_in, dS_out, ws.f.U, ws.f.G, a.s, a.st, b0,
+                                        b1});
 }
 
 template <typename T, typename Exec>
@@ -1357,9 +1361,10 @@ void GridOps<T, Exec>::Mamba3CoreBackwardNative(
     const T* dv_out, const T* q, const T* k, const T* v, const T* a,
     const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
     const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-    int64_t block_size) {
+    int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s,
+                     grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
   // The replay of Pre and ST, then every pass over every block.
   Mamba3Pre(exec_, ws.f, m, 0, s.nb);
@@ -1380,16 +1385,17 @@ void GridOps<T, Exec>::Mamba3CoreBackwardOverlappedNative(
     const T* dv_out, const T* q, const T* k, const T* v, const T* a,
     const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
     const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-    int64_t block_size) {
+    int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
   const int segs = GdnStreamSegments(s.nb);
   if (segs < 2) {
     Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace,
                        dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in,
-                       k_in, v_in, T_len, H, Dk, Dv, block_size);
+                       k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     return;
   }
-  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s,
+                     grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
   auto bound = [&](int seg) { return seg * s.nb / segs; };
   Exec& main = exec_;
@@ -1555,7 +1561,7 @@ template <typename T, typename Exec>
 void GridOps<T, Exec>::WideGdnCoreForwardPhase(
     GdnPhase phase, T* o, F* S_out, F* workspace, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const F* S_in, int64_t T_len,
-    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1573,7 +1579,7 @@ void GridOps<T, Exec>::WideGdnCoreForwardPhase(
     Widen(bf, beta, n);
   }
   f.GdnCoreForwardPhase(phase, of, S_out, workspace, qf, kf, vf, gf, bf, S_in,
-                        T_len, H, Dk, Dv, block_size);
+                        T_len, H, Dk, Dv, block_size, st_tile);
   if (phase == GdnPhase::kOut) Narrow(o, of, n * Dv);
 }
 
@@ -1582,7 +1588,7 @@ void GridOps<T, Exec>::WideGdnCoreBackwardPhase(
     GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in,
     F* workspace, const T* dO, const F* dS_out, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const F* S_in, int64_t T_len,
-    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1607,7 +1613,7 @@ void GridOps<T, Exec>::WideGdnCoreBackwardPhase(
   }
   f.GdnCoreBackwardPhase(phase, dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf,
                          dS_out, qf, kf, vf, gf, bf, S_in, T_len, H, Dk, Dv,
-                         block_size);
+                         block_size, st_tile);
   if (phase == GdnPhase::kOut) {
     Narrow(dq, dqf, n * Dk);
     Narrow(dk, dkf, n * Dk);
@@ -1622,7 +1628,7 @@ void GridOps<T, Exec>::WideMamba3CoreForward(
     T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
     const T* v, const T* a, const T* gamma, const T* beta, const F* S_in,
     const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size, bool overlapped) {
+    int64_t Dv, int64_t block_size, int64_t st_tile, bool overlapped) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1640,7 +1646,7 @@ void GridOps<T, Exec>::WideMamba3CoreForward(
   auto core = overlapped ? &GridOps<F, Exec>::Mamba3CoreForwardOverlapped
                          : &GridOps<F, Exec>::Mamba3CoreForward;
   (f.*core)(of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H,
-            Dk, Dv, block_size);
+            Dk, Dv, block_size, st_tile);
   Narrow(o, of, n * Dv);
   NarrowOut(k_out, kof, H * Dk);
   NarrowOut(v_out, vof, H * Dv);
@@ -1653,7 +1659,7 @@ void GridOps<T, Exec>::WideMamba3CoreBackward(
     const T* dv_out, const T* q, const T* k, const T* v, const T* a,
     const T* gamma, const T* beta, const F* S_in, const T* k_in,
     const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-    int64_t block_size, bool overlapped) {
+    int64_t block_size, int64_t st_tile, bool overlapped) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1679,7 +1685,7 @@ void GridOps<T, Exec>::WideMamba3CoreBackward(
   auto core = overlapped ? &GridOps<F, Exec>::Mamba3CoreBackwardOverlapped
                          : &GridOps<F, Exec>::Mamba3CoreBackward;
   (f.*core)(dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif, workspace, dOf, dS_out, dkof, dvof,
-            qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H, Dk, Dv, block_size);
+            qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H, Dk, Dv, block_size, st_tile);
   Narrow(dq, dqf, n * Dk);
   Narrow(dk, dkf, n * Dk);
   Narrow(dv, dvf, n * Dv);
@@ -1695,9 +1701,10 @@ void GridOps<T, Exec>::Mamba3CoreForwardPhaseNative(
     GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
     const T* q, const T* k, const T* v, const T* a, const T* gamma, const T* beta,
     const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size) {
+    int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s,
+                     grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
   switch (phase) {
     case GdnPhase::kPre:
@@ -1719,9 +1726,10 @@ void GridOps<T, Exec>::Mamba3CoreBackwardPhaseNative(
     T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out,
     const T* dk_out, const T* dv_out, const T* q, const T* k, const T* v, const T* a,
     const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in, const T* v_in,
-    int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+    int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s};
+  const Mamba3Args m{q, k, v, a, gamma, beta, S_in, k_in, v_in, s,
+                     grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
   switch (phase) {
     case GdnPhase::kPre:
@@ -1748,7 +1756,7 @@ template <typename T, typename Exec>
 void GridOps<T, Exec>::WideMamba3CoreForwardPhase(
     GdnPhase phase, T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
     const T* v, const T* a, const T* gamma, const T* beta, const F* S_in, const T* k_in,
-    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size) {
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1775,7 +1783,7 @@ void GridOps<T, Exec>::WideMamba3CoreForwardPhase(
   }
   f.Mamba3CoreForwardPhase(phase, of, S_out, k_out ? kof : nullptr, v_out ? vof : nullptr,
                            workspace, qf, kf, vf, af, gmf, bf, S_in, k_in ? kif : nullptr,
-                           v_in ? vif : nullptr, T_len, H, Dk, Dv, block_size);
+                           v_in ? vif : nullptr, T_len, H, Dk, Dv, block_size, st_tile);
   if (phase == GdnPhase::kOut) {
     Narrow(o, of, n * Dv);
     NarrowOut(k_out, kof, H * Dk);
@@ -1789,7 +1797,7 @@ void GridOps<T, Exec>::WideMamba3CoreBackwardPhase(
     T* dv_in, F* workspace, const T* dO, const F* dS_out, const T* dk_out, const T* dv_out,
     const T* q, const T* k, const T* v, const T* a, const T* gamma, const T* beta,
     const F* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size) {
+    int64_t Dv, int64_t block_size, int64_t st_tile) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
   Carve c{workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
@@ -1829,7 +1837,7 @@ void GridOps<T, Exec>::WideMamba3CoreBackwardPhase(
                             dv_in ? dvif : nullptr, workspace, dOf, dS_out,
                             dk_out ? dkof : nullptr, dv_out ? dvof : nullptr, qf, kf, vf, af,
                             gmf, bf, S_in, k_in ? kif : nullptr, v_in ? vif : nullptr, T_len,
-                            H, Dk, Dv, block_size);
+                            H, Dk, Dv, block_size, st_tile);
   if (phase == GdnPhase::kOut) {
     Narrow(dq, dqf, n * Dk);
     Narrow(dk, dkf, n * Dk);

@@ -184,7 +184,7 @@ class Ops {
                                    const T* beta, const StatOf<T>* S_in,
                                    int64_t T_len, int64_t H,
                                    int64_t Dk, int64_t Dv,
-                                   int64_t block_size) = 0;
+                                   int64_t block_size, int64_t st_tile = 0) = 0;
   virtual int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                     int64_t Dk, int64_t Dv,
                                                     int64_t block_size) = 0;
@@ -195,7 +195,7 @@ class Ops {
                                     const T* k, const T* v, const T* g,
                                     const T* beta, const StatOf<T>* S_in,
                                     int64_t T_len, int64_t H, int64_t Dk,
-                                    int64_t Dv, int64_t block_size) = 0;
+                                    int64_t Dv, int64_t block_size, int64_t st_tile = 0) = 0;
 
   // ---- Mamba-3 (mamba3_prep.h, mamba3_core.h; legend of mamba3_layer.h:
   // S rows = B sequences of Ts tokens, H heads, P = Dp, N = Ds, Na angles) ----
@@ -269,6 +269,9 @@ class Ops {
   // The chunkwise Mamba-3 recurrence (mamba3_core.h) over one sequence's
   // T_len tokens: the kernel's arguments, plus (forward) the device's
   // `workspace` of Mamba3CoreForwardWorkspaceSize elements (0 on the CPU).
+  // st_tile: B_V (schedule.st_tile), ST's tile of value rows, as the GDN
+  // core's: 0 or >= Dv untiled; every device gives the untiled results
+  // (the grid bit for bit, the CPU within rounding).
   virtual int64_t Mamba3CoreForwardWorkspaceSize(int64_t T_len, int64_t H,
                                                  int64_t Dk, int64_t Dv,
                                                  int64_t block_size) = 0;
@@ -278,7 +281,7 @@ class Ops {
                                  const T* beta, const StatOf<T>* S_in, const T* k_in,
                                  const T* v_in, int64_t T_len, int64_t H,
                                  int64_t Dk, int64_t Dv,
-                                 int64_t block_size) = 0;
+                                 int64_t block_size, int64_t st_tile = 0) = 0;
   // Mamba3CoreForward split into Pre / ST / Out and overlapped (as
   // GdnCoreForwardOverlapped): the same contract and workspace; a device
   // without an overlapped kernel runs its ordinary forward (this default).
@@ -287,9 +290,9 @@ class Ops {
       const T* q, const T* k, const T* v, const T* a, const T* gamma,
       const T* beta, const StatOf<T>* S_in, const T* k_in, const T* v_in,
       int64_t T_len, int64_t H,
-      int64_t Dk, int64_t Dv, int64_t block_size) {
+      int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile = 0) {
     Mamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
-                      beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size);
+                      beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
   virtual int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H,
                                                   int64_t Dk, int64_t Dv,
@@ -301,7 +304,7 @@ class Ops {
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,
       const StatOf<T>* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-      int64_t block_size) = 0;
+      int64_t block_size, int64_t st_tile = 0) = 0;
   // The backward split and overlapped: the same contract and workspace; by
   // default the ordinary backward.
   virtual void Mamba3CoreBackwardOverlapped(
@@ -311,11 +314,11 @@ class Ops {
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,
       const StatOf<T>* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-      int64_t block_size) {
+      int64_t block_size, int64_t st_tile = 0) {
     Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
                        workspace, dO, dS_out, dk_out, dv_out, q, k, v, a,
                        gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv,
-                       block_size);
+                       block_size, st_tile);
   }
 
   // The Mamba-3 core one phase at a time, for timing (gdn_phase.h), as the
@@ -336,7 +339,7 @@ class Ops {
       const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
       const T* v_in,
       int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-      int64_t block_size) = 0;
+      int64_t block_size, int64_t st_tile = 0) = 0;
   virtual int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len,
                                                        int64_t H, int64_t Dk,
                                                        int64_t Dv,
@@ -348,7 +351,7 @@ class Ops {
       const T* dv_out, const T* q, const T* k, const T* v, const T* a,
       const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
       const T* v_in, int64_t T_len, int64_t H,
-      int64_t Dk, int64_t Dv, int64_t block_size) = 0;
+      int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile = 0) = 0;
 
   virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
                                 const T* wg, const T* wu, const T* wd,

@@ -789,7 +789,7 @@ void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
                          const T* q, const T* k, const T* v, const T* g,
                          const T* beta, const T* S_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
-                         int64_t block_size) {
+                         int64_t block_size, int64_t st_tile) {
   const int64_t blocks = (T_len + block_size - 1) / block_size;
   const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, false);
   const int lanes = static_cast<int>(GdnCoreLanes(H));
@@ -813,7 +813,7 @@ void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
         case GdnPhase::kST:
           LoadOmega(&omega, slot, p, L, Dk, Dv, /*all=*/false);
           V_new.resize(L, Dv);
-          GdnBlockST<T>(V_new, S_next, S, omega, K);
+          GdnBlockSTTiled<T>(V_new, S_next, S, omega, K, st_tile);
           Save(slot + p.Vn, V_new);
           Save(slot + p.S, S);
           S.swap(S_next);
@@ -896,9 +896,9 @@ void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
                           const T* dS_out, const T* q, const T* k, const T* v,
                           const T* g, const T* beta, const T* S_in,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                          int64_t block_size) {
+                          int64_t block_size, int64_t st_tile) {
   const CoreArgs<T> a{dq, dk, dv, dg, dbeta, dO, q, k, v, g, beta,
-                      T_len, H, Dk, Dv, block_size, /*st_tile=*/0};
+                      T_len, H, Dk, Dv, block_size, st_tile};
   const int64_t blocks = (T_len + block_size - 1) / block_size;
   const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, true);
   T* slots = workspace + GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
@@ -999,11 +999,12 @@ GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
       int64_t, int64_t, int64_t);                                            \
   template void GdnCoreForwardPhase<T>(                                      \
       GdnPhase, T*, T*, T*, const T*, const T*, const T*, const T*,          \
-      const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);      \
+      const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,       \
+      int64_t);                                                              \
   template void GdnCoreBackwardPhase<T>(                                     \
       GdnPhase, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,    \
-      int64_t, int64_t, int64_t);
+      int64_t, int64_t, int64_t, int64_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE

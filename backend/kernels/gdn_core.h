@@ -228,7 +228,7 @@ void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
                          const T* q, const T* k, const T* v, const T* g,
                          const T* beta, const T* S_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
-                         int64_t block_size = kGdnBlockSize);
+                         int64_t block_size = kGdnBlockSize, int64_t st_tile = 0);
 
 // GdnCoreBackward one phase at a time (gdn_phase.h: kPre = replay, Pre
 // recomputed and the Out backward; kST = the state-gradient chain; kOut =
@@ -248,7 +248,7 @@ void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
                           const T* dS_out, const T* q, const T* k, const T* v,
                           const T* g, const T* beta, const T* S_in,
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                          int64_t block_size = kGdnBlockSize);
+                          int64_t block_size = kGdnBlockSize, int64_t st_tile = 0);
 
 // The floating-point operations the chunkwise algorithm executes (matrix
 // products counted as 2mnk, unit-triangular solves as L(L-1) per right-hand

@@ -63,6 +63,19 @@ template <typename T>
 struct HeadArgs {
   const T *q, *k, *v, *a, *gamma, *beta, *k_in, *v_in;
   int64_t T_len, H, Dk, Dv, block_size, h;
+  int64_t st_tile;  // B_V: ST's tile of state rows (Tiles)
+};
+
+// ST's tiles of state rows: `count` tiles of `size` rows (the last may be
+// short); one tile of Dv rows when st_tile is 0 or covers Dv (untiled).
+struct Tiles {
+  int64_t size, count;
+  static Tiles Make(int64_t Dv, int64_t st_tile) {
+    const int64_t t = st_tile > 0 && st_tile < Dv ? st_tile : std::max<int64_t>(Dv, 1);
+    return {t, std::max<int64_t>(1, (Dv + t - 1) / t)};
+  }
+  bool tiled() const { return count > 1; }
+  int64_t rows(int64_t j, int64_t Dv) const { return std::min(size, Dv - j * size); }
 };
 
 // The carry before token t0 of head x.h: k and v of token t0 - 1, or the
@@ -141,6 +154,39 @@ void BlockST(RowMat<T>* S_next, RowMat<T>* S1, CMatRef<T> S,
   *S_next += std::exp(w.G(w.G.size() - 1)) * *S1;
 }
 
+// BlockST's rows [j0, j0 + n) of S' and S_next (each already (Dv, Dk)):
+// row i of both needs only row i of S and of U, so tiles of rows are
+// independent; per element the same arithmetic as BlockST.
+template <typename T>
+void BlockSTRows(RowMat<T>* S_next, RowMat<T>* S1, CMatRef<T> S,
+                 const BlockWeights<T>& w, const HeadArgs<T>& x, int64_t t0,
+                 int64_t j0, int64_t n) {
+  const T beta0 = x.beta[t0 * x.H + x.h];
+  const Vec<T> kp = CarryK(x, t0), vp = CarryV(x, t0);
+  auto s1 = S1->middleRows(j0, n);
+  s1 = S.middleRows(j0, n);
+  s1.noalias() += (beta0 * vp.segment(j0, n)) * kp.transpose();
+  auto next = S_next->middleRows(j0, n);
+  next = w.U.middleRows(j0, n);
+  next += std::exp(w.G(w.G.size() - 1)) * s1;
+}
+
+// BlockST tile by tile of x.st_tile state rows (BlockST itself untiled).
+template <typename T>
+void BlockSTTiled(RowMat<T>* S_next, RowMat<T>* S1, CMatRef<T> S,
+                  const BlockWeights<T>& w, const HeadArgs<T>& x, int64_t t0) {
+  const Tiles tiles = Tiles::Make(x.Dv, x.st_tile);
+  if (!tiles.tiled()) {
+    BlockST<T>(S_next, S1, S, w, x, t0);
+    return;
+  }
+  S1->resize(x.Dv, x.Dk);
+  S_next->resize(x.Dv, x.Dk);
+  for (int64_t j = 0; j < tiles.count; ++j) {
+    BlockSTRows<T>(S_next, S1, S, w, x, t0, j * tiles.size, tiles.rows(j, x.Dv));
+  }
+}
+
 // Out: O = diag(exp(G)) Q S'^T + ((Q K^T) o M) V.
 template <typename T>
 void BlockOut(T* o, const RowMat<T>& S1, const BlockWeights<T>& w,
@@ -175,7 +221,7 @@ void ForwardOneHead(T* o, T* S_out, T* k_out, T* v_out, const T* S_in,
   for (int64_t t0 = 0; t0 < x.T_len; t0 += x.block_size) {
     const int64_t L = std::min(x.block_size, x.T_len - t0);
     BlockPreWithU<T>(&w, x, t0, L);
-    BlockST<T>(&S_next, &S1, S, w, x, t0);
+    BlockSTTiled<T>(&S_next, &S1, S, w, x, t0);
     BlockOut<T>(o, S1, w, x, t0, L);
     S.swap(S_next);
   }
@@ -195,13 +241,14 @@ void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, const T* q,
                        const T* k, const T* v, const T* a, const T* gamma,
                        const T* beta, const T* S_in, const T* k_in,
                        const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-                       int64_t Dv, int64_t block_size) {
+                       int64_t Dv, int64_t block_size,
+    int64_t st_tile) {
   const int lanes = Lanes(H);
   // Heads are independent: a static schedule hands each lane a fixed range.
 #pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
   for (int64_t h = 0; h < H; ++h) {
     const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
-                        T_len, H, Dk, Dv, block_size, h};
+                        T_len, H, Dk, Dv, block_size, h, st_tile};
     ForwardOneHead<T>(o, S_out, k_out, v_out, S_in, x);
   }
 }
@@ -212,22 +259,36 @@ void Mamba3CoreForwardOverlapped(T* o, T* S_out, T* k_out, T* v_out,
                                  const T* a, const T* gamma, const T* beta,
                                  const T* S_in, const T* k_in, const T* v_in,
                                  int64_t T_len, int64_t H, int64_t Dk,
-                                 int64_t Dv, int64_t block_size) {
+                                 int64_t Dv, int64_t block_size,
+    int64_t st_tile) {
   const int64_t blocks = Blocks(T_len, block_size);
   const int64_t R = kMamba3OverlapSlots;
   // Per head R slots, block b in slot b % R: its Pre, its S' and the state
   // entering it (the state leaving it goes to slot (b + 1) % R).
+  // ST's tiles of state rows: with more than one, each tile of a block's ST
+  // is its own task (the slots' states are then sized up front).
+  const Tiles tiles = Tiles::Make(Dv, st_tile);
+  const int64_t nt = tiles.count;
   std::vector<HeadArgs<T>> args;
   std::vector<BlockWeights<T>> weights(H * R);
   std::vector<RowMat<T>> states(H * R), carried(H * R);
   for (int64_t h = 0; h < H; ++h) {
-    args.push_back({q, k, v, a, gamma, beta, k_in, v_in, T_len, H, Dk, Dv, block_size, h});
+    args.push_back({q, k, v, a, gamma, beta, k_in, v_in, T_len, H, Dk, Dv, block_size, h, st_tile});
     states[h * R] = LoadState(S_in, h, Dk, Dv);
+    for (int64_t r = 0; r < R && tiles.tiled(); ++r) {
+      if (r > 0) states[h * R + r].resize(Dv, Dk);
+      carried[h * R + r].resize(Dv, Dk);
+    }
   }
+  // Dependence tokens per slot and tile: its entering state's rows, its S'
+  // rows.
+  std::vector<char> state_tiles(H * R * nt), carried_tiles(H * R * nt);
   const HeadArgs<T>* xs = args.data();
   BlockWeights<T>* w = weights.data();
   RowMat<T>* st = states.data();
   RowMat<T>* s1 = carried.data();
+  char* sx = state_tiles.data();
+  char* cx = carried_tiles.data();
   const int threads = std::max(1, KernelThreads());
   // One thread creates the tasks in program order (block by block, heads
   // inside), so OpenMP's dependences on the slots order each task after the
@@ -242,9 +303,19 @@ void Mamba3CoreForwardOverlapped(T* o, T* S_out, T* k_out, T* v_out,
       const int64_t n = h * R + (b + 1) % R;  // the next block's
 #pragma omp task depend(out : w[i])
       BlockPreWithU<T>(&w[i], xs[h], t0, L);
-#pragma omp task depend(in : w[i], st[i]) depend(out : st[n], s1[i])
-      BlockST<T>(&st[n], &s1[i], st[i], w[i], xs[h], t0);
-#pragma omp task depend(in : w[i], s1[i])
+      for (int64_t j = 0; j < nt; ++j) {
+        // Tile j: after Pre(b) and tile j of block b - 1 (its entering rows).
+#pragma omp task depend(in : w[i], sx[i * nt + j]) depend(out : sx[n * nt + j], cx[i * nt + j])
+        {
+          if (nt == 1) {
+            BlockST<T>(&st[n], &s1[i], st[i], w[i], xs[h], t0);
+          } else {
+            BlockSTRows<T>(&st[n], &s1[i], st[i], w[i], xs[h], t0, j * tiles.size,
+                           tiles.rows(j, Dv));
+          }
+        }
+      }
+#pragma omp task depend(in : w[i]) depend(iterator(j = 0 : nt), in : cx[i * nt + j])
       BlockOut<T>(o, s1[i], w[i], xs[h], t0, L);
     }
   }
@@ -320,9 +391,24 @@ template <typename T>
 void BlockSTBackward(BlockScratch<T>* s, Flow<T>* flow, const HeadArgs<T>& x,
                      int64_t t0) {
   const T beta0 = x.beta[t0 * x.H + x.h];
-  s->dS1 += std::exp(s->w.G(s->w.G.size() - 1)) * flow->dS;
+  const T decay = std::exp(s->w.G(s->w.G.size() - 1));
   const Vec<T> kp = CarryK(x, t0), vp = CarryV(x, t0);
-  const Vec<T> dS1_kp = s->dS1 * kp;                           // (Dv)
+  Vec<T> dS1_kp;                                               // (Dv)
+  const Tiles tiles = Tiles::Make(x.Dv, x.st_tile);
+  if (!tiles.tiled()) {
+    s->dS1 += decay * flow->dS;
+    dS1_kp.noalias() = s->dS1 * kp;
+  } else {
+    // The chain tile by tile of state rows (row i of dS' needs only row i of
+    // the leaving gradient), then the sums over all rows below.
+    dS1_kp.resize(x.Dv);
+    for (int64_t j = 0; j < tiles.count; ++j) {
+      const int64_t j0 = j * tiles.size, n = tiles.rows(j, x.Dv);
+      auto rows = s->dS1.middleRows(j0, n);
+      rows += decay * flow->dS.middleRows(j0, n);
+      dS1_kp.segment(j0, n).noalias() = rows * kp;
+    }
+  }
   s->dbeta0 = vp.dot(dS1_kp);
   s->dk_next.swap(flow->dk);
   s->dv_next.swap(flow->dv);
@@ -402,7 +488,7 @@ template <typename T>
 void ReplayST(T* S_next, const T* S, const BlockWeights<T>& w,
               const HeadArgs<T>& x, int64_t t0) {
   RowMat<T> S1, next;  // (Dv, Dk) each
-  BlockST<T>(&next, &S1, CMat<T>(S, x.Dv, x.Dk), w, x, t0);
+  BlockSTTiled<T>(&next, &S1, CMat<T>(S, x.Dv, x.Dk), w, x, t0);
   Mat<T>(S_next, x.Dv, x.Dk) = next;
 }
 
@@ -433,7 +519,8 @@ void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
                         const T* a, const T* gamma, const T* beta,
                         const T* S_in, const T* k_in, const T* v_in,
                         int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                        int64_t block_size) {
+                        int64_t block_size,
+    int64_t st_tile) {
   const int64_t blocks = Blocks(T_len, block_size);
   const int lanes = Lanes(H);
   // Heads are independent: a static schedule hands each lane a fixed range of
@@ -446,7 +533,7 @@ void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
 #pragma omp for schedule(static)
     for (int64_t h = 0; h < H; ++h) {
       const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
-                          T_len, H, Dk, Dv, block_size, h};
+                          T_len, H, Dk, Dv, block_size, h, st_tile};
       T* states = workspace + h * blocks * Dv * Dk;  // (blocks, Dv, Dk)
       if (blocks > 0) Mat<T>(states, Dv, Dk) = LoadState(S_in, h, Dk, Dv);
       for (int64_t b = 0; b + 1 < blocks; ++b) {  // the replay
@@ -477,7 +564,8 @@ void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
                                   const T* gamma, const T* beta, const T* S_in,
                                   const T* k_in, const T* v_in, int64_t T_len,
                                   int64_t H, int64_t Dk, int64_t Dv,
-                                  int64_t block_size) {
+                                  int64_t block_size,
+    int64_t st_tile) {
   const int64_t blocks = Blocks(T_len, block_size);
   const int64_t R = kMamba3OverlapSlots;
   // Per head R slots of the replay's Pre and R of the backward's scratch
@@ -489,7 +577,7 @@ void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
   std::vector<Flow<T>> flows(H);
   std::vector<char> entered(H * blocks + 1);
   for (int64_t h = 0; h < H; ++h) {
-    args.push_back({q, k, v, a, gamma, beta, k_in, v_in, T_len, H, Dk, Dv, block_size, h});
+    args.push_back({q, k, v, a, gamma, beta, k_in, v_in, T_len, H, Dk, Dv, block_size, h, st_tile});
     if (blocks > 0) {
       Mat<T>(workspace + h * blocks * Dv * Dk, Dv, Dk) = LoadState(S_in, h, Dk, Dv);
     }
@@ -644,14 +732,15 @@ void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
                             const T* v, const T* a, const T* gamma,
                             const T* beta, const T* S_in, const T* k_in,
                             const T* v_in, int64_t T_len, int64_t H,
-                            int64_t Dk, int64_t Dv, int64_t block_size) {
+                            int64_t Dk, int64_t Dv, int64_t block_size,
+    int64_t st_tile) {
   const int64_t blocks = Blocks(T_len, block_size);
   const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, false);
   const int lanes = Lanes(H);
 #pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
   for (int64_t h = 0; h < H; ++h) {
     const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
-                        T_len, H, Dk, Dv, block_size, h};
+                        T_len, H, Dk, Dv, block_size, h, st_tile};
     BlockWeights<T> w;
     RowMat<T> S, S1, S_next;  // (Dv, Dk) each
     if (phase == GdnPhase::kST) S = LoadState(S_in, h, Dk, Dv);
@@ -668,7 +757,7 @@ void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
         case GdnPhase::kST:
           Load(&w.G, slot + p.G, L);
           Load(&w.U, slot + p.U, Dv, Dk);
-          BlockST<T>(&S_next, &S1, S, w, x, t0);
+          BlockSTTiled<T>(&S_next, &S1, S, w, x, t0);
           Save(slot + p.S1, S1);
           S.swap(S_next);
           break;
@@ -701,7 +790,8 @@ void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
                              const T* v, const T* a, const T* gamma,
                              const T* beta, const T* S_in, const T* k_in,
                              const T* v_in, int64_t T_len, int64_t H,
-                             int64_t Dk, int64_t Dv, int64_t block_size) {
+                             int64_t Dk, int64_t Dv, int64_t block_size,
+    int64_t st_tile) {
   const int64_t blocks = Blocks(T_len, block_size);
   const PhaseSlot p = PhaseSlot::Make(block_size, Dk, Dv, true);
   T* slots = workspace + Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
@@ -709,7 +799,7 @@ void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
 #pragma omp parallel for schedule(static) num_threads(lanes) if (lanes > 1)
   for (int64_t h = 0; h < H; ++h) {
     const HeadArgs<T> x{q, k, v, a, gamma, beta, k_in, v_in,
-                        T_len, H, Dk, Dv, block_size, h};
+                        T_len, H, Dk, Dv, block_size, h, st_tile};
     T* states = workspace + h * blocks * Dv * Dk;  // (blocks, Dv, Dk)
     BlockScratch<T> scratch;
     Flow<T> flow;
@@ -771,30 +861,31 @@ Mamba3CoreFlops CountMamba3CoreFlops(int64_t T_len, int64_t H, int64_t Dk,
   template void Mamba3CoreForward<T>(T*, T*, T*, T*, const T*, const T*,      \
                                      const T*, const T*, const T*, const T*,  \
                                      const T*, const T*, const T*, int64_t,   \
-                                     int64_t, int64_t, int64_t, int64_t);     \
+                                     int64_t, int64_t, int64_t, int64_t,      \
+                                     int64_t);                                \
   template void Mamba3CoreForwardOverlapped<T>(                               \
       T*, T*, T*, T*, const T*, const T*, const T*, const T*, const T*,       \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,      \
-      int64_t, int64_t);                                                      \
+      int64_t, int64_t, int64_t);                                             \
   template void Mamba3CoreBackward<T>(                                        \
       T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
-      int64_t);                                                               \
+      int64_t, int64_t);                                                      \
   template void Mamba3CoreBackwardOverlapped<T>(                              \
       T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
-      int64_t);                                                               \
+      int64_t, int64_t);                                                      \
   template void Mamba3CoreForwardPhase<T>(                                    \
       GdnPhase, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,     \
-      int64_t, int64_t, int64_t);                                             \
+      int64_t, int64_t, int64_t, int64_t);                                    \
   template void Mamba3CoreBackwardPhase<T>(                                   \
       GdnPhase, T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,      \
-      int64_t, int64_t);
+      int64_t, int64_t, int64_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE

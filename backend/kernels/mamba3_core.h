@@ -59,13 +59,20 @@ inline constexpr int64_t kMamba3BlockSize = 64;  // T_C
 // v_in: the boundary state entering the chunk (nullptr means zeros: the
 // sequence start). T may be any length >= 0 (T = 0 hands the state on).
 // Heads run on min(H, KernelThreads()) lanes with a static schedule: the same
-// bits from run to run at any thread count.
+// bits from run to run at any thread count. st_tile: B_V (schedule.st_tile),
+// ST's tile of the state's value rows: row i of S' and of the leaving state
+// needs only row i of the entering state and of U, so ST runs tile by tile;
+// 0 or >= Dv: untiled (the same bits as before tiles existed); otherwise
+// equal to the untiled results within rounding (< 1e-12 relative in
+// float64: the same operations per element, but Eigen vectorises a block of
+// rows differently from the whole state, so the last bits may differ).
 template <typename T>
 void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, const T* q,
                        const T* k, const T* v, const T* a, const T* gamma,
                        const T* beta, const T* S_in, const T* k_in,
                        const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-                       int64_t Dv, int64_t block_size = kMamba3BlockSize);
+                       int64_t Dv, int64_t block_size = kMamba3BlockSize,
+                                   int64_t st_tile = 0);
 
 // The same forward with split-and-overlap (the paper's section 3.4) on
 // KernelThreads() threads: per head, block b's Pre (G, M and U, the bulk of
@@ -79,7 +86,10 @@ void Mamba3CoreForward(T* o, T* S_out, T* k_out, T* v_out, const T* q,
 // bits where the blocks take Eigen's packed products (full blocks of >= 16
 // tokens, as T_C = 64); a short partial last block's small products may
 // differ in the last bit, as they may between two runs of either function
-// (heap alignment of temporaries; tested < 1e-12).
+// (heap alignment of temporaries; tested < 1e-12). With st_tile B_V in
+// (0, Dv) each tile of a block's ST is its own task (tile j after tile j of
+// the block before), so the chain of one head spreads over the threads; Out
+// waits for every tile.
 inline constexpr int64_t kMamba3OverlapSlots = 4;
 template <typename T>
 void Mamba3CoreForwardOverlapped(T* o, T* S_out, T* k_out, T* v_out,
@@ -88,7 +98,8 @@ void Mamba3CoreForwardOverlapped(T* o, T* S_out, T* k_out, T* v_out,
                                  const T* S_in, const T* k_in, const T* v_in,
                                  int64_t T_len, int64_t H, int64_t Dk,
                                  int64_t Dv,
-                                 int64_t block_size = kMamba3BlockSize);
+                                 int64_t block_size = kMamba3BlockSize,
+                                 int64_t st_tile = 0);
 
 // Elements of the backward's workspace: per head, the (ceil(T / T_C), Dv, Dk)
 // states entering each of its blocks: H ceil(T / T_C) Dv Dk, whatever the
@@ -101,7 +112,10 @@ int64_t Mamba3CoreBackwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
 // dS_in (H, Dv, Dk), dk_in (H, Dk), dv_in (H, Dv): written unless nullptr
 // (the first chunk). dO (T, H, Dv); dS_out, dk_out, dv_out: nullptr means
 // zeros (the last chunk). workspace: Mamba3CoreBackwardWorkspaceSize
-// elements. The rest as in the forward.
+// elements. The rest as in the forward. st_tile: the replay's ST as the
+// forward's, and the chain of state gradients (dS' += exp(G_{L-1}) dS_next,
+// row by row) tile by tile, then its sums over all rows (the carry's
+// gradients): equal to the untiled order within rounding.
 template <typename T>
 void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
                         T* dS_in, T* dk_in, T* dv_in, T* workspace,
@@ -110,7 +124,8 @@ void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
                         const T* a, const T* gamma, const T* beta,
                         const T* S_in, const T* k_in, const T* v_in,
                         int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-                        int64_t block_size = kMamba3BlockSize);
+                        int64_t block_size = kMamba3BlockSize,
+                        int64_t st_tile = 0);
 
 // The same backward with split-and-overlap on KernelThreads() threads. The
 // backward of block b is, as in Mamba3CoreBackward, three functions:
@@ -131,7 +146,8 @@ void Mamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
 // O(slots (L (L + Dk + Dv) + Dk Dv))). The same workspace as
 // Mamba3CoreBackward (the memory ledger does not change) and the same
 // per-block code in the same order: the same bits where the blocks take
-// Eigen's packed products (see the forward's note).
+// Eigen's packed products (see the forward's note). st_tile: as in
+// Mamba3CoreBackward (a block's ST backward walks its tiles in one task).
 template <typename T>
 void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
                                   T* dbeta, T* dS_in, T* dk_in, T* dv_in,
@@ -141,7 +157,8 @@ void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
                                   const T* gamma, const T* beta, const T* S_in,
                                   const T* k_in, const T* v_in, int64_t T_len,
                                   int64_t H, int64_t Dk, int64_t Dv,
-                                  int64_t block_size = kMamba3BlockSize);
+                                  int64_t block_size = kMamba3BlockSize,
+                                  int64_t st_tile = 0);
 
 // ---- the core phase by phase (for timing: gdn_phase.h) --------------------
 
@@ -170,7 +187,8 @@ void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
                             const T* beta, const T* S_in, const T* k_in,
                             const T* v_in, int64_t T_len, int64_t H,
                             int64_t Dk, int64_t Dv,
-                            int64_t block_size = kMamba3BlockSize);
+                            int64_t block_size = kMamba3BlockSize,
+                            int64_t st_tile = 0);
 
 // Mamba3CoreBackward one phase at a time, with the split of
 // Mamba3CoreBackwardOverlapped (gdn_phase.h's roles): kPre = the replay of
@@ -198,7 +216,8 @@ void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
                              const T* beta, const T* S_in, const T* k_in,
                              const T* v_in, int64_t T_len, int64_t H,
                              int64_t Dk, int64_t Dv,
-                             int64_t block_size = kMamba3BlockSize);
+                             int64_t block_size = kMamba3BlockSize,
+                             int64_t st_tile = 0);
 
 // The floating-point operations the chunkwise algorithm executes (matrix
 // products as 2mnk; elementwise work, exps and the per-block rank-one carry

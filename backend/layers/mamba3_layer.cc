@@ -195,7 +195,7 @@ Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
         s->k.data() + rk, s->xv.data() + rv, s->a.data() + rh,
         s->gamma.data() + rh, s->beta.data() + rh, state_in.S.data() + b * nS,
         state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.Ds,
-        d.Dp, d.block_size);
+        d.Dp, d.block_size, d.st_tile);
   }
   ws = Tensor<StatOf<T>>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
@@ -457,7 +457,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
         s.xv.data() + rv, s.a.data() + rh, s.gamma.data() + rh,
         s.beta.data() + rh, state_in.S.data() + b * nS,
         state_in.k.data() + b * nk, state_in.v.data() + b * nv, Ts, d.H, d.Ds,
-        d.Dp, d.block_size);
+        d.Dp, d.block_size, d.st_tile);
   }
   ws = Tensor<StatOf<T>>();
   ops().Add(g->dxv.data(), dv.data(), S * d.HDp());

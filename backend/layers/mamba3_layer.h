@@ -84,6 +84,10 @@ struct Mamba3LayerDims {
   // (Ops::Mamba3CoreForwardOverlapped / BackwardOverlapped; schedule.st_overlap):
   // the same results, on the CPU bit for bit with full blocks.
   bool st_overlap = false;
+  // B_V, the core's ST tile of state rows (schedule.st_tile; Ops' st_tile):
+  // 0 is the device's default (untiled). The results do not depend on it
+  // beyond rounding (ops.h).
+  int64_t st_tile = 0;
 
   int64_t HDp() const { return H * Dp; }
   int64_t HDs() const { return H * Ds; }

@@ -59,7 +59,7 @@ struct StageModuleOptions {
   // schedule.st_overlap: recurrent layers (GDN, Mamba-3) run their core's
   // forward and backward split and overlapped (SequenceLayerOptions::st_overlap).
   bool st_overlap = false;
-  // schedule.st_tile: B_V, the GDN core's ST tile of value rows
+  // schedule.st_tile: B_V, the recurrent cores' ST tile of value rows
   // (SequenceLayerOptions::st_tile; 0: the device's default, untiled).
   int64_t st_tile = 0;
 };

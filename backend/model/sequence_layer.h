@@ -79,7 +79,8 @@ struct SequenceLayerOptions {
   models::Recompute recompute = models::Recompute::kNone;
   std::uint64_t seed = 0;
   // Recurrent layers: the core's split-and-overlap (GdnLayerDims::st_overlap,
-  // Mamba3LayerDims::st_overlap); GDN's ST tile (GdnLayerDims::st_tile).
+  // Mamba3LayerDims::st_overlap) and ST tile (GdnLayerDims::st_tile,
+  // Mamba3LayerDims::st_tile).
   bool st_overlap = false;
   int64_t st_tile = 0;
 };

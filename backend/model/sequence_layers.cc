@@ -198,6 +198,7 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
   if (model.architecture() == "mamba3") {
     Mamba3LayerDims dims = Mamba3LayerDims::FromModel(model);
     dims.st_overlap = options.st_overlap;
+    dims.st_tile = options.st_tile;
     SF_ASSIGN_OR_RETURN(auto m3, Mamba3Layer<T>::Make(*alloc, dims, l, num_layers, options.seed));
     return std::unique_ptr<SequenceLayer<T>>(
         std::make_unique<RecurrentSequenceLayer<T, Mamba3Kind<T>>>(std::move(m3), alloc,

@@ -113,6 +113,7 @@ Status RunRepetition(Device& device, StageModule<T>& module, const Batch& batch,
 struct CoreDims {
   bool mamba3 = false;
   std::int64_t H = 0, Dk = 0, Dv = 0, block_size = 0;
+  std::int64_t st_tile = 0;  // B_V (schedule.st_tile), the layer's
   std::int64_t HK() const { return H * Dk; }
   std::int64_t HV() const { return H * Dv; }
   std::int64_t state() const { return H * Dv * Dk; }
@@ -164,7 +165,8 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
                                                            models::Recompute recompute,
                                                            int microbatch_size,
                                                            Device* device,
-                                                           bool st_overlap) {
+                                                           bool st_overlap,
+                                                           std::int64_t st_tile) {
   SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
   std::unique_ptr<LayerTimer> timer(new LayerTimer());
   timer->state_ = std::make_unique<State>(device);
@@ -173,14 +175,18 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
                                          {.recompute = recompute,
                                           .seed = kSeed,
                                           .microbatch_size = microbatch_size,
-                                          .st_overlap = st_overlap},
+                                          .st_overlap = st_overlap,
+                                          .st_tile = st_tile},
                                          &timer->state_->alloc));
   timer->state_->vocab = model.vocab_size();
   timer->state_->kind = kind;
   timer->state_->architecture = model.architecture();
   const std::optional<CoreDims> core = RecurrenceCore(model, kind);
   timer->state_->phases = core.has_value();
-  if (core) timer->state_->dims = *core;
+  if (core) {
+    timer->state_->dims = *core;
+    timer->state_->dims.st_tile = st_tile;
+  }
   return timer;
 }
 
@@ -345,7 +351,7 @@ void RunGdnPhase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t
                             Part(c.fws, b, 1, c.fws.dim(1)), Part(c.q, b, s, HK),
                             Part(c.k, b, s, HK), Part(c.v, b, s, HV), Part(c.a, b, s, H),
                             Part(c.beta, b, s, H), Part(c.S_in, b, 1, st), s, d.H, d.Dk, d.Dv,
-                            d.block_size);
+                            d.block_size, d.st_tile);
     return;
   }
   ops.GdnCoreBackwardPhase(p, Part(c.dq, b, s, HK), Part(c.dk, b, s, HK), Part(c.dv, b, s, HV),
@@ -353,7 +359,7 @@ void RunGdnPhase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t
                            Part(c.bws, b, 1, c.bws.dim(1)), Part(c.dO, b, s, HV),
                            Part(c.dS_out, b, 1, st), Part(c.q, b, s, HK), Part(c.k, b, s, HK),
                            Part(c.v, b, s, HV), Part(c.a, b, s, H), Part(c.beta, b, s, H),
-                           Part(c.S_in, b, 1, st), s, d.H, d.Dk, d.Dv, d.block_size);
+                           Part(c.S_in, b, 1, st), s, d.H, d.Dk, d.Dv, d.block_size, d.st_tile);
 }
 
 // Phase `p` of the Mamba-3 core over sequence b.
@@ -367,7 +373,7 @@ void RunMamba3Phase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int6
         Part(c.v_out, b, 1, HV), Part(c.fws, b, 1, c.fws.dim(1)), Part(c.q, b, s, HK),
         Part(c.k, b, s, HK), Part(c.v, b, s, HV), Part(c.a, b, s, H), Part(c.gamma, b, s, H),
         Part(c.beta, b, s, H), Part(c.S_in, b, 1, st), Part(c.k_in, b, 1, HK),
-        Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size);
+        Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size, d.st_tile);
     return;
   }
   ops.Mamba3CoreBackwardPhase(
@@ -377,7 +383,7 @@ void RunMamba3Phase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int6
       Part(c.dO, b, s, HV), Part(c.dS_out, b, 1, st), Part(c.dk_out, b, 1, HK),
       Part(c.dv_out, b, 1, HV), Part(c.q, b, s, HK), Part(c.k, b, s, HK), Part(c.v, b, s, HV),
       Part(c.a, b, s, H), Part(c.gamma, b, s, H), Part(c.beta, b, s, H), Part(c.S_in, b, 1, st),
-      Part(c.k_in, b, 1, HK), Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size);
+      Part(c.k_in, b, 1, HK), Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size, d.st_tile);
 }
 
 // Phase `p` of the forward (backward: `backward`) over every sequence.

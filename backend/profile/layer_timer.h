@@ -74,13 +74,16 @@ class LayerTimer {
   // `device` (nullptr: the CPU) runs the module; a pass's time is a span
   // of its timer (it ends when the device has finished the pass).
   // `st_overlap` (schedule.st_overlap): GDN and Mamba-3 layers run their
-  // core split and overlapped (StageModuleOptions::st_overlap).
+  // core split and overlapped (StageModuleOptions::st_overlap); `st_tile`
+  // (schedule.st_tile): their core's ST tile B_V, in TimeOnce and in
+  // TimePhasesOnce alike (0: untiled).
   static Result<std::unique_ptr<LayerTimer>> Make(const pb::ModelSpec& model,
                                                   models::LayerKind kind,
                                                   models::Recompute recompute,
                                                   int microbatch_size = 1,
                                                   Device* device = nullptr,
-                                                  bool st_overlap = false);
+                                                  bool st_overlap = false,
+                                                  std::int64_t st_tile = 0);
   ~LayerTimer();
   LayerTimer(const LayerTimer&) = delete;
   LayerTimer& operator=(const LayerTimer&) = delete;

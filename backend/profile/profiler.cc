@@ -103,7 +103,8 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
     for (models::Recompute mode : request.recompute) {
       SF_ASSIGN_OR_RETURN(auto timer,
                           LayerTimer<T>::Make(request.model, kind, mode, request.microbatch_size,
-                                              request.device, request.st_overlap));
+                                              request.device, request.st_overlap,
+                                              request.st_tile));
       std::vector<Point> points = PointsOf(request, kind);
       const std::size_t n = points.size();
       timed.push_back(Timed<T>{kind, mode, std::move(timer), std::move(points),

@@ -41,7 +41,9 @@ struct ProfileRequest {
   // the core split and overlapped (the phases are timed sequentially
   // either way); recorded in CostTable.st_overlap.
   bool st_overlap = false;
-  int st_tile = 0;                             // schedule.st_tile, recorded
+  // schedule.st_tile: the recurrence layers' ST tile B_V, in the whole-layer
+  // times and the phases alike; recorded in CostTable.st_tile.
+  int st_tile = 0;
 };
 
 // Called after each repetition and after the optimizer, with the count done

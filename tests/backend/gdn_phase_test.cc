@@ -28,8 +28,10 @@ struct Case {
   GdnShape s;
   int64_t block;
   bool null_states;  // S_in, S_out, dS_out, dS_in all nullptr
+  int64_t tile;      // the ST tile B_V (0: untiled), of the core and its phases
   std::string Name() const {
-    return s.Name() + " block=" + std::to_string(block) + (null_states ? " null states" : "");
+    return s.Name() + " block=" + std::to_string(block) + (null_states ? " null states" : "") +
+           (tile > 0 ? " st_tile=" + std::to_string(tile) : "");
   }
 };
 
@@ -62,11 +64,12 @@ Outputs<T> Run(Ops<T>& ops, const Case& c, const Buffers& in, const Buffers& dou
   if (phases) {
     for (GdnPhase p : kGdnPhases) {
       ops.GdnCoreForwardPhase(p, out[0].data(), S_out, ws.data(), q.data(), k.data(), v.data(),
-                              g.data(), beta.data(), S_in, s.T, s.H, s.Dk, s.Dv, c.block);
+                              g.data(), beta.data(), S_in, s.T, s.H, s.Dk, s.Dv, c.block,
+                              c.tile);
     }
   } else {
     ops.GdnCoreForward(out[0].data(), S_out, ws.data(), q.data(), k.data(), v.data(), g.data(),
-                       beta.data(), S_in, s.T, s.H, s.Dk, s.Dv, c.block);
+                       beta.data(), S_in, s.T, s.H, s.Dk, s.Dv, c.block, c.tile);
   }
   const int64_t bws = phases ? ops.GdnCoreBackwardPhaseWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block)
                              : ops.GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block);
@@ -74,7 +77,7 @@ Outputs<T> Run(Ops<T>& ops, const Case& c, const Buffers& in, const Buffers& dou
   auto backward = [&](auto&& call) {
     call(out[2].data(), out[3].data(), out[4].data(), out[5].data(), out[6].data(), dS_in,
          ws.data(), dO.data(), dS_out, q.data(), k.data(), v.data(), g.data(), beta.data(),
-         S_in, s.T, s.H, s.Dk, s.Dv, c.block);
+         S_in, s.T, s.H, s.Dk, s.Dv, c.block, c.tile);
   };
   if (phases) {
     for (GdnPhase p : kGdnPhases) {
@@ -111,11 +114,28 @@ void ExpectPhasesEqualCore(Device& device, const Case& c) {
 }
 
 const Case kCases[] = {
-    {{256, 2, 16, 8}, 64, false},   // full blocks
-    {{130, 3, 8, 6}, 64, false},    // a partial last block, odd head count
-    {{45, 2, 8, 8}, 16, true},      // small blocks, no boundary states
-    {{1, 1, 4, 4}, 64, false},      // one token
+    {{256, 2, 16, 8}, 64, false, 0},   // full blocks
+    {{130, 3, 8, 6}, 64, false, 0},    // a partial last block, odd head count
+    {{45, 2, 8, 8}, 16, true, 0},      // small blocks, no boundary states
+    {{1, 1, 4, 4}, 64, false, 0},      // one token
 };
+
+// With an ST tile B_V, the phases (profile's timing) run ST tile by tile as
+// the whole core does: the same bits as the whole core with that tile.
+const Case kTiledCases[] = {
+    {{256, 2, 16, 8}, 64, false, 3},   // a partial last tile
+    {{130, 3, 8, 6}, 64, false, 1},    // one row per tile
+    {{45, 2, 8, 8}, 16, true, 4},      // two tiles, no boundary states
+};
+
+TEST(GdnPhaseTest, TiledPhasesInOrderAreTheTiledCoreBitForBit) {
+  for (const Case& c : kTiledCases) {
+    ExpectPhasesEqualCore<double>(CpuDevice(), c);
+    ExpectPhasesEqualCore<float>(CpuDevice(), c);
+    ExpectPhasesEqualCore<double>(HostGridDevice(), c);
+    ExpectPhasesEqualCore<float>(HostGridDevice(), c);
+  }
+}
 
 TEST(GdnPhaseTest, CpuPhasesInOrderAreTheCoreBitForBit) {
   for (int threads : {1, 2}) {

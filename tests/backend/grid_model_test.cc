@@ -131,8 +131,8 @@ TEST(GridModel, Mamba3StepEqualsCpu) {
 
 // schedule.st_overlap for Mamba-3 on the host-grid device: the core on two
 // streams (grid_ops.h; chunks of 150 tokens, 3 kernel blocks of T_C = 64 in
-// 3 segments, the last block short): the same loss, gradients and bytes per
-// class, bit for bit, as the sequential core.
+// 3 segments, the last block short), and with schedule.st_tile: the same
+// loss, gradients and bytes per class, bit for bit, as the sequential core.
 TEST(GridModel, Mamba3OverlapGivesTheSameStep) {
   const pb::ModelSpec model = testing::SmallModel("mamba3", 2);
   for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
@@ -141,6 +141,14 @@ TEST(GridModel, Mamba3OverlapGivesTheSameStep) {
     EXPECT_EQ(ovl.loss, seq.loss);
     EXPECT_EQ(ovl.grads, seq.grads);
     EXPECT_EQ(ovl.peak_bytes, seq.peak_bytes);
+    // schedule.st_tile: ST tiles of 4 state rows (not a divisor of the head
+    // dim 6), sequential and on two streams: the same bits again.
+    for (bool overlap : {false, true}) {
+      const StepRun tiled = RunStep(&HostGridDevice(), model, recompute, 2, 300, 2, overlap, 4);
+      EXPECT_EQ(tiled.loss, seq.loss) << (overlap ? "overlapped" : "sequential");
+      EXPECT_EQ(tiled.grads, seq.grads) << (overlap ? "overlapped" : "sequential");
+      EXPECT_EQ(tiled.peak_bytes, seq.peak_bytes);
+    }
   }
 }
 

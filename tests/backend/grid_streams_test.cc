@@ -210,14 +210,15 @@ struct Mamba3Call {
   Mamba3CoreShape s;
   int64_t block;
   bool backward;
+  int64_t tile;             // the ST tile B_V (0: untiled)
   std::vector<Buffer> in;   // the real values
   std::vector<Buffer> out;  // sized, NaN
 };
 
 Mamba3Call MakeMamba3Call(const Mamba3CoreShape& s, int64_t block, bool boundaries,
-                          bool backward, uint64_t seed) {
+                          bool backward, uint64_t seed, int64_t tile = 0) {
   std::mt19937_64 rng(seed);
-  Mamba3Call c{s, block, backward, LayerLikeInputs(s, rng), {}};
+  Mamba3Call c{s, block, backward, tile, LayerLikeInputs(s, rng), {}};
   const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv, ns = s.H * s.Dv * s.Dk,
                 nh = s.T * s.H;
   // Present or absent boundary state sizes: S, k carry, v carry.
@@ -270,7 +271,8 @@ void Issue(GridOps<T, Exec>& ops, const Mamba3Call& c, bool overlapped, Bufs<T>&
     auto f = overlapped ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
     (ops.*f)(out[0].data(), Ptr(out[1]), Ptr(out[2]), Ptr(out[3]), ws.data(), in[kQ].data(),
              in[kK].data(), in[kV].data(), in[kA].data(), in[kGamma].data(), in[kBeta].data(),
-             Ptr(in[kSIn]), Ptr(in[kKIn]), Ptr(in[kVIn]), s.T, s.H, s.Dk, s.Dv, c.block);
+             Ptr(in[kSIn]), Ptr(in[kKIn]), Ptr(in[kVIn]), s.T, s.H, s.Dk, s.Dv, c.block,
+             c.tile);
     return;
   }
   ws.assign(ops.Mamba3CoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
@@ -279,7 +281,7 @@ void Issue(GridOps<T, Exec>& ops, const Mamba3Call& c, bool overlapped, Bufs<T>&
            out[5].data(), Ptr(out[6]), Ptr(out[7]), Ptr(out[8]), ws.data(), in[9].data(),
            Ptr(in[10]), Ptr(in[11]), Ptr(in[12]), in[kQ].data(), in[kK].data(), in[kV].data(),
            in[kA].data(), in[kGamma].data(), in[kBeta].data(), Ptr(in[kSIn]), Ptr(in[kKIn]),
-           Ptr(in[kVIn]), s.T, s.H, s.Dk, s.Dv, c.block);
+           Ptr(in[kVIn]), s.T, s.H, s.Dk, s.Dv, c.block, c.tile);
 }
 
 template <typename T>
@@ -498,6 +500,26 @@ TEST(GridStreams, StTilesGiveTheUntiledBits) {
       EXPECT_EQ(RunHost(c, false), ref) << what;
       EXPECT_EQ(RunHost(c, true), ref) << what << " overlapped";
       EXPECT_EQ(RunChecked(c, {Order::kRandom, 9}).results, ref) << what << " checked";
+    }
+  }
+}
+
+// The same for the Mamba-3 cores' two ST passes (Mamba3STFn, Mamba3STGradFn):
+// with boundary states and without, a tile that does not divide Dv, one of
+// a single row, Dv itself and beyond; the checked executor in a random order.
+TEST(GridStreams, Mamba3StTilesGiveTheUntiledBits) {
+  for (const Mamba3Case& k : {kMamba3Cases[0], kMamba3Cases[1], kMamba3Cases[5]}) {
+    for (bool backward : {false, true}) {
+      const std::vector<Buffer> ref =
+          RunHost(MakeMamba3Call(k.s, k.block, k.boundaries, backward, 44), false);
+      for (int64_t tile : {1, 3, 5, 8, 100}) {
+        const Mamba3Call c = MakeMamba3Call(k.s, k.block, k.boundaries, backward, 44, tile);
+        const std::string what = k.Name() + (backward ? " backward st_tile " : " forward st_tile ") +
+                                 std::to_string(tile);
+        EXPECT_EQ(RunHost(c, false), ref) << what;
+        EXPECT_EQ(RunHost(c, true), ref) << what << " overlapped";
+        EXPECT_EQ(RunChecked(c, {Order::kRandom, 9}).results, ref) << what << " checked";
+      }
     }
   }
 }

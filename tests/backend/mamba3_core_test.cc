@@ -267,8 +267,12 @@ TEST(Mamba3Core, TwoThreadsKeepExactness) {
 // every element must be written. null_states: the sequence's first chunk
 // (S_in, k_in, v_in nullptr) and its last (dS_out, dk_out, dv_out nullptr).
 template <typename T>
+// The overlapped kernels (and, with `tiles`, the sequential and overlapped
+// kernels at each ST tile B_V) against the sequential untiled ones: equal
+// bit for bit when rel is 0, else within rel.
 void ExpectOverlapSame(const Shape3& s, int64_t block, bool null_states,
-                       double rel, uint64_t seed) {
+                       double rel, uint64_t seed,
+                       const std::vector<int64_t>& tiles = {0}) {
   std::mt19937_64 rng(seed);
   const Buffers in = LayerLikeInputs(s, rng), douts = RandomDouts(s, rng);
   std::vector<std::vector<T>> x, d;
@@ -279,7 +283,7 @@ void ExpectOverlapSame(const Shape3& s, int64_t block, bool null_states,
                 ns = s.H * s.Dv * s.Dk;
   // {o, S_out, k_out, v_out, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in,
   //  dv_in, workspace}.
-  auto run = [&](bool overlapped) {
+  auto run = [&](bool overlapped, int64_t tile) {
     std::vector<std::vector<T>> r;
     for (int64_t n : {nv, ns, s.H * s.Dk, s.H * s.Dv, nk, nk, nv, nh, nh, nh, ns,
                       s.H * s.Dk, s.H * s.Dv,
@@ -289,24 +293,29 @@ void ExpectOverlapSame(const Shape3& s, int64_t block, bool null_states,
     auto* fwd = overlapped ? &Mamba3CoreForwardOverlapped<T> : &Mamba3CoreForward<T>;
     fwd(r[0].data(), r[1].data(), r[2].data(), r[3].data(), x[kQ].data(), x[kK].data(),
         x[kV].data(), x[kA].data(), x[kGamma].data(), x[kBeta].data(), state(x[kSIn]),
-        state(x[kKIn]), state(x[kVIn]), s.T, s.H, s.Dk, s.Dv, block);
+        state(x[kKIn]), state(x[kVIn]), s.T, s.H, s.Dk, s.Dv, block, tile);
     auto* bwd = overlapped ? &Mamba3CoreBackwardOverlapped<T> : &Mamba3CoreBackward<T>;
     bwd(r[4].data(), r[5].data(), r[6].data(), r[7].data(), r[8].data(), r[9].data(),
         r[10].data(), r[11].data(), r[12].data(), r[13].data(), d[0].data(), state(d[1]),
         state(d[2]), state(d[3]), x[kQ].data(), x[kK].data(), x[kV].data(), x[kA].data(),
         x[kGamma].data(), x[kBeta].data(), state(x[kSIn]), state(x[kKIn]),
-        state(x[kVIn]), s.T, s.H, s.Dk, s.Dv, block);
+        state(x[kVIn]), s.T, s.H, s.Dk, s.Dv, block, tile);
     return r;
   };
-  const std::vector<std::vector<T>> ref = run(false);
+  const std::vector<std::vector<T>> ref = run(false, 0);
   const std::vector<std::string> names = {
       "o", "S_out", "k_out", "v_out", "dq", "dk", "dv", "da", "dgamma",
       "dbeta", "dS_in", "dk_in", "dv_in", "workspace"};
+  for (int64_t tile : tiles)
+  for (bool overlapped : {false, true}) {
+  if (tile == 0 && !overlapped) continue;  // the reference itself
   for (int threads : {1, 2}) {
     ScopedKernelThreads scoped(threads);
-    const std::vector<std::vector<T>> got = run(true);
+    const std::vector<std::vector<T>> got = run(overlapped, tile);
     for (size_t t = 0; t < ref.size(); ++t) {
       const std::string where = s.Name() + " block=" + std::to_string(block) +
+                                " st_tile=" + std::to_string(tile) +
+                                (overlapped ? " overlapped" : " sequential") +
                                 " threads=" + std::to_string(threads) +
                                 (null_states ? " null states " : " ") + names[t];
       if (rel == 0) {
@@ -318,6 +327,7 @@ void ExpectOverlapSame(const Shape3& s, int64_t block, bool null_states,
             << where << " element " << i;
       }
     }
+  }
   }
 }
 
@@ -334,6 +344,23 @@ TEST(Mamba3Core, OverlapEqualsSequential) {
   ExpectOverlapSame<double>({200, 3, 16, 16}, kMamba3BlockSize, false, 1e-12, 29);
   ExpectOverlapSame<double>({129, 2, 8, 8}, kMamba3BlockSize, true, 1e-12, 30);
   ExpectOverlapSame<double>({1, 3, 4, 5}, kMamba3BlockSize, false, 1e-12, 31);
+}
+
+// The ST tile B_V (st_tile): ST's state rows in tiles of B_V, tile by tile
+// in the sequential kernels and one task per tile in the overlapped forward.
+// Row i of S' and of the state leaving a block needs only row i before it,
+// so every tile gives the untiled results; the backward's sums over rows (the
+// carry's gradients) follow the tiles. Tiles of 1, 3, 8 rows, one short of
+// Dv, Dv itself and beyond (untiled), with partial last tiles and blocks,
+// against the untiled sequential kernel within 1e-12 (float64) and 1e-5
+// (float32). A tile that dropped or repeated rows would be off by O(1).
+TEST(Mamba3Core, StTilesEqualUntiled) {
+  ExpectOverlapSame<double>({256, 2, 16, 32}, kMamba3BlockSize, false, 1e-12, 41,
+                            {1, 3, 8, 31, 32, 40});
+  ExpectOverlapSame<double>({144, 1, 8, 12}, 16, true, 1e-12, 42, {1, 5, 11});
+  ExpectOverlapSame<double>({100, 3, 12, 8}, 16, false, 1e-12, 43, {3, 7});
+  ExpectOverlapSame<double>({0, 2, 4, 4}, 8, false, 1e-12, 44, {1, 3});  // empty chunk
+  ExpectOverlapSame<float>({192, 2, 16, 32}, kMamba3BlockSize, false, 1e-5, 45, {8, 12});
 }
 
 // The overlapped kernels against the token-by-token float64 recurrence, as

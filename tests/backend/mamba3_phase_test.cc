@@ -34,8 +34,10 @@ struct Case {
   Mamba3CoreShape s;
   int64_t block;
   bool null_states;  // every boundary state and its gradient nullptr
+  int64_t tile;      // the ST tile B_V (0: untiled), of the core and its phases
   std::string Name() const {
-    return s.Name() + " block=" + std::to_string(block) + (null_states ? " null states" : "");
+    return s.Name() + " block=" + std::to_string(block) + (null_states ? " null states" : "") +
+           (tile > 0 ? " st_tile=" + std::to_string(tile) : "");
   }
 };
 
@@ -67,7 +69,7 @@ void Forward(Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>& x,
   auto call = [&](auto&& f) {
     f(out[kO].data(), st(kSOut), st(kKOut), st(kVOut), ws.data(), x[kQ].data(), x[kK].data(),
       x[kV].data(), x[kA].data(), x[kGamma].data(), x[kBeta].data(), in(kSIn), in(kKIn),
-      in(kVIn), s.T, s.H, s.Dk, s.Dv, c.block);
+      in(kVIn), s.T, s.H, s.Dk, s.Dv, c.block, c.tile);
   };
   if (!mode.phases) {
     call([&](auto... args) { ops.Mamba3CoreForward(args...); });
@@ -96,7 +98,7 @@ void Backward(Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>& x,
       out[kDbeta].data(), din(kDSIn), din(kDkIn), din(kDvIn), ws.data(), d[0].data(), dout(1),
       dout(2), dout(3), x[kQ].data(), x[kK].data(), x[kV].data(), x[kA].data(),
       x[kGamma].data(), x[kBeta].data(), in(kSIn), in(kKIn), in(kVIn), s.T, s.H, s.Dk, s.Dv,
-      c.block);
+      c.block, c.tile);
   };
   if (!mode.phases) {
     call([&](auto... args) { ops.Mamba3CoreBackward(args...); });
@@ -184,13 +186,30 @@ void ExpectPhasesEqualCore(Device& device, const Case& c) {
 }
 
 const Case kCases[] = {
-    {{256, 2, 16, 8}, 64, false},  // full blocks
-    {{130, 3, 8, 6}, 64, false},   // a partial last block, odd head count
-    {{100, 2, 8, 6}, 32, false},   // a last block of 4 tokens
-    {{45, 2, 8, 8}, 16, true},     // small blocks, no boundary states
-    {{1, 1, 4, 4}, 64, false},     // one token
-    {{0, 2, 4, 4}, 64, false},     // an empty chunk hands the state on
+    {{256, 2, 16, 8}, 64, false, 0},  // full blocks
+    {{130, 3, 8, 6}, 64, false, 0},   // a partial last block, odd head count
+    {{100, 2, 8, 6}, 32, false, 0},   // a last block of 4 tokens
+    {{45, 2, 8, 8}, 16, true, 0},     // small blocks, no boundary states
+    {{1, 1, 4, 4}, 64, false, 0},     // one token
+    {{0, 2, 4, 4}, 64, false, 0},     // an empty chunk hands the state on
 };
+
+// With an ST tile B_V, the phases (profile's timing) run ST tile by tile as
+// the whole core does: the same bits as the whole core with that tile.
+const Case kTiledCases[] = {
+    {{256, 2, 16, 8}, 64, false, 3},  // a partial last tile
+    {{130, 3, 8, 6}, 64, false, 1},   // one row per tile
+    {{45, 2, 8, 8}, 16, true, 4},     // two tiles, no boundary states
+};
+
+TEST(Mamba3PhaseTest, TiledPhasesInOrderAreTheTiledCoreBitForBit) {
+  for (const Case& c : kTiledCases) {
+    ExpectPhasesEqualCore<double>(CpuDevice(), c);
+    ExpectPhasesEqualCore<float>(CpuDevice(), c);
+    ExpectPhasesEqualCore<double>(HostGridDevice(), c);
+    ExpectPhasesEqualCore<float>(HostGridDevice(), c);
+  }
+}
 
 TEST(Mamba3PhaseTest, CpuPhasesInOrderAreTheCoreBitForBit) {
   for (int threads : {1, 2}) {

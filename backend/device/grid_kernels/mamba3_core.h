@@ -4,7 +4,7 @@
 //   forward
 //     Pre  GdnCumDecayFn (T, H)              G_r = a_0 + ... + a_r per block
 //          Mamba3BlockUFn (H, nb, Dv, Dk)    U_b = V^T diag(M_{L-1,.}) K
-//     ST   Mamba3STFn (H, Dv)                one state row through the blocks
+//     ST   Mamba3STFn (H, tiles, B_V)        one state row through the blocks
 //                                            in order: S'_b = S_b + beta_0
 //                                            vp kp^T (stored), S_{b+1} =
 //                                            exp(G_{L-1}) S'_b + U_b
@@ -14,14 +14,17 @@
 //   backward (the forward's Pre and ST replayed first)
 //     Mamba3GramFn (H, nb, bs, bs) x2        Q K^T and dO V^T, s <= r
 //     Mamba3OutStateGradFn (H, nb, Dv, Dk)   Z_b = sum_r exp(G_r) dO_r q_r^T
-//     Mamba3STGradFn (H, Dv)                 dS'_b = exp(G_{L-1}) dS'_{b+1}
+//     Mamba3STGradFn (H, tiles, B_V)         dS'_b = exp(G_{L-1}) dS'_{b+1}
 //                                            + Z_b, blocks in reverse
 //     Mamba3WeightGradFn (H, nb, bs, bs)     dM_rs
 //     Mamba3QueryGradFn, Mamba3KeyGradFn, Mamba3ValueGradFn: dq, dk, dv
 //     Mamba3DecayGradFn (T, H), Mamba3CumGradFn (T, H): dG, then da
 //     Mamba3GateGradFn (T, H)                dgamma, dbeta
 //     Mamba3CarryInGradFn (H, Dk + Dv)       dk_in, dv_in
-// Only the two ST passes walk the blocks in order (over heads x state rows);
+// Only the two ST passes walk the blocks in order, over heads x tiles of B_V
+// state rows (StTiles, gdn_common.h: schedule.st_tile; one tile is one
+// thread block on a GPU): row i of S' and of dS' needs only row i of the
+// state (or gradient) before it, so the tile changes the grid, not the bits;
 // every other pass runs every block of every head at once. Every pass also
 // runs on a range of blocks (a segment: GridOps' overlapped cores, the ST
 // passes with their b0, b1, the others restricted by BlockRangeFn), element
@@ -150,7 +153,8 @@ struct Mamba3BlockUFn {
 // block 0: S_in's row, or zeros); after the chunk's last block (b1 = nb),
 // S_out's row unless nullptr. T = 0: S_out = S_in (or zeros). So the ST of
 // blocks [b0, b1) reads Pre's U and G of blocks [b0 - 1, b1 - 1), and of
-// block nb - 1 for S_out.
+// block nb - 1 for S_out. The index is decoded by st (heads x tiles x B_V);
+// a short last tile's spare indices do nothing.
 template <typename T>
 struct Mamba3STFn {
   T* states;        // (H, nb, Dv, Dk) S'_b
@@ -158,9 +162,11 @@ struct Mamba3STFn {
   const T *U, *k, *v, *G, *beta;
   const T *S_in, *k_in, *v_in;   // (H, Dv, Dk), (H, Dk), (H, Dv) or nullptr
   Mamba3Shape s;
+  StTiles st;                    // the grid: heads x tiles of B_V rows
   int64_t b0 = 0, b1 = 0;        // the blocks [b0, b1)
   SF_HD void operator()(int64_t idx) const {
-    const int64_t h = idx / s.Dv, i = idx % s.Dv;
+    int64_t h, i;
+    if (!st.Decode(idx, s.Dv, &h, &i)) return;
     const T* in = S_in != nullptr ? S_in + (h * s.Dv + i) * s.Dk : nullptr;
     T* out = S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk : nullptr;
     if (s.nb == 0) {
@@ -289,9 +295,12 @@ struct Mamba3STGradFn {
   T* dS_in;              // (H, Dv, Dk) or nullptr
   const T *dS_out, *Z, *G;
   Mamba3Shape s;
+  StTiles st;              // the grid, as Mamba3STFn's
   int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1), walked from b1 - 1 down
   SF_HD void operator()(int64_t idx) const {
-    const int64_t h = idx / s.Dv, i = idx % s.Dv, slots = s.nb + 1;
+    int64_t h, i;
+    if (!st.Decode(idx, s.Dv, &h, &i)) return;
+    const int64_t slots = s.nb + 1;
     if (b1 == s.nb) {
       T* last = dS + s.State(h, s.nb, i, slots);
       for (int64_t c = 0; c < s.Dk; ++c) {

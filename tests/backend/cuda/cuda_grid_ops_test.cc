@@ -322,9 +322,11 @@ Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
 }
 
 // overlapped: the two-stream core (at bs = 32: 5 blocks, the last short, in
-// segments of 1, 1, 1, 2; at bs = 16: 10 blocks in 2, 3, 2, 3).
+// segments of 1, 1, 1, 2; at bs = 16: 10 blocks in 2, 3, 2, 3). st_tile:
+// the ST launches' block shape (5 does not divide Dv).
 template <typename T>
-Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize) {
+Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize,
+                       int64_t st_tile = 0) {
   return [=](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
     const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12;
     const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk, nh = T_len * H;
@@ -344,7 +346,7 @@ Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize) {
     T* wsf = sp.Put(std::vector<T>(ops.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
     auto fwd = overlapped ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
     (ops.*fwd)(o, S_out, k_out, v_out, wsf, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len,
-               H, Dk, Dv, bs);
+               H, Dk, Dv, bs, st_tile);
     T* dO = sp.Put(Rand<T>(70, nv, -1, 1));
     T* dS_out = sp.Put(Rand<T>(71, ns, -1, 1));
     T* dk_out = sp.Put(Rand<T>(72, H * Dk, -1, 1));
@@ -361,7 +363,8 @@ Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize) {
     T* wsb = sp.Put(std::vector<T>(ops.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
     auto bwd = overlapped ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
     (ops.*bwd)(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, wsb, dO, dS_out, dk_out,
-               dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, bs);
+               dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, bs,
+               st_tile);
     return {{"o", sp.Get(o, nv)},           {"S_out", sp.Get(S_out, ns)},
             {"k_out", sp.Get(k_out, H * Dk)}, {"v_out", sp.Get(v_out, H * Dv)},
             {"dq", sp.Get(dq, nk)},         {"dk", sp.Get(dk, nk)},
@@ -511,6 +514,12 @@ TEST_F(CudaGridOps, Mamba3CoreOverlapped) {
   Compare<float>("mamba3 core overlapped, bs 32", Mamba3CoreCase<float>(true, 32));
   Compare<double>("mamba3 core overlapped, bs 16", Mamba3CoreCase<double>(true, 16));
   Compare<float>("mamba3 core overlapped, bs 16", Mamba3CoreCase<float>(true, 16));
+}
+// The ST tile as the launches' block shape (one thread block per tile).
+TEST_F(CudaGridOps, Mamba3CoreTiled) {
+  Compare<double>("mamba3 core overlapped, B_V 5", Mamba3CoreCase<double>(true, 32, 5));
+  Compare<float>("mamba3 core overlapped, B_V 5", Mamba3CoreCase<float>(true, 32, 5));
+  Compare<double>("mamba3 core sequential, B_V 1", Mamba3CoreCase<double>(false, 32, 1));
 }
 TEST_F(CudaGridOps, Mamba3PerTokenOps) {
   Compare<double>("mamba3 per-token ops", Mamba3PrepCase<double>());
