@@ -62,7 +62,9 @@
 // Dimension legends: as in ops.h and the kernels' headers.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include "backend/device/grid_kernels/elementwise.h"
@@ -217,7 +219,7 @@ class GridOps final : public Ops<T> {
                       int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                       int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideGdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+      WideGdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile, {});
     } else {
       GdnCoreForwardNative(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
@@ -238,7 +240,7 @@ class GridOps final : public Ops<T> {
                                 int64_t block_size,
                                 int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideGdnCoreForwardOverlapped(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+      WideGdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile, WideMode::Overlapped());
     } else {
       GdnCoreForwardOverlappedNative(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
@@ -290,7 +292,7 @@ class GridOps final : public Ops<T> {
       int64_t Dk, int64_t Dv, int64_t block_size,
       int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideGdnCoreBackwardOverlapped(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+      WideGdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile, WideMode::Overlapped());
     } else {
       GdnCoreBackwardOverlappedNative(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
@@ -315,7 +317,7 @@ class GridOps final : public Ops<T> {
                            int64_t H, int64_t Dk, int64_t Dv,
                            int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideGdnCoreForwardPhase(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+      WideGdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile, WideMode::Of(phase));
     } else {
       GdnCoreForwardPhaseNative(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
@@ -338,7 +340,7 @@ class GridOps final : public Ops<T> {
                             int64_t Dk, int64_t Dv,
                             int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideGdnCoreBackwardPhase(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+      WideGdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile, WideMode::Of(phase));
     } else {
       GdnCoreBackwardPhaseNative(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
@@ -503,7 +505,7 @@ class GridOps final : public Ops<T> {
                                    int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
       WideMamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta, S_in,
-                            k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile, true);
+                            k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile, WideMode::Overlapped());
     } else {
       Mamba3CoreForwardOverlappedNative(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
                                         beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
@@ -536,7 +538,7 @@ class GridOps final : public Ops<T> {
     if constexpr (kWide) {
       WideMamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace, dO,
                              dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in,
-                             T_len, H, Dk, Dv, block_size, st_tile, true);
+                             T_len, H, Dk, Dv, block_size, st_tile, WideMode::Overlapped());
     } else {
       Mamba3CoreBackwardOverlappedNative(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
                                          workspace, dO, dS_out, dk_out, dv_out, q, k, v, a,
@@ -569,8 +571,8 @@ class GridOps final : public Ops<T> {
                               int64_t Dk, int64_t Dv,
                               int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideMamba3CoreForwardPhase(phase, o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
-                                 beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
+      WideMamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
+                                 beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile, WideMode::Of(phase));
     } else {
       Mamba3CoreForwardPhaseNative(phase, o, S_out, k_out, v_out, workspace, q, k, v, a, gamma,
                                    beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
@@ -599,9 +601,9 @@ class GridOps final : public Ops<T> {
       const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H,
       int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile = 0) override {
     if constexpr (kWide) {
-      WideMamba3CoreBackwardPhase(phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
+      WideMamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
                                   workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma,
-                                  beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
+                                  beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile, WideMode::Of(phase));
     } else {
       Mamba3CoreBackwardPhaseNative(phase, dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in,
                                     workspace, dO, dS_out, dk_out, dv_out, q, k, v, a, gamma,
@@ -687,76 +689,77 @@ class GridOps final : public Ops<T> {
     return T_len * H * (3 * Dv + 2 * Dk + 3) + 2 * H * (Dk + Dv) +
            T_len * H * (2 * Dk + Dv + 3) + H * (Dk + Dv);
   }
-  // Consecutive float buffers from p; a nullptr source gives nullptr.
-  struct Carve {
-    F* p;
+  // How a bf16 core call runs: the whole core, sequential or overlapped,
+  // or one of its phases (kPre widens the inputs, kOut rounds the outputs;
+  // the copies stay in the workspace between the calls, as the float core's
+  // intermediates do).
+  struct WideMode {
+    bool overlapped = false;
+    std::optional<GdnPhase> phase;
+    static WideMode Overlapped() { return {true, std::nullopt}; }
+    static WideMode Of(GdnPhase p) { return {false, p}; }
+    bool widens() const { return !phase || *phase == GdnPhase::kPre; }
+    bool narrows() const { return !phase || *phase == GdnPhase::kOut; }
+  };
+  // The float copies of one bf16 core call's arguments, carved from `at` in
+  // the order the call names them, a nullptr argument's too (a fixed layout:
+  // a later phase finds what an earlier one made). In: the copy of an input,
+  // widened if the mode widens; Out: the copy of an output, rounded into it
+  // by Narrow() if the mode narrows. A nullptr argument gives nullptr.
+  class WideArgs {
+   public:
+    WideArgs(GridOps& ops, F* at, WideMode mode) : ops_(ops), at_(at), mode_(mode) {}
+    const F* In(const T* x, int64_t n) {
+      F* y = Take(n);
+      if (x == nullptr) return nullptr;
+      if (mode_.widens()) ops_.Widen(y, x, n);
+      return y;
+    }
+    F* Out(T* x, int64_t n) {
+      F* y = Take(n);
+      if (x == nullptr) return nullptr;
+      outs_[count_++] = {x, y, n};
+      return y;
+    }
+    void Narrow() {
+      if (!mode_.narrows()) return;
+      for (int i = 0; i < count_; ++i) ops_.Narrow(outs_[i].x, outs_[i].y, outs_[i].n);
+    }
+
+   private:
+    struct Output {
+      T* x;
+      F* y;
+      int64_t n;
+    };
     F* Take(int64_t n) {
-      F* r = p;
-      p += n;
+      F* r = at_;
+      at_ += n;
       return r;
     }
+    GridOps& ops_;
+    F* at_;
+    WideMode mode_;
+    std::array<Output, 8> outs_{};  // the most a core names: Mamba-3's backward
+    int count_ = 0;
   };
-  const F* WideIn(Carve& c, const T* x, int64_t n) {
-    if (x == nullptr) return nullptr;
-    F* y = c.Take(n);
-    Widen(y, x, n);
-    return y;
-  }
-  F* WideOut(Carve& c, const T* x, int64_t n) {
-    return x == nullptr ? nullptr : c.Take(n);
-  }
-  void NarrowOut(T* y, const F* x, int64_t n) {
-    if (y != nullptr) Narrow(y, x, n);
-  }
   void WideGdnCoreForward(T* o, F* S_out, F* workspace, const T* q,
                           const T* k, const T* v, const T* g, const T* beta,
                           const F* S_in, int64_t T_len, int64_t H, int64_t Dk,
                           int64_t Dv, int64_t block_size, int64_t st_tile,
-                          bool overlapped = false);
-  void WideGdnCoreForwardOverlapped(T* o, F* S_out, F* workspace, const T* q,
-                                    const T* k, const T* v, const T* g,
-                                    const T* beta, const F* S_in,
-                                    int64_t T_len, int64_t H, int64_t Dk,
-                                    int64_t Dv, int64_t block_size,
-                                    int64_t st_tile) {
-    WideGdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H,
-                       Dk, Dv, block_size, st_tile, true);
-  }
+                          WideMode mode = {});
   void WideGdnCoreBackward(T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in,
                            F* workspace, const T* dO, const F* dS_out,
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const F* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
-                           int64_t block_size, int64_t st_tile,
-                           bool overlapped = false);
-  void WideGdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta,
-                                     F* dS_in, F* workspace, const T* dO,
-                                     const F* dS_out, const T* q, const T* k,
-                                     const T* v, const T* g, const T* beta,
-                                     const F* S_in, int64_t T_len, int64_t H,
-                                     int64_t Dk, int64_t Dv,
-                                     int64_t block_size, int64_t st_tile) {
-    WideGdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q,
-                        k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size,
-                        st_tile, true);
-  }
-  void WideGdnCoreForwardPhase(GdnPhase phase, T* o, F* S_out, F* workspace,
-                               const T* q, const T* k, const T* v, const T* g,
-                               const T* beta, const F* S_in, int64_t T_len,
-                               int64_t H, int64_t Dk, int64_t Dv,
-                               int64_t block_size, int64_t st_tile);
-  void WideGdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
-                                T* dbeta, F* dS_in, F* workspace, const T* dO,
-                                const F* dS_out, const T* q, const T* k,
-                                const T* v, const T* g, const T* beta,
-                                const F* S_in, int64_t T_len, int64_t H,
-                                int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
+                           int64_t block_size, int64_t st_tile, WideMode mode = {});
   void WideMamba3CoreForward(T* o, F* S_out, T* k_out, T* v_out, F* workspace,
                              const T* q, const T* k, const T* v, const T* a,
                              const T* gamma, const T* beta, const F* S_in,
                              const T* k_in, const T* v_in, int64_t T_len,
                              int64_t H, int64_t Dk, int64_t Dv,
-                             int64_t block_size, int64_t st_tile, bool overlapped = false);
+                             int64_t block_size, int64_t st_tile, WideMode mode = {});
   void WideMamba3CoreBackward(T* dq, T* dk, T* dv, T* da, T* dgamma,
                               T* dbeta, F* dS_in, T* dk_in, T* dv_in,
                               F* workspace, const T* dO, const F* dS_out,
@@ -765,19 +768,7 @@ class GridOps final : public Ops<T> {
                               const T* gamma, const T* beta, const F* S_in,
                               const T* k_in, const T* v_in, int64_t T_len,
                               int64_t H, int64_t Dk, int64_t Dv,
-                              int64_t block_size, int64_t st_tile, bool overlapped = false);
-  void WideMamba3CoreForwardPhase(GdnPhase phase, T* o, F* S_out, T* k_out, T* v_out,
-                                  F* workspace, const T* q, const T* k, const T* v,
-                                  const T* a, const T* gamma, const T* beta, const F* S_in,
-                                  const T* k_in, const T* v_in, int64_t T_len, int64_t H,
-                                  int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
-  void WideMamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma,
-                                   T* dbeta, F* dS_in, T* dk_in, T* dv_in, F* workspace,
-                                   const T* dO, const F* dS_out, const T* dk_out,
-                                   const T* dv_out, const T* q, const T* k, const T* v,
-                                   const T* a, const T* gamma, const T* beta, const F* S_in,
-                                   const T* k_in, const T* v_in, int64_t T_len, int64_t H,
-                                   int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile);
+                              int64_t block_size, int64_t st_tile, WideMode mode = {});
   // Row-major C = op(A) op(B) + beta C: exec_.Gemm for float and double;
   // for bf16 operands exec_.GemmBf16 (float accumulation; C float or bf16).
   template <typename TC>
@@ -1491,211 +1482,6 @@ void GridOps<T, Exec>::OutputLossBackward(T* dx, GradOf<T>* dw, StatOf<T>* logit
   if (dx != nullptr && V == 0) exec_.ForEach(N * C, grid::FillFn<T>{dx, T(0)});
 }
 
-// ---- bf16: the recurrent cores on float copies (kWide) ------------------------
-
-template <typename T, typename Exec>
-void GridOps<T, Exec>::WideGdnCoreForward(
-    T* o, F* S_out, F* workspace, const T* q, const T* k, const T* v,
-    const T* g, const T* beta, const F* S_in, int64_t T_len, int64_t H,
-    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile,
-    bool overlapped) {
-  GridOps<F, Exec> f(exec_);
-  const int64_t n = T_len * H;
-  Carve c{workspace + f.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  const F* qf = WideIn(c, q, n * Dk);
-  const F* kf = WideIn(c, k, n * Dk);
-  const F* vf = WideIn(c, v, n * Dv);
-  const F* gf = WideIn(c, g, n);
-  const F* bf = WideIn(c, beta, n);
-  F* of = c.Take(n * Dv);
-  if (overlapped) {
-    f.GdnCoreForwardOverlapped(of, S_out, workspace, qf, kf, vf, gf, bf, S_in,
-                               T_len, H, Dk, Dv, block_size, st_tile);
-  } else {
-    f.GdnCoreForward(of, S_out, workspace, qf, kf, vf, gf, bf, S_in, T_len, H,
-                     Dk, Dv, block_size, st_tile);
-  }
-  Narrow(o, of, n * Dv);
-}
-
-template <typename T, typename Exec>
-void GridOps<T, Exec>::WideGdnCoreBackward(
-    T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in, F* workspace, const T* dO,
-    const F* dS_out, const T* q, const T* k, const T* v, const T* g,
-    const T* beta, const F* S_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size, int64_t st_tile, bool overlapped) {
-  GridOps<F, Exec> f(exec_);
-  const int64_t n = T_len * H;
-  Carve c{workspace + f.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  const F* dOf = WideIn(c, dO, n * Dv);
-  const F* qf = WideIn(c, q, n * Dk);
-  const F* kf = WideIn(c, k, n * Dk);
-  const F* vf = WideIn(c, v, n * Dv);
-  const F* gf = WideIn(c, g, n);
-  const F* bf = WideIn(c, beta, n);
-  F* dqf = c.Take(n * Dk);
-  F* dkf = c.Take(n * Dk);
-  F* dvf = c.Take(n * Dv);
-  F* dgf = c.Take(n);
-  F* dbf = c.Take(n);
-  if (overlapped) {
-    f.GdnCoreBackwardOverlapped(dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf,
-                                dS_out, qf, kf, vf, gf, bf, S_in, T_len, H, Dk,
-                                Dv, block_size, st_tile);
-  } else {
-    f.GdnCoreBackward(dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf, dS_out,
-                      qf, kf, vf, gf, bf, S_in, T_len, H, Dk, Dv, block_size,
-                      st_tile);
-  }
-  Narrow(dq, dqf, n * Dk);
-  Narrow(dk, dkf, n * Dk);
-  Narrow(dv, dvf, n * Dv);
-  Narrow(dg, dgf, n);
-  Narrow(dbeta, dbf, n);
-}
-
-// By phase: kPre widens the inputs first, kOut rounds the outputs last; the
-// float copies stay in the workspace between the calls, as the float core's
-// intermediates do.
-template <typename T, typename Exec>
-void GridOps<T, Exec>::WideGdnCoreForwardPhase(
-    GdnPhase phase, T* o, F* S_out, F* workspace, const T* q, const T* k,
-    const T* v, const T* g, const T* beta, const F* S_in, int64_t T_len,
-    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
-  GridOps<F, Exec> f(exec_);
-  const int64_t n = T_len * H;
-  Carve c{workspace + f.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  F* qf = c.Take(n * Dk);
-  F* kf = c.Take(n * Dk);
-  F* vf = c.Take(n * Dv);
-  F* gf = c.Take(n);
-  F* bf = c.Take(n);
-  F* of = c.Take(n * Dv);
-  if (phase == GdnPhase::kPre) {
-    Widen(qf, q, n * Dk);
-    Widen(kf, k, n * Dk);
-    Widen(vf, v, n * Dv);
-    Widen(gf, g, n);
-    Widen(bf, beta, n);
-  }
-  f.GdnCoreForwardPhase(phase, of, S_out, workspace, qf, kf, vf, gf, bf, S_in,
-                        T_len, H, Dk, Dv, block_size, st_tile);
-  if (phase == GdnPhase::kOut) Narrow(o, of, n * Dv);
-}
-
-template <typename T, typename Exec>
-void GridOps<T, Exec>::WideGdnCoreBackwardPhase(
-    GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in,
-    F* workspace, const T* dO, const F* dS_out, const T* q, const T* k,
-    const T* v, const T* g, const T* beta, const F* S_in, int64_t T_len,
-    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
-  GridOps<F, Exec> f(exec_);
-  const int64_t n = T_len * H;
-  Carve c{workspace + f.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  F* dOf = c.Take(n * Dv);
-  F* qf = c.Take(n * Dk);
-  F* kf = c.Take(n * Dk);
-  F* vf = c.Take(n * Dv);
-  F* gf = c.Take(n);
-  F* bf = c.Take(n);
-  F* dqf = c.Take(n * Dk);
-  F* dkf = c.Take(n * Dk);
-  F* dvf = c.Take(n * Dv);
-  F* dgf = c.Take(n);
-  F* dbf = c.Take(n);
-  if (phase == GdnPhase::kPre) {
-    Widen(dOf, dO, n * Dv);
-    Widen(qf, q, n * Dk);
-    Widen(kf, k, n * Dk);
-    Widen(vf, v, n * Dv);
-    Widen(gf, g, n);
-    Widen(bf, beta, n);
-  }
-  f.GdnCoreBackwardPhase(phase, dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf,
-                         dS_out, qf, kf, vf, gf, bf, S_in, T_len, H, Dk, Dv,
-                         block_size, st_tile);
-  if (phase == GdnPhase::kOut) {
-    Narrow(dq, dqf, n * Dk);
-    Narrow(dk, dkf, n * Dk);
-    Narrow(dv, dvf, n * Dv);
-    Narrow(dg, dgf, n);
-    Narrow(dbeta, dbf, n);
-  }
-}
-
-template <typename T, typename Exec>
-void GridOps<T, Exec>::WideMamba3CoreForward(
-    T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
-    const T* v, const T* a, const T* gamma, const T* beta, const F* S_in,
-    const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size, int64_t st_tile, bool overlapped) {
-  GridOps<F, Exec> f(exec_);
-  const int64_t n = T_len * H;
-  Carve c{workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  const F* qf = WideIn(c, q, n * Dk);
-  const F* kf = WideIn(c, k, n * Dk);
-  const F* vf = WideIn(c, v, n * Dv);
-  const F* af = WideIn(c, a, n);
-  const F* gmf = WideIn(c, gamma, n);
-  const F* bf = WideIn(c, beta, n);
-  const F* kif = WideIn(c, k_in, H * Dk);
-  const F* vif = WideIn(c, v_in, H * Dv);
-  F* of = c.Take(n * Dv);
-  F* kof = WideOut(c, k_out, H * Dk);
-  F* vof = WideOut(c, v_out, H * Dv);
-  auto core = overlapped ? &GridOps<F, Exec>::Mamba3CoreForwardOverlapped
-                         : &GridOps<F, Exec>::Mamba3CoreForward;
-  (f.*core)(of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H,
-            Dk, Dv, block_size, st_tile);
-  Narrow(o, of, n * Dv);
-  NarrowOut(k_out, kof, H * Dk);
-  NarrowOut(v_out, vof, H * Dv);
-}
-
-template <typename T, typename Exec>
-void GridOps<T, Exec>::WideMamba3CoreBackward(
-    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, F* dS_in, T* dk_in,
-    T* dv_in, F* workspace, const T* dO, const F* dS_out, const T* dk_out,
-    const T* dv_out, const T* q, const T* k, const T* v, const T* a,
-    const T* gamma, const T* beta, const F* S_in, const T* k_in,
-    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
-    int64_t block_size, int64_t st_tile, bool overlapped) {
-  GridOps<F, Exec> f(exec_);
-  const int64_t n = T_len * H;
-  Carve c{workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  const F* dOf = WideIn(c, dO, n * Dv);
-  const F* qf = WideIn(c, q, n * Dk);
-  const F* kf = WideIn(c, k, n * Dk);
-  const F* vf = WideIn(c, v, n * Dv);
-  const F* af = WideIn(c, a, n);
-  const F* gmf = WideIn(c, gamma, n);
-  const F* bf = WideIn(c, beta, n);
-  const F* dkof = WideIn(c, dk_out, H * Dk);
-  const F* dvof = WideIn(c, dv_out, H * Dv);
-  const F* kif = WideIn(c, k_in, H * Dk);
-  const F* vif = WideIn(c, v_in, H * Dv);
-  F* dqf = c.Take(n * Dk);
-  F* dkf = c.Take(n * Dk);
-  F* dvf = c.Take(n * Dv);
-  F* daf = c.Take(n);
-  F* dgmf = c.Take(n);
-  F* dbf = c.Take(n);
-  F* dkif = WideOut(c, dk_in, H * Dk);
-  F* dvif = WideOut(c, dv_in, H * Dv);
-  auto core = overlapped ? &GridOps<F, Exec>::Mamba3CoreBackwardOverlapped
-                         : &GridOps<F, Exec>::Mamba3CoreBackward;
-  (f.*core)(dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif, workspace, dOf, dS_out, dkof, dvof,
-            qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H, Dk, Dv, block_size, st_tile);
-  Narrow(dq, dqf, n * Dk);
-  Narrow(dk, dkf, n * Dk);
-  Narrow(dv, dvf, n * Dv);
-  Narrow(da, daf, n);
-  Narrow(dgamma, dgmf, n);
-  Narrow(dbeta, dbf, n);
-  NarrowOut(dk_in, dkif, H * Dk);
-  NarrowOut(dv_in, dvif, H * Dv);
-}
-
 template <typename T, typename Exec>
 void GridOps<T, Exec>::Mamba3CoreForwardPhaseNative(
     GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
@@ -1750,104 +1536,154 @@ void GridOps<T, Exec>::Mamba3CoreBackwardPhaseNative(
   }
 }
 
-// By phase, as the GDN core's: kPre widens the inputs, kOut rounds every
-// output; the float copies stay in the workspace between the calls.
+// ---- bf16: the recurrent cores on float copies (kWide) ------------------------
+
+// Each call names its arguments to WideArgs in one fixed order whatever the
+// mode, so the whole core, the overlapped one and the three phases (which
+// find the copies an earlier phase made) share one layout.
+
 template <typename T, typename Exec>
-void GridOps<T, Exec>::WideMamba3CoreForwardPhase(
-    GdnPhase phase, T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
-    const T* v, const T* a, const T* gamma, const T* beta, const F* S_in, const T* k_in,
-    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
+void GridOps<T, Exec>::WideGdnCoreForward(
+    T* o, F* S_out, F* workspace, const T* q, const T* k, const T* v,
+    const T* g, const T* beta, const F* S_in, int64_t T_len, int64_t H,
+    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile,
+    WideMode mode) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
-  Carve c{workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  F* qf = c.Take(n * Dk);
-  F* kf = c.Take(n * Dk);
-  F* vf = c.Take(n * Dv);
-  F* af = c.Take(n);
-  F* gmf = c.Take(n);
-  F* bf = c.Take(n);
-  F* kif = c.Take(H * Dk);
-  F* vif = c.Take(H * Dv);
-  F* of = c.Take(n * Dv);
-  F* kof = c.Take(H * Dk);
-  F* vof = c.Take(H * Dv);
-  if (phase == GdnPhase::kPre) {
-    Widen(qf, q, n * Dk);
-    Widen(kf, k, n * Dk);
-    Widen(vf, v, n * Dv);
-    Widen(af, a, n);
-    Widen(gmf, gamma, n);
-    Widen(bf, beta, n);
-    if (k_in != nullptr) Widen(kif, k_in, H * Dk);
-    if (v_in != nullptr) Widen(vif, v_in, H * Dv);
+  WideArgs w(*this, workspace + f.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size),
+             mode);
+  const F* qf = w.In(q, n * Dk);
+  const F* kf = w.In(k, n * Dk);
+  const F* vf = w.In(v, n * Dv);
+  const F* gf = w.In(g, n);
+  const F* bf = w.In(beta, n);
+  F* of = w.Out(o, n * Dv);
+  if (mode.phase) {
+    f.GdnCoreForwardPhase(*mode.phase, of, S_out, workspace, qf, kf, vf, gf, bf, S_in, T_len, H,
+                          Dk, Dv, block_size, st_tile);
+  } else if (mode.overlapped) {
+    f.GdnCoreForwardOverlapped(of, S_out, workspace, qf, kf, vf, gf, bf, S_in, T_len, H, Dk,
+                               Dv, block_size, st_tile);
+  } else {
+    f.GdnCoreForward(of, S_out, workspace, qf, kf, vf, gf, bf, S_in, T_len, H, Dk, Dv,
+                     block_size, st_tile);
   }
-  f.Mamba3CoreForwardPhase(phase, of, S_out, k_out ? kof : nullptr, v_out ? vof : nullptr,
-                           workspace, qf, kf, vf, af, gmf, bf, S_in, k_in ? kif : nullptr,
-                           v_in ? vif : nullptr, T_len, H, Dk, Dv, block_size, st_tile);
-  if (phase == GdnPhase::kOut) {
-    Narrow(o, of, n * Dv);
-    NarrowOut(k_out, kof, H * Dk);
-    NarrowOut(v_out, vof, H * Dv);
-  }
+  w.Narrow();
 }
 
 template <typename T, typename Exec>
-void GridOps<T, Exec>::WideMamba3CoreBackwardPhase(
-    GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, F* dS_in, T* dk_in,
-    T* dv_in, F* workspace, const T* dO, const F* dS_out, const T* dk_out, const T* dv_out,
-    const T* q, const T* k, const T* v, const T* a, const T* gamma, const T* beta,
-    const F* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
-    int64_t Dv, int64_t block_size, int64_t st_tile) {
+void GridOps<T, Exec>::WideGdnCoreBackward(
+    T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in, F* workspace, const T* dO,
+    const F* dS_out, const T* q, const T* k, const T* v, const T* g,
+    const T* beta, const F* S_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size, int64_t st_tile, WideMode mode) {
   GridOps<F, Exec> f(exec_);
   const int64_t n = T_len * H;
-  Carve c{workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size)};
-  F* dOf = c.Take(n * Dv);
-  F* qf = c.Take(n * Dk);
-  F* kf = c.Take(n * Dk);
-  F* vf = c.Take(n * Dv);
-  F* af = c.Take(n);
-  F* gmf = c.Take(n);
-  F* bf = c.Take(n);
-  F* dkof = c.Take(H * Dk);
-  F* dvof = c.Take(H * Dv);
-  F* kif = c.Take(H * Dk);
-  F* vif = c.Take(H * Dv);
-  F* dqf = c.Take(n * Dk);
-  F* dkf = c.Take(n * Dk);
-  F* dvf = c.Take(n * Dv);
-  F* daf = c.Take(n);
-  F* dgmf = c.Take(n);
-  F* dbf = c.Take(n);
-  F* dkif = c.Take(H * Dk);
-  F* dvif = c.Take(H * Dv);
-  if (phase == GdnPhase::kPre) {
-    Widen(dOf, dO, n * Dv);
-    Widen(qf, q, n * Dk);
-    Widen(kf, k, n * Dk);
-    Widen(vf, v, n * Dv);
-    Widen(af, a, n);
-    Widen(gmf, gamma, n);
-    Widen(bf, beta, n);
-    if (dk_out != nullptr) Widen(dkof, dk_out, H * Dk);
-    if (dv_out != nullptr) Widen(dvof, dv_out, H * Dv);
-    if (k_in != nullptr) Widen(kif, k_in, H * Dk);
-    if (v_in != nullptr) Widen(vif, v_in, H * Dv);
+  WideArgs w(*this, workspace + f.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size),
+             mode);
+  const F* dOf = w.In(dO, n * Dv);
+  const F* qf = w.In(q, n * Dk);
+  const F* kf = w.In(k, n * Dk);
+  const F* vf = w.In(v, n * Dv);
+  const F* gf = w.In(g, n);
+  const F* bf = w.In(beta, n);
+  F* dqf = w.Out(dq, n * Dk);
+  F* dkf = w.Out(dk, n * Dk);
+  F* dvf = w.Out(dv, n * Dv);
+  F* dgf = w.Out(dg, n);
+  F* dbf = w.Out(dbeta, n);
+  if (mode.phase) {
+    f.GdnCoreBackwardPhase(*mode.phase, dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf, dS_out,
+                           qf, kf, vf, gf, bf, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+  } else if (mode.overlapped) {
+    f.GdnCoreBackwardOverlapped(dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf, dS_out, qf, kf,
+                                vf, gf, bf, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+  } else {
+    f.GdnCoreBackward(dqf, dkf, dvf, dgf, dbf, dS_in, workspace, dOf, dS_out, qf, kf, vf, gf,
+                      bf, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
-  f.Mamba3CoreBackwardPhase(phase, dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dk_in ? dkif : nullptr,
-                            dv_in ? dvif : nullptr, workspace, dOf, dS_out,
-                            dk_out ? dkof : nullptr, dv_out ? dvof : nullptr, qf, kf, vf, af,
-                            gmf, bf, S_in, k_in ? kif : nullptr, v_in ? vif : nullptr, T_len,
-                            H, Dk, Dv, block_size, st_tile);
-  if (phase == GdnPhase::kOut) {
-    Narrow(dq, dqf, n * Dk);
-    Narrow(dk, dkf, n * Dk);
-    Narrow(dv, dvf, n * Dv);
-    Narrow(da, daf, n);
-    Narrow(dgamma, dgmf, n);
-    Narrow(dbeta, dbf, n);
-    NarrowOut(dk_in, dkif, H * Dk);
-    NarrowOut(dv_in, dvif, H * Dv);
+  w.Narrow();
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideMamba3CoreForward(
+    T* o, F* S_out, T* k_out, T* v_out, F* workspace, const T* q, const T* k,
+    const T* v, const T* a, const T* gamma, const T* beta, const F* S_in,
+    const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
+    int64_t Dv, int64_t block_size, int64_t st_tile, WideMode mode) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  WideArgs w(*this, workspace + f.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size),
+             mode);
+  const F* qf = w.In(q, n * Dk);
+  const F* kf = w.In(k, n * Dk);
+  const F* vf = w.In(v, n * Dv);
+  const F* af = w.In(a, n);
+  const F* gmf = w.In(gamma, n);
+  const F* bf = w.In(beta, n);
+  const F* kif = w.In(k_in, H * Dk);
+  const F* vif = w.In(v_in, H * Dv);
+  F* of = w.Out(o, n * Dv);
+  F* kof = w.Out(k_out, H * Dk);
+  F* vof = w.Out(v_out, H * Dv);
+  if (mode.phase) {
+    f.Mamba3CoreForwardPhase(*mode.phase, of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf,
+                             S_in, kif, vif, T_len, H, Dk, Dv, block_size, st_tile);
+  } else if (mode.overlapped) {
+    f.Mamba3CoreForwardOverlapped(of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf, S_in,
+                                  kif, vif, T_len, H, Dk, Dv, block_size, st_tile);
+  } else {
+    f.Mamba3CoreForward(of, S_out, kof, vof, workspace, qf, kf, vf, af, gmf, bf, S_in, kif, vif,
+                        T_len, H, Dk, Dv, block_size, st_tile);
   }
+  w.Narrow();
+}
+
+template <typename T, typename Exec>
+void GridOps<T, Exec>::WideMamba3CoreBackward(
+    T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, F* dS_in, T* dk_in,
+    T* dv_in, F* workspace, const T* dO, const F* dS_out, const T* dk_out,
+    const T* dv_out, const T* q, const T* k, const T* v, const T* a,
+    const T* gamma, const T* beta, const F* S_in, const T* k_in,
+    const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
+    int64_t block_size, int64_t st_tile, WideMode mode) {
+  GridOps<F, Exec> f(exec_);
+  const int64_t n = T_len * H;
+  WideArgs w(*this, workspace + f.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size),
+             mode);
+  const F* dOf = w.In(dO, n * Dv);
+  const F* qf = w.In(q, n * Dk);
+  const F* kf = w.In(k, n * Dk);
+  const F* vf = w.In(v, n * Dv);
+  const F* af = w.In(a, n);
+  const F* gmf = w.In(gamma, n);
+  const F* bf = w.In(beta, n);
+  const F* dkof = w.In(dk_out, H * Dk);
+  const F* dvof = w.In(dv_out, H * Dv);
+  const F* kif = w.In(k_in, H * Dk);
+  const F* vif = w.In(v_in, H * Dv);
+  F* dqf = w.Out(dq, n * Dk);
+  F* dkf = w.Out(dk, n * Dk);
+  F* dvf = w.Out(dv, n * Dv);
+  F* daf = w.Out(da, n);
+  F* dgmf = w.Out(dgamma, n);
+  F* dbf = w.Out(dbeta, n);
+  F* dkif = w.Out(dk_in, H * Dk);
+  F* dvif = w.Out(dv_in, H * Dv);
+  if (mode.phase) {
+    f.Mamba3CoreBackwardPhase(*mode.phase, dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif,
+                              workspace, dOf, dS_out, dkof, dvof, qf, kf, vf, af, gmf, bf, S_in,
+                              kif, vif, T_len, H, Dk, Dv, block_size, st_tile);
+  } else if (mode.overlapped) {
+    f.Mamba3CoreBackwardOverlapped(dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif, workspace,
+                                   dOf, dS_out, dkof, dvof, qf, kf, vf, af, gmf, bf, S_in, kif,
+                                   vif, T_len, H, Dk, Dv, block_size, st_tile);
+  } else {
+    f.Mamba3CoreBackward(dqf, dkf, dvf, daf, dgmf, dbf, dS_in, dkif, dvif, workspace, dOf,
+                         dS_out, dkof, dvof, qf, kf, vf, af, gmf, bf, S_in, kif, vif, T_len, H,
+                         Dk, Dv, block_size, st_tile);
+  }
+  w.Narrow();
 }
 
 }  // namespace stateflow::backend
