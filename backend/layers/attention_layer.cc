@@ -256,21 +256,7 @@ Status AttentionLayer<T>::MixerForward(AttentionLayerSaved<T>* s,
 template <typename T>
 Status AttentionLayer<T>::MlpForward(Tensor<T>* y, AttentionLayerSaved<T>* s,
                                      BufferClass cls) {
-  const AttentionLayerDims& d = dims_;
-  const int64_t R = s->x.dim(0);
-  SF_ASSIGN_OR_RETURN(s->hn, New(cls, {R, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd2, New<StatOf<T>>(cls, {R}));
-  ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
-                    R, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
-  SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {R, d.F}));
-  SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {R, d.F}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {R, d.F}));  // (R, F)
-  SF_ASSIGN_OR_RETURN(*y, New(kWs, {R, d.C}));
-  ops().SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
-                      prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
-                      w(kMlpDown), R, d.C, d.F);
-  ops().Add(y->data(), s->h.data(), y->numel());
-  return Status::Ok();
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.norm_eps, cls);
 }
 
 // ---- backward ---------------------------------------------------------------
@@ -328,20 +314,7 @@ template <typename T>
 Status AttentionLayer<T>::MlpBackward(Tensor<T>* dh,
                                       const AttentionLayerSaved<T>& s,
                                       const Tensor<T>& dy) {
-  const AttentionLayerDims& d = dims_;
-  const int64_t R = s.x.dim(0);
-  SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {R, d.C}));   // (R, C)
-  SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, R, d.F}));  // (2, R, F)
-  ops().SwigluMlpBackward(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
-                       ws.data(), dy.data(), s.mlp_gate.data(), s.mlp_up.data(),
-                       s.hn.data(), w(kMlpGate), w(kMlpUp), w(kMlpDown), R,
-                       d.C, d.F);
-  ws = Tensor<T>();
-  SF_ASSIGN_OR_RETURN(*dh, New(kWs, {R, d.C}));
-  ops().RmsNormBackward(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
-                     w(kMlpNorm), s.rstd2.data(), R, d.C);
-  ops().Add(dh->data(), dy.data(), dh->numel());
-  return Status::Ok();
+  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F);
 }
 
 // From dh: o_proj's backward, then the attention kernel's per sequence

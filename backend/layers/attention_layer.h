@@ -51,6 +51,7 @@
 #include "backend/kernels/attention.h"
 #include "backend/kernels/rope.h"
 #include "backend/layers/param.h"
+#include "backend/layers/residual_mlp.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -173,6 +174,10 @@ class AttentionLayer {
   Result<Tensor<E>> New(BufferClass cls, Shape shape);
   const T* w(ParamId id) const { return params_[id].value.data(); }
   GradOf<T>* dw(ParamId id) { return params_[id].grad.data(); }
+  ResidualMlpParams<T> MlpParams() {
+    return {w(kMlpNorm), w(kMlpGate), w(kMlpUp), w(kMlpDown),
+            dw(kMlpNorm), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown)};
+  }
   Status CheckChunk(const char* what, const Tensor<T>& t, int64_t batch,
                     int64_t start, const KvBuffer<T>& kv) const;
   // Row offset of sequence b's position `pos` in a (B, T, .) buffer.

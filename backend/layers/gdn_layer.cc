@@ -282,21 +282,7 @@ Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
 template <typename T>
 Status GdnLayer<T>::MlpForward(Tensor<T>* y, GdnLayerSaved<T>* s,
                                BufferClass cls) {
-  const GdnLayerDims& d = dims_;
-  const int64_t S = s->x.dim(0);
-  SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd2, New<StatOf<T>>(cls, {S}));
-  ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
-                    S, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
-  SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
-  SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
-  SF_ASSIGN_OR_RETURN(*y, New(kWs, {S, d.C}));
-  ops().SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
-                      prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
-                      w(kMlpDown), S, d.C, d.F);
-  ops().Add(y->data(), s->h.data(), S * d.C);
-  return Status::Ok();
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.norm_eps, cls);
 }
 
 // ---- backward ---------------------------------------------------------------
@@ -364,20 +350,7 @@ Status GdnLayer<T>::BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
 template <typename T>
 Status GdnLayer<T>::MlpBackward(Tensor<T>* dh, const GdnLayerSaved<T>& s,
                                 const Tensor<T>& dy) {
-  const GdnLayerDims& d = dims_;
-  const int64_t S = s.x.dim(0);
-  SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {S, d.C}));      // (S, C)
-  SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, S, d.F}));     // (2, S, F)
-  ops().SwigluMlpBackward(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
-                       ws.data(), dy.data(), s.mlp_gate.data(),
-                       s.mlp_up.data(), s.hn.data(), w(kMlpGate), w(kMlpUp),
-                       w(kMlpDown), S, d.C, d.F);
-  ws = Tensor<T>();
-  SF_ASSIGN_OR_RETURN(*dh, New(kWs, {S, d.C}));
-  ops().RmsNormBackward(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
-                     w(kMlpNorm), s.rstd2.data(), S, d.C);
-  ops().Add(dh->data(), dy.data(), S * d.C);
-  return Status::Ok();
+  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F);
 }
 
 // From dh: d_o (S, HV) of the core output and dz (S, HV) of the gate.

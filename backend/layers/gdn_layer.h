@@ -49,6 +49,7 @@
 #include "backend/device/device.h"
 #include "backend/kernels/gdn_core.h"
 #include "backend/layers/param.h"
+#include "backend/layers/residual_mlp.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -184,6 +185,10 @@ class GdnLayer {
   Result<Tensor<E>> New(BufferClass cls, Shape shape);
   const T* w(ParamId id) const { return params_[id].value.data(); }
   GradOf<T>* dw(ParamId id) { return params_[id].grad.data(); }
+  ResidualMlpParams<T> MlpParams() {
+    return {w(kMlpNorm), w(kMlpGate), w(kMlpUp), w(kMlpDown),
+            dw(kMlpNorm), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown)};
+  }
   Status CheckState(const GdnState<T>& state, int64_t batch, const char* what) const;
 
   // The forward, reading saved->x and filling the rest of *saved with

@@ -279,21 +279,7 @@ Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cl
 template <typename T>
 Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
                                   BufferClass cls) {
-  const Mamba3LayerDims& d = dims_;
-  const int64_t S = s->x.dim(0);
-  SF_ASSIGN_OR_RETURN(s->hn, New(cls, {S, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd2, New<StatOf<T>>(cls, {S}));
-  ops().RmsNormForward(s->hn.data(), s->rstd2.data(), s->h.data(), w(kMlpNorm),
-                    S, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
-  SF_ASSIGN_OR_RETURN(s->mlp_gate, New(cls, {S, d.F}));
-  SF_ASSIGN_OR_RETURN(s->mlp_up, New(cls, {S, d.F}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> prod, New(kWs, {S, d.F}));  // (S, F)
-  SF_ASSIGN_OR_RETURN(*y, New(kWs, {S, d.C}));
-  ops().SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(),
-                      prod.data(), s->hn.data(), w(kMlpGate), w(kMlpUp),
-                      w(kMlpDown), S, d.C, d.F);
-  ops().Add(y->data(), s->h.data(), S * d.C);
-  return Status::Ok();
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.norm_eps, cls);
 }
 
 // ---- backward -----------------------------------------------------------------
@@ -375,20 +361,7 @@ Status Mamba3Layer<T>::BackwardPass(Tensor<T>* dx, Mamba3State<T>* dstate_in,
 template <typename T>
 Status Mamba3Layer<T>::MlpBackward(Tensor<T>* dh, const Mamba3LayerSaved<T>& s,
                                    const Tensor<T>& dy) {
-  const Mamba3LayerDims& d = dims_;
-  const int64_t S = s.x.dim(0);
-  SF_ASSIGN_OR_RETURN(Tensor<T> d_hn, New(kWs, {S, d.C}));      // (S, C)
-  SF_ASSIGN_OR_RETURN(Tensor<T> ws, New(kWs, {2, S, d.F}));     // (2, S, F)
-  ops().SwigluMlpBackward(d_hn.data(), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown),
-                       ws.data(), dy.data(), s.mlp_gate.data(),
-                       s.mlp_up.data(), s.hn.data(), w(kMlpGate), w(kMlpUp),
-                       w(kMlpDown), S, d.C, d.F);
-  ws = Tensor<T>();
-  SF_ASSIGN_OR_RETURN(*dh, New(kWs, {S, d.C}));
-  ops().RmsNormBackward(dh->data(), dw(kMlpNorm), d_hn.data(), s.h.data(),
-                     w(kMlpNorm), s.rstd2.data(), S, d.C);
-  ops().Add(dh->data(), dy.data(), S * d.C);
-  return Status::Ok();
+  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F);
 }
 
 // From dh: d_o (S, HP) of the core output, grads->dz, grads->dxv (the D

@@ -57,6 +57,7 @@
 #include "backend/device/device.h"
 #include "backend/kernels/mamba3_core.h"
 #include "backend/layers/param.h"
+#include "backend/layers/residual_mlp.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -205,6 +206,10 @@ class Mamba3Layer {
   Result<Tensor<E>> New(BufferClass cls, Shape shape);
   const T* w(ParamId id) const { return params_[id].value.data(); }
   GradOf<T>* dw(ParamId id) { return params_[id].grad.data(); }
+  ResidualMlpParams<T> MlpParams() {
+    return {w(kMlpNorm), w(kMlpGate), w(kMlpUp), w(kMlpDown),
+            dw(kMlpNorm), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown)};
+  }
   Status CheckState(const Mamba3State<T>& state, int64_t batch,
                     const char* what) const;
 
