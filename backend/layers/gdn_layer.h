@@ -49,6 +49,7 @@
 #include "backend/device/device.h"
 #include "backend/kernels/gdn_core.h"
 #include "backend/layers/param.h"
+#include "backend/layers/recurrent_entry.h"
 #include "backend/layers/residual_mlp.h"
 #include "backend/tensor.h"
 #include "common/status.h"
@@ -124,6 +125,10 @@ struct GdnLayerSaved {
 template <typename T>
 class GdnLayer {
  public:
+  using State = GdnState<T>;
+  using Saved = GdnLayerSaved<T>;
+  static constexpr const char* kKind = "gdn layer";  // in errors
+
   // The parameters, in Parameters() order; names as in ParamName().
   enum ParamId {
     kAttnNorm, kQProj, kKProj, kVProj, kAProj, kBProj, kGProj,
@@ -158,15 +163,15 @@ class GdnLayer {
                  const Tensor<T>& x, int64_t batch, const GdnState<T>& state_in,
                  models::Recompute recompute);
 
-  // Backward of the chunk whose forward filled `saved` with `state_in` (its
-  // batch is the forward's).
+  // Backward of the chunk whose forward filled `saved` with `state_in`, of
+  // the forward's `batch`.
   //   dx (S, C) out (kWorkspace); dstate_in: filled (kBoundaryStates) unless
   //   nullptr (the first chunk); saved: emptied;
   //   dy (S, C); dstate_out: nullptr means zeros (the last chunk).
   // Parameter gradients are added to. Errors: an empty `saved` (no forward),
-  // shapes, allocator capacity.
+  // a batch other than the forward's, shapes, allocator capacity.
   Status Backward(Tensor<T>* dx, GdnState<T>* dstate_in,
-                  GdnLayerSaved<T>* saved, const Tensor<T>& dy,
+                  GdnLayerSaved<T>* saved, const Tensor<T>& dy, int64_t batch,
                   const GdnState<T>* dstate_out, const GdnState<T>& state_in);
 
   std::vector<Param<T>>& params() { return params_; }
@@ -175,6 +180,7 @@ class GdnLayer {
   int layer() const { return layer_; }
 
  private:
+  friend struct RecurrentEntry<GdnLayer>;
   // Gradients of the mixer's per-token intermediates (one chunk).
   struct MixerGrads;
 

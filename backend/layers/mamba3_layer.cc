@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "backend/layers/copy.h"
+#include "backend/layers/recurrent_entry.h"
 
 namespace stateflow::backend {
 
@@ -141,34 +142,8 @@ Status Mamba3Layer<T>::Forward(Tensor<T>* y, Mamba3State<T>* state_out,
                                Mamba3LayerSaved<T>* saved, const Tensor<T>& x,
                                int64_t batch, const Mamba3State<T>& state_in,
                                models::Recompute recompute) {
-  if (x.rank() != 2) {
-    return CheckShape(layer_, "input x", x.shape(), {x.numel() / dims_.C, dims_.C});
-  }
-  SF_RETURN_IF_ERROR(CheckShape(layer_, "input x", x.shape(), {x.dim(0), dims_.C}));
-  if (batch < 1 || x.dim(0) % batch != 0) {
-    return Status::Invalid("layer " + std::to_string(layer_) + " (mamba3 layer): batch " +
-                           std::to_string(batch) + " does not divide the " +
-                           std::to_string(x.dim(0)) + " rows of input x");
-  }
-  SF_RETURN_IF_ERROR(CheckState(state_in, batch, "state_in"));
-  if (state_out != nullptr) {
-    SF_ASSIGN_OR_RETURN(*state_out, Mamba3State<T>::Zeros(*alloc_, dims_, batch,
-                                                          BufferClass::kBoundaryStates));
-  }
-  *saved = Mamba3LayerSaved<T>{};
-  saved->batch = batch;
-  SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, BufferClass::kActivations, x));
-  if (recompute == models::Recompute::kNone) {
-    return ForwardPass(y, state_out, saved, state_in, BufferClass::kActivations);
-  }
-  // kFull: run the forward with transient tensors, keep only x.
-  Mamba3LayerSaved<T> transient;
-  transient.batch = batch;
-  transient.x = std::move(saved->x);
-  SF_RETURN_IF_ERROR(ForwardPass(y, state_out, &transient, state_in, kWs));
-  saved->x = std::move(transient.x);
-  saved->recompute_full = true;
-  return Status::Ok();
+  return RecurrentEntry<Mamba3Layer>::Forward(*this, y, state_out, saved, x, batch, state_in,
+                                              recompute);
 }
 
 template <typename T>
@@ -304,39 +279,8 @@ Status Mamba3Layer<T>::Backward(Tensor<T>* dx, Mamba3State<T>* dstate_in,
                                 Mamba3LayerSaved<T>* saved, const Tensor<T>& dy,
                                 int64_t batch, const Mamba3State<T>* dstate_out,
                                 const Mamba3State<T>& state_in) {
-  if (saved->x.rank() != 2) {
-    return Status::Invalid("layer " + std::to_string(layer_) +
-                           " (mamba3 layer): backward without a saved forward");
-  }
-  const int64_t S = saved->x.dim(0), B = saved->batch;
-  if (batch != B) {
-    return Status::Invalid("layer " + std::to_string(layer_) + " (mamba3 layer): batch " +
-                           std::to_string(batch) + " in the backward, " +
-                           std::to_string(B) + " in the forward");
-  }
-  SF_RETURN_IF_ERROR(CheckShape(layer_, "output gradient dy", dy.shape(), {S, dims_.C}));
-  SF_RETURN_IF_ERROR(CheckState(state_in, B, "state_in"));
-  if (dstate_out != nullptr) SF_RETURN_IF_ERROR(CheckState(*dstate_out, B, "dstate_out"));
-  if (dstate_in != nullptr) {
-    SF_ASSIGN_OR_RETURN(*dstate_in, Mamba3State<T>::Zeros(*alloc_, dims_, B,
-                                                          BufferClass::kBoundaryStates));
-  }
-  Status status;
-  if (!saved->recompute_full) {
-    status = BackwardPass(dx, dstate_in, *saved, dy, dstate_out, state_in);
-  } else {  // replay the forward from x, its tensors transient
-    Mamba3LayerSaved<T> replay;
-    replay.batch = B;
-    replay.x = std::move(saved->x);
-    Tensor<T> y_unused;
-    status = ForwardPass(&y_unused, nullptr, &replay, state_in, kWs);
-    y_unused = Tensor<T>();
-    if (status.ok()) {
-      status = BackwardPass(dx, dstate_in, replay, dy, dstate_out, state_in);
-    }
-  }
-  *saved = Mamba3LayerSaved<T>{};
-  return status;
+  return RecurrentEntry<Mamba3Layer>::Backward(*this, dx, dstate_in, saved, dy, batch, dstate_out,
+                                               state_in);
 }
 
 template <typename T>

@@ -57,6 +57,7 @@
 #include "backend/device/device.h"
 #include "backend/kernels/mamba3_core.h"
 #include "backend/layers/param.h"
+#include "backend/layers/recurrent_entry.h"
 #include "backend/layers/residual_mlp.h"
 #include "backend/tensor.h"
 #include "common/status.h"
@@ -146,6 +147,10 @@ struct Mamba3LayerSaved {
 template <typename T>
 class Mamba3Layer {
  public:
+  using State = Mamba3State<T>;
+  using Saved = Mamba3LayerSaved<T>;
+  static constexpr const char* kKind = "mamba3 layer";  // in errors
+
   // The parameters, in Parameters() order; names as in ParamName().
   enum ParamId {
     kMixerNorm, kZProj, kXProj, kBProj, kCProj, kDtProj, kAProj, kTrapProj,
@@ -196,6 +201,7 @@ class Mamba3Layer {
   int layer() const { return layer_; }
 
  private:
+  friend struct RecurrentEntry<Mamba3Layer>;
   struct MixerGrads;
   struct CoreGrads;
 

@@ -14,32 +14,18 @@
 namespace stateflow::backend {
 namespace {
 
-// How a recurrence layer kind is called: GdnLayer and Mamba3Layer differ
-// only in their state's type and in whether Backward takes the batch.
+// The recurrence layer kinds: GdnLayer and Mamba3Layer are called alike
+// (recurrent_entry.h) and differ in their types and names.
 template <typename T>
 struct GdnKind {
   using Layer = GdnLayer<T>;
-  using State = GdnState<T>;
-  using Saved = GdnLayerSaved<T>;
   static constexpr const char* kName = "gdn";
-  static Status Backward(Layer& l, Tensor<T>* dx, State* dstate_in, Saved* saved,
-                         const Tensor<T>& dy, std::int64_t, const State* dstate_out,
-                         const State& state_in) {
-    return l.Backward(dx, dstate_in, saved, dy, dstate_out, state_in);
-  }
 };
 
 template <typename T>
 struct Mamba3Kind {
   using Layer = Mamba3Layer<T>;
-  using State = Mamba3State<T>;
-  using Saved = Mamba3LayerSaved<T>;
   static constexpr const char* kName = "mamba3";
-  static Status Backward(Layer& l, Tensor<T>* dx, State* dstate_in, Saved* saved,
-                         const Tensor<T>& dy, std::int64_t batch, const State* dstate_out,
-                         const State& state_in) {
-    return l.Backward(dx, dstate_in, saved, dy, batch, dstate_out, state_in);
-  }
 };
 
 // A recurrence layer (GDN, Mamba-3): per microbatch, chunk i's saved
@@ -49,8 +35,8 @@ template <typename T, typename Kind>
 class RecurrentSequenceLayer final : public SequenceLayer<T> {
  public:
   using Layer = typename Kind::Layer;
-  using State = typename Kind::State;
-  using Saved = typename Kind::Saved;
+  using State = typename Layer::State;
+  using Saved = typename Layer::Saved;
 
   RecurrentSequenceLayer(Layer layer, TrackingAllocator* alloc, models::Recompute recompute)
       : layer_(std::move(layer)), alloc_(alloc), recompute_(recompute) {}
@@ -87,8 +73,8 @@ class RecurrentSequenceLayer final : public SequenceLayer<T> {
     Microbatch& m = mb_[a];
     const State* dstate_out = i + 1 < partition_->num_chunks() ? &m.dstate : nullptr;
     State dstate_in;
-    SF_RETURN_IF_ERROR(Kind::Backward(layer_, dx, i > 0 ? &dstate_in : nullptr, &m.saved[i], dy,
-                                      batch_, dstate_out, m.states_in[i]));
+    SF_RETURN_IF_ERROR(layer_.Backward(dx, i > 0 ? &dstate_in : nullptr, &m.saved[i], dy, batch_,
+                                       dstate_out, m.states_in[i]));
     m.dstate = std::move(dstate_in);  // frees the d(state out) it was handed
     return Status::Ok();
   }

@@ -150,7 +150,7 @@ LayerRun ForwardBackward(GdnLayer<T>* gdn, TrackingAllocator& alloc,
   GdnLayerSaved<T> saved;
   Status st = gdn->Forward(&y, &state_out, &saved, x, 1, state_in, mode);
   EXPECT_TRUE(st.ok()) << st.message();
-  st = gdn->Backward(&dx, &dstate_in, &saved, dy, &dstate_out, state_in);
+  st = gdn->Backward(&dx, &dstate_in, &saved, dy, 1, &dstate_out, state_in);
   EXPECT_TRUE(st.ok()) << st.message();
   LayerRun r{ToVector(y), ToVector(state_out.S), ToVector(state_out.tail_q),
              ToVector(state_out.tail_k), ToVector(state_out.tail_v), ToVector(dx),
@@ -398,7 +398,7 @@ TEST(GdnLayerTest, SavedBytesPerMode) {
               2 * GdnState<double>::Numel(d) * int64_t{sizeof(double)});
     EXPECT_EQ(alloc.LiveBytes(kWs), ws_before + y.bytes());
     Tensor<double> dy = FromVector<double>(alloc, kWs, {c.S, d.C}, in.ry), dx;
-    ASSERT_TRUE(gdn->Backward(&dx, nullptr, &saved, dy, nullptr, state_in).ok());
+    ASSERT_TRUE(gdn->Backward(&dx, nullptr, &saved, dy, 1, nullptr, state_in).ok());
     EXPECT_EQ(alloc.LiveBytes(BufferClass::kActivations), 0);
   }
 }
@@ -478,7 +478,7 @@ TEST(GdnLayerTest, MisuseIsAnErrorNotACrash) {
   GdnLayerSaved<double> empty;
   Tensor<double> dy = FromVector<double>(alloc, kWs, {3, d.C}, std::vector<double>(3 * d.C, 0.0));
   Tensor<double> dx;
-  Status st = gdn->Backward(&dx, nullptr, &empty, dy, nullptr, *state);
+  Status st = gdn->Backward(&dx, nullptr, &empty, dy, 1, nullptr, *state);
   EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
   EXPECT_NE(st.message().find("layer 4"), std::string::npos) << st.message();
   // Input of the wrong width.
@@ -493,6 +493,13 @@ TEST(GdnLayerTest, MisuseIsAnErrorNotACrash) {
   st = gdn->Forward(&y, nullptr, &saved, dy, 1, wrong, Recompute::kNone);
   EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
   EXPECT_NE(st.message().find("state_in.S"), std::string::npos) << st.message();
+  // A backward of another batch than its forward's.
+  ASSERT_TRUE(gdn->Forward(&y, nullptr, &saved, dy, 1, *state, Recompute::kNone).ok());
+  st = gdn->Backward(&dx, nullptr, &saved, dy, 3, nullptr, *state);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidInput);
+  EXPECT_NE(st.message().find("layer 4 (gdn layer): batch 3 in the backward, 1 in the forward"),
+            std::string::npos)
+      << st.message();
 }
 
 TEST(GdnLayerTest, CapacityErrorIsAStatus) {
