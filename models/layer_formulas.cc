@@ -248,6 +248,27 @@ class Events {
 constexpr BufferClass kAct = BufferClass::kActivations;
 constexpr BufferClass kWs = BufferClass::kWorkspace;
 
+// The MLP half of every block (backend/layers/residual_mlp.h), shared by the
+// GDN, Mamba-3 and attention layers. Forward: hn, rstd2, mlp_gate, mlp_up
+// in `saved`; ends holding y.
+void MlpForwardEvents(double C, double F, BufferClass saved, Events* ev) {
+  ev->Act(saved, C);      // hn
+  ev->Stat(saved, 1);     // rstd2
+  ev->Act(saved, F);      // mlp_gate
+  ev->Act(saved, F);      // mlp_up
+  ev->Act(kWs, F);        // prod
+  ev->Act(kWs, C);        // y
+  ev->FreeAct(kWs, F);    // prod
+}
+// Backward: ends holding dh (which becomes the layer's dx).
+void MlpBackwardEvents(double C, double F, Events* ev) {
+  ev->Act(kWs, C);        // d_hn
+  ev->Act(kWs, 2 * F);    // SwiGLU backward workspace (2, rows, F)
+  ev->FreeAct(kWs, 2 * F);
+  ev->Act(kWs, C);        // dh (becomes dx)
+  ev->FreeAct(kWs, C);    // d_hn
+}
+
 // Per-token sizes of one GDN layer on one TP rank (the legend of
 // backend/layers/gdn_layer.h): C hidden, F SwiGLU, H heads, HK = H d_k,
 // HV = H d_v; everything but C is split by TP.
@@ -328,14 +349,7 @@ void GdnForwardPass(const GdnSizes& d, double core_ws_bytes, BufferClass saved, 
   ev->Act(kWs, d.HV);       // silu_z
   ev->Act(saved, d.C);      // h
   ev->FreeAct(kWs, d.HV);   // silu_z
-  // MlpForward.
-  ev->Act(saved, d.C);      // hn
-  ev->Stat(saved, 1);       // rstd2
-  ev->Act(saved, d.F);      // mlp_gate
-  ev->Act(saved, d.F);      // mlp_up
-  ev->Act(kWs, d.F);        // prod
-  ev->Act(kWs, d.C);        // y
-  ev->FreeAct(kWs, d.F);    // prod
+  MlpForwardEvents(d.C, d.F, saved, ev);
 }
 
 // Frees what GdnForwardPass made in class `saved` (everything but x and y).
@@ -349,11 +363,7 @@ void FreeGdnSaved(const GdnSizes& d, BufferClass saved, Events* ev) {
 // GdnLayer::MlpBackward and MixerOutputBackward: dh (becomes dx), and the
 // core output's and the gate's gradients d_o, dz, left allocated.
 void GdnOutputBackward(const GdnSizes& d, Events* ev) {
-  ev->Act(kWs, d.C);         // d_hn
-  ev->Act(kWs, 2 * d.F);     // SwiGLU backward workspace (2, S, F)
-  ev->FreeAct(kWs, 2 * d.F);
-  ev->Act(kWs, d.C);         // dh (becomes dx)
-  ev->FreeAct(kWs, d.C);     // d_hn
+  MlpBackwardEvents(d.C, d.F, ev);
   ev->Act(kWs, d.HV);        // dgated
   ev->Act(kWs, d.HV);        // on
   ev->Act(kWs, d.HV);        // d_on
@@ -417,17 +427,6 @@ struct AttnSizes {
       : C(x.h), F(x.m / tp), Hq(x.hq / tp), HqD(x.hq * x.d / tp), KV(kv_heads * x.d / tp) {}
 };
 
-// AttentionLayer::MlpForward: the pre-norm SwiGLU MLP; ends holding y.
-void MlpForwardEvents(double C, double F, BufferClass saved, Events* ev) {
-  ev->Act(saved, C);      // hn
-  ev->Stat(saved, 1);     // rstd2
-  ev->Act(saved, F);      // mlp_gate
-  ev->Act(saved, F);      // mlp_up
-  ev->Act(kWs, F);        // prod
-  ev->Act(kWs, C);        // y
-  ev->FreeAct(kWs, F);    // prod
-}
-
 // AttentionLayer::ForwardPass after the input copy: MixerForward (the K/V
 // rows go into the stage's buffer: no event), then the MLP.
 void AttnForwardPass(const AttnSizes& d, BufferClass saved, Events* ev) {
@@ -450,12 +449,7 @@ void FreeAttnSaved(const AttnSizes& d, BufferClass saved, Events* ev) {
 // it leaves allocated. The kernel's D (s, Hq) is one sequence's, reused
 // across the microbatch's sequences.
 void AttnBackwardPass(const AttnSizes& d, const TensorBytes& b, Events* ev) {
-  // MlpBackward.
-  ev->Act(kWs, d.C);         // d_hn
-  ev->Act(kWs, 2 * d.F);     // SwiGLU backward workspace (2, t, F)
-  ev->FreeAct(kWs, 2 * d.F);
-  ev->Act(kWs, d.C);         // dh (becomes dx)
-  ev->FreeAct(kWs, d.C);     // d_hn
+  MlpBackwardEvents(d.C, d.F, ev);
   // AttentionBackwardPass.
   ev->Act(kWs, d.HqD);       // d_o
   ev->Act(kWs, d.HqD);       // dq
@@ -621,14 +615,7 @@ void MambaForwardPass(const MambaSizes& d, double core_ws_bytes, BufferClass sav
   ev->Act(kWs, d.HP);       // silu_z
   ev->Act(saved, d.C);      // h
   ev->FreeAct(kWs, d.HP);   // silu_z
-  // MlpForward (as GDN's).
-  ev->Act(saved, d.C);      // hn
-  ev->Stat(saved, 1);       // rstd2
-  ev->Act(saved, d.F);      // mlp_gate
-  ev->Act(saved, d.F);      // mlp_up
-  ev->Act(kWs, d.F);        // prod
-  ev->Act(kWs, d.C);        // y
-  ev->FreeAct(kWs, d.F);    // prod
+  MlpForwardEvents(d.C, d.F, saved, ev);
 }
 
 // Frees what MambaForwardPass made in class `saved` (everything but x and y).
@@ -642,12 +629,7 @@ void FreeMambaSaved(const MambaSizes& d, BufferClass saved, Events* ev) {
 
 // Mamba3Layer::BackwardPass: from dy (the caller's) to dx, left allocated.
 void MambaBackwardPass(const MambaSizes& d, double core_ws_bytes, Events* ev) {
-  // MlpBackward.
-  ev->Act(kWs, d.C);           // d_hn
-  ev->Act(kWs, 2 * d.F);       // SwiGLU backward workspace (2, S, F)
-  ev->FreeAct(kWs, 2 * d.F);
-  ev->Act(kWs, d.C);           // dh (becomes dx)
-  ev->FreeAct(kWs, d.C);       // d_hn
+  MlpBackwardEvents(d.C, d.F, ev);
   // MixerOutputBackward.
   ev->Act(kWs, d.HP);          // dgated
   ev->Act(kWs, d.HP);          // silu_z
