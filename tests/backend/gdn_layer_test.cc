@@ -211,7 +211,8 @@ class GdnLayerGradTest
     : public ::testing::TestWithParam<std::tuple<LayerCase, Recompute>> {};
 
 TEST_P(GdnLayerGradTest, BackwardMatchesCentralDifferences) {
-  const auto [c, mode] = GetParam();
+  const LayerCase c = std::get<0>(GetParam());
+  const Recompute mode = std::get<1>(GetParam());  // not a structured binding: f captures it
   SCOPED_TRACE(c.Name() + " recompute " + std::string(models::RecomputeName(mode)));
   const GdnLayerDims d = SmallDims(c);
   TrackingAllocator alloc(0);
