@@ -226,14 +226,6 @@ double CostModel::Efficiency(double tokens) const {
          u * (points[i].efficiency() - points[i - 1].efficiency());
 }
 
-double CostModel::KernelTime(int l, std::int64_t c, std::int64_t s, bool backward,
-                             double flops, double min_bytes) const {
-  const pb::DeviceSpec& d = cluster_.device();
-  const double compute_s = ComputeTime(l, c, s, backward, flops);
-  const double memory_s = min_bytes / d.memory_bandwidth_bytes_per_s();
-  return std::max(compute_s, memory_s);
-}
-
 // With kernel costs: each GEMM at its shape's rate (backward: the input
 // gradient [t, n] x [n, k] and the weight gradient [k, t] x [t, n]), the
 // attention core's pair FLOPs at the attention kernel's rate for a sequence
@@ -360,9 +352,29 @@ double CostModel::DataParallelSyncTime(int first, int last) const {
 }
 
 double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {
-  return KernelTime(l, c, s, false, ForwardFlops(l, c, s), MinForwardBytes(l, s)) +
-         StateTransition(l, s, false).exposed_s +
-         TensorParallelForwardCommTime(l, s);
+  return ForwardTerms(l, c, s).total_s;
+}
+
+PassTerms CostModel::OwnTerms(int l, std::int64_t c, std::int64_t s, bool backward) const {
+  PassTerms t;
+  const double flops = backward ? BackwardFlops(l, c, s) : ForwardFlops(l, c, s);
+  const double compute_s = ComputeTime(l, c, s, backward, flops);
+  const double memory_s =
+      (backward ? MinBackwardBytes(l, s) : MinForwardBytes(l, s)) /
+      cluster_.device().memory_bandwidth_bytes_per_s();
+  // The kernel time max(compute, memory), counted under the bound that set it.
+  (memory_s > compute_s ? t.memory_s : t.compute_s) = std::max(compute_s, memory_s);
+  const StTiming st = StateTransition(l, s, backward);
+  t.st_exposed_s = st.exposed_s;
+  t.st_hidden_s = st.hidden_s;
+  t.tp_comm_s =
+      backward ? TensorParallelBackwardCommTime(l, s) : TensorParallelForwardCommTime(l, s);
+  t.total_s = (t.compute_s + t.memory_s) + t.st_exposed_s + t.tp_comm_s;
+  return t;
+}
+
+PassTerms CostModel::ForwardTerms(int l, std::int64_t c, std::int64_t s) const {
+  return OwnTerms(l, c, s, /*backward=*/false);
 }
 
 // The ST's tiles: heads on the device x ceil(d_v / B_V) x microbatch size
@@ -399,11 +411,13 @@ StTiming CostModel::StateTransition(int l, std::int64_t s, bool backward) const 
   const double tile = options_.st_tile > 0 ? options_.st_tile : 64;
   const double tiles = options_.microbatch_size * heads *
                        std::ceil(static_cast<double>(model_.head_dim_v()) / tile);
+  t.tiles = tiles;
   t.coverage = std::min(1.0, tiles / d.compute_units());
   const double exposed = (1.0 - t.coverage) / t.coverage * t.st_s;  // X
   t.exposed_s = exposed;
   if (options_.st_overlap) {
-    t.exposed_s -= std::min(t.before_s, exposed) / 2 + std::min(t.after_s, exposed) / 2;
+    t.hidden_s = std::min(t.before_s, exposed) / 2 + std::min(t.after_s, exposed) / 2;
+    t.exposed_s -= t.hidden_s;
   }
   return t;
 }
@@ -415,10 +429,22 @@ double MeasuredStOverlapSaving(double pre_s, double st_s, double out_s, double c
 }
 
 double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
-  const double backward =
-      KernelTime(l, c, s, true, BackwardFlops(l, c, s), MinBackwardBytes(l, s)) +
-      StateTransition(l, s, true).exposed_s + TensorParallelBackwardCommTime(l, s);
-  return backward + (Recomputed(l) ? ForwardTime(l, c, s) : 0.0);
+  return BackwardTerms(l, c, s).total_s;
+}
+
+PassTerms CostModel::BackwardTerms(int l, std::int64_t c, std::int64_t s) const {
+  PassTerms t = OwnTerms(l, c, s, /*backward=*/true);
+  if (Recomputed(l)) {
+    const PassTerms replay = ForwardTerms(l, c, s);
+    t.compute_s += replay.compute_s;
+    t.memory_s += replay.memory_s;
+    t.st_exposed_s += replay.st_exposed_s;
+    t.st_hidden_s += replay.st_hidden_s;
+    t.tp_comm_s += replay.tp_comm_s;
+    t.recompute_s = replay.total_s;
+    t.total_s += replay.total_s;
+  }
+  return t;
 }
 
 // ---------------------------------------------------------------- bytes ----

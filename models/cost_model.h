@@ -116,7 +116,29 @@ struct StTiming {
   double st_s = 0;      // ST at the whole device (backward: replay + ST bwd)
   double after_s = 0;   // Out (backward: Pre backward)
   double coverage = 1;  // u = min(1, tiles / compute_units)
+  double tiles = 0;     // the ST's parallel units: B heads/TP ceil(d_v / B_V)
   double exposed_s = 0; // added to the pass: see docs/cost-model.md
+  double hidden_s = 0;  // what split-and-overlap took off exposed_s (0 off)
+};
+
+// One pass of one layer over one chunk, term by term, as ForwardTime and
+// BackwardTime add them (`stateflow simulate --explain` sums these). The
+// kernel time, max(FLOPs at the device's rate, bytes / bandwidth), counts
+// under compute_s or memory_s, whichever bound it; a backward under full
+// recompute has its forward replay's terms added into the same fields, and
+// that replay's total in recompute_s as well. So
+//   total_s = compute_s + memory_s + st_exposed_s + tp_comm_s
+// up to rounding (total_s is accumulated as the times are, so it equals
+// ForwardTime / BackwardTime bit for bit); st_hidden_s and recompute_s are
+// not added (the first is time saved, the second a share of the others).
+struct PassTerms {
+  double compute_s = 0;     // kernel time of a FLOP-bound pass
+  double memory_s = 0;      // kernel time of a bytes-bound pass
+  double st_exposed_s = 0;  // the state transition's exposed time
+  double st_hidden_s = 0;   // what split-and-overlap hid of it
+  double tp_comm_s = 0;     // tensor-parallel all-reduces
+  double recompute_s = 0;   // of the total: the forward replayed in backward
+  double total_s = 0;
 };
 
 // Split-and-overlap's saving on a recurrence pass whose core phases were
@@ -176,6 +198,9 @@ class CostModel {
   double ForwardTime(int l, std::int64_t c, std::int64_t s) const;
   // Includes recompute under full recompute.
   double BackwardTime(int l, std::int64_t c, std::int64_t s) const;
+  // The same times term by term (their total_s is the time above).
+  PassTerms ForwardTerms(int l, std::int64_t c, std::int64_t s) const;
+  PassTerms BackwardTerms(int l, std::int64_t c, std::int64_t s) const;
   // Tensor-parallel all-reduces of one pass of layer l over s tokens, on the
   // intra-node link (0 when TP = 1). Megatron-LM style: a block all-reduces
   // its [t, h] output twice in forward (after the mixer's and the MLP's
@@ -282,12 +307,12 @@ class CostModel {
   CostModel() = default;
   void FillTables();
   const KindTable& Table(int l) const;
-  // max(compute, bytes / bandwidth) for s tokens, compute the pass's FLOPs
-  // at peak * efficiency, or, when the cluster has kernel costs, its GEMMs,
-  // attention and recurrence cores at their measured rates and the rest at
-  // the curve (ComputeTime).
-  double KernelTime(int l, std::int64_t c, std::int64_t s, bool backward, double flops,
-                    double min_bytes) const;
+  // One pass's own terms (no recompute): its kernel time max(compute, bytes
+  // / bandwidth) for s tokens, compute the pass's FLOPs at peak *
+  // efficiency, or, when the cluster has kernel costs, its GEMMs, attention
+  // and recurrence cores at their measured rates and the rest at the curve
+  // (ComputeTime); then the ST's exposed time and the TP all-reduces.
+  PassTerms OwnTerms(int l, std::int64_t c, std::int64_t s, bool backward) const;
   double ComputeTime(int l, std::int64_t c, std::int64_t s, bool backward, double flops) const;
   // A ring all-reduce on `link`; on the intra-node link with measured
   // all-reduce bus bandwidth, 2 (n - 1) / n * bytes / busbw(bytes) instead.

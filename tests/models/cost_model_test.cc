@@ -490,5 +490,111 @@ TEST(CostModel, StateTransitionMatchesTwoSegmentSchedule) {
   }
 }
 
+// ---- the terms of a pass (simulate --explain) ----
+
+// The hand-worked ST-bound case above, term by term: the forward's ST
+// exposed and hidden are StateTransition's; its kernel time is the FLOP
+// count at 1 TFLOP/s (compute-bound); without TP there is no all-reduce.
+TEST(CostModel, PassTermsOfTheStBoundCase) {
+  const CostModel off = StModel(32, false), on = StModel(32, true), none = StModel(0, false);
+  const int l = FirstLayerOf(off, LayerKind::kRecurrence);
+  const PassTerms t_off = off.ForwardTerms(l, 0, 1024), t_on = on.ForwardTerms(l, 0, 1024);
+  EXPECT_NEAR(t_off.st_exposed_s, 8.05306368e-4, 1e-15);
+  EXPECT_EQ(t_off.st_hidden_s, 0.0);
+  EXPECT_NEAR(t_on.st_exposed_s, 6.04504064e-4, 1e-15);
+  EXPECT_NEAR(t_on.st_hidden_s, 8.05306368e-4 - 6.04504064e-4, 1e-15);
+  EXPECT_GT(t_off.compute_s, 0.0);
+  EXPECT_EQ(t_off.memory_s, 0.0);
+  EXPECT_EQ(t_off.tp_comm_s, 0.0);
+  EXPECT_EQ(t_off.recompute_s, 0.0);
+  // The kernel terms do not depend on the ST model.
+  EXPECT_EQ(t_off.compute_s, none.ForwardTerms(l, 0, 1024).compute_s);
+}
+
+// For every layer kind, pass, recompute mode, TP and ST setting: total_s is
+// ForwardTime / BackwardTime bit for bit, and the terms add up to it; the
+// kernel time counts under exactly one bound; a recomputed backward carries
+// its forward replay, term by term.
+TEST(CostModel, PassTermsAddUpToTheTimes) {
+  int exposed_cases = 0;  // the loops must reach u < 1 with overlap on
+  for (const char* preset : {"gdn-hybrid-15b", "mamba3-hybrid-15b"}) {
+    for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+      for (int tp : {1, 4}) {
+        for (int units : {0, 108}) {
+          for (bool overlap : {false, true}) {
+            SCOPED_TRACE(std::string(preset) + " recompute " +
+                         std::string(RecomputeName(recompute)) + " tp " + std::to_string(tp) +
+                         " units " + std::to_string(units) + " overlap " +
+                         std::to_string(overlap));
+            pb::ClusterSpec cluster = *ClusterPreset("a100-80gb-nvlink");
+            cluster.mutable_device()->set_compute_units(units);
+            CostModelOptions o;
+            o.tensor_size = tp;
+            o.recompute = recompute;
+            o.st_overlap = overlap;
+            Result<CostModel> cm = CostModel::Make(*ModelPreset(preset), {}, cluster, o);
+            ASSERT_TRUE(cm.ok()) << cm.status().message();
+            for (LayerKind kind : {LayerKind::kEmbedding, LayerKind::kRecurrence,
+                                   LayerKind::kAttention, LayerKind::kHead}) {
+              const int l = FirstLayerOf(*cm, kind);
+              for (std::int64_t c : {0, 6144}) {
+                const PassTerms f = cm->ForwardTerms(l, c, 2048);
+                const PassTerms b = cm->BackwardTerms(l, c, 2048);
+                EXPECT_EQ(f.total_s, cm->ForwardTime(l, c, 2048));
+                EXPECT_EQ(b.total_s, cm->BackwardTime(l, c, 2048));
+                for (const PassTerms& t : {f, b}) {
+                  EXPECT_NEAR(t.compute_s + t.memory_s + t.st_exposed_s + t.tp_comm_s,
+                              t.total_s, 1e-12 * t.total_s);
+                  EXPECT_GT(t.total_s, 0.0);
+                }
+                EXPECT_TRUE(f.compute_s == 0 || f.memory_s == 0);
+                EXPECT_EQ(f.recompute_s, 0.0);
+                EXPECT_EQ(f.tp_comm_s, cm->TensorParallelForwardCommTime(l, 2048));
+                const StTiming st = cm->StateTransition(l, 2048, false);
+                EXPECT_EQ(f.st_exposed_s, st.exposed_s);
+                EXPECT_EQ(f.st_hidden_s, st.hidden_s);
+                if (kind != LayerKind::kRecurrence || units == 0) {
+                  EXPECT_EQ(f.st_exposed_s + f.st_hidden_s + b.st_exposed_s + b.st_hidden_s, 0.0);
+                } else {
+                  // Exposed when the ST's tiles leave units idle (u < 1).
+                  EXPECT_EQ(f.st_exposed_s + f.st_hidden_s > 0, st.coverage < 1);
+                  EXPECT_EQ(f.st_hidden_s > 0, overlap && st.coverage < 1);
+                  if (overlap && st.coverage < 1) ++exposed_cases;
+                }
+                if (cm->Recomputed(l)) {
+                  EXPECT_EQ(b.recompute_s, f.total_s);
+                  const StTiming own = cm->StateTransition(l, 2048, true);
+                  EXPECT_NEAR(b.st_exposed_s, own.exposed_s + f.st_exposed_s,
+                              1e-15 + 1e-12 * b.st_exposed_s);
+                  EXPECT_NEAR(b.tp_comm_s,
+                              cm->TensorParallelBackwardCommTime(l, 2048) + f.tp_comm_s,
+                              1e-12 * b.total_s);
+                } else {
+                  EXPECT_EQ(b.recompute_s, 0.0);
+                  EXPECT_EQ(b.tp_comm_s, cm->TensorParallelBackwardCommTime(l, 2048));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(exposed_cases, 0);
+}
+
+// The embedding's forward moves more bytes than it computes: its kernel time
+// is the bytes floor, counted under memory.
+TEST(CostModel, PassTermsCountABytesBoundPassUnderMemory) {
+  Result<CostModel> cm = CostModel::Make(*ModelPreset("gdn-3b"), {},
+                                         *ClusterPreset("a100-80gb-nvlink"), {});
+  ASSERT_TRUE(cm.ok()) << cm.status().message();
+  const int e = FirstLayerOf(*cm, LayerKind::kEmbedding);
+  const PassTerms t = cm->ForwardTerms(e, 0, 8192);
+  EXPECT_EQ(t.compute_s, 0.0);
+  EXPECT_DOUBLE_EQ(t.memory_s, cm->MinForwardBytes(e, 8192) /
+                                   cm->cluster().device().memory_bandwidth_bytes_per_s());
+}
+
 }  // namespace
 }  // namespace stateflow::models
