@@ -90,7 +90,81 @@ std::string StageTable(const pb::Report& r) {
   return "per stage, " + ScheduleLabel(r) + ":\n" + AlignTable(rows, "  ");
 }
 
+// A term's cell: "-" for none, so that the terms a pass has stand out.
+std::string TermTime(double seconds, const std::string& unit) {
+  return seconds == 0 ? "-" : FormatTime(seconds, unit);
+}
+
+std::vector<std::string> TermCells(const pb::TimeTerms& t, const std::string& unit) {
+  return {TermTime(t.compute_s(), unit),    TermTime(t.memory_s(), unit),
+          TermTime(t.st_exposed_s(), unit), TermTime(t.tp_comm_s(), unit),
+          TermTime(t.total_s(), unit),      TermTime(t.st_hidden_s(), unit),
+          TermTime(t.recompute_s(), unit)};
+}
+
+const std::vector<std::string> kTermHeader = {"compute", "memory", "ST exposed", "TP comm",
+                                              "total",   "ST hidden", "of it recompute"};
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 }  // namespace
+
+std::string FormatExplanation(const pb::Report& r) {
+  const pb::Explanation& e = r.explanation();
+  const std::string& unit = r.time_unit();
+  std::string out = "where the time goes, " + ScheduleLabel(r) + " (the " + r.cost_model() +
+                    " model's terms, per device):\n\n";
+  out += "one layer of each kind, one microbatch (T = " + Printf("%.0f", r.seq_len()) + " in " +
+         std::to_string(r.chunks()) + " chunk" + (r.chunks() == 1 ? "" : "s") + "):\n";
+  std::vector<std::vector<std::string>> rows = {Concat({"kind", "layers", "pass"}, kTermHeader)};
+  const pb::LayerKindTerms* recurrence = nullptr;
+  for (const pb::LayerKindTerms& k : e.kinds()) {
+    rows.push_back(Concat({k.kind(), std::to_string(k.layers()), "forward"},
+                          TermCells(k.forward(), unit)));
+    rows.push_back(Concat({"", "", "backward"}, TermCells(k.backward(), unit)));
+    if (k.kind() == "recurrence") recurrence = &k;
+  }
+  out += AlignTable(rows, "  ");
+
+  out += "\nstate transition, one recurrence layer, one microbatch";
+  if (recurrence == nullptr) {
+    out += ": none (no recurrence layer)\n";
+  } else if (r.compute_units() == 0) {
+    out += ": not modelled (compute_units 0; --compute-units N turns it on)\n";
+  } else {
+    out += Printf(" (%.0f tiles", e.st_tiles()) + " of B_V " + std::to_string(r.st_tile()) +
+           " on " + std::to_string(r.compute_units()) + " compute units: u = " +
+           Printf("%.3g", e.st_coverage()) + "; split-and-overlap " +
+           (r.st_overlap() ? "on" : "off") + "):\n";
+    std::vector<std::vector<std::string>> st = {
+        {"pass", "Pre", "ST", "Out", "exposed without overlap", "hidden", "exposed"}};
+    const auto st_row = [&](const char* pass, const pb::StateTransitionTerms& t) {
+      st.push_back({pass, TermTime(t.pre_s(), unit), TermTime(t.st_s(), unit),
+                    TermTime(t.out_s(), unit), TermTime(t.exposed_without_overlap_s(), unit),
+                    TermTime(t.hidden_s(), unit), TermTime(t.exposed_s(), unit)});
+    };
+    st_row("forward", recurrence->st_forward());
+    st_row("backward", recurrence->st_backward());
+    out += AlignTable(st, "  ");
+  }
+
+  out += "\nper stage, the whole step (" + FormatTime(r.step_time_s(), unit) +
+         "): busy = compute + memory + ST exposed + TP comm; idle = step - busy - DP sync - "
+         "optimizer\n";
+  std::vector<std::vector<std::string>> stages = {
+      Concat(Concat({"stage"}, kTermHeader), {"DP sync", "optimizer", "idle"})};
+  stages.front()[5] = "busy";
+  for (const pb::StageTerms& s : e.stages()) {
+    stages.push_back(Concat(Concat({std::to_string(s.stage())}, TermCells(s.busy(), unit)),
+                            {TermTime(s.sync_s(), unit), TermTime(s.optimizer_s(), unit),
+                             TermTime(s.idle_s(), unit)}));
+  }
+  out += AlignTable(stages, "  ");
+  return out;
+}
 
 std::string FormatBytes(double bytes) {
   const double kib = 1024.0;

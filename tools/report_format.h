@@ -24,6 +24,11 @@ void FillProvenance(int threads, pb::Report* report);
 // per-stage table of each.
 std::string FormatSimulateTable(const pb::Report& report);
 
+// The report's explanation (simulate --explain): one layer of each kind over
+// one microbatch term by term, the state transition, and each stage's busy
+// time term by term beside its sync, optimizer and idle time.
+std::string FormatExplanation(const pb::Report& report);
+
 // "61.23 GiB", "512.0 MiB", ...
 std::string FormatBytes(double bytes);
 // "12.35 s", "812.4 ms", or "7.000 units" for the uniform cost model.

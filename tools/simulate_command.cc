@@ -9,6 +9,7 @@
 #include "schedule/plan.h"
 #include "schedule/plan_text.h"
 #include "schedule/validator.h"
+#include "sim/explain.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
@@ -37,6 +38,10 @@ constexpr char kExamples[] = R"(examples:
       simulate a plan edited by hand (it is validated first)
   stateflow simulate --scenario scenarios/tiny-train.textproto --costs costs.textproto
       replay costs measured on this machine by `stateflow profile`
+  stateflow simulate --model gdn-15b --tensor-parallel 4 -P 4 -N 4 --compute-units 108 \
+      --st-overlap on --explain
+      where the step's time goes: per layer kind and per stage, compute, memory,
+      the state transition's exposed time and what overlap hid, TP all-reduces
 )";
 
 void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
@@ -74,6 +79,9 @@ int RunSimulate(int argc, char** argv) {
       ("plan", po::value(&plan_path),
        ("simulate this plan file (see plan-dump; at most " + LimitText(kMaxTextFileBytes) + ") as the schedule").c_str())
       ("trace", po::value(&trace_path), "write a Chrome/Perfetto trace to this file")
+      ("explain", "also print where the time goes, term by term (the analytic model's "
+                  "compute, memory, state transition, TP all-reduces; per layer kind and per "
+                  "stage), for every schedule; in the JSON, each Report's explanation")
       ("costs", po::value(&costs_path),
        ("replay per-chunk costs measured by `stateflow profile` (a CostTable file, at most " + LimitText(kMaxTextFileBytes) + ")").c_str());
   AddScenarioOptions(&desc, &flags);
@@ -106,12 +114,20 @@ int RunSimulate(int argc, char** argv) {
   SimulationOptions options{.record_timeline = want_trace,
                             .plan = plan ? &*plan : nullptr,
                             .costs = costs ? &*costs : nullptr};
+  const bool explain = vm.count("explain") > 0;
+  // The schedule's terms in its report (simulate --explain).
+  const auto add_explanation = [&](const Simulation& sim, pb::Report* report) -> Status {
+    if (!explain) return Status::Ok();
+    SF_ASSIGN_OR_RETURN(*report->mutable_explanation(), sim::Explain(sim));
+    return Status::Ok();
+  };
   Result<Simulation> primary = Simulate(*resolved, scenario.schedule(), options);
   if (!primary.ok()) return Fail(kName, primary.status());
   TraceWriter trace("simulate");
   if (want_trace) AddTrace(*primary, 0, &trace);
 
   pb::Report report = primary->report;
+  if (Status s = add_explanation(*primary, &report); !s.ok()) return Fail(kName, s);
   for (int b = 0; b < scenario.baselines_size(); ++b) {
     Result<Simulation> base =
         Simulate(*resolved, scenario.baselines(b),
@@ -120,13 +136,27 @@ int RunSimulate(int argc, char** argv) {
       return Fail(kName, base.status().WithPrefix("baselines[" + std::to_string(b) + "]"));
     }
     *report.add_comparisons() = base->report;
+    if (Status s = add_explanation(*base, report.mutable_comparisons(b)); !s.ok()) {
+      return Fail(kName, s.WithPrefix("baselines[" + std::to_string(b) + "]"));
+    }
     if (want_trace) AddTrace(*base, b + 1, &trace);
   }
   FillProvenance(1, &report);
   if (want_trace) {
     if (Status s = trace.WriteFile(trace_path); !s.ok()) return Fail(kName, s);
   }
-  std::cout << (vm.count("json") ? MessageToJson(report) : FormatSimulateTable(report));
+  if (vm.count("json")) {
+    std::cout << MessageToJson(report);
+  } else {
+    std::cout << FormatSimulateTable(report);
+    if (explain) {
+      // Baselines first, the schedule under study last, as in the table.
+      for (const pb::Report& base : report.comparisons()) {
+        std::cout << "\n" << FormatExplanation(base);
+      }
+      std::cout << "\n" << FormatExplanation(report);
+    }
+  }
   if (want_trace && !vm.count("json")) std::cout << "\ntrace written to " << trace_path << "\n";
   return kExitOk;
 }

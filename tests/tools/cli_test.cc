@@ -113,6 +113,42 @@ TEST(Cli, StateTransitionFlags) {
   EXPECT_NE(zero.err.find("--st-tile"), std::string::npos) << zero.err;
 }
 
+// --explain: the three parts of the text, for the baseline and the schedule;
+// the JSON's explanation per report, whose stage totals are the busy times
+// the report prints; refused in one line where the times have no terms.
+TEST(Cli, ExplainPrintsTheTermsAndRefusesWholes) {
+  const std::string base = "simulate --model gdn-15b --tensor-parallel 4 -P 4 -M 8 -N 4 "
+                           "-T 65536 --compute-units 108 --st-overlap on --explain";
+  CliRun text = Stateflow(base);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* part : {"where the time goes, 1f1b", "where the time goes, stateflow N=4",
+                           "one layer of each kind, one microbatch (T = 65536 in 4 chunks)",
+                           "state transition, one recurrence layer, one microbatch (",
+                           "on 108 compute units: u = ", "split-and-overlap on",
+                           "per stage, the whole step"}) {
+    EXPECT_NE(text.out.find(part), std::string::npos) << part << "\n" << text.out;
+  }
+  CliRun json = Stateflow(base + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  stateflow::pb::Report report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &report).ok());
+  ASSERT_EQ(report.comparisons_size(), 1);
+  const stateflow::pb::Report* reports[] = {&report, &report.comparisons(0)};
+  for (const stateflow::pb::Report* r : reports) {
+    ASSERT_EQ(r->explanation().stages_size(), 4);
+    for (int s = 0; s < 4; ++s) {
+      EXPECT_NEAR(r->explanation().stages(s).busy().total_s(), r->stages(s).busy_s(),
+                  1e-9 * r->stages(s).busy_s());
+    }
+    EXPECT_GT(r->explanation().stages(0).busy().st_hidden_s(), 0.0);
+  }
+  // Without the flag the JSON has no explanation.
+  CliRun plain = Stateflow("simulate --json");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("\"explanation\""), std::string::npos);
+  ExpectBadInput(Stateflow("simulate --explain --cost-model uniform"), "'uniform'");
+}
+
 TEST(Cli, UniformCostModelFromTheFlag) {
   CliRun run = Stateflow("simulate --policy stateflow -P 4 -M 8 -N 4 --cost-model uniform --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -270,6 +306,12 @@ TEST(CliReplay, ReplaysAMeasuredTable) {
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &report).ok());
   EXPECT_EQ(report.cost_model(), "replay");
   EXPECT_GT(report.step_time_s(), 0);
+}
+
+// A replayed table's times are measured wholes: --explain has no terms.
+TEST(CliReplay, ExplainIsRefused) {
+  const std::string table = WriteFile("costs-explain.textproto", TinyCostTable(kTinyModel));
+  ExpectBadInput(Stateflow(TinyReplayArgs(table) + " --explain"), "'replay'");
 }
 
 TEST(CliReplay, BadTablesGetOneLineAndExitTwo) {
