@@ -5,14 +5,22 @@
 // docs/performance.md) and to read for the paper's configurations. Nothing
 // here is measured; nothing is fitted to a measurement.
 //
-// Two tables:
+// Three tables:
 //   1. the CPU: the `cpu` cluster preset with compute_units = the thread
 //      count (default 2), a GDN core of H = 1, 2, 4 heads of d_k = d_v = 128
 //      (gdn-3b's head dims, its head count replaced) over T = 256..4096;
 //   2. the paper's gdn-15b and gdn-32b at TP 4 and 8 on the A100 preset with
 //      its 108 SMs as compute units, chunk s = 8192 (64K in N = 8).
-// Each row: Pre, ST, Out at the whole device's rate, the ST's coverage u,
-// the predicted pass time without and with overlap, and their ratio.
+//      Each row: Pre, ST, Out at the whole device's rate, the ST's coverage
+//      u, the predicted pass time without and with overlap, and their ratio;
+//   3. the whole step of the stateflow schedule for gdn-15b at TP 4 and
+//      gdn-32b at TP 8 (P 4, M 8, N 4, T 64K, full recompute, the A100
+//      preset): without the ST model, with the ST exposed at 108 compute
+//      units, with split-and-overlap, the exposure's cost and the overlap's
+//      gain (`stateflow simulate ... --compute-units 108 --st-overlap
+//      off|on`, simulated here in one process).
+// docs/cost-model.md shows the tables of the default run, and the
+// doc_st_overlap_prediction test checks they are still what it prints.
 //
 //   ./bench/st_overlap_prediction                # B_V 64, 2 compute units
 //   ./bench/st_overlap_prediction 128 2          # B_V 128
@@ -20,9 +28,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "models/cost_model.h"
 #include "models/model.h"
+#include "scenario/resolve.h"
+#include "sim/simulation.h"
 
 namespace {
 
@@ -60,6 +71,31 @@ void Row(const std::string& label, const Prediction& p, double unit, const char*
   std::printf("| %s | %.3g | %.3g | %.3g | %.2f | %.3g %s | %.3g %s | %.2fx |\n", label.c_str(),
               p.off.before_s / unit, p.off.st_s / unit, p.off.after_s / unit, p.off.coverage,
               p.off_s() / unit, unit_name, p.on_s() / unit, unit_name, p.off_s() / p.on_s());
+}
+
+// The stateflow schedule's step (P 4, M 8, N 4, T 64K, full recompute) on
+// the A100 preset with `compute_units` (0: no ST model) and overlap.
+Result<double> StepTime(const std::string& preset, int tp, int compute_units, bool overlap) {
+  stateflow::pb::Scenario s;
+  s.set_name("st-overlap-prediction");
+  SF_ASSIGN_OR_RETURN(*s.mutable_model(), ModelPreset(preset));
+  SF_ASSIGN_OR_RETURN(*s.mutable_cluster(), ClusterPreset("a100-80gb-nvlink"));
+  s.mutable_cluster()->mutable_device()->set_compute_units(
+      static_cast<std::uint32_t>(compute_units));
+  s.mutable_parallel()->set_pipeline_size(4);
+  s.mutable_parallel()->set_tensor_size(static_cast<std::uint32_t>(tp));
+  s.mutable_parallel()->set_microbatches(8);
+  s.set_seq_len(65536);
+  stateflow::pb::ScheduleSpec* spec = s.mutable_schedule();
+  spec->set_policy("stateflow");
+  spec->set_chunks(4);
+  spec->set_recompute("full");
+  spec->set_st_overlap(overlap);
+  SF_ASSIGN_OR_RETURN(stateflow::scenario::ResolvedScenario r,
+                      stateflow::scenario::Resolve(std::move(s)));
+  SF_ASSIGN_OR_RETURN(stateflow::sim::Simulation sim,
+                      stateflow::sim::Simulate(r, r.proto().schedule()));
+  return sim.report.step_time_s();
 }
 
 int Fail(const stateflow::Status& s) {
@@ -107,6 +143,21 @@ int main(int argc, char** argv) {
       if (!p.ok()) return Fail(p.status());
       Row(std::string(preset) + ", TP " + std::to_string(tp), *p, 1e-3, "ms");
     }
+  }
+  std::printf("\nThe stateflow schedule's step: P 4, M 8, N 4, T 64K, full recompute, A100 preset; "
+              "ST at 108 compute units, B_V 64\n\n");
+  std::printf("| model, TP | no ST model | ST exposed | split-and-overlap | exposure costs | "
+              "overlap gain |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  for (const auto& [preset, tp] : {std::pair<const char*, int>{"gdn-15b", 4}, {"gdn-32b", 8}}) {
+    Result<double> none = StepTime(preset, tp, 0, false);
+    Result<double> off = StepTime(preset, tp, 108, false);
+    Result<double> on = StepTime(preset, tp, 108, true);
+    for (const Result<double>* r : {&none, &off, &on}) {
+      if (!r->ok()) return Fail(r->status());
+    }
+    std::printf("| %s, TP %d | %.3f s | %.3f s | %.3f s | %.2f %% | %.2f %% |\n", preset, tp,
+                *none, *off, *on, 100 * (*off / *none - 1), 100 * (*off / *on - 1));
   }
   return 0;
 }
