@@ -53,6 +53,10 @@ std::string_view SystemName(System system);
 // Whether the system computes the loss over the full logits of a chunk (the
 // frameworks) rather than vocabulary slices (StateFlow's runtime).
 inline bool FullLogitsLoss(System system) { return system != System::kStateFlow; }
+// Whether the system splits the layers over the pipeline stages evenly by
+// count (the frameworks: models::EvenBlockStages) rather than balanced by
+// their cost (StateFlow's runtime: models::AssignStages).
+inline bool FrameworkLayerSplit(System system) { return system != System::kStateFlow; }
 
 // StateFlow's sliced loss: the head computes logits and the cross-entropy over
 // vocabulary slices of this many columns, so only one (t, slice) block of

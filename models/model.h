@@ -92,4 +92,11 @@ struct StageLayers {
 Result<std::vector<StageLayers>> AssignStages(
     const std::vector<double>& layer_costs, int stages);
 
+// Megatron-Core's assignment (r0.12's TransformerBlock without
+// --decoder-first/last-pipeline-num-layers): blocks / stages blocks per
+// stage, in order, the embedding with stage 0's and the head with the last
+// stage's, whatever they cost. Error (naming parallel.pipeline_size) unless
+// `stages` divides `blocks`, as Megatron-Core's config check refuses it.
+Result<std::vector<StageLayers>> EvenBlockStages(int blocks, int stages);
+
 }  // namespace stateflow::models

@@ -30,6 +30,9 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
 
 Result<std::vector<StageLayers>> AssignScenarioStages(const CostModel& cm, int stages,
                                                       std::int64_t seq_len) {
+  if (FrameworkLayerSplit(cm.options().system)) {
+    return EvenBlockStages(cm.num_layers() - 2, stages);
+  }
   std::vector<double> layer_costs(cm.num_layers());
   for (int l = 0; l < cm.num_layers(); ++l) {
     layer_costs[l] = cm.ForwardFlops(l, 0, seq_len) + cm.BackwardFlops(l, 0, seq_len);

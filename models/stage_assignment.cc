@@ -97,4 +97,22 @@ Result<std::vector<StageLayers>> AssignStages(
   return out;
 }
 
+Result<std::vector<StageLayers>> EvenBlockStages(int blocks, int stages) {
+  if (stages < 1) return Status::Invalid("parallel.pipeline_size must be >= 1");
+  if (blocks < 1) return Status::Invalid("model.num_layers must be >= 1");
+  if (blocks % stages != 0) {
+    return Status::Invalid("parallel.pipeline_size: " + std::to_string(stages) +
+                           " does not divide model.num_layers " + std::to_string(blocks) +
+                           " (Megatron-Core splits the layers evenly over the stages)");
+  }
+  const int per_stage = blocks / stages;
+  std::vector<StageLayers> out(stages);
+  for (int r = 0; r < stages; ++r) {
+    // Block j is layer j + 1; stage 0 also takes layer 0, the last the head.
+    out[r].first = r == 0 ? 0 : 1 + r * per_stage;
+    out[r].last = r + 1 < stages ? 1 + (r + 1) * per_stage : blocks + 2;
+  }
+  return out;
+}
+
 }  // namespace stateflow::models

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "models/cost_model.h"
 #include "models/model.h"
 
 namespace stateflow::sim {
@@ -175,6 +176,13 @@ void AddSplits(const pb::Scenario& scenario, const CapacityPlanRequest& req,
   }
 }
 
+// The scenario's schedule and its baselines.
+std::vector<const pb::ScheduleSpec*> SchedulesOf(const pb::Scenario& s) {
+  std::vector<const pb::ScheduleSpec*> out = {&s.schedule()};
+  for (const pb::ScheduleSpec& b : s.baselines()) out.push_back(&b);
+  return out;
+}
+
 }  // namespace
 
 std::string SplitRejection(const pb::Scenario& s, int stages, int tensor_size, int data_size,
@@ -194,6 +202,17 @@ std::string SplitRejection(const pb::Scenario& s, int stages, int tensor_size, i
   if (stages > static_cast<int>(s.model().num_layers())) {
     return "P " + std::to_string(stages) + " > model.num_layers " +
            std::to_string(s.model().num_layers()) + " (every stage needs a block)";
+  }
+  // A framework's schedule (megatron-core, ms-swift) splits the layers
+  // evenly over the stages (models::EvenBlockStages).
+  for (const pb::ScheduleSpec* spec : SchedulesOf(s)) {
+    Result<models::System> system = models::ParseSystem(spec->system());
+    if (system.ok() && models::FrameworkLayerSplit(*system) &&
+        s.model().num_layers() % static_cast<unsigned>(stages) != 0) {
+      return "P " + std::to_string(stages) + " does not divide model.num_layers " +
+             std::to_string(s.model().num_layers()) + " (" + spec->system() +
+             " splits the layers evenly over the stages)";
+    }
   }
   const int mbs = static_cast<int>(std::max(1u, s.parallel().microbatch_size()));
   if (global_batch % (data_size * mbs) != 0) {

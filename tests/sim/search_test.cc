@@ -516,6 +516,16 @@ TEST(CapacityPlan, RejectsIllegalSplitsWithTheRule) {
                                                    "parallel.tensor_size (2)"),
             std::string::npos);
   EXPECT_EQ(SplitRejection(s, 4, 2, 1, 2), "");
+  // A framework's schedule (or baseline) splits the layers evenly: P 4
+  // does not divide 6 layers, P 3 does.
+  pb::Scenario six = s;
+  six.mutable_model()->set_num_layers(6);
+  EXPECT_EQ(SplitRejection(six, 4, 1, 1, 2), "");
+  six.add_baselines()->set_system("ms-swift");
+  EXPECT_EQ(SplitRejection(six, 4, 1, 1, 2),
+            "P 4 does not divide model.num_layers 6 (ms-swift splits the layers evenly over the "
+            "stages)");
+  EXPECT_EQ(SplitRejection(six, 3, 1, 1, 2), "");
 }
 
 // The capacity between the smallest and the second smallest of the legal

@@ -131,10 +131,42 @@ TEST(SystemHead, LastStageOf1f1bHoldsTheFullLogits) {
     EXPECT_EQ(sf->report.system(), "stateflow");
     EXPECT_DOUBLE_EQ(ClassAtPeak(sf->report.stages(1), "logits") <= 4194304.0, true);
     EXPECT_GT(last.peak_memory_bytes(), sf->report.stages(1).peak_memory_bytes());
-    // The first stage has no head: the system does not change it.
+    // Megatron-Core splits the 32 blocks evenly, 16 and 16 (layers 0-16 with
+    // the embedding, 17-33 with the head); StateFlow's runtime balances
+    // their cost, which moves blocks off the head's stage.
+    EXPECT_EQ(mc->report.stages(0).last_layer(), 17u);
+    EXPECT_EQ(mc->report.stages(1).first_layer(), 17u);
+    EXPECT_GT(sf->report.stages(0).last_layer(), 17u);
+    // The first stage has no head: between the frameworks, which split
+    // alike, the system does not change it.
+    Result<Simulation> swift = SimulateOwn(Gdn3b(c.tp, "ms-swift"));
+    ASSERT_TRUE(swift.ok()) << swift.status().message();
     EXPECT_DOUBLE_EQ(mc->report.stages(0).peak_memory_bytes(),
-                     sf->report.stages(0).peak_memory_bytes());
+                     swift->report.stages(0).peak_memory_bytes());
   }
+}
+
+// A framework's even split needs P to divide the layer count, as
+// Megatron-Core's own check does; StateFlow's runtime does not.
+TEST(SystemField, FrameworksSplitTheLayersEvenly) {
+  pb::Scenario s = Gdn3b(1, "megatron-core");
+  s.mutable_parallel()->set_pipeline_size(8);
+  Result<Simulation> even = SimulateOwn(s);
+  ASSERT_TRUE(even.ok()) << even.status().message();
+  for (int r = 0; r < 8; ++r) {
+    const pb::StageReport& stage = even->report.stages(r);
+    const unsigned blocks = stage.last_layer() - stage.first_layer() - (r == 0) - (r == 7);
+    EXPECT_EQ(blocks, 4u) << "stage " << r;
+  }
+  s.mutable_parallel()->set_pipeline_size(3);
+  Result<Simulation> odd = SimulateOwn(s);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find(
+                "parallel.pipeline_size: 3 does not divide model.num_layers 32"),
+            std::string::npos)
+      << odd.status().message();
+  s.mutable_schedule()->set_system("stateflow");
+  EXPECT_TRUE(SimulateOwn(s).ok());
 }
 
 TEST(SystemField, UnknownSystemIsAnErrorNamingTheField) {

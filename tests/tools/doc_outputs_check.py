@@ -14,6 +14,7 @@ Commands run in a scratch directory where `scenarios/` and `models/` are
 the source tree's, so files they write (traces, CSVs) go nowhere near it.
 
   doc_outputs_check.py --doc docs/usage.md --stateflow build/stateflow --source .
+  doc_outputs_check.py ... --update    # write the outputs of now into the doc
 """
 import argparse
 import os
@@ -76,11 +77,15 @@ def main():
     ap.add_argument("--doc", required=True)
     ap.add_argument("--stateflow", required=True, help="the stateflow binary")
     ap.add_argument("--source", required=True, help="the source tree (scenarios/, models/)")
+    ap.add_argument("--update", action="store_true",
+                    help="replace each changed block's output in the doc with what it prints now "
+                         "(after a change that moves them on purpose; read the diff)")
     args = ap.parse_args()
     text = open(args.doc, encoding="utf-8").read()
     exe = os.path.abspath(args.stateflow)
     checked = skipped = 0
     failures = []
+    updates = []  # (line number of the command, old output lines, new output lines)
     with tempfile.TemporaryDirectory() as cwd:
         for name in ("scenarios", "models"):
             os.symlink(os.path.join(os.path.abspath(args.source), name), os.path.join(cwd, name))
@@ -104,8 +109,18 @@ def main():
                             (f"{len(want)} lines", f"{len(got)} lines"))
                 failures.append(f"{args.doc}:{line_no}: `{command}` prints something else now\n"
                                 f"  doc: {diff[0]}\n  now: {diff[1]}")
+                updates.append((line_no, want, got))
     for f in failures:
         print(f)
+    if args.update and updates:
+        lines = text.split("\n")
+        for line_no, want, got in reversed(updates):  # bottom up: earlier numbers stay
+            assert lines[line_no:line_no + len(want)] == want
+            lines[line_no:line_no + len(want)] = got
+        with open(args.doc, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))
+        print(f"{len(updates)} blocks updated in {args.doc}")
+        return 0
     print(f"{checked} blocks rerun, {skipped} skipped, {len(failures)} changed")
     if checked == 0:
         print("no block was rerun: the doc or this script's block rule has changed")
