@@ -20,6 +20,7 @@ function(sf_add_test name)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE
     SF_SOURCE_DIR="${CMAKE_SOURCE_DIR}" SF_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  sf_test_code(${name})
   # gtest_discover_tests passes its properties on as a flat list ("backend;
   # slow" became LABELS backend plus a property named slow), so the test
   # itself gets one label, its speed; the room comes from the directory.
@@ -36,5 +37,20 @@ function(sf_label_room)
   get_property(labels DIRECTORY PROPERTY LABELS)
   if(NOT room IN_LIST labels)
     set_property(DIRECTORY APPEND PROPERTY LABELS ${room})
+  endif()
+endfunction()
+
+# A test program's own code (its test cases, helpers and the template
+# instantiations they make) is compiled for compile time: -O1 in a Release
+# build, -O0 in the sanitizer build (whose libraries are -O1). The code under
+# test, in the libraries, keeps its build's level. Compiling GoogleTest's,
+# Eigen's and the grid kernels' templates was most of the tests' build time
+# (docs/performance.md, "Build and test time").
+function(sf_test_code target)
+  if(SF_SANITIZE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+  else()
+    target_compile_options(${target} PRIVATE
+      $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
   endif()
 endfunction()

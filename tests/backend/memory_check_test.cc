@@ -7,6 +7,7 @@
 // grid is memory_grid_test.cc. Each case prints its relative errors.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,26 +43,12 @@ INSTANTIATE_TEST_SUITE_P(
 // recurrence cores' scratch is the grid layout: grid_kernels/gdn_common.h,
 // mamba3_core.h) the memory model counts that device's workspace, and is
 // exact too: the GDN and Mamba-3 models and their attention hybrids, P = 1
-// and 2, N = 1, 2, 4, both recompute modes, both element types.
-std::vector<MemoryCase> HostGridCases() {
-  std::vector<MemoryCase> cases;
-  for (const char* preset :
-       {"gdn-tiny", "gdn-hybrid-tiny", "mamba3-tiny", "mamba3-hybrid-tiny"}) {
-    for (int P : {1, 2}) {
-      for (int N : {1, 2, 4}) {
-        for (const char* recompute : {"none", "full"}) {
-          for (const char* dtype : {"float32", "float64"}) {
-            MemoryCase c{preset, "stateflow", P, 2, N, recompute, dtype, 256};
-            c.device = "host-grid";
-            cases.push_back(c);
-          }
-        }
-      }
-    }
-  }
-  return cases;
-}
-INSTANTIATE_TEST_SUITE_P(HostGrid, StepMemory, ::testing::ValuesIn(HostGridCases()),
+// and 2, N = 1, 2, 4, both recompute modes, both element types. Here the
+// cases that cover every pair of those values (HostGridCases, also run under
+// the sanitizers); memory_grid_test.cc has the rest of the product.
+INSTANTIATE_TEST_SUITE_P(HostGrid, StepMemory,
+                         ::testing::ValuesIn(HostGridCases({"float32", "float64"},
+                                                           HostGridSubset::kPairs)),
                          [](const auto& info) { return CaseName(info.param); });
 
 // bf16 on host-grid (issue 12): the memory model's mixed precision
@@ -69,21 +56,9 @@ INSTANTIATE_TEST_SUITE_P(HostGrid, StepMemory, ::testing::ValuesIn(HostGridCases
 // 4-byte gradients, statistics and states, 12 optimizer bytes) is what the
 // backend allocates, byte for byte: bf16 values, fp32 gradients and master
 // weights, fp32 statistics, the recurrent cores' float copies and the
-// head's bf16 d(logits) slice. Every family.
+// head's bf16 d(logits) slice. Every family; two sequences per microbatch.
 std::vector<MemoryCase> Bf16Cases() {
-  std::vector<MemoryCase> cases;
-  for (const char* preset :
-       {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny", "mamba3-hybrid-tiny"}) {
-    for (int P : {1, 2}) {
-      for (int N : {1, 2, 4}) {
-        for (const char* recompute : {"none", "full"}) {
-          MemoryCase c{preset, "stateflow", P, 2, N, recompute, "bf16", 256};
-          c.device = "host-grid";
-          cases.push_back(c);
-        }
-      }
-    }
-  }
+  std::vector<MemoryCase> cases = HostGridCases({"bf16"}, HostGridSubset::kPairs);
   MemoryCase mbs{"gdn-tiny", "stateflow", 2, 2, 4, "none", "bf16", 256, 0, 2};
   mbs.device = "host-grid";
   cases.push_back(mbs);
@@ -91,6 +66,41 @@ std::vector<MemoryCase> Bf16Cases() {
 }
 INSTANTIATE_TEST_SUITE_P(HostGridBf16, StepMemory, ::testing::ValuesIn(Bf16Cases()),
                          [](const auto& info) { return CaseName(info.param); });
+
+// The sanitizer's share of the host-grid product is a covering array: every
+// pair of values of any two factors occurs in one of its cases, and the two
+// subsets split the product without overlap.
+TEST(StepMemoryCases, TheHostGridPairsCoverEveryPairOfValues) {
+  const std::vector<const char*> dtypes = {"float32", "float64"};
+  const std::vector<MemoryCase> pairs = HostGridCases(dtypes, HostGridSubset::kPairs);
+  const std::vector<MemoryCase> rest = HostGridCases(dtypes, HostGridSubset::kRest);
+  EXPECT_EQ(pairs.size(), 12u);
+  EXPECT_EQ(pairs.size() + rest.size(), 4u * 2 * 3 * 2 * 2);
+  const auto factors = [](const MemoryCase& c) {
+    return std::vector<std::string>{c.preset, std::to_string(c.P), std::to_string(c.N),
+                                    c.recompute, c.dtype};
+  };
+  // Every pair of values of two factors, as "a:value|b:value".
+  const auto pairs_of = [&factors](const std::vector<MemoryCase>& cases) {
+    std::set<std::string> out;
+    for (const MemoryCase& c : cases) {
+      const std::vector<std::string> f = factors(c);
+      for (std::size_t a = 0; a < f.size(); ++a) {
+        for (std::size_t b = a + 1; b < f.size(); ++b) {
+          out.insert(std::to_string(a) + ":" + f[a] + "|" + std::to_string(b) + ":" + f[b]);
+        }
+      }
+    }
+    return out;
+  };
+  std::set<std::string> all = pairs_of(rest);
+  const std::set<std::string> covered = pairs_of(pairs);
+  all.insert(covered.begin(), covered.end());
+  EXPECT_EQ(covered, all);
+  for (const MemoryCase& p : pairs) {
+    for (const MemoryCase& r : rest) EXPECT_NE(CaseName(p), CaseName(r));
+  }
+}
 
 // bf16's gradients, optimizer state and statistics are fp32 and its weights
 // and activations bf16: against float32 on the same device, weights halve,

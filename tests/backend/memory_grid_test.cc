@@ -4,8 +4,9 @@
 // of the real backend, each compared with the memory model and the
 // simulator, exactly (memory_test_util.h). T = 128, so that N = 1 spans two
 // kernel blocks and N = 8 has chunks of 16 tokens; memory_check_test.cc has
-// longer sequences on fewer cases. Labelled slow: about 25 s of CPU in a
-// Release build, so the sanitizer build leaves it out.
+// longer sequences on fewer cases. Also the host-grid device's cases that
+// memory_check_test.cc leaves to this file. Labelled slow: about 90 s of CPU
+// in a Release build, so the sanitizer build leaves it out.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -65,6 +66,17 @@ class StepMemoryGrid : public ::testing::TestWithParam<MemoryCase> {};
 TEST_P(StepMemoryGrid, PredictedEqualsMeasuredPerStageAndClass) { ExpectExactMemory(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Issue5, StepMemoryGrid, ::testing::ValuesIn(Grid()),
+                         [](const auto& info) { return CaseName(info.param); });
+
+// The host-grid device's product (four families, P 1 and 2, N 1, 2 and 4,
+// both recompute modes; float32, float64 and bf16) less the cases that
+// memory_check_test.cc runs, also under the sanitizers (HostGridCases).
+INSTANTIATE_TEST_SUITE_P(HostGrid, StepMemoryGrid,
+                         ::testing::ValuesIn(HostGridCases({"float32", "float64"},
+                                                           HostGridSubset::kRest)),
+                         [](const auto& info) { return CaseName(info.param); });
+INSTANTIATE_TEST_SUITE_P(HostGridBf16, StepMemoryGrid,
+                         ::testing::ValuesIn(HostGridCases({"bf16"}, HostGridSubset::kRest)),
                          [](const auto& info) { return CaseName(info.param); });
 
 }  // namespace
