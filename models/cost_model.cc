@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cmath>
 
+#include "models/family.h"
 #include "models/kernel_costs.h"
 #include "models/layer_formulas.h"
 #include "models/limits.h"
@@ -153,7 +154,7 @@ void CostModel::FillTables() {
     t.bwd_token = f.bwd_token / tp;
     t.bwd_pair = f.bwd_pair / tp;
     t.params = LayerParamCount(model_, kind) / tp;
-    t.stored_per_token = StoredElemsNoRecompute(model_, kind).Bytes(act, tp);
+    t.stored_per_token = StoredBytesPerTokenNoRecompute(model_, kind, act, tp);
     t.boundary_bytes = BoundaryStateBytesPerSequence(model_, kind, act, tp);
     for (Gemm g : LayerGemms(model_, kind)) {
       (g.row_parallel ? g.k : g.n) /= tp;
@@ -261,10 +262,10 @@ double CostModel::ComputeTime(int l, std::int64_t c, std::int64_t s, bool backwa
         rates.Attention(static_cast<double>(s), model_.attn_head_dim(), backward));
   }
   if (layers_[l] == LayerKind::kRecurrence) {
-    const bool mamba = model_.architecture() == "mamba3";
+    const Family& family = FamilyOfValid(model_);
     add((backward ? table.core.bwd : table.core.fwd) * t,
-        rates.Recurrence(mamba ? "mamba3" : "gdn", static_cast<double>(s),
-                         model_.head_dim_v(), backward));
+        rates.Recurrence(family.kernel_name(), static_cast<double>(s),
+                         family.KernelHeadDim(model_), backward));
   }
   return time + std::max(0.0, flops - covered) / rate;
 }
@@ -527,10 +528,7 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
       return FullLogitsLoss(options_.system) ? HeadFullLogitsForwardMemory(model_, b)
                                              : HeadForwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      if (model_.architecture() == "mamba3") {
-        return Mamba3LayerForwardMemory(model_, b, Recomputed(l));
-      }
-      return GdnLayerForwardMemory(model_, b, Recomputed(l));
+      return RecurrenceLayerForwardMemory(model_, b, Recomputed(l));
     case LayerKind::kAttention: return AttentionLayerForwardMemory(model_, b, Recomputed(l));
   }
   return {};
@@ -545,10 +543,7 @@ MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
       return FullLogitsLoss(options_.system) ? HeadFullLogitsBackwardMemory(model_, b)
                                              : HeadBackwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      if (model_.architecture() == "mamba3") {
-        return Mamba3LayerBackwardMemory(model_, b, Recomputed(l));
-      }
-      return GdnLayerBackwardMemory(model_, b, Recomputed(l));
+      return RecurrenceLayerBackwardMemory(model_, b, Recomputed(l));
     case LayerKind::kAttention: return AttentionLayerBackwardMemory(model_, b, Recomputed(l));
   }
   return {};

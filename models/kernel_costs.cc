@@ -5,11 +5,41 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "models/family.h"
+
 namespace stateflow::models {
 namespace {
+
+// The recurrence kernels a table may measure: every family's core
+// (Family::kernel_name), and Mamba-2's chunk kernel, which no family reads
+// (a table may carry it for comparison).
+constexpr std::string_view kTableOnlyKernels[] = {"mamba2"};
+
+bool IsRecurrenceKernel(std::string_view name) {
+  for (const Family* f : Families()) {
+    if (f->kernel_name() == name) return true;
+  }
+  for (std::string_view k : kTableOnlyKernels) {
+    if (k == name) return true;
+  }
+  return false;
+}
+
+// In alphabetical order: "gdn, kda, mamba2, mamba3".
+std::string RecurrenceKernelNames() {
+  std::vector<std::string> all;
+  for (const Family* f : Families()) all.emplace_back(f->kernel_name());
+  for (std::string_view k : kTableOnlyKernels) all.emplace_back(k);
+  std::sort(all.begin(), all.end());
+  std::string names;
+  for (const std::string& k : all) names += (names.empty() ? "" : ", ") + k;
+  return names;
+}
+
 
 constexpr char kField[] = "cluster.kernel_costs.";
 
@@ -103,8 +133,9 @@ Status ValidateKernelCosts(const pb::KernelCosts& c) {
   for (int i = 0; i < c.recurrence_size(); ++i) {
     const pb::RecurrencePoint& p = c.recurrence(i);
     const std::string f = std::string(kField) + "recurrence[" + std::to_string(i) + "]";
-    if (p.kernel() != "gdn" && p.kernel() != "mamba2" && p.kernel() != "mamba3") {
-      return Status::Invalid(f + ".kernel: unknown '" + p.kernel() + "' (known: gdn, mamba2, mamba3)");
+    if (!IsRecurrenceKernel(p.kernel())) {
+      return Status::Invalid(f + ".kernel: unknown '" + p.kernel() + "' (known: " +
+                             RecurrenceKernelNames() + ")");
     }
     SF_RETURN_IF_ERROR(AtLeastOne(f + ".seq_len", p.seq_len()));
     SF_RETURN_IF_ERROR(AtLeastOne(f + ".head_dim", p.head_dim()));

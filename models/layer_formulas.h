@@ -13,16 +13,16 @@
 #include <vector>
 
 #include "models/cost_model.h"
+#include "models/family.h"
 #include "models/memory_segment.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
 
 namespace stateflow::models {
 
-// Kernel-level block T_C of the chunkwise recurrence kernels (GDN, Mamba-3).
+// Kernel-level block T_C of the chunkwise recurrence kernels (GDN, Mamba-3,
+// KDA).
 inline constexpr double kKernelBlockTokens = 64;
-// Mamba-3 B/C groups (the Mamba-2 default of one group shared by all heads).
-inline constexpr double kMambaGroups = 1;
 inline constexpr double kFp32Bytes = 4;
 
 // Bytes of one element of a statistic (norm 1/rms, log-sum-exp), a recurrent
@@ -31,14 +31,6 @@ inline constexpr double kFp32Bytes = 4;
 inline double StatBytes(double activation_bytes) {
   return activation_bytes > kFp32Bytes ? activation_bytes : kFp32Bytes;
 }
-
-// Mamba-3 inner width d_in = heads * head_dim (= 2 * hidden in the presets).
-double MambaInner(const pb::ModelSpec& model);
-// Mamba-3's rope_fraction (the official module's default, mamba_ssm/modules/
-// mamba3.py) and its rotary angles per head: floor(state_dim * fraction)
-// rounded down to even, halved (backend Mamba3RopeAngles).
-inline constexpr double kMambaRopeFraction = 0.5;
-double MambaRopeAngles(const pb::ModelSpec& model);
 
 // Parameters of a block's mixer (recurrence or attention, by `kind`), and of
 // its MLP plus its two RMSNorms. REQUIRES: kind is kRecurrence or kAttention.
@@ -62,16 +54,8 @@ std::vector<Gemm> LayerGemms(const pb::ModelSpec& model, LayerKind kind);
 // The recurrence core's FLOPs per token (CoreFlops, cost_model.h).
 CoreFlops RecurrenceCoreFlops(const pb::ModelSpec& model, LayerKind kind);
 
-// The recurrence core's FLOPs per token of one sequence, all heads, before
-// TP, split as the paper's Pre / ST / Out (the kernels' block counts with
-// L = T_C, backend/kernels/gdn_core.h and mamba3_core.h): forward pre, st,
-// out; backward out_bwd (Out backward), st_bwd (ST backward, beside the ST
-// replay), pre_bwd (Pre backward). Only the state-transition model of
-// docs/cost-model.md section 2, "State transition", uses them.
-struct StFlops {
-  double pre = 0, st = 0, out = 0;
-  double out_bwd = 0, st_bwd = 0, pre_bwd = 0;
-};
+// The recurrence core's Pre / ST / Out FLOPs per token (StFlops, family.h):
+// the model's family's.
 StFlops RecurrenceStFlops(const pb::ModelSpec& model);
 
 // Elements per token of one sequence: replicated across TP ranks, or split by
@@ -89,10 +73,14 @@ struct TokenElems {
   }
 };
 
-// What the layer saves for its backward without recompute (K/V of attention
-// excluded: they live in the K/V buffer; logits are never kept: the loss is
-// sliced). The embedding saves nothing (its token ids belong to the batch).
-TokenElems StoredElemsNoRecompute(const pb::ModelSpec& model, LayerKind kind);
+// Bytes per token of one sequence that a layer saves for its backward
+// without recompute, on one TP rank (K/V of attention excluded: they live in
+// the K/V buffer; logits are never kept: the loss is sliced; the embedding
+// saves nothing: its token ids belong to the batch). A recurrence layer's
+// come from its family's forward events (what they leave in kActivations
+// over one token), so its sizes are written once.
+double StoredBytesPerTokenNoRecompute(const pb::ModelSpec& model, LayerKind kind,
+                                      double activation_bytes, int tensor_size);
 
 // The sizes every tensor of a layer's memory events is built from: `tokens`
 // rows (t = microbatch_size * s), `seq_tokens` = s (kernels that work one
@@ -115,17 +103,14 @@ struct TensorBytes {
 // caller's. Derived from backend/layers/*.cc line by line; docs/cost-model.md
 // section 3 lists them.
 //
-// GDN layer (GdnLayer::Forward / Backward); recompute_full saves only the
-// block input and replays the forward inside the backward.
-MemorySegment GdnLayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
-                                    bool recompute_full);
-MemorySegment GdnLayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
-                                     bool recompute_full);
-// Mamba-3 layer (Mamba3Layer::Forward / Backward), likewise.
-MemorySegment Mamba3LayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
-                                       bool recompute_full);
-MemorySegment Mamba3LayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
-                                        bool recompute_full);
+// A recurrence layer (its family's ForwardMemory / BackwardMemory: the
+// layers of backend/layers/, GdnLayer, Mamba3Layer, KdaLayer);
+// recompute_full saves only the layer input and replays the forward inside
+// the backward.
+MemorySegment RecurrenceLayerForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                           bool recompute_full);
+MemorySegment RecurrenceLayerBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b,
+                                            bool recompute_full);
 // Attention layer (AttentionLayer::Forward / Backward); recompute_full saves
 // only the layer input and replays the forward inside the backward, reading
 // K and V from the K/V buffer. The K/V buffer and its gradient accumulator
@@ -152,10 +137,8 @@ MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& 
 MemorySegment HeadFullLogitsForwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 MemorySegment HeadFullLogitsBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b);
 
-// The boundary state of one sequence, in bytes, after TP: for GDN the
-// recurrent state (StatBytes) plus the short-convolution tails; for Mamba-3
-// the running angle and the SSM state (StatBytes) plus the last token's k and
-// v. 0 for other kinds.
+// The boundary state of one sequence, in bytes, after TP: the family's
+// (Family::BoundaryStateBytes) for a recurrence layer, 0 for other kinds.
 double BoundaryStateBytesPerSequence(const pb::ModelSpec& model, LayerKind kind,
                                      double activation_bytes, int tensor_size);
 

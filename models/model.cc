@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "models/family.h"
 #include "models/kernel_costs.h"
 #include "models/layer_formulas.h"
 #include "models/limits.h"
@@ -23,11 +24,7 @@ Status Divisible(std::string_view what, long value, std::string_view by_what,
 bool IsHybrid(const pb::ModelSpec& m) { return m.layer_pattern() == "hybrid"; }
 
 Status ValidateNames(const pb::ModelSpec& m) {
-  const std::string& a = m.architecture();
-  if (a != "gdn" && a != "mamba3") {
-    return Status::Invalid("model.architecture: unknown '" + a +
-                           "' (known: gdn, mamba3)");
-  }
+  SF_RETURN_IF_ERROR(FamilyOf(m).status());
   const std::string& p = m.layer_pattern();
   if (!p.empty() && p != "recurrent" && p != "hybrid") {
     return Status::Invalid("model.layer_pattern: unknown '" + p +
@@ -36,17 +33,13 @@ Status ValidateNames(const pb::ModelSpec& m) {
   return Status::Ok();
 }
 
-Status ValidateSizes(const pb::ModelSpec& m) {
+// The shared fields, the family's own (Family::Validate) in between, in the
+// order the fields are declared.
+Status ValidateSizes(const pb::ModelSpec& m, int tensor_size) {
   SF_RETURN_IF_ERROR(CheckRange("model.num_layers", m.num_layers(), kNumLayers));
   SF_RETURN_IF_ERROR(CheckRange("model.hidden_size", m.hidden_size(), kHiddenSize));
   SF_RETURN_IF_ERROR(CheckRange("model.num_heads", m.num_heads(), kHeads));
-  if (m.architecture() == "gdn") {
-    SF_RETURN_IF_ERROR(CheckRange("model.head_dim_k", m.head_dim_k(), kHeadDim));
-  }
-  SF_RETURN_IF_ERROR(CheckRange("model.head_dim_v", m.head_dim_v(), kHeadDim));
-  if (m.architecture() == "mamba3") {
-    SF_RETURN_IF_ERROR(CheckRange("model.state_dim", m.state_dim(), kHeadDim));
-  }
+  SF_RETURN_IF_ERROR(FamilyOfValid(m).Validate(m, tensor_size));
   SF_RETURN_IF_ERROR(CheckRange("model.conv_width", m.conv_width(), kConvWidth));
   SF_RETURN_IF_ERROR(CheckRange("model.mlp_size", m.mlp_size(), kMlpSize));
   return CheckRange("model.vocab_size", m.vocab_size(), kVocabSize);
@@ -116,7 +109,7 @@ Status ValidateModel(const pb::ModelSpec& model, int tensor_size) {
     return Status::Invalid("parallel.tensor_size must be >= 1");
   }
   SF_RETURN_IF_ERROR(ValidateNames(model));
-  SF_RETURN_IF_ERROR(ValidateSizes(model));
+  SF_RETURN_IF_ERROR(ValidateSizes(model, tensor_size));
   SF_RETURN_IF_ERROR(Divisible("model.num_heads", model.num_heads(),
                                "parallel.tensor_size", tensor_size));
   if (IsHybrid(model)) SF_RETURN_IF_ERROR(ValidateAttention(model, tensor_size));

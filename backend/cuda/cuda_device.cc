@@ -136,6 +136,7 @@ class CudaDevice final : public Device {
   }
   MemoryResource& memory() override { return *memory_; }
   cudaStream_t stream() const { return stream_; }
+  CudaStreams* streams() { return &streams_; }
   Status Synchronize() override {
     SF_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return CudaStatus(cudaGetLastError(), ("kernels on " + name()).c_str());
@@ -207,6 +208,14 @@ Result<cudaStream_t> CudaComputeStream(Device& device) {
     return Status::Internal("device " + device.name() + " is not a CUDA device");
   }
   return cuda->stream();
+}
+
+Result<CudaStreams*> CudaStreamsOf(Device& device) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  if (cuda == nullptr) {
+    return Status::Internal("device " + device.name() + " is not a CUDA device");
+  }
+  return cuda->streams();
 }
 
 std::string CudaRuntimeSummary() {

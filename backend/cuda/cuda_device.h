@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "backend/cuda/cuda_ops.h"
 #include "backend/device/device.h"
 #include "common/status.h"
 
@@ -25,6 +26,10 @@ Result<Device*> MakeCudaDevice(int local_rank);
 // The compute stream of a device made by MakeCudaDevice (the NCCL comm orders
 // its sends and receives against it). Error: not a CUDA device.
 Result<cudaStream_t> CudaComputeStream(Device& device);
+
+// The streams, handles and events of a device made by MakeCudaDevice, on
+// which a family's CUDA kernels run (register.cc). Error: not a CUDA device.
+Result<CudaStreams*> CudaStreamsOf(Device& device);
 
 // The CUDA runtime's view, for `stateflow --version`-style reports and the
 // GPU check: "CUDA runtime 13.0, driver 12.4, 2 GPUs" or why none.

@@ -1,11 +1,13 @@
-// GridOps <float|double|bf16, CudaExec> and GridAttentionOps <float|double, CudaExec>: every grid functor
-// instantiated as a CUDA kernel (grid_exec.cuh), in this one translation unit.
+// GridOps <float|double|bf16, CudaExec> and GridAttentionOps <float|double, CudaExec>: the
+// kernels every family shares and attention's, their grid functors instantiated as CUDA
+// kernels (grid_exec.cuh). Each recurrent family's are in its own .cu (cuda_gdn_ops.cu, ...).
 #include "backend/cuda/cuda_ops.h"
 
 #include "backend/cuda/cuda_attention_ops.h"
 #include "backend/cuda/grid_exec.cuh"
 #include "backend/device/grid_attention_ops.h"
 #include "backend/device/grid_ops.h"
+#include "backend/device/grid_recurrent.h"
 
 namespace stateflow::backend {
 

@@ -9,6 +9,8 @@
 
 #include <memory>
 
+#include "backend/device/gdn_ops.h"
+#include "backend/device/mamba3_ops.h"
 #include "backend/device/ops.h"
 
 namespace stateflow::backend {
@@ -28,5 +30,14 @@ struct CudaStreams {
 std::unique_ptr<Ops<float>> MakeCudaOpsF32(CudaStreams* streams);
 std::unique_ptr<Ops<double>> MakeCudaOpsF64(CudaStreams* streams);
 std::unique_ptr<Ops<bf16>> MakeCudaOpsBf16(CudaStreams* streams);
+
+// Each recurrent family's kernels on the same streams (GridGdnOps,
+// GridMamba3Ops over CudaExec), defined in the family's own .cu file
+// (cuda_gdn_ops.cu, cuda_mamba3_ops.cu), and registered for GdnOpsOf and
+// Mamba3OpsOf by register.cc.
+template <typename T>
+std::unique_ptr<GdnOps<T>> MakeCudaGdnOps(CudaStreams* streams);
+template <typename T>
+std::unique_ptr<Mamba3Ops<T>> MakeCudaMamba3Ops(CudaStreams* streams);
 
 }  // namespace stateflow::backend

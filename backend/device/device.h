@@ -22,10 +22,15 @@
 // (TimerStart / TimerStop) measures a span of them.
 #pragma once
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <typeindex>
 
+#include "backend/device/family_ops.h"
 #include "backend/device/memory.h"
 #include "backend/device/ops.h"
 #include "common/status.h"
@@ -75,6 +80,21 @@ class Device {
     }
   }
 
+  // A model family's kernels on this device (FamilyOps is the family's
+  // interface for one element type: GdnOps<float>, ...; family_ops.h): made
+  // by `make` on the first call for this interface and kept with the
+  // device, so every layer of a rank shares one set. nullptr when `make`
+  // gives none (the device has no such kernels). Thread-safe.
+  template <class FamilyOps>
+  FamilyOps* FamilyOpsOf(std::unique_ptr<FamilyOps> (*make)(Device&)) {
+    static_assert(std::is_base_of_v<FamilyOpsBase, FamilyOps>);
+    std::lock_guard<std::mutex> lock(family_mu_);
+    const std::type_index key(typeid(FamilyOps));
+    auto it = family_ops_.find(key);
+    if (it == family_ops_.end()) it = family_ops_.emplace(key, make(*this)).first;
+    return static_cast<FamilyOps*>(it->second.get());
+  }
+
   // Waits until every Ops call issued so far has finished; reports a
   // device-side error (a failed launch, an illegal address) as a Status.
   virtual Status Synchronize() = 0;
@@ -103,6 +123,8 @@ class Device {
 
  private:
   double timer_start_s_ = -1;  // steady clock at TimerStart; -1: none open
+  std::mutex family_mu_;
+  std::map<std::type_index, std::unique_ptr<FamilyOpsBase>> family_ops_;  // guarded by family_mu_
 };
 
 // The process's CPU device (Eigen kernels, host memory).

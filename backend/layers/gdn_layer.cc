@@ -107,6 +107,11 @@ Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
       {{d.C, d.HV()}, out},   {{d.C}, one},           {{d.F, d.C}, proj},
       {{d.F, d.C}, proj},     {{d.C, d.F}, out}};
   GdnLayer gdn(&alloc, d, layer);
+  gdn.fops_ = GdnOpsOf<T>(alloc.device());
+  if (gdn.fops_ == nullptr) {
+    return Status::Invalid("layer " + std::to_string(layer) + " (" + kKind + "): device " +
+                           alloc.device().name() + " has no GDN kernels in this dtype");
+  }
   gdn.params_.reserve(kNumParams);
   for (int id = 0; id < kNumParams; ++id) {
     SF_ASSIGN_OR_RETURN(
@@ -156,10 +161,10 @@ Status GdnLayer<T>::ForwardPass(Tensor<T>* y, GdnState<T>* state_out,
   // The device's scratch for one sequence (none on the CPU), reused by each.
   SF_ASSIGN_OR_RETURN(
       Tensor<StatOf<T>> ws,
-      New<StatOf<T>>(kWs, {ops().GdnCoreForwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
-  auto core = d.st_overlap ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
+      New<StatOf<T>>(kWs, {fops().GdnCoreForwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+  auto core = d.st_overlap ? &GdnOps<T>::GdnCoreForwardOverlapped : &GdnOps<T>::GdnCoreForward;
   for (int64_t b = 0; b < B; ++b) {
-    (ops().*core)(s->o.data() + b * Ts * d.HV(),
+    (fops().*core)(s->o.data() + b * Ts * d.HV(),
                       state_out != nullptr ? state_out->S.data() + b * state : nullptr,
                       ws.data(), s->q.data() + b * Ts * d.HK(), s->k.data() + b * Ts * d.HK(),
                       s->v.data() + b * Ts * d.HV(), s->g.data() + b * Ts * d.H,
@@ -213,8 +218,8 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   ConvSiluForward(&s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, B, kVConv, state_in.tail_v);
   SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
-  ops().GdnGateForward(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
-  ops().GdnBetaForward(s->beta.data(), b.data(), S * d.H);
+  fops().GdnGateForward(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
+  fops().GdnBetaForward(s->beta.data(), b.data(), S * d.H);
   return Status::Ok();
 }
 
@@ -344,12 +349,12 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
   // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
       Tensor<StatOf<T>> ws,
-      New<StatOf<T>>(kWs, {ops().GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
+      New<StatOf<T>>(kWs, {fops().GdnCoreBackwardWorkspaceSize(Ts, d.H, d.K, d.Dv, d.block_size)}));
   const int64_t state = d.H * d.Dv * d.K;
-  auto core = d.st_overlap ? &Ops<T>::GdnCoreBackwardOverlapped : &Ops<T>::GdnCoreBackward;
+  auto core = d.st_overlap ? &GdnOps<T>::GdnCoreBackwardOverlapped : &GdnOps<T>::GdnCoreBackward;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t k = b * Ts * d.HK(), v = b * Ts * d.HV(), h = b * Ts * d.H;
-    (ops().*core)(grads->dq.data() + k, grads->dk.data() + k, grads->dv.data() + v,
+    (fops().*core)(grads->dq.data() + k, grads->dk.data() + k, grads->dv.data() + v,
                        dg.data() + h, dbeta.data() + h,
                        dstate_in != nullptr ? dstate_in->S.data() + b * state : nullptr,
                        ws.data(), d_o.data() + v,
@@ -361,9 +366,9 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
   ws = Tensor<StatOf<T>>();
   SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(grads->db, New(kWs, {S, d.H}));
-  ops().GdnGateBackward(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
+  fops().GdnGateBackward(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
                      s.a.data(), w(kALog), w(kDtBias), S, d.H);
-  ops().GdnBetaBackward(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
+  fops().GdnBetaBackward(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
   return Status::Ok();
 }
 

@@ -44,9 +44,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/device/device.h"
+#include "backend/device/gdn_ops.h"
 #include "backend/kernels/gdn_core.h"
 #include "backend/layers/param.h"
 #include "backend/layers/recurrent_entry.h"
@@ -234,12 +236,32 @@ class GdnLayer {
                              const GdnState<T>* dstate_out,
                              const GdnState<T>& state_in);
 
-  // The kernels of the device the allocator's memory lives on.
+  // The kernels of the device the allocator's memory lives on: those every
+  // family shares, and this family's own (found once, at Make).
   Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
+  GdnOps<T>& fops() const { return *fops_; }
   TrackingAllocator* alloc_;  // not owned
+  GdnOps<T>* fops_ = nullptr;  // the device's, not owned
   GdnLayerDims dims_;
   int layer_;
   std::vector<Param<T>> params_;  // (kNumParams)
+};
+
+template <typename T>
+class CorePhaseRunner;  // core_phases.h
+
+// The GDN family on the backend (backend/model/layer_family.h):
+// its layer, its dims from the model, and its core run phase by phase for
+// the profiler (gdn_core_phases.cc).
+struct GdnFamilyTraits {
+  static constexpr const char* kName = "gdn";
+  template <typename T>
+  using Layer = GdnLayer<T>;
+  using Dims = GdnLayerDims;
+  static Dims DimsOf(const pb::ModelSpec& model) { return GdnLayerDims::FromModel(model); }
+  template <typename T>
+  static Result<std::unique_ptr<CorePhaseRunner<T>>> MakePhaseRunner(
+      const GdnLayerDims& dims, TrackingAllocator& alloc, std::int64_t batch, std::int64_t tokens);
 };
 
 }  // namespace stateflow::backend

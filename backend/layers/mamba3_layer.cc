@@ -108,6 +108,11 @@ Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
       {{d.H}, one},          {{d.C, d.HDp()}, out},  {{d.C}, one},
       {{d.F, d.C}, proj},    {{d.F, d.C}, proj},    {{d.C, d.F}, out}};
   Mamba3Layer m(&alloc, d, layer);
+  m.fops_ = Mamba3OpsOf<T>(alloc.device());
+  if (m.fops_ == nullptr) {
+    return Status::Invalid("layer " + std::to_string(layer) + " (" + kKind + "): device " +
+                           alloc.device().name() + " has no Mamba-3 kernels in this dtype");
+  }
   m.params_.reserve(kNumParams);
   for (int i = 0; i < kNumParams; ++i) {
     SF_ASSIGN_OR_RETURN(Param<T> p,
@@ -159,11 +164,11 @@ Status Mamba3Layer<T>::ForwardPass(Tensor<T>* y, Mamba3State<T>* state_out,
   // The device's scratch for one sequence (none on the CPU), reused by each.
   SF_ASSIGN_OR_RETURN(
       Tensor<StatOf<T>> ws,
-      New<StatOf<T>>(kWs, {ops().Mamba3CoreForwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
-  auto core = d.st_overlap ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
+      New<StatOf<T>>(kWs, {fops().Mamba3CoreForwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
+  auto core = d.st_overlap ? &Mamba3Ops<T>::Mamba3CoreForwardOverlapped : &Mamba3Ops<T>::Mamba3CoreForward;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
-    (ops().*core)(
+    (fops().*core)(
         s->o.data() + rv, state_out ? state_out->S.data() + b * nS : nullptr,
         state_out ? state_out->k.data() + b * nk : nullptr,
         state_out ? state_out->v.data() + b * nv : nullptr, ws.data(), s->q.data() + rk,
@@ -203,7 +208,7 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
     ops().LinearForward(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
   }
   // In place: dt = softplus(. + dt_bias), lam = sigmoid(.), theta = pi tanh(.).
-  ops().Mamba3GatesForward(s->dt.data(), s->lam.data(), s->theta.data(), w(kDtBias), S,
+  fops().Mamba3GatesForward(s->dt.data(), s->lam.data(), s->theta.data(), w(kDtBias), S,
                            d.H, d.Na);
   SF_ASSIGN_OR_RETURN(s->B_rstd, New<StatOf<T>>(cls, {S}));
   SF_ASSIGN_OR_RETURN(s->C_rstd, New<StatOf<T>>(cls, {S}));
@@ -215,18 +220,18 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
   SF_ASSIGN_OR_RETURN(s->phi, New<StatOf<T>>(cls, {S, d.H, d.Na}));
   // phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi, per sequence from
   // state_in.angle; the last into state_out->angle (unless nullptr).
-  ops().Mamba3AnglesForward(s->phi.data(), state_out ? state_out->angle.data() : nullptr,
+  fops().Mamba3AnglesForward(s->phi.data(), state_out ? state_out->angle.data() : nullptr,
                             s->theta.data(), s->dt.data(), state_in.angle.data(), s->batch,
                             S / s->batch, d.H, d.Na);
   SF_ASSIGN_OR_RETURN(s->q, New(cls, {S, d.HDs()}));
   SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HDs()}));
   // k = rot(Bn + B_bias_h, phi), q likewise.
-  ops().Mamba3RotaryForward(s->q.data(), s->k.data(), Cn.data(), Bn.data(), w(kCBias),
+  fops().Mamba3RotaryForward(s->q.data(), s->k.data(), Cn.data(), Bn.data(), w(kCBias),
                             w(kBBias), s->phi.data(), S, d.H, d.Ds, d.Na);
   SF_ASSIGN_OR_RETURN(s->a, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->gamma, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
-  ops().Mamba3CoefficientsForward(s->a.data(), s->gamma.data(), s->beta.data(),
+  fops().Mamba3CoefficientsForward(s->a.data(), s->gamma.data(), s->beta.data(),
                                   s->ddA.data(), s->dt.data(), s->lam.data(), S * d.H,
                                   static_cast<ComputeOf<T>>(d.a_floor));
   Cn = Tensor<T>();
@@ -242,7 +247,7 @@ Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cl
   SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
   ops().SiluForward(silu_z.data(), s->z.data(), S * d.HDp());
-  ops().Mamba3GateOutputForward(s->gated.data(), s->o.data(), s->xv.data(), silu_z.data(),
+  fops().Mamba3GateOutputForward(s->gated.data(), s->o.data(), s->xv.data(), silu_z.data(),
                                 w(kD), S, d.H, d.Dp);
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
   ops().LinearForward(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HDp(), d.C);
@@ -324,7 +329,7 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
   SF_ASSIGN_OR_RETURN(g->dz, New(kWs, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(g->dxv, New(kWs, {S, d.HDp()}));
-  ops().Mamba3GateOutputBackward(g->dz.data(), d_o->data(), g->dxv.data(), dw(kD),
+  fops().Mamba3GateOutputBackward(g->dz.data(), d_o->data(), g->dxv.data(), dw(kD),
                                  dgated.data(), s.o.data(), s.xv.data(), silu_z.data(),
                                  w(kD), S, d.H, d.Dp);
   ops().SiluBackward(g->dz.data(), g->dz.data(), s.z.data(), S * d.HDp());
@@ -352,7 +357,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
   // One sequence's workspace, reused by each in turn.
   SF_ASSIGN_OR_RETURN(
       Tensor<StatOf<T>> ws,
-      New<StatOf<T>>(kWs, {ops().Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
+      New<StatOf<T>>(kWs, {fops().Mamba3CoreBackwardWorkspaceSize(Ts, d.H, d.Ds, d.Dp, d.block_size)}));
   const int64_t nS = d.H * d.Dp * d.Ds, nk = d.HDs(), nv = d.HDp();
   // (S and the angle are StatOf<T>, k and v T: one lambda for both.)
   auto in = [&](auto m, int64_t off) {
@@ -361,10 +366,10 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
   auto out = [&](auto m, int64_t off) {
     return dstate_out != nullptr ? (dstate_out->*m).data() + off : nullptr;
   };
-  auto core = d.st_overlap ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
+  auto core = d.st_overlap ? &Mamba3Ops<T>::Mamba3CoreBackwardOverlapped : &Mamba3Ops<T>::Mamba3CoreBackward;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t rk = b * Ts * d.HDs(), rv = b * Ts * d.HDp(), rh = b * Ts * d.H;
-    (ops().*core)(
+    (fops().*core)(
         c->dq.data() + rk, c->dk.data() + rk, dv.data() + rv, c->da.data() + rh,
         c->dgamma.data() + rh, c->dbeta.data() + rh,
         in(&Mamba3State<T>::S, b * nS), in(&Mamba3State<T>::k, b * nk),
@@ -396,19 +401,19 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   // a = A dt, gamma = lam dt, beta = (1 - lam) dt.
   SF_ASSIGN_OR_RETURN(g->ddt, New(kWs, {S, d.H}));
   const ComputeOf<T> a_floor = static_cast<ComputeOf<T>>(d.a_floor);
-  ops().Mamba3CoefficientsBackward(g->ddt.data(), c->da.data(), c->dgamma.data(),
+  fops().Mamba3CoefficientsBackward(g->ddt.data(), c->da.data(), c->dgamma.data(),
                                    c->dbeta.data(), s.ddA.data(), s.lam.data(), n, a_floor);
   SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> dphi, New<StatOf<T>>(kWs, {S, d.H, d.Na}));  // (S, H, Na)
   SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.Ds}));         // (S, N)
   SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.Ds}));         // (S, N)
   // q = rot(u, phi), u = Cn + C_bias_h (k likewise): dq, dk turned into du.
-  ops().Mamba3RotaryBackward(dphi.data(), dCn.data(), dBn.data(), dw(kCBias), dw(kBBias),
+  fops().Mamba3RotaryBackward(dphi.data(), dCn.data(), dBn.data(), dw(kCBias), dw(kBBias),
                              c->dq.data(), c->dk.data(), s.q.data(), s.k.data(),
                              s.phi.data(), S, d.H, d.Ds, d.Na);
   c->dk = Tensor<T>();
   c->dq = Tensor<T>();
   SF_ASSIGN_OR_RETURN(g->dtheta, New(kWs, {S, d.Na}));
-  ops().Mamba3AnglesBackward(g->dtheta.data(), g->ddt.data(),
+  fops().Mamba3AnglesBackward(g->dtheta.data(), g->ddt.data(),
                              dstate_in ? dstate_in->angle.data() : nullptr, dphi.data(),
                              s.theta.data(), s.dt.data(),
                              dstate_out ? dstate_out->angle.data() : nullptr, s.batch,
@@ -416,7 +421,7 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   dphi = Tensor<StatOf<T>>();
   SF_ASSIGN_OR_RETURN(g->ddA, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(g->dtrap, New(kWs, {S, d.H}));
-  ops().Mamba3GatesBackward(g->ddA.data(), g->dtrap.data(), g->ddt.data(), dw(kDtBias),
+  fops().Mamba3GatesBackward(g->ddA.data(), g->dtrap.data(), g->ddt.data(), dw(kDtBias),
                             c->da.data(), c->dgamma.data(), c->dbeta.data(), s.ddA.data(),
                             s.dt.data(), s.lam.data(), S, d.H, a_floor);
   c->dbeta = Tensor<T>();

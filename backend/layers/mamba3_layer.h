@@ -52,9 +52,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/device/device.h"
+#include "backend/device/mamba3_ops.h"
 #include "backend/kernels/mamba3_core.h"
 #include "backend/layers/param.h"
 #include "backend/layers/recurrent_entry.h"
@@ -249,12 +251,32 @@ class Mamba3Layer {
   Status MixerInputsBackward(Tensor<T>* dx, const MixerGrads& grads,
                              const Mamba3LayerSaved<T>& saved);
 
-  // The kernels of the device the allocator's memory lives on.
+  // The kernels of the device the allocator's memory lives on: those every
+  // family shares, and this family's own (found once, at Make).
   Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
+  Mamba3Ops<T>& fops() const { return *fops_; }
   TrackingAllocator* alloc_;  // not owned
+  Mamba3Ops<T>* fops_ = nullptr;  // the device's, not owned
   Mamba3LayerDims dims_;
   int layer_;
   std::vector<Param<T>> params_;  // (kNumParams)
+};
+
+template <typename T>
+class CorePhaseRunner;  // core_phases.h
+
+// The Mamba-3 family on the backend (backend/model/layer_family.h):
+// its layer, its dims from the model, and its core run phase by phase for
+// the profiler (mamba3_core_phases.cc).
+struct Mamba3FamilyTraits {
+  static constexpr const char* kName = "mamba3";
+  template <typename T>
+  using Layer = Mamba3Layer<T>;
+  using Dims = Mamba3LayerDims;
+  static Dims DimsOf(const pb::ModelSpec& model) { return Mamba3LayerDims::FromModel(model); }
+  template <typename T>
+  static Result<std::unique_ptr<CorePhaseRunner<T>>> MakePhaseRunner(
+      const Mamba3LayerDims& dims, TrackingAllocator& alloc, std::int64_t batch, std::int64_t tokens);
 };
 
 }  // namespace stateflow::backend

@@ -1,100 +1,18 @@
-// The SequenceLayer adapters (sequence_layer.h): each keeps, per microbatch,
-// what its layer kind carries between chunks, and calls the layer of
-// backend/layers/ in the memory model's order.
+// MakeSequenceLayer (sequence_layer.h): softmax attention's adapter here, a
+// recurrent family's through its layer family (layer_family.h). Each keeps,
+// per microbatch, what its layer kind carries between chunks, and calls the
+// layer of backend/layers/ in the memory model's order.
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/layers/attention_layer.h"
-#include "backend/layers/gdn_layer.h"
-#include "backend/layers/mamba3_layer.h"
+#include "backend/model/layer_family.h"
 #include "backend/model/sequence_layer.h"
 #include "models/model.h"
 
 namespace stateflow::backend {
 namespace {
-
-// The recurrence layer kinds: GdnLayer and Mamba3Layer are called alike
-// (recurrent_entry.h) and differ in their types and names.
-template <typename T>
-struct GdnKind {
-  using Layer = GdnLayer<T>;
-  static constexpr const char* kName = "gdn";
-};
-
-template <typename T>
-struct Mamba3Kind {
-  using Layer = Mamba3Layer<T>;
-  static constexpr const char* kName = "mamba3";
-};
-
-// A recurrence layer (GDN, Mamba-3): per microbatch, chunk i's saved
-// tensors, the state entering every chunk that ran forward and not yet
-// backward, and the d(state out) the last backward handed down.
-template <typename T, typename Kind>
-class RecurrentSequenceLayer final : public SequenceLayer<T> {
- public:
-  using Layer = typename Kind::Layer;
-  using State = typename Layer::State;
-  using Saved = typename Layer::Saved;
-
-  RecurrentSequenceLayer(Layer layer, TrackingAllocator* alloc, models::Recompute recompute)
-      : layer_(std::move(layer)), alloc_(alloc), recompute_(recompute) {}
-
-  int layer() const override { return layer_.layer(); }
-  const char* kind_name() const override { return Kind::kName; }
-  std::vector<Param<T>>& params() override { return layer_.params(); }
-
-  void BeginStep(int microbatches, std::int64_t batch,
-                 const schedule::Partition* partition) override {
-    batch_ = batch;
-    partition_ = partition;
-    mb_.clear();
-    mb_.resize(microbatches);
-    for (Microbatch& m : mb_) {
-      m.saved.resize(partition->num_chunks());
-      m.states_in.resize(partition->num_chunks());
-    }
-  }
-
-  Status StartSequence(int a) override {
-    SF_ASSIGN_OR_RETURN(mb_[a].states_in[0], State::Zeros(*alloc_, layer_.dims(), batch_,
-                                                          BufferClass::kBoundaryStates));
-    return Status::Ok();
-  }
-
-  Status Forward(Tensor<T>* y, int a, int i, const Tensor<T>& x) override {
-    Microbatch& m = mb_[a];
-    State* state_out = i + 1 < partition_->num_chunks() ? &m.states_in[i + 1] : nullptr;
-    return layer_.Forward(y, state_out, &m.saved[i], x, batch_, m.states_in[i], recompute_);
-  }
-
-  Status Backward(Tensor<T>* dx, int a, int i, const Tensor<T>& dy) override {
-    Microbatch& m = mb_[a];
-    const State* dstate_out = i + 1 < partition_->num_chunks() ? &m.dstate : nullptr;
-    State dstate_in;
-    SF_RETURN_IF_ERROR(layer_.Backward(dx, i > 0 ? &dstate_in : nullptr, &m.saved[i], dy, batch_,
-                                       dstate_out, m.states_in[i]));
-    m.dstate = std::move(dstate_in);  // frees the d(state out) it was handed
-    return Status::Ok();
-  }
-
-  void FinishBackward(int a, int i) override { mb_[a].states_in[i] = State{}; }
-
- private:
-  struct Microbatch {
-    std::vector<Saved> saved;      // (N)
-    std::vector<State> states_in;  // (N) live from the forward before to B(i)
-    State dstate;                  // d(state in) of the chunk that ran backward last
-  };
-
-  Layer layer_;
-  TrackingAllocator* alloc_;  // not owned
-  models::Recompute recompute_;
-  std::int64_t batch_ = 1;
-  const schedule::Partition* partition_ = nullptr;
-  std::vector<Microbatch> mb_;  // (M)
-};
 
 // A softmax-attention layer: per microbatch, chunk i's saved tensors and the
 // sequence-wide K/V buffer (from the forward of chunk 0 to the end of the
@@ -172,26 +90,12 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
     return std::unique_ptr<SequenceLayer<T>>(
         std::make_unique<AttentionSequenceLayer<T>>(std::move(attn), alloc, options.recompute));
   }
-  if (model.architecture() == "gdn") {
-    GdnLayerDims dims = GdnLayerDims::FromModel(model);
-    dims.st_overlap = options.st_overlap;
-    dims.st_tile = options.st_tile;
-    SF_ASSIGN_OR_RETURN(auto gdn, GdnLayer<T>::Make(*alloc, dims, l, num_layers, options.seed));
-    return std::unique_ptr<SequenceLayer<T>>(
-        std::make_unique<RecurrentSequenceLayer<T, GdnKind<T>>>(std::move(gdn), alloc,
-                                                                options.recompute));
+  const LayerFamily* family = FindLayerFamily(model.architecture());
+  if (family == nullptr) {
+    return Status::Invalid("model.architecture: '" + model.architecture() +
+                           "' is not supported by the backend (layer " + std::to_string(l) + ")");
   }
-  if (model.architecture() == "mamba3") {
-    Mamba3LayerDims dims = Mamba3LayerDims::FromModel(model);
-    dims.st_overlap = options.st_overlap;
-    dims.st_tile = options.st_tile;
-    SF_ASSIGN_OR_RETURN(auto m3, Mamba3Layer<T>::Make(*alloc, dims, l, num_layers, options.seed));
-    return std::unique_ptr<SequenceLayer<T>>(
-        std::make_unique<RecurrentSequenceLayer<T, Mamba3Kind<T>>>(std::move(m3), alloc,
-                                                                   options.recompute));
-  }
-  return Status::Invalid("model.architecture: '" + model.architecture() +
-                         "' is not supported by the backend (layer " + std::to_string(l) + ")");
+  return family->layer<T>()(model, l, alloc, options);
 }
 
 template Result<std::unique_ptr<SequenceLayer<float>>> MakeSequenceLayer<float>(

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "backend/allocator.h"
-#include "backend/layers/gdn_layer.h"
-#include "backend/layers/mamba3_layer.h"
+#include "backend/layers/core_phases.h"
+#include "backend/model/layer_family.h"
 #include "backend/model/model_stage_module.h"
 #include "backend/train/adamw.h"
 
@@ -26,27 +26,6 @@ Status CheckOptions(std::int64_t tokens, const TimingOptions& options) {
   if (options.repetitions < 1) return Status::Invalid("--repetitions must be >= 1");
   if (options.warmup < 0) return Status::Invalid("--warmup must be >= 0");
   return Status::Ok();
-}
-
-// Deterministic values in [lo, hi], never denormal (a denormal input would
-// slow the kernels down and time something no run does).
-template <typename T>
-void FillRange(Tensor<T>* t, std::uint64_t seed, double lo, double hi) {
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  std::vector<T> host(static_cast<std::size_t>(t->numel()));
-  for (std::int64_t e = 0; e < t->numel(); ++e) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    const double u = static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
-    host[static_cast<std::size_t>(e)] = static_cast<T>(lo + (hi - lo) * u);
-  }
-  t->FromHost(host);
-}
-// Values in [-scale, scale].
-template <typename T>
-void FillPattern(Tensor<T>* t, std::uint64_t seed, double scale) {
-  FillRange(t, seed, -scale, scale);
 }
 
 // One microbatch of B sequences of seq_len byte tokens (inputs and targets).
@@ -107,31 +86,12 @@ Status RunRepetition(Device& device, StageModule<T>& module, const Batch& batch,
   return Status::Ok();
 }
 
-// The shapes of a recurrence layer's core (gdn_core.h, mamba3_core.h):
-// Dk = the key (GDN) or state (Mamba-3, d_state) dim, Dv the value or SSM
-// head dim.
-struct CoreDims {
-  bool mamba3 = false;
-  std::int64_t H = 0, Dk = 0, Dv = 0, block_size = 0;
-  std::int64_t st_tile = 0;  // B_V (schedule.st_tile), the layer's
-  std::int64_t HK() const { return H * Dk; }
-  std::int64_t HV() const { return H * Dv; }
-  std::int64_t state() const { return H * Dv * Dk; }
-};
-
-// The core of a recurrence layer of `model` (a GDN or Mamba-3 architecture;
-// a hybrid's recurrence layers are its architecture's), or nothing.
-std::optional<CoreDims> RecurrenceCore(const pb::ModelSpec& model, models::LayerKind kind) {
-  if (kind != models::LayerKind::kRecurrence) return std::nullopt;
-  if (model.architecture() == "gdn") {
-    const GdnLayerDims d = GdnLayerDims::FromModel(model);
-    return CoreDims{false, d.H, d.K, d.Dv, d.block_size};
-  }
-  if (model.architecture() == "mamba3") {
-    const Mamba3LayerDims d = Mamba3LayerDims::FromModel(model);
-    return CoreDims{true, d.H, d.Ds, d.Dp, d.block_size};
-  }
-  return std::nullopt;
+// The layer family of a recurrence layer of `model` (a hybrid's recurrence
+// layers are its architecture's), or nullptr: its core can be timed phase
+// by phase.
+const LayerFamily* RecurrenceFamily(const pb::ModelSpec& model, models::LayerKind kind) {
+  if (kind != models::LayerKind::kRecurrence) return nullptr;
+  return FindLayerFamily(model.architecture());
 }
 
 }  // namespace
@@ -154,9 +114,10 @@ struct LayerTimer<T>::State {
   std::unique_ptr<StageModule<T>> module;
   std::int64_t vocab = 0;
   models::LayerKind kind = models::LayerKind::kRecurrence;
-  bool phases = false;   // a GDN or Mamba-3 recurrence layer: TimePhasesOnce applies
-  CoreDims dims;         // its core's shapes (phases only)
-  std::string architecture;
+  // A recurrence layer's family (TimePhasesOnce applies), or nullptr.
+  const LayerFamily* family = nullptr;
+  pb::ModelSpec model;
+  std::int64_t st_tile = 0;  // the core's ST tile (schedule.st_tile)
 };
 
 template <typename T>
@@ -180,13 +141,9 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
                                          &timer->state_->alloc));
   timer->state_->vocab = model.vocab_size();
   timer->state_->kind = kind;
-  timer->state_->architecture = model.architecture();
-  const std::optional<CoreDims> core = RecurrenceCore(model, kind);
-  timer->state_->phases = core.has_value();
-  if (core) {
-    timer->state_->dims = *core;
-    timer->state_->dims.st_tile = st_tile;
-  }
+  timer->state_->model = model;
+  timer->state_->family = RecurrenceFamily(model, kind);
+  timer->state_->st_tile = st_tile;
   return timer;
 }
 
@@ -244,181 +201,28 @@ Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens,
 
 template <typename T>
 bool LayerTimer<T>::has_phases() const {
-  return state_->phases;
+  return state_->family != nullptr;
 }
-
-namespace {
-
-// The core's inputs, outputs and phase workspaces for B sequences of s
-// tokens (shapes as the layers': gdn_layer.cc, mamba3_layer.cc), all
-// kWorkspace. GDN's decay g is `a`, its dg `da`; the carries and gamma are
-// Mamba-3's only (empty for GDN).
-// States, their gradients and the phase workspaces are StatOf<T> (float in
-// bf16, precision.h), the rest T.
-template <typename T>
-struct CoreBuffers {
-  Tensor<T> q, k, v, a, gamma, beta, k_in, v_in;  // inputs
-  Tensor<T> dO, dk_out, dv_out;                   // inputs of the backward
-  Tensor<T> o, k_out, v_out;                      // outputs of the forward
-  Tensor<T> dq, dk, dv, da, dgamma, dbeta, dk_in, dv_in;  // of the backward
-  Tensor<StatOf<T>> S_in, dS_out, S_out, dS_in;   // states and their gradients
-  Tensor<StatOf<T>> fws, bws;  // (B, phase workspace) forward, backward
-  std::int64_t fws_n = 0, bws_n = 0;  // elements per sequence
-};
-
-template <typename T>
-Status AllocateCoreBuffers(TrackingAllocator& alloc, const CoreDims& d, std::int64_t B,
-                           std::int64_t s, CoreBuffers<T>* c) {
-  auto make = [&](auto* t, std::vector<std::int64_t> shape) -> Status {
-    using Made = std::remove_pointer_t<decltype(t)>;  // Tensor<T> or Tensor<StatOf<T>>
-    SF_ASSIGN_OR_RETURN(*t, Made::Zeros(alloc, BufferClass::kWorkspace, shape));
-    return Status::Ok();
-  };
-  const std::int64_t S = B * s;
-  for (Tensor<T>* t : {&c->q, &c->k, &c->dq, &c->dk}) SF_RETURN_IF_ERROR(make(t, {S, d.HK()}));
-  for (Tensor<T>* t : {&c->v, &c->dO, &c->o, &c->dv}) SF_RETURN_IF_ERROR(make(t, {S, d.HV()}));
-  for (Tensor<T>* t : {&c->a, &c->beta, &c->da, &c->dbeta}) SF_RETURN_IF_ERROR(make(t, {S, d.H}));
-  for (Tensor<StatOf<T>>* t : {&c->S_in, &c->dS_out, &c->S_out, &c->dS_in}) {
-    SF_RETURN_IF_ERROR(make(t, {B, d.state()}));
-  }
-  if (d.mamba3) {
-    for (Tensor<T>* t : {&c->gamma, &c->dgamma}) SF_RETURN_IF_ERROR(make(t, {S, d.H}));
-    for (Tensor<T>* t : {&c->k_in, &c->dk_out, &c->k_out, &c->dk_in}) {
-      SF_RETURN_IF_ERROR(make(t, {B, d.HK()}));
-    }
-    for (Tensor<T>* t : {&c->v_in, &c->dv_out, &c->v_out, &c->dv_in}) {
-      SF_RETURN_IF_ERROR(make(t, {B, d.HV()}));
-    }
-  }
-  Ops<T>& ops = alloc.device().template ops<T>();
-  c->fws_n = d.mamba3 ? ops.Mamba3CoreForwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size)
-                      : ops.GdnCoreForwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size);
-  c->bws_n = d.mamba3 ? ops.Mamba3CoreBackwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size)
-                      : ops.GdnCoreBackwardPhaseWorkspaceSize(s, d.H, d.Dk, d.Dv, d.block_size);
-  SF_RETURN_IF_ERROR(make(&c->fws, {B, std::max<std::int64_t>(1, c->fws_n)}));
-  return make(&c->bws, {B, std::max<std::int64_t>(1, c->bws_n)});
-}
-
-// Layer-like values: unit-norm q, k rows (GDN; Mamba-3's normalised and
-// rotated q, k have unit-scale entries), log decays in [-0.5, -0.01], GDN's
-// beta in [0.1, 0.9], Mamba-3's gamma and beta (lambda dt, (1 - lambda) dt)
-// in [0.01, 0.5]; gradients of a mean loss's size.
-template <typename T>
-void FillCoreBuffers(const CoreDims& d, std::int64_t S, CoreBuffers<T>* c) {
-  const double unit = d.mamba3 ? 1.0 : 1.0 / std::sqrt(static_cast<double>(d.Dk));
-  FillPattern(&c->q, 31, unit);
-  FillPattern(&c->k, 37, unit);
-  FillPattern(&c->v, 41, 1.0);
-  FillRange(&c->a, 43, -0.5, -0.01);
-  if (d.mamba3) {
-    FillRange(&c->beta, 47, 0.01, 0.5);
-    FillRange(&c->gamma, 67, 0.01, 0.5);
-    FillPattern(&c->k_in, 71, 1.0);
-    FillPattern(&c->v_in, 73, 1.0);
-    FillPattern(&c->dk_out, 79, 1.0 / static_cast<double>(S));
-    FillPattern(&c->dv_out, 83, 1.0 / static_cast<double>(S));
-  } else {
-    FillRange(&c->beta, 47, 0.1, 0.9);
-  }
-  FillPattern(&c->S_in, 53, 0.5);
-  FillPattern(&c->dO, 59, 1.0 / static_cast<double>(S));
-  FillPattern(&c->dS_out, 61, 1.0 / static_cast<double>(S));
-}
-
-template <typename T>
-Result<CoreBuffers<T>> MakeCoreBuffers(TrackingAllocator& alloc, const CoreDims& d,
-                                       std::int64_t B, std::int64_t s) {
-  CoreBuffers<T> c;
-  SF_RETURN_IF_ERROR(AllocateCoreBuffers(alloc, d, B, s, &c));
-  FillCoreBuffers(d, B * s, &c);
-  return c;
-}
-
-// Sequence b's part of one core buffer: `rows` rows of width `w` each (a
-// (B rows, w) buffer), nullptr for an empty (unused) tensor.
-template <typename T>
-T* Part(Tensor<T>& t, std::int64_t b, std::int64_t rows, std::int64_t w) {
-  return t.numel() == 0 ? nullptr : t.data() + b * rows * w;
-}
-
-// Phase `p` of the GDN core over sequence b.
-template <typename T>
-void RunGdnPhase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t b,
-                 std::int64_t s, GdnPhase p, bool backward) {
-  const std::int64_t HK = d.HK(), HV = d.HV(), H = d.H, st = d.state();
-  if (!backward) {
-    ops.GdnCoreForwardPhase(p, Part(c.o, b, s, HV), Part(c.S_out, b, 1, st),
-                            Part(c.fws, b, 1, c.fws.dim(1)), Part(c.q, b, s, HK),
-                            Part(c.k, b, s, HK), Part(c.v, b, s, HV), Part(c.a, b, s, H),
-                            Part(c.beta, b, s, H), Part(c.S_in, b, 1, st), s, d.H, d.Dk, d.Dv,
-                            d.block_size, d.st_tile);
-    return;
-  }
-  ops.GdnCoreBackwardPhase(p, Part(c.dq, b, s, HK), Part(c.dk, b, s, HK), Part(c.dv, b, s, HV),
-                           Part(c.da, b, s, H), Part(c.dbeta, b, s, H), Part(c.dS_in, b, 1, st),
-                           Part(c.bws, b, 1, c.bws.dim(1)), Part(c.dO, b, s, HV),
-                           Part(c.dS_out, b, 1, st), Part(c.q, b, s, HK), Part(c.k, b, s, HK),
-                           Part(c.v, b, s, HV), Part(c.a, b, s, H), Part(c.beta, b, s, H),
-                           Part(c.S_in, b, 1, st), s, d.H, d.Dk, d.Dv, d.block_size, d.st_tile);
-}
-
-// Phase `p` of the Mamba-3 core over sequence b.
-template <typename T>
-void RunMamba3Phase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t b,
-                    std::int64_t s, GdnPhase p, bool backward) {
-  const std::int64_t HK = d.HK(), HV = d.HV(), H = d.H, st = d.state();
-  if (!backward) {
-    ops.Mamba3CoreForwardPhase(
-        p, Part(c.o, b, s, HV), Part(c.S_out, b, 1, st), Part(c.k_out, b, 1, HK),
-        Part(c.v_out, b, 1, HV), Part(c.fws, b, 1, c.fws.dim(1)), Part(c.q, b, s, HK),
-        Part(c.k, b, s, HK), Part(c.v, b, s, HV), Part(c.a, b, s, H), Part(c.gamma, b, s, H),
-        Part(c.beta, b, s, H), Part(c.S_in, b, 1, st), Part(c.k_in, b, 1, HK),
-        Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size, d.st_tile);
-    return;
-  }
-  ops.Mamba3CoreBackwardPhase(
-      p, Part(c.dq, b, s, HK), Part(c.dk, b, s, HK), Part(c.dv, b, s, HV), Part(c.da, b, s, H),
-      Part(c.dgamma, b, s, H), Part(c.dbeta, b, s, H), Part(c.dS_in, b, 1, st),
-      Part(c.dk_in, b, 1, HK), Part(c.dv_in, b, 1, HV), Part(c.bws, b, 1, c.bws.dim(1)),
-      Part(c.dO, b, s, HV), Part(c.dS_out, b, 1, st), Part(c.dk_out, b, 1, HK),
-      Part(c.dv_out, b, 1, HV), Part(c.q, b, s, HK), Part(c.k, b, s, HK), Part(c.v, b, s, HV),
-      Part(c.a, b, s, H), Part(c.gamma, b, s, H), Part(c.beta, b, s, H), Part(c.S_in, b, 1, st),
-      Part(c.k_in, b, 1, HK), Part(c.v_in, b, 1, HV), s, d.H, d.Dk, d.Dv, d.block_size, d.st_tile);
-}
-
-// Phase `p` of the forward (backward: `backward`) over every sequence.
-template <typename T>
-void RunCorePhase(Ops<T>& ops, CoreBuffers<T>& c, const CoreDims& d, std::int64_t B,
-                  std::int64_t s, GdnPhase p, bool backward) {
-  for (std::int64_t b = 0; b < B; ++b) {
-    if (d.mamba3) {
-      RunMamba3Phase(ops, c, d, b, s, p, backward);
-    } else {
-      RunGdnPhase(ops, c, d, b, s, p, backward);
-    }
-  }
-}
-
-}  // namespace
 
 template <typename T>
 Result<CorePhaseSeconds> LayerTimer<T>::TimePhasesOnce(std::int64_t tokens) {
-  if (!state_->phases) {
+  if (state_->family == nullptr) {
     return Status::Invalid(std::string("profile: no core phases to time for a ") +
                            std::string(models::LayerKindName(state_->kind)) + " layer of a " +
-                           state_->architecture +
-                           " model (GDN and Mamba-3 recurrence layers only)");
+                           state_->model.architecture() +
+                           " model (recurrence layers only)");
   }
   if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
-  const CoreDims& d = state_->dims;
   const std::int64_t B = state_->module->microbatch_size();
   Device& device = state_->alloc.device();
-  SF_ASSIGN_OR_RETURN(CoreBuffers<T> c, MakeCoreBuffers<T>(state_->alloc, d, B, tokens));
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<CorePhaseRunner<T>> runner,
+                      state_->family->template phases<T>()(state_->model, state_->alloc, B, tokens,
+                                                  state_->st_tile));
   CorePhaseSeconds seconds;
   for (bool backward : {false, true}) {
     for (int p = 0; p < 3; ++p) {
       SF_RETURN_IF_ERROR(device.TimerStart());
-      RunCorePhase(device.ops<T>(), c, d, B, tokens, kGdnPhases[p], backward);
+      runner->Run(kGdnPhases[p], backward);
       SF_ASSIGN_OR_RETURN(const double s, device.TimerStop());
       (backward ? seconds.backward : seconds.forward)[p] = s;
     }

@@ -1,4 +1,4 @@
-// The GDN core run phase by phase (Ops<T>::GdnCoreForwardPhase /
+// The GDN core run phase by phase (GdnOps<T>::GdnCoreForwardPhase /
 // GdnCoreBackwardPhase, gdn_phase.h) against the whole core on the same
 // device: kPre, kST, kOut in order give GdnCoreForward's o and S_out and
 // GdnCoreBackward's six gradients bit for bit, on the CPU device and the
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device/gdn_ops.h"
 #include "backend/device/device.h"
 #include "backend/device/host_grid_device.h"
 #include "backend/threading.h"
@@ -42,7 +43,7 @@ using Outputs = std::vector<std::vector<T>>;
 
 // The whole core (phases = false) or its phases in order on `ops`.
 template <typename T>
-Outputs<T> Run(Ops<T>& ops, const Case& c, const Buffers& in, const Buffers& douts,
+Outputs<T> Run(GdnOps<T>& ops, const Case& c, const Buffers& in, const Buffers& douts,
                bool phases) {
   const GdnShape& s = c.s;
   const std::vector<T> q = Cast<T>(in[0]), k = Cast<T>(in[1]), v = Cast<T>(in[2]),
@@ -97,7 +98,7 @@ void ExpectPhasesEqualCore(Device& device, const Case& c) {
   const Buffers in = LayerLikeInputs(c.s, rng);
   const Buffers douts = {RandomVector(rng, c.s.T * c.s.H * c.s.Dv, -1, 1),
                          RandomVector(rng, c.s.H * c.s.Dv * c.s.Dk, -1, 1)};
-  Ops<T>& ops = device.ops<T>();
+  GdnOps<T>& ops = *GdnOpsOf<T>(device);
   const Outputs<T> whole = Run<T>(ops, c, in, douts, false);
   const Outputs<T> phased = Run<T>(ops, c, in, douts, true);
   for (size_t i = 0; i < whole.size(); ++i) {
@@ -158,9 +159,9 @@ TEST(GdnPhaseTest, HostGridPhasesInOrderAreTheCoreBitForBit) {
 // The CPU phase workspaces are the sizes their headers state.
 TEST(GdnPhaseTest, CpuPhaseWorkspaceSizes) {
   const int64_t T = 130, H = 3, Dk = 8, Dv = 6, bs = 64, nb = 3;
-  EXPECT_EQ(CpuDevice().ops<float>().GdnCoreForwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),
+  EXPECT_EQ(GdnOpsOf<float>(CpuDevice())->GdnCoreForwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),
             H * nb * (bs * (1 + 2 * bs + Dk + 2 * Dv) + Dv * Dk));
-  EXPECT_EQ(CpuDevice().ops<float>().GdnCoreBackwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),
+  EXPECT_EQ(GdnOpsOf<float>(CpuDevice())->GdnCoreBackwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),
             H * nb * (2 * Dv * Dk + bs * (3 + 2 * bs + 4 * Dk + 4 * Dv)));
 }
 

@@ -21,6 +21,8 @@
 
 #include "backend/device/bf16.h"
 #include "backend/device/grid_attention_ops.h"
+#include "backend/device/grid_gdn_ops.h"
+#include "backend/device/grid_mamba3_ops.h"
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
 #include "backend/device/host_grid_device.h"
@@ -88,7 +90,7 @@ void Fill(const std::vector<Spec>& specs, Bufs<bf16>* b, Bufs<float>* f, std::ui
 // bit for bit (exact) or within `tol` relative to the buffer's largest
 // magnitude. Returns how many buffers changed from their inputs (a caller
 // asserts the op wrote something).
-template <class Op>
+template <template <typename, typename> class Ops = GridOps, class Op>
 void Check(const std::string& what, const std::vector<Spec>& specs, Op op, double tol = 0,
            std::uint32_t seed = 7) {
   SCOPED_TRACE(what);
@@ -96,8 +98,8 @@ void Check(const std::string& what, const std::vector<Spec>& specs, Op op, doubl
   Bufs<float> f;
   Fill(specs, &b, &f, seed);
   const Bufs<float> before = f;
-  GridOps<bf16, HostExec> ob{HostExec{}};
-  GridOps<float, HostExec> of{HostExec{}};
+  Ops<bf16, HostExec> ob{HostExec{}};
+  Ops<float, HostExec> of{HostExec{}};
   op(ob, b);
   op(of, f);
   int changed = 0;
@@ -159,7 +161,7 @@ TEST(GridBf16, ElementwiseAndRowOpsRoundOnceBitForBit) {
           ops.L2NormForward(b("y"), b.S("rn"), b("x"), N * H, 8, 0.35f, 1e-6f);
           ops.L2NormBackward(b("dx"), b("dy"), b("x"), b.S("rn"), N * H, 8, 0.35f);
         });
-  Check("GdnGate",
+  Check<GridGdnOps>("GdnGate",
         {{"g", N * H}, {"a", N * H, false, -3, 3}, {"A_log", H}, {"dt_bias", H},
          {"da", N * H}, {"dA_log", H, true}, {"ddt_bias", H, true, -1, 1, kBf16Tol},
          {"dg", N * H}},
@@ -168,9 +170,9 @@ TEST(GridBf16, ElementwiseAndRowOpsRoundOnceBitForBit) {
           ops.GdnGateBackward(b("da"), b.S("dA_log"), b.S("ddt_bias"), b("dg"), b("a"),
                               b("A_log"), b("dt_bias"), N, H);
         });
-  Check("GdnBetaForward", {{"beta", N * H}, {"bin", N * H, false, -4, 4}},
+  Check<GridGdnOps>("GdnBetaForward", {{"beta", N * H}, {"bin", N * H, false, -4, 4}},
         [](auto& ops, auto& b) { ops.GdnBetaForward(b("beta"), b("bin"), N * H); });
-  Check("GdnBetaBackward", {{"db", N * H}, {"dbeta", N * H}, {"beta", N * H, false, 0.05, 0.95}},
+  Check<GridGdnOps>("GdnBetaBackward", {{"db", N * H}, {"dbeta", N * H}, {"beta", N * H, false, 0.05, 0.95}},
         [](auto& ops, auto& b) { ops.GdnBetaBackward(b("db"), b("dbeta"), b("beta"), N * H); });
   Check("ShortConv",
         {{"y", N * C}, {"tail_out", 3 * C}, {"x", N * C}, {"w", C * 4}, {"tail_in", 3 * C},
@@ -251,13 +253,13 @@ TEST(GridBf16, MlpAndHeadBackwardWithinBf16Tolerance) {
 
 TEST(GridBf16, Mamba3PrepOpsRoundOnceBitForBit) {
   constexpr int64_t B = 2, Ts = 9, S = B * Ts, Na = 2, Nst = 6, P = 5;
-  Check("Gates",
+  Check<GridMamba3Ops>("Gates",
         {{"dt", S * H, false, -2, 2}, {"lam", S * H, false, -3, 3}, {"theta", S * Na},
          {"dt_bias", H}},
         [](auto& ops, auto& b) {
           ops.Mamba3GatesForward(b("dt"), b("lam"), b("theta"), b("dt_bias"), S, H, Na);
         });
-  Check("GatesBackward",
+  Check<GridMamba3Ops>("GatesBackward",
         {{"ddA", S * H}, {"dtrap", S * H}, {"ddt", S * H}, {"ddt_bias", H, true, -1, 1, kBf16Tol},
          {"da", S * H}, {"dgamma", S * H}, {"dbeta", S * H}, {"A_proj", S * H, false, -2, 2},
          {"dt", S * H, false, 0.01, 1}, {"lam", S * H, false, 0.05, 0.95}},
@@ -266,7 +268,7 @@ TEST(GridBf16, Mamba3PrepOpsRoundOnceBitForBit) {
                                   b("dgamma"), b("dbeta"), b("A_proj"), b("dt"), b("lam"), S,
                                   H, 1e-4f);
         });
-  Check("Angles",
+  Check<GridMamba3Ops>("Angles",
         {{"phi", S * H * Na, true}, {"angle_out", B * H * Na, true}, {"theta", S * Na},
          {"dt", S * H, false, 0.01, 1}, {"angle_in", B * H * Na, true, 0, 6},
          {"dtheta", S * Na}, {"ddt", S * H}, {"dangle_in", B * H * Na, true},
@@ -277,7 +279,7 @@ TEST(GridBf16, Mamba3PrepOpsRoundOnceBitForBit) {
           ops.Mamba3AnglesBackward(b("dtheta"), b("ddt"), b.S("dangle_in"), b.S("dphi"),
                                    b("theta"), b("dt"), b.S("dangle_out"), B, Ts, H, Na);
         });
-  Check("Rotary",
+  Check<GridMamba3Ops>("Rotary",
         {{"q", S * H * Nst}, {"k", S * H * Nst}, {"Cn", S * Nst}, {"Bn", S * Nst},
          {"C_bias", H * Nst}, {"B_bias", H * Nst}, {"phi", S * H * Na, true, 0, 6},
          {"dphi", S * H * Na, true, -1, 1, kBf16Tol}, {"dCn", S * Nst, false, -1, 1, kBf16Tol},
@@ -291,7 +293,7 @@ TEST(GridBf16, Mamba3PrepOpsRoundOnceBitForBit) {
                                    b.S("dB_bias"), b("dq"), b("dk"), b("q"), b("k"),
                                    b.S("phi"), S, H, Nst, Na);
         });
-  Check("Coefficients",
+  Check<GridMamba3Ops>("Coefficients",
         {{"a", S * H}, {"gamma", S * H}, {"beta", S * H}, {"A_proj", S * H, false, -2, 2},
          {"dt", S * H, false, 0.01, 1}, {"lam", S * H, false, 0.05, 0.95}, {"ddt", S * H},
          {"da", S * H}, {"dgamma", S * H}, {"dbeta", S * H}},
@@ -301,7 +303,7 @@ TEST(GridBf16, Mamba3PrepOpsRoundOnceBitForBit) {
           ops.Mamba3CoefficientsBackward(b("ddt"), b("da"), b("dgamma"), b("dbeta"),
                                          b("A_proj"), b("lam"), S * H, 1e-4f);
         });
-  Check("GateOutput",
+  Check<GridMamba3Ops>("GateOutput",
         {{"gated", S * H * P}, {"o", S * H * P}, {"xv", S * H * P}, {"silu_z", S * H * P},
          {"D", H}, {"dz", S * H * P}, {"d_o", S * H * P}, {"dxv", S * H * P},
          {"dD", H, true}, {"dgated", S * H * P}},
@@ -318,8 +320,8 @@ TEST(GridBf16, Mamba3PrepOpsRoundOnceBitForBit) {
 TEST(GridBf16, GdnCoreIsTheFloatCoreOnWidenedInputs) {
   for (int64_t T : {64, 77}) {
     constexpr int64_t Hc = 2, Dk = 8, Dv = 6, bs = 16;
-    GridOps<bf16, HostExec> probe{HostExec{}};
-    GridOps<float, HostExec> probe_f{HostExec{}};
+    GridGdnOps<bf16, HostExec> probe{HostExec{}};
+    GridGdnOps<float, HostExec> probe_f{HostExec{}};
     const int64_t wf = probe.GdnCoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs);
     const int64_t wb = probe.GdnCoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs);
     EXPECT_EQ(wf - probe_f.GdnCoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
@@ -337,7 +339,7 @@ TEST(GridBf16, GdnCoreIsTheFloatCoreOnWidenedInputs) {
         {"dbeta", n},           {"dS_in", Hc * Dv * Dk, true},
         {"dO", n * Dv},         {"dS_out", Hc * Dv * Dk, true}};
     for (bool overlapped : {false, true}) {
-      Check("GDN core T=" + std::to_string(T) + (overlapped ? " overlapped" : ""), specs,
+      Check<GridGdnOps>("GDN core T=" + std::to_string(T) + (overlapped ? " overlapped" : ""), specs,
             [&](auto& ops, auto& b) {
               // Each run sizes its own workspace (the float run's is smaller).
               const int64_t w = std::max(ops.GdnCoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
@@ -361,7 +363,7 @@ TEST(GridBf16, GdnCoreIsTheFloatCoreOnWidenedInputs) {
               }
             });
     }
-    Check("GDN core phases T=" + std::to_string(T), specs, [&](auto& ops, auto& b) {
+    Check<GridGdnOps>("GDN core phases T=" + std::to_string(T), specs, [&](auto& ops, auto& b) {
       const int64_t w = std::max(ops.GdnCoreForwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs),
                                  ops.GdnCoreBackwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs));
       std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
@@ -391,7 +393,7 @@ TEST(GridBf16, Mamba3CoreIsTheFloatCoreOnWidenedInputs) {
       {"dbeta", n},            {"dS_in", Hc * Dv * Dk, true}, {"dk_in", Hc * Dk},
       {"dv_in", Hc * Dv},      {"dO", n * Dv},                {"dS_out", Hc * Dv * Dk, true},
       {"dk_out", Hc * Dk},     {"dv_out", Hc * Dv}};
-  Check("Mamba-3 core overlapped", specs, [&](auto& ops, auto& b) {
+  Check<GridMamba3Ops>("Mamba-3 core overlapped", specs, [&](auto& ops, auto& b) {
     const int64_t w = std::max(ops.Mamba3CoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
                                ops.Mamba3CoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs));
     std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
@@ -404,7 +406,7 @@ TEST(GridBf16, Mamba3CoreIsTheFloatCoreOnWidenedInputs) {
                                      b("k"), b("v"), b("a"), b("gamma"), b("beta"), b.S("S_in"),
                                      b("k_in"), b("v_in"), T, Hc, Dk, Dv, bs);
   });
-  Check("Mamba-3 core phases", specs, [&](auto& ops, auto& b) {
+  Check<GridMamba3Ops>("Mamba-3 core phases", specs, [&](auto& ops, auto& b) {
     const int64_t w = std::max(ops.Mamba3CoreForwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs),
                                ops.Mamba3CoreBackwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs));
     std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
@@ -421,7 +423,7 @@ TEST(GridBf16, Mamba3CoreIsTheFloatCoreOnWidenedInputs) {
                                   b("k_in"), b("v_in"), T, Hc, Dk, Dv, bs);
     }
   });
-  Check("Mamba-3 core", specs, [&](auto& ops, auto& b) {
+  Check<GridMamba3Ops>("Mamba-3 core", specs, [&](auto& ops, auto& b) {
     const int64_t w = std::max(ops.Mamba3CoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
                                ops.Mamba3CoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs));
     std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/device/gdn_ops.h"
 #include "backend/device/host_grid_device.h"
 #include "backend/kernels/gdn_core.h"
 #include "backend/kernels/gdn_prep.h"
@@ -60,7 +61,7 @@ KernelRun RunCore(Impl impl, const GdnShape& s, int64_t block, const Buffers& in
   const T* S_in = nulls.S_in ? nullptr : S_in_v.data();
   std::vector<T> o(nv), S_out_v(ns);
   T* S_out = nulls.S_out ? nullptr : S_out_v.data();
-  Ops<T>& grid = HostGridDevice().ops<T>();
+  GdnOps<T>& grid = *GdnOpsOf<T>(HostGridDevice());
   const T nan = std::numeric_limits<T>::quiet_NaN();
   if constexpr (std::is_same_v<T, double>) {
     if (impl == Impl::kRef) {

@@ -27,6 +27,7 @@
 
 #include "backend/device/device.h"
 #include "backend/device/host_grid_device.h"
+#include "backend/device/mamba3_ops.h"
 #include "backend/kernels/mamba3_core.h"
 #include "backend/threading.h"
 #include "tests/backend/kernel_test_util.h"
@@ -77,8 +78,8 @@ KernelRun RunCore(Impl impl, const CoreShape& s, int64_t block, const Buffers& i
   const int64_t nk = s.T * s.H * s.Dk, nv = s.T * s.H * s.Dv, ns = s.H * s.Dv * s.Dk,
                 nh = s.T * s.H;
   const T nan = std::numeric_limits<T>::quiet_NaN();
-  Ops<T>& grid = HostGridDevice().ops<T>();
-  Ops<T>& cpu = CpuDevice().ops<T>();
+  Mamba3Ops<T>& grid = *Mamba3OpsOf<T>(HostGridDevice());
+  Mamba3Ops<T>& cpu = *Mamba3OpsOf<T>(CpuDevice());
   std::vector<T> o(nv), S_out(ns), k_out(s.H * s.Dk), v_out(s.H * s.Dv);
   const T *S_in = Maybe(x[kSIn], nu.in), *k_in = Maybe(x[kKIn], nu.in),
           *v_in = Maybe(x[kVIn], nu.in);
@@ -91,7 +92,7 @@ KernelRun RunCore(Impl impl, const CoreShape& s, int64_t block, const Buffers& i
     }
   }
   if (impl != Impl::kRef) {
-    Ops<T>& ops = impl == Impl::kCpu ? cpu : grid;
+    Mamba3Ops<T>& ops = impl == Impl::kCpu ? cpu : grid;
     std::vector<T> ws(ops.Mamba3CoreForwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block), nan);
     ops.Mamba3CoreForward(o.data(), Maybe(S_out, nu.out), Maybe(k_out, nu.out),
                           Maybe(v_out, nu.out), ws.data(), x[kQ].data(), x[kK].data(),
@@ -118,7 +119,7 @@ KernelRun RunCore(Impl impl, const CoreShape& s, int64_t block, const Buffers& i
     }
   }
   if (impl != Impl::kRef) {
-    Ops<T>& ops = impl == Impl::kCpu ? cpu : grid;
+    Mamba3Ops<T>& ops = impl == Impl::kCpu ? cpu : grid;
     std::vector<T> ws(ops.Mamba3CoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, block), nan);
     ops.Mamba3CoreBackward(dq.data(), dk.data(), dv.data(), da.data(), dgamma.data(),
                            dbeta.data(), Maybe(dS_in, nu.din), Maybe(dk_in, nu.din),
@@ -252,11 +253,11 @@ class OpCase : public KernelCase {
     const Derived& d = static_cast<const Derived&>(*this);
     switch (variant) {
       case Variant::kRef:
-        return d.template RunOn<double>(CpuDevice().ops<double>(), in, douts);
+        return d.template RunOn<double>(*Mamba3OpsOf<double>(CpuDevice()), in, douts);
       case Variant::kFast64:
-        return d.template RunOn<double>(HostGridDevice().ops<double>(), in, douts);
+        return d.template RunOn<double>(*Mamba3OpsOf<double>(HostGridDevice()), in, douts);
       case Variant::kFast32:
-        return d.template RunOn<float>(HostGridDevice().ops<float>(), in, douts);
+        return d.template RunOn<float>(*Mamba3OpsOf<float>(HostGridDevice()), in, douts);
     }
     return {};
   }
@@ -291,7 +292,7 @@ class GatesCase : public OpCase<GatesCase> {
             RandomVector(rng, S_ * H_, -3, 2), RandomVector(rng, H_, -1, 1)};
   }
   template <typename T>
-  KernelRun RunOn(Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
+  KernelRun RunOn(Mamba3Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
     const int64_t n = S_ * H_;
     std::vector<T> dt = Cast<T>(in[0]), lam = Cast<T>(in[1]), A = Cast<T>(in[2]),
                    bias = Cast<T>(in[3]), theta;
@@ -335,7 +336,7 @@ class AnglesCase : public OpCase<AnglesCase> {
             RandomVector(rng, B_ * H_ * Na_, 0.5, 1)};
   }
   template <typename T>
-  KernelRun RunOn(Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
+  KernelRun RunOn(Mamba3Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
     const int64_t S = B_ * Ts_;
     std::vector<T> theta = Cast<T>(in[0]), dt = Cast<T>(in[1]), angle_in = Cast<T>(in[2]);
     std::vector<T> no_dt, no_lam, no_bias;  // (0, H): the gates of no row
@@ -375,7 +376,7 @@ class RotaryCase : public OpCase<RotaryCase> {
             RandomVector(rng, S_ * H_ * Na_, 0, 6.2)};
   }
   template <typename T>
-  KernelRun RunOn(Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
+  KernelRun RunOn(Mamba3Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
     const std::vector<T> Cn = Cast<T>(in[0]), Bn = Cast<T>(in[1]), Cb = Cast<T>(in[2]),
                          Bb = Cast<T>(in[3]), phi = Cast<T>(in[4]);
     std::vector<T> q(S_ * H_ * N_), k(S_ * H_ * N_);
@@ -413,7 +414,7 @@ class GateOutputCase : public OpCase<GateOutputCase> {
             RandomVector(rng, n, -1, 1), RandomVector(rng, H_, -1, 1)};
   }
   template <typename T>
-  KernelRun RunOn(Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
+  KernelRun RunOn(Mamba3Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
     const int64_t n = S_ * H_ * P_;
     const std::vector<T> o = Cast<T>(in[0]), xv = Cast<T>(in[1]), sz = Cast<T>(in[2]),
                          D = Cast<T>(in[3]);
@@ -462,7 +463,7 @@ TEST(GridMamba3Ops, AngleScanNullBoundaryStates) {
   const Buffer theta = RandomVector(rng, S * Na, -3, 3), dt = RandomVector(rng, S * H, 0, 1),
                angle_in = RandomVector(rng, B * H * Na, 0, 6), dphi0 = RandomVector(rng, S * H * Na, -1, 1);
   Buffers results[2];
-  Ops<double>* devices[2] = {&CpuDevice().ops<double>(), &HostGridDevice().ops<double>()};
+  Mamba3Ops<double>* devices[2] = {Mamba3OpsOf<double>(CpuDevice()), Mamba3OpsOf<double>(HostGridDevice())};
   for (int i = 0; i < 2; ++i) {
     Buffer phi(S * H * Na), dtheta(S * Na), ddt(S * H), dphi = dphi0;
     devices[i]->Mamba3AnglesForward(phi.data(), nullptr, theta.data(), dt.data(),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/device/column_major_gemm.h"
+#include "backend/device/gdn_ops.h"
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
 #include "backend/device/host_grid_device.h"
@@ -38,6 +39,10 @@ using namespace kernel_test;  // kernel_test_util.h
 template <typename T>
 Ops<T>& Grid() {
   return HostGridDevice().ops<T>();
+}
+template <typename T>
+GdnOps<T>& GdnGrid() {
+  return *GdnOpsOf<T>(HostGridDevice());
 }
 
 // Which implementation a run uses: the float64 reference, the CPU kernel
@@ -87,6 +92,21 @@ std::string Dims(std::initializer_list<std::pair<const char*, int64_t>> d) {
       name<T>(__VA_ARGS__);                                   \
     } else {                                                  \
       Grid<T>().name(__VA_ARGS__);                            \
+    }                                                         \
+  } while (0)
+// SF_CALL for the GDN family's own ops (gdn_ops.h).
+#define SF_GDN_CALL(impl, T, name, ...)                           \
+  do {                                                        \
+    if constexpr (std::is_same_v<T, double>) {                \
+      if ((impl) == Impl::kRef) {                             \
+        name##Ref(__VA_ARGS__);                               \
+        break;                                                \
+      }                                                       \
+    }                                                         \
+    if ((impl) == Impl::kCpu) {                               \
+      name<T>(__VA_ARGS__);                                   \
+    } else {                                                  \
+      GdnGrid<T>().name(__VA_ARGS__);                         \
     }                                                         \
   } while (0)
 
@@ -284,11 +304,11 @@ Outputs RunGdnPrep(Impl impl, const Buffers& in, const Buffers& d, int64_t R,
   SF_CALL(impl, T, L2NormForward, y.data(), rn.data(), x.data(), R, D, scale, T(1e-6));
   SF_CALL(impl, T, L2NormBackward, dx.data(), dy.data(), x.data(), rn.data(), R, D,
           scale);
-  SF_CALL(impl, T, GdnGateForward, g.data(), a.data(), A_log.data(), dt.data(), T_len, H);
-  SF_CALL(impl, T, GdnGateBackward, da.data(), dA.data(), ddt.data(), dg.data(),
+  SF_GDN_CALL(impl, T, GdnGateForward, g.data(), a.data(), A_log.data(), dt.data(), T_len, H);
+  SF_GDN_CALL(impl, T, GdnGateBackward, da.data(), dA.data(), ddt.data(), dg.data(),
           a.data(), A_log.data(), dt.data(), T_len, H);
-  SF_CALL(impl, T, GdnBetaForward, beta.data(), b.data(), T_len * H);
-  SF_CALL(impl, T, GdnBetaBackward, db.data(), dbeta.data(), beta.data(), T_len * H);
+  SF_GDN_CALL(impl, T, GdnBetaForward, beta.data(), b.data(), T_len * H);
+  SF_GDN_CALL(impl, T, GdnBetaBackward, db.data(), dbeta.data(), beta.data(), T_len * H);
   return {{"l2 y", ToDouble(y)},     {"rnorm", ToDouble(rn)},  {"l2 dx", ToDouble(dx)},
           {"g", ToDouble(g)},        {"da", ToDouble(da)},     {"dA_log", ToDouble(dA)},
           {"ddt_bias", ToDouble(ddt)}, {"beta", ToDouble(beta)}, {"db", ToDouble(db)}};

@@ -1,5 +1,5 @@
 // The grid devices' two streams and the ST tile (grid_ops.h): the overlapped
-// GDN cores (GridOps::GdnCoreForwardOverlapped / GdnCoreBackwardOverlapped:
+// GDN cores (GridGdnOps::GdnCoreForwardOverlapped / GdnCoreBackwardOverlapped:
 // Pre and Out of a segment of blocks on stream 1, its ST on stream 0, events
 // between) run by a checking executor that records every pass with its
 // stream and the events, then executes the passes in adversarial orders that
@@ -28,6 +28,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/device/grid_mamba3_ops.h"
+#include "backend/device/grid_gdn_ops.h"
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
 #include "tests/backend/gdn_test_inputs.h"
@@ -242,19 +244,19 @@ Mamba3Call MakeMamba3Call(const Mamba3CoreShape& s, int64_t block, bool boundari
 // Issues the call on `ops` with inputs at `in`, outputs into `out`, the
 // workspace (NaN) in `ws`.
 template <typename T, class Exec>
-void Issue(GridOps<T, Exec>& ops, const CoreCall& c, bool overlapped, Bufs<T>& in,
+void Issue(GridGdnOps<T, Exec>& ops, const CoreCall& c, bool overlapped, Bufs<T>& in,
            Bufs<T>& out, std::vector<T>& ws) {
   const GdnShape& s = c.s;
   const T nan = std::numeric_limits<T>::quiet_NaN();
   if (!c.backward) {
     ws.assign(ops.GdnCoreForwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
-    auto f = overlapped ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
+    auto f = overlapped ? &GdnOps<T>::GdnCoreForwardOverlapped : &GdnOps<T>::GdnCoreForward;
     (ops.*f)(out[0].data(), out[1].data(), ws.data(), in[0].data(), in[1].data(), in[2].data(),
              in[3].data(), in[4].data(), in[5].data(), s.T, s.H, s.Dk, s.Dv, c.block, c.tile);
     return;
   }
   ws.assign(ops.GdnCoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
-  auto f = overlapped ? &Ops<T>::GdnCoreBackwardOverlapped : &Ops<T>::GdnCoreBackward;
+  auto f = overlapped ? &GdnOps<T>::GdnCoreBackwardOverlapped : &GdnOps<T>::GdnCoreBackward;
   (ops.*f)(out[0].data(), out[1].data(), out[2].data(), out[3].data(), out[4].data(),
            out[5].data(), ws.data(), in[6].data(), in[7].data(), in[0].data(), in[1].data(),
            in[2].data(), in[3].data(), in[4].data(), in[5].data(), s.T, s.H, s.Dk, s.Dv,
@@ -262,13 +264,13 @@ void Issue(GridOps<T, Exec>& ops, const CoreCall& c, bool overlapped, Bufs<T>& i
 }
 
 template <typename T, class Exec>
-void Issue(GridOps<T, Exec>& ops, const Mamba3Call& c, bool overlapped, Bufs<T>& in,
+void Issue(GridMamba3Ops<T, Exec>& ops, const Mamba3Call& c, bool overlapped, Bufs<T>& in,
            Bufs<T>& out, std::vector<T>& ws) {
   const Mamba3CoreShape& s = c.s;
   const T nan = std::numeric_limits<T>::quiet_NaN();
   if (!c.backward) {
     ws.assign(ops.Mamba3CoreForwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
-    auto f = overlapped ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
+    auto f = overlapped ? &Mamba3Ops<T>::Mamba3CoreForwardOverlapped : &Mamba3Ops<T>::Mamba3CoreForward;
     (ops.*f)(out[0].data(), Ptr(out[1]), Ptr(out[2]), Ptr(out[3]), ws.data(), in[kQ].data(),
              in[kK].data(), in[kV].data(), in[kA].data(), in[kGamma].data(), in[kBeta].data(),
              Ptr(in[kSIn]), Ptr(in[kKIn]), Ptr(in[kVIn]), s.T, s.H, s.Dk, s.Dv, c.block,
@@ -276,7 +278,7 @@ void Issue(GridOps<T, Exec>& ops, const Mamba3Call& c, bool overlapped, Bufs<T>&
     return;
   }
   ws.assign(ops.Mamba3CoreBackwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
-  auto f = overlapped ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
+  auto f = overlapped ? &Mamba3Ops<T>::Mamba3CoreBackwardOverlapped : &Mamba3Ops<T>::Mamba3CoreBackward;
   (ops.*f)(out[0].data(), out[1].data(), out[2].data(), out[3].data(), out[4].data(),
            out[5].data(), Ptr(out[6]), Ptr(out[7]), Ptr(out[8]), ws.data(), in[9].data(),
            Ptr(in[10]), Ptr(in[11]), Ptr(in[12]), in[kQ].data(), in[kK].data(), in[kV].data(),
@@ -297,11 +299,16 @@ std::vector<Buffer> ToDoubleAll(const Bufs<T>& b) {
   return out;
 }
 
+// The family's grid ops that run a call.
+template <class Call, typename T, class Exec>
+using FamilyGridOps = std::conditional_t<std::is_same_v<Call, Mamba3Call>,
+                                         GridMamba3Ops<T, Exec>, GridGdnOps<T, Exec>>;
+
 // The call in precision T on the host executor (passes in issue order);
 // the results in double (exactly).
 template <typename T = double, class Call>
 std::vector<Buffer> RunHost(const Call& c, bool overlapped) {
-  GridOps<T, HostExec> ops{HostExec{}};
+  FamilyGridOps<Call, T, HostExec> ops{HostExec{}};
   Bufs<T> in = CastAll<T>(c.in), out = CastAll<T>(c.out);
   std::vector<T> ws;
   Issue(ops, c, overlapped, in, out, ws);
@@ -322,18 +329,19 @@ template <typename T = double, class Call>
 CheckedRun RunChecked(const Call& c, const Order& order, int drop_wait = -1) {
   auto rec = std::make_shared<Recording>();
   rec->DropWait(drop_wait);
-  GridOps<T, CheckingExec> ops{CheckingExec{rec, 0}};
+  FamilyGridOps<Call, T, CheckingExec> ops{CheckingExec{rec, 0}};
+  GridOps<T, CheckingExec> common{CheckingExec{rec, 0}};  // the copies, on stream 0
   const T nan = std::numeric_limits<T>::quiet_NaN();
   const Bufs<T> staged = CastAll<T>(c.in);
   Bufs<T> in, out = CastAll<T>(c.out), results = CastAll<T>(c.out);
   for (const std::vector<T>& b : staged) in.emplace_back(b.size(), nan);
   std::vector<T> ws;
   for (size_t i = 0; i < in.size(); ++i) {
-    ops.Copy(in[i].data(), staged[i].data(), static_cast<int64_t>(in[i].size()));
+    common.Copy(in[i].data(), staged[i].data(), static_cast<int64_t>(in[i].size()));
   }
   Issue(ops, c, /*overlapped=*/true, in, out, ws);
   for (size_t i = 0; i < out.size(); ++i) {
-    ops.Copy(results[i].data(), out[i].data(), static_cast<int64_t>(out[i].size()));
+    common.Copy(results[i].data(), out[i].data(), static_cast<int64_t>(out[i].size()));
   }
   CheckedRun r;
   r.waits = rec->waits();

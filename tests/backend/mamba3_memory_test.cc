@@ -1,8 +1,8 @@
 // Memory exactness of the Mamba-3 layer: the allocations its Forward and
 // Backward really make on a TrackingAllocator equal the simulator's memory
-// events (models/layer_formulas.h: Mamba3LayerForwardMemory /
-// Mamba3LayerBackwardMemory, after the boundary state the layer allocates
-// first), per buffer class (peak and final) and in total peak, for recompute
+// events (models/layer_formulas.h: RecurrenceLayerForwardMemory /
+// RecurrenceLayerBackwardMemory, the family's, after the boundary state the
+// layer allocates first), per buffer class (peak and final) and in total peak, for recompute
 // none and full, batch 1 and 2, float32 and float64, chunk lengths around
 // T_C; and the boundary state's bytes equal BoundaryStateBytesPerSequence.
 #include <gtest/gtest.h>
@@ -84,7 +84,7 @@ void CheckLayerMemory(const pb::ModelSpec& model, int64_t B, int64_t s, Recomput
     ASSERT_TRUE(m->Forward(&y, &state_out, &saved, x, B, *state_in, mode).ok());
     MemorySegment expected;
     expected.Add(BufferClass::kBoundaryStates, state_bytes);  // state_out, first
-    expected.Append(models::Mamba3LayerForwardMemory(model, bytes, full));
+    expected.Append(models::RecurrenceLayerForwardMemory(model, bytes, full));
     probe.ExpectEquals(expected, "forward");
   }
   Tensor<T> dy = testing::FromVector<T>(alloc, BufferClass::kWorkspace, {B * s, d.C},
@@ -96,7 +96,7 @@ void CheckLayerMemory(const pb::ModelSpec& model, int64_t B, int64_t s, Recomput
     ASSERT_TRUE(m->Backward(&dx, &dstate_in, &saved, dy, B, &state_out, *state_in).ok());
     MemorySegment expected;
     expected.Add(BufferClass::kBoundaryStates, state_bytes);  // dstate_in, first
-    expected.Append(models::Mamba3LayerBackwardMemory(model, bytes, full));
+    expected.Append(models::RecurrenceLayerBackwardMemory(model, bytes, full));
     probe.ExpectEquals(expected, "backward");
   }
 }

@@ -1,4 +1,4 @@
-// The Mamba-3 core run phase by phase (Ops<T>::Mamba3CoreForwardPhase /
+// The Mamba-3 core run phase by phase (Mamba3Ops<T>::Mamba3CoreForwardPhase /
 // Mamba3CoreBackwardPhase, gdn_phase.h) against the whole core on the same
 // device: kPre, kST, kOut in order give Mamba3CoreForward's o, S_out, k_out,
 // v_out and Mamba3CoreBackward's nine gradients bit for bit, on the CPU
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device/mamba3_ops.h"
 #include "backend/device/device.h"
 #include "backend/device/host_grid_device.h"
 #include "backend/kernels/mamba3_core.h"
@@ -56,7 +57,7 @@ struct Mode {
 };
 
 template <typename T>
-void Forward(Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>& x,
+void Forward(Mamba3Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>& x,
              Outputs<T>& out, Mode mode) {
   const Mamba3CoreShape& s = c.s;
   const bool nu = c.null_states;
@@ -82,7 +83,7 @@ void Forward(Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>& x,
 }
 
 template <typename T>
-void Backward(Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>& x,
+void Backward(Mamba3Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>& x,
               const std::vector<std::vector<T>>& d, Outputs<T>& out, Mode mode) {
   const Mamba3CoreShape& s = c.s;
   const bool nu = c.null_states;
@@ -137,7 +138,7 @@ CaseBuffers<T> MakeBuffers(const Case& c, const Buffers& in, const Buffers& dout
 // Every output (zeros where a run writes nothing) of the forward run in
 // `forward` mode and the backward in `backward` mode, copied out.
 template <typename T>
-Outputs<T> Run(Ops<T>& ops, const Case& c, CaseBuffers<T>& b, Mode forward, Mode backward) {
+Outputs<T> Run(Mamba3Ops<T>& ops, const Case& c, CaseBuffers<T>& b, Mode forward, Mode backward) {
   for (std::vector<T>& o : b.out) std::fill(o.begin(), o.end(), T(0));
   Forward<T>(ops, c, b.x, b.out, forward);
   Backward<T>(ops, c, b.x, b.d, b.out, backward);
@@ -174,7 +175,7 @@ template <typename T>
 void ExpectPhasesEqualCore(Device& device, const Case& c) {
   const Inputs x = MakeInputs(c.s);
   CaseBuffers<T> b = MakeBuffers<T>(c, x.in, x.douts);
-  Ops<T>& ops = device.ops<T>();
+  Mamba3Ops<T>& ops = *Mamba3OpsOf<T>(device);
   const Outputs<T> whole = Run<T>(ops, c, b, {}, {});
   const Outputs<T> phased = Run<T>(ops, c, b, {true, {}}, {true, {}});
   for (int i = 0; i < static_cast<int>(whole.size()); ++i) {
@@ -237,7 +238,7 @@ template <typename T>
 void ExpectEveryPhaseMatters(Device& device, const Case& c) {
   const Inputs x = MakeInputs(c.s);
   CaseBuffers<T> buffers = MakeBuffers<T>(c, x.in, x.douts);
-  Ops<T>& ops = device.ops<T>();
+  Mamba3Ops<T>& ops = *Mamba3OpsOf<T>(device);
   const Outputs<T> whole = Run<T>(ops, c, buffers, {}, {});
   for (GdnPhase p : kGdnPhases) {
     const std::string where = Label(device, sizeof(T), c) + " without " + GdnPhaseName(p);
@@ -268,13 +269,13 @@ TEST(Mamba3PhaseTest, LeavingOutAnyPhaseChangesItsOutputs) {
 // The CPU phase workspaces are the sizes their header states.
 TEST(Mamba3PhaseTest, CpuPhaseWorkspaceSizes) {
   const int64_t T = 130, H = 3, Dk = 8, Dv = 6, bs = 64, nb = 3;
-  Ops<float>& ops = CpuDevice().ops<float>();
+  Mamba3Ops<float>& ops = *Mamba3OpsOf<float>(CpuDevice());
   EXPECT_EQ(ops.Mamba3CoreForwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),
             H * nb * (bs * (1 + bs) + 2 * Dv * Dk));
   EXPECT_EQ(ops.Mamba3CoreBackwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),
             H * nb * (Dv * Dk + bs * (1 + 3 * bs + 2 * Dk + 2 * Dv) + 2 * Dv * Dk + Dk + Dv + 1));
   // The grid devices' are their whole cores' (every block's passes at once).
-  Ops<float>& grid = HostGridDevice().ops<float>();
+  Mamba3Ops<float>& grid = *Mamba3OpsOf<float>(HostGridDevice());
   EXPECT_EQ(grid.Mamba3CoreForwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),
             grid.Mamba3CoreForwardWorkspaceSize(T, H, Dk, Dv, bs));
   EXPECT_EQ(grid.Mamba3CoreBackwardPhaseWorkspaceSize(T, H, Dk, Dv, bs),

@@ -24,7 +24,9 @@
 
 #include "backend/cuda/cuda_attention_ops.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/device/gdn_ops.h"
 #include "backend/device/host_grid_device.h"
+#include "backend/device/mamba3_ops.h"
 #include "backend/kernels/attention.h"
 #include "backend/kernels/gdn_core.h"
 #include "backend/kernels/mamba3_core.h"
@@ -80,8 +82,17 @@ class Space {
 };
 
 using Outputs = std::vector<std::pair<std::string, Buffer>>;
+// The kernels a case runs on one device: those every family shares,
+// attention's, and each recurrent family's.
 template <typename T>
-using Case = std::function<Outputs(Ops<T>&, AttentionOps<T>&, Space&)>;
+struct Kernels {
+  Ops<T>& ops;
+  AttentionOps<T>& attn;
+  GdnOps<T>& gdn;
+  Mamba3Ops<T>& m3;
+};
+template <typename T>
+using Case = std::function<Outputs(Kernels<T>&, Space&)>;
 
 class CudaGridOps : public ::testing::Test {
  protected:
@@ -127,9 +138,14 @@ class CudaGridOps : public ::testing::Test {
       gpu_ops = MakeCudaOpsF32(&streams_);
       gpu_attn = MakeCudaAttentionOpsF32(handle_, stream_);
     }
+    std::unique_ptr<GdnOps<T>> gpu_gdn = MakeCudaGdnOps<T>(&streams_);
+    std::unique_ptr<Mamba3Ops<T>> gpu_m3 = MakeCudaMamba3Ops<T>(&streams_);
+    Device& hg = HostGridDevice();
+    Kernels<T> host_k{hg.ops<T>(), *hg.attention_ops<T>(), *GdnOpsOf<T>(hg), *Mamba3OpsOf<T>(hg)};
+    Kernels<T> gpu_k{*gpu_ops, *gpu_attn, *gpu_gdn, *gpu_m3};
     Space host(false), device(true);
-    const Outputs want = c(HostGridDevice().ops<T>(), *HostGridDevice().attention_ops<T>(), host);
-    const Outputs got = c(*gpu_ops, *gpu_attn, device);
+    const Outputs want = c(host_k, host);
+    const Outputs got = c(gpu_k, device);
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     const double tol = std::is_same_v<T, double> ? 1e-11 : 1e-4;
@@ -151,7 +167,7 @@ std::vector<T> Rand(uint64_t seed, int64_t n, double lo, double hi) {
 
 template <typename T>
 Case<T> DenseCase() {
-  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+  return [](Kernels<T>& kn, Space& sp) -> Outputs {
     const int64_t N = 37, C = 24, D = 19, F = 40;
     T* x = sp.Put(Rand<T>(1, N * C, -1, 1));
     T* w = sp.Put(Rand<T>(2, D * C, -1, 1));
@@ -161,16 +177,16 @@ Case<T> DenseCase() {
     T* dx = sp.Put(std::vector<T>(N * C));
     T* dw = sp.Put(std::vector<T>(D * C, T(0.5)));
     T* db = sp.Put(std::vector<T>(D, T(0.5)));
-    ops.LinearForward(y, x, w, b, N, C, D);
-    ops.LinearBackward(dx, dw, db, dy, x, w, N, C, D);
+    kn.ops.LinearForward(y, x, w, b, N, C, D);
+    kn.ops.LinearBackward(dx, dw, db, dy, x, w, N, C, D);
     T* rn_y = sp.Put(std::vector<T>(N * C));
     T* rstd = sp.Put(std::vector<T>(N));
     T* nw = sp.Put(Rand<T>(5, C, 0.5, 1.5));
     T* rn_dx = sp.Put(std::vector<T>(N * C));
     T* rn_dw = sp.Put(std::vector<T>(C));
     T* rn_dy = sp.Put(Rand<T>(6, N * C, -1, 1));
-    ops.RmsNormForward(rn_y, rstd, x, nw, N, C, T(1e-6));
-    ops.RmsNormBackward(rn_dx, rn_dw, rn_dy, x, nw, rstd, N, C);
+    kn.ops.RmsNormForward(rn_y, rstd, x, nw, N, C, T(1e-6));
+    kn.ops.RmsNormBackward(rn_dx, rn_dw, rn_dy, x, nw, rstd, N, C);
     T* wg = sp.Put(Rand<T>(7, F * C, -0.5, 0.5));
     T* wu = sp.Put(Rand<T>(8, F * C, -0.5, 0.5));
     T* wd = sp.Put(Rand<T>(9, C * F, -0.5, 0.5));
@@ -183,8 +199,8 @@ Case<T> DenseCase() {
     T* dwg = sp.Put(std::vector<T>(F * C));
     T* dwu = sp.Put(std::vector<T>(F * C));
     T* dwd = sp.Put(std::vector<T>(C * F));
-    ops.SwigluMlpForward(my, gate, up, h, x, wg, wu, wd, N, C, F);
-    ops.SwigluMlpBackward(mdx, dwg, dwu, dwd, ws, rn_dy, gate, up, x, wg, wu, wd, N, C, F);
+    kn.ops.SwigluMlpForward(my, gate, up, h, x, wg, wu, wd, N, C, F);
+    kn.ops.SwigluMlpBackward(mdx, dwg, dwu, dwd, ws, rn_dy, gate, up, x, wg, wu, wd, N, C, F);
     return {{"linear y", sp.Get(y, N * D)},     {"linear dx", sp.Get(dx, N * C)},
             {"linear dw", sp.Get(dw, D * C)},   {"linear db", sp.Get(db, D)},
             {"rmsnorm y", sp.Get(rn_y, N * C)}, {"rmsnorm dx", sp.Get(rn_dx, N * C)},
@@ -196,21 +212,21 @@ Case<T> DenseCase() {
 
 template <typename T>
 Case<T> ElementwiseCase() {
-  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+  return [](Kernels<T>& kn, Space& sp) -> Outputs {
     const int64_t n = 5000, T_len = 50, H = 4, C = 12, W = 4, R = 30, Dn = 16;
     T* a = sp.Put(Rand<T>(11, n, -6, 6));
     T* b = sp.Put(Rand<T>(12, n, -1, 1));
     T* y = sp.Put(std::vector<T>(n));
     T* y2 = sp.Put(std::vector<T>(n));
-    ops.SiluForward(y, a, n);
-    ops.SiluBackward(y2, b, a, n);
-    ops.Add(y2, y, n);
-    ops.Mul(y, y, b, n);
+    kn.ops.SiluForward(y, a, n);
+    kn.ops.SiluBackward(y2, b, a, n);
+    kn.ops.Add(y2, y, n);
+    kn.ops.Mul(y, y, b, n);
     T* m = sp.Put(Rand<T>(13, n, -0.1, 0.1));
     T* v = sp.Put(Rand<T>(14, n, 0, 0.01));
     AdamWCoefficients<T> c{T(0.9), T(0.1), T(0.95), T(0.05), T(1e-3), T(1.2), T(1e-8), T(1e-4)};
-    ops.AdamWUpdate(a, m, v, b, n, c);
-    const double sum = ops.Sum(y2, n);
+    kn.ops.AdamWUpdate(a, m, v, b, n, c);
+    const double sum = kn.ops.Sum(y2, n);
     // Gate, beta, short conv, L2 norm.
     T* ga = sp.Put(Rand<T>(15, T_len * H, -25, 25));
     T* A_log = sp.Put(Rand<T>(16, H, -1, 1));
@@ -222,10 +238,10 @@ Case<T> ElementwiseCase() {
     T* ddt = sp.Put(std::vector<T>(H));
     T* beta = sp.Put(std::vector<T>(T_len * H));
     T* dbeta_in = sp.Put(std::vector<T>(T_len * H));
-    ops.GdnGateForward(g, ga, A_log, dt, T_len, H);
-    ops.GdnGateBackward(da, dA, ddt, dg, ga, A_log, dt, T_len, H);
-    ops.GdnBetaForward(beta, ga, T_len * H);
-    ops.GdnBetaBackward(dbeta_in, dg, beta, T_len * H);
+    kn.gdn.GdnGateForward(g, ga, A_log, dt, T_len, H);
+    kn.gdn.GdnGateBackward(da, dA, ddt, dg, ga, A_log, dt, T_len, H);
+    kn.gdn.GdnBetaForward(beta, ga, T_len * H);
+    kn.gdn.GdnBetaBackward(dbeta_in, dg, beta, T_len * H);
     T* cx = sp.Put(Rand<T>(19, T_len * C, -1, 1));
     T* cw = sp.Put(Rand<T>(20, W * C, -1, 1));
     T* tail = sp.Put(Rand<T>(21, (W - 1) * C, -1, 1));
@@ -235,14 +251,14 @@ Case<T> ElementwiseCase() {
     T* cdx = sp.Put(std::vector<T>(T_len * C));
     T* dtail = sp.Put(std::vector<T>((W - 1) * C));
     T* cdw = sp.Put(std::vector<T>(W * C));
-    ops.ShortConvForward(cy, tail_out, cx, cw, tail, T_len, C, W);
-    ops.ShortConvBackward(cdx, dtail, cdw, cdy, tail, cx, cw, tail, T_len, C, W);
+    kn.ops.ShortConvForward(cy, tail_out, cx, cw, tail, T_len, C, W);
+    kn.ops.ShortConvBackward(cdx, dtail, cdw, cdy, tail, cx, cw, tail, T_len, C, W);
     T* lx = sp.Put(Rand<T>(23, R * Dn, -1, 1));
     T* ly = sp.Put(std::vector<T>(R * Dn));
     T* lr = sp.Put(std::vector<T>(R));
     T* ldx = sp.Put(std::vector<T>(R * Dn));
-    ops.L2NormForward(ly, lr, lx, R, Dn, T(0.25), T(1e-6));
-    ops.L2NormBackward(ldx, lx, lx, lr, R, Dn, T(0.25));
+    kn.ops.L2NormForward(ly, lr, lx, R, Dn, T(0.25), T(1e-6));
+    kn.ops.L2NormBackward(ldx, lx, lx, lr, R, Dn, T(0.25));
     return {{"silu*b", sp.Get(y, n)},       {"sum", Buffer{sum}},
             {"adamw w", sp.Get(a, n)},      {"adamw m", sp.Get(m, n)},
             {"adamw v", sp.Get(v, n)},      {"g", sp.Get(g, T_len * H)},
@@ -257,7 +273,7 @@ Case<T> ElementwiseCase() {
 
 template <typename T>
 Case<T> EmbeddingAndLossCase() {
-  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+  return [](Kernels<T>& kn, Space& sp) -> Outputs {
     const int64_t N = 21, C = 16, V = 53, Vs = 16;
     std::vector<int32_t> ids(N);
     for (int64_t i = 0; i < N; ++i) ids[i] = static_cast<int32_t>((i * 7) % 5);  // repeats
@@ -266,16 +282,16 @@ Case<T> EmbeddingAndLossCase() {
     T* e = sp.Put(std::vector<T>(N * C));
     T* dtable = sp.Put(std::vector<T>(V * C));
     T* edy = sp.Put(Rand<T>(32, N * C, -1, 1));
-    ops.EmbeddingForward(e, d_ids, table, N, C, V);
-    ops.EmbeddingBackward(dtable, edy, d_ids, N, C, V);
+    kn.ops.EmbeddingForward(e, d_ids, table, N, C, V);
+    kn.ops.EmbeddingBackward(dtable, edy, d_ids, N, C, V);
     T* losses = sp.Put(std::vector<T>(N));
     T* lse = sp.Put(std::vector<T>(N));
     T* logits = sp.Put(std::vector<T>(N * Vs));
     T* dx = sp.Put(std::vector<T>(N * C));
     T* dw = sp.Put(std::vector<T>(V * C));
     T* dl = sp.Put(std::vector<T>(N, T(1) / T(N)));
-    const double mean = ops.OutputLossForward(losses, lse, logits, e, table, d_ids, N, C, V, Vs);
-    ops.OutputLossBackward(dx, dw, logits, dl, lse, e, table, d_ids, N, C, V, Vs);
+    const double mean = kn.ops.OutputLossForward(losses, lse, logits, e, table, d_ids, N, C, V, Vs);
+    kn.ops.OutputLossBackward(dx, dw, logits, dl, lse, e, table, d_ids, N, C, V, Vs);
     return {{"embedding y", sp.Get(e, N * C)}, {"dtable", sp.Get(dtable, V * C)},
             {"mean loss", Buffer{mean}},       {"losses", sp.Get(losses, N)},
             {"lse", sp.Get(lse, N)},           {"loss dx", sp.Get(dx, N * C)},
@@ -288,7 +304,7 @@ Case<T> EmbeddingAndLossCase() {
 template <typename T>
 Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
                     int64_t bs = kGdnBlockSize) {
-  return [=](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+  return [=](Kernels<T>& kn, Space& sp) -> Outputs {
     const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12;
     const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk;
     T* q = sp.Put(Rand<T>(41, nk, -0.25, 0.25));
@@ -299,9 +315,9 @@ Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
     T* S_in = sp.Put(Rand<T>(46, ns, -0.5, 0.5));
     T* o = sp.Put(std::vector<T>(nv));
     T* S_out = sp.Put(std::vector<T>(ns));
-    T* wsf = sp.Put(std::vector<T>(ops.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    auto fwd = overlapped ? &Ops<T>::GdnCoreForwardOverlapped : &Ops<T>::GdnCoreForward;
-    (ops.*fwd)(o, S_out, wsf, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, bs, st_tile);
+    T* wsf = sp.Put(std::vector<T>(kn.gdn.GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    auto fwd = overlapped ? &GdnOps<T>::GdnCoreForwardOverlapped : &GdnOps<T>::GdnCoreForward;
+    (kn.gdn.*fwd)(o, S_out, wsf, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, bs, st_tile);
     T* dO = sp.Put(Rand<T>(47, nv, -1, 1));
     T* dS_out = sp.Put(Rand<T>(48, ns, -1, 1));
     T* dq = sp.Put(std::vector<T>(nk));
@@ -310,9 +326,9 @@ Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
     T* dg = sp.Put(std::vector<T>(T_len * H));
     T* dbeta = sp.Put(std::vector<T>(T_len * H));
     T* dS_in = sp.Put(std::vector<T>(ns));
-    T* wsb = sp.Put(std::vector<T>(ops.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    auto bwd = overlapped ? &Ops<T>::GdnCoreBackwardOverlapped : &Ops<T>::GdnCoreBackward;
-    (ops.*bwd)(dq, dk, dv, dg, dbeta, dS_in, wsb, dO, dS_out, q, k, v, g, beta, S_in, T_len, H,
+    T* wsb = sp.Put(std::vector<T>(kn.gdn.GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    auto bwd = overlapped ? &GdnOps<T>::GdnCoreBackwardOverlapped : &GdnOps<T>::GdnCoreBackward;
+    (kn.gdn.*bwd)(dq, dk, dv, dg, dbeta, dS_in, wsb, dO, dS_out, q, k, v, g, beta, S_in, T_len, H,
                Dk, Dv, bs, st_tile);
     return {{"o", sp.Get(o, nv)},        {"S_out", sp.Get(S_out, ns)},
             {"dq", sp.Get(dq, nk)},      {"dk", sp.Get(dk, nk)},
@@ -327,7 +343,7 @@ Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
 template <typename T>
 Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize,
                        int64_t st_tile = 0) {
-  return [=](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+  return [=](Kernels<T>& kn, Space& sp) -> Outputs {
     const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12;
     const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk, nh = T_len * H;
     T* q = sp.Put(Rand<T>(61, nk, -1, 1));
@@ -343,9 +359,9 @@ Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize,
     T* S_out = sp.Put(std::vector<T>(ns));
     T* k_out = sp.Put(std::vector<T>(H * Dk));
     T* v_out = sp.Put(std::vector<T>(H * Dv));
-    T* wsf = sp.Put(std::vector<T>(ops.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    auto fwd = overlapped ? &Ops<T>::Mamba3CoreForwardOverlapped : &Ops<T>::Mamba3CoreForward;
-    (ops.*fwd)(o, S_out, k_out, v_out, wsf, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len,
+    T* wsf = sp.Put(std::vector<T>(kn.m3.Mamba3CoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    auto fwd = overlapped ? &Mamba3Ops<T>::Mamba3CoreForwardOverlapped : &Mamba3Ops<T>::Mamba3CoreForward;
+    (kn.m3.*fwd)(o, S_out, k_out, v_out, wsf, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len,
                H, Dk, Dv, bs, st_tile);
     T* dO = sp.Put(Rand<T>(70, nv, -1, 1));
     T* dS_out = sp.Put(Rand<T>(71, ns, -1, 1));
@@ -360,9 +376,9 @@ Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize,
     T* dS_in = sp.Put(std::vector<T>(ns));
     T* dk_in = sp.Put(std::vector<T>(H * Dk));
     T* dv_in = sp.Put(std::vector<T>(H * Dv));
-    T* wsb = sp.Put(std::vector<T>(ops.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
-    auto bwd = overlapped ? &Ops<T>::Mamba3CoreBackwardOverlapped : &Ops<T>::Mamba3CoreBackward;
-    (ops.*bwd)(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, wsb, dO, dS_out, dk_out,
+    T* wsb = sp.Put(std::vector<T>(kn.m3.Mamba3CoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    auto bwd = overlapped ? &Mamba3Ops<T>::Mamba3CoreBackwardOverlapped : &Mamba3Ops<T>::Mamba3CoreBackward;
+    (kn.m3.*bwd)(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, wsb, dO, dS_out, dk_out,
                dv_out, q, k, v, a, gamma, beta, S_in, k_in, v_in, T_len, H, Dk, Dv, bs,
                st_tile);
     return {{"o", sp.Get(o, nv)},           {"S_out", sp.Get(S_out, ns)},
@@ -379,47 +395,47 @@ Case<T> Mamba3CoreCase(bool overlapped = false, int64_t bs = kMamba3BlockSize,
 // the rotation, the D skip and z gate, each forward and backward.
 template <typename T>
 Case<T> Mamba3PrepCase() {
-  return [](Ops<T>& ops, AttentionOps<T>&, Space& sp) -> Outputs {
+  return [](Kernels<T>& kn, Space& sp) -> Outputs {
     const int64_t B = 2, Ts = 40, S = B * Ts, H = 3, N = 8, Na = 2, P = 5;
     T* dt = sp.Put(Rand<T>(81, S * H, -2, 2));
     T* lam = sp.Put(Rand<T>(82, S * H, -3, 3));
     T* theta = sp.Put(Rand<T>(83, S * Na, -2, 2));
     T* A = sp.Put(Rand<T>(84, S * H, -3, 2));
     T* dt_bias = sp.Put(Rand<T>(85, H, -1, 1));
-    ops.Mamba3GatesForward(dt, lam, theta, dt_bias, S, H, Na);
+    kn.m3.Mamba3GatesForward(dt, lam, theta, dt_bias, S, H, Na);
     T* a = sp.Put(std::vector<T>(S * H));
     T* gamma = sp.Put(std::vector<T>(S * H));
     T* beta = sp.Put(std::vector<T>(S * H));
-    ops.Mamba3CoefficientsForward(a, gamma, beta, A, dt, lam, S * H, T(0.5));
+    kn.m3.Mamba3CoefficientsForward(a, gamma, beta, A, dt, lam, S * H, T(0.5));
     T* angle_in = sp.Put(Rand<T>(86, B * H * Na, 0, 6));
     T* phi = sp.Put(std::vector<T>(S * H * Na));
     T* angle_out = sp.Put(std::vector<T>(B * H * Na));
-    ops.Mamba3AnglesForward(phi, angle_out, theta, dt, angle_in, B, Ts, H, Na);
+    kn.m3.Mamba3AnglesForward(phi, angle_out, theta, dt, angle_in, B, Ts, H, Na);
     T* Cn = sp.Put(Rand<T>(87, S * N, -1, 1));
     T* Bn = sp.Put(Rand<T>(88, S * N, -1, 1));
     T* Cb = sp.Put(Rand<T>(89, H * N, -1, 1));
     T* Bb = sp.Put(Rand<T>(90, H * N, -1, 1));
     T* q = sp.Put(std::vector<T>(S * H * N));
     T* k = sp.Put(std::vector<T>(S * H * N));
-    ops.Mamba3RotaryForward(q, k, Cn, Bn, Cb, Bb, phi, S, H, N, Na);
+    kn.m3.Mamba3RotaryForward(q, k, Cn, Bn, Cb, Bb, phi, S, H, N, Na);
     T* o = sp.Put(Rand<T>(91, S * H * P, -1, 1));
     T* xv = sp.Put(Rand<T>(92, S * H * P, -1, 1));
     T* sz = sp.Put(Rand<T>(93, S * H * P, -1, 1));
     T* D = sp.Put(Rand<T>(94, H, -1, 1));
     T* gated = sp.Put(std::vector<T>(S * H * P));
-    ops.Mamba3GateOutputForward(gated, o, xv, sz, D, S, H, P);
+    kn.m3.Mamba3GateOutputForward(gated, o, xv, sz, D, S, H, P);
     // Backward, in the layer's order.
     T* dgated = sp.Put(Rand<T>(95, S * H * P, -1, 1));
     T* dz = sp.Put(std::vector<T>(S * H * P));
     T* d_o = sp.Put(std::vector<T>(S * H * P));
     T* dxv = sp.Put(std::vector<T>(S * H * P));
     T* dD = sp.Put(std::vector<T>(H, T(0.5)));
-    ops.Mamba3GateOutputBackward(dz, d_o, dxv, dD, dgated, o, xv, sz, D, S, H, P);
+    kn.m3.Mamba3GateOutputBackward(dz, d_o, dxv, dD, dgated, o, xv, sz, D, S, H, P);
     T* da = sp.Put(Rand<T>(96, S * H, -1, 1));
     T* dgamma = sp.Put(Rand<T>(97, S * H, -1, 1));
     T* dbeta = sp.Put(Rand<T>(98, S * H, -1, 1));
     T* ddt = sp.Put(std::vector<T>(S * H));
-    ops.Mamba3CoefficientsBackward(ddt, da, dgamma, dbeta, A, lam, S * H, T(0.5));
+    kn.m3.Mamba3CoefficientsBackward(ddt, da, dgamma, dbeta, A, lam, S * H, T(0.5));
     T* dq = sp.Put(Rand<T>(99, S * H * N, -1, 1));
     T* dk = sp.Put(Rand<T>(100, S * H * N, -1, 1));
     T* dphi = sp.Put(std::vector<T>(S * H * Na));
@@ -427,15 +443,15 @@ Case<T> Mamba3PrepCase() {
     T* dBn = sp.Put(std::vector<T>(S * N));
     T* dCb = sp.Put(std::vector<T>(H * N, T(0.5)));
     T* dBb = sp.Put(std::vector<T>(H * N, T(0.5)));
-    ops.Mamba3RotaryBackward(dphi, dCn, dBn, dCb, dBb, dq, dk, q, k, phi, S, H, N, Na);
+    kn.m3.Mamba3RotaryBackward(dphi, dCn, dBn, dCb, dBb, dq, dk, q, k, phi, S, H, N, Na);
     T* dtheta = sp.Put(std::vector<T>(S * Na));
     T* dangle_in = sp.Put(std::vector<T>(B * H * Na));
     T* dangle_out = sp.Put(Rand<T>(101, B * H * Na, -1, 1));
-    ops.Mamba3AnglesBackward(dtheta, ddt, dangle_in, dphi, theta, dt, dangle_out, B, Ts, H, Na);
+    kn.m3.Mamba3AnglesBackward(dtheta, ddt, dangle_in, dphi, theta, dt, dangle_out, B, Ts, H, Na);
     T* ddA = sp.Put(std::vector<T>(S * H));
     T* dtrap = sp.Put(std::vector<T>(S * H));
     T* ddt_bias = sp.Put(std::vector<T>(H, T(0.5)));
-    ops.Mamba3GatesBackward(ddA, dtrap, ddt, ddt_bias, da, dgamma, dbeta, A, dt, lam, S, H,
+    kn.m3.Mamba3GatesBackward(ddA, dtrap, ddt, ddt_bias, da, dgamma, dbeta, A, dt, lam, S, H,
                             T(0.5));
     return {{"a", sp.Get(a, S * H)},          {"gamma", sp.Get(gamma, S * H)},
             {"beta", sp.Get(beta, S * H)},    {"phi", sp.Get(phi, S * H * Na)},
@@ -453,25 +469,25 @@ Case<T> Mamba3PrepCase() {
 
 template <typename T>
 Case<T> AttentionCase() {
-  return [](Ops<T>&, AttentionOps<T>& attn, Space& sp) -> Outputs {
+  return [](Kernels<T>& kn, Space& sp) -> Outputs {
     const int64_t s = 70, start = 30, Hq = 4, Hkv = 2, d = 16, keys = start + s;
     T* q = sp.Put(Rand<T>(51, s * Hq * d, -1, 1));
     T* k = sp.Put(Rand<T>(52, keys * Hkv * d, -1, 1));
     T* v = sp.Put(Rand<T>(53, keys * Hkv * d, -1, 1));
-    attn.RopeForward(q, s, Hq, d, start, kRopeTheta);
-    attn.RopeForward(k, keys, Hkv, d, 0, kRopeTheta);
+    kn.attn.RopeForward(q, s, Hq, d, start, kRopeTheta);
+    kn.attn.RopeForward(k, keys, Hkv, d, 0, kRopeTheta);
     T* o = sp.Put(std::vector<T>(s * Hq * d));
     T* lse = sp.Put(std::vector<T>(s * Hq));
-    attn.AttentionForward(o, lse, q, k, v, s, start, Hq, Hkv, d, kAttentionQueryTile,
+    kn.attn.AttentionForward(o, lse, q, k, v, s, start, Hq, Hkv, d, kAttentionQueryTile,
                           kAttentionKeyTile);
     T* dO = sp.Put(Rand<T>(54, s * Hq * d, -1, 1));
     T* dq = sp.Put(std::vector<T>(s * Hq * d));
     T* dk = sp.Put(std::vector<T>(keys * Hkv * d));
     T* dv = sp.Put(std::vector<T>(keys * Hkv * d));
     T* D = sp.Put(std::vector<T>(s * Hq));
-    attn.AttentionBackward(dq, dk, dv, D, dO, o, lse, q, k, v, s, start, Hq, Hkv, d,
+    kn.attn.AttentionBackward(dq, dk, dv, D, dO, o, lse, q, k, v, s, start, Hq, Hkv, d,
                            kAttentionQueryTile, kAttentionKeyTile);
-    attn.RopeBackward(dq, s, Hq, d, start, kRopeTheta);
+    kn.attn.RopeBackward(dq, s, Hq, d, start, kRopeTheta);
     return {{"o", sp.Get(o, s * Hq * d)},         {"lse", sp.Get(lse, s * Hq)},
             {"dq (unrotated)", sp.Get(dq, s * Hq * d)}, {"dk", sp.Get(dk, keys * Hkv * d)},
             {"dv", sp.Get(dv, keys * Hkv * d)}};
