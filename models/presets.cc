@@ -56,14 +56,17 @@ pb::ModelSpec Common(const std::string& name, int layers, int hidden,
   return m;
 }
 
-// GDN: one key and one value head dim of hidden / heads (docs/models.md says
-// why not the expand_v = 2 layout).
-void SetGdn(pb::ModelSpec* m, int heads, int head_dim) {
-  m->set_architecture("gdn");
+// GDN and KDA: one key and one value head dim of hidden / heads
+// (docs/models.md says why not GDN's expand_v = 2 layout; Kimi Linear's KDA
+// has expand_v = 1).
+void SetDeltaRule(pb::ModelSpec* m, const char* architecture, int heads, int head_dim) {
+  m->set_architecture(architecture);
   m->set_num_heads(heads);
   m->set_head_dim_k(head_dim);
   m->set_head_dim_v(head_dim);
 }
+void SetGdn(pb::ModelSpec* m, int heads, int head_dim) { SetDeltaRule(m, "gdn", heads, head_dim); }
+void SetKda(pb::ModelSpec* m, int heads, int head_dim) { SetDeltaRule(m, "kda", heads, head_dim); }
 
 // Mamba-3: heads of head_dim channels, state_dim states each.
 void SetMamba3(pb::ModelSpec* m, int heads, int head_dim, int state_dim) {
@@ -82,16 +85,22 @@ void SetHybrid(pb::ModelSpec* m, int period, int attn_heads, int head_dim,
   m->set_gqa_group_size(gqa_group);
 }
 
-pb::ModelSpec PaperModel(const PaperSize& size, bool mamba, bool hybrid) {
-  std::string name = std::string(mamba ? "mamba3" : "gdn") +
-                     (hybrid ? "-hybrid-" : "-") + size.suffix;
+// The mixer families of the paper's sizes, and KDA's (Kimi Linear's
+// mixer, at the GDN heads of each size).
+enum class PaperMixer { kGdn, kMamba3, kKda };
+
+pb::ModelSpec PaperModel(const PaperSize& size, PaperMixer mixer, bool hybrid) {
+  const char* family = mixer == PaperMixer::kGdn    ? "gdn"
+                       : mixer == PaperMixer::kKda ? "kda"
+                                                   : "mamba3";
+  std::string name = std::string(family) + (hybrid ? "-hybrid-" : "-") + size.suffix;
   pb::ModelSpec m = Common(name, size.layers, size.hidden, kPaperVocab,
                            SwigluSize(size.hidden));
   const int head_dim = size.hidden / size.heads;
-  if (mamba) {
-    SetMamba3(&m, size.ssm_heads, kMambaHeadDim, kMambaStateDim);
-  } else {
-    SetGdn(&m, size.heads, head_dim);
+  switch (mixer) {
+    case PaperMixer::kGdn: SetGdn(&m, size.heads, head_dim); break;
+    case PaperMixer::kKda: SetKda(&m, size.heads, head_dim); break;
+    case PaperMixer::kMamba3: SetMamba3(&m, size.ssm_heads, kMambaHeadDim, kMambaStateDim); break;
   }
   if (hybrid) SetHybrid(&m, kHybridPeriod, size.heads, head_dim, size.gqa_group);
   return m;
@@ -123,17 +132,30 @@ std::vector<pb::ModelSpec> TinyModels() {
   SetMamba3(&mamba_hybrid_tiny, 4, 32, 16);
   SetHybrid(&mamba_hybrid_tiny, kHybridPeriod, 4, 16, 2);
   out.push_back(mamba_hybrid_tiny);
+
+  pb::ModelSpec kda_tiny = Common("kda-tiny", 4, 64, 256, 128);
+  SetKda(&kda_tiny, 2, 32);
+  out.push_back(kda_tiny);
+
+  pb::ModelSpec kda_hybrid_tiny = Common("kda-hybrid-tiny", 4, 64, 256, 128);
+  SetKda(&kda_hybrid_tiny, 2, 32);
+  SetHybrid(&kda_hybrid_tiny, kHybridPeriod, 4, 16, 2);
+  out.push_back(kda_hybrid_tiny);
   return out;
 }
 
 std::vector<pb::ModelSpec> AllModels() {
   std::vector<pb::ModelSpec> out;
-  for (bool mamba : {false, true}) {
+  for (PaperMixer mixer : {PaperMixer::kGdn, PaperMixer::kMamba3}) {
     for (bool hybrid : {false, true}) {
       for (const PaperSize& size : kPaperSizes) {
-        out.push_back(PaperModel(size, mamba, hybrid));
+        out.push_back(PaperModel(size, mixer, hybrid));
       }
     }
+  }
+  // Kimi-Linear-style hybrids: 3 KDA layers to 1 softmax-attention layer.
+  for (const PaperSize& size : kPaperSizes) {
+    out.push_back(PaperModel(size, PaperMixer::kKda, /*hybrid=*/true));
   }
   for (pb::ModelSpec& m : TinyModels()) out.push_back(std::move(m));
   return out;

@@ -1,6 +1,8 @@
 // `stateflow plan-dump` and `stateflow presets`.
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <string>
 
 #include "common/files.h"
 #include "models/model.h"
@@ -14,6 +16,23 @@
 
 namespace stateflow::tools {
 namespace {
+
+// "2.97B", "13.6M", "234K": a parameter count with three significant digits.
+std::string FormatParamCount(double n) {
+  const char* unit = "";
+  double v = n;
+  if (n >= 1e9) {
+    v = n / 1e9, unit = "B";
+  } else if (n >= 1e6) {
+    v = n / 1e6, unit = "M";
+  } else if (n >= 1e3) {
+    v = n / 1e3, unit = "K";
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f%s" : v >= 10 ? "%.1f%s" : "%.2f%s", v, unit);
+  return buf;
+}
+
 
 using sim::MemorySample;
 using sim::SimulationOptions;
@@ -84,7 +103,8 @@ int RunPresets(int argc, char** argv) {
     const pb::ModelSpec m = *models::ModelPreset(n);
     std::cout << "  " << n << "  (" << m.architecture() << ", "
               << (m.layer_pattern().empty() ? "recurrent" : m.layer_pattern()) << ", "
-              << m.num_layers() << " layers, hidden " << m.hidden_size() << ")\n";
+              << m.num_layers() << " layers, hidden " << m.hidden_size() << ", "
+              << FormatParamCount(models::ModelParamCount(m)) << " parameters)\n";
   }
   std::cout << "clusters:\n";
   for (const auto& n : models::ClusterPresetNames()) std::cout << "  " << n << "\n";

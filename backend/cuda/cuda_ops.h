@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "backend/device/gdn_ops.h"
+#include "backend/device/kda_ops.h"
 #include "backend/device/mamba3_ops.h"
 #include "backend/device/ops.h"
 
@@ -39,5 +40,7 @@ template <typename T>
 std::unique_ptr<GdnOps<T>> MakeCudaGdnOps(CudaStreams* streams);
 template <typename T>
 std::unique_ptr<Mamba3Ops<T>> MakeCudaMamba3Ops(CudaStreams* streams);
+template <typename T>
+std::unique_ptr<KdaOps<T>> MakeCudaKdaOps(CudaStreams* streams);
 
 }  // namespace stateflow::backend

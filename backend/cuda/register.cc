@@ -42,6 +42,7 @@ const bool kRegistered = [] {
   hooks.make_nccl_comm_bf16 = &MakeNcclComm<bf16>;
   RegisterFamily<GdnOps>([]<typename T>(CudaStreams* s) { return MakeCudaGdnOps<T>(s); });
   RegisterFamily<Mamba3Ops>([]<typename T>(CudaStreams* s) { return MakeCudaMamba3Ops<T>(s); });
+  RegisterFamily<KdaOps>([]<typename T>(CudaStreams* s) { return MakeCudaKdaOps<T>(s); });
   return true;
 }();
 

@@ -116,6 +116,12 @@ class CpuOps final : public Ops<T> {
   void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) override {
     backend::SiluBackward<T>(dx, dy, x, n);
   }
+  void SigmoidForward(T* y, const T* x, int64_t n) override {
+    backend::SigmoidForward<T>(y, x, n);
+  }
+  void SigmoidBackward(T* dx, const T* dy, const T* y, int64_t n) override {
+    backend::SigmoidBackward<T>(dx, dy, y, n);
+  }
   void ShortConvForward(T* y, T* tail_out, const T* x, const T* w,
                         const T* tail_in, int64_t T_len, int64_t C,
                         int64_t W) override {

@@ -24,13 +24,6 @@ class CpuGdnOps final : public GdnOps<T> {
     backend::GdnGateBackward<T>(da, dA_log, ddt_bias, dg, a, A_log, dt_bias,
                                 T_len, H);
   }
-  void GdnBetaForward(T* beta, const T* b, int64_t n) override {
-    backend::GdnBetaForward<T>(beta, b, n);
-  }
-  void GdnBetaBackward(T* db, const T* dbeta, const T* beta,
-                       int64_t n) override {
-    backend::GdnBetaBackward<T>(db, dbeta, beta, n);
-  }
   int64_t GdnCoreForwardWorkspaceSize(int64_t, int64_t, int64_t, int64_t,
                                       int64_t) override {
     return 0;  // the CPU forward keeps its per-block temporaries itself

@@ -32,9 +32,6 @@ class GdnOps : public FamilyOpsBase {
   virtual void GdnGateBackward(T* da, GradOf<T>* dA_log, GradOf<T>* ddt_bias, const T* dg,
                                const T* a, const T* A_log, const T* dt_bias,
                                int64_t T_len, int64_t H) = 0;
-  virtual void GdnBetaForward(T* beta, const T* b, int64_t n) = 0;
-  virtual void GdnBetaBackward(T* db, const T* dbeta, const T* beta,
-                               int64_t n) = 0;
 
   // The chunkwise GDN recurrence (gdn_core.h) over one sequence's T_len
   // tokens, with `workspace` of GdnCore*WorkspaceSize elements. st_tile:

@@ -41,13 +41,6 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
     exec_.ForEach(H, grid::GdnGateParamGradFn<T>{dA_log, ddt_bias, da, dg, a,
                                                  A_log, dt_bias, T_len, H});
   }
-  void GdnBetaForward(T* beta, const T* b, int64_t n) override {
-    exec_.ForEach(n, grid::GdnBetaForwardFn<T>{beta, b});
-  }
-  void GdnBetaBackward(T* db, const T* dbeta, const T* beta,
-                       int64_t n) override {
-    exec_.ForEach(n, grid::GdnBetaBackwardFn<T>{db, dbeta, beta});
-  }
 
   // ---- the GDN core (grid_kernels/gdn_*.h) ----
   // st_tile: B_V, the ST passes' tile of value rows (StTiles; 0: Dv). Every

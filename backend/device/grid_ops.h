@@ -146,6 +146,12 @@ class GridOps final : public Ops<T> {
   void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) override {
     exec_.ForEach(n, grid::SiluBackwardFn<T>{dx, dy, x});
   }
+  void SigmoidForward(T* y, const T* x, int64_t n) override {
+    exec_.ForEach(n, grid::SigmoidForwardFn<T>{y, x});
+  }
+  void SigmoidBackward(T* dx, const T* dy, const T* y, int64_t n) override {
+    exec_.ForEach(n, grid::SigmoidBackwardFn<T>{dx, dy, y});
+  }
   void ShortConvForward(T* y, T* tail_out, const T* x, const T* w,
                         const T* tail_in, int64_t T_len, int64_t C,
                         int64_t W) override {

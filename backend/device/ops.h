@@ -87,6 +87,10 @@ class Ops {
                                int64_t C) = 0;
   virtual void SiluForward(T* y, const T* x, int64_t n) = 0;
   virtual void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) = 0;
+  // y = sigmoid(x) (GDN's and KDA's beta, KDA's output gate); backward dx =
+  // dy y (1 - y) from the forward's output y.
+  virtual void SigmoidForward(T* y, const T* x, int64_t n) = 0;
+  virtual void SigmoidBackward(T* dx, const T* dy, const T* y, int64_t n) = 0;
   virtual void ShortConvForward(T* y, T* tail_out, const T* x, const T* w,
                                 const T* tail_in, int64_t T_len, int64_t C,
                                 int64_t W) = 0;

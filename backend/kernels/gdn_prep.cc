@@ -49,12 +49,12 @@ void GdnGateBackward(T* da, T* dA_log, T* ddt_bias, const T* dg, const T* a,
 }
 
 template <typename T>
-void GdnBetaForward(T* beta, const T* b, int64_t n) {
+void SigmoidForward(T* beta, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) beta[i] = StableSigmoid(b[i]);
 }
 
 template <typename T>
-void GdnBetaBackward(T* db, const T* dbeta, const T* beta, int64_t n) {
+void SigmoidBackward(T* db, const T* dbeta, const T* beta, int64_t n) {
   for (int64_t i = 0; i < n; ++i) db[i] = dbeta[i] * beta[i] * (T(1) - beta[i]);
 }
 
@@ -86,8 +86,8 @@ void L2NormBackward(T* dx, const T* dy, const T* x, const T* rnorm, int64_t R,
                                   int64_t, int64_t);                        \
   template void GdnGateBackward<T>(T*, T*, T*, const T*, const T*,          \
                                    const T*, const T*, int64_t, int64_t);   \
-  template void GdnBetaForward<T>(T*, const T*, int64_t);                   \
-  template void GdnBetaBackward<T>(T*, const T*, const T*, int64_t);        \
+  template void SigmoidForward<T>(T*, const T*, int64_t);                   \
+  template void SigmoidBackward<T>(T*, const T*, const T*, int64_t);        \
   template void L2NormForward<T>(T*, T*, const T*, int64_t, int64_t, T, T); \
   template void L2NormBackward<T>(T*, const T*, const T*, const T*,         \
                                   int64_t, int64_t, T);
@@ -121,11 +121,11 @@ void GdnGateBackwardRef(double* da, double* dA_log, double* ddt_bias,
   }
 }
 
-void GdnBetaForwardRef(double* beta, const double* b, int64_t n) {
+void SigmoidForwardRef(double* beta, const double* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) beta[i] = 1.0 / (1.0 + std::exp(-b[i]));
 }
 
-void GdnBetaBackwardRef(double* db, const double* dbeta, const double* beta,
+void SigmoidBackwardRef(double* db, const double* dbeta, const double* beta,
                         int64_t n) {
   for (int64_t i = 0; i < n; ++i) db[i] = dbeta[i] * beta[i] * (1.0 - beta[i]);
 }

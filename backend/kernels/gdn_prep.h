@@ -30,12 +30,13 @@ void GdnGateBackward(T* da, T* dA_log, T* ddt_bias, const T* dg, const T* a,
                      const T* A_log, const T* dt_bias, int64_t T_len,
                      int64_t H);
 
-// beta (n) = sigmoid(b (n)).
+// y (n) = sigmoid(x (n)): GDN's beta = sigmoid(b) (and KDA's beta and
+// output gate).
 template <typename T>
-void GdnBetaForward(T* beta, const T* b, int64_t n);
-// db (n) written, from dbeta (n) and the forward's output beta (n).
+void SigmoidForward(T* y, const T* x, int64_t n);
+// dx (n) = dy y (1 - y), from dy (n) and the forward's output y (n).
 template <typename T>
-void GdnBetaBackward(T* db, const T* dbeta, const T* beta, int64_t n);
+void SigmoidBackward(T* dx, const T* dy, const T* y, int64_t n);
 
 // y (R, D) = scale * x / sqrt(|x_r|^2 + eps); saves rnorm (R) =
 // 1 / sqrt(|x_r|^2 + eps).
@@ -53,8 +54,8 @@ void GdnGateBackwardRef(double* da, double* dA_log, double* ddt_bias,
                         const double* dg, const double* a,
                         const double* A_log, const double* dt_bias,
                         int64_t T_len, int64_t H);
-void GdnBetaForwardRef(double* beta, const double* b, int64_t n);
-void GdnBetaBackwardRef(double* db, const double* dbeta, const double* beta,
+void SigmoidForwardRef(double* beta, const double* b, int64_t n);
+void SigmoidBackwardRef(double* db, const double* dbeta, const double* beta,
                         int64_t n);
 void L2NormForwardRef(double* y, double* rnorm, const double* x, int64_t R,
                       int64_t D, double scale, double eps);

@@ -17,6 +17,7 @@
 #include "backend/kernels/short_conv.h"
 #include "backend/kernels/silu.h"
 #include "backend/kernels/swiglu_mlp.h"
+#include "backend/layers/conv_silu.h"
 #include "backend/layers/copy.h"
 #include "backend/layers/recurrent_entry.h"
 
@@ -211,33 +212,19 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   SF_ASSIGN_OR_RETURN(s->k, New(cls, {S, d.HK()}));
   SF_ASSIGN_OR_RETURN(s->v, New(cls, {S, d.HV()}));
   const int64_t B = s->batch;
-  ConvSiluForward(&act, state_out ? &state_out->tail_q : nullptr, s->q_in, B, kQConv, state_in.tail_q);
+  ConvSiluForward(ops(), &act, state_out ? &state_out->tail_q : nullptr, s->q_in, B, w(kQConv),
+                  d.W, state_in.tail_q);
   ops().L2NormForward(s->q.data(), s->q_rnorm.data(), act.data(), S * d.H, d.K, q_scale, eps);
-  ConvSiluForward(&act, state_out ? &state_out->tail_k : nullptr, s->k_in, B, kKConv, state_in.tail_k);
+  ConvSiluForward(ops(), &act, state_out ? &state_out->tail_k : nullptr, s->k_in, B, w(kKConv),
+                  d.W, state_in.tail_k);
   ops().L2NormForward(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, ComputeOf<T>(1), eps);
-  ConvSiluForward(&s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, B, kVConv, state_in.tail_v);
+  ConvSiluForward(ops(), &s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, B,
+                  w(kVConv), d.W, state_in.tail_v);
   SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
   fops().GdnGateForward(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
-  fops().GdnBetaForward(s->beta.data(), b.data(), S * d.H);
+  ops().SigmoidForward(s->beta.data(), b.data(), S * d.H);
   return Status::Ok();
-}
-
-// act (S, Ch) = silu(conv(in (S, Ch); tail_in)), sequence by sequence of
-// the `batch` in S rows; tail_out (B, W-1, Ch) unless nullptr. REQUIRES: act
-// allocated with S * Ch elements.
-template <typename T>
-void GdnLayer<T>::ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
-                                  const Tensor<T>& in, int64_t batch, ParamId conv,
-                                  const Tensor<T>& tail_in) {
-  const int64_t S = in.dim(0), Ch = in.dim(1), Ts = S / batch, tail = (dims_.W - 1) * Ch;
-  for (int64_t b = 0; b < batch; ++b) {
-    ops().ShortConvForward(act->data() + b * Ts * Ch,
-                        tail_out ? tail_out->data() + b * tail : nullptr,
-                        in.data() + b * Ts * Ch, w(conv), tail_in.data() + b * tail, Ts,
-                        Ch, dims_.W);
-  }
-  ops().SiluForward(act->data(), act->data(), S * Ch);
 }
 
 // gated = RMSNorm_head(o) * o_norm * silu(z); h = x + gated Wo^T.
@@ -368,45 +355,7 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
   SF_ASSIGN_OR_RETURN(grads->db, New(kWs, {S, d.H}));
   fops().GdnGateBackward(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
                      s.a.data(), w(kALog), w(kDtBias), S, d.H);
-  fops().GdnBetaBackward(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
-  return Status::Ok();
-}
-
-// d_in (S, Ch) of the conv input and d(tail_in) (nullptr: skipped) from the
-// gradient d_out of silu(conv(in)), or, when rnorm is given, of its L2 norm
-// scaled by `scale` (per head of K). Replays conv(in) from in and tail_in.
-template <typename T>
-Status GdnLayer<T>::ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
-                                     const Tensor<T>& d_out,
-                                     const Tensor<StatOf<T>>* rnorm, ComputeOf<T> scale,
-                                     const Tensor<T>& in, int64_t batch, ParamId conv,
-                                     const Tensor<T>& tail_in,
-                                     const Tensor<T>* dtail_out) {
-  const int64_t S = in.dim(0), Ch = in.dim(1), W = dims_.W;
-  const int64_t Ts = S / batch, tail = (W - 1) * Ch;  // per sequence
-  SF_ASSIGN_OR_RETURN(Tensor<T> c, New(kWs, {S, Ch}));    // (S, Ch) conv out
-  SF_ASSIGN_OR_RETURN(Tensor<T> d_c, New(kWs, {S, Ch}));  // (S, Ch) its grad
-  for (int64_t b = 0; b < batch; ++b) {
-    ops().ShortConvForward(c.data() + b * Ts * Ch, nullptr, in.data() + b * Ts * Ch, w(conv),
-                        tail_in.data() + b * tail, Ts, Ch, W);
-  }
-  if (rnorm != nullptr) {
-    SF_ASSIGN_OR_RETURN(Tensor<T> act, New(kWs, {S, Ch}));  // silu(c)
-    ops().SiluForward(act.data(), c.data(), S * Ch);
-    ops().L2NormBackward(d_c.data(), d_out.data(), act.data(), rnorm->data(),
-                      S * dims_.H, dims_.K, scale);
-    ops().SiluBackward(d_c.data(), d_c.data(), c.data(), S * Ch);
-  } else {
-    ops().SiluBackward(d_c.data(), d_out.data(), c.data(), S * Ch);
-  }
-  SF_ASSIGN_OR_RETURN(*d_in, New(kWs, {S, Ch}));
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t r = b * Ts * Ch, t = b * tail;
-    ops().ShortConvBackward(d_in->data() + r, dtail_in ? dtail_in->data() + t : nullptr,
-                         dw(conv), d_c.data() + r,
-                         dtail_out ? dtail_out->data() + t : nullptr, in.data() + r,
-                         w(conv), tail_in.data() + t, Ts, Ch, W);
-  }
+  ops().SigmoidBackward(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
   return Status::Ok();
 }
 
@@ -427,15 +376,18 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
   auto dtail_out = [&](Tensor<T> GdnState<T>::*m) -> const Tensor<T>* {
     return dstate_out != nullptr ? &(dstate_out->*m) : nullptr;
   };
-  SF_RETURN_IF_ERROR(ConvSiluBackward(&dq_in, dtail(&GdnState<T>::tail_q), g.dq,
-                                      &s.q_rnorm, q_scale, s.q_in, s.batch, kQConv,
-                                      state_in.tail_q, dtail_out(&GdnState<T>::tail_q)));
-  SF_RETURN_IF_ERROR(ConvSiluBackward(&dk_in, dtail(&GdnState<T>::tail_k), g.dk,
-                                      &s.k_rnorm, ComputeOf<T>(1), s.k_in, s.batch, kKConv,
-                                      state_in.tail_k, dtail_out(&GdnState<T>::tail_k)));
-  SF_RETURN_IF_ERROR(ConvSiluBackward(&dv_in, dtail(&GdnState<T>::tail_v), g.dv,
-                                      nullptr, ComputeOf<T>(1), s.v_in, s.batch, kVConv,
-                                      state_in.tail_v, dtail_out(&GdnState<T>::tail_v)));
+  SF_RETURN_IF_ERROR(ConvSiluBackward(*alloc_, ops(), &dq_in, dtail(&GdnState<T>::tail_q), g.dq,
+                                      &s.q_rnorm, q_scale, d.H, d.K, s.q_in, s.batch, w(kQConv),
+                                      dw(kQConv), d.W, state_in.tail_q,
+                                      dtail_out(&GdnState<T>::tail_q)));
+  SF_RETURN_IF_ERROR(ConvSiluBackward(*alloc_, ops(), &dk_in, dtail(&GdnState<T>::tail_k), g.dk,
+                                      &s.k_rnorm, ComputeOf<T>(1), d.H, d.K, s.k_in, s.batch, w(kKConv),
+                                      dw(kKConv), d.W, state_in.tail_k,
+                                      dtail_out(&GdnState<T>::tail_k)));
+  SF_RETURN_IF_ERROR(ConvSiluBackward(*alloc_, ops(), &dv_in, dtail(&GdnState<T>::tail_v), g.dv,
+                                      nullptr, ComputeOf<T>(1), d.H, d.K, s.v_in, s.batch, w(kVConv),
+                                      dw(kVConv), d.W, state_in.tail_v,
+                                      dtail_out(&GdnState<T>::tail_v)));
   const struct {
     const Tensor<T>* dproj;
     ParamId w;

@@ -206,9 +206,6 @@ class GdnLayer {
                      BufferClass cls);
   Status MixerInputsForward(GdnLayerSaved<T>* saved, GdnState<T>* state_out,
                             const GdnState<T>& state_in, BufferClass cls);
-  void ConvSiluForward(Tensor<T>* act, Tensor<T>* tail_out,
-                       const Tensor<T>& in, int64_t batch, ParamId conv,
-                       const Tensor<T>& tail_in);
   Status MixerOutputForward(GdnLayerSaved<T>* saved, BufferClass cls);
   Status MlpForward(Tensor<T>* y, GdnLayerSaved<T>* saved, BufferClass cls);
 
@@ -225,11 +222,6 @@ class GdnLayer {
                       const GdnLayerSaved<T>& saved, const Tensor<T>& d_o,
                       const GdnState<T>* dstate_out,
                       const GdnState<T>& state_in);
-  Status ConvSiluBackward(Tensor<T>* d_in, Tensor<T>* dtail_in,
-                          const Tensor<T>& d_out, const Tensor<StatOf<T>>* rnorm,
-                          ComputeOf<T> scale, const Tensor<T>& in, int64_t batch, ParamId conv,
-                          const Tensor<T>& tail_in,
-                          const Tensor<T>* dtail_out);
   Status MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
                              const MixerGrads& grads,
                              const GdnLayerSaved<T>& saved,

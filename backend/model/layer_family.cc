@@ -4,6 +4,7 @@
 #include "backend/model/layer_family.h"
 
 #include "backend/layers/gdn_layer.h"
+#include "backend/layers/kda_layer.h"
 #include "backend/layers/mamba3_layer.h"
 
 namespace stateflow::backend {
@@ -12,6 +13,7 @@ const std::vector<LayerFamily>& LayerFamilies() {
   static const std::vector<LayerFamily> families = {
       MakeLayerFamily<GdnFamilyTraits>(),
       MakeLayerFamily<Mamba3FamilyTraits>(),
+      MakeLayerFamily<KdaFamilyTraits>(),
   };
   return families;
 }

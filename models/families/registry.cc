@@ -11,6 +11,7 @@ const std::vector<const Family*>& Families() {
   static const std::vector<const Family*> families = {
       &GdnFamilyInstance(),
       &Mamba3FamilyInstance(),
+      &KdaFamilyInstance(),
   };
   return families;
 }

@@ -9,5 +9,6 @@ namespace stateflow::models {
 
 const Family& GdnFamilyInstance();
 const Family& Mamba3FamilyInstance();
+const Family& KdaFamilyInstance();
 
 }  // namespace stateflow::models

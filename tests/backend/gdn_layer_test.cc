@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/layers/gdn_layer.h"
+#include "tests/backend/delta_layer_harness.h"
 #include "tests/backend/layer_test_util.h"
 
 namespace stateflow::models {
@@ -24,29 +25,7 @@ inline void PrintTo(Recompute r, std::ostream* os) { *os << RecomputeName(r); }
 namespace stateflow::backend {
 namespace {
 
-using models::Recompute;
-using testing::FromVector;
-using testing::RelError;
-using testing::ToVector;
-using testing::Uniform;
-
-constexpr BufferClass kWs = BufferClass::kWorkspace;
-
-// One gdn configuration: dims, chunk length, kernel gdn size.
-struct LayerCase {
-  int64_t S;           // tokens in the chunk
-  int64_t W;           // conv width
-  int64_t block_size;  // T_C of the core
-  std::string Name() const {
-    std::ostringstream s;
-    s << "S=" << S << " W=" << W << " T_C=" << block_size;
-    return s.str();
-  }
-};
-
-// Readable parameters in test logs (gtest prints unknown types as bytes).
-void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.Name(); }
-
+using namespace delta_layer_test;  // delta_layer_harness.h
 
 GdnLayerDims SmallDims(const LayerCase& c) {
   GdnLayerDims d;
@@ -55,200 +34,19 @@ GdnLayerDims SmallDims(const LayerCase& c) {
   return d;
 }
 
-// Random, O(1) parameters (the 0.02 initialisation makes small gradients):
-// the same values for float and double from the same seed.
-template <typename T>
-void RandomizeParams(GdnLayer<T>* gdn, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (Param<T>& p : gdn->params()) {
-    const bool norm = p.name.find("norm") != std::string::npos;
-    const double lo = norm ? 0.5 : -0.5, hi = norm ? 1.5 : 0.5;
-    testing::Assign(&p.value, Uniform(rng, p.value.numel(), lo, hi));
-  }
-}
-
-// Inputs of one chunk and the weights of the objective
-// L = <ry, y> + <rstate, state_out> (all four parts).
-struct BlockInputs {
-  std::vector<double> x, S, tq, tk, tv;        // input and state in
-  std::vector<double> ry, rS, rtq, rtk, rtv;   // objective weights
-};
-
-BlockInputs MakeInputs(const GdnLayerDims& d, int64_t S, std::mt19937_64& rng) {
-  BlockInputs in;
-  const int64_t tail = d.W - 1;
-  in.x = Uniform(rng, S * d.C, -1, 1);
-  in.S = Uniform(rng, d.H * d.Dv * d.K, -0.5, 0.5);
-  in.tq = Uniform(rng, tail * d.HK(), -1, 1);
-  in.tk = Uniform(rng, tail * d.HK(), -1, 1);
-  in.tv = Uniform(rng, tail * d.HV(), -1, 1);
-  in.ry = Uniform(rng, S * d.C, -1, 1);
-  in.rS = Uniform(rng, d.H * d.Dv * d.K, -1, 1);
-  in.rtq = Uniform(rng, tail * d.HK(), -1, 1);
-  in.rtk = Uniform(rng, tail * d.HK(), -1, 1);
-  in.rtv = Uniform(rng, tail * d.HV(), -1, 1);
-  return in;
-}
-
-template <typename T>
-GdnState<T> MakeState(TrackingAllocator& alloc, const GdnLayerDims& d,
-                      const std::vector<double>& S, const std::vector<double>& tq,
-                      const std::vector<double>& tk, const std::vector<double>& tv) {
-  GdnState<T> s;
-  s.S = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.H, d.Dv, d.K}, S);
-  s.tail_q = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.W - 1, d.HK()}, tq);
-  s.tail_k = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.W - 1, d.HK()}, tk);
-  s.tail_v = FromVector<T>(alloc, BufferClass::kBoundaryStates, {1, d.W - 1, d.HV()}, tv);
-  return s;
-}
-
-// Everything one forward + backward gives.
-struct LayerRun {
-  std::vector<double> y, S_out, tq_out, tk_out, tv_out;
-  std::vector<double> dx, dS, dtq, dtk, dtv;
-  std::vector<std::vector<double>> dparams;  // per ParamId
-};
-
-template <typename T>
-double Objective(const BlockInputs& in, const Tensor<T>& y, const GdnState<T>& out) {
-  auto dot = [](const std::vector<double>& r, const Tensor<T>& t) {
-    double s = 0;
-    for (int64_t e = 0; e < t.numel(); ++e) s += r[e] * static_cast<double>(t.data()[e]);
-    return s;
-  };
-  return dot(in.ry, y) + dot(in.rS, out.S) + dot(in.rtq, out.tail_q) +
-         dot(in.rtk, out.tail_k) + dot(in.rtv, out.tail_v);
-}
-
-// The objective through a forward only (for finite differences).
-template <typename T>
-double ForwardObjective(GdnLayer<T>* gdn, TrackingAllocator& alloc,
-                        const BlockInputs& in, Recompute mode) {
-  const GdnLayerDims& d = gdn->dims();
-  const int64_t S = static_cast<int64_t>(in.x.size()) / d.C;
-  Tensor<T> x = FromVector<T>(alloc, kWs, {S, d.C}, in.x);
-  GdnState<T> state_in = MakeState<T>(alloc, d, in.S, in.tq, in.tk, in.tv);
-  Tensor<T> y;
-  GdnState<T> state_out;
-  GdnLayerSaved<T> saved;
-  const Status st = gdn->Forward(&y, &state_out, &saved, x, 1, state_in, mode);
-  EXPECT_TRUE(st.ok()) << st.message();
-  return Objective(in, y, state_out);
-}
-
-template <typename T>
-LayerRun ForwardBackward(GdnLayer<T>* gdn, TrackingAllocator& alloc,
-                         const BlockInputs& in, Recompute mode) {
-  const GdnLayerDims& d = gdn->dims();
-  const int64_t S = static_cast<int64_t>(in.x.size()) / d.C;
-  Tensor<T> x = FromVector<T>(alloc, kWs, {S, d.C}, in.x);
-  GdnState<T> state_in = MakeState<T>(alloc, d, in.S, in.tq, in.tk, in.tv);
-  GdnState<T> dstate_out = MakeState<T>(alloc, d, in.rS, in.rtq, in.rtk, in.rtv);
-  Tensor<T> dy = FromVector<T>(alloc, kWs, {S, d.C}, in.ry);
-  Tensor<T> y, dx;
-  GdnState<T> state_out, dstate_in;
-  GdnLayerSaved<T> saved;
-  Status st = gdn->Forward(&y, &state_out, &saved, x, 1, state_in, mode);
-  EXPECT_TRUE(st.ok()) << st.message();
-  st = gdn->Backward(&dx, &dstate_in, &saved, dy, 1, &dstate_out, state_in);
-  EXPECT_TRUE(st.ok()) << st.message();
-  LayerRun r{ToVector(y), ToVector(state_out.S), ToVector(state_out.tail_q),
-             ToVector(state_out.tail_k), ToVector(state_out.tail_v), ToVector(dx),
-             ToVector(dstate_in.S), ToVector(dstate_in.tail_q),
-             ToVector(dstate_in.tail_k), ToVector(dstate_in.tail_v), {}};
-  for (Param<T>& p : gdn->params()) r.dparams.push_back(ToVector(p.grad));
-  return r;
-}
-
-// Central differences of `f` at the elements `indices` of `values`.
-std::vector<double> CentralDiff(const std::function<double()>& f,
-                                std::vector<double>* values,
-                                const std::vector<int64_t>& indices, double h) {
-  std::vector<double> out;
-  for (int64_t i : indices) {
-    const double saved = (*values)[i];
-    (*values)[i] = saved + h;
-    const double up = f();
-    (*values)[i] = saved - h;
-    const double down = f();
-    (*values)[i] = saved;
-    out.push_back((up - down) / (2 * h));
-  }
-  return out;
-}
-
-std::vector<int64_t> AllIndices(int64_t n) {
-  std::vector<int64_t> idx(n);
-  for (int64_t i = 0; i < n; ++i) idx[i] = i;
-  return idx;
-}
-
-// Up to `k` indices spread over [0, n), always including the first and last.
-std::vector<int64_t> SampleIndices(int64_t n, int64_t k, std::mt19937_64& rng) {
-  if (n <= k) return AllIndices(n);
-  std::vector<int64_t> idx = {0, n - 1};
-  std::uniform_int_distribution<int64_t> dist(1, n - 2);
-  while (static_cast<int64_t>(idx.size()) < k) idx.push_back(dist(rng));
-  return idx;
-}
-
-::testing::AssertionResult MatchesDiff(const std::string& what,
-                                       const std::vector<double>& analytic,
-                                       const std::vector<int64_t>& indices,
-                                       const std::vector<double>& numeric) {
-  for (size_t j = 0; j < indices.size(); ++j) {
-    const double a = analytic[indices[j]], n = numeric[j];
-    if (!(std::abs(a - n) <= 1e-7 + 1e-6 * std::abs(n))) {
-      return ::testing::AssertionFailure()
-             << what << "[" << indices[j] << "]: backward " << a
-             << ", central difference " << n;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 class GdnLayerGradTest
     : public ::testing::TestWithParam<std::tuple<LayerCase, Recompute>> {};
 
 TEST_P(GdnLayerGradTest, BackwardMatchesCentralDifferences) {
   const LayerCase c = std::get<0>(GetParam());
-  const Recompute mode = std::get<1>(GetParam());  // not a structured binding: f captures it
+  const Recompute mode = std::get<1>(GetParam());
   SCOPED_TRACE(c.Name() + " recompute " + std::string(models::RecomputeName(mode)));
   const GdnLayerDims d = SmallDims(c);
   TrackingAllocator alloc(0);
   auto gdn = GdnLayer<double>::Make(alloc, d, /*layer=*/2, /*num_layers=*/3, 7);
   ASSERT_TRUE(gdn.ok()) << gdn.status().message();
   RandomizeParams(&*gdn, 11);
-  std::mt19937_64 rng(13);
-  BlockInputs in = MakeInputs(d, c.S, rng);
-  const LayerRun run = ForwardBackward(&*gdn, alloc, in, mode);
-  auto f = [&] { return ForwardObjective(&*gdn, alloc, in, mode); };
-  const double h = 1e-6;
-  const struct {
-    const char* name;
-    std::vector<double>* values;
-    const std::vector<double>* grad;
-  } inputs[] = {{"x", &in.x, &run.dx},      {"S_in", &in.S, &run.dS},
-                {"tail_q", &in.tq, &run.dtq}, {"tail_k", &in.tk, &run.dtk},
-                {"tail_v", &in.tv, &run.dtv}};
-  for (const auto& input : inputs) {
-    // Every element, except 256 sampled ones of a long chunk's input.
-    const std::vector<int64_t> idx =
-        SampleIndices(static_cast<int64_t>(input.values->size()), 256, rng);
-    EXPECT_TRUE(MatchesDiff(input.name, *input.grad, idx,
-                            CentralDiff(f, input.values, idx, h)));
-  }
-  for (int id = 0; id < GdnLayer<double>::kNumParams; ++id) {
-    Param<double>& p = gdn->param(static_cast<GdnLayer<double>::ParamId>(id));
-    std::vector<double> values = ToVector(p.value);
-    const std::vector<int64_t> idx = SampleIndices(p.value.numel(), 12, rng);
-    auto fp = [&] {
-      testing::Assign(&p.value, values);
-      return f();
-    };
-    EXPECT_TRUE(MatchesDiff(p.name, run.dparams[id], idx, CentralDiff(fp, &values, idx, h)));
-    testing::Assign(&p.value, values);
-  }
+  ExpectBackwardMatchesCentralDifferences(&*gdn, alloc, c, mode);
 }
 
 // Several kernel blocks with a partial last one; a chunk shorter than W - 1;
@@ -265,6 +63,19 @@ INSTANTIATE_TEST_SUITE_P(
            << models::RecomputeName(std::get<1>(info.param));
       return name.str();
     });
+
+// A sequence in two chunks, the state handed over and its gradient chained
+// back, equals one chunk of both (float64, three kernel blocks cut mid-block).
+TEST(GdnLayerTest, TwoChunksEqualOne) {
+  const GdnLayerDims d = SmallDims({0, 4, 16});
+  TrackingAllocator alloc(0);
+  auto one = GdnLayer<double>::Make(alloc, d, 1, 2, 5);
+  auto two = GdnLayer<double>::Make(alloc, d, 1, 2, 5);
+  ASSERT_TRUE(one.ok() && two.ok());
+  RandomizeParams(&*one, 3);
+  RandomizeParams(&*two, 3);
+  ExpectTwoChunksEqualOne(&*one, &*two, alloc, 21, 19, 1e-12);
+}
 
 TEST(GdnLayerTest, RecomputeFullIsBitIdenticalToNone) {
   const LayerCase c{37, 4, 16};
@@ -385,7 +196,7 @@ TEST(GdnLayerTest, SavedBytesPerMode) {
     std::mt19937_64 rng(1);
     const BlockInputs in = MakeInputs(d, c.S, rng);
     Tensor<double> x = FromVector<double>(alloc, kWs, {c.S, d.C}, in.x);
-    GdnState<double> state_in = MakeState<double>(alloc, d, in.S, in.tq, in.tk, in.tv);
+    GdnState<double> state_in = MakeState<GdnState<double>>(alloc, d, in.S, in.tq, in.tk, in.tv);
     const int64_t ws_before = alloc.LiveBytes(kWs);
     Tensor<double> y;
     GdnState<double> state_out;

@@ -55,9 +55,9 @@ class GdnGateCase : public KernelCase {
   int64_t T_, H_;
 };
 
-class GdnBetaCase : public KernelCase {
+class SigmoidCase : public KernelCase {
  public:
-  explicit GdnBetaCase(int64_t n) : n_(n) {}
+  explicit SigmoidCase(int64_t n) : n_(n) {}
   std::string Name() const override { return "gdn_beta n=" + std::to_string(n_); }
   std::vector<std::string> InputNames() const override { return {"b"}; }
   Buffers MakeInputs(std::mt19937_64& rng) const override {
@@ -65,7 +65,7 @@ class GdnBetaCase : public KernelCase {
   }
   KernelRun Run(Variant variant, const Buffers& in,
                 const Buffers& douts) const override {
-    SF_RUN_KERNEL_VARIANTS(GdnBetaForward, GdnBetaBackward, in, douts);
+    SF_RUN_KERNEL_VARIANTS(SigmoidForward, SigmoidBackward, in, douts);
   }
 
  private:
@@ -127,7 +127,7 @@ TEST(GdnPrep, Gate) {
   CheckKernelCase(GdnGateCase(1, 1), 2);
 }
 
-TEST(GdnPrep, Beta) { CheckKernelCase(GdnBetaCase(12), 3); }
+TEST(GdnPrep, Beta) { CheckKernelCase(SigmoidCase(12), 3); }
 
 TEST(GdnPrep, L2Norm) {
   CheckKernelCase(L2NormCase(6, 8, 1.0 / std::sqrt(8.0)), 4);  // q

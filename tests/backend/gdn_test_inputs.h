@@ -40,7 +40,7 @@ inline Buffers LayerLikeInputs(const GdnShape& s, std::mt19937_64& rng) {
                    1.0 / std::sqrt(static_cast<double>(s.Dk)), 1e-6);
   L2NormForwardRef(k.data(), rnorm.data(), k_raw.data(), rows, s.Dk, 1.0, 1e-6);
   GdnGateForwardRef(g.data(), a.data(), A_log.data(), dt_bias.data(), s.T, s.H);
-  GdnBetaForwardRef(beta.data(), b.data(), rows);
+  SigmoidForwardRef(beta.data(), b.data(), rows);
   return {q, k, RandomVector(rng, rows * s.Dv, -1, 1), g, beta,
           RandomVector(rng, s.H * s.Dv * s.Dk, -0.5, 0.5)};
 }

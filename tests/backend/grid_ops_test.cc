@@ -307,8 +307,8 @@ Outputs RunGdnPrep(Impl impl, const Buffers& in, const Buffers& d, int64_t R,
   SF_GDN_CALL(impl, T, GdnGateForward, g.data(), a.data(), A_log.data(), dt.data(), T_len, H);
   SF_GDN_CALL(impl, T, GdnGateBackward, da.data(), dA.data(), ddt.data(), dg.data(),
           a.data(), A_log.data(), dt.data(), T_len, H);
-  SF_GDN_CALL(impl, T, GdnBetaForward, beta.data(), b.data(), T_len * H);
-  SF_GDN_CALL(impl, T, GdnBetaBackward, db.data(), dbeta.data(), beta.data(), T_len * H);
+  SF_CALL(impl, T, SigmoidForward, beta.data(), b.data(), T_len * H);
+  SF_CALL(impl, T, SigmoidBackward, db.data(), dbeta.data(), beta.data(), T_len * H);
   return {{"l2 y", ToDouble(y)},     {"rnorm", ToDouble(rn)},  {"l2 dx", ToDouble(dx)},
           {"g", ToDouble(g)},        {"da", ToDouble(da)},     {"dA_log", ToDouble(dA)},
           {"ddt_bias", ToDouble(ddt)}, {"beta", ToDouble(beta)}, {"db", ToDouble(db)}};

@@ -34,7 +34,8 @@ std::vector<MemoryCase> Grid() {
   }
   // Issue 11: every family the backend runs, several sequences per
   // microbatch and alpha partitions.
-  for (const char* preset : {"mamba3-tiny", "gdn-hybrid-tiny", "mamba3-hybrid-tiny"}) {
+  for (const char* preset :
+       {"mamba3-tiny", "gdn-hybrid-tiny", "mamba3-hybrid-tiny", "kda-tiny", "kda-hybrid-tiny"}) {
     for (const char* recompute : {"none", "full"}) {
       for (int P : {1, 2, 4}) {
         for (int N : {1, 2, 4, 8}) {

@@ -18,6 +18,7 @@
 #include "models/cost_model.h"
 #include "models/model.h"
 #include "sim/simulation.h"
+#include "tests/family_presets.h"
 #include "tests/scenario_testing.h"
 
 namespace stateflow::backend::testing {
@@ -52,9 +53,17 @@ inline std::string CaseName(const MemoryCase& c) {
 // Readable parameters in test logs (gtest prints unknown types as bytes).
 inline void PrintTo(const MemoryCase& c, std::ostream* os) { *os << CaseName(c); }
 
-// The host-grid device's cases: the four tiny families, P in {1, 2},
+// The tiny presets of every family (tests/family_presets.h), kept for the
+// life of the program (MemoryCase holds a pointer).
+inline const std::vector<std::string>& MemoryFamilyPresets() {
+  static const std::vector<std::string>* presets =
+      new std::vector<std::string>(::stateflow::testing::TinyFamilyPresets());
+  return *presets;
+}
+
+// The host-grid device's cases: every family's two tiny presets, P in {1, 2},
 // N in {1, 2, 4}, recompute none and full, each of `dtypes` (M = 2,
-// T = 256). kPairs picks 12 of them in which every pair of values of any two
+// T = 256). kPairs picks 3 per preset in which every pair of values of any two
 // of those factors occurs (preset i and N index j give P = 1 + (i + j) % 2,
 // recompute (i / 2 + j) % 2 and dtype (i + i / 2 + j + 1) % 2): the
 // sanitizer build runs these (memory_check_test.cc, which checks the
@@ -62,12 +71,11 @@ inline void PrintTo(const MemoryCase& c, std::ostream* os) { *os << CaseName(c);
 enum class HostGridSubset { kPairs, kRest };
 inline std::vector<MemoryCase> HostGridCases(const std::vector<const char*>& dtypes,
                                              HostGridSubset subset) {
-  const char* const presets[] = {"gdn-tiny", "gdn-hybrid-tiny", "mamba3-tiny",
-                                 "mamba3-hybrid-tiny"};
+  const std::vector<std::string>& presets = MemoryFamilyPresets();
   const int ns[] = {1, 2, 4};
   const char* const recomputes[] = {"none", "full"};
   std::vector<MemoryCase> cases;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < static_cast<int>(presets.size()); ++i) {
     for (int P : {1, 2}) {
       for (int j = 0; j < 3; ++j) {
         for (int r = 0; r < 2; ++r) {
@@ -76,7 +84,8 @@ inline std::vector<MemoryCase> HostGridCases(const std::vector<const char*>& dty
                               (dtypes.size() == 1 ||
                                static_cast<int>(d) == (i + i / 2 + j + 1) % 2);
             if (pair != (subset == HostGridSubset::kPairs)) continue;
-            MemoryCase c{presets[i], "stateflow", P, 2, ns[j], recomputes[r], dtypes[d], 256};
+            MemoryCase c{presets[i].c_str(), "stateflow", P, 2, ns[j], recomputes[r], dtypes[d],
+                         256};
             c.device = "host-grid";
             cases.push_back(c);
           }

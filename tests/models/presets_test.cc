@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "models/family.h"
 #include "models/model.h"
 
 namespace stateflow::models {
@@ -52,6 +53,21 @@ double RefMambaMixer(const pb::ModelSpec& m) {
               {inner, h}});                               // out_proj
 }
 
+// backend/layers/kda_layer.h: Kimi Linear's KDA mixer, the decay and the
+// output gate low rank (rank = head_dim_v), the output gate with a bias.
+double RefKdaMixer(const pb::ModelSpec& m) {
+  const double h = m.hidden_size(), n = m.num_heads(), r = m.head_dim_v();
+  const double kd = n * m.head_dim_k(), vd = n * m.head_dim_v();
+  return Sum({{h, kd}, {h, kd}, {h, vd},                // q, k, v
+              {h, r}, {r, kd},                          // f_proj.0, f_proj.1
+              {h, n},                                   // b
+              {h, r}, {r, vd}, {1, vd},                 // g_proj.0, g_proj.1 and its bias
+              {1, n}, {1, kd},                          // A_log, dt_bias (per channel)
+              {double(m.conv_width()), kd + kd + vd},   // depthwise conv
+              {1, r},                                   // output norm
+              {vd, h}});                                // o_proj
+}
+
 double RefAttentionMixer(const pb::ModelSpec& m) {
   const double h = m.hidden_size();
   const double q = double(m.attn_heads()) * m.attn_head_dim();
@@ -69,6 +85,7 @@ double RefModelParams(const pb::ModelSpec& m) {
         hybrid && (j % (m.hybrid_period() + 1)) == m.hybrid_period();
     double mixer = attention ? RefAttentionMixer(m)
                    : m.architecture() == "mamba3" ? RefMambaMixer(m)
+                   : m.architecture() == "kda"    ? RefKdaMixer(m)
                                                   : RefGdnMixer(m);
     total += mixer + RefMlpAndNorms(m);
   }
@@ -91,6 +108,20 @@ TEST(ModelPresets, AllValidateAndAreUnique) {
         "mamba3-hybrid-3b", "mamba3-hybrid-15b", "mamba3-hybrid-32b",
         "gdn-tiny", "gdn-small", "gdn-hybrid-tiny", "mamba3-tiny"}) {
     EXPECT_TRUE(seen.count(name)) << name;
+  }
+}
+
+// Every registered family has the two tiny presets the backend's tests run
+// (tests/family_presets.h), of its own architecture.
+TEST(ModelPresets, EveryFamilyHasTinyPresets) {
+  for (const Family* f : Families()) {
+    for (const std::string suffix : {"-tiny", "-hybrid-tiny"}) {
+      const std::string name = std::string(f->name()) + suffix;
+      Result<pb::ModelSpec> m = ModelPreset(name);
+      ASSERT_TRUE(m.ok()) << name << ": " << m.status().message();
+      EXPECT_EQ(m->architecture(), f->name()) << name;
+      EXPECT_EQ(m->layer_pattern(), suffix == "-tiny" ? "recurrent" : "hybrid") << name;
+    }
   }
 }
 

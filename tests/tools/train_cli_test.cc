@@ -18,6 +18,7 @@
 
 #include "proto/stateflow.pb.h"
 #include "tests/backend/subprocess_util.h"
+#include "tests/family_presets.h"
 
 namespace stateflow::backend::testing {
 namespace {
@@ -231,8 +232,8 @@ TEST_P(TrainFamily, HostGridGivesTheLossesOfCpu) {
   EXPECT_LT(RelError(b, ref), 1e-12) << "mpirun -n 2";
 }
 
-INSTANTIATE_TEST_SUITE_P(Issue11, TrainFamily, ::testing::Values("gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny",
-                                           "mamba3-hybrid-tiny"),
+// Every registered family's two tiny presets (tests/family_presets.h).
+INSTANTIATE_TEST_SUITE_P(Issue11, TrainFamily, ::testing::ValuesIn(::stateflow::testing::TinyFamilyPresets()),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) c = c == '-' ? '_' : c;

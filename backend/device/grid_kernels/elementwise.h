@@ -161,17 +161,17 @@ struct GdnGateInputGradFn {
   }
 };
 
-// GdnBetaForward: beta = sigmoid(b).
+// SigmoidForward: beta = sigmoid(b) (Ops::SigmoidForward).
 template <typename T>
-struct GdnBetaForwardFn {
+struct SigmoidForwardFn {
   T* beta;
   const T* b;
   SF_HD void operator()(int64_t i) const { beta[i] = Sigmoid(b[i]); }
 };
 
-// GdnBetaBackward: db = dbeta beta (1 - beta).
+// SigmoidBackward: db = dbeta beta (1 - beta).
 template <typename T>
-struct GdnBetaBackwardFn {
+struct SigmoidBackwardFn {
   T* db;
   const T* dbeta;
   const T* beta;

@@ -240,8 +240,8 @@ Case<T> ElementwiseCase() {
     T* dbeta_in = sp.Put(std::vector<T>(T_len * H));
     kn.gdn.GdnGateForward(g, ga, A_log, dt, T_len, H);
     kn.gdn.GdnGateBackward(da, dA, ddt, dg, ga, A_log, dt, T_len, H);
-    kn.gdn.GdnBetaForward(beta, ga, T_len * H);
-    kn.gdn.GdnBetaBackward(dbeta_in, dg, beta, T_len * H);
+    kn.ops.SigmoidForward(beta, ga, T_len * H);
+    kn.ops.SigmoidBackward(dbeta_in, dg, beta, T_len * H);
     T* cx = sp.Put(Rand<T>(19, T_len * C, -1, 1));
     T* cw = sp.Put(Rand<T>(20, W * C, -1, 1));
     T* tail = sp.Put(Rand<T>(21, (W - 1) * C, -1, 1));
