@@ -54,7 +54,7 @@ std::string_view SystemName(System system);
 // frameworks) rather than vocabulary slices (StateFlow's runtime).
 inline bool FullLogitsLoss(System system) { return system != System::kStateFlow; }
 // Whether the system splits the layers over the pipeline stages evenly by
-// count (the frameworks: models::EvenBlockStages) rather than balanced by
+// count (the frameworks: models::EvenLayerStages) rather than balanced by
 // their cost (StateFlow's runtime: models::AssignStages).
 inline bool FrameworkLayerSplit(System system) { return system != System::kStateFlow; }
 

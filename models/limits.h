@@ -61,6 +61,9 @@ inline constexpr IntRange kDataSize{1, 1 << 20};
 inline constexpr IntRange kMicrobatchSize{1, 1 << 20};
 inline constexpr IntRange kMicrobatches{1, 1 << 20};
 inline constexpr IntRange kChunks{1, 1 << 20};
+// schedule.st_tile (B_V, the state transition's tile of value rows), the
+// --st-tile flag and a sweep's st_tile list.
+inline constexpr IntRange kStTile{1, 4096};
 inline constexpr IntRange kGranularity{1, 1 << 20};
 inline constexpr RealRange kAlpha{0.0, 100.0};
 inline constexpr IntRange kSeqLen{1, std::int64_t{1} << 40};

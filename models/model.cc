@@ -168,11 +168,11 @@ Status ValidateCluster(const pb::ClusterSpec& cluster) {
   return CheckRange("cluster.devices_per_node", cluster.devices_per_node(), kDevicesPerNode);
 }
 
-bool IsAttentionBlock(const pb::ModelSpec& model, int block) {
+bool IsAttentionLayer(const pb::ModelSpec& model, int layer) {
   if (!IsHybrid(model) || model.hybrid_period() < 1) return false;
   // 64-bit: hybrid_period + 1 neither wraps nor overflows for any uint32.
   const std::int64_t period = static_cast<std::int64_t>(model.hybrid_period()) + 1;
-  return (static_cast<std::int64_t>(block) + 1) % period == 0;
+  return (static_cast<std::int64_t>(layer) + 1) % period == 0;
 }
 
 std::vector<LayerKind> LayerList(const pb::ModelSpec& model) {
@@ -182,7 +182,7 @@ std::vector<LayerKind> LayerList(const pb::ModelSpec& model) {
   layers.reserve(static_cast<std::size_t>(blocks) + 2);
   layers.push_back(LayerKind::kEmbedding);
   for (int j = 0; j < blocks; ++j) {
-    layers.push_back(IsAttentionBlock(model, j) ? LayerKind::kAttention
+    layers.push_back(IsAttentionLayer(model, j) ? LayerKind::kAttention
                                                 : LayerKind::kRecurrence);
   }
   layers.push_back(LayerKind::kHead);

@@ -1,8 +1,8 @@
 // Model and cluster presets, validation of a ModelSpec, and the model's layer
 // list: what layers a model has, in order, and which stage holds which.
 //
-// The layer list is [embedding, block_0, ..., block_{L-1}, head]: the
-// embedding lives on the first stage; each block is a mixer (recurrence or
+// The layer list is [embedding, layer_0, ..., layer_{L-1}, head]: the
+// embedding lives on the first stage; each layer is a mixer (recurrence or
 // softmax attention) plus a SwiGLU MLP, pre-norm, residual; the head (final
 // norm, output layer, loss) lives on the last stage.
 //
@@ -62,13 +62,14 @@ double UsableMemoryBytes(const pb::DeviceSpec& device);
 // sweep and the capacity planner.
 bool OutOfMemory(double peak_bytes, const pb::DeviceSpec& device);
 
-// [embedding, blocks..., head]; size num_layers + 2.
+// [embedding, layers..., head]; size num_layers + 2.
 std::vector<LayerKind> LayerList(const pb::ModelSpec& model);
 
-// Whether block j (0-based, 0 <= j < num_layers) is softmax attention: in a
+// Whether layer j (0-based among the mixer layers, 0 <= j < num_layers) is
+// softmax attention: in a
 // hybrid, iff (j + 1) % (hybrid_period + 1) == 0 (3:1 gives R R R A R R R A
 // ...); never in a recurrent model.
-bool IsAttentionBlock(const pb::ModelSpec& model, int block);
+bool IsAttentionLayer(const pb::ModelSpec& model, int layer);
 
 // Softmax-attention K/V heads: attn_heads / gqa_group_size.
 int KvHeads(const pb::ModelSpec& model);
@@ -87,16 +88,17 @@ struct StageLayers {
 // Contiguous assignment of the layer list to `stages` stages balancing the
 // per-stage cost `layer_costs` (one value per layer of the layer list, e.g.
 // forward+backward time of one chunk); the embedding stays on stage 0 and the
-// head on the last stage; every stage gets at least one block. Exact
+// head on the last stage; every stage gets at least one mixer layer. Exact
 // (minimises the maximum stage cost). Error if stages > num_layers.
 Result<std::vector<StageLayers>> AssignStages(
     const std::vector<double>& layer_costs, int stages);
 
 // Megatron-Core's assignment (r0.12's TransformerBlock without
-// --decoder-first/last-pipeline-num-layers): blocks / stages blocks per
+// --decoder-first/last-pipeline-num-layers): layers / stages layers per
 // stage, in order, the embedding with stage 0's and the head with the last
 // stage's, whatever they cost. Error (naming parallel.pipeline_size) unless
-// `stages` divides `blocks`, as Megatron-Core's config check refuses it.
-Result<std::vector<StageLayers>> EvenBlockStages(int blocks, int stages);
+// `stages` divides `layers` (the mixer layers), as Megatron-Core's config
+// check refuses it.
+Result<std::vector<StageLayers>> EvenLayerStages(int layers, int stages);
 
 }  // namespace stateflow::models

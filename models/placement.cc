@@ -1,5 +1,7 @@
 #include "models/placement.h"
 
+#include "models/limits.h"
+
 namespace stateflow::models {
 
 Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
@@ -19,10 +21,7 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
   const std::string& device = scenario.train().device();
   if (device == "host-grid" || device == "cuda") options.core_workspace = CoreWorkspace::kGrid;
   if (schedule.has_st_tile()) {
-    if (schedule.st_tile() == 0 || schedule.st_tile() > 4096) {
-      return Status::Invalid("schedule.st_tile: " + std::to_string(schedule.st_tile()) +
-                             " is out of range [1, 4096]");
-    }
+    SF_RETURN_IF_ERROR(CheckRange("schedule.st_tile", schedule.st_tile(), kStTile));
     options.st_tile = static_cast<int>(schedule.st_tile());
   }
   return options;
@@ -31,7 +30,7 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
 Result<std::vector<StageLayers>> AssignScenarioStages(const CostModel& cm, int stages,
                                                       std::int64_t seq_len) {
   if (FrameworkLayerSplit(cm.options().system)) {
-    return EvenBlockStages(cm.num_layers() - 2, stages);
+    return EvenLayerStages(cm.num_layers() - 2, stages);
   }
   std::vector<double> layer_costs(cm.num_layers());
   for (int l = 0; l < cm.num_layers(); ++l) {

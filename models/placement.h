@@ -26,7 +26,7 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
 
 // Layers balanced by their forward+backward FLOPs over the whole sequence
 // (AssignStages: embedding on stage 0, head on the last); in a framework's
-// system (megatron-core, ms-swift), its even split instead (EvenBlockStages).
+// system (megatron-core, ms-swift), its even split instead (EvenLayerStages).
 Result<std::vector<StageLayers>> AssignScenarioStages(const CostModel& cost_model,
                                                       int stages, std::int64_t seq_len);
 

@@ -106,10 +106,8 @@ Status ValidateSchedule(const pb::ScheduleSpec& schedule, std::string_view field
                            Known(schedule::PolicyNames()) + ")");
   }
   SF_RETURN_IF_ERROR(models::CheckRange(f + ".chunks", schedule.chunks(), models::kChunks));
-  if (schedule.policy() == "1f1b" && schedule.chunks() != 1) {
-    return Status::Invalid(f + ".chunks must be 1 for policy 1f1b (got " +
-                           std::to_string(schedule.chunks()) + ")");
-  }
+  SF_RETURN_IF_ERROR(schedule::CheckPolicyChunks(schedule.policy(), schedule.chunks(),
+                                                 f + ".chunks"));
   SF_RETURN_IF_ERROR(models::CheckRange(f + ".alpha", schedule.alpha(), models::kAlpha));
   SF_RETURN_IF_ERROR(
       models::CheckRange(f + ".granularity", schedule.granularity(), models::kGranularity));
@@ -170,6 +168,17 @@ Result<ResolvedScenario> ResolvedScenario::WithSchedule(pb::ScheduleSpec schedul
   SF_ASSIGN_OR_RETURN(*out.scenario_.mutable_schedule(),
                       ResolveSchedule(std::move(schedule), "schedule"));
   return out;
+}
+
+Result<ResolvedScenario> ForBackendRun(const ResolvedScenario& scenario, std::string_view dtype,
+                                       std::string_view device) {
+  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec precision, models::PrecisionForDtype(dtype));
+  pb::Scenario s = scenario.proto();
+  *s.mutable_precision() = precision;
+  if (!device.empty()) s.mutable_train()->set_device(std::string(device));
+  s.clear_baselines();
+  s.clear_sweep();
+  return Resolve(std::move(s));
 }
 
 Result<ResolvedScenario> ResolvedScenario::WithParallel(const pb::ParallelSpec& parallel) const {

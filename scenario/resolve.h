@@ -54,6 +54,16 @@ class ResolvedScenario {
   pb::Scenario scenario_;
 };
 
+// The scenario of one run of the backend, built one way for every caller
+// (the trainer's setup, train's memory check, validate's and profile's
+// runs): the precision of the run's element type `dtype` (float32, float64
+// or bf16: models::PrecisionForDtype; empty: float32) and, when `device` is
+// not empty, train.device the run's (whose recurrence-core
+// scratch the memory model counts: models/placement.cc), and no baselines or
+// sweep. Errors: an unknown dtype, naming train.dtype.
+Result<ResolvedScenario> ForBackendRun(const ResolvedScenario& scenario, std::string_view dtype,
+                                       std::string_view device);
+
 // Fills a schedule's defaults (policy stateflow, chunks 1, granularity 128,
 // recompute none) and checks it; `field` prefixes the messages ("schedule",
 // "baselines[0]").

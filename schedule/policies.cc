@@ -83,19 +83,29 @@ int StateflowWarmupForwards(int stages, int microbatches, int chunks, int stage)
   return static_cast<int>(std::min(units, pipeline));
 }
 
+bool WholeSequencePolicy(std::string_view policy) { return policy == "1f1b"; }
+
+std::optional<long long> ChunksFor(std::string_view policy, std::optional<long long> requested) {
+  if (!requested && WholeSequencePolicy(policy)) return 1;
+  return requested;
+}
+
+Status CheckPolicyChunks(std::string_view policy, long long chunks, std::string_view field) {
+  if (!WholeSequencePolicy(policy) || chunks == 1) return Status::Ok();
+  return Status::Invalid(std::string(field) + " must be 1 for policy " + std::string(policy) +
+                         " (whole-sequence microbatches), got " + std::to_string(chunks) +
+                         "; policy stateflow runs 1F1B over chunks");
+}
+
 Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int chunks) {
   const bool gpipe = policy == "gpipe";
-  const bool one_f_one_b = policy == "1f1b";
+  const bool one_f_one_b = WholeSequencePolicy(policy);
   if (!gpipe && !one_f_one_b && policy != "stateflow") {
     return Status::Invalid("schedule.policy '" + std::string(policy) +
                            "' is unknown (known: " + KnownPolicies() + ")");
   }
   SF_RETURN_IF_ERROR(CheckDimensions(stages, microbatches, chunks));
-  if (one_f_one_b && chunks != 1) {
-    return Status::Invalid("schedule.chunks must be 1 for policy 1f1b (whole-sequence "
-                           "microbatches), got " + std::to_string(chunks) +
-                           "; policy stateflow runs 1F1B over chunks");
-  }
+  SF_RETURN_IF_ERROR(CheckPolicyChunks(policy, chunks, "schedule.chunks"));
   const long long units = static_cast<long long>(microbatches) * chunks;
   std::vector<std::vector<Action>> per_stage(stages);
   for (int r = 0; r < stages; ++r) {

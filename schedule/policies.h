@@ -7,6 +7,7 @@
 //   Result<Plan> plan = MakePlan("stateflow", /*P=*/4, /*M=*/2, /*N=*/3);
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,19 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
 
 // The names MakePlan accepts.
 const std::vector<std::string>& PolicyNames();
+
+// The rule that a whole-sequence policy ("1f1b") runs one chunk per
+// microbatch, in one place: every room that fills in or checks a schedule
+// asks these.
+//   WholeSequencePolicy: whether `policy` takes whole-sequence microbatches.
+//   ChunksFor: the chunk count a schedule of `policy` runs when `requested`
+//     (the flag, row or spec; nullopt: not given) says so: 1 for a
+//     whole-sequence policy given none, else `requested` (or `fallback`).
+//   CheckPolicyChunks: Ok, or "<field> must be 1 for policy 1f1b
+//     (whole-sequence microbatches), got N; ..." naming `field`.
+bool WholeSequencePolicy(std::string_view policy);
+std::optional<long long> ChunksFor(std::string_view policy, std::optional<long long> requested);
+Status CheckPolicyChunks(std::string_view policy, long long chunks, std::string_view field);
 
 // The number of forwards stage r of the "stateflow" policy runs before its
 // first backward: min(M N, N + P - r - 1) (for "1f1b", N = 1: min(M, P - r)).

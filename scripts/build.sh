@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
 # Configures and builds StateFlow into build/ (Release), or into build-asan/
-# (address and undefined-behaviour sanitizers) with `--sanitize`.
+# (address and undefined-behaviour sanitizers) with `--sanitize`; every
+# target, or only the targets named after the options:
+#
+#   scripts/build.sh                  # everything (the tests' build)
+#   scripts/build.sh stateflow        # the command line alone (main.sh)
+#   scripts/build.sh --sanitize
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=build
 args=(-DCMAKE_BUILD_TYPE=Release)
+sanitize=0
 if [ "${1:-}" = "--sanitize" ]; then
+  sanitize=1
+  shift
+fi
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+if [ "$sanitize" = 1 ]; then
   dir=build-asan
   # -O1 with line tables only: sanitizer reports keep file:line, the build
   # stays quick.
@@ -22,4 +34,4 @@ if [ "${1:-}" = "--sanitize" ]; then
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$dir" "${args[@]}" >/dev/null
-cmake --build "$dir" -j "$jobs"
+cmake --build "$dir" -j "$jobs" "${targets[@]}"

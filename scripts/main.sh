@@ -8,7 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+# The stateflow program alone: the pictures need only it and Python's
+# matplotlib (scripts/test.sh builds the tests, benchmarks and the CUDA
+# program too).
+bash scripts/build.sh stateflow
 
 mkdir -p out
 ./build/stateflow simulate --trace out/default-trace.json

@@ -16,6 +16,7 @@
 #include "common/text.h"
 #include "models/limits.h"
 #include "models/model.h"
+#include "schedule/policies.h"
 #include "sim/simulation.h"
 
 namespace stateflow::sim {
@@ -609,9 +610,9 @@ Result<std::vector<CalibrationRun>> ApplyRows(const scenario::ResolvedScenario& 
     pb::ParallelSpec* par = s.mutable_parallel();
     if (!row.policy.empty()) {
       schedule->set_policy(row.policy);
-      if (row.policy == "1f1b" && !row.chunks) schedule->set_chunks(1);
     }
-    if (row.chunks) schedule->set_chunks(static_cast<std::uint32_t>(*row.chunks));
+    const std::optional<long long> chunks = schedule::ChunksFor(row.policy, row.chunks);
+    if (chunks) schedule->set_chunks(static_cast<std::uint32_t>(*chunks));
     if (row.alpha) schedule->set_alpha(*row.alpha);
     if (!row.recompute.empty()) schedule->set_recompute(row.recompute);
     if (!row.system.empty()) schedule->set_system(row.system);

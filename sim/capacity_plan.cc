@@ -204,7 +204,7 @@ std::string SplitRejection(const pb::Scenario& s, int stages, int tensor_size, i
            std::to_string(s.model().num_layers()) + " (every stage needs a block)";
   }
   // A framework's schedule (megatron-core, ms-swift) splits the layers
-  // evenly over the stages (models::EvenBlockStages).
+  // evenly over the stages (models::EvenLayerStages).
   for (const pb::ScheduleSpec* spec : SchedulesOf(s)) {
     Result<models::System> system = models::ParseSystem(spec->system());
     if (system.ok() && models::FrameworkLayerSplit(*system) &&

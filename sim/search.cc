@@ -78,9 +78,6 @@ Status ValidatePolicies(const pb::SweepSpec& sweep) {
   return Status::Ok();
 }
 
-// B_V's range, as models/placement.cc checks schedule.st_tile.
-constexpr models::IntRange kStTile{1, 4096};
-
 bool HasAttention(const pb::ModelSpec& model) {
   for (models::LayerKind kind : models::LayerList(model)) {
     if (kind == models::LayerKind::kAttention) return true;
@@ -282,7 +279,7 @@ Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::Sweep
     }
   }
   SF_RETURN_IF_ERROR(InRange("seq_len", sweep.seq_len(), models::kSeqLen));
-  SF_RETURN_IF_ERROR(InRange("st_tile", sweep.st_tile(), kStTile));
+  SF_RETURN_IF_ERROR(InRange("st_tile", sweep.st_tile(), models::kStTile));
   SF_RETURN_IF_ERROR(NoRepeats("st_overlap", sweep.st_overlap()));
   return ValidatePolicies(sweep);
 }
@@ -313,7 +310,7 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
     if (chunks.empty()) chunks.push_back(static_cast<int>(std::max(1u, tmpl.chunks())));
     std::vector<double> alphas(sweep.alpha().begin(), sweep.alpha().end());
     if (alphas.empty()) alphas.push_back(tmpl.alpha());
-    if (policy == "1f1b") {
+    if (schedule::WholeSequencePolicy(policy)) {
       chunks = {1};
       alphas = {0.0};
     } else if (!alpha_matters && alphas.size() > 1) {

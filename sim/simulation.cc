@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "scenario/report_header.h"
 #include "sim/cost_source.h"
 
 namespace stateflow::sim {
@@ -118,29 +119,28 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
                       RunPlan(plan, *costs, {.record_timeline = options.record_timeline}));
 
   pb::Report& report = sim.report;
-  report.set_scenario(scenario.name());
-  report.set_source("simulate");
-  report.set_model(scenario.model().name());
-  report.set_policy(plan.policy());
-  report.set_pipeline_size(stages);
-  report.set_tensor_size(cost_options.tensor_size);
-  report.set_data_size(OrOne(par.data_size()));
-  report.set_microbatches(microbatches);
-  report.set_chunks(static_cast<std::uint32_t>(partition.num_chunks()));
-  report.set_alpha(sim.config.schedule.alpha());
-  report.set_seq_len(scenario.seq_len());
-  report.set_recompute(cost_options.recompute == models::Recompute::kFull ? "full" : "none");
+  scenario::FillReportHeader({.source = "simulate",
+                              .scenario = scenario.name(),
+                              .model = scenario.model().name(),
+                              .plan = &plan,
+                              .partition = &partition,
+                              .pipeline_size = stages,
+                              .tensor_size = cost_options.tensor_size,
+                              .data_size = OrOne(par.data_size()),
+                              .microbatches = microbatches,
+                              .seq_len = static_cast<std::int64_t>(scenario.seq_len()),
+                              .alpha = sim.config.schedule.alpha(),
+                              .recompute = cost_options.recompute,
+                              .st_overlap = cost_options.st_overlap,
+                              .st_tile = cost_options.st_tile,
+                              .cost_model = costs->name(),
+                              .time_unit = costs->time_unit()},
+                             &report);
   report.set_compute_units(cm.cluster().device().compute_units());
-  report.set_st_tile(static_cast<std::uint32_t>(cost_options.st_tile));
-  report.set_st_overlap(cost_options.st_overlap);
-  report.set_cost_model(costs->name());
-  report.set_time_unit(costs->time_unit());
-  for (std::int64_t b : partition.boundaries()) report.add_chunk_boundaries(b);
   report.set_step_time_s(sim.engine.step_time_s);
   const double tokens = static_cast<double>(microbatches) * cost_options.microbatch_size *
                         report.data_size() * static_cast<double>(seq_len);
   report.set_tokens_per_s(sim.engine.step_time_s > 0 ? tokens / sim.engine.step_time_s : 0);
-  report.set_num_tasks(plan.num_actions());
   report.set_num_events(sim.engine.num_events);
   report.set_capacity_bytes(capacity);
   report.set_usable_bytes(models::UsableMemoryBytes(scenario.cluster().device()));

@@ -168,7 +168,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
 
 }  // namespace
 
-int RunCalibrate(int argc, char** argv) {
+int CalibrateCommand(int argc, char** argv) {
   ScenarioFlags flags;
   std::string runs_path, fit_list, out_path, dtype;
   po::options_description desc("stateflow calibrate --runs FILE.csv [options]");

@@ -148,7 +148,7 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
 
 }  // namespace
 
-int RunCapacityPlan(int argc, char** argv) {
+int CapacityPlanCommand(int argc, char** argv) {
   PlanFlags flags;
   po::options_description desc("stateflow capacity [options]");
   desc.add_options()("help,h", "show this help")

@@ -14,6 +14,7 @@
 #include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "schedule/policies.h"
 #include "sim/calibrate.h"
 #include "tools/work_bounds.h"
 
@@ -206,9 +207,9 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   if (!f.policy.empty()) {
     primary->set_policy(f.policy);
     s.clear_baselines();
-    if (f.policy == "1f1b" && !f.chunks) primary->set_chunks(1);
   }
-  if (f.chunks) primary->set_chunks(static_cast<std::uint32_t>(*f.chunks));
+  const std::optional<long long> chunks = schedule::ChunksFor(f.policy, f.chunks);
+  if (chunks) primary->set_chunks(static_cast<std::uint32_t>(*chunks));
   if (f.alpha) primary->set_alpha(*f.alpha);
   if (!f.recompute.empty()) {
     primary->set_recompute(f.recompute);
@@ -226,10 +227,7 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
     for (auto& b : *s.mutable_baselines()) b.set_st_overlap(f.st_overlap == "on");
   }
   if (f.st_tile) {
-    if (*f.st_tile < 1 || *f.st_tile > 4096) {
-      return Status::Invalid("--st-tile: " + std::to_string(*f.st_tile) +
-                             " is out of range [1, 4096]");
-    }
+    SF_RETURN_IF_ERROR(models::CheckRange("--st-tile", *f.st_tile, models::kStTile));
     primary->set_st_tile(static_cast<std::uint32_t>(*f.st_tile));
     for (auto& b : *s.mutable_baselines()) b.set_st_tile(static_cast<std::uint32_t>(*f.st_tile));
   }

@@ -112,15 +112,16 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& fla
 Status ParseOptions(int argc, char** argv, const po::options_description& desc,
                     po::variables_map* vm);
 
-// Subcommands (argv[0] is the subcommand name).
-int RunSimulate(int argc, char** argv);
-int RunPlanDump(int argc, char** argv);
-int RunPresets(int argc, char** argv);
-int RunSweep(int argc, char** argv);         // sweep_command.cc
-int RunCapacityPlan(int argc, char** argv);  // capacity_plan_command.cc
-int RunTrain(int argc, char** argv);         // train_command.cc
-int RunProfile(int argc, char** argv);       // profile_command.cc
-int RunValidate(int argc, char** argv);      // validate_command.cc
-int RunCalibrate(int argc, char** argv);     // calibrate_command.cc
+// Subcommands (argv[0] is the subcommand name): `stateflow <name>`'s entry
+// points, one per command file.
+int SimulateCommand(int argc, char** argv);      // simulate_command.cc
+int PlanDumpCommand(int argc, char** argv);      // plan_command.cc
+int PresetsCommand(int argc, char** argv);       // plan_command.cc
+int SweepCommand(int argc, char** argv);         // sweep_command.cc
+int CapacityPlanCommand(int argc, char** argv);  // capacity_plan_command.cc
+int TrainCommand(int argc, char** argv);         // train_command.cc
+int ProfileCommand(int argc, char** argv);       // profile_command.cc
+int ValidateCommand(int argc, char** argv);      // validate_command.cc
+int CalibrateCommand(int argc, char** argv);     // calibrate_command.cc
 
 }  // namespace stateflow::tools

@@ -31,16 +31,16 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"simulate", "predict step time, bubbles and peak memory of a schedule", RunSimulate},
-    {"plan-dump", "write the plan (per-stage action order) of a schedule as text", RunPlanDump},
-    {"sweep", "simulate ranges of N, alpha, lengths, batches; best per cell", RunSweep},
-    {"capacity", "rank the P x TP x DP splits of a device count that fit in memory", RunCapacityPlan},
-    {"train", "train the model on real text with the MPI backend (one rank per stage)", RunTrain},
-    {"profile", "measure per-chunk layer, optimizer and link costs here (a CostTable)", RunProfile},
-    {"validate", "compare the simulator's predictions with real runs of the backend", RunValidate},
+    {"simulate", "predict step time, bubbles and peak memory of a schedule", SimulateCommand},
+    {"plan-dump", "write the plan (per-stage action order) of a schedule as text", PlanDumpCommand},
+    {"sweep", "simulate ranges of N, alpha, lengths, batches; best per cell", SweepCommand},
+    {"capacity", "rank the P x TP x DP splits of a device count that fit in memory", CapacityPlanCommand},
+    {"train", "train the model on real text with the MPI backend (one rank per stage)", TrainCommand},
+    {"profile", "measure per-chunk layer, optimizer and link costs here (a CostTable)", ProfileCommand},
+    {"validate", "compare the simulator's predictions with real runs of the backend", ValidateCommand},
     {"calibrate", "fit the cost model's free parameters to measured runs; write a cluster preset",
-     RunCalibrate},
-    {"presets", "list the model and cluster presets", RunPresets},
+     CalibrateCommand},
+    {"presets", "list the model and cluster presets", PresetsCommand},
 };
 
 void PrintUsage(std::ostream& out) {

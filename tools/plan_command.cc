@@ -54,7 +54,7 @@ The text form: one line per stage listing its actions in order; an action
 
 }  // namespace
 
-int RunPlanDump(int argc, char** argv) {
+int PlanDumpCommand(int argc, char** argv) {
   const char* name = "plan-dump";
   ScenarioFlags flags;
   std::string out_path;
@@ -89,7 +89,7 @@ int RunPlanDump(int argc, char** argv) {
   return kExitOk;
 }
 
-int RunPresets(int argc, char** argv) {
+int PresetsCommand(int argc, char** argv) {
   po::options_description desc("stateflow presets");
   desc.add_options()("help,h", "show this help");
   po::variables_map vm;

@@ -91,7 +91,7 @@ int Profile(const CommandFlags& flags) {
 
 }  // namespace
 
-int RunProfile(int argc, char** argv) {
+int ProfileCommand(int argc, char** argv) {
   CommandFlags flags;
   po::options_description desc(
       "stateflow profile --out FILE [options] (without --scenario: "

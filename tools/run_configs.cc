@@ -79,10 +79,8 @@ std::string ConfigName(const RunConfig& c) {
 }
 
 Result<scenario::ResolvedScenario> ScenarioFor(const scenario::ResolvedScenario& scenario,
-                                               const RunConfig& config,
-                                               const pb::PrecisionSpec* precision) {
+                                               const RunConfig& config) {
   pb::Scenario s = scenario.proto();
-  if (precision != nullptr) *s.mutable_precision() = *precision;
   *s.mutable_schedule() = config.schedule;
   s.clear_baselines();
   s.clear_sweep();

@@ -34,10 +34,10 @@ struct RunConfig {
 std::string ConfigName(const RunConfig& config);
 
 // The scenario narrowed to `config`: its schedule, no baselines and no
-// sweep, M and T set (and the precision, if given), resolved again.
+// sweep, M and T set, resolved again (a backend run of it then takes
+// scenario::ForBackendRun).
 Result<scenario::ResolvedScenario> ScenarioFor(const scenario::ResolvedScenario& scenario,
-                                               const RunConfig& config,
-                                               const pb::PrecisionSpec* precision = nullptr);
+                                               const RunConfig& config);
 
 // The list flags (--policies, --chunks-list, --alpha-list,
 // --microbatches-list, --seq-len-list, --global-batch-list as in

@@ -70,7 +70,7 @@ Result<schedule::Plan> LoadPlan(const std::string& path) {
 
 }  // namespace
 
-int RunSimulate(int argc, char** argv) {
+int SimulateCommand(int argc, char** argv) {
   ScenarioFlags flags;
   std::string plan_path, trace_path, costs_path;
   po::options_description desc("stateflow simulate [options]");

@@ -80,7 +80,7 @@ Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_
 
 }  // namespace
 
-int RunSweep(int argc, char** argv) {
+int SweepCommand(int argc, char** argv) {
   ScenarioFlags flags;
   SweepFlags sweep_flags;
   std::string csv_path, costs_path;

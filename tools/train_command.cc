@@ -163,13 +163,8 @@ Result<schedule::Plan> LoadPlan(const std::string& path) {
 // let run, and `-B 65536` passed 14 GB within a minute.
 Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule::Plan* plan,
                       const TrainOptions& options, int ranks_on_node, bool mpi) {
-  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec precision, models::PrecisionForDtype(options.dtype));
-  pb::Scenario narrowed = resolved.proto();
-  *narrowed.mutable_precision() = precision;
-  narrowed.mutable_train()->set_device(options.device);  // whose core scratch (placement.cc)
-  narrowed.clear_baselines();
-  narrowed.clear_sweep();
-  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario run, scenario::Resolve(std::move(narrowed)));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario run,
+                      scenario::ForBackendRun(resolved, options.dtype, options.device));
   SF_ASSIGN_OR_RETURN(sim::Simulation sim,
                       sim::Simulate(run, run.proto().schedule(), {.plan = plan}));
   std::vector<double> peaks;  // (P) bytes
@@ -315,7 +310,7 @@ Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
 }
 
 template <typename T>
-backend::StageModuleFactory<T> GdnFactory(const Prepared& p) {
+backend::StageModuleFactory<T> ModuleFactory(const Prepared& p) {
   return [&p](int, const models::StageLayers& layers, backend::TrackingAllocator* alloc) {
     return backend::MakeStageModule<T>(p.setup.model, layers, {.recompute = p.setup.recompute, .seed = p.options.seed, .microbatch_size = p.setup.microbatch_size, .st_overlap = p.setup.st_overlap, .st_tile = p.setup.st_tile}, alloc);
   };
@@ -351,7 +346,7 @@ template <typename T>
 int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
   Result<backend::Transport<T>> transport = MakeTransport<T>(p.setup, mpi);
   if (!transport.ok()) return FailOnce(rank, transport.status());
-  auto trainer = backend::Trainer<T>::Make(p.setup, p.options, *p.text, GdnFactory<T>(p),
+  auto trainer = backend::Trainer<T>::Make(p.setup, p.options, *p.text, ModuleFactory<T>(p),
                                            std::move(transport).value());
   if (!trainer.ok()) return FailOnce(rank, trainer.status());
   if (!flags.dump_path.empty()) {
@@ -444,7 +439,7 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
 
 }  // namespace
 
-int RunTrain(int argc, char** argv) {
+int TrainCommand(int argc, char** argv) {
   if (!backend::LaunchedByMpirun()) return RunTrainRanked(argc, argv, 0, 1, false);
   backend::MpiSession session(nullptr, nullptr);
   if (!session.status().ok()) return Fail(kName, session.status());

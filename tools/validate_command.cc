@@ -228,7 +228,7 @@ void AddValidateOptions(po::options_description* desc, ValidateFlags* f) {
 
 }  // namespace
 
-int RunValidate(int argc, char** argv) {
+int ValidateCommand(int argc, char** argv) {
   ValidateFlags flags;
   po::options_description desc(
       "stateflow validate [options] (without --scenario: scenarios/tiny-train.textproto)");

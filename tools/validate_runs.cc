@@ -87,14 +87,8 @@ Result<pb::CostTable> ProfileBeforeRun(const scenario::ResolvedScenario& scenari
 Result<scenario::ResolvedScenario> NarrowedFor(const scenario::ResolvedScenario& scenario,
                                                const RunConfig& config,
                                                const Precision& precision) {
-  SF_ASSIGN_OR_RETURN(const pb::PrecisionSpec p, models::PrecisionForDtype(precision.dtype));
-  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config, &p));
-  if (precision.device.empty() || precision.device == narrowed.proto().train().device()) {
-    return narrowed;
-  }
-  pb::Scenario s = narrowed.proto();
-  s.mutable_train()->set_device(precision.device);
-  return scenario::Resolve(std::move(s));
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario narrowed, ScenarioFor(scenario, config));
+  return scenario::ForBackendRun(narrowed, precision.dtype, precision.device);
 }
 
 }  // namespace
@@ -138,7 +132,7 @@ Result<pb::Report> PredictFromProfile(const scenario::ResolvedScenario& scenario
   return predicted->report;
 }
 
-Result<sim::MeasuredRun> RunTrain(const pb::Scenario& scenario, const TrainRunOptions& options,
+Result<sim::MeasuredRun> RunMeasuredTrain(const pb::Scenario& scenario, const TrainRunOptions& options,
                                   const Precision& precision) {
   SF_ASSIGN_OR_RETURN(TempFile scenario_file, WriteScenario(scenario));
   SF_ASSIGN_OR_RETURN(TempFile trace_file, TempFile::Create("validate-trace"));
@@ -197,7 +191,7 @@ Status ObserveOne(const scenario::ResolvedScenario& scenario, const RunConfig& c
   seen->stage_tables[k].push_back(std::move(per_stage));
   Result<scenario::ResolvedScenario> narrowed = ScenarioFor(scenario, config);
   if (!narrowed.ok()) return narrowed.status().WithPrefix(ConfigName(config));
-  Result<sim::MeasuredRun> run = RunTrain(narrowed->proto(), train, precision);
+  Result<sim::MeasuredRun> run = RunMeasuredTrain(narrowed->proto(), train, precision);
   if (!run.ok()) return run.status().WithPrefix(ConfigName(config));
   seen->measured[k].push_back(std::move(run).value());
   return Status::Ok();

@@ -57,7 +57,7 @@ struct TrainRunOptions {
 // One real run of `scenario` (narrowed to one configuration). Errors: a
 // failed or timed-out run (kInvalidInput when train refused its input, with
 // train's own message), no usable report or trace.
-Result<sim::MeasuredRun> RunTrain(const pb::Scenario& scenario, const TrainRunOptions& options,
+Result<sim::MeasuredRun> RunMeasuredTrain(const pb::Scenario& scenario, const TrainRunOptions& options,
                                   const Precision& precision);
 
 // Everything the rounds observed, per configuration k and round: the

@@ -1,4 +1,4 @@
-// MakeCudaDevice (cuda_device.h): the device's memory (a BlockCache over
+// MakeCudaDevice (cuda_device.h): the device's memory (a AllocationCache over
 // cudaMalloc, copies and fills on the compute stream), its stream and cuBLAS
 // handle, and the GridOps kernels from cuda_ops.cu.
 #include "backend/cuda/cuda_device.h"
@@ -13,12 +13,12 @@
 #include "backend/cuda/cuda_attention_ops.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
-#include "backend/device/block_cache.h"
+#include "backend/device/allocation_cache.h"
 
 namespace stateflow::backend {
 namespace {
 
-// cudaMalloc / cudaFree for the BlockCache.
+// cudaMalloc / cudaFree for the AllocationCache.
 struct CudaBacking {
   Result<void*> Raw(int64_t bytes) {
     void* ptr = nullptr;
@@ -77,7 +77,7 @@ class CudaMemory final : public MemoryResource {
  private:
   cudaStream_t stream_;
   mutable std::mutex mu_;
-  BlockCache<CudaBacking> cache_;  // guarded by mu_
+  AllocationCache<CudaBacking> cache_;  // guarded by mu_
 };
 
 class CudaDevice final : public Device {

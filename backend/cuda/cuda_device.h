@@ -1,5 +1,5 @@
 // The CUDA device (device.h): one GPU of this rank, its compute stream, a
-// cuBLAS handle on that stream, a caching allocator (block_cache.h over
+// cuBLAS handle on that stream, a caching allocator (allocation_cache.h over
 // cudaMalloc) and the GPU kernels (GridOps over CudaExec: cuda_ops.h). Built
 // only with SF_CUDA; it compiles and links on a machine without a GPU, where
 // MakeCudaDevice reports that none is visible.

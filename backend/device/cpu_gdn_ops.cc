@@ -79,7 +79,7 @@ class CpuGdnOps final : public GdnOps<T> {
     return backend::GdnCoreForwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
                                                      block_size);
   }
-  void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+  void GdnCoreForwardPhase(CorePhase phase, T* o, T* S_out, T* workspace,
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const T* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
@@ -93,7 +93,7 @@ class CpuGdnOps final : public GdnOps<T> {
     return backend::GdnCoreBackwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
                                                       block_size);
   }
-  void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+  void GdnCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                             T* dbeta, T* dS_in, T* workspace, const T* dO,
                             const T* dS_out, const T* q, const T* k,
                             const T* v, const T* g, const T* beta,

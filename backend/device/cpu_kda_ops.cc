@@ -78,7 +78,7 @@ class CpuKdaOps final : public KdaOps<T> {
     return backend::KdaCoreForwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
                                                      block_size);
   }
-  void KdaCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+  void KdaCoreForwardPhase(CorePhase phase, T* o, T* S_out, T* workspace,
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const T* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
@@ -92,7 +92,7 @@ class CpuKdaOps final : public KdaOps<T> {
     return backend::KdaCoreBackwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
                                                       block_size);
   }
-  void KdaCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+  void KdaCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                             T* dbeta, T* dS_in, T* workspace, const T* dO,
                             const T* dS_out, const T* q, const T* k,
                             const T* v, const T* g, const T* beta,

@@ -138,7 +138,7 @@ class CpuMamba3Ops final : public Mamba3Ops<T> {
     return backend::Mamba3CoreForwardPhaseWorkspaceSize(T_len, H, Dk, Dv,
                                                         block_size);
   }
-  void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
+  void Mamba3CoreForwardPhase(CorePhase phase, T* o, T* S_out, T* k_out,
                               T* v_out, T* workspace, const T* q, const T* k,
                               const T* v, const T* a, const T* gamma,
                               const T* beta, const T* S_in, const T* k_in,
@@ -157,7 +157,7 @@ class CpuMamba3Ops final : public Mamba3Ops<T> {
                                                          block_size);
   }
   void Mamba3CoreBackwardPhase(
-      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      CorePhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
       T* dS_in, T* dk_in, T* dv_in, T* workspace, const T* dO,
       const T* dS_out, const T* dk_out, const T* dv_out, const T* q,
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,

@@ -18,7 +18,7 @@
 
 #include "backend/device/family_ops.h"
 #include "backend/device/precision.h"
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
@@ -93,7 +93,7 @@ class GdnOps : public FamilyOpsBase {
                     v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
 
-  // The GDN core one phase at a time, for timing (gdn_phase.h): calling
+  // The GDN core one phase at a time, for timing (core_phase.h): calling
   // the phases kPre, kST, kOut in order on the same arguments and a
   // workspace of the *PhaseWorkspaceSize elements gives GdnCoreForward's
   // (GdnCoreBackward's) outputs bit for bit; an output is final once the
@@ -104,7 +104,7 @@ class GdnOps : public FamilyOpsBase {
   virtual int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                    int64_t Dk, int64_t Dv,
                                                    int64_t block_size) = 0;
-  virtual void GdnCoreForwardPhase(GdnPhase phase, T* o, StatOf<T>* S_out,
+  virtual void GdnCoreForwardPhase(CorePhase phase, T* o, StatOf<T>* S_out,
                                    StatOf<T>* workspace, const T* q,
                                    const T* k, const T* v, const T* g,
                                    const T* beta, const StatOf<T>* S_in,
@@ -114,7 +114,7 @@ class GdnOps : public FamilyOpsBase {
   virtual int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                     int64_t Dk, int64_t Dv,
                                                     int64_t block_size) = 0;
-  virtual void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv,
+  virtual void GdnCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv,
                                     T* dg, T* dbeta, StatOf<T>* dS_in,
                                     StatOf<T>* workspace, const T* dO,
                                     const StatOf<T>* dS_out, const T* q,

@@ -67,7 +67,7 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
                       int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                       int64_t block_size, int64_t st_tile);
   // The forward on two streams (the class comment): the blocks in
-  // GdnStreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
+  // StreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
   //   Pre_0 -> (ST_0 || Pre_1) -> (ST_1 || Out_0, Pre_2) -> ... -> Out_last,
   // the same workspace and the same bits as GdnCoreForward (every pass the
   // same functor on the same elements). Under 2 blocks: GdnCoreForward.
@@ -149,7 +149,7 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
                                            int64_t block_size) override {
     return GdnCoreForwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
   }
-  void GdnCoreForwardPhase(GdnPhase phase, T* o, StatOf<T>* S_out, StatOf<T>* workspace,
+  void GdnCoreForwardPhase(CorePhase phase, T* o, StatOf<T>* S_out, StatOf<T>* workspace,
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const StatOf<T>* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
@@ -160,7 +160,7 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
       GdnCoreForwardPhaseNative(phase, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
-  void GdnCoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out, StatOf<T>* workspace,
+  void GdnCoreForwardPhaseNative(CorePhase phase, T* o, StatOf<T>* S_out, StatOf<T>* workspace,
                            const T* q, const T* k, const T* v, const T* g,
                            const T* beta, const StatOf<T>* S_in, int64_t T_len,
                            int64_t H, int64_t Dk, int64_t Dv,
@@ -170,7 +170,7 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
                                             int64_t block_size) override {
     return GdnCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, block_size);
   }
-  void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+  void GdnCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                             T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace, const T* dO,
                             const StatOf<T>* dS_out, const T* q, const T* k,
                             const T* v, const T* g, const T* beta,
@@ -183,7 +183,7 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
       GdnCoreBackwardPhaseNative(phase, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
-  void GdnCoreBackwardPhaseNative(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+  void GdnCoreBackwardPhaseNative(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                             T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace, const T* dO,
                             const StatOf<T>* dS_out, const T* q, const T* k,
                             const T* v, const T* g, const T* beta,
@@ -313,7 +313,7 @@ void GridGdnOps<T, Exec>::GdnCoreForwardOverlappedNative(
     const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
     int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const int segs = GdnStreamSegments(s.nb);
+  const int segs = StreamSegments(s.nb);
   if (segs < 2) {
     GdnCoreForward(o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk,
                    Dv, block_size, st_tile);
@@ -425,7 +425,7 @@ void GridGdnOps<T, Exec>::GdnCoreBackwardOverlappedNative(
     const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
     int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const int segs = GdnStreamSegments(s.nb);
+  const int segs = StreamSegments(s.nb);
   if (segs < 2) {
     GdnCoreBackward(dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
                     v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
@@ -469,7 +469,7 @@ void GridGdnOps<T, Exec>::GdnCoreBackwardOverlappedNative(
 // the profiler times them (tests/backend/gdn_phase_test.cc checks that the
 // three phases in order give the whole core's bits).
 template <typename T, typename Exec>
-void GridGdnOps<T, Exec>::GdnCoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out,
+void GridGdnOps<T, Exec>::GdnCoreForwardPhaseNative(CorePhase phase, T* o, StatOf<T>* S_out,
                                            StatOf<T>* workspace, const T* q,
                                            const T* k, const T* v, const T* g,
                                            const T* beta, const StatOf<T>* S_in,
@@ -480,15 +480,15 @@ void GridGdnOps<T, Exec>::GdnCoreForwardPhaseNative(GdnPhase phase, T* o, StatOf
   const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
   switch (phase) {
-    case GdnPhase::kPre: GdnPre(exec_, ws, a, 0, s.nb); break;
-    case GdnPhase::kST: GdnST(exec_, ws, /*Vn=*/ws.U, S_out, a, 0, s.nb); break;
-    case GdnPhase::kOut: GdnOut(exec_, ws, o, a, 0, s.nb); break;
+    case CorePhase::kPre: GdnPre(exec_, ws, a, 0, s.nb); break;
+    case CorePhase::kST: GdnST(exec_, ws, /*Vn=*/ws.U, S_out, a, 0, s.nb); break;
+    case CorePhase::kOut: GdnOut(exec_, ws, o, a, 0, s.nb); break;
   }
 }
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnCoreBackwardPhaseNative(
-    GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
+    CorePhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
     StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len,
     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
@@ -496,15 +496,15 @@ void GridGdnOps<T, Exec>::GdnCoreBackwardPhaseNative(
   const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
   const grid::GdnBackwardWorkspace<T> ws(workspace, s);
   switch (phase) {
-    case GdnPhase::kPre:  // the replay and Out's backward
+    case CorePhase::kPre:  // the replay and Out's backward
       GdnPre(exec_, ws.f, a, 0, s.nb);
       GdnST(exec_, ws.f, ws.Vn, /*S_out=*/nullptr, a, 0, s.nb);
       GdnOutBack(exec_, ws, dq, dk, dg, dO, a, 0, s.nb);
       break;
-    case GdnPhase::kST:  // the state-gradient chain
+    case CorePhase::kST:  // the state-gradient chain
       GdnSTBack(exec_, ws, dS_in, dS_out, a, 0, s.nb);
       break;
-    case GdnPhase::kOut:  // the ST's rows and Pre's backward
+    case CorePhase::kOut:  // the ST's rows and Pre's backward
       GdnRestBack(exec_, ws, dk, dv, dg, dbeta, a, 0, s.nb);
       break;
   }

@@ -5,19 +5,19 @@
 // The executor concept is GridOps' (grid_ops.h's opening comment). T is
 // float or double. The math, the CPU kernel and the float64 reference are
 // backend/kernels/kda_core.h's; the same arguments in the same order, with
-// the executor first and, as GridOps' GDN core, a workspace after the
+// the executor first and, as GridGdnOps' GDN core, a workspace after the
 // outputs in the forward too (a pass hands the next its results there).
 //
-// The passes have GDN's structure (GridOps' GDN core): Pre and Out run every
+// The passes have GDN's structure (GridGdnOps' GDN core): Pre and Out run every
 // block of every head at once, ST is the one sequential pass (heads x StTiles
 // rows, blocks in order); the backward replays Pre and ST, then Out's
 // backward, ST's backward (the state gradient, blocks last to first), and
 // the rest (ST's and Pre's gradient rows). Every tile of ST rows (st_tile)
 // gives the same bits: a state row never meets another in ST. The
-// overlapped versions cut the blocks into KdaStreamSegments(nb) segments on
-// two streams exactly as GridOps' overlapped GDN cores do, with the same
+// overlapped versions cut the blocks into StreamSegments(nb) segments on
+// two streams exactly as GridGdnOps' overlapped GDN cores do, with the same
 // passes on the same elements: the same bits as the sequential ones. The
-// phases are the sequential passes in three groups (gdn_phase.h's roles):
+// phases are the sequential passes in three groups (core_phase.h's roles):
 // run in order, the same bits as the whole core.
 //
 // Of the executor it uses ForEach, ForEachTile (the ST passes),
@@ -45,20 +45,14 @@
 #include "backend/device/grid_kernels/kda_common.h"
 #include "backend/device/grid_kernels/kda_forward.h"
 #include "backend/device/grid_kernels/kda_gate.h"
+#include "backend/device/grid_recurrent.h"
 #include "backend/device/precision.h"
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
-// Segments of the overlapped KDA cores: min(nb, kKdaMaxSegments), segment j
-// the blocks [j nb / S, (j + 1) nb / S) -- GridOps' GDN segments
-// (GdnStreamSegments, grid_ops.h), and the same event ids, all below
-// kKdaStreamEvents (<= kCudaExecEvents, asserted where CudaExec runs them).
-inline constexpr int kKdaMaxSegments = 4;
-inline constexpr int kKdaStreamEvents = 3 + 3 * kKdaMaxSegments;
-inline int KdaStreamSegments(int64_t nb) {
-  return nb < kKdaMaxSegments ? static_cast<int>(nb) : kKdaMaxSegments;
-}
+// The overlapped cores' segments and event ids are the other families'
+// (StreamSegments, kGridEvents: grid_recurrent.h).
 
 template <typename T, class Exec>
 struct GridKdaCore {
@@ -77,7 +71,7 @@ struct GridKdaCore {
                       const T* beta, const T* S_in, int64_t T_len, int64_t H,
                       int64_t Dk, int64_t Dv, int64_t block_size,
                       int64_t st_tile = 0);
-  // Forward on two streams (GridOps::GdnCoreForwardOverlapped's schedule):
+  // Forward on two streams (GridGdnOps::GdnCoreForwardOverlapped's schedule):
   // Pre and Out of a segment on stream 1, its ST on stream 0. The same
   // workspace and bits as Forward; under 2 blocks, Forward.
   static void ForwardOverlapped(const Exec& exec, T* o, T* S_out,
@@ -89,7 +83,7 @@ struct GridKdaCore {
   // One phase of Forward (kPre: G, KK, Kt, W, U; kST: V_new, the states,
   // S_out; kOut: o), on Forward's workspace: kPre, kST, kOut in order give
   // Forward's bits.
-  static void ForwardPhase(const Exec& exec, GdnPhase phase, T* o, T* S_out,
+  static void ForwardPhase(const Exec& exec, CorePhase phase, T* o, T* S_out,
                            T* workspace, const T* q, const T* k, const T* v,
                            const T* g, const T* beta, const T* S_in,
                            int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
@@ -114,7 +108,7 @@ struct GridKdaCore {
                        const T* beta, const T* S_in, int64_t T_len, int64_t H,
                        int64_t Dk, int64_t Dv, int64_t block_size,
                        int64_t st_tile = 0);
-  // Backward on two streams (GridOps::GdnCoreBackwardOverlapped's
+  // Backward on two streams (GridGdnOps::GdnCoreBackwardOverlapped's
   // schedule): the replay as the overlapped forward with Out's backward of
   // segment k on stream 1 after the replayed ST_k; then ST's backward on
   // stream 0, segments last to first, and the rest of segment k on stream 1
@@ -130,7 +124,7 @@ struct GridKdaCore {
   // One phase of Backward (kPre: the replay and Out's backward, dq written;
   // kST: the state-gradient chain, dS_in; kOut: the rest, dk, dv, dg, dbeta
   // completed), on Backward's workspace: in order, Backward's bits.
-  static void BackwardPhase(const Exec& exec, GdnPhase phase, T* dq, T* dk,
+  static void BackwardPhase(const Exec& exec, CorePhase phase, T* dq, T* dk,
                             T* dv, T* dg, T* dbeta, T* dS_in, T* workspace,
                             const T* dO, const T* dS_out, const T* q,
                             const T* k, const T* v, const T* g, const T* beta,
@@ -160,8 +154,8 @@ struct GridKdaCore {
   // Events of the overlapped cores, one id per use within a call.
   static constexpr int kEvEntry = 0, kEvSideDone = 1, kEvOutDone = 2;
   static int EvPre(int seg) { return 3 + seg; }
-  static int EvST(int seg) { return 3 + kKdaMaxSegments + seg; }
-  static int EvSTBack(int seg) { return 3 + 2 * kKdaMaxSegments + seg; }
+  static int EvST(int seg) { return 3 + kMaxStreamSegments + seg; }
+  static int EvSTBack(int seg) { return 3 + 2 * kMaxStreamSegments + seg; }
 
   // f over blocks [b0, b1) of an (outer, nb, per_block) index space, or of a
   // (T, H, D) one (ForTokens: per_token = H D).
@@ -333,7 +327,7 @@ void GridKdaCore<T, Exec>::ForwardOverlapped(
     const T* v, const T* g, const T* beta, const T* S_in, int64_t T_len,
     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
-  const int segs = KdaStreamSegments(a.s.nb);
+  const int segs = StreamSegments(a.s.nb);
   if (segs < 2) {
     Forward(exec, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk,
             Dv, block_size, st_tile);
@@ -364,16 +358,16 @@ void GridKdaCore<T, Exec>::ForwardOverlapped(
 
 template <typename T, class Exec>
 void GridKdaCore<T, Exec>::ForwardPhase(
-    const Exec& exec, GdnPhase phase, T* o, T* S_out, T* workspace, const T* q,
+    const Exec& exec, CorePhase phase, T* o, T* S_out, T* workspace, const T* q,
     const T* k, const T* v, const T* g, const T* beta, const T* S_in,
     int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size,
     int64_t st_tile) {
   const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   const FwdWs ws(workspace, a.s);
   switch (phase) {
-    case GdnPhase::kPre: Pre(exec, ws, a, 0, a.s.nb); break;
-    case GdnPhase::kST: ST(exec, ws, /*Vn=*/ws.U, S_out, a, 0, a.s.nb); break;
-    case GdnPhase::kOut: Out(exec, ws, o, a, 0, a.s.nb); break;
+    case CorePhase::kPre: Pre(exec, ws, a, 0, a.s.nb); break;
+    case CorePhase::kST: ST(exec, ws, /*Vn=*/ws.U, S_out, a, 0, a.s.nb); break;
+    case CorePhase::kOut: Out(exec, ws, o, a, 0, a.s.nb); break;
   }
 }
 
@@ -473,7 +467,7 @@ void GridKdaCore<T, Exec>::BackwardOverlapped(
     const T* v, const T* g, const T* beta, const T* S_in, int64_t T_len,
     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
   const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
-  const int segs = KdaStreamSegments(a.s.nb);
+  const int segs = StreamSegments(a.s.nb);
   if (segs < 2) {
     Backward(exec, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
              v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
@@ -514,7 +508,7 @@ void GridKdaCore<T, Exec>::BackwardOverlapped(
 
 template <typename T, class Exec>
 void GridKdaCore<T, Exec>::BackwardPhase(
-    const Exec& exec, GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta,
+    const Exec& exec, CorePhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta,
     T* dS_in, T* workspace, const T* dO, const T* dS_out, const T* q,
     const T* k, const T* v, const T* g, const T* beta, const T* S_in,
     int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size,
@@ -523,15 +517,15 @@ void GridKdaCore<T, Exec>::BackwardPhase(
   const BwdWs ws(workspace, a.s);
   const int64_t nb = a.s.nb;
   switch (phase) {
-    case GdnPhase::kPre:  // the replay and Out's backward
+    case CorePhase::kPre:  // the replay and Out's backward
       Pre(exec, ws.f, a, 0, nb);
       ST(exec, ws.f, ws.Vn, /*S_out=*/nullptr, a, 0, nb);
       OutBack(exec, ws, dq, dk, dg, dO, a, 0, nb);
       break;
-    case GdnPhase::kST:  // the state-gradient chain
+    case CorePhase::kST:  // the state-gradient chain
       STBack(exec, ws, dS_in, dS_out, a, 0, nb);
       break;
-    case GdnPhase::kOut:  // ST's rows and Pre's backward
+    case CorePhase::kOut:  // ST's rows and Pre's backward
       RestBack(exec, ws, dk, dv, dg, dbeta, a, 0, nb);
       break;
   }

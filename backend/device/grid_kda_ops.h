@@ -70,7 +70,7 @@ class GridKdaOps final : public KdaOps<T>, public GridRecurrentCore<T, Exec> {
     Forward(WideMode::Overlapped(), o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk,
             Dv, block_size, st_tile);
   }
-  void KdaCoreForwardPhase(GdnPhase phase, T* o, F* S_out, F* workspace, const T* q,
+  void KdaCoreForwardPhase(CorePhase phase, T* o, F* S_out, F* workspace, const T* q,
                            const T* k, const T* v, const T* g, const T* beta, const F* S_in,
                            int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                            int64_t block_size, int64_t st_tile = 0) override {
@@ -93,7 +93,7 @@ class GridKdaOps final : public KdaOps<T>, public GridRecurrentCore<T, Exec> {
     Backward(WideMode::Overlapped(), dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
              v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
-  void KdaCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in,
+  void KdaCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, F* dS_in,
                             F* workspace, const T* dO, const F* dS_out, const T* q,
                             const T* k, const T* v, const T* g, const T* beta, const F* S_in,
                             int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,

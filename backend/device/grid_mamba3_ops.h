@@ -162,7 +162,7 @@ class GridMamba3Ops final : public Mamba3Ops<T>, public GridRecurrentCore<T, Exe
                           int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
                           int64_t block_size, int64_t st_tile);
   // The Mamba-3 core on two streams, as the GDN cores: the blocks in
-  // GdnStreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
+  // StreamSegments(nb) segments, Pre and Out on stream 1, ST on stream 0,
   //   Pre_0 -> (ST_0 || Pre_1) -> (ST_1 || Out_0, Pre_2) -> ... -> Out_last.
   // ST of a segment reads U and G of the blocks before each of its own
   // (Mamba3STFn), so it waits for the Pre of the segment holding the last
@@ -236,7 +236,7 @@ class GridMamba3Ops final : public Mamba3Ops<T>, public GridRecurrentCore<T, Exe
   }
   // Forward: kPre every block's Pre; kST the state chain, S_out and the
   // carry (k_out, v_out); kOut every block's Out (o).
-  void Mamba3CoreForwardPhase(GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out,
+  void Mamba3CoreForwardPhase(CorePhase phase, T* o, StatOf<T>* S_out, T* k_out,
                               T* v_out, StatOf<T>* workspace, const T* q, const T* k,
                               const T* v, const T* a, const T* gamma,
                               const T* beta, const StatOf<T>* S_in, const T* k_in,
@@ -251,7 +251,7 @@ class GridMamba3Ops final : public Mamba3Ops<T>, public GridRecurrentCore<T, Exe
                                    beta, S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
     }
   }
-  void Mamba3CoreForwardPhaseNative(GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out,
+  void Mamba3CoreForwardPhaseNative(CorePhase phase, T* o, StatOf<T>* S_out, T* k_out,
                                     T* v_out, StatOf<T>* workspace, const T* q, const T* k,
                                     const T* v, const T* a, const T* gamma,
                                     const T* beta, const StatOf<T>* S_in, const T* k_in,
@@ -267,7 +267,7 @@ class GridMamba3Ops final : public Mamba3Ops<T>, public GridRecurrentCore<T, Exe
   // dO V^T, dq; Z); kST the state-gradient chain (dS_in) and the carry's
   // gradients (dk_in, dv_in); kOut the rest (dk, dv, da, dgamma, dbeta).
   void Mamba3CoreBackwardPhase(
-      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      CorePhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
       StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO,
       const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,
@@ -284,7 +284,7 @@ class GridMamba3Ops final : public Mamba3Ops<T>, public GridRecurrentCore<T, Exe
     }
   }
   void Mamba3CoreBackwardPhaseNative(
-      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      CorePhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
       StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO,
       const StatOf<T>* dS_out, const T* dk_out, const T* dv_out, const T* q,
       const T* k, const T* v, const T* a, const T* gamma, const T* beta,
@@ -468,7 +468,7 @@ void GridMamba3Ops<T, Exec>::Mamba3CoreForwardOverlappedNative(
     const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
     int64_t Dv, int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const int segs = GdnStreamSegments(s.nb);
+  const int segs = StreamSegments(s.nb);
   if (segs < 2) {
     Mamba3CoreForward(o, S_out, k_out, v_out, workspace, q, k, v, a, gamma, beta,
                       S_in, k_in, v_in, T_len, H, Dk, Dv, block_size, st_tile);
@@ -598,7 +598,7 @@ void GridMamba3Ops<T, Exec>::Mamba3CoreBackwardOverlappedNative(
     const T* v_in, int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
     int64_t block_size, int64_t st_tile) {
   const grid::Mamba3Shape s = grid::Mamba3Shape::Make(T_len, H, Dk, Dv, block_size);
-  const int segs = GdnStreamSegments(s.nb);
+  const int segs = StreamSegments(s.nb);
   if (segs < 2) {
     Mamba3CoreBackward(dq, dk, dv, da, dgamma, dbeta, dS_in, dk_in, dv_in, workspace,
                        dO, dS_out, dk_out, dv_out, q, k, v, a, gamma, beta, S_in,
@@ -657,7 +657,7 @@ void GridMamba3Ops<T, Exec>::Mamba3CoreBackwardOverlappedNative(
 
 template <typename T, typename Exec>
 void GridMamba3Ops<T, Exec>::Mamba3CoreForwardPhaseNative(
-    GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
+    CorePhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out, StatOf<T>* workspace,
     const T* q, const T* k, const T* v, const T* a, const T* gamma, const T* beta,
     const StatOf<T>* S_in, const T* k_in, const T* v_in, int64_t T_len, int64_t H, int64_t Dk,
     int64_t Dv, int64_t block_size, int64_t st_tile) {
@@ -666,14 +666,14 @@ void GridMamba3Ops<T, Exec>::Mamba3CoreForwardPhaseNative(
                      grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3ForwardWorkspace<T> ws(workspace, s);
   switch (phase) {
-    case GdnPhase::kPre:
+    case CorePhase::kPre:
       Mamba3Pre(exec_, ws, m, 0, s.nb);
       break;
-    case GdnPhase::kST:
+    case CorePhase::kST:
       Mamba3ST(exec_, ws, S_out, m, 0, s.nb);
       exec_.ForEach(H * (Dk + Dv), grid::Mamba3CarryOutFn<T>{k_out, v_out, k, v, k_in, v_in, s});
       break;
-    case GdnPhase::kOut:
+    case CorePhase::kOut:
       Mamba3Out(exec_, ws, o, m, 0, s.nb);
       break;
   }
@@ -681,7 +681,7 @@ void GridMamba3Ops<T, Exec>::Mamba3CoreForwardPhaseNative(
 
 template <typename T, typename Exec>
 void GridMamba3Ops<T, Exec>::Mamba3CoreBackwardPhaseNative(
-    GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in,
+    CorePhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta, StatOf<T>* dS_in,
     T* dk_in, T* dv_in, StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out,
     const T* dk_out, const T* dv_out, const T* q, const T* k, const T* v, const T* a,
     const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in, const T* v_in,
@@ -691,19 +691,19 @@ void GridMamba3Ops<T, Exec>::Mamba3CoreBackwardPhaseNative(
                      grid::StTiles::Make(Dv, st_tile)};
   const grid::Mamba3BackwardWorkspace<T> ws(workspace, s);
   switch (phase) {
-    case GdnPhase::kPre:
+    case CorePhase::kPre:
       Mamba3Pre(exec_, ws.f, m, 0, s.nb);
       Mamba3ST(exec_, ws.f, /*S_out=*/nullptr, m, 0, s.nb);
       Mamba3OutBack(exec_, ws, dq, dO, m, 0, s.nb);
       Mamba3OutStateGrad(exec_, ws, dO, m, 0, s.nb);
       break;
-    case GdnPhase::kST:
+    case CorePhase::kST:
       Mamba3STBack(exec_, ws, dS_in, dS_out, m, 0, s.nb);
       exec_.ForEach(H * (Dk + Dv),
                     grid::Mamba3CarryInGradFn<T>{dk_in, dv_in, ws.dS, k_in, v_in, dk_out,
                                                  dv_out, beta, s});
       break;
-    case GdnPhase::kOut:
+    case CorePhase::kOut:
       Mamba3RestBack(exec_, ws, dk, dv, da, dgamma, dbeta, dO, dk_out, dv_out, m, 0, s.nb);
       break;
   }

@@ -45,7 +45,7 @@
 //
 // Two streams (the paper's split-and-overlap, section 3.4), for the
 // families' recurrent cores (grid_recurrent.h): the overlapped GDN cores
-// cut a chunk's nb blocks into GdnStreamSegments(nb) segments and
+// cut a chunk's nb blocks into StreamSegments(nb) segments and
 // issue the Pre and Out passes of a segment on stream 1 and its ST on
 // stream 0, so the sequential ST of segment k runs beside the Pre of k + 1
 // and the Out of k - 1:

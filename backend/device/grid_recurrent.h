@@ -20,17 +20,17 @@
 #include "backend/device/grid_kernels/elementwise.h"
 #include "backend/device/grid_kernels/gdn_common.h"
 #include "backend/device/precision.h"
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
 // Segments of the overlapped GDN and Mamba-3 cores: min(nb,
-// kGdnMaxSegments); segment j is blocks [j nb / S, (j + 1) nb / S). The
+// kMaxStreamSegments); segment j is blocks [j nb / S, (j + 1) nb / S). The
 // event ids they use are below kGridEvents.
-inline constexpr int kGdnMaxSegments = 4;
-inline constexpr int kGridEvents = 3 + 3 * kGdnMaxSegments;
-inline int GdnStreamSegments(int64_t nb) {
-  return nb < kGdnMaxSegments ? static_cast<int>(nb) : kGdnMaxSegments;
+inline constexpr int kMaxStreamSegments = 4;
+inline constexpr int kGridEvents = 3 + 3 * kMaxStreamSegments;
+inline int StreamSegments(int64_t nb) {
+  return nb < kMaxStreamSegments ? static_cast<int>(nb) : kMaxStreamSegments;
 }
 
 template <typename T, typename Exec>
@@ -52,11 +52,11 @@ class GridRecurrentCore {
   // intermediates do).
   struct WideMode {
     bool overlapped = false;
-    std::optional<GdnPhase> phase;
+    std::optional<CorePhase> phase;
     static WideMode Overlapped() { return {true, std::nullopt}; }
-    static WideMode Of(GdnPhase p) { return {false, p}; }
-    bool widens() const { return !phase || *phase == GdnPhase::kPre; }
-    bool narrows() const { return !phase || *phase == GdnPhase::kOut; }
+    static WideMode Of(CorePhase p) { return {false, p}; }
+    bool widens() const { return !phase || *phase == CorePhase::kPre; }
+    bool narrows() const { return !phase || *phase == CorePhase::kOut; }
   };
   // The float copies of one bf16 core call's arguments, carved from `at` in
   // the order the call names them, a nullptr argument's too (a fixed layout:
@@ -107,8 +107,8 @@ class GridRecurrentCore {
   // per use within a call: entry, side done, and per segment.
   static constexpr int kEvEntry = 0, kEvSideDone = 1, kEvOutDone = 2;
   static int EvPre(int seg) { return 3 + seg; }
-  static int EvST(int seg) { return 3 + kGdnMaxSegments + seg; }
-  static int EvSTBack(int seg) { return 3 + 2 * kGdnMaxSegments + seg; }
+  static int EvST(int seg) { return 3 + kMaxStreamSegments + seg; }
+  static int EvSTBack(int seg) { return 3 + 2 * kMaxStreamSegments + seg; }
 
   // f over blocks [b0, b1) of an (outer, nb, per_block) index space, or of
   // a (T, H, D) one (Tokens: per_token = H D).

@@ -16,7 +16,7 @@
 
 #include "backend/device/family_ops.h"
 #include "backend/device/precision.h"
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
@@ -94,7 +94,7 @@ class KdaOps : public FamilyOpsBase {
                     v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
   }
 
-  // The KDA core one phase at a time, for timing (gdn_phase.h): calling
+  // The KDA core one phase at a time, for timing (core_phase.h): calling
   // the phases kPre, kST, kOut in order on the same arguments and a
   // workspace of the *PhaseWorkspaceSize elements gives KdaCoreForward's
   // (KdaCoreBackward's) outputs bit for bit; an output is final once the
@@ -105,7 +105,7 @@ class KdaOps : public FamilyOpsBase {
   virtual int64_t KdaCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                    int64_t Dk, int64_t Dv,
                                                    int64_t block_size) = 0;
-  virtual void KdaCoreForwardPhase(GdnPhase phase, T* o, StatOf<T>* S_out,
+  virtual void KdaCoreForwardPhase(CorePhase phase, T* o, StatOf<T>* S_out,
                                    StatOf<T>* workspace, const T* q,
                                    const T* k, const T* v, const T* g,
                                    const T* beta, const StatOf<T>* S_in,
@@ -115,7 +115,7 @@ class KdaOps : public FamilyOpsBase {
   virtual int64_t KdaCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                                     int64_t Dk, int64_t Dv,
                                                     int64_t block_size) = 0;
-  virtual void KdaCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv,
+  virtual void KdaCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv,
                                     T* dg, T* dbeta, StatOf<T>* dS_in,
                                     StatOf<T>* workspace, const T* dO,
                                     const StatOf<T>* dS_out, const T* q,

@@ -15,7 +15,7 @@
 
 #include "backend/device/family_ops.h"
 #include "backend/device/precision.h"
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
@@ -148,7 +148,7 @@ class Mamba3Ops : public FamilyOpsBase {
                        block_size, st_tile);
   }
 
-  // The Mamba-3 core one phase at a time, for timing (gdn_phase.h), as the
+  // The Mamba-3 core one phase at a time, for timing (core_phase.h), as the
   // GDN core's: kPre, kST, kOut in order on the same arguments and a
   // workspace of the *PhaseWorkspaceSize elements give Mamba3CoreForward's
   // (Mamba3CoreBackward's) outputs bit for bit. The CPU device runs
@@ -161,7 +161,7 @@ class Mamba3Ops : public FamilyOpsBase {
                                                       int64_t Dv,
                                                       int64_t block_size) = 0;
   virtual void Mamba3CoreForwardPhase(
-      GdnPhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out,
+      CorePhase phase, T* o, StatOf<T>* S_out, T* k_out, T* v_out,
       StatOf<T>* workspace, const T* q, const T* k, const T* v, const T* a,
       const T* gamma, const T* beta, const StatOf<T>* S_in, const T* k_in,
       const T* v_in,
@@ -172,7 +172,7 @@ class Mamba3Ops : public FamilyOpsBase {
                                                        int64_t Dv,
                                                        int64_t block_size) = 0;
   virtual void Mamba3CoreBackwardPhase(
-      GdnPhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
+      CorePhase phase, T* dq, T* dk, T* dv, T* da, T* dgamma, T* dbeta,
       StatOf<T>* dS_in, T* dk_in, T* dv_in, StatOf<T>* workspace,
       const T* dO, const StatOf<T>* dS_out, const T* dk_out,
       const T* dv_out, const T* q, const T* k, const T* v, const T* a,

@@ -785,7 +785,7 @@ int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
 }
 
 template <typename T>
-void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+void GdnCoreForwardPhase(CorePhase phase, T* o, T* S_out, T* workspace,
                          const T* q, const T* k, const T* v, const T* g,
                          const T* beta, const T* S_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
@@ -798,19 +798,19 @@ void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
     GdnBlockOmega<T> omega;
     RowMat<T> V_new;                                      // (L, Dv)
     RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                  // (Dv, Dk) each
-    if (phase == GdnPhase::kST) LoadState(&S, S_in, h, Dk, Dv);
+    if (phase == CorePhase::kST) LoadState(&S, S_in, h, Dk, Dv);
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
       T* slot = workspace + (h * blocks + b) * p.size;
       const CSMat<T> K = HeadRows(k, t0, L, h, H, Dk);    // (L, Dk)
       switch (phase) {
-        case GdnPhase::kPre:
+        case CorePhase::kPre:
           GdnBlockPre<T>(&omega, K, HeadRows(v, t0, L, h, H, Dv),
                          HeadEntries(g, t0, L, h, H),
                          HeadEntries(beta, t0, L, h, H));
           SaveOmega(slot, p, omega);
           break;
-        case GdnPhase::kST:
+        case CorePhase::kST:
           LoadOmega(&omega, slot, p, L, Dk, Dv, /*all=*/false);
           V_new.resize(L, Dv);
           GdnBlockSTTiled<T>(V_new, S_next, S, omega, K, st_tile);
@@ -818,7 +818,7 @@ void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
           Save(slot + p.S, S);
           S.swap(S_next);
           break;
-        case GdnPhase::kOut: {
+        case CorePhase::kOut: {
           Load(&omega.G, slot + p.G, L);
           Load(&omega.Gam, slot + p.Gam, L, L);
           Load(&V_new, slot + p.Vn, L, Dv);
@@ -829,7 +829,7 @@ void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
         }
       }
     }
-    if (phase == GdnPhase::kST && S_out != nullptr) {
+    if (phase == CorePhase::kST && S_out != nullptr) {
       Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S;
     }
   }
@@ -891,7 +891,7 @@ void LoadScratch(BlockBackwardScratch<T>* s, const T* slot, const PhaseSlot& p,
 }  // namespace
 
 template <typename T>
-void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+void GdnCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                           T* dbeta, T* dS_in, T* workspace, const T* dO,
                           const T* dS_out, const T* q, const T* k, const T* v,
                           const T* g, const T* beta, const T* S_in,
@@ -908,33 +908,33 @@ void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
     BlockBackwardScratch<T> scratch;
     RowMat<T> dS;                                         // (Dv, Dk)
     T* states = workspace + h * blocks * Dv * Dk;
-    if (phase == GdnPhase::kPre) {
+    if (phase == CorePhase::kPre) {
       RowMat<T> S0;                                       // (Dv, Dk)
       LoadState(&S0, S_in, h, Dk, Dv);
       ReplayBlockStates<T>(states, S0, a, h);
     }
-    if (phase == GdnPhase::kST) LoadState(&dS, dS_out, h, Dk, Dv);
+    if (phase == CorePhase::kST) LoadState(&dS, dS_out, h, Dk, Dv);
     for (int64_t b = blocks - 1; b >= 0; --b) {
       const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
       T* slot = slots + (h * blocks + b) * p.size;
       const CMat<T> S(states + b * Dv * Dk, Dv, Dk);      // entering block b
       switch (phase) {
-        case GdnPhase::kPre:
+        case CorePhase::kPre:
           BlockOutBackward<T>(&scratch, S, a, h, t0, L);
           SaveScratch(slot, p, scratch, /*all=*/true);
           break;
-        case GdnPhase::kST:
+        case CorePhase::kST:
           LoadScratch(&scratch, slot, p, L, Dk, Dv, /*pre_backward=*/false);
           BlockSTBackward<T>(&scratch, &dS, S, a, h, t0, L);
           SaveScratch(slot, p, scratch, /*all=*/false);
           break;
-        case GdnPhase::kOut:
+        case CorePhase::kOut:
           LoadScratch(&scratch, slot, p, L, Dk, Dv, /*pre_backward=*/true);
           BlockPreBackward<T>(&scratch, a, h, t0, L);
           break;
       }
     }
-    if (phase == GdnPhase::kST && dS_in != nullptr) {
+    if (phase == CorePhase::kST && dS_in != nullptr) {
       Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS;
     }
   }
@@ -998,11 +998,11 @@ GdnCoreFlops CountGdnCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
       int64_t, int64_t, int64_t);                                            \
   template void GdnCoreForwardPhase<T>(                                      \
-      GdnPhase, T*, T*, T*, const T*, const T*, const T*, const T*,          \
+      CorePhase, T*, T*, T*, const T*, const T*, const T*, const T*,          \
       const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,       \
       int64_t);                                                              \
   template void GdnCoreBackwardPhase<T>(                                     \
-      GdnPhase, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,    \
+      CorePhase, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,    \
       int64_t, int64_t, int64_t, int64_t);
 SF_INSTANTIATE(float)

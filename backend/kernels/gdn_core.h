@@ -38,7 +38,7 @@
 #include <cstdint>
 
 #include "backend/kernels/eigen_types.h"
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
@@ -208,7 +208,7 @@ void GdnCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                                int64_t block_size = kGdnBlockSize,
                                int64_t st_tile = 0);
 
-// ---- the core phase by phase (for timing: gdn_phase.h) --------------------
+// ---- the core phase by phase (for timing: core_phase.h) --------------------
 
 // GdnCoreForward run one phase at a time: calling it with kPre, kST, kOut in
 // that order, on the same arguments and workspace, gives GdnCoreForward's o
@@ -224,13 +224,13 @@ int64_t GdnCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                          int64_t Dv,
                                          int64_t block_size = kGdnBlockSize);
 template <typename T>
-void GdnCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+void GdnCoreForwardPhase(CorePhase phase, T* o, T* S_out, T* workspace,
                          const T* q, const T* k, const T* v, const T* g,
                          const T* beta, const T* S_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
                          int64_t block_size = kGdnBlockSize, int64_t st_tile = 0);
 
-// GdnCoreBackward one phase at a time (gdn_phase.h: kPre = replay, Pre
+// GdnCoreBackward one phase at a time (core_phase.h: kPre = replay, Pre
 // recomputed and the Out backward; kST = the state-gradient chain; kOut =
 // the Pre backward and the gradient rows): in order on the same arguments
 // and workspace, GdnCoreBackward's outputs bit for bit. dS_in is written by
@@ -243,7 +243,7 @@ int64_t GdnCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                           int64_t Dk, int64_t Dv,
                                           int64_t block_size = kGdnBlockSize);
 template <typename T>
-void GdnCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+void GdnCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                           T* dbeta, T* dS_in, T* workspace, const T* dO,
                           const T* dS_out, const T* q, const T* k, const T* v,
                           const T* g, const T* beta, const T* S_in,

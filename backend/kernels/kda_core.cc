@@ -727,7 +727,7 @@ int64_t KdaCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
 }
 
 template <typename T>
-void KdaCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+void KdaCoreForwardPhase(CorePhase phase, T* o, T* S_out, T* workspace,
                          const T* q, const T* k, const T* v, const T* g,
                          const T* beta, const T* S_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
@@ -743,17 +743,17 @@ void KdaCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
     KdaBlockOmega<T> omega;
     RowMat<T> V_new;                                      // (L, Dv)
     RowMat<T> S(Dv, Dk), S_next(Dv, Dk);                  // (Dv, Dk) each
-    if (phase == GdnPhase::kST) LoadState(&S, S_in, h, Dk, Dv);
+    if (phase == CorePhase::kST) LoadState(&S, S_in, h, Dk, Dv);
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
       T* slot = workspace + (h * blocks + b) * p.size;
       switch (phase) {
-        case GdnPhase::kPre:
+        case CorePhase::kPre:
           in.Load(a, h, t0, L);
           BlockPre<T>(&omega, in);
           SaveOmega(slot, p, omega);
           break;
-        case GdnPhase::kST:
+        case CorePhase::kST:
           Load(&omega.G, slot + p.G, L, Dk);
           Load(&omega.Kt, slot + p.Kt, L, Dk);
           Load(&omega.W, slot + p.W, L, Dk);
@@ -764,7 +764,7 @@ void KdaCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
           Save(slot + p.S, S);
           S.swap(S_next);
           break;
-        case GdnPhase::kOut:
+        case CorePhase::kOut:
           in.Load(a, h, t0, L);
           Load(&omega.G, slot + p.G, L, Dk);
           Load(&omega.P, slot + p.P, L, L);
@@ -774,7 +774,7 @@ void KdaCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
           break;
       }
     }
-    if (phase == GdnPhase::kST && S_out != nullptr) {
+    if (phase == CorePhase::kST && S_out != nullptr) {
       Mat<T>(S_out + h * Dv * Dk, Dv, Dk) = S;
     }
   }
@@ -841,7 +841,7 @@ void LoadScratch(BlockBackwardScratch<T>* s, const T* slot, const PhaseSlot& p,
 }  // namespace
 
 template <typename T>
-void KdaCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+void KdaCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                           T* dbeta, T* dS_in, T* workspace, const T* dO,
                           const T* dS_out, const T* q, const T* k, const T* v,
                           const T* g, const T* beta, const T* S_in,
@@ -858,33 +858,33 @@ void KdaCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
     BlockBackwardScratch<T> scratch;
     RowMat<T> dS;                                         // (Dv, Dk)
     T* states = workspace + h * blocks * Dv * Dk;
-    if (phase == GdnPhase::kPre) {
+    if (phase == CorePhase::kPre) {
       RowMat<T> S0;                                       // (Dv, Dk)
       LoadState(&S0, S_in, h, Dk, Dv);
       ReplayBlockStates<T>(states, S0, a, h);
     }
-    if (phase == GdnPhase::kST) LoadState(&dS, dS_out, h, Dk, Dv);
+    if (phase == CorePhase::kST) LoadState(&dS, dS_out, h, Dk, Dv);
     for (int64_t b = blocks - 1; b >= 0; --b) {
       const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
       T* slot = slots + (h * blocks + b) * p.size;
       const CMat<T> S(states + b * Dv * Dk, Dv, Dk);      // entering block b
       switch (phase) {
-        case GdnPhase::kPre:
+        case CorePhase::kPre:
           BlockOutBackward<T>(&scratch, S, a, h, t0, L);
           SaveScratch(slot, p, scratch, /*all=*/true);
           break;
-        case GdnPhase::kST:
+        case CorePhase::kST:
           LoadScratch(&scratch, slot, p, S, a, h, t0, L, /*pre_backward=*/false);
           BlockSTBackward<T>(&scratch, &dS, a);
           SaveScratch(slot, p, scratch, /*all=*/false);
           break;
-        case GdnPhase::kOut:
+        case CorePhase::kOut:
           LoadScratch(&scratch, slot, p, S, a, h, t0, L, /*pre_backward=*/true);
           BlockPreBackward<T>(&scratch, a, h, t0, L);
           break;
       }
     }
-    if (phase == GdnPhase::kST && dS_in != nullptr) {
+    if (phase == CorePhase::kST && dS_in != nullptr) {
       Mat<T>(dS_in + h * Dv * Dk, Dv, Dk) = dS;
     }
   }
@@ -948,11 +948,11 @@ KdaCoreFlops CountKdaCoreFlops(int64_t T_len, int64_t H, int64_t Dk,
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,     \
       int64_t, int64_t, int64_t);                                            \
   template void KdaCoreForwardPhase<T>(                                      \
-      GdnPhase, T*, T*, T*, const T*, const T*, const T*, const T*,          \
+      CorePhase, T*, T*, T*, const T*, const T*, const T*, const T*,          \
       const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t,       \
       int64_t);                                                              \
   template void KdaCoreBackwardPhase<T>(                                     \
-      GdnPhase, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,    \
+      CorePhase, T*, T*, T*, T*, T*, T*, T*, const T*, const T*, const T*,    \
       const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,    \
       int64_t, int64_t, int64_t, int64_t);
 SF_INSTANTIATE(float)

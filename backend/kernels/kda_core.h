@@ -45,7 +45,7 @@
 #include <cstdint>
 
 #include "backend/kernels/eigen_types.h"
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
@@ -208,7 +208,7 @@ void KdaCoreBackwardOverlapped(T* dq, T* dk, T* dv, T* dg, T* dbeta, T* dS_in,
                                int64_t block_size = kKdaBlockSize,
                                int64_t st_tile = 0);
 
-// ---- the core phase by phase (for timing: gdn_phase.h) --------------------
+// ---- the core phase by phase (for timing: core_phase.h) --------------------
 
 // KdaCoreForward run one phase at a time: calling it with kPre, kST, kOut in
 // that order, on the same arguments and workspace, gives KdaCoreForward's o
@@ -224,14 +224,14 @@ int64_t KdaCoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                          int64_t Dv,
                                          int64_t block_size = kKdaBlockSize);
 template <typename T>
-void KdaCoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* workspace,
+void KdaCoreForwardPhase(CorePhase phase, T* o, T* S_out, T* workspace,
                          const T* q, const T* k, const T* v, const T* g,
                          const T* beta, const T* S_in, int64_t T_len,
                          int64_t H, int64_t Dk, int64_t Dv,
                          int64_t block_size = kKdaBlockSize,
                          int64_t st_tile = 0);
 
-// KdaCoreBackward one phase at a time (gdn_phase.h: kPre = replay, Pre
+// KdaCoreBackward one phase at a time (core_phase.h: kPre = replay, Pre
 // recomputed and the Out backward; kST = the state-gradient chain; kOut =
 // the Pre backward and the gradient rows): in order on the same arguments
 // and workspace, KdaCoreBackward's outputs bit for bit. dS_in is written by
@@ -244,7 +244,7 @@ int64_t KdaCoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
                                           int64_t Dk, int64_t Dv,
                                           int64_t block_size = kKdaBlockSize);
 template <typename T>
-void KdaCoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* dg,
+void KdaCoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* dg,
                           T* dbeta, T* dS_in, T* workspace, const T* dO,
                           const T* dS_out, const T* q, const T* k, const T* v,
                           const T* g, const T* beta, const T* S_in,

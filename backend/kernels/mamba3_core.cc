@@ -727,7 +727,7 @@ int64_t Mamba3CoreForwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
 }
 
 template <typename T>
-void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
+void Mamba3CoreForwardPhase(CorePhase phase, T* o, T* S_out, T* k_out,
                             T* v_out, T* workspace, const T* q, const T* k,
                             const T* v, const T* a, const T* gamma,
                             const T* beta, const T* S_in, const T* k_in,
@@ -743,25 +743,25 @@ void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
                         T_len, H, Dk, Dv, block_size, h, st_tile};
     BlockWeights<T> w;
     RowMat<T> S, S1, S_next;  // (Dv, Dk) each
-    if (phase == GdnPhase::kST) S = LoadState(S_in, h, Dk, Dv);
+    if (phase == CorePhase::kST) S = LoadState(S_in, h, Dk, Dv);
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
       T* slot = workspace + (h * blocks + b) * p.size;
       switch (phase) {
-        case GdnPhase::kPre:
+        case CorePhase::kPre:
           BlockPreWithU<T>(&w, x, t0, L);
           Save(slot + p.G, w.G);
           Save(slot + p.M, w.M);
           Save(slot + p.U, w.U);
           break;
-        case GdnPhase::kST:
+        case CorePhase::kST:
           Load(&w.G, slot + p.G, L);
           Load(&w.U, slot + p.U, Dv, Dk);
           BlockSTTiled<T>(&S_next, &S1, S, w, x, t0);
           Save(slot + p.S1, S1);
           S.swap(S_next);
           break;
-        case GdnPhase::kOut:
+        case CorePhase::kOut:
           Load(&w.G, slot + p.G, L);
           Load(&w.M, slot + p.M, L, L);
           Load(&S1, slot + p.S1, Dv, Dk);
@@ -769,7 +769,7 @@ void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
           break;
       }
     }
-    if (phase == GdnPhase::kST) StoreLeaving<T>(S_out, k_out, v_out, S, x);
+    if (phase == CorePhase::kST) StoreLeaving<T>(S_out, k_out, v_out, S, x);
   }
 }
 
@@ -782,7 +782,7 @@ int64_t Mamba3CoreBackwardPhaseWorkspaceSize(int64_t T_len, int64_t H,
 }
 
 template <typename T>
-void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
+void Mamba3CoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* da,
                              T* dgamma, T* dbeta, T* dS_in, T* dk_in,
                              T* dv_in, T* workspace, const T* dO,
                              const T* dS_out, const T* dk_out,
@@ -803,7 +803,7 @@ void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
     T* states = workspace + h * blocks * Dv * Dk;  // (blocks, Dv, Dk)
     BlockScratch<T> scratch;
     Flow<T> flow;
-    if (phase == GdnPhase::kPre) {  // the replay, as Mamba3CoreBackward's
+    if (phase == CorePhase::kPre) {  // the replay, as Mamba3CoreBackward's
       BlockWeights<T> w;
       if (blocks > 0) Mat<T>(states, Dv, Dk) = LoadState(S_in, h, Dk, Dv);
       for (int64_t b = 0; b + 1 < blocks; ++b) {
@@ -812,29 +812,29 @@ void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
         ReplayST<T>(states + (b + 1) * Dv * Dk, states + b * Dv * Dk, w, x, t0);
       }
     }
-    if (phase == GdnPhase::kST) LoadLeaving<T>(&flow, dS_out, dk_out, dv_out, x);
+    if (phase == CorePhase::kST) LoadLeaving<T>(&flow, dS_out, dk_out, dv_out, x);
     for (int64_t b = blocks - 1; b >= 0; --b) {
       const int64_t t0 = b * block_size, L = std::min(block_size, T_len - t0);
       T* slot = slots + (h * blocks + b) * p.size;
       switch (phase) {
-        case GdnPhase::kPre:  // OutAG
+        case CorePhase::kPre:  // OutAG
           BlockOutBackward<T>(&scratch, dO, x, t0, L);
           SaveOutAG(slot, p, scratch);
           break;
-        case GdnPhase::kST:  // the chain
+        case CorePhase::kST:  // the chain
           Load(&scratch.w.G, slot + p.G, L);
           Load(&scratch.dS1, slot + p.dS1, Dv, Dk);
           BlockSTBackward<T>(&scratch, &flow, x, t0);
           SaveChain(slot, p, scratch);
           break;
-        case GdnPhase::kOut:  // OutWG
+        case CorePhase::kOut:  // OutWG
           LoadForWeights(&scratch, slot, p, L, Dk, Dv);
           BlockWeightBackward<T>(&scratch, CMat<T>(states + b * Dv * Dk, Dv, Dk),
                                  dq, dk, dv, da, dgamma, dbeta, x, t0, L);
           break;
       }
     }
-    if (phase == GdnPhase::kST) StoreEntering<T>(dS_in, dk_in, dv_in, flow, x);
+    if (phase == CorePhase::kST) StoreEntering<T>(dS_in, dk_in, dv_in, flow, x);
   }
 }
 
@@ -878,11 +878,11 @@ Mamba3CoreFlops CountMamba3CoreFlops(int64_t T_len, int64_t H, int64_t Dk,
       const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,       \
       int64_t, int64_t);                                                      \
   template void Mamba3CoreForwardPhase<T>(                                    \
-      GdnPhase, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,   \
+      CorePhase, T*, T*, T*, T*, T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,     \
       int64_t, int64_t, int64_t, int64_t);                                    \
   template void Mamba3CoreBackwardPhase<T>(                                   \
-      GdnPhase, T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*,   \
+      CorePhase, T*, T*, T*, T*, T*, T*, T*, T*, T*, T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, const T*, const T*, const T*,   \
       const T*, const T*, const T*, const T*, int64_t, int64_t, int64_t,      \
       int64_t, int64_t, int64_t);

@@ -37,7 +37,7 @@
 //   Mamba3CoreForward<float>(o, S_out, k_out, v_out, q, k, v, a, gamma, beta,
 //                            S_in, k_in, v_in, T, H, Dk, Dv);
 //   Mamba3CoreForwardOverlapped<float>(...the same arguments...);  // split-and-overlap
-//   for (GdnPhase p : kGdnPhases)                                   // timed phase by phase
+//   for (CorePhase p : kCorePhases)                                   // timed phase by phase
 //     Mamba3CoreForwardPhase<float>(p, o, S_out, k_out, v_out, ws, q, k, ...);
 //
 // Dimensions: T tokens in the chunk, H heads, Dk state dim (d_state), Dv SSM
@@ -48,7 +48,7 @@
 
 #include <cstdint>
 
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 
 namespace stateflow::backend {
 
@@ -160,7 +160,7 @@ void Mamba3CoreBackwardOverlapped(T* dq, T* dk, T* dv, T* da, T* dgamma,
                                   int64_t block_size = kMamba3BlockSize,
                                   int64_t st_tile = 0);
 
-// ---- the core phase by phase (for timing: gdn_phase.h) --------------------
+// ---- the core phase by phase (for timing: core_phase.h) --------------------
 
 // Mamba3CoreForward run one phase at a time: calling it with kPre, kST, kOut
 // in that order, on the same arguments and workspace, gives
@@ -181,7 +181,7 @@ int64_t Mamba3CoreForwardPhaseWorkspaceSize(
     int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
     int64_t block_size = kMamba3BlockSize);
 template <typename T>
-void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
+void Mamba3CoreForwardPhase(CorePhase phase, T* o, T* S_out, T* k_out,
                             T* v_out, T* workspace, const T* q, const T* k,
                             const T* v, const T* a, const T* gamma,
                             const T* beta, const T* S_in, const T* k_in,
@@ -191,7 +191,7 @@ void Mamba3CoreForwardPhase(GdnPhase phase, T* o, T* S_out, T* k_out,
                             int64_t st_tile = 0);
 
 // Mamba3CoreBackward one phase at a time, with the split of
-// Mamba3CoreBackwardOverlapped (gdn_phase.h's roles): kPre = the replay of
+// Mamba3CoreBackwardOverlapped (core_phase.h's roles): kPre = the replay of
 // the entering states (Pre with U, the O(Dk Dv) ST chained) and every
 // block's OutAG; kST = the chain of state gradients (blocks last to first);
 // kOut = every block's OutWG (the block's rows of every gradient). In order
@@ -207,7 +207,7 @@ int64_t Mamba3CoreBackwardPhaseWorkspaceSize(
     int64_t T_len, int64_t H, int64_t Dk, int64_t Dv,
     int64_t block_size = kMamba3BlockSize);
 template <typename T>
-void Mamba3CoreBackwardPhase(GdnPhase phase, T* dq, T* dk, T* dv, T* da,
+void Mamba3CoreBackwardPhase(CorePhase phase, T* dq, T* dk, T* dv, T* da,
                              T* dgamma, T* dbeta, T* dS_in, T* dk_in,
                              T* dv_in, T* workspace, const T* dO,
                              const T* dS_out, const T* dk_out,

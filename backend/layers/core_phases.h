@@ -1,6 +1,6 @@
 // A recurrent family's chunkwise core run one phase at a time on layer-like
 // inputs, for the profiler (backend/profile/layer_timer.h): Pre, ST and Out
-// (gdn_phase.h) of the forward and of the backward, each a separate call, so
+// (core_phase.h) of the forward and of the backward, each a separate call, so
 // that each can be timed alone and a replay can predict the core split and
 // overlapped from sequential measurements (docs/cost-model.md, section 2,
 // "State transition"). Each family makes its runner (its layer family's
@@ -12,13 +12,13 @@
 // sizes a layer produces; the outputs are not read.
 //
 //   SF_ASSIGN_OR_RETURN(auto runner, family->phases<float>()(model, alloc, B, s, st_tile));
-//   for (GdnPhase p : kGdnPhases) runner->Run(p, /*backward=*/false);
+//   for (CorePhase p : kCorePhases) runner->Run(p, /*backward=*/false);
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "backend/kernels/gdn_phase.h"
+#include "backend/kernels/core_phase.h"
 #include "backend/tensor.h"
 
 namespace stateflow::backend {
@@ -30,7 +30,7 @@ class CorePhaseRunner {
   // Phase `phase` of the forward (backward: `backward`) over every sequence
   // of the microbatch; run in the order kPre, kST, kOut (the backward after
   // the forward), the phases give the whole core's results.
-  virtual void Run(GdnPhase phase, bool backward) = 0;
+  virtual void Run(CorePhase phase, bool backward) = 0;
 };
 
 // Deterministic values in [lo, hi], never denormal (a denormal input would

@@ -49,7 +49,7 @@ class GdnPhaseRunner final : public CorePhaseRunner<T> {
     return Status::Ok();
   }
 
-  void Run(GdnPhase p, bool backward) override {
+  void Run(CorePhase p, bool backward) override {
     const std::int64_t HK = d_.HK(), HV = d_.HV(), H = d_.H, st = d_.H * d_.Dv * d_.K, s = s_;
     for (std::int64_t b = 0; b < B_; ++b) {
       if (!backward) {

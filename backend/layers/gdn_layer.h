@@ -63,7 +63,7 @@ namespace stateflow::backend {
 struct GdnLayerDims {
   int64_t C = 0, H = 0, K = 0, Dv = 0, F = 0, W = 0;
   int64_t block_size = kGdnBlockSize;  // T_C of the recurrence kernel
-  // The core's forward and backward through Ops::GdnCoreForwardOverlapped
+  // The core's forward and backward through GdnOps::GdnCoreForwardOverlapped
   // and GdnCoreBackwardOverlapped (schedule.st_overlap): split-and-overlap
   // where the device has it.
   bool st_overlap = false;

@@ -59,7 +59,7 @@ class Mamba3PhaseRunner final : public CorePhaseRunner<T> {
     return Status::Ok();
   }
 
-  void Run(GdnPhase p, bool backward) override {
+  void Run(CorePhase p, bool backward) override {
     const std::int64_t HK = d_.HDs(), HV = d_.HDp(), H = d_.H, st = d_.H * d_.Dp * d_.Ds;
     const std::int64_t s = s_;
     auto P = [](auto& t, std::int64_t b, std::int64_t rows, std::int64_t w) {

@@ -2,7 +2,7 @@
 // mamba3_layer.h (dimension legend there). Every buffer is a Tensor from the
 // layer's allocator: saved tensors in the class the caller asks for
 // (kActivations, or kWorkspace when a recompute replays the forward), the
-// rest in kWorkspace. models/layer_formulas.cc (Mamba3LayerForwardMemory /
+// rest in kWorkspace. models/families/mamba3.cc (Mamba3Family::ForwardMemory /
 // Mamba3LayerBackwardMemory) lists these allocations line by line, in order:
 // change one, change the other.
 #include "backend/layers/mamba3_layer.h"

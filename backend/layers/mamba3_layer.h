@@ -85,7 +85,7 @@ struct Mamba3LayerDims {
   double bc_norm_eps = kMamba3BcNormEps;  // B_norm, C_norm
   double a_floor = kMamba3AFloor;
   // The core's forward and backward split and overlapped
-  // (Ops::Mamba3CoreForwardOverlapped / BackwardOverlapped; schedule.st_overlap):
+  // (Mamba3Ops::Mamba3CoreForwardOverlapped / BackwardOverlapped; schedule.st_overlap):
   // the same results, on the CPU bit for bit with full blocks.
   bool st_overlap = false;
   // B_V, the core's ST tile of state rows (schedule.st_tile; Ops' st_tile):

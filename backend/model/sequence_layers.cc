@@ -84,7 +84,7 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
     return Status::Invalid("layer " + std::to_string(l) + " is not a block of the layer list (1.." +
                            std::to_string(num_layers) + ")");
   }
-  if (models::IsAttentionBlock(model, l - 1)) {
+  if (models::IsAttentionLayer(model, l - 1)) {
     SF_ASSIGN_OR_RETURN(auto attn, AttentionLayer<T>::Make(*alloc, AttentionLayerDims::FromModel(model),
                                                            l, num_layers, options.seed));
     return std::unique_ptr<SequenceLayer<T>>(

@@ -222,7 +222,7 @@ Result<CorePhaseSeconds> LayerTimer<T>::TimePhasesOnce(std::int64_t tokens) {
   for (bool backward : {false, true}) {
     for (int p = 0; p < 3; ++p) {
       SF_RETURN_IF_ERROR(device.TimerStart());
-      runner->Run(kGdnPhases[p], backward);
+      runner->Run(kCorePhases[p], backward);
       SF_ASSIGN_OR_RETURN(const double s, device.TimerStop());
       (backward ? seconds.backward : seconds.forward)[p] = s;
     }

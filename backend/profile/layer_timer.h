@@ -21,8 +21,8 @@
 //
 // A recurrence layer's core (GDN, or Mamba-3: of the mamba3 and
 // mamba3-hybrid families) is also timed phase by phase (TimePhasesOnce): Pre,
-// ST and Out of its forward and backward (Ops::GdnCore*Phase,
-// Ops::Mamba3Core*Phase; gdn_phase.h), each a span of the device's timer, on
+// ST and Out of its forward and backward (its family's core phase runner,
+// layers/core_phases.h; core_phase.h), each a span of the device's timer, on
 // inputs of the layer's shapes, so that a replay can predict the core split
 // and overlapped from sequential measurements. Every time is a device timer
 // span (Device::TimerStart / TimerStop: the steady clock on the host, CUDA
@@ -50,7 +50,7 @@
 
 namespace stateflow::backend {
 
-// One repetition of the recurrence core's phases (gdn_phase.h), seconds:
+// One repetition of the recurrence core's phases (core_phase.h), seconds:
 // [kPre, kST, kOut] of the forward and of the backward.
 struct CorePhaseSeconds {
   double forward[3] = {0, 0, 0};

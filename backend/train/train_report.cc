@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/cost_model.h"
+#include "scenario/report_header.h"
 
 namespace stateflow::backend {
 namespace {
@@ -53,24 +54,21 @@ std::vector<StepResult> MeasuredSteps(const std::vector<StepResult>& steps) {
 pb::Report MakeTrainReport(const TrainSetup& setup, const TrainOptions& options,
                            const std::vector<StepResult>& steps) {
   pb::Report report;
-  report.set_scenario(setup.scenario_name);
-  report.set_source("train");
-  report.set_model(setup.model.name());
-  report.set_policy(setup.plan.policy());
-  report.set_pipeline_size(setup.stages);
-  report.set_tensor_size(1);
-  report.set_data_size(1);
-  report.set_microbatches(setup.microbatches);
-  report.set_chunks(setup.partition.num_chunks());
-  report.set_alpha(setup.alpha);
-  report.set_seq_len(setup.seq_len);
-  report.set_recompute(std::string(models::RecomputeName(setup.recompute)));
-  report.set_st_overlap(setup.st_overlap);  // the GDN core split and overlapped
-  if (setup.st_tile > 0) report.set_st_tile(static_cast<std::uint32_t>(setup.st_tile));
-  report.set_cost_model("measured");
-  report.set_time_unit("s");
-  for (std::int64_t b : setup.partition.boundaries()) report.add_chunk_boundaries(b);
-  report.set_num_tasks(setup.plan.num_actions());
+  scenario::FillReportHeader({.source = "train",
+                              .scenario = setup.scenario_name,
+                              .model = setup.model.name(),
+                              .plan = &setup.plan,
+                              .partition = &setup.partition,
+                              .pipeline_size = setup.stages,
+                              .microbatches = setup.microbatches,
+                              .seq_len = setup.seq_len,
+                              .alpha = setup.alpha,
+                              .recompute = setup.recompute,
+                              .st_overlap = setup.st_overlap,  // the recurrent cores split and overlapped
+                              .st_tile = setup.st_tile,
+                              .cost_model = "measured",
+                              .time_unit = "s"},
+                             &report);
   if (options.capacity_bytes) report.set_capacity_bytes(static_cast<double>(*options.capacity_bytes));
   for (const StepResult& s : steps) {
     report.add_losses(s.loss);

@@ -49,15 +49,15 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
     return Status::Invalid("schedule.system '" + schedule.system() +
                            "' cannot be trained: the backend runs only system stateflow");
   }
-  // The run's own precision, not the scenario's (which describes a simulated
-  // run, bf16 by default): placement depends on FLOPs only, so this changes
-  // no result, but the setup's cost model is the one that counts the
-  // backend's bytes (models::PrecisionForDtype, as the memory check uses).
-  SF_ASSIGN_OR_RETURN(pb::PrecisionSpec precision,
-                      models::PrecisionForDtype(scenario.train().dtype()));
+  // The run's own scenario (scenario::ForBackendRun: the precision of its
+  // dtype, not the scenario's, which describes a simulated run, bf16 by
+  // default): placement depends on FLOPs only, so this changes no result,
+  // but the setup's cost model is the one that counts the backend's bytes,
+  // as the memory check's does.
+  SF_ASSIGN_OR_RETURN(const scenario::ResolvedScenario run,
+                      scenario::ForBackendRun(resolved, scenario.train().dtype(), ""));
   SF_ASSIGN_OR_RETURN(scenario::Configuration config,
-                      scenario::Configure(resolved, schedule,
-                                          {.plan = plan, .precision = &precision}));
+                      scenario::Configure(run, schedule, {.plan = plan}));
   SF_RETURN_IF_ERROR(CheckNoWeightPass(config.plan));
   setup.recompute = config.placement->cost_model.options().recompute;
   setup.st_overlap = schedule.st_overlap();

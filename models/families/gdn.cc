@@ -79,7 +79,7 @@ struct GdnCoreWorkspaceBytes {
     const double fwd = tokens * (1 + x.dk + x.dv) + tiles + states;
     // bf16 (activations narrower than statistics): the float passes run on
     // float copies of the inputs and outputs after the float scratch
-    // (GridOps' kWide): q, k, v, g, beta, o; and dO, q, k, v, g, beta, dq,
+    // (GridGdnOps' kWide): q, k, v, g, beta, o; and dO, q, k, v, g, beta, dq,
     // dk, dv, dg, dbeta.
     const bool wide = b.act < b.stat();
     const double wide_fwd = wide ? tokens * (2 * x.dk + 2 * x.dv + 2) : 0;

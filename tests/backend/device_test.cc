@@ -1,6 +1,6 @@
 // The device seam's host side: the CPU device's memory and tensors through
 // it, the registry's errors, the caching policy of a GPU allocator
-// (BlockCache, over a counting fake), and the order in which an
+// (AllocationCache, over a counting fake), and the order in which an
 // order-matching transport (NCCL) must issue its receives (LinkOrder).
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 
 #include "backend/allocator.h"
 #include "backend/comm/link_order.h"
-#include "backend/device/block_cache.h"
+#include "backend/device/allocation_cache.h"
 #include "backend/device/device.h"
 #include "backend/tensor.h"
 #include "schedule/action.h"
@@ -116,9 +116,9 @@ struct FakeBacking {
   }
 };
 
-TEST(BlockCache, ReusesFreedBlocksAndReportsReserved) {
+TEST(AllocationCache, ReusesFreedBlocksAndReportsReserved) {
   std::map<void*, int64_t> blocks;
-  BlockCache<FakeBacking> cache(FakeBacking{.blocks = &blocks});
+  AllocationCache<FakeBacking> cache(FakeBacking{.blocks = &blocks});
   auto a = cache.Allocate(1000);  // rounds to 1024
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(cache.allocated_bytes(), 1024);
@@ -144,9 +144,9 @@ TEST(BlockCache, ReusesFreedBlocksAndReportsReserved) {
   cache.Free(*e);
 }
 
-TEST(BlockCache, ReleasesTheCacheAndRetriesBeforeFailing) {
+TEST(AllocationCache, ReleasesTheCacheAndRetriesBeforeFailing) {
   std::map<void*, int64_t> blocks;
-  BlockCache<FakeBacking> cache(FakeBacking{.limit = 4096, .blocks = &blocks});
+  AllocationCache<FakeBacking> cache(FakeBacking{.limit = 4096, .blocks = &blocks});
   auto a = cache.Allocate(3072);
   ASSERT_TRUE(a.ok());
   cache.Free(*a);  // cached: 3072 reserved

@@ -1,5 +1,5 @@
 // The GDN core run phase by phase (GdnOps<T>::GdnCoreForwardPhase /
-// GdnCoreBackwardPhase, gdn_phase.h) against the whole core on the same
+// GdnCoreBackwardPhase, core_phase.h) against the whole core on the same
 // device: kPre, kST, kOut in order give GdnCoreForward's o and S_out and
 // GdnCoreBackward's six gradients bit for bit, on the CPU device and the
 // host-grid device, float32 and float64, full and partial last blocks, null
@@ -63,7 +63,7 @@ Outputs<T> Run(GdnOps<T>& ops, const Case& c, const Buffers& in, const Buffers& 
                              : ops.GdnCoreForwardWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block);
   std::vector<T> ws(static_cast<size_t>(fws), nan);
   if (phases) {
-    for (GdnPhase p : kGdnPhases) {
+    for (CorePhase p : kCorePhases) {
       ops.GdnCoreForwardPhase(p, out[0].data(), S_out, ws.data(), q.data(), k.data(), v.data(),
                               g.data(), beta.data(), S_in, s.T, s.H, s.Dk, s.Dv, c.block,
                               c.tile);
@@ -81,7 +81,7 @@ Outputs<T> Run(GdnOps<T>& ops, const Case& c, const Buffers& in, const Buffers& 
          S_in, s.T, s.H, s.Dk, s.Dv, c.block, c.tile);
   };
   if (phases) {
-    for (GdnPhase p : kGdnPhases) {
+    for (CorePhase p : kCorePhases) {
       backward([&](auto... args) { ops.GdnCoreBackwardPhase(p, args...); });
     }
   } else {

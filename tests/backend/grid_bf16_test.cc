@@ -369,11 +369,11 @@ TEST(GridBf16, GdnCoreIsTheFloatCoreOnWidenedInputs) {
       const int64_t w = std::max(ops.GdnCoreForwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs),
                                  ops.GdnCoreBackwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs));
       std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
-      for (GdnPhase p : {GdnPhase::kPre, GdnPhase::kST, GdnPhase::kOut}) {
+      for (CorePhase p : {CorePhase::kPre, CorePhase::kST, CorePhase::kOut}) {
         ops.GdnCoreForwardPhase(p, b("o"), b.S("S_out"), ws.data(), b("q"), b("k"), b("v"),
                                 b("g"), b("beta"), b.S("S_in"), T, Hc, Dk, Dv, bs);
       }
-      for (GdnPhase p : {GdnPhase::kPre, GdnPhase::kST, GdnPhase::kOut}) {
+      for (CorePhase p : {CorePhase::kPre, CorePhase::kST, CorePhase::kOut}) {
         ops.GdnCoreBackwardPhase(p, b("dq"), b("dk"), b("dv"), b("dg"), b("dbeta"),
                                  b.S("dS_in"), ws.data(), b("dO"), b.S("dS_out"), b("q"),
                                  b("k"), b("v"), b("g"), b("beta"), b.S("S_in"), T, Hc, Dk, Dv,
@@ -412,12 +412,12 @@ TEST(GridBf16, Mamba3CoreIsTheFloatCoreOnWidenedInputs) {
     const int64_t w = std::max(ops.Mamba3CoreForwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs),
                                ops.Mamba3CoreBackwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs));
     std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
-    for (GdnPhase p : {GdnPhase::kPre, GdnPhase::kST, GdnPhase::kOut}) {
+    for (CorePhase p : {CorePhase::kPre, CorePhase::kST, CorePhase::kOut}) {
       ops.Mamba3CoreForwardPhase(p, b("o"), b.S("S_out"), b("k_out"), b("v_out"), ws.data(),
                                  b("q"), b("k"), b("v"), b("a"), b("gamma"), b("beta"),
                                  b.S("S_in"), b("k_in"), b("v_in"), T, Hc, Dk, Dv, bs);
     }
-    for (GdnPhase p : {GdnPhase::kPre, GdnPhase::kST, GdnPhase::kOut}) {
+    for (CorePhase p : {CorePhase::kPre, CorePhase::kST, CorePhase::kOut}) {
       ops.Mamba3CoreBackwardPhase(p, b("dq"), b("dk"), b("dv"), b("da"), b("dgamma"),
                                   b("dbeta"), b.S("dS_in"), b("dk_in"), b("dv_in"), ws.data(),
                                   b("dO"), b.S("dS_out"), b("dk_out"), b("dv_out"), b("q"),

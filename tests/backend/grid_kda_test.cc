@@ -155,7 +155,7 @@ KernelRun RunGrid(const Shape& s, const Config& c, const Buffers& in, const Buff
                     beta, S_in, s.T, s.H, s.Dk, s.Dv, c.block, c.st_tile);
       break;
     case Mode::kPhases:
-      for (GdnPhase p : kGdnPhases) {
+      for (CorePhase p : kCorePhases) {
         Core::ForwardPhase(exec, p, o, S_out, fws.data(), q, k, v, g,
                            beta, S_in, s.T, s.H, s.Dk, s.Dv, c.block, c.st_tile);
       }
@@ -187,7 +187,7 @@ KernelRun RunGrid(const Shape& s, const Config& c, const Buffers& in, const Buff
                      c.block, c.st_tile);
       break;
     case Mode::kPhases:
-      for (GdnPhase p : kGdnPhases) {
+      for (CorePhase p : kCorePhases) {
         Core::BackwardPhase(exec, p, dq, dk, dv, dg, dbeta, dS_in, bws.data(), dO, dS_out,
                             q, k, v, g, beta, S_in, s.T, s.H,
                             s.Dk, s.Dv, c.block, c.st_tile);
@@ -428,7 +428,7 @@ TEST(GridKdaCore, StTilesGiveTheUntiledBits) {
   ExpectTilesGiveUntiledBits<float>();
 }
 
-// Block counts whose segments (KdaStreamSegments) hold one or two blocks,
+// Block counts whose segments (StreamSegments) hold one or two blocks,
 // the last partial or not, and under two blocks (the sequential fallback).
 const std::vector<std::pair<Shape, int64_t>> kSegmentCases = {
     {{256, 2, 8, 6}, 32}, {{150, 2, 6, 8}, 32}, {{180, 1, 4, 5}, 32},
@@ -490,7 +490,7 @@ class Recording {
     queue_[stream].push_back(static_cast<int>(passes_.size()) - 1);
   }
   void Record(int stream, int event) {
-    ASSERT_LT(event, kKdaStreamEvents);
+    ASSERT_LT(event, kGridEvents);
     Issue(stream, [] {});
     last_record_[event] = static_cast<int>(passes_.size()) - 1;
   }

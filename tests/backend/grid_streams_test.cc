@@ -423,7 +423,7 @@ struct Mamba3Case {
   }
 };
 
-// Segments of blocks (GdnStreamSegments): 8 blocks in 4 segments of 2; 5
+// Segments of blocks (StreamSegments): 8 blocks in 4 segments of 2; 5
 // (the last partial) in 1, 1, 1, 2; 6 (the last partial) in 1, 2, 1, 2; 3
 // (the last partial) in 1, 1, 1; 2 in 1, 1; the segments of one block are
 // where a segment's ST reads only the Pre of the segment before

@@ -373,7 +373,7 @@ Outputs<T> RunMode(Mode mode, const RunSpec& c, const Buffers& in, const Buffers
       break;
     case Mode::kPhases:
       ws.assign(KdaCoreForwardPhaseWorkspaceSize(s.T, s.H, s.Dk, s.Dv, c.block), nan);
-      for (GdnPhase p : kGdnPhases) {
+      for (CorePhase p : kCorePhases) {
         KdaCoreForwardPhase<T>(p, out[0].data(), S_out, ws.data(), q.data(), k.data(),
                                v.data(), g.data(), beta.data(), S_in, s.T, s.H, s.Dk, s.Dv,
                                c.block, c.tile);
@@ -397,7 +397,7 @@ Outputs<T> RunMode(Mode mode, const RunSpec& c, const Buffers& in, const Buffers
       backward([](auto... args) { KdaCoreBackwardOverlapped<T>(args...); });
       break;
     case Mode::kPhases:
-      for (GdnPhase p : kGdnPhases) {
+      for (CorePhase p : kCorePhases) {
         backward([p](auto... args) { KdaCoreBackwardPhase<T>(p, args...); });
       }
       break;

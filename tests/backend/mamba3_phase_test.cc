@@ -1,5 +1,5 @@
 // The Mamba-3 core run phase by phase (Mamba3Ops<T>::Mamba3CoreForwardPhase /
-// Mamba3CoreBackwardPhase, gdn_phase.h) against the whole core on the same
+// Mamba3CoreBackwardPhase, core_phase.h) against the whole core on the same
 // device: kPre, kST, kOut in order give Mamba3CoreForward's o, S_out, k_out,
 // v_out and Mamba3CoreBackward's nine gradients bit for bit, on the CPU
 // device and the host-grid device, float32 and float64, full blocks, a
@@ -53,7 +53,7 @@ using Outputs = std::vector<std::vector<T>>;
 // (if any) left out.
 struct Mode {
   bool phases = false;
-  std::optional<GdnPhase> skip;
+  std::optional<CorePhase> skip;
 };
 
 template <typename T>
@@ -76,7 +76,7 @@ void Forward(Mamba3Ops<T>& ops, const Case& c, const std::vector<std::vector<T>>
     call([&](auto... args) { ops.Mamba3CoreForward(args...); });
     return;
   }
-  for (GdnPhase p : kGdnPhases) {
+  for (CorePhase p : kCorePhases) {
     if (mode.skip == p) continue;
     call([&](auto... args) { ops.Mamba3CoreForwardPhase(p, args...); });
   }
@@ -105,7 +105,7 @@ void Backward(Mamba3Ops<T>& ops, const Case& c, const std::vector<std::vector<T>
     call([&](auto... args) { ops.Mamba3CoreBackward(args...); });
     return;
   }
-  for (GdnPhase p : kGdnPhases) {
+  for (CorePhase p : kCorePhases) {
     if (mode.skip == p) continue;
     call([&](auto... args) { ops.Mamba3CoreBackwardPhase(p, args...); });
   }
@@ -240,16 +240,16 @@ void ExpectEveryPhaseMatters(Device& device, const Case& c) {
   CaseBuffers<T> buffers = MakeBuffers<T>(c, x.in, x.douts);
   Mamba3Ops<T>& ops = *Mamba3OpsOf<T>(device);
   const Outputs<T> whole = Run<T>(ops, c, buffers, {}, {});
-  for (GdnPhase p : kGdnPhases) {
-    const std::string where = Label(device, sizeof(T), c) + " without " + GdnPhaseName(p);
+  for (CorePhase p : kCorePhases) {
+    const std::string where = Label(device, sizeof(T), c) + " without " + CorePhaseName(p);
     const Outputs<T> f = Run<T>(ops, c, buffers, {true, p}, {true, {}});
-    EXPECT_GT(Differing(whole, f, p == GdnPhase::kST ? kSOut : kO), 0u) << where << " forward";
+    EXPECT_GT(Differing(whole, f, p == CorePhase::kST ? kSOut : kO), 0u) << where << " forward";
     for (int i = kDq; i <= kDvIn; ++i) EXPECT_EQ(Differing(whole, f, i), 0u) << where;
     const Outputs<T> b = Run<T>(ops, c, buffers, {true, {}}, {true, p});
     // (dq is written by kOut on the CPU and, with Out's first backward
     // products, by kPre on the grid devices: not listed.)
     const std::vector<int> broken =
-        p == GdnPhase::kST ? std::vector<int>{kDSIn}
+        p == CorePhase::kST ? std::vector<int>{kDSIn}
                            : std::vector<int>{kDk, kDv, kDa, kDgamma, kDbeta};
     for (int i : broken) {
       EXPECT_GT(Differing(whole, b, i), 0u) << where << " backward: " << kOutputNames[i];

@@ -70,15 +70,15 @@ TEST(ValidateModel, NumLayersBeyondAnIntIsRejected) {
                    RangeText(kNumLayers) + " (got 2147483648)");
 }
 
-TEST(IsAttentionBlock, LargestPeriodComputesInSixtyFourBits) {
+TEST(IsAttentionLayer, LargestPeriodComputesInSixtyFourBits) {
   pb::ModelSpec m = *ModelPreset("gdn-hybrid-3b");
   m.set_hybrid_period(4294967295u);
   // Period 2^32: no layer index below it is an attention layer, and no trap.
-  EXPECT_FALSE(IsAttentionBlock(m, 0));
-  EXPECT_FALSE(IsAttentionBlock(m, 2147483646));
+  EXPECT_FALSE(IsAttentionLayer(m, 0));
+  EXPECT_FALSE(IsAttentionLayer(m, 2147483646));
   m.set_hybrid_period(3);
-  EXPECT_TRUE(IsAttentionBlock(m, 3));
-  EXPECT_FALSE(IsAttentionBlock(m, 4));
+  EXPECT_TRUE(IsAttentionLayer(m, 3));
+  EXPECT_FALSE(IsAttentionLayer(m, 4));
 }
 
 TEST(ValidateCluster, AbsurdFiniteBandwidthIsRejected) {

@@ -231,11 +231,11 @@ TEST(ModelPresets, HybridPatternOtherPeriods) {
       const bool attention = (j + 1) % (period + 1) == 0;
       EXPECT_EQ(layers[j + 1] == LayerKind::kAttention, attention)
           << "period " << period << " block " << j;
-      EXPECT_EQ(IsAttentionBlock(m, j), attention);
+      EXPECT_EQ(IsAttentionLayer(m, j), attention);
     }
   }
   m.set_layer_pattern("recurrent");
-  for (uint32_t j = 0; j < m.num_layers(); ++j) EXPECT_FALSE(IsAttentionBlock(m, j));
+  for (uint32_t j = 0; j < m.num_layers(); ++j) EXPECT_FALSE(IsAttentionLayer(m, j));
 }
 
 TEST(ClusterPresets, AllValidate) {

@@ -56,7 +56,7 @@ struct GdnShape {
 // per_block, or the token count of a partial last block) calls f on the
 // index it stands for in the whole space. For (T, H, D) buffers outer = 1 and
 // per_block = bs H D; for (H, nb, ...) ones outer = H. A pass over a segment
-// of blocks (GridOps' overlapped cores) is then the whole pass's functor
+// of blocks (the families' overlapped grid cores, grid_recurrent.h) is then the whole pass's functor
 // restricted, element for element the same arithmetic.
 template <class F>
 struct BlockRangeFn {

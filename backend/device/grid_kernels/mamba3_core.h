@@ -26,7 +26,7 @@
 // thread block on a GPU): row i of S' and of dS' needs only row i of the
 // state (or gradient) before it, so the tile changes the grid, not the bits;
 // every other pass runs every block of every head at once. Every pass also
-// runs on a range of blocks (a segment: GridOps' overlapped cores, the ST
+// runs on a range of blocks (a segment: the families' overlapped grid cores, the ST
 // passes with their b0, b1, the others restricted by BlockRangeFn), element
 // for element the same arithmetic as over the whole chunk. Each functor
 // writes disjoint elements per index; every sum runs inside one index in a

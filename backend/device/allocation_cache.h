@@ -16,7 +16,7 @@
 // `void Release(void* ptr, int64_t bytes)` (cudaMalloc / cudaFree on a GPU;
 // the tests use a counting fake).
 //
-//   BlockCache<CudaBacking> cache(backing);
+//   AllocationCache<CudaBacking> cache(backing);
 //   SF_ASSIGN_OR_RETURN(void* p, cache.Allocate(1000));   // 1024 reserved
 //   cache.Free(p, 1000);                                   // kept, 0 allocated
 #pragma once
@@ -31,15 +31,15 @@
 namespace stateflow::backend {
 
 template <typename Backing>
-class BlockCache {
+class AllocationCache {
  public:
   static constexpr int64_t kGranule = 512;
 
-  explicit BlockCache(Backing backing) : backing_(std::move(backing)) {}
-  BlockCache(const BlockCache&) = delete;
-  BlockCache& operator=(const BlockCache&) = delete;
+  explicit AllocationCache(Backing backing) : backing_(std::move(backing)) {}
+  AllocationCache(const AllocationCache&) = delete;
+  AllocationCache& operator=(const AllocationCache&) = delete;
   // Returns every block to the backing store. REQUIRES: all freed.
-  ~BlockCache() { ReleaseCached(); }
+  ~AllocationCache() { ReleaseCached(); }
 
   static int64_t Rounded(int64_t bytes) {
     return (bytes + kGranule - 1) / kGranule * kGranule;
