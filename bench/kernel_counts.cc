@@ -10,7 +10,7 @@
 // from the simulator's cost model (models/cost_model.h), which derives them
 // from the backend's kernels; nothing here is measured.
 //
-//   ./bench/kernel_counts                       # the paper's 3B models, s = 4096
+//   ./bench/kernel_counts                       # the 3B models, s = 4096
 //   ./bench/kernel_counts gdn-15b 8192          # a preset, a chunk length
 #include <cstdint>
 #include <cstdio>
@@ -69,7 +69,7 @@ int Report(const std::string& preset, std::int64_t s) {
       }
     }
   }
-  if (model->architecture() == "gdn" || model->architecture() == "mamba3") {
+  if (seen[static_cast<int>(LayerKind::kRecurrence)]) {
     const StFlops f = RecurrenceStFlops(*model);
     const double t = static_cast<double>(s) / 1e9;  // GFLOP per token -> per chunk
     std::printf("\nRecurrence core, GFLOP per chunk: forward Pre %.3f, ST %.3f, Out %.3f; "
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: kernel_counts [PRESET CHUNK_TOKENS]\n");
     return 2;
   }
-  for (const char* preset : {"gdn-3b", "gdn-hybrid-3b", "mamba3-3b"}) {
+  for (const char* preset : {"gdn-3b", "gdn-hybrid-3b", "mamba3-3b", "kda-hybrid-3b"}) {
     if (int rc = Report(preset, 4096); rc != 0) return rc;
   }
   return 0;

@@ -13,8 +13,8 @@
 #     < 1e-11 relative, float32 < 1e-4.
 #   chunked vs unchunked on the GPU (N = 4 vs N = 1): losses < 1e-9 relative.
 #   P = 2 ranks (NCCL) vs one process: losses < 1e-9 relative.
-#   GPU vs CPU, the same run (gdn-tiny, mamba3-tiny, mamba3-hybrid-tiny):
-#     losses < 1e-9 relative.
+#   GPU vs CPU, the same run (every family's tiny presets, as
+#     `stateflow presets` lists them): losses < 1e-9 relative.
 #   bf16 on the GPU vs bf16 on the host-grid device (every tiny family, the
 #     same arithmetic with cuBLAS's products in another order): losses
 #     < 1e-2 relative (bf16's precision; host-grid's bf16 tracks float32 to
@@ -35,6 +35,8 @@ dir=build-cuda
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DSF_CUDA=ON >/dev/null
 cmake --build "$dir" -j "$(nproc)"
 sf="$dir/stateflow-cuda"  # the program with the CUDA backend
+# Every registered family's tiny presets (gdn-tiny, gdn-hybrid-tiny, ...).
+mapfile -t tiny < <("$sf" presets | awk '$1 ~ /-tiny$/ {print $1}')
 
 echo "== GPU tests (every kernel vs the host-grid device)"
 (cd "$dir" && ctest -L gpu --output-on-failure)
@@ -58,12 +60,12 @@ echo "== exactness on the GPU"
 gpu=$("$sf" "${run[@]}" --device cuda | losses)
 cpu=$("$sf" "${run[@]}" --device cpu | losses)
 same "GPU vs CPU" 1e-9 "$gpu" "$cpu"
-for model in mamba3-tiny mamba3-hybrid-tiny; do
+for model in "${tiny[@]}"; do
   m3=(train --model "$model" --dtype float64 --steps 5 --json)
   same "GPU vs CPU, $model" 1e-9 "$("$sf" "${m3[@]}" --device cuda | losses)" \
     "$("$sf" "${m3[@]}" --device cpu | losses)"
 done
-for model in gdn-tiny mamba3-tiny gdn-hybrid-tiny mamba3-hybrid-tiny; do
+for model in "${tiny[@]}"; do
   b16=(train --model "$model" --dtype bf16 --steps 5 --json)
   same "bf16 GPU vs host-grid, $model" 1e-2 "$("$sf" "${b16[@]}" --device cuda | losses)" \
     "$("$sf" "${b16[@]}" --device host-grid | losses)"

@@ -121,6 +121,7 @@ if ! "$check/tasks" > /dev/null 2>&1; then
   kernels_filter='-GdnCore.OverlapEqualsSequential:GdnCore.BackwardOverlapEqualsSequential'
   kernels_filter+=':GdnCore.StTilesEqualUntiled:Mamba3Core.OverlapEqualsSequential'
   kernels_filter+=':Mamba3Core.StTilesEqualUntiled:Mamba3Core.OverlapEqualsTokenByTokenRecurrence'
+  kernels_filter+=':KdaCore.OverlapEqualsSequential:KdaCore.StTilesEqualUntiled'
   layers_filter='-*.StOverlapIsBitIdenticalToSequential:*.StTileChangesNothingBeyondRounding'
 fi
 
@@ -152,7 +153,8 @@ run runtime "$dir/tests/backend/sf_tests_backend_runtime"
 run mpi "$dir/tests/backend/sf_tests_backend_mpi"
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-for model in gdn-tiny mamba3-tiny gdn-hybrid-tiny mamba3-hybrid-tiny; do
+mapfile -t tiny < <("$dir/stateflow" presets | awk '$1 ~ /-tiny$/ {print $1}')
+for model in "${tiny[@]}"; do
   run "train-$model" "$dir/stateflow" train --model "$model" --threads 2 --steps 2 -T 64
   run "mpirun-train-$model" mpirun "${root[@]}" --oversubscribe -n 2 "$dir/stateflow" train \
     --model "$model" --threads 2 --steps 2 -T 64

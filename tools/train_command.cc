@@ -19,7 +19,7 @@
 #include "common/files.h"
 #include "backend/allocator.h"
 #include "backend/comm/mpi.h"
-#include "backend/layers/gdn_layer.h"
+#include "backend/model/layer_family.h"
 #include "backend/model/model_stage_module.h"
 #include "backend/threading.h"
 #include "backend/train/run_dump.h"
@@ -353,11 +353,10 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
     if (mpi) {
       return FailOnce(rank, Status::Invalid("--dump-weights needs one process (run without mpirun)"));
     }
-    const backend::GdnLayerDims dims = backend::GdnLayerDims::FromModel(p.setup.model);
+    const backend::LayerFamily* family = backend::FindLayerFamily(p.setup.model.architecture());
     Status dumped = backend::WriteRunDump<T>(
         flags.dump_path, **trainer, p.options, *p.text,
-        {{"norm_eps", dims.norm_eps}, {"l2_eps", dims.l2_eps},
-         {"block_size", static_cast<double>(dims.block_size)}});
+        family != nullptr ? family->constants(p.setup.model) : backend::LayerFamily::Constants{});
     if (!dumped.ok()) return FailOnce(rank, dumped);
   }
   backend::TrainLoop loop;

@@ -78,9 +78,9 @@ class CpuOps final : public Ops<T> {
     for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
     return sum;
   }
-  void RmsNormApply(T* y, const T* x, const T* rstd, const T* w, int64_t N,
+  void RmsNormApply(T* y, const T* x, const T* rstd, const T* w, int64_t R,
                     int64_t C) override {
-    for (int64_t r = 0; r < N; ++r) {
+    for (int64_t r = 0; r < R; ++r) {
       for (int64_t c = 0; c < C; ++c) y[r * C + c] = x[r * C + c] * rstd[r] * w[c];
     }
   }
@@ -94,21 +94,21 @@ class CpuOps final : public Ops<T> {
     }
   }
 
-  void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t N,
+  void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t R,
                      int64_t C, int64_t D) override {
-    backend::LinearForward<T>(y, x, w, b, N, C, D);
+    backend::LinearForward<T>(y, x, w, b, R, C, D);
   }
   void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x,
-                      const T* w, int64_t N, int64_t C, int64_t D) override {
-    backend::LinearBackward<T>(dx, dw, db, dy, x, w, N, C, D);
+                      const T* w, int64_t R, int64_t C, int64_t D) override {
+    backend::LinearBackward<T>(dx, dw, db, dy, x, w, R, C, D);
   }
-  void RmsNormForward(T* y, T* rstd, const T* x, const T* w, int64_t N,
+  void RmsNormForward(T* y, T* rstd, const T* x, const T* w, int64_t R,
                       int64_t C, T eps) override {
-    backend::RmsNormForward<T>(y, rstd, x, w, N, C, eps);
+    backend::RmsNormForward<T>(y, rstd, x, w, R, C, eps);
   }
   void RmsNormBackward(T* dx, T* dw, const T* dy, const T* x, const T* w,
-                       const T* rstd, int64_t N, int64_t C) override {
-    backend::RmsNormBackward<T>(dx, dw, dy, x, w, rstd, N, C);
+                       const T* rstd, int64_t R, int64_t C) override {
+    backend::RmsNormBackward<T>(dx, dw, dy, x, w, rstd, R, C);
   }
   void SiluForward(T* y, const T* x, int64_t n) override {
     backend::SiluForward<T>(y, x, n);
@@ -143,38 +143,38 @@ class CpuOps final : public Ops<T> {
     backend::L2NormBackward<T>(dx, dy, x, rnorm, R, D, scale);
   }
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
-                        const T* wu, const T* wd, int64_t N, int64_t C,
+                        const T* wu, const T* wd, int64_t R, int64_t C,
                         int64_t F) override {
-    backend::SwigluMlpForward<T>(y, gate, up, h, x, wg, wu, wd, N, C, F);
+    backend::SwigluMlpForward<T>(y, gate, up, h, x, wg, wu, wd, R, C, F);
   }
   void SwigluMlpBackward(T* dx, T* dwg, T* dwu, T* dwd, T* workspace,
                          const T* dy, const T* gate, const T* up, const T* x,
-                         const T* wg, const T* wu, const T* wd, int64_t N,
+                         const T* wg, const T* wu, const T* wd, int64_t R,
                          int64_t C, int64_t F) override {
     backend::SwigluMlpBackward<T>(dx, dwg, dwu, dwd, workspace, dy, gate, up,
-                                  x, wg, wu, wd, N, C, F);
+                                  x, wg, wu, wd, R, C, F);
   }
-  void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t N,
+  void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t R,
                         int64_t C, int64_t V) override {
-    backend::EmbeddingForward<T>(y, ids, table, N, C, V);
+    backend::EmbeddingForward<T>(y, ids, table, R, C, V);
   }
   void EmbeddingBackward(T* dtable, const T* dy, const int32_t* ids,
-                         int64_t N, int64_t C, int64_t V) override {
-    backend::EmbeddingBackward<T>(dtable, dy, ids, N, C, V);
+                         int64_t R, int64_t C, int64_t V) override {
+    backend::EmbeddingBackward<T>(dtable, dy, ids, R, C, V);
   }
   double OutputLossForward(T* losses, T* lse, T* logits, const T* x,
-                           const T* w, const int32_t* targets, int64_t N,
+                           const T* w, const int32_t* targets, int64_t R,
                            int64_t C, int64_t V, int64_t Vs) override {
     return backend::OutputLossForward<T>(losses, lse, logits, x, w, targets,
-                                         N, C, V, Vs);
+                                         R, C, V, Vs);
   }
   void OutputLossBackward(T* dx, T* dw, T* logits, const T* dlosses,
                           const T* lse, const T* x, const T* w,
-                          const int32_t* targets, int64_t N, int64_t C,
+                          const int32_t* targets, int64_t R, int64_t C,
                           int64_t V, int64_t Vs,
                           T* /*workspace*/ = nullptr) override {
     backend::OutputLossBackward<T>(dx, dw, logits, dlosses, lse, x, w,
-                                   targets, N, C, V, Vs);
+                                   targets, R, C, V, Vs);
   }
 };
 
@@ -194,13 +194,13 @@ class CpuAttentionOps final : public AttentionOps<T> {
     backend::AttentionBackward<T>(dq, dk, dv, D, dO, o, lse, q, k, v, s,
                                   start, Hq, Hkv, d, q_tile, k_tile);
   }
-  void RopeForward(T* x, int64_t N, int64_t H, int64_t d, int64_t pos0,
+  void RopeForward(T* x, int64_t R, int64_t H, int64_t d, int64_t pos0,
                    double base) override {
-    backend::RopeForward<T>(x, N, H, d, pos0, base);
+    backend::RopeForward<T>(x, R, H, d, pos0, base);
   }
-  void RopeBackward(T* dx, int64_t N, int64_t H, int64_t d, int64_t pos0,
+  void RopeBackward(T* dx, int64_t R, int64_t H, int64_t d, int64_t pos0,
                     double base) override {
-    backend::RopeBackward<T>(dx, N, H, d, pos0, base);
+    backend::RopeBackward<T>(dx, R, H, d, pos0, base);
   }
 };
 

@@ -39,17 +39,17 @@ class CpuMamba3Ops final : public Mamba3Ops<T> {
   }
   void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
                            const T* C_bias, const T* B_bias, const T* phi,
-                           int64_t S, int64_t H, int64_t N,
+                           int64_t S, int64_t H, int64_t Dk,
                            int64_t Na) override {
-    backend::Mamba3RotaryForward<T>(q, k, Cn, Bn, C_bias, B_bias, phi, S, H, N,
+    backend::Mamba3RotaryForward<T>(q, k, Cn, Bn, C_bias, B_bias, phi, S, H, Dk,
                                     Na);
   }
   void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias, T* dB_bias,
                             T* dq, T* dk, const T* q, const T* k, const T* phi,
-                            int64_t S, int64_t H, int64_t N,
+                            int64_t S, int64_t H, int64_t Dk,
                             int64_t Na) override {
     backend::Mamba3RotaryBackward<T>(dphi, dCn, dBn, dC_bias, dB_bias, dq, dk,
-                                     q, k, phi, S, H, N, Na);
+                                     q, k, phi, S, H, Dk, Na);
   }
   void Mamba3CoefficientsForward(T* a, T* gamma, T* beta, const T* A_proj,
                                  const T* dt, const T* lam, int64_t n,
@@ -66,15 +66,15 @@ class CpuMamba3Ops final : public Mamba3Ops<T> {
   }
   void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
                                const T* silu_z, const T* D, int64_t S,
-                               int64_t H, int64_t P) override {
-    backend::Mamba3GateOutputForward<T>(gated, o, xv, silu_z, D, S, H, P);
+                               int64_t H, int64_t Dv) override {
+    backend::Mamba3GateOutputForward<T>(gated, o, xv, silu_z, D, S, H, Dv);
   }
   void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, T* dD, const T* dgated,
                                 const T* o, const T* xv, const T* silu_z,
                                 const T* D, int64_t S, int64_t H,
-                                int64_t P) override {
+                                int64_t Dv) override {
     backend::Mamba3GateOutputBackward<T>(dz, d_o, dxv, dD, dgated, o, xv,
-                                         silu_z, D, S, H, P);
+                                         silu_z, D, S, H, Dv);
   }
   int64_t Mamba3CoreForwardWorkspaceSize(int64_t, int64_t, int64_t, int64_t,
                                          int64_t) override {

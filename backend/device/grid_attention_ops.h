@@ -47,13 +47,13 @@ class GridAttentionOps final : public AttentionOps<T> {
                   grid::AttentionKeyValueGradFn<T>{dk, dv, dO, lse, D, q, k, v, a,
                                                    Scale(d)});
   }
-  void RopeForward(T* x, int64_t N, int64_t H, int64_t d, int64_t pos0,
+  void RopeForward(T* x, int64_t R, int64_t H, int64_t d, int64_t pos0,
                    double base) override {
-    exec_.ForEach(N * H * (d / 2), grid::RopeFn<T>{x, H, d, pos0, base, T(1)});
+    exec_.ForEach(R * H * (d / 2), grid::RopeFn<T>{x, H, d, pos0, base, T(1)});
   }
-  void RopeBackward(T* dx, int64_t N, int64_t H, int64_t d, int64_t pos0,
+  void RopeBackward(T* dx, int64_t R, int64_t H, int64_t d, int64_t pos0,
                     double base) override {
-    exec_.ForEach(N * H * (d / 2), grid::RopeFn<T>{dx, H, d, pos0, base, T(-1)});
+    exec_.ForEach(R * H * (d / 2), grid::RopeFn<T>{dx, H, d, pos0, base, T(-1)});
   }
 
  private:

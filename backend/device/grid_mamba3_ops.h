@@ -60,21 +60,21 @@ class GridMamba3Ops final : public Mamba3Ops<T>, public GridRecurrentCore<T, Exe
   }
   void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
                            const T* C_bias, const T* B_bias, const StatOf<T>* phi,
-                           int64_t S, int64_t H, int64_t N,
+                           int64_t S, int64_t H, int64_t Dk,
                            int64_t Na) override {
-    exec_.ForEach(S * H * N, grid::Mamba3RotateFn<T>{k, Bn, B_bias, phi, H, N, Na});
-    exec_.ForEach(S * H * N, grid::Mamba3RotateFn<T>{q, Cn, C_bias, phi, H, N, Na});
+    exec_.ForEach(S * H * Dk, grid::Mamba3RotateFn<T>{k, Bn, B_bias, phi, H, Dk, Na});
+    exec_.ForEach(S * H * Dk, grid::Mamba3RotateFn<T>{q, Cn, C_bias, phi, H, Dk, Na});
   }
   void Mamba3RotaryBackward(StatOf<T>* dphi, T* dCn, T* dBn, GradOf<T>* dC_bias, GradOf<T>* dB_bias,
                             T* dq, T* dk, const T* q, const T* k, const StatOf<T>* phi,
-                            int64_t S, int64_t H, int64_t N,
+                            int64_t S, int64_t H, int64_t Dk,
                             int64_t Na) override {
     exec_.ForEach(S * H * Na,
-                  grid::Mamba3RotaryPairGradFn<T>{dphi, dq, dk, q, k, phi, N, Na});
-    exec_.ForEach(S * N, grid::Mamba3HeadSumFn<T>{dBn, dk, H, N});
-    exec_.ForEach(S * N, grid::Mamba3HeadSumFn<T>{dCn, dq, H, N});
-    exec_.ForEach(H * N, grid::Mamba3BiasGradFn<T>{dB_bias, dk, S, H, N});
-    exec_.ForEach(H * N, grid::Mamba3BiasGradFn<T>{dC_bias, dq, S, H, N});
+                  grid::Mamba3RotaryPairGradFn<T>{dphi, dq, dk, q, k, phi, Dk, Na});
+    exec_.ForEach(S * Dk, grid::Mamba3HeadSumFn<T>{dBn, dk, H, Dk});
+    exec_.ForEach(S * Dk, grid::Mamba3HeadSumFn<T>{dCn, dq, H, Dk});
+    exec_.ForEach(H * Dk, grid::Mamba3BiasGradFn<T>{dB_bias, dk, S, H, Dk});
+    exec_.ForEach(H * Dk, grid::Mamba3BiasGradFn<T>{dC_bias, dq, S, H, Dk});
   }
   void Mamba3CoefficientsForward(T* a, T* gamma, T* beta, const T* A_proj,
                                  const T* dt, const T* lam, int64_t n,
@@ -91,17 +91,17 @@ class GridMamba3Ops final : public Mamba3Ops<T>, public GridRecurrentCore<T, Exe
   }
   void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
                                const T* silu_z, const T* D, int64_t S,
-                               int64_t H, int64_t P) override {
-    exec_.ForEach(S * H * P,
-                  grid::Mamba3GateOutputFn<T>{gated, o, xv, silu_z, D, H, P});
+                               int64_t H, int64_t Dv) override {
+    exec_.ForEach(S * H * Dv,
+                  grid::Mamba3GateOutputFn<T>{gated, o, xv, silu_z, D, H, Dv});
   }
   void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, GradOf<T>* dD, const T* dgated,
                                 const T* o, const T* xv, const T* silu_z,
                                 const T* D, int64_t S, int64_t H,
-                                int64_t P) override {
-    exec_.ForEach(H, grid::Mamba3SkipGradFn<T>{dD, dgated, xv, silu_z, S, H, P});
-    exec_.ForEach(S * H * P, grid::Mamba3GateOutputGradFn<T>{
-                                 dz, d_o, dxv, dgated, o, xv, silu_z, D, H, P});
+                                int64_t Dv) override {
+    exec_.ForEach(H, grid::Mamba3SkipGradFn<T>{dD, dgated, xv, silu_z, S, H, Dv});
+    exec_.ForEach(S * H * Dv, grid::Mamba3GateOutputGradFn<T>{
+                                 dz, d_o, dxv, dgated, o, xv, silu_z, D, H, Dv});
   }
   // H T + H nb T_C^2 + 2 H nb Dv Dk (grid_kernels/mamba3_core.h); the CPU
   // forward needs none.

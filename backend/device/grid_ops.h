@@ -13,7 +13,7 @@
 //       calls f(i) for every i in [0, n), in any order, possibly in
 //       parallel (every functor here writes disjoint elements per i);
 //   template <typename T> void Gemm(bool trans_a, bool trans_b, int64_t M,
-//       int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+//       int64_t R, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
 //       int64_t ldb, T beta, T* C, int64_t ldc);
 //       row-major C (M, N) = alpha op(A) op(B) + beta C (C not read when
 //       beta == 0), op(A) (M, K), op(B) (K, N);
@@ -61,7 +61,7 @@
 // attention (grid_attention_ops.h).
 //
 //   GridOps<double, HostExec> ops{HostExec{}};
-//   ops.RmsNormForward(y, rstd, x, w, N, C, 1e-6);
+//   ops.RmsNormForward(y, rstd, x, w, R, C, 1e-6);
 //
 // Dimension legends: as in ops.h and the kernels' headers.
 #pragma once
@@ -105,9 +105,9 @@ class GridOps final : public Ops<T> {
   void Narrow(T* y, const StatOf<T>* x, int64_t n) override {
     exec_.ForEach(n, grid::ConvertFn<T, StatOf<T>>{y, x});
   }
-  void RmsNormApply(T* y, const T* x, const StatOf<T>* rstd, const T* w, int64_t N,
+  void RmsNormApply(T* y, const T* x, const StatOf<T>* rstd, const T* w, int64_t R,
                     int64_t C) override {
-    exec_.ForEach(N * C, grid::RmsNormApplyFn<T>{y, x, rstd, w, C});
+    exec_.ForEach(R * C, grid::RmsNormApplyFn<T>{y, x, rstd, w, C});
   }
   void AdamWUpdate(T* w, T* m, T* v, const T* g, int64_t n,
                    const AdamWCoefficients<T>& c) override {
@@ -117,28 +117,28 @@ class GridOps final : public Ops<T> {
   }
 
   // ---- dense kernels ----
-  void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t N,
+  void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t R,
                      int64_t C, int64_t D) override {
-    Mm(exec_, false, true, N, D, C, x, C, w, C, 0, y, D);
-    if (b != nullptr) exec_.ForEach(N * D, grid::AddBiasFn<T>{y, b, D});
+    Mm(exec_, false, true, R, D, C, x, C, w, C, 0, y, D);
+    if (b != nullptr) exec_.ForEach(R * D, grid::AddBiasFn<T>{y, b, D});
   }
   void LinearBackward(T* dx, GradOf<T>* dw, GradOf<T>* db, const T* dy, const T* x,
-                      const T* w, int64_t N, int64_t C, int64_t D) override {
+                      const T* w, int64_t R, int64_t C, int64_t D) override {
     if (dx != nullptr) {
-      Mm(exec_, false, false, N, C, D, dy, D, w, C, 0, dx, C);
+      Mm(exec_, false, false, R, C, D, dy, D, w, C, 0, dx, C);
     }
-    Mm(exec_, true, false, D, C, N, dy, D, x, C, 1, dw, C);
-    if (db != nullptr) exec_.ForEach(D, grid::ColumnSumAddFn<T>{db, dy, N, D});
+    Mm(exec_, true, false, D, C, R, dy, D, x, C, 1, dw, C);
+    if (db != nullptr) exec_.ForEach(D, grid::ColumnSumAddFn<T>{db, dy, R, D});
   }
-  void RmsNormForward(T* y, StatOf<T>* rstd, const T* x, const T* w, int64_t N,
+  void RmsNormForward(T* y, StatOf<T>* rstd, const T* x, const T* w, int64_t R,
                       int64_t C, ComputeOf<T> eps) override {
-    exec_.ForEach(N, grid::RmsNormRstdFn<T>{rstd, x, C, eps});
-    exec_.ForEach(N * C, grid::RmsNormApplyFn<T>{y, x, rstd, w, C});
+    exec_.ForEach(R, grid::RmsNormRstdFn<T>{rstd, x, C, eps});
+    exec_.ForEach(R * C, grid::RmsNormApplyFn<T>{y, x, rstd, w, C});
   }
   void RmsNormBackward(T* dx, GradOf<T>* dw, const T* dy, const T* x, const T* w,
-                       const StatOf<T>* rstd, int64_t N, int64_t C) override {
-    exec_.ForEach(C, grid::RmsNormWeightGradFn<T>{dw, dy, x, rstd, N, C});
-    exec_.ForEach(N, grid::RmsNormInputGradFn<T>{dx, dy, x, w, rstd, C});
+                       const StatOf<T>* rstd, int64_t R, int64_t C) override {
+    exec_.ForEach(C, grid::RmsNormWeightGradFn<T>{dw, dy, x, rstd, R, C});
+    exec_.ForEach(R, grid::RmsNormInputGradFn<T>{dx, dy, x, w, rstd, C});
   }
   void SiluForward(T* y, const T* x, int64_t n) override {
     exec_.ForEach(n, grid::SiluForwardFn<T>{y, x});
@@ -182,47 +182,47 @@ class GridOps final : public Ops<T> {
 
   // ---- MLP, embedding, output loss ----
   void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x, const T* wg,
-                        const T* wu, const T* wd, int64_t N, int64_t C,
+                        const T* wu, const T* wd, int64_t R, int64_t C,
                         int64_t F) override {
-    LinearForward(gate, x, wg, nullptr, N, C, F);
-    LinearForward(up, x, wu, nullptr, N, C, F);
-    exec_.ForEach(N * F, grid::SwigluHiddenFn<T>{h, gate, up});
-    LinearForward(y, h, wd, nullptr, N, F, C);
+    LinearForward(gate, x, wg, nullptr, R, C, F);
+    LinearForward(up, x, wu, nullptr, R, C, F);
+    exec_.ForEach(R * F, grid::SwigluHiddenFn<T>{h, gate, up});
+    LinearForward(y, h, wd, nullptr, R, F, C);
   }
   void SwigluMlpBackward(T* dx, GradOf<T>* dwg, GradOf<T>* dwu, GradOf<T>* dwd,
                          T* workspace,
                          const T* dy, const T* gate, const T* up, const T* x,
-                         const T* wg, const T* wu, const T* wd, int64_t N,
+                         const T* wg, const T* wu, const T* wd, int64_t R,
                          int64_t C, int64_t F) override {
-    T* hd = workspace;             // (N, F): h, then d(up)
-    T* dgate = workspace + N * F;  // (N, F): dh, then d(gate)
-    exec_.ForEach(N * F, grid::SwigluHiddenFn<T>{hd, gate, up});
-    LinearBackward(dgate, dwd, nullptr, dy, hd, wd, N, F, C);
-    exec_.ForEach(N * F, grid::SwigluBackwardFn<T>{dgate, hd, gate, up});
-    LinearBackward(dx, dwg, nullptr, dgate, x, wg, N, C, F);
-    LinearBackward(nullptr, dwu, nullptr, hd, x, wu, N, C, F);
+    T* hd = workspace;             // (R, F): h, then d(up)
+    T* dgate = workspace + R * F;  // (R, F): dh, then d(gate)
+    exec_.ForEach(R * F, grid::SwigluHiddenFn<T>{hd, gate, up});
+    LinearBackward(dgate, dwd, nullptr, dy, hd, wd, R, F, C);
+    exec_.ForEach(R * F, grid::SwigluBackwardFn<T>{dgate, hd, gate, up});
+    LinearBackward(dx, dwg, nullptr, dgate, x, wg, R, C, F);
+    LinearBackward(nullptr, dwu, nullptr, hd, x, wu, R, C, F);
     if (dx != nullptr) {
-      Mm(exec_, false, false, N, C, F, hd, F, wu, C, 1, dx, C);
+      Mm(exec_, false, false, R, C, F, hd, F, wu, C, 1, dx, C);
     }
   }
-  void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t N,
+  void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t R,
                         int64_t C, int64_t /*V*/) override {
-    exec_.ForEach(N * C, grid::EmbeddingGatherFn<T>{y, ids, table, C});
+    exec_.ForEach(R * C, grid::EmbeddingGatherFn<T>{y, ids, table, C});
   }
   void EmbeddingBackward(GradOf<T>* dtable, const T* dy, const int32_t* ids,
-                         int64_t N, int64_t C, int64_t /*V*/) override {
-    exec_.ForEach(C, grid::EmbeddingScatterAddFn<T>{dtable, dy, ids, N, C});
+                         int64_t R, int64_t C, int64_t /*V*/) override {
+    exec_.ForEach(C, grid::EmbeddingScatterAddFn<T>{dtable, dy, ids, R, C});
   }
   double OutputLossForward(StatOf<T>* losses, StatOf<T>* lse, StatOf<T>* logits, const T* x,
-                           const T* w, const int32_t* targets, int64_t N,
+                           const T* w, const int32_t* targets, int64_t R,
                            int64_t C, int64_t V, int64_t Vs) override;
   void OutputLossBackward(T* dx, GradOf<T>* dw, StatOf<T>* logits, const StatOf<T>* dlosses,
                           const StatOf<T>* lse, const T* x, const T* w,
-                          const int32_t* targets, int64_t N, int64_t C,
+                          const int32_t* targets, int64_t R, int64_t C,
                           int64_t V, int64_t Vs, T* workspace = nullptr) override;
-  int64_t OutputLossBackwardWorkspaceSize(int64_t N, int64_t V,
+  int64_t OutputLossBackwardWorkspaceSize(int64_t R, int64_t V,
                                           int64_t Vs) override {
-    return kWide ? N * (V < Vs ? V : Vs) : 0;
+    return kWide ? R * (V < Vs ? V : Vs) : 0;
   }
 
  private:
@@ -253,48 +253,48 @@ class GridOps final : public Ops<T> {
 template <typename T, typename Exec>
 double GridOps<T, Exec>::OutputLossForward(StatOf<T>* losses, StatOf<T>* lse, StatOf<T>* logits,
                                            const T* x, const T* w,
-                                           const int32_t* targets, int64_t N,
+                                           const int32_t* targets, int64_t R,
                                            int64_t C, int64_t V, int64_t Vs) {
-  if (N == 0) return 0.0;
-  exec_.ForEach(N, grid::FillFn<F>{lse, grid::NegInf<F>()});
+  if (R == 0) return 0.0;
+  exec_.ForEach(R, grid::FillFn<F>{lse, grid::NegInf<F>()});
   for (int64_t v0 = 0; v0 < V; v0 += Vs) {
     const int64_t vs = V - v0 < Vs ? V - v0 : Vs;
-    Mm(exec_, false, true, N, vs, C, x, C, w + v0 * C, C, 0, logits, vs);
-    exec_.ForEach(N, grid::OnlineLogsumexpFn<T>{lse, logits, vs});
+    Mm(exec_, false, true, R, vs, C, x, C, w + v0 * C, C, 0, logits, vs);
+    exec_.ForEach(R, grid::OnlineLogsumexpFn<T>{lse, logits, vs});
   }
   // The per-token losses into the (now free) logits workspace, summed there.
-  exec_.ForEach(N, grid::TokenLossFn<T>{logits, losses, lse, x, w, targets, C});
-  return exec_.Sum(logits, N) / static_cast<double>(N);
+  exec_.ForEach(R, grid::TokenLossFn<T>{logits, losses, lse, x, w, targets, C});
+  return exec_.Sum(logits, R) / static_cast<double>(R);
 }
 
 template <typename T, typename Exec>
 void GridOps<T, Exec>::OutputLossBackward(T* dx, GradOf<T>* dw, StatOf<T>* logits,
                                           const StatOf<T>* dlosses, const StatOf<T>* lse,
                                           const T* x, const T* w,
-                                          const int32_t* targets, int64_t N,
+                                          const int32_t* targets, int64_t R,
                                           int64_t C, int64_t V, int64_t Vs,
                                           T* workspace) {
   for (int64_t v0 = 0; v0 < V; v0 += Vs) {
     const int64_t vs = V - v0 < Vs ? V - v0 : Vs;
     const T* ws = w + v0 * C;  // (vs, C)
-    Mm(exec_, false, true, N, vs, C, x, C, ws, C, 0, logits, vs);
-    exec_.ForEach(N * vs,
+    Mm(exec_, false, true, R, vs, C, x, C, ws, C, 0, logits, vs);
+    exec_.ForEach(R * vs,
                   grid::SoftmaxGradFn<T>{logits, lse, dlosses, targets, vs, v0});
     // d(logits): in bf16, rounded into the workspace for the two GEMMs (as
     // a bf16 framework casts the float gradient back); else the logits.
     const T* dl = nullptr;
     if constexpr (kWide) {
-      Narrow(workspace, logits, N * vs);
+      Narrow(workspace, logits, R * vs);
       dl = workspace;
     } else {
       dl = logits;
     }
     if (dx != nullptr) {
-      Mm(exec_, false, false, N, C, vs, dl, vs, ws, C, v0 == 0 ? 0 : 1, dx, C);
+      Mm(exec_, false, false, R, C, vs, dl, vs, ws, C, v0 == 0 ? 0 : 1, dx, C);
     }
-    Mm(exec_, true, false, vs, C, N, dl, vs, x, C, 1, dw + v0 * C, C);
+    Mm(exec_, true, false, vs, C, R, dl, vs, x, C, 1, dw + v0 * C, C);
   }
-  if (dx != nullptr && V == 0) exec_.ForEach(N * C, grid::FillFn<T>{dx, T(0)});
+  if (dx != nullptr && V == 0) exec_.ForEach(R * C, grid::FillFn<T>{dx, T(0)});
 }
 
 }  // namespace stateflow::backend

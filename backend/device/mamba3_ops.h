@@ -25,7 +25,7 @@ template <typename T>
 class Mamba3Ops : public FamilyOpsBase {
  public:
   // ---- Mamba-3 (mamba3_prep.h, mamba3_core.h; legend of mamba3_layer.h:
-  // S rows = B sequences of Ts tokens, H heads, P = Dp, N = Ds, Na angles) ----
+  // S rows = B sequences of Ts tokens, H heads, Dv = Dp, Dk = Ds, Na angles) ----
   // In place: dt (S, H) = softplus(dt + dt_bias_h), lam (S, H) =
   // sigmoid(lam), theta (S, Na) = pi tanh(theta).
   virtual void Mamba3GatesForward(T* dt, T* lam, T* theta, const T* dt_bias,
@@ -54,21 +54,21 @@ class Mamba3Ops : public FamilyOpsBase {
                                     const T* dt, const StatOf<T>* dangle_out,
                                     int64_t B,
                                     int64_t Ts, int64_t H, int64_t Na) = 0;
-  // k (S, H, N) = rot(Bn_t + B_bias_h, phi_th), q likewise from Cn, C_bias:
-  // the pairs (2j, 2j+1), j < Na, turned by phi; Bn, Cn (S, N); biases
-  // (H, N); phi (S, H, Na).
+  // k (S, H, Dk) = rot(Bn_t + B_bias_h, phi_th), q likewise from Cn, C_bias:
+  // the pairs (2j, 2j+1), j < Na, turned by phi; Bn, Cn (S, Dk); biases
+  // (H, Dk); phi (S, H, Na).
   virtual void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
                                    const T* C_bias, const T* B_bias,
                                    const StatOf<T>* phi, int64_t S,
-                                   int64_t H, int64_t N, int64_t Na) = 0;
-  // dphi (S, H, Na), dCn, dBn (S, N) written; dC_bias, dB_bias (H, N)
-  // accumulated; dq, dk (S, H, N) turned in place into the gradients of the
+                                   int64_t H, int64_t Dk, int64_t Na) = 0;
+  // dphi (S, H, Na), dCn, dBn (S, Dk) written; dC_bias, dB_bias (H, Dk)
+  // accumulated; dq, dk (S, H, Dk) turned in place into the gradients of the
   // unrotated vectors; q, k the forward's outputs.
   virtual void Mamba3RotaryBackward(StatOf<T>* dphi, T* dCn, T* dBn,
                                     GradOf<T>* dC_bias, GradOf<T>* dB_bias,
                                     T* dq, T* dk, const T* q, const T* k,
                                     const StatOf<T>* phi, int64_t S,
-                                    int64_t H, int64_t N, int64_t Na) = 0;
+                                    int64_t H, int64_t Dk, int64_t Na) = 0;
   // n = S H: a = -max(f(A_proj), a_floor) dt, gamma = lam dt, beta = (1 -
   // lam) dt.
   virtual void Mamba3CoefficientsForward(T* a, T* gamma, T* beta,
@@ -80,18 +80,18 @@ class Mamba3Ops : public FamilyOpsBase {
                                           const T* dgamma, const T* dbeta,
                                           const T* A_proj, const T* lam,
                                           int64_t n, ComputeOf<T> a_floor) = 0;
-  // gated (S, H, P) = (o + D_h xv) silu_z.
+  // gated (S, H, Dv) = (o + D_h xv) silu_z.
   virtual void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
                                        const T* silu_z, const T* D, int64_t S,
-                                       int64_t H, int64_t P) = 0;
-  // From dgated (S, H, P): dz = dgated (o + D_h xv) (before SiLU's
+                                       int64_t H, int64_t Dv) = 0;
+  // From dgated (S, H, Dv): dz = dgated (o + D_h xv) (before SiLU's
   // backward), d_o = dgated silu_z, dxv = D_h d_o (written); dD (H)
   // accumulated.
   virtual void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, GradOf<T>* dD,
                                         const T* dgated, const T* o,
                                         const T* xv, const T* silu_z,
                                         const T* D, int64_t S, int64_t H,
-                                        int64_t P) = 0;
+                                        int64_t Dv) = 0;
 
   // The chunkwise Mamba-3 recurrence (mamba3_core.h) over one sequence's
   // T_len tokens: the kernel's arguments, plus (forward) the device's

@@ -26,8 +26,8 @@
 // communication (comm/comm.h).
 //
 //   Ops<float>& ops = alloc.device().ops<float>();
-//   ops.RmsNormForward(y, rstd, x, w, N, C, 1e-6f);
-//   ops.Add(h, x, N * C);   // h += x
+//   ops.RmsNormForward(y, rstd, x, w, R, C, 1e-6f);
+//   ops.Add(h, x, R * C);   // h += x
 //
 // Dimension legends: as in the kernels' headers.
 #pragma once
@@ -66,24 +66,24 @@ class Ops {
   virtual void Narrow(T* y, const StatOf<T>* x, int64_t n) = 0;
   // sum_i x_i in double (on the CPU in index order).
   virtual double Sum(const T* x, int64_t n) = 0;
-  // y (N, C) = x (N, C) * rstd (N) per row * w (C) per column, that is
+  // y (R, C) = x (R, C) * rstd (R) per row * w (C) per column, that is
   // (x_nc rstd_n) w_c: an RMSNorm re-applied with its saved rstd.
   virtual void RmsNormApply(T* y, const T* x, const StatOf<T>* rstd, const T* w,
-                            int64_t N, int64_t C) = 0;
+                            int64_t R, int64_t C) = 0;
   // One AdamW update of n elements: m, v, w in place from g.
   virtual void AdamWUpdate(T* w, T* m, T* v, const T* g, int64_t n,
                            const AdamWCoefficients<T>& c) = 0;
 
   // ---- kernels: the contracts of backend/kernels/*.h ----
   virtual void LinearForward(T* y, const T* x, const T* w, const T* b,
-                             int64_t N, int64_t C, int64_t D) = 0;
+                             int64_t R, int64_t C, int64_t D) = 0;
   virtual void LinearBackward(T* dx, GradOf<T>* dw, GradOf<T>* db, const T* dy, const T* x,
-                              const T* w, int64_t N, int64_t C,
+                              const T* w, int64_t R, int64_t C,
                               int64_t D) = 0;
   virtual void RmsNormForward(T* y, StatOf<T>* rstd, const T* x, const T* w,
-                              int64_t N, int64_t C, ComputeOf<T> eps) = 0;
+                              int64_t R, int64_t C, ComputeOf<T> eps) = 0;
   virtual void RmsNormBackward(T* dx, GradOf<T>* dw, const T* dy, const T* x,
-                               const T* w, const StatOf<T>* rstd, int64_t N,
+                               const T* w, const StatOf<T>* rstd, int64_t R,
                                int64_t C) = 0;
   virtual void SiluForward(T* y, const T* x, int64_t n) = 0;
   virtual void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) = 0;
@@ -106,33 +106,33 @@ class Ops {
                               ComputeOf<T> scale) = 0;
   virtual void SwigluMlpForward(T* y, T* gate, T* up, T* h, const T* x,
                                 const T* wg, const T* wu, const T* wd,
-                                int64_t N, int64_t C, int64_t F) = 0;
+                                int64_t R, int64_t C, int64_t F) = 0;
   virtual void SwigluMlpBackward(T* dx, GradOf<T>* dwg, GradOf<T>* dwu,
                                  GradOf<T>* dwd, T* workspace,
                                  const T* dy, const T* gate, const T* up,
                                  const T* x, const T* wg, const T* wu,
-                                 const T* wd, int64_t N, int64_t C,
+                                 const T* wd, int64_t R, int64_t C,
                                  int64_t F) = 0;
   virtual void EmbeddingForward(T* y, const int32_t* ids, const T* table,
-                                int64_t N, int64_t C, int64_t V) = 0;
+                                int64_t R, int64_t C, int64_t V) = 0;
   virtual void EmbeddingBackward(GradOf<T>* dtable, const T* dy, const int32_t* ids,
-                                 int64_t N, int64_t C, int64_t V) = 0;
+                                 int64_t R, int64_t C, int64_t V) = 0;
   // Returns the mean loss as the CPU kernel does (host value).
   virtual double OutputLossForward(StatOf<T>* losses, StatOf<T>* lse,
                                    StatOf<T>* logits, const T* x,
                                    const T* w, const int32_t* targets,
-                                   int64_t N, int64_t C, int64_t V,
+                                   int64_t R, int64_t C, int64_t V,
                                    int64_t Vs) = 0;
   virtual void OutputLossBackward(T* dx, GradOf<T>* dw, StatOf<T>* logits,
                                   const StatOf<T>* dlosses,
                                   const StatOf<T>* lse, const T* x, const T* w,
-                                  const int32_t* targets, int64_t N,
+                                  const int32_t* targets, int64_t R,
                                   int64_t C, int64_t V, int64_t Vs,
                                   T* workspace = nullptr) = 0;
   // OutputLossBackward's workspace: 0 where StatOf<T> is T; for bf16 one
-  // vocabulary slice of d(logits) rounded to bf16 (N min(V, Vs) elements),
+  // vocabulary slice of d(logits) rounded to bf16 (R min(V, Vs) elements),
   // which the GEMMs read.
-  virtual int64_t OutputLossBackwardWorkspaceSize(int64_t /*N*/,
+  virtual int64_t OutputLossBackwardWorkspaceSize(int64_t /*R*/,
                                                   int64_t /*V*/,
                                                   int64_t /*Vs*/) {
     return 0;
@@ -159,9 +159,9 @@ class AttentionOps {
                                  int64_t start, int64_t Hq, int64_t Hkv,
                                  int64_t d, int64_t q_tile,
                                  int64_t k_tile) = 0;
-  virtual void RopeForward(T* x, int64_t N, int64_t H, int64_t d,
+  virtual void RopeForward(T* x, int64_t R, int64_t H, int64_t d,
                            int64_t pos0, double base) = 0;
-  virtual void RopeBackward(T* dx, int64_t N, int64_t H, int64_t d,
+  virtual void RopeBackward(T* dx, int64_t R, int64_t H, int64_t d,
                             int64_t pos0, double base) = 0;
 };
 

@@ -1,12 +1,12 @@
 // Eigen aliases shared by the CPU kernels: row-major matrices and maps over
 // the raw buffers the kernels take, so that a kernel can say
-// `CMat<T>(x, N, C)` for "the (N, C) row-major buffer x".
+// `CMat<T>(x, R, C)` for "the (R, C) row-major buffer x".
 //
 // Not a tensor type (see backend/tensor.h), and nothing here allocates except
 // the owning RowMat / Vec types.
 //
-//   CMat<float> x(x_ptr, N, C);          // const (N, C) view
-//   Mat<float>(y_ptr, N, D).noalias() = x * w.transpose();
+//   CMat<float> x(x_ptr, R, C);          // const (R, C) view
+//   Mat<float>(y_ptr, R, D).noalias() = x * w.transpose();
 #pragma once
 
 #include <Eigen/Core>

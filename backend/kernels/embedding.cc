@@ -7,8 +7,8 @@
 
 namespace stateflow::backend {
 
-Status CheckTokenIds(const int32_t* ids, int64_t N, int64_t V) {
-  for (int64_t n = 0; n < N; ++n) {
+Status CheckTokenIds(const int32_t* ids, int64_t R, int64_t V) {
+  for (int64_t n = 0; n < R; ++n) {
     if (ids[n] < 0 || ids[n] >= V) {
       return Status::Invalid("token " + std::to_string(n) + ": id " +
                              std::to_string(ids[n]) +
@@ -20,22 +20,22 @@ Status CheckTokenIds(const int32_t* ids, int64_t N, int64_t V) {
 }
 
 template <typename T>
-void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t N,
+void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t R,
                       int64_t C, int64_t V) {
-  Mat<T> Y(y, N, C);          // (N, C)
+  Mat<T> Y(y, R, C);          // (R, C)
   CMat<T> E(table, V, C);     // (V, C)
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     assert(ids[n] >= 0 && ids[n] < V);
     Y.row(n) = E.row(ids[n]);
   }
 }
 
 template <typename T>
-void EmbeddingBackward(T* dtable, const T* dy, const int32_t* ids, int64_t N,
+void EmbeddingBackward(T* dtable, const T* dy, const int32_t* ids, int64_t R,
                        int64_t C, int64_t V) {
   Mat<T> dE(dtable, V, C);    // (V, C)
-  CMat<T> dY(dy, N, C);       // (N, C)
-  for (int64_t n = 0; n < N; ++n) {
+  CMat<T> dY(dy, R, C);       // (R, C)
+  for (int64_t n = 0; n < R; ++n) {
     assert(ids[n] >= 0 && ids[n] < V);
     dE.row(ids[n]) += dY.row(n);
   }
@@ -51,16 +51,16 @@ SF_INSTANTIATE(double)
 #undef SF_INSTANTIATE
 
 void EmbeddingForwardRef(double* y, const int32_t* ids, const double* table,
-                         int64_t N, int64_t C, int64_t /*V*/) {
-  for (int64_t n = 0; n < N; ++n) {
+                         int64_t R, int64_t C, int64_t /*V*/) {
+  for (int64_t n = 0; n < R; ++n) {
     for (int64_t c = 0; c < C; ++c) y[n * C + c] = table[ids[n] * C + c];
   }
 }
 
 void EmbeddingBackwardRef(double* dtable, const double* dy,
-                          const int32_t* ids, int64_t N, int64_t C,
+                          const int32_t* ids, int64_t R, int64_t C,
                           int64_t /*V*/) {
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     for (int64_t c = 0; c < C; ++c) dtable[ids[n] * C + c] += dy[n * C + c];
   }
 }

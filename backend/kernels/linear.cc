@@ -5,10 +5,10 @@
 namespace stateflow::backend {
 
 template <typename T>
-void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t N,
+void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t R,
                    int64_t C, int64_t D) {
-  Mat<T> Y(y, N, D);          // (N, D)
-  CMat<T> X(x, N, C);         // (N, C)
+  Mat<T> Y(y, R, D);          // (R, D)
+  CMat<T> X(x, R, C);         // (R, C)
   CMat<T> Wt(w, D, C);        // (D, C)
   Y.noalias() = X * Wt.transpose();
   if (b != nullptr) Y.rowwise() += CVecMap<T>(b, D).transpose();
@@ -16,11 +16,11 @@ void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t N,
 
 template <typename T>
 void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
-                    int64_t N, int64_t C, int64_t D) {
-  CMat<T> dY(dy, N, D);       // (N, D)
-  CMat<T> X(x, N, C);         // (N, C)
+                    int64_t R, int64_t C, int64_t D) {
+  CMat<T> dY(dy, R, D);       // (R, D)
+  CMat<T> X(x, R, C);         // (R, C)
   CMat<T> Wt(w, D, C);        // (D, C)
-  if (dx != nullptr) Mat<T>(dx, N, C).noalias() = dY * Wt;
+  if (dx != nullptr) Mat<T>(dx, R, C).noalias() = dY * Wt;
   Mat<T>(dw, D, C).noalias() += dY.transpose() * X;
   if (db != nullptr) VecMap<T>(db, D) += dY.colwise().sum().transpose();
 }
@@ -37,8 +37,8 @@ template void LinearBackward<double>(double*, double*, double*, const double*,
                                      int64_t, int64_t);
 
 void LinearForwardRef(double* y, const double* x, const double* w,
-                      const double* b, int64_t N, int64_t C, int64_t D) {
-  for (int64_t n = 0; n < N; ++n) {
+                      const double* b, int64_t R, int64_t C, int64_t D) {
+  for (int64_t n = 0; n < R; ++n) {
     for (int64_t d = 0; d < D; ++d) {
       double acc = b != nullptr ? b[d] : 0.0;
       for (int64_t c = 0; c < C; ++c) acc += x[n * C + c] * w[d * C + c];
@@ -48,9 +48,9 @@ void LinearForwardRef(double* y, const double* x, const double* w,
 }
 
 void LinearBackwardRef(double* dx, double* dw, double* db, const double* dy,
-                       const double* x, const double* w, int64_t N, int64_t C,
+                       const double* x, const double* w, int64_t R, int64_t C,
                        int64_t D) {
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     for (int64_t c = 0; c < C; ++c) {
       double acc = 0.0;
       for (int64_t d = 0; d < D; ++d) acc += dy[n * D + d] * w[d * C + c];

@@ -7,32 +7,32 @@
 // microbatches add into one gradient buffer. Buffers are dense row-major.
 // Not a layer object: no parameters are owned here.
 //
-//   LinearForward<float>(y, x, w, b, N, C, D);
-//   LinearBackward<float>(dx, dw, db, dy, x, w, N, C, D);
+//   LinearForward<float>(y, x, w, b, R, C, D);
+//   LinearBackward<float>(dx, dw, db, dy, x, w, R, C, D);
 //
-// Dimensions: N rows (tokens), C input features, D output features.
+// Dimensions: R rows (tokens), C input features, D output features.
 #pragma once
 
 #include <cstdint>
 
 namespace stateflow::backend {
 
-// y (N, D) = x (N, C) * w (D, C)^T + b (D). b may be nullptr (no bias).
+// y (R, D) = x (R, C) * w (D, C)^T + b (D). b may be nullptr (no bias).
 template <typename T>
-void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t N,
+void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t R,
                    int64_t C, int64_t D);
 
-// dx (N, C) = dy w (written; nullptr skips it), dw (D, C) += dy^T x,
+// dx (R, C) = dy w (written; nullptr skips it), dw (D, C) += dy^T x,
 // db (D) += column sums of dy (nullptr skips it).
 template <typename T>
 void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
-                    int64_t N, int64_t C, int64_t D);
+                    int64_t R, int64_t C, int64_t D);
 
 // Plain float64 references (triple loops).
 void LinearForwardRef(double* y, const double* x, const double* w,
-                      const double* b, int64_t N, int64_t C, int64_t D);
+                      const double* b, int64_t R, int64_t C, int64_t D);
 void LinearBackwardRef(double* dx, double* dw, double* db, const double* dy,
-                       const double* x, const double* w, int64_t N, int64_t C,
+                       const double* x, const double* w, int64_t R, int64_t C,
                        int64_t D);
 
 }  // namespace stateflow::backend

@@ -132,14 +132,14 @@ void Mamba3AnglesBackward(T* dtheta, T* ddt, T* dangle_in, const T* dphi,
 template <typename T>
 void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
                          const T* C_bias, const T* B_bias, const T* phi,
-                         int64_t S, int64_t H, int64_t N, int64_t Na) {
+                         int64_t S, int64_t H, int64_t Dk, int64_t Na) {
   for (int64_t t = 0; t < S; ++t) {
     for (int64_t h = 0; h < H; ++h) {
       const T* ph = phi + (t * H + h) * Na;
       for (const auto& [out, in, bias] :
            {std::tuple{k, Bn, B_bias}, std::tuple{q, Cn, C_bias}}) {
-        T* o = out + (t * H + h) * N;
-        for (int64_t c = 0; c < N; ++c) o[c] = in[t * N + c] + bias[h * N + c];
+        T* o = out + (t * H + h) * Dk;
+        for (int64_t c = 0; c < Dk; ++c) o[c] = in[t * Dk + c] + bias[h * Dk + c];
         for (int64_t j = 0; j < Na; ++j) {
           const T cs = std::cos(ph[j]), sn = std::sin(ph[j]);
           const T u0 = o[2 * j], u1 = o[2 * j + 1];
@@ -154,10 +154,10 @@ void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
 template <typename T>
 void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias, T* dB_bias,
                           T* dq, T* dk, const T* q, const T* k, const T* phi,
-                          int64_t S, int64_t H, int64_t N, int64_t Na) {
+                          int64_t S, int64_t H, int64_t Dk, int64_t Na) {
   std::fill(dphi, dphi + S * H * Na, T(0));
-  std::fill(dBn, dBn + S * N, T(0));
-  std::fill(dCn, dCn + S * N, T(0));
+  std::fill(dBn, dBn + S * Dk, T(0));
+  std::fill(dCn, dCn + S * Dk, T(0));
   for (int64_t t = 0; t < S; ++t) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t r = t * H + h;
@@ -165,8 +165,8 @@ void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias, T* dB_bias,
       T* dph = dphi + r * Na;
       for (const auto& [grad, rotated, dn, dbias] :
            {std::tuple{dk, k, dBn, dB_bias}, std::tuple{dq, q, dCn, dC_bias}}) {
-        T* g = grad + r * N;
-        const T* x = rotated + r * N;
+        T* g = grad + r * Dk;
+        const T* x = rotated + r * Dk;
         for (int64_t j = 0; j < Na; ++j) {
           const T cs = std::cos(ph[j]), sn = std::sin(ph[j]);
           const T g0 = g[2 * j], g1 = g[2 * j + 1];
@@ -174,9 +174,9 @@ void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias, T* dB_bias,
           g[2 * j] = cs * g0 + sn * g1;
           g[2 * j + 1] = -sn * g0 + cs * g1;
         }
-        for (int64_t c = 0; c < N; ++c) {
-          dn[t * N + c] += g[c];
-          dbias[h * N + c] += g[c];
+        for (int64_t c = 0; c < Dk; ++c) {
+          dn[t * Dk + c] += g[c];
+          dbias[h * Dk + c] += g[c];
         }
       }
     }
@@ -208,11 +208,11 @@ void Mamba3CoefficientsBackward(T* ddt, const T* da, const T* dgamma,
 template <typename T>
 void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
                              const T* silu_z, const T* D, int64_t S, int64_t H,
-                             int64_t P) {
+                             int64_t Dv) {
   for (int64_t r = 0; r < S * H; ++r) {
     const T Dh = D[r % H];
-    const int64_t i = r * P;
-    for (int64_t p = 0; p < P; ++p) {
+    const int64_t i = r * Dv;
+    for (int64_t p = 0; p < Dv; ++p) {
       gated[i + p] = (o[i + p] + Dh * xv[i + p]) * silu_z[i + p];
     }
   }
@@ -221,11 +221,11 @@ void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
 template <typename T>
 void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, T* dD, const T* dgated,
                               const T* o, const T* xv, const T* silu_z,
-                              const T* D, int64_t S, int64_t H, int64_t P) {
+                              const T* D, int64_t S, int64_t H, int64_t Dv) {
   for (int64_t r = 0; r < S * H; ++r) {
-    const int64_t h = r % H, i = r * P;
+    const int64_t h = r % H, i = r * Dv;
     T dD_r = 0;
-    for (int64_t p = 0; p < P; ++p) {
+    for (int64_t p = 0; p < Dv; ++p) {
       const T u = o[i + p] + D[h] * xv[i + p];
       const T du = dgated[i + p] * silu_z[i + p];
       dz[i + p] = dgated[i + p] * u;

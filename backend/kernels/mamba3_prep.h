@@ -14,7 +14,7 @@
 //   Mamba3AnglesForward<float>(phi, angle_out, theta, dt, angle_in, B, Ts, H, Na);
 //
 // Dimensions (mamba3_layer.h): S rows = B sequences of Ts tokens, H heads,
-// P SSM head dim, N state dim, Na rotary angles.
+// Dv SSM head dim, Dk state dim, Na rotary angles.
 #pragma once
 
 #include <cstdint>
@@ -50,11 +50,11 @@ void Mamba3AnglesBackward(T* dtheta, T* ddt, T* dangle_in, const T* dphi,
 template <typename T>
 void Mamba3RotaryForward(T* q, T* k, const T* Cn, const T* Bn,
                          const T* C_bias, const T* B_bias, const T* phi,
-                         int64_t S, int64_t H, int64_t N, int64_t Na);
+                         int64_t S, int64_t H, int64_t Dk, int64_t Na);
 template <typename T>
 void Mamba3RotaryBackward(T* dphi, T* dCn, T* dBn, T* dC_bias, T* dB_bias,
                           T* dq, T* dk, const T* q, const T* k, const T* phi,
-                          int64_t S, int64_t H, int64_t N, int64_t Na);
+                          int64_t S, int64_t H, int64_t Dk, int64_t Na);
 template <typename T>
 void Mamba3CoefficientsForward(T* a, T* gamma, T* beta, const T* A_proj,
                                const T* dt, const T* lam, int64_t n,
@@ -66,10 +66,10 @@ void Mamba3CoefficientsBackward(T* ddt, const T* da, const T* dgamma,
 template <typename T>
 void Mamba3GateOutputForward(T* gated, const T* o, const T* xv,
                              const T* silu_z, const T* D, int64_t S, int64_t H,
-                             int64_t P);
+                             int64_t Dv);
 template <typename T>
 void Mamba3GateOutputBackward(T* dz, T* d_o, T* dxv, T* dD, const T* dgated,
                               const T* o, const T* xv, const T* silu_z,
-                              const T* D, int64_t S, int64_t H, int64_t P);
+                              const T* D, int64_t S, int64_t H, int64_t Dv);
 
 }  // namespace stateflow::backend

@@ -11,17 +11,17 @@ namespace stateflow::backend {
 
 template <typename T>
 double OutputLossForward(T* losses, T* lse, T* logits, const T* x, const T* w,
-                         const int32_t* targets, int64_t N, int64_t C,
+                         const int32_t* targets, int64_t R, int64_t C,
                          int64_t V, int64_t Vs) {
-  CMat<T> X(x, N, C);                                   // (N, C)
-  Vec<T> m = Vec<T>::Constant(N, -std::numeric_limits<T>::infinity());  // (N)
-  Vec<T> s = Vec<T>::Zero(N);                           // (N) sum exp(z - m)
-  Vec<T> zt = Vec<T>::Zero(N);                          // (N) target logit
+  CMat<T> X(x, R, C);                                   // (R, C)
+  Vec<T> m = Vec<T>::Constant(R, -std::numeric_limits<T>::infinity());  // (R)
+  Vec<T> s = Vec<T>::Zero(R);                           // (R) sum exp(z - m)
+  Vec<T> zt = Vec<T>::Zero(R);                          // (R) target logit
   for (int64_t v0 = 0; v0 < V; v0 += Vs) {
     const int64_t vs = std::min(Vs, V - v0);
-    Mat<T> Z(logits, N, vs);                            // (N, vs)
+    Mat<T> Z(logits, R, vs);                            // (R, vs)
     Z.noalias() = X * CMat<T>(w + v0 * C, vs, C).transpose();
-    for (int64_t n = 0; n < N; ++n) {
+    for (int64_t n = 0; n < R; ++n) {
       const T m_new = std::max(m(n), Z.row(n).maxCoeff());
       s(n) = s(n) * std::exp(m(n) - m_new) +
              (Z.row(n).array() - m_new).exp().sum();
@@ -31,13 +31,13 @@ double OutputLossForward(T* losses, T* lse, T* logits, const T* x, const T* w,
     }
   }
   double total = 0.0;
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     lse[n] = m(n) + std::log(s(n));
     const T loss = lse[n] - zt(n);
     if (losses != nullptr) losses[n] = loss;
     total += static_cast<double>(loss);
   }
-  return N > 0 ? total / static_cast<double>(N) : 0.0;
+  return R > 0 ? total / static_cast<double>(R) : 0.0;
 }
 
 // Per slice: dZ = dlosses_n * (softmax - onehot(target)), then
@@ -45,23 +45,23 @@ double OutputLossForward(T* losses, T* lse, T* logits, const T* x, const T* w,
 template <typename T>
 void OutputLossBackward(T* dx, T* dw, T* logits, const T* dlosses,
                         const T* lse, const T* x, const T* w,
-                        const int32_t* targets, int64_t N, int64_t C,
+                        const int32_t* targets, int64_t R, int64_t C,
                         int64_t V, int64_t Vs) {
-  CMat<T> X(x, N, C);                                   // (N, C)
-  CVecMap<T> L(lse, N), dL(dlosses, N);                 // (N), (N)
-  if (dx != nullptr) Mat<T>(dx, N, C).setZero();
+  CMat<T> X(x, R, C);                                   // (R, C)
+  CVecMap<T> L(lse, R), dL(dlosses, R);                 // (R), (R)
+  if (dx != nullptr) Mat<T>(dx, R, C).setZero();
   for (int64_t v0 = 0; v0 < V; v0 += Vs) {
     const int64_t vs = std::min(Vs, V - v0);
     CMat<T> Ws(w + v0 * C, vs, C);                      // (vs, C)
-    Mat<T> dZ(logits, N, vs);                           // (N, vs)
+    Mat<T> dZ(logits, R, vs);                           // (R, vs)
     dZ.noalias() = X * Ws.transpose();
     dZ.array() = (dZ.array().colwise() - L.array()).exp().colwise() *
                  dL.array();
-    for (int64_t n = 0; n < N; ++n) {
+    for (int64_t n = 0; n < R; ++n) {
       const int64_t t = targets[n] - v0;
       if (t >= 0 && t < vs) dZ(n, t) -= dL(n);
     }
-    if (dx != nullptr) Mat<T>(dx, N, C).noalias() += dZ * Ws;
+    if (dx != nullptr) Mat<T>(dx, R, C).noalias() += dZ * Ws;
     Mat<T>(dw + v0 * C, vs, C).noalias() += dZ.transpose() * X;
   }
 }
@@ -93,10 +93,10 @@ std::vector<double> LogitsRef(const double* x, const double* w, int64_t n,
 
 double OutputLossForwardRef(double* losses, double* lse, double* /*logits*/,
                             const double* x, const double* w,
-                            const int32_t* targets, int64_t N, int64_t C,
+                            const int32_t* targets, int64_t R, int64_t C,
                             int64_t V, int64_t /*Vs*/) {
   double total = 0.0;
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     const std::vector<double> z = LogitsRef(x, w, n, C, V);
     const double m = *std::max_element(z.begin(), z.end());
     double s = 0.0;
@@ -106,15 +106,15 @@ double OutputLossForwardRef(double* losses, double* lse, double* /*logits*/,
     if (losses != nullptr) losses[n] = loss;
     total += loss;
   }
-  return N > 0 ? total / static_cast<double>(N) : 0.0;
+  return R > 0 ? total / static_cast<double>(R) : 0.0;
 }
 
 void OutputLossBackwardRef(double* dx, double* dw, double* /*logits*/,
                            const double* dlosses, const double* lse,
                            const double* x, const double* w,
-                           const int32_t* targets, int64_t N, int64_t C,
+                           const int32_t* targets, int64_t R, int64_t C,
                            int64_t V, int64_t /*Vs*/) {
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     const std::vector<double> z = LogitsRef(x, w, n, C, V);
     if (dx != nullptr) std::fill(dx + n * C, dx + (n + 1) * C, 0.0);
     for (int64_t v = 0; v < V; ++v) {

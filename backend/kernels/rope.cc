@@ -1,4 +1,4 @@
-// Rotary position embedding (rope.h). Dimensions: N rows, H heads, d head
+// Rotary position embedding (rope.h). Dimensions: R rows, H heads, d head
 // dim, half = d / 2.
 #include "backend/kernels/rope.h"
 
@@ -25,11 +25,11 @@ void Angles(std::vector<T>* cos_a, std::vector<T>* sin_a, int64_t pos,
 
 // Rotates every head of every row by +angle (sign = 1) or -angle (-1).
 template <typename T>
-void Rotate(T* x, int64_t N, int64_t H, int64_t d, int64_t pos0, double base,
+void Rotate(T* x, int64_t R, int64_t H, int64_t d, int64_t pos0, double base,
             T sign) {
   const int64_t half = d / 2;
   std::vector<T> c, s;
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     Angles(&c, &s, pos0 + n, d, base);
     for (T& e : s) e *= sign;
     for (int64_t h = 0; h < H; ++h) {
@@ -47,21 +47,21 @@ void Rotate(T* x, int64_t N, int64_t H, int64_t d, int64_t pos0, double base,
 }  // namespace
 
 template <typename T>
-void RopeForward(T* x, int64_t N, int64_t H, int64_t d, int64_t pos0,
+void RopeForward(T* x, int64_t R, int64_t H, int64_t d, int64_t pos0,
                  double base) {
-  Rotate<T>(x, N, H, d, pos0, base, T(1));
+  Rotate<T>(x, R, H, d, pos0, base, T(1));
 }
 
 template <typename T>
-void RopeBackward(T* dx, int64_t N, int64_t H, int64_t d, int64_t pos0,
+void RopeBackward(T* dx, int64_t R, int64_t H, int64_t d, int64_t pos0,
                   double base) {
-  Rotate<T>(dx, N, H, d, pos0, base, T(-1));
+  Rotate<T>(dx, R, H, d, pos0, base, T(-1));
 }
 
-void RopeForwardRef(double* y, const double* x, int64_t N, int64_t H,
+void RopeForwardRef(double* y, const double* x, int64_t R, int64_t H,
                     int64_t d, int64_t pos0, double base) {
   const int64_t half = d / 2;
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     for (int64_t h = 0; h < H; ++h) {
       const double* xr = x + (n * H + h) * d;
       double* yr = y + (n * H + h) * d;
@@ -77,10 +77,10 @@ void RopeForwardRef(double* y, const double* x, int64_t N, int64_t H,
 
 // The transpose of the rotation: dx_i = dy_i cos + dy_{i+half} sin,
 // dx_{i+half} = dy_{i+half} cos - dy_i sin.
-void RopeBackwardRef(double* dx, const double* dy, int64_t N, int64_t H,
+void RopeBackwardRef(double* dx, const double* dy, int64_t R, int64_t H,
                      int64_t d, int64_t pos0, double base) {
   const int64_t half = d / 2;
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = 0; n < R; ++n) {
     for (int64_t h = 0; h < H; ++h) {
       const double* g = dy + (n * H + h) * d;
       double* out = dx + (n * H + h) * d;

@@ -14,7 +14,7 @@
 //   RopeForward<float>(q, S, Hq, d, /*pos0=*/start);   // q (S, Hq, d)
 //   RopeBackward<float>(dq, S, Hq, d, start);          // dq: d(rotated) -> d(x)
 //
-// Dimensions: N rows at positions pos0..pos0+N-1, H heads, d head dim (even).
+// Dimensions: R rows at positions pos0..pos0+R-1, H heads, d head dim (even).
 #pragma once
 
 #include <cstdint>
@@ -24,21 +24,21 @@ namespace stateflow::backend {
 // The base of the rotary frequencies (docs/models.md).
 inline constexpr double kRopeTheta = 10000.0;
 
-// x (N, H, d) rotated in place. REQUIRES: d even, pos0 >= 0.
+// x (R, H, d) rotated in place. REQUIRES: d even, pos0 >= 0.
 template <typename T>
-void RopeForward(T* x, int64_t N, int64_t H, int64_t d, int64_t pos0,
+void RopeForward(T* x, int64_t R, int64_t H, int64_t d, int64_t pos0,
                  double base = kRopeTheta);
 
-// dx (N, H, d): in place, the gradient of the rotated rows becomes the
+// dx (R, H, d): in place, the gradient of the rotated rows becomes the
 // gradient of the rows before the rotation (the inverse rotation).
 template <typename T>
-void RopeBackward(T* dx, int64_t N, int64_t H, int64_t d, int64_t pos0,
+void RopeBackward(T* dx, int64_t R, int64_t H, int64_t d, int64_t pos0,
                   double base = kRopeTheta);
 
-// Plain references: y (N, H, d) = RoPE(x) (not in place).
-void RopeForwardRef(double* y, const double* x, int64_t N, int64_t H,
+// Plain references: y (R, H, d) = RoPE(x) (not in place).
+void RopeForwardRef(double* y, const double* x, int64_t R, int64_t H,
                     int64_t d, int64_t pos0, double base = kRopeTheta);
-void RopeBackwardRef(double* dx, const double* dy, int64_t N, int64_t H,
+void RopeBackwardRef(double* dx, const double* dy, int64_t R, int64_t H,
                      int64_t d, int64_t pos0, double base = kRopeTheta);
 
 }  // namespace stateflow::backend

@@ -44,6 +44,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -251,6 +253,11 @@ struct GdnFamilyTraits {
   using Layer = GdnLayer<T>;
   using Dims = GdnLayerDims;
   static Dims DimsOf(const pb::ModelSpec& model) { return GdnLayerDims::FromModel(model); }
+  // The constants the ModelSpec does not carry (--dump-weights' "constants").
+  static std::vector<std::pair<std::string, double>> Constants(const Dims& d) {
+    return {{"norm_eps", d.norm_eps}, {"l2_eps", d.l2_eps},
+            {"block_size", static_cast<double>(d.block_size)}};
+  }
   template <typename T>
   static Result<std::unique_ptr<CorePhaseRunner<T>>> MakePhaseRunner(
       const GdnLayerDims& dims, TrackingAllocator& alloc, std::int64_t batch, std::int64_t tokens);

@@ -42,6 +42,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -216,6 +218,11 @@ struct KdaFamilyTraits {
   using Layer = KdaLayer<T>;
   using Dims = KdaLayerDims;
   static Dims DimsOf(const pb::ModelSpec& model) { return KdaLayerDims::FromModel(model); }
+  // The constants the ModelSpec does not carry (--dump-weights' "constants").
+  static std::vector<std::pair<std::string, double>> Constants(const Dims& d) {
+    return {{"norm_eps", d.norm_eps}, {"l2_eps", d.l2_eps},
+            {"block_size", static_cast<double>(d.block_size)}};
+  }
   template <typename T>
   static Result<std::unique_ptr<CorePhaseRunner<T>>> MakePhaseRunner(
       const KdaLayerDims& dims, TrackingAllocator& alloc, std::int64_t batch,

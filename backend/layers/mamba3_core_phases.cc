@@ -62,26 +62,26 @@ class Mamba3PhaseRunner final : public CorePhaseRunner<T> {
   void Run(CorePhase p, bool backward) override {
     const std::int64_t HK = d_.HDs(), HV = d_.HDp(), H = d_.H, st = d_.H * d_.Dp * d_.Ds;
     const std::int64_t s = s_;
-    auto P = [](auto& t, std::int64_t b, std::int64_t rows, std::int64_t w) {
+    auto Part = [](auto& t, std::int64_t b, std::int64_t rows, std::int64_t w) {
       return SequencePart(t, b, rows, w);
     };
     for (std::int64_t b = 0; b < B_; ++b) {
       if (!backward) {
         ops_->Mamba3CoreForwardPhase(
-            p, P(o_, b, s, HV), P(S_out_, b, 1, st), P(k_out_, b, 1, HK), P(v_out_, b, 1, HV),
-            P(fws_, b, 1, fws_.dim(1)), P(q_, b, s, HK), P(k_, b, s, HK), P(v_, b, s, HV),
-            P(a_, b, s, H), P(gamma_, b, s, H), P(beta_, b, s, H), P(S_in_, b, 1, st),
-            P(k_in_, b, 1, HK), P(v_in_, b, 1, HV), s, d_.H, d_.Ds, d_.Dp, d_.block_size,
+            p, Part(o_, b, s, HV), Part(S_out_, b, 1, st), Part(k_out_, b, 1, HK), Part(v_out_, b, 1, HV),
+            Part(fws_, b, 1, fws_.dim(1)), Part(q_, b, s, HK), Part(k_, b, s, HK), Part(v_, b, s, HV),
+            Part(a_, b, s, H), Part(gamma_, b, s, H), Part(beta_, b, s, H), Part(S_in_, b, 1, st),
+            Part(k_in_, b, 1, HK), Part(v_in_, b, 1, HV), s, d_.H, d_.Ds, d_.Dp, d_.block_size,
             d_.st_tile);
         continue;
       }
       ops_->Mamba3CoreBackwardPhase(
-          p, P(dq_, b, s, HK), P(dk_, b, s, HK), P(dv_, b, s, HV), P(da_, b, s, H),
-          P(dgamma_, b, s, H), P(dbeta_, b, s, H), P(dS_in_, b, 1, st), P(dk_in_, b, 1, HK),
-          P(dv_in_, b, 1, HV), P(bws_, b, 1, bws_.dim(1)), P(dO_, b, s, HV),
-          P(dS_out_, b, 1, st), P(dk_out_, b, 1, HK), P(dv_out_, b, 1, HV), P(q_, b, s, HK),
-          P(k_, b, s, HK), P(v_, b, s, HV), P(a_, b, s, H), P(gamma_, b, s, H),
-          P(beta_, b, s, H), P(S_in_, b, 1, st), P(k_in_, b, 1, HK), P(v_in_, b, 1, HV), s,
+          p, Part(dq_, b, s, HK), Part(dk_, b, s, HK), Part(dv_, b, s, HV), Part(da_, b, s, H),
+          Part(dgamma_, b, s, H), Part(dbeta_, b, s, H), Part(dS_in_, b, 1, st), Part(dk_in_, b, 1, HK),
+          Part(dv_in_, b, 1, HV), Part(bws_, b, 1, bws_.dim(1)), Part(dO_, b, s, HV),
+          Part(dS_out_, b, 1, st), Part(dk_out_, b, 1, HK), Part(dv_out_, b, 1, HV), Part(q_, b, s, HK),
+          Part(k_, b, s, HK), Part(v_, b, s, HV), Part(a_, b, s, H), Part(gamma_, b, s, H),
+          Part(beta_, b, s, H), Part(S_in_, b, 1, st), Part(k_in_, b, 1, HK), Part(v_in_, b, 1, HV), s,
           d_.H, d_.Ds, d_.Dp, d_.block_size, d_.st_tile);
     }
   }

@@ -31,8 +31,8 @@ Status CheckShape(int layer, const std::string& what, const Shape& actual,
 
 }  // namespace
 
-int64_t Mamba3RopeAngles(int64_t N) {
-  int64_t split = static_cast<int64_t>(static_cast<double>(N) * kMamba3RopeFraction);
+int64_t Mamba3RopeAngles(int64_t Ds) {
+  int64_t split = static_cast<int64_t>(static_cast<double>(Ds) * kMamba3RopeFraction);
   if (split % 2 != 0) --split;
   return split / 2;
 }
@@ -212,8 +212,8 @@ Status Mamba3Layer<T>::MixerInputsForward(Mamba3LayerSaved<T>* s,
                            d.H, d.Na);
   SF_ASSIGN_OR_RETURN(s->B_rstd, New<StatOf<T>>(cls, {S}));
   SF_ASSIGN_OR_RETURN(s->C_rstd, New<StatOf<T>>(cls, {S}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.Ds}));  // (S, N)
-  SF_ASSIGN_OR_RETURN(Tensor<T> Cn, New(kWs, {S, d.Ds}));  // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> Bn, New(kWs, {S, d.Ds}));  // (S, Ds)
+  SF_ASSIGN_OR_RETURN(Tensor<T> Cn, New(kWs, {S, d.Ds}));  // (S, Ds)
   const ComputeOf<T> bc_eps = static_cast<ComputeOf<T>>(d.bc_norm_eps);
   ops().RmsNormForward(Bn.data(), s->B_rstd.data(), s->Bp.data(), w(kBNorm), S, d.Ds, bc_eps);
   ops().RmsNormForward(Cn.data(), s->C_rstd.data(), s->Cp.data(), w(kCNorm), S, d.Ds, bc_eps);
@@ -245,7 +245,7 @@ Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cl
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->gated, New(cls, {S, d.HDp()}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
+  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HDp)
   ops().SiluForward(silu_z.data(), s->z.data(), S * d.HDp());
   fops().Mamba3GateOutputForward(s->gated.data(), s->o.data(), s->xv.data(), silu_z.data(),
                                 w(kD), S, d.H, d.Dp);
@@ -267,15 +267,15 @@ Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
 // Gradients of the eight projections' outputs (before their activations).
 template <typename T>
 struct Mamba3Layer<T>::MixerGrads {
-  Tensor<T> dz, dxv;             // (S, HP)
-  Tensor<T> ddt, dBp, dCp;       // (S, H), (S, N), (S, N)
+  Tensor<T> dz, dxv;             // (S, HDp)
+  Tensor<T> ddt, dBp, dCp;       // (S, H), (S, Ds), (S, Ds)
   Tensor<T> ddA, dtrap, dtheta;  // (S, H), (S, H), (S, Na)
 };
 
 // Gradients of the core's inputs q, k, a, gamma, beta.
 template <typename T>
 struct Mamba3Layer<T>::CoreGrads {
-  Tensor<T> dq, dk;              // (S, HN)
+  Tensor<T> dq, dk;              // (S, HDs)
   Tensor<T> da, dgamma, dbeta;   // (S, H)
 };
 
@@ -297,7 +297,7 @@ Status Mamba3Layer<T>::BackwardPass(Tensor<T>* dx, Mamba3State<T>* dstate_in,
   Tensor<T> dh;  // (S, C) d(h): the residual's dy plus the MLP branch's
   SF_RETURN_IF_ERROR(MlpBackward(&dh, s, dy));
   MixerGrads grads;
-  Tensor<T> d_o;  // (S, HP) d(core output)
+  Tensor<T> d_o;  // (S, HDp) d(core output)
   SF_RETURN_IF_ERROR(MixerOutputBackward(&d_o, &grads, s, dh));
   CoreGrads core;
   SF_RETURN_IF_ERROR(CoreBackward(&core, &grads, dstate_in, s, &d_o, dstate_out, state_in));
@@ -313,7 +313,7 @@ Status Mamba3Layer<T>::MlpBackward(Tensor<T>* dh, const Mamba3LayerSaved<T>& s,
   return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F);
 }
 
-// From dh: d_o (S, HP) of the core output, grads->dz, grads->dxv (the D
+// From dh: d_o (S, HDp) of the core output, grads->dz, grads->dxv (the D
 // skip's share), dD.
 template <typename T>
 Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
@@ -321,10 +321,10 @@ Status Mamba3Layer<T>::MixerOutputBackward(Tensor<T>* d_o, MixerGrads* g,
                                            const Tensor<T>& dh) {
   const Mamba3LayerDims& d = dims_;
   const int64_t S = s.x.dim(0);
-  SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HDp()}));  // (S, HP)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HDp()}));  // (S, HDp)
   ops().LinearBackward(dgated.data(), dw(kOutProj), nullptr, dh.data(),
                     s.gated.data(), w(kOutProj), S, d.HDp(), d.C);
-  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HP)
+  SF_ASSIGN_OR_RETURN(Tensor<T> silu_z, New(kWs, {S, d.HDp()}));  // (S, HDp)
   ops().SiluForward(silu_z.data(), s.z.data(), S * d.HDp());
   SF_ASSIGN_OR_RETURN(g->dz, New(kWs, {S, d.HDp()}));
   SF_ASSIGN_OR_RETURN(*d_o, New(kWs, {S, d.HDp()}));
@@ -350,7 +350,7 @@ Status Mamba3Layer<T>::CoreBackward(CoreGrads* c, MixerGrads* g,
   const int64_t S = s.x.dim(0), B = s.batch, Ts = S / B;
   SF_ASSIGN_OR_RETURN(c->dq, New(kWs, {S, d.HDs()}));
   SF_ASSIGN_OR_RETURN(c->dk, New(kWs, {S, d.HDs()}));
-  SF_ASSIGN_OR_RETURN(Tensor<T> dv, New(kWs, {S, d.HDp()}));  // (S, HP)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dv, New(kWs, {S, d.HDp()}));  // (S, HDp)
   SF_ASSIGN_OR_RETURN(c->da, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(c->dgamma, New(kWs, {S, d.H}));
   SF_ASSIGN_OR_RETURN(c->dbeta, New(kWs, {S, d.H}));
@@ -404,8 +404,8 @@ Status Mamba3Layer<T>::PrepBackward(MixerGrads* g, CoreGrads* c,
   fops().Mamba3CoefficientsBackward(g->ddt.data(), c->da.data(), c->dgamma.data(),
                                    c->dbeta.data(), s.ddA.data(), s.lam.data(), n, a_floor);
   SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> dphi, New<StatOf<T>>(kWs, {S, d.H, d.Na}));  // (S, H, Na)
-  SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.Ds}));         // (S, N)
-  SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.Ds}));         // (S, N)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dBn, New(kWs, {S, d.Ds}));         // (S, Ds)
+  SF_ASSIGN_OR_RETURN(Tensor<T> dCn, New(kWs, {S, d.Ds}));         // (S, Ds)
   // q = rot(u, phi), u = Cn + C_bias_h (k likewise): dq, dk turned into du.
   fops().Mamba3RotaryBackward(dphi.data(), dCn.data(), dBn.data(), dw(kCBias), dw(kBBias),
                              c->dq.data(), c->dk.data(), s.q.data(), s.k.data(),

@@ -6,17 +6,17 @@
 // constants). Per token of the chunk:
 //
 //   xn    = RMSNorm(x) * mixer_norm                              (S, C)
-//   z, xv = xn Wz^T, xn Wx^T                                     (S, HP) each
-//   Bp,Cp = xn WB^T, xn WC^T                                     (S, N) each
+//   z, xv = xn Wz^T, xn Wx^T                                     (S, HDp) each
+//   Bp,Cp = xn WB^T, xn WC^T                                     (S, Ds) each
 //   dt    = softplus(xn Wdt^T + dt_bias)                         (S, H)
 //   A     = -max(f(xn WA^T), A_floor),  f(u) = 1+u (u>=0), 1/(1-u) (u<0)
 //   lam   = sigmoid(xn Wtrap^T)                                  (S, H)
 //   theta = pi tanh(xn Wang^T)                                   (S, Na)
 //   phi_t = (phi_{t-1} + theta_t dt_t) mod 2 pi  per head       (S, H, Na)
-//   k     = rot(RMSNorm(Bp) * B_norm + B_bias_h, phi)            (S, H, N)
-//   q     = rot(RMSNorm(Cp) * C_norm + C_bias_h, phi)            (S, H, N)
+//   k     = rot(RMSNorm(Bp) * B_norm + B_bias_h, phi)            (S, H, Ds)
+//   q     = rot(RMSNorm(Cp) * C_norm + C_bias_h, phi)            (S, H, Ds)
 //   a, gamma, beta = A dt, lam dt, (1 - lam) dt                  (S, H)
-//   o     = Mamba3Core(q, k, xv, a, gamma, beta; S, k, v carry)  (S, H, P)
+//   o     = Mamba3Core(q, k, xv, a, gamma, beta; S, k, v carry)  (S, H, Dp)
 //   h     = x + ((o + D_h xv) * silu(z)) Wout^T                  (S, C)
 //   y     = h + SwiGLU(RMSNorm(h) * mlp_norm)                    (S, C)
 //
@@ -25,8 +25,8 @@
 // and there is no short convolution (Mamba-3 has none).
 //
 // Boundary state (Mamba3State, the official decode state): the running angle
-// phi (B, H, Na), the SSM state S (B, H, P, N), the last token's k (B, H, N)
-// (rotated, as the core uses it) and its v = xv (B, H, P). Backward turns
+// phi (B, H, Na), the SSM state S (B, H, Dp, Ds), the last token's k (B, H, Ds)
+// (rotated, as the core uses it) and its v = xv (B, H, Dp). Backward turns
 // d(state out) into d(state in) for all four.
 //
 // All of its arithmetic runs through the device seam (the allocator's
@@ -44,14 +44,16 @@
 //   SF_RETURN_IF_ERROR(m3.Forward(&y, &state_out, &saved, x, /*batch=*/1, state_in, models::Recompute::kNone));
 //
 // Dimension legend: B sequences, S tokens of each in the chunk (S rows in
-// total in the shapes below), C hidden size, H heads, P = dp SSM head dim
-// (head_dim_v; Mamba3LayerDims::Dp), N = ds state dim (d_state; ::Ds), Na
-// rotary angles, F SwiGLU size, HP = H P, HN = H N (HDp(), HDs()). In code
+// total in the shapes below), C hidden size, H heads, Dp = dp SSM head dim
+// (head_dim_v; Mamba3LayerDims::Dp), Ds = ds state dim (d_state; ::Ds), Na
+// rotary angles, F SwiGLU size, HDp = H Dp, HDs = H Ds (HDp(), HDs()). In code
 // the pipeline's P and N never appear here: the dims are Dp and Ds
 // (docs/models.md's glossary).
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -74,9 +76,9 @@ inline constexpr double kMamba3RopeFraction = 0.5;  // rope_fraction
 inline constexpr double kMamba3AFloor = 1e-4;       // A_floor
 inline constexpr double kMamba3BcNormEps = 1e-5;    // B_norm, C_norm eps
 
-// Rotary angles per head for a state dim N: floor(N rope_fraction) rounded
+// Rotary angles per head for a state dim Ds: floor(Ds rope_fraction) rounded
 // down to even, halved (the official num_rope_angles).
-int64_t Mamba3RopeAngles(int64_t N);
+int64_t Mamba3RopeAngles(int64_t Ds);
 
 struct Mamba3LayerDims {
   int64_t C = 0, H = 0, Dp = 0, Ds = 0, F = 0, Na = 0;
@@ -96,7 +98,7 @@ struct Mamba3LayerDims {
   int64_t HDp() const { return H * Dp; }
   int64_t HDs() const { return H * Ds; }
 
-  // hidden_size, num_heads, head_dim_v, state_dim, mlp_size; Na from N.
+  // hidden_size, num_heads, head_dim_v, state_dim, mlp_size; Na from Ds.
   // REQUIRES: models::ValidateModel(model).ok() and architecture "mamba3".
   static Mamba3LayerDims FromModel(const pb::ModelSpec& model);
 };
@@ -105,15 +107,15 @@ struct Mamba3LayerDims {
 template <typename T>
 struct Mamba3State {
   Tensor<StatOf<T>> angle;  // (B, H, Na) running rotary angle, in [0, 2 pi)
-  Tensor<StatOf<T>> S;      // (B, H, P, N) SSM state (both float in bf16)
-  Tensor<T> k;      // (B, H, N) last token's rotated k
-  Tensor<T> v;      // (B, H, P) last token's v (xv)
+  Tensor<StatOf<T>> S;      // (B, H, Dp, Ds) SSM state (both float in bf16)
+  Tensor<T> k;      // (B, H, Ds) last token's rotated k
+  Tensor<T> v;      // (B, H, Dp) last token's v (xv)
 
   // Zeros: the state at the sequences' start (angle, then S, k, v).
   static Result<Mamba3State> Zeros(TrackingAllocator& alloc,
                                    const Mamba3LayerDims& dims, int64_t batch,
                                    BufferClass cls);
-  // Elements of one sequence's state: H (Na + P N + N + P).
+  // Elements of one sequence's state: H (Na + Dp Ds + Ds + Dp).
   static int64_t Numel(const Mamba3LayerDims& dims);
   bool empty() const { return S.numel() == 0; }
   int64_t batch() const { return S.rank() == 4 ? S.dim(0) : 0; }
@@ -128,21 +130,21 @@ struct Mamba3LayerSaved {
   Tensor<T> x;                    // (S, C) layer input
   Tensor<T> xn;                   // (S, C) pre-norm output
   Tensor<StatOf<T>> rstd1;        // (S) its 1/rms
-  Tensor<T> z, xv;                // (S, HP) gate and x (the core's v)
-  Tensor<T> Bp, Cp;               // (S, N) B and C projections
+  Tensor<T> z, xv;                // (S, HDp) gate and x (the core's v)
+  Tensor<T> Bp, Cp;               // (S, Ds) B and C projections
   Tensor<T> dt, ddA, lam;         // (S, H) dt, A's projection, trapezoid gate
   Tensor<T> theta;                // (S, Na) angle rates pi tanh(.)
   Tensor<StatOf<T>> B_rstd, C_rstd;  // (S) 1/rms of the B and C norms
   Tensor<StatOf<T>> phi;          // (S, H, Na) running angles
-  Tensor<T> q, k;                 // (S, HN) core inputs
+  Tensor<T> q, k;                 // (S, HDs) core inputs
   Tensor<T> a, gamma, beta;       // (S, H) core inputs
-  Tensor<T> o, gated;             // (S, HP) core output, out_proj input
+  Tensor<T> o, gated;             // (S, HDp) core output, out_proj input
   Tensor<T> h, hn;                // (S, C) after the mixer, (S, C)
   Tensor<StatOf<T>> rstd2;        // (S)
   Tensor<T> mlp_gate, mlp_up;     // (S, F) SwiGLU gate and up projections
 
   // Elements per token under kNone:
-  // 4C + 2F + 4 + 4 HP + 2N + 6H + Na + H Na + 2 HN.
+  // 4C + 2F + 4 + 4 HDp + 2 Ds + 6H + Na + H Na + 2 HDs.
   static int64_t NumelPerToken(const Mamba3LayerDims& dims);
 };
 
@@ -274,6 +276,11 @@ struct Mamba3FamilyTraits {
   using Layer = Mamba3Layer<T>;
   using Dims = Mamba3LayerDims;
   static Dims DimsOf(const pb::ModelSpec& model) { return Mamba3LayerDims::FromModel(model); }
+  // The constants the ModelSpec does not carry (--dump-weights' "constants").
+  static std::vector<std::pair<std::string, double>> Constants(const Dims& d) {
+    return {{"norm_eps", d.norm_eps}, {"bc_norm_eps", d.bc_norm_eps},
+            {"block_size", static_cast<double>(d.block_size)}};
+  }
   template <typename T>
   static Result<std::unique_ptr<CorePhaseRunner<T>>> MakePhaseRunner(
       const Mamba3LayerDims& dims, TrackingAllocator& alloc, std::int64_t batch, std::int64_t tokens);

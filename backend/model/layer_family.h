@@ -8,7 +8,8 @@
 // A family provides traits (GdnFamilyTraits in gdn_layer.h is the pattern):
 // kName, Layer<T> (called alike through RecurrentEntry: Make, Forward,
 // Backward, State, Saved), Dims and DimsOf(model) (with st_overlap and
-// st_tile, which the options set), and MakePhaseRunner<T>.
+// st_tile, which the options set), Constants(dims) (what the ModelSpec does
+// not carry: eps values, T_C) and MakePhaseRunner<T>.
 //
 //   const LayerFamily* f = FindLayerFamily(model.architecture());
 //   SF_ASSIGN_OR_RETURN(auto layer, f->layer<float>()(model, l, alloc, options));
@@ -44,7 +45,12 @@ struct LayerFamily {
       const pb::ModelSpec& model, TrackingAllocator& alloc, std::int64_t batch,
       std::int64_t tokens, std::int64_t st_tile);
 
+  // The family's constants that the ModelSpec does not carry, by name
+  // ({"norm_eps", 1e-6}, {"block_size", 64}, ...): --dump-weights writes them.
+  using Constants = std::vector<std::pair<std::string, double>>;
+
   std::string_view name;  // models::Family::name(): "gdn"
+  Constants (*constants)(const pb::ModelSpec& model) = nullptr;
   LayerMaker<float> layer_f32 = nullptr;
   LayerMaker<double> layer_f64 = nullptr;
   LayerMaker<bf16> layer_bf16 = nullptr;
@@ -102,6 +108,7 @@ template <class Family>
 LayerFamily MakeLayerFamily() {
   LayerFamily f;
   f.name = Family::kName;
+  f.constants = [](const pb::ModelSpec& model) { return Family::Constants(Family::DimsOf(model)); };
   f.layer_f32 = &MakeFamilyLayer<Family, float>;
   f.layer_f64 = &MakeFamilyLayer<Family, double>;
   f.layer_bf16 = &MakeFamilyLayer<Family, bf16>;

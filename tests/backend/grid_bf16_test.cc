@@ -22,6 +22,7 @@
 #include "backend/device/bf16.h"
 #include "backend/device/grid_attention_ops.h"
 #include "backend/device/grid_gdn_ops.h"
+#include "backend/device/grid_kda_ops.h"
 #include "backend/device/grid_mamba3_ops.h"
 #include "backend/device/grid_ops.h"
 #include "backend/device/host_exec.h"
@@ -375,6 +376,70 @@ TEST(GridBf16, GdnCoreIsTheFloatCoreOnWidenedInputs) {
       }
       for (CorePhase p : {CorePhase::kPre, CorePhase::kST, CorePhase::kOut}) {
         ops.GdnCoreBackwardPhase(p, b("dq"), b("dk"), b("dv"), b("dg"), b("dbeta"),
+                                 b.S("dS_in"), ws.data(), b("dO"), b.S("dS_out"), b("q"),
+                                 b("k"), b("v"), b("g"), b("beta"), b.S("S_in"), T, Hc, Dk, Dv,
+                                 bs);
+      }
+    });
+  }
+}
+
+// KDA: GDN's core with the decay per key channel (g is (T, H, Dk)).
+TEST(GridBf16, KdaCoreIsTheFloatCoreOnWidenedInputs) {
+  for (int64_t T : {64, 77}) {
+    constexpr int64_t Hc = 2, Dk = 8, Dv = 6, bs = 16;
+    GridKdaOps<bf16, HostExec> probe{HostExec{}};
+    GridKdaOps<float, HostExec> probe_f{HostExec{}};
+    const int64_t wf = probe.KdaCoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs);
+    const int64_t wb = probe.KdaCoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs);
+    EXPECT_EQ(wf - probe_f.KdaCoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
+              T * Hc * (3 * Dk + 2 * Dv + 1));
+    EXPECT_EQ(wb - probe_f.KdaCoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs),
+              T * Hc * (6 * Dk + 3 * Dv + 2));
+    const int64_t n = T * Hc;
+    const std::vector<Spec> specs = {
+        {"o", n * Dv},          {"S_out", Hc * Dv * Dk, true},
+        {"q", n * Dk, false, -0.3, 0.3}, {"k", n * Dk, false, -0.3, 0.3},
+        {"v", n * Dv},          {"g", n * Dk, false, -0.2, 0},
+        {"beta", n, false, 0.1, 0.9}, {"S_in", Hc * Dv * Dk, true},
+        {"dq", n * Dk},         {"dk", n * Dk},
+        {"dv", n * Dv},         {"dg", n * Dk},
+        {"dbeta", n},           {"dS_in", Hc * Dv * Dk, true},
+        {"dO", n * Dv},         {"dS_out", Hc * Dv * Dk, true}};
+    for (bool overlapped : {false, true}) {
+      Check<GridKdaOps>("KDA core T=" + std::to_string(T) + (overlapped ? " overlapped" : ""), specs,
+            [&](auto& ops, auto& b) {
+              const int64_t w = std::max(ops.KdaCoreForwardWorkspaceSize(T, Hc, Dk, Dv, bs),
+                                         ops.KdaCoreBackwardWorkspaceSize(T, Hc, Dk, Dv, bs));
+              std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
+              if (overlapped) {
+                ops.KdaCoreForwardOverlapped(b("o"), b.S("S_out"), ws.data(), b("q"), b("k"),
+                                             b("v"), b("g"), b("beta"), b.S("S_in"), T, Hc, Dk,
+                                             Dv, bs, 2);
+                ops.KdaCoreBackwardOverlapped(b("dq"), b("dk"), b("dv"), b("dg"), b("dbeta"),
+                                              b.S("dS_in"), ws.data(), b("dO"), b.S("dS_out"),
+                                              b("q"), b("k"), b("v"), b("g"), b("beta"),
+                                              b.S("S_in"), T, Hc, Dk, Dv, bs, 2);
+              } else {
+                ops.KdaCoreForward(b("o"), b.S("S_out"), ws.data(), b("q"), b("k"), b("v"),
+                                   b("g"), b("beta"), b.S("S_in"), T, Hc, Dk, Dv, bs);
+                ops.KdaCoreBackward(b("dq"), b("dk"), b("dv"), b("dg"), b("dbeta"),
+                                    b.S("dS_in"), ws.data(), b("dO"), b.S("dS_out"), b("q"),
+                                    b("k"), b("v"), b("g"), b("beta"), b.S("S_in"), T, Hc, Dk,
+                                    Dv, bs);
+              }
+            });
+    }
+    Check<GridKdaOps>("KDA core phases T=" + std::to_string(T), specs, [&](auto& ops, auto& b) {
+      const int64_t w = std::max(ops.KdaCoreForwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs),
+                                 ops.KdaCoreBackwardPhaseWorkspaceSize(T, Hc, Dk, Dv, bs));
+      std::vector<StatOf<std::remove_pointer_t<decltype(b("o"))>>> ws(w);
+      for (CorePhase p : {CorePhase::kPre, CorePhase::kST, CorePhase::kOut}) {
+        ops.KdaCoreForwardPhase(p, b("o"), b.S("S_out"), ws.data(), b("q"), b("k"), b("v"),
+                                b("g"), b("beta"), b.S("S_in"), T, Hc, Dk, Dv, bs);
+      }
+      for (CorePhase p : {CorePhase::kPre, CorePhase::kST, CorePhase::kOut}) {
+        ops.KdaCoreBackwardPhase(p, b("dq"), b("dk"), b("dv"), b("dg"), b("dbeta"),
                                  b.S("dS_in"), ws.data(), b("dO"), b.S("dS_out"), b("q"),
                                  b("k"), b("v"), b("g"), b("beta"), b.S("S_in"), T, Hc, Dk, Dv,
                                  bs);

@@ -402,37 +402,37 @@ class RotaryCase : public OpCase<RotaryCase> {
 // gated = (o + D_h xv) silu_z; the backward's dz is d(silu_z).
 class GateOutputCase : public OpCase<GateOutputCase> {
  public:
-  GateOutputCase(int64_t S, int64_t H, int64_t P) : S_(S), H_(H), P_(P) {}
+  GateOutputCase(int64_t S, int64_t H, int64_t Dv) : S_(S), H_(H), Dv_(Dv) {}
   std::string Name() const override {
     return "mamba3 gate output S=" + std::to_string(S_) + " H=" + std::to_string(H_) +
-           " P=" + std::to_string(P_);
+           " Dv=" + std::to_string(Dv_);
   }
   std::vector<std::string> InputNames() const override { return {"o", "xv", "silu_z", "D"}; }
   Buffers MakeInputs(std::mt19937_64& rng) const override {
-    const int64_t n = S_ * H_ * P_;
+    const int64_t n = S_ * H_ * Dv_;
     return {RandomVector(rng, n, -1, 1), RandomVector(rng, n, -1, 1),
             RandomVector(rng, n, -1, 1), RandomVector(rng, H_, -1, 1)};
   }
   template <typename T>
   KernelRun RunOn(Mamba3Ops<T>& ops, const Buffers& in, const Buffers& douts) const {
-    const int64_t n = S_ * H_ * P_;
+    const int64_t n = S_ * H_ * Dv_;
     const std::vector<T> o = Cast<T>(in[0]), xv = Cast<T>(in[1]), sz = Cast<T>(in[2]),
                          D = Cast<T>(in[3]);
     std::vector<T> gated(n);
     ops.Mamba3GateOutputForward(gated.data(), o.data(), xv.data(), sz.data(), D.data(), S_, H_,
-                                P_);
+                                Dv_);
     KernelRun r{{ToDouble(gated)}, {}};
     if (douts.empty()) return r;
     const std::vector<T> dgated = Cast<T>(douts[0]);
     std::vector<T> dz(n), d_o(n), dxv(n), dD(H_, T(kAccStart));
     ops.Mamba3GateOutputBackward(dz.data(), d_o.data(), dxv.data(), dD.data(), dgated.data(),
-                                 o.data(), xv.data(), sz.data(), D.data(), S_, H_, P_);
+                                 o.data(), xv.data(), sz.data(), D.data(), S_, H_, Dv_);
     r.grads = {ToDouble(d_o), ToDouble(dxv), ToDouble(dz), Accumulated(dD)};
     return r;
   }
 
  private:
-  int64_t S_, H_, P_;
+  int64_t S_, H_, Dv_;
 };
 
 TEST(GridMamba3Ops, GatesAndCoefficients) {

@@ -37,6 +37,7 @@
 #include "sim/simulation.h"
 #include "tools/work_bounds.h"
 #include "tests/backend/subprocess_util.h"
+#include "tests/family_presets.h"
 
 namespace stateflow::tools {
 namespace {
@@ -235,6 +236,8 @@ std::vector<std::string> ScenarioSeeds() {
               "schedule { policy: \"1f1b\" chunks: 1 }\n",
           "model_preset: \"mamba3-hybrid-tiny\"\n" + small +
               "schedule { policy: \"gpipe\" chunks: 2 }\nprecision { activation_bytes: 4 }\n",
+          "model_preset: \"kda-hybrid-tiny\"\n" + small +
+              "schedule { policy: \"stateflow\" chunks: 2 recompute: \"full\" st_overlap: true }\n",
           // Every model, cluster and precision number in sight of the mutator.
           "model_preset: \"gdn-hybrid-tiny\"\n"
           "model { hybrid_period: 3 num_layers: 4 hidden_size: 64 num_heads: 2 head_dim_k: 16 "
@@ -491,8 +494,7 @@ struct MpiFlagFiles {
 // front (their tensors exceed the machine), but profiling or validating one
 // of their layers is legal and takes minutes and gigabytes.
 std::vector<FlagPool> ScenarioFlagPools(const MpiFlagFiles& f, bool big_models) {
-  std::vector<std::string> models = {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny",
-                                     "mamba3-hybrid-tiny"};
+  std::vector<std::string> models = stateflow::testing::TinyFamilyPresets();
   if (big_models) models.insert(models.end(), {"gdn-32b", "gdn-3b"});
   const std::vector<std::string> inputs = {"/dev/zero", "/", f.fifo, f.missing, f.garbage};
   std::vector<std::string> scenarios = inputs;

@@ -614,7 +614,7 @@ const std::vector<std::string> kBf16 = {"--device", "host-grid", "-T", "96", "-M
                                         "-N", "2", "--json"};
 
 TEST(TrainCli, Bf16TracksFloat32AndRanksGiveOneProcessBits) {
-  for (const char* model : {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny"}) {
+  for (const char* model : {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny", "kda-tiny"}) {
     SCOPED_TRACE(model);
     const std::vector<std::string> args = With(kBf16, {"--model", model, "--steps", "4"});
     const Finished b = RunFor(Train(With(args, {"--dtype", "bf16"})), TempPrefix("bf16"));

@@ -30,6 +30,7 @@
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
 #include "tests/backend/subprocess_util.h"
+#include "tests/family_presets.h"
 
 namespace stateflow::backend::testing {
 namespace {
@@ -172,6 +173,31 @@ TEST(ValidateCli, HostGridPeakMemoryIsExact) {
   }
   ASSERT_EQ(peaks[0].size(), peaks[1].size());
   for (size_t r = 0; r < peaks[0].size(); ++r) EXPECT_GT(peaks[1][r], peaks[0][r]) << r;
+}
+
+// Every registered family and its attention hybrid (tests/family_presets.h)
+// through profile, replay and a P = 2 run on both devices: each stage's
+// predicted peak equals the measured one to the byte.
+TEST(ValidateCli, EveryFamilyPeakMemoryIsExactAtTwoStages) {
+  const std::string scenario = WriteFile("scenario-families.textproto", kScenario);
+  for (const std::string& model : stateflow::testing::TinyFamilyPresets()) {
+    for (const char* device : {"cpu", "host-grid"}) {
+      SCOPED_TRACE(model + " on " + device);
+      const Finished v = RunCli({"validate", "--scenario", scenario, "--model", model, "--steps",
+                                 "2", "--repetitions", "1", "--warmup", "0", "--concurrent", "1",
+                                 "--device", device, "--json"},
+                                "family-" + model + "-" + device);
+      ASSERT_EQ(v.exit_code, 0) << v.err;
+      const pb::ValidationReport report = FromJson<pb::ValidationReport>(v);
+      ASSERT_EQ(report.runs_size(), 1);
+      ASSERT_EQ(report.runs(0).stages_size(), 2);
+      for (const pb::ValidationStage& s : report.runs(0).stages()) {
+        EXPECT_GT(s.measured_peak_memory_bytes(), 0);
+        EXPECT_EQ(s.predicted_peak_memory_bytes(), s.measured_peak_memory_bytes())
+            << "stage " << s.stage();
+      }
+    }
+  }
 }
 
 // bf16 (issue 12) on host-grid: profiled in bf16 (the table says so), the

@@ -186,7 +186,7 @@ struct AttentionKeyValueGradFn {
 // as rope.cc.
 template <typename T>
 struct RopeFn {
-  T* x;        // (N, H, d)
+  T* x;        // (R, H, d)
   int64_t H, d, pos0;
   double base;
   ComputeOf<T> sign;

@@ -10,7 +10,7 @@
 //
 //   exec.ForEach(n, grid::SiluForwardFn<float>{y, x});
 //
-// Dimensions: n elements (any shape, flattened); N rows, C columns.
+// Dimensions: n elements (any shape, flattened); R rows, C columns.
 #pragma once
 
 #include <cstdint>
@@ -63,12 +63,12 @@ struct MulFn {
   SF_HD void operator()(int64_t i) const { y[i] = a[i] * b[i]; }
 };
 
-// y (N, C) = (x * rstd per row) * w per column; i = n * C + c.
+// y (R, C) = (x * rstd per row) * w per column; i = n * C + c.
 template <typename T>
 struct RmsNormApplyFn {
   T* y;
   const T* x;
-  const StatOf<T>* rstd;  // (N)
+  const StatOf<T>* rstd;  // (R)
   const T* w;     // (C)
   int64_t C;
   SF_HD void operator()(int64_t i) const {
@@ -76,7 +76,7 @@ struct RmsNormApplyFn {
   }
 };
 
-// y (N, D) += b (D) per row; i = n * D + d (LinearForward's bias).
+// y (R, D) += b (D) per row; i = n * D + d (LinearForward's bias).
 template <typename T>
 struct AddBiasFn {
   T* y;

@@ -11,7 +11,7 @@
 //   exec.ForEach(S * H, grid::Mamba3GatesFn<float>{dt, lam, dt_bias, H});
 //
 // Dimensions (mamba3_layer.h): S rows = B sequences of Ts tokens, H heads,
-// P SSM head dim, N state dim, Na rotary angles.
+// Dv SSM head dim, Dk state dim, Na rotary angles.
 #pragma once
 
 #include <cstdint>
@@ -169,22 +169,22 @@ struct Mamba3AngleDtGradFn {
 // partner read too).
 template <typename T>
 struct Mamba3RotateFn {
-  T* out;          // (S, H, N)
-  const T* in;     // (S, N)
-  const T* bias;   // (H, N)
+  T* out;          // (S, H, Dk)
+  const T* in;     // (S, Dk)
+  const T* bias;   // (H, Dk)
   const StatOf<T>* phi;    // (S, H, Na)
-  int64_t H, N, Na;
+  int64_t H, Dk, Na;
   SF_HD void operator()(int64_t i) const {
-    const int64_t c = i % N, r = i / N, h = r % H, t = r / H;
-    const ComputeOf<T> u = in[t * N + c] + bias[h * N + c];
+    const int64_t c = i % Dk, r = i / Dk, h = r % H, t = r / H;
+    const ComputeOf<T> u = in[t * Dk + c] + bias[h * Dk + c];
     if (c >= 2 * Na) {
       out[i] = u;
       return;
     }
     const int64_t j = c / 2, c0 = 2 * j;
     const ComputeOf<T> ph = phi[r * Na + j], cs = Cos(ph), sn = Sin(ph);
-    const ComputeOf<T> u0 = c == c0 ? u : in[t * N + c0] + bias[h * N + c0];
-    const ComputeOf<T> u1 = c == c0 ? in[t * N + c0 + 1] + bias[h * N + c0 + 1] : u;
+    const ComputeOf<T> u0 = c == c0 ? u : in[t * Dk + c0] + bias[h * Dk + c0];
+    const ComputeOf<T> u1 = c == c0 ? in[t * Dk + c0 + 1] + bias[h * Dk + c0 + 1] : u;
     out[i] = c == c0 ? cs * u0 - sn * u1 : sn * u0 + cs * u1;
   }
 };
@@ -194,14 +194,14 @@ struct Mamba3RotateFn {
 template <typename T>
 struct Mamba3RotaryPairGradFn {
   StatOf<T>* dphi;          // (S, H, Na)
-  T* dq;            // (S, H, N) in place
-  T* dk;            // (S, H, N) in place
-  const T* q;       // (S, H, N) rotated
-  const T* k;       // (S, H, N) rotated
+  T* dq;            // (S, H, Dk) in place
+  T* dk;            // (S, H, Dk) in place
+  const T* q;       // (S, H, Dk) rotated
+  const T* k;       // (S, H, Dk) rotated
   const StatOf<T>* phi;     // (S, H, Na)
-  int64_t N, Na;
+  int64_t Dk, Na;
   SF_HD void operator()(int64_t i) const {
-    const int64_t r = i / Na, j = i % Na, c0 = r * N + 2 * j;
+    const int64_t r = i / Na, j = i % Na, c0 = r * Dk + 2 * j;
     const ComputeOf<T> cs = Cos(phi[i]), sn = Sin(phi[i]);
     ComputeOf<T> acc = 0;
     T* grads[2] = {dk, dq};
@@ -221,13 +221,13 @@ struct Mamba3RotaryPairGradFn {
 // (t, c): dn = sum_h du_thc (du: the unrotated gradient).
 template <typename T>
 struct Mamba3HeadSumFn {
-  T* dn;          // (S, N)
-  const T* du;    // (S, H, N)
-  int64_t H, N;
+  T* dn;          // (S, Dk)
+  const T* du;    // (S, H, Dk)
+  int64_t H, Dk;
   SF_HD void operator()(int64_t i) const {
-    const int64_t t = i / N, c = i % N;
+    const int64_t t = i / Dk, c = i % Dk;
     ComputeOf<T> acc = 0;
-    for (int64_t h = 0; h < H; ++h) acc += du[(t * H + h) * N + c];
+    for (int64_t h = 0; h < H; ++h) acc += du[(t * H + h) * Dk + c];
     dn[i] = acc;
   }
 };
@@ -235,11 +235,11 @@ struct Mamba3HeadSumFn {
 // (h, c): dbias_hc += du_thc over the rows in order.
 template <typename T>
 struct Mamba3BiasGradFn {
-  GradOf<T>* dbias;  // (H, N)
-  const T* du;    // (S, H, N)
-  int64_t S, H, N;
+  GradOf<T>* dbias;  // (H, Dk)
+  const T* du;    // (S, H, Dk)
+  int64_t S, H, Dk;
   SF_HD void operator()(int64_t i) const {
-    for (int64_t t = 0; t < S; ++t) dbias[i] += du[t * H * N + i];
+    for (int64_t t = 0; t < S; ++t) dbias[i] += du[t * H * Dk + i];
   }
 };
 
@@ -274,9 +274,9 @@ template <typename T>
 struct Mamba3GateOutputFn {
   T* gated;
   const T *o, *xv, *silu_z, *D;
-  int64_t H, P;
+  int64_t H, Dv;
   SF_HD void operator()(int64_t i) const {
-    const ComputeOf<T> Dh = D[(i / P) % H];
+    const ComputeOf<T> Dh = D[(i / Dv) % H];
     gated[i] = (o[i] + Dh * xv[i]) * silu_z[i];
   }
 };
@@ -286,9 +286,9 @@ template <typename T>
 struct Mamba3GateOutputGradFn {
   T *dz, *d_o, *dxv;
   const T *dgated, *o, *xv, *silu_z, *D;
-  int64_t H, P;
+  int64_t H, Dv;
   SF_HD void operator()(int64_t i) const {
-    const ComputeOf<T> Dh = D[(i / P) % H];
+    const ComputeOf<T> Dh = D[(i / Dv) % H];
     const ComputeOf<T> u = o[i] + Dh * xv[i];
     const ComputeOf<T> du = dgated[i] * silu_z[i];
     dz[i] = dgated[i] * u;
@@ -302,12 +302,12 @@ template <typename T>
 struct Mamba3SkipGradFn {
   GradOf<T>* dD;
   const T *dgated, *xv, *silu_z;
-  int64_t S, H, P;
+  int64_t S, H, Dv;
   SF_HD void operator()(int64_t h) const {
     for (int64_t t = 0; t < S; ++t) {
-      const int64_t i = (t * H + h) * P;
+      const int64_t i = (t * H + h) * Dv;
       ComputeOf<T> sum = 0;
-      for (int64_t p = 0; p < P; ++p) sum += dgated[i + p] * silu_z[i + p] * xv[i + p];
+      for (int64_t p = 0; p < Dv; ++p) sum += dgated[i + p] * silu_z[i + p] * xv[i + p];
       dD[h] += sum;
     }
   }

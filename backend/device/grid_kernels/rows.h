@@ -9,11 +9,11 @@
 // (backend/kernels/*.h); GridOps (grid_ops.h) launches them. Not the GDN
 // core's tiles (gdn.h).
 //
-//   exec.ForEach(N, grid::RmsNormRstdFn<float>{rstd, x, C, eps});
+//   exec.ForEach(R, grid::RmsNormRstdFn<float>{rstd, x, C, eps});
 //
-// Dimensions: N rows (tokens), C columns (features), R rows to normalise,
-// D their length, T tokens, H heads, W conv taps, V vocabulary, vs the width
-// of one vocabulary slice.
+// Dimensions: R rows (tokens, or vectors to normalise), C columns (features),
+// D a normalised vector's length, T tokens, H heads, W conv taps, V
+// vocabulary, vs the width of one vocabulary slice.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,8 @@ namespace stateflow::backend::grid {
 // Row n: rstd[n] = 1 / sqrt(mean_c x^2 + eps).
 template <typename T>
 struct RmsNormRstdFn {
-  StatOf<T>* rstd;      // (N)
-  const T* x;   // (N, C)
+  StatOf<T>* rstd;      // (R)
+  const T* x;   // (R, C)
   int64_t C;
   ComputeOf<T> eps;
   SF_HD void operator()(int64_t n) const {
@@ -44,11 +44,11 @@ struct RmsNormRstdFn {
 // g = dy w, xhat = x rstd.
 template <typename T>
 struct RmsNormInputGradFn {
-  T* dx;          // (N, C)
-  const T* dy;    // (N, C)
-  const T* x;     // (N, C)
+  T* dx;          // (R, C)
+  const T* dy;    // (R, C)
+  const T* x;     // (R, C)
   const T* w;     // (C)
-  const StatOf<T>* rstd;  // (N)
+  const StatOf<T>* rstd;  // (R)
   int64_t C;
   SF_HD void operator()(int64_t n) const {
     const ComputeOf<T> r = rstd[n];
@@ -68,13 +68,13 @@ struct RmsNormInputGradFn {
 template <typename T>
 struct RmsNormWeightGradFn {
   GradOf<T>* dw;          // (C)
-  const T* dy;    // (N, C)
-  const T* x;     // (N, C)
-  const StatOf<T>* rstd;  // (N)
-  int64_t N, C;
+  const T* dy;    // (R, C)
+  const T* x;     // (R, C)
+  const StatOf<T>* rstd;  // (R)
+  int64_t R, C;
   SF_HD void operator()(int64_t c) const {
     ComputeOf<T> acc = 0;
-    for (int64_t n = 0; n < N; ++n) {
+    for (int64_t n = 0; n < R; ++n) {
       acc += dy[n * C + c] * (x[n * C + c] * rstd[n]);
     }
     dw[c] += acc;
@@ -85,11 +85,11 @@ struct RmsNormWeightGradFn {
 template <typename T>
 struct ColumnSumAddFn {
   GradOf<T>* out;  // (C): a bias's gradient
-  const T* in;   // (N, C)
-  int64_t N, C;
+  const T* in;   // (R, C)
+  int64_t R, C;
   SF_HD void operator()(int64_t c) const {
     ComputeOf<T> acc = 0;
-    for (int64_t n = 0; n < N; ++n) acc += in[n * C + c];
+    for (int64_t n = 0; n < R; ++n) acc += in[n * C + c];
     out[c] += acc;
   }
 };
@@ -252,8 +252,8 @@ struct ShortConvWeightGradFn {
 // Element (n, c): y = table[ids[n], c].
 template <typename T>
 struct EmbeddingGatherFn {
-  T* y;               // (N, C)
-  const int32_t* ids; // (N)
+  T* y;               // (R, C)
+  const int32_t* ids; // (R)
   const T* table;     // (V, C)
   int64_t C;
   SF_HD void operator()(int64_t i) const {
@@ -262,17 +262,17 @@ struct EmbeddingGatherFn {
   }
 };
 
-// Column c: dtable[ids[n], c] += dy[n, c] for n = 0..N-1 in order. One call
+// Column c: dtable[ids[n], c] += dy[n, c] for n = 0..R-1 in order. One call
 // per column owns that column of every row, so repeated ids add up without
 // atomics, in the CPU kernel's order.
 template <typename T>
 struct EmbeddingScatterAddFn {
   GradOf<T>* dtable;          // (V, C)
-  const T* dy;        // (N, C)
-  const int32_t* ids; // (N)
-  int64_t N, C;
+  const T* dy;        // (R, C)
+  const int32_t* ids; // (R)
+  int64_t R, C;
   SF_HD void operator()(int64_t c) const {
-    for (int64_t n = 0; n < N; ++n) {
+    for (int64_t n = 0; n < R; ++n) {
       dtable[static_cast<int64_t>(ids[n]) * C + c] += dy[n * C + c];
     }
   }
@@ -280,14 +280,14 @@ struct EmbeddingScatterAddFn {
 
 // ---- output layer + cross-entropy (output_loss.h) ---------------------------
 
-// Row n, one vocabulary slice of logits z (N, vs): the running logsumexp
+// Row n, one vocabulary slice of logits z (R, vs): the running logsumexp
 // lse[n] (initially -inf) absorbs the slice:
 //   m = max(lse, max_v z),  lse = m + log(exp(lse - m) + sum_v exp(z_v - m)).
 // One number per token carries the online logsumexp across slices.
 template <typename T>
 struct OnlineLogsumexpFn {
-  StatOf<T>* lse;        // (N)
-  const StatOf<T>* z;    // (N, vs)
+  StatOf<T>* lse;        // (R)
+  const StatOf<T>* z;    // (R, vs)
   int64_t vs;
   SF_HD void operator()(int64_t n) const {
     ComputeOf<T> m = lse[n];
@@ -302,12 +302,12 @@ struct OnlineLogsumexpFn {
 // nullptr, losses[n].
 template <typename T>
 struct TokenLossFn {
-  StatOf<T>* out;       // (N)
-  StatOf<T>* losses;            // (N) or nullptr
-  const StatOf<T>* lse;         // (N)
-  const T* x;           // (N, C)
+  StatOf<T>* out;       // (R)
+  StatOf<T>* losses;            // (R) or nullptr
+  const StatOf<T>* lse;         // (R)
+  const T* x;           // (R, C)
   const T* w;           // (V, C)
-  const int32_t* targets; // (N)
+  const int32_t* targets; // (R)
   int64_t C;
   SF_HD void operator()(int64_t n) const {
     const T* wt = w + static_cast<int64_t>(targets[n]) * C;
@@ -323,10 +323,10 @@ struct TokenLossFn {
 // dZ = dlosses_n (softmax_v - [v0 + v == target_n]).
 template <typename T>
 struct SoftmaxGradFn {
-  StatOf<T>* z;           // (N, vs) in: logits; out: dZ
-  const StatOf<T>* lse;           // (N)
-  const StatOf<T>* dlosses;       // (N)
-  const int32_t* targets; // (N)
+  StatOf<T>* z;           // (R, vs) in: logits; out: dZ
+  const StatOf<T>* lse;           // (R)
+  const StatOf<T>* dlosses;       // (R)
+  const int32_t* targets; // (R)
   int64_t vs, v0;
   SF_HD void operator()(int64_t i) const {
     const int64_t n = i / vs, v = i % vs;

@@ -1,6 +1,6 @@
 // GPU test (label gpu): every kernel of GridOps and GridAttentionOps run on
 // a CUDA device (CudaExec: one thread per index, GEMMs in cuBLAS; the
-// overlapped GDN and Mamba-3 cores on two streams with events) against
+// overlapped GDN, Mamba-3 and KDA cores on two streams with events) against
 // the same kernels on the host-grid device (HostExec), from the same inputs:
 // float64 within 1e-11 relative (the device may contract a*b+c into an FMA),
 // float32 within 1e-4. The host-grid results are themselves tested against
@@ -26,9 +26,11 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/device/gdn_ops.h"
 #include "backend/device/host_grid_device.h"
+#include "backend/device/kda_ops.h"
 #include "backend/device/mamba3_ops.h"
 #include "backend/kernels/attention.h"
 #include "backend/kernels/gdn_core.h"
+#include "backend/kernels/kda_core.h"
 #include "backend/kernels/mamba3_core.h"
 #include "backend/kernels/rope.h"
 #include "tests/backend/kernel_test_util.h"
@@ -90,6 +92,7 @@ struct Kernels {
   AttentionOps<T>& attn;
   GdnOps<T>& gdn;
   Mamba3Ops<T>& m3;
+  KdaOps<T>& kda;
 };
 template <typename T>
 using Case = std::function<Outputs(Kernels<T>&, Space&)>;
@@ -140,9 +143,11 @@ class CudaGridOps : public ::testing::Test {
     }
     std::unique_ptr<GdnOps<T>> gpu_gdn = MakeCudaGdnOps<T>(&streams_);
     std::unique_ptr<Mamba3Ops<T>> gpu_m3 = MakeCudaMamba3Ops<T>(&streams_);
+    std::unique_ptr<KdaOps<T>> gpu_kda = MakeCudaKdaOps<T>(&streams_);
     Device& hg = HostGridDevice();
-    Kernels<T> host_k{hg.ops<T>(), *hg.attention_ops<T>(), *GdnOpsOf<T>(hg), *Mamba3OpsOf<T>(hg)};
-    Kernels<T> gpu_k{*gpu_ops, *gpu_attn, *gpu_gdn, *gpu_m3};
+    Kernels<T> host_k{hg.ops<T>(), *hg.attention_ops<T>(), *GdnOpsOf<T>(hg), *Mamba3OpsOf<T>(hg),
+                      *KdaOpsOf<T>(hg)};
+    Kernels<T> gpu_k{*gpu_ops, *gpu_attn, *gpu_gdn, *gpu_m3, *gpu_kda};
     Space host(false), device(true);
     const Outputs want = c(host_k, host);
     const Outputs got = c(gpu_k, device);
@@ -334,6 +339,53 @@ Case<T> GdnCoreCase(bool overlapped = false, int64_t st_tile = 0,
             {"dq", sp.Get(dq, nk)},      {"dk", sp.Get(dk, nk)},
             {"dv", sp.Get(dv, nv)},      {"dg", sp.Get(dg, T_len * H)},
             {"dbeta", sp.Get(dbeta, T_len * H)}, {"dS_in", sp.Get(dS_in, ns)}};
+  };
+}
+
+// The KDA gate and core (per-channel decay): overlapped, the two-stream
+// core (at bs = 32: 5 blocks in 4 segments); st_tile as for GDN.
+template <typename T>
+Case<T> KdaCase(bool overlapped = false, int64_t st_tile = 0, int64_t bs = kKdaBlockSize) {
+  return [=](Kernels<T>& kn, Space& sp) -> Outputs {
+    const int64_t T_len = 150, H = 3, Dk = 16, Dv = 12;
+    const int64_t nk = T_len * H * Dk, nv = T_len * H * Dv, ns = H * Dv * Dk;
+    T* a = sp.Put(Rand<T>(61, nk, -4, 2));
+    T* A_log = sp.Put(Rand<T>(62, H, 0, 2.7));
+    T* dt_bias = sp.Put(Rand<T>(63, H * Dk, -2.5, -1.5));
+    T* g = sp.Put(std::vector<T>(nk));
+    kn.kda.KdaGateForward(g, a, A_log, dt_bias, T_len, H, Dk);
+    T* q = sp.Put(Rand<T>(64, nk, -0.25, 0.25));
+    T* k = sp.Put(Rand<T>(65, nk, -0.25, 0.25));
+    T* v = sp.Put(Rand<T>(66, nv, -1, 1));
+    T* beta = sp.Put(Rand<T>(67, T_len * H, 0.05, 0.95));
+    T* S_in = sp.Put(Rand<T>(68, ns, -0.5, 0.5));
+    T* o = sp.Put(std::vector<T>(nv));
+    T* S_out = sp.Put(std::vector<T>(ns));
+    T* wsf = sp.Put(std::vector<T>(kn.kda.KdaCoreForwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    auto fwd = overlapped ? &KdaOps<T>::KdaCoreForwardOverlapped : &KdaOps<T>::KdaCoreForward;
+    (kn.kda.*fwd)(o, S_out, wsf, q, k, v, g, beta, S_in, T_len, H, Dk, Dv, bs, st_tile);
+    T* dO = sp.Put(Rand<T>(69, nv, -1, 1));
+    T* dS_out = sp.Put(Rand<T>(70, ns, -1, 1));
+    T* dq = sp.Put(std::vector<T>(nk));
+    T* dk = sp.Put(std::vector<T>(nk));
+    T* dv = sp.Put(std::vector<T>(nv));
+    T* dg = sp.Put(std::vector<T>(nk));
+    T* dbeta = sp.Put(std::vector<T>(T_len * H));
+    T* dS_in = sp.Put(std::vector<T>(ns));
+    T* wsb = sp.Put(std::vector<T>(kn.kda.KdaCoreBackwardWorkspaceSize(T_len, H, Dk, Dv, bs)));
+    auto bwd = overlapped ? &KdaOps<T>::KdaCoreBackwardOverlapped : &KdaOps<T>::KdaCoreBackward;
+    (kn.kda.*bwd)(dq, dk, dv, dg, dbeta, dS_in, wsb, dO, dS_out, q, k, v, g, beta, S_in, T_len, H,
+                  Dk, Dv, bs, st_tile);
+    T* da = sp.Put(std::vector<T>(nk));
+    T* dA = sp.Put(std::vector<T>(H));
+    T* ddt = sp.Put(std::vector<T>(H * Dk));
+    kn.kda.KdaGateBackward(da, dA, ddt, dg, a, A_log, dt_bias, T_len, H, Dk);
+    return {{"g", sp.Get(g, nk)},          {"o", sp.Get(o, nv)},
+            {"S_out", sp.Get(S_out, ns)},  {"dq", sp.Get(dq, nk)},
+            {"dk", sp.Get(dk, nk)},        {"dv", sp.Get(dv, nv)},
+            {"dg", sp.Get(dg, nk)},        {"dbeta", sp.Get(dbeta, T_len * H)},
+            {"dS_in", sp.Get(dS_in, ns)},  {"da", sp.Get(da, nk)},
+            {"dA_log", sp.Get(dA, H)},     {"ddt_bias", sp.Get(ddt, H * Dk)}};
   };
 }
 
@@ -536,6 +588,17 @@ TEST_F(CudaGridOps, Mamba3CoreTiled) {
   Compare<double>("mamba3 core overlapped, B_V 5", Mamba3CoreCase<double>(true, 32, 5));
   Compare<float>("mamba3 core overlapped, B_V 5", Mamba3CoreCase<float>(true, 32, 5));
   Compare<double>("mamba3 core sequential, B_V 1", Mamba3CoreCase<double>(false, 32, 1));
+}
+TEST_F(CudaGridOps, KdaGateAndCore) {
+  Compare<double>("kda gate and core", KdaCase<double>());
+  Compare<float>("kda gate and core", KdaCase<float>());
+  Compare<double>("kda core overlapped, bs 32", KdaCase<double>(true, 0, 32));
+  Compare<float>("kda core overlapped, bs 32", KdaCase<float>(true, 0, 32));
+}
+TEST_F(CudaGridOps, KdaCoreTiled) {
+  Compare<double>("kda core overlapped, B_V 5", KdaCase<double>(true, 5, 32));
+  Compare<float>("kda core overlapped, B_V 5", KdaCase<float>(true, 5, 32));
+  Compare<double>("kda core sequential, B_V 1", KdaCase<double>(false, 1));
 }
 TEST_F(CudaGridOps, Mamba3PerTokenOps) {
   Compare<double>("mamba3 per-token ops", Mamba3PrepCase<double>());

@@ -1,5 +1,6 @@
 // GPU test (label gpu): training end to end on a CUDA device with the
-// stateflow-cuda program, float64 (GDN; Mamba-3 and its hybrid): the GPU's
+// stateflow-cuda program, float64 (every family's tiny presets,
+// tests/family_presets.h): the GPU's
 // losses against the CPU device's
 // (< 1e-9 relative: reduction orders differ), chunked (N = 4) against
 // unchunked (N = 1) on the GPU, and P = 2 ranks over NCCL against one
@@ -17,7 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "tests/family_presets.h"
+
 namespace {
+
+using stateflow::testing::TinyFamilyPresets;
 
 int VisibleGpus() {
   int count = 0;
@@ -49,7 +54,7 @@ std::vector<double> Losses(const std::string& args, const std::string& model = "
   return losses;
 }
 
-void ExpectClose(const std::vector<double>& a, const std::vector<double>& b, const char* what,
+void ExpectClose(const std::vector<double>& a, const std::vector<double>& b, const std::string& what,
                  double tol = 1e-9) {
   ASSERT_EQ(a.size(), b.size()) << what;
   ASSERT_FALSE(a.empty()) << what;
@@ -61,7 +66,7 @@ void ExpectClose(const std::vector<double>& a, const std::vector<double>& b, con
 // bf16 (every family) on the GPU against bf16 on host-grid.
 TEST(CudaTrain, Bf16TracksTheHostGridDevice) {
   if (VisibleGpus() < 1) GTEST_SKIP() << "no CUDA device visible";
-  for (const char* model : {"gdn-tiny", "mamba3-tiny", "gdn-hybrid-tiny", "mamba3-hybrid-tiny"}) {
+  for (const std::string& model : TinyFamilyPresets()) {
     ExpectClose(Losses("--device cuda", model, "bf16"), Losses("--device host-grid", model, "bf16"),
                 model, 1e-2);
   }
@@ -72,10 +77,10 @@ TEST(CudaTrain, MatchesTheCpuDevice) {
   ExpectClose(Losses("--device cuda"), Losses("--device cpu"), "GPU vs CPU");
 }
 
-// Mamba-3 and its attention hybrid: every layer on the device seam.
-TEST(CudaTrain, Mamba3MatchesTheCpuDevice) {
+// Every family and its attention hybrid: every layer on the device seam.
+TEST(CudaTrain, EveryFamilyMatchesTheCpuDevice) {
   if (VisibleGpus() < 1) GTEST_SKIP() << "no CUDA device visible";
-  for (const char* model : {"mamba3-tiny", "mamba3-hybrid-tiny"}) {
+  for (const std::string& model : TinyFamilyPresets()) {
     ExpectClose(Losses("--device cuda", model), Losses("--device cpu", model), model);
   }
 }
