@@ -1,7 +1,8 @@
 // Sweep speed: the whole paper grid (scenarios/paper/*.textproto: GDN and
 // Mamba-3, recurrent and hybrid, 3B/15B/32B, three lengths, three global
 // batches, every N and alpha, and the 1F1B baselines), loaded once and swept
-// in one process; configurations per second.
+// in one process; configurations per second. BM_PaperGridAndKdaHybrids adds
+// the same grid for the KDA hybrids (scenarios/families/*.textproto).
 //
 //   ./build/bench/bench_sweep --benchmark_min_time=3
 #include <benchmark/benchmark.h>
@@ -18,11 +19,14 @@
 namespace stateflow {
 namespace {
 
-std::vector<scenario::ResolvedScenario> PaperGrid() {
+// The scenarios of scenarios/<dir> for every dir of `dirs`, sorted by path.
+std::vector<scenario::ResolvedScenario> Grid(const std::vector<std::string>& dirs) {
   std::vector<std::string> paths;
-  const std::filesystem::path dir = std::filesystem::path(SF_SOURCE_DIR) / "scenarios" / "paper";
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().extension() == ".textproto") paths.push_back(entry.path().string());
+  for (const std::string& d : dirs) {
+    const std::filesystem::path dir = std::filesystem::path(SF_SOURCE_DIR) / "scenarios" / d;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (entry.path().extension() == ".textproto") paths.push_back(entry.path().string());
+    }
   }
   std::sort(paths.begin(), paths.end());
   std::vector<scenario::ResolvedScenario> out;
@@ -35,9 +39,7 @@ std::vector<scenario::ResolvedScenario> PaperGrid() {
   return out;
 }
 
-void BM_PaperGrid(benchmark::State& state) {
-  const std::vector<scenario::ResolvedScenario> grid = PaperGrid();
-  if (grid.size() != 12) state.SkipWithError("expected 12 scenarios in scenarios/paper");
+void SweepAll(benchmark::State& state, const std::vector<scenario::ResolvedScenario>& grid) {
   std::uint64_t configurations = 0, simulated = 0, tasks = 0;
   for (auto _ : state) {
     for (const scenario::ResolvedScenario& s : grid) {
@@ -58,7 +60,22 @@ void BM_PaperGrid(benchmark::State& state) {
   state.counters["configurations/s"] =
       benchmark::Counter(static_cast<double>(configurations), benchmark::Counter::kIsRate);
 }
+void BM_PaperGrid(benchmark::State& state) {
+  const std::vector<scenario::ResolvedScenario> grid = Grid({"paper"});
+  if (grid.size() != 12) state.SkipWithError("expected 12 scenarios in scenarios/paper");
+  SweepAll(state, grid);
+}
 BENCHMARK(BM_PaperGrid)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+
+void BM_PaperGridAndKdaHybrids(benchmark::State& state) {
+  const std::vector<scenario::ResolvedScenario> grid = Grid({"paper", "families"});
+  if (grid.size() != 15) state.SkipWithError("expected 12 + 3 scenarios");
+  SweepAll(state, grid);
+}
+BENCHMARK(BM_PaperGridAndKdaHybrids)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace stateflow
