@@ -17,17 +17,25 @@
 namespace stateflow::models {
 
 // Elementwise FLOP conventions: RMSNorm 4 per element (square, sum, scale,
-// weight), SiLU 5 (negate, exp, add, divide, multiply), rotary 3, gates 10
-// per head (softplus / sigmoid / exp).
+// weight), LayerNorm 7 (sum, subtract, square, sum, scale, weight, bias),
+// SiLU 5 (negate, exp, add, divide, multiply), GELU 8 (scale, erf counted
+// as 4, add, two products), rotary 3, gates 10 per head (softplus / sigmoid
+// / exp; a sigmoid alone 5).
 inline constexpr double kNormFlops = 4;
+inline constexpr double kLayerNormFlops = 7;
 inline constexpr double kSiluFlops = 5;
+inline constexpr double kGeluFlops = 8;
 inline constexpr double kRotaryFlops = 3;
 inline constexpr double kGateFlops = 10;
 
-// SwiGLU (3 matmuls, SiLU, product), two RMSNorms, two residual adds, per
-// token: h hidden, m SwiGLU size.
-inline double MlpAndNormsFlops(double h, double m) {
-  return 6 * h * m + (kSiluFlops + 1) * m + 2 * kNormFlops * h + 2 * h;
+// The MLP half and the block's two pre-norms, per token: h hidden, m the
+// MLP's size. SwiGLU (3 matmuls, SiLU, product) or GELU (2 matmuls, GELU),
+// the biases, two norms of the model's kind, two residual adds.
+inline double MlpAndNormsFlops(double h, double m, const BlockShape& shape = {}) {
+  const double mlp = shape.gelu ? 4 * h * m + kGeluFlops * m : 6 * h * m + (kSiluFlops + 1) * m;
+  const double bias = shape.mlp_bias ? m + h : 0;
+  const double norm = shape.layer_norm ? kLayerNormFlops : kNormFlops;
+  return mlp + bias + 2 * norm * h + 2 * h;
 }
 
 inline constexpr BufferClass kAct = BufferClass::kActivations;
@@ -53,11 +61,19 @@ class Events {
 };
 
 // The MLP half of every block (backend/layers/residual_mlp.h), C hidden, F
-// the SwiGLU size on this TP rank. Forward: hn, rstd2, mlp_gate, mlp_up in
-// `saved`; ends holding y.
-void MlpForwardEvents(double C, double F, BufferClass saved, Events* ev);
+// the MLP size on this TP rank, of the model's shape (the default: RMSNorm,
+// SwiGLU). Forward: hn, the norm's statistics, mlp_gate (SwiGLU) and mlp_up
+// in `saved`; ends holding y.
+void MlpForwardEvents(double C, double F, const BlockShape& shape, BufferClass saved,
+                      Events* ev);
+inline void MlpForwardEvents(double C, double F, BufferClass saved, Events* ev) {
+  MlpForwardEvents(C, F, BlockShape{}, saved, ev);
+}
 // Backward: ends holding dh (which becomes the layer's dx).
-void MlpBackwardEvents(double C, double F, Events* ev);
+void MlpBackwardEvents(double C, double F, const BlockShape& shape, Events* ev);
+inline void MlpBackwardEvents(double C, double F, Events* ev) {
+  MlpBackwardEvents(C, F, BlockShape{}, ev);
+}
 
 // A recurrent layer's forward and backward events around its passes, as
 // RecurrentEntry (backend/layers/recurrent_entry.h) makes them: the input x

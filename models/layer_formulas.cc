@@ -45,7 +45,7 @@ double AttentionDenseFlops(const Dims& x) {
 // the core's replay.
 FlopCoeffs RecurrenceFlops(const pb::ModelSpec& model, const Dims& x) {
   const Family& family = FamilyOfValid(model);
-  const double dense = family.DenseFlops(model) + MlpAndNormsFlops(x.h, x.m);
+  const double dense = family.DenseFlops(model) + MlpAndNormsFlops(x.h, x.m, BlockShapeOf(model));
   const double core = family.CoreFlops(model);
   const double replay = family.ReplayFlops(model);
   FlopCoeffs f;
@@ -69,10 +69,11 @@ FlopCoeffs AttentionFlops(const Dims& x) {
   return f;
 }
 
-FlopCoeffs HeadFlops(const Dims& x) {
+FlopCoeffs HeadFlops(const Dims& x, const BlockShape& shape) {
+  const double norm = shape.layer_norm ? kLayerNormFlops : kNormFlops;
   FlopCoeffs f;
-  f.fwd_token = kNormFlops * x.h + 2 * x.h * x.vocab + 4 * x.vocab;
-  f.bwd_token = 2 * kNormFlops * x.h + 4 * x.h * x.vocab + 2 * x.vocab;
+  f.fwd_token = norm * x.h + 2 * x.h * x.vocab + 4 * x.vocab;
+  f.bwd_token = 2 * norm * x.h + 4 * x.h * x.vocab + 2 * x.vocab;
   return f;
 }
 
@@ -101,9 +102,17 @@ void AddAttentionElems(const Dims& x, TokenElems* e) {
 
 // ---- memory events ----
 
-void MlpForwardEvents(double C, double F, BufferClass saved, Events* ev) {
-  ev->Act(saved, C);      // hn
-  ev->Stat(saved, 1);     // rstd2
+void MlpForwardEvents(double C, double F, const BlockShape& shape, BufferClass saved,
+                      Events* ev) {
+  ev->Act(saved, C);                    // hn
+  ev->Stat(saved, shape.norm_stats());  // rstd2 (LayerNorm: mean too)
+  if (shape.gelu) {
+    ev->Act(saved, F);    // mlp_up (before GELU)
+    ev->Act(kWs, F);      // act = GELU(up)
+    ev->Act(kWs, C);      // y
+    ev->FreeAct(kWs, F);  // act
+    return;
+  }
   ev->Act(saved, F);      // mlp_gate
   ev->Act(saved, F);      // mlp_up
   ev->Act(kWs, F);        // prod
@@ -111,10 +120,18 @@ void MlpForwardEvents(double C, double F, BufferClass saved, Events* ev) {
   ev->FreeAct(kWs, F);    // prod
 }
 
-void MlpBackwardEvents(double C, double F, Events* ev) {
-  ev->Act(kWs, C);        // d_hn
-  ev->Act(kWs, 2 * F);    // SwiGLU backward workspace (2, rows, F)
-  ev->FreeAct(kWs, 2 * F);
+void MlpBackwardEvents(double C, double F, const BlockShape& shape, Events* ev) {
+  if (shape.gelu) {
+    ev->Act(kWs, F);      // act = GELU(up), again
+    ev->Act(kWs, F);      // d_act, then d_up in place
+    ev->FreeAct(kWs, F);  // act
+    ev->Act(kWs, C);      // d_hn
+    ev->FreeAct(kWs, F);  // d_act
+  } else {
+    ev->Act(kWs, C);        // d_hn
+    ev->Act(kWs, 2 * F);    // SwiGLU backward workspace (2, rows, F)
+    ev->FreeAct(kWs, 2 * F);
+  }
   ev->Act(kWs, C);        // dh (becomes dx)
   ev->FreeAct(kWs, C);    // d_hn
 }
@@ -215,10 +232,11 @@ MemorySegment RecurrenceLayerBackwardMemory(const pb::ModelSpec& model, const Te
 MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b) {
   const Dims x = DimsOf(model);
   const double slice = std::min<double>(kLossVocabSlice, x.vocab / b.tensor_size);
+  const int stats = BlockShapeOf(model).norm_stats();
   Events ev(b);
   ev.Act(kAct, x.h);   // x, copied
   ev.Act(kAct, x.h);   // xn
-  ev.Stat(kAct, 1);    // rstd
+  ev.Stat(kAct, stats);  // rstd (LayerNorm: mean too)
   ev.Stat(kAct, 1);    // lse
   ev.Stat(BufferClass::kLogits, slice);  // one vocabulary slice of logits
   ev.Stat(kWs, 1);     // per-token losses
@@ -230,6 +248,7 @@ MemorySegment HeadForwardMemory(const pb::ModelSpec& model, const TensorBytes& b
 MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& b) {
   const Dims x = DimsOf(model);
   const double slice = std::min<double>(kLossVocabSlice, x.vocab / b.tensor_size);
+  const int stats = BlockShapeOf(model).norm_stats();
   Events ev(b);
   ev.Stat(kWs, 1);     // d(losses)
   ev.Act(kWs, x.h);    // dxn
@@ -241,7 +260,7 @@ MemorySegment HeadBackwardMemory(const pb::ModelSpec& model, const TensorBytes& 
   ev.FreeStat(BufferClass::kLogits, slice);
   ev.Act(kWs, x.h);    // dx
   ev.FreeAct(kAct, 2 * x.h);  // x, xn
-  ev.FreeStat(kAct, 2);       // rstd, lse
+  ev.FreeStat(kAct, stats + 1);  // rstd, lse
   ev.FreeAct(kWs, x.h);       // dxn
   ev.FreeStat(kWs, 1);        // d(losses)
   return ev.segment();
@@ -253,7 +272,7 @@ MemorySegment HeadFullLogitsForwardMemory(const pb::ModelSpec& model, const Tens
   Events ev(b);
   ev.Act(kAct, x.h);   // x, the final norm's input
   ev.Act(kAct, x.h);   // xn, the output layer's saved input
-  ev.Stat(kAct, 1);    // rstd
+  ev.Stat(kAct, BlockShapeOf(model).norm_stats());  // rstd (LayerNorm: mean too)
   ev.Act(BufferClass::kLogits, vocab);   // logits (t, V/TP), activation dtype
   ev.Stat(BufferClass::kLogits, vocab);  // logits.float(): max-subtracted, exp'd,
                                          // divided in place: the saved softmax
@@ -276,7 +295,7 @@ MemorySegment HeadFullLogitsBackwardMemory(const pb::ModelSpec& model, const Ten
   ev.FreeAct(kWs, vocab);
   ev.Act(kWs, x.h);    // dx
   ev.FreeAct(kAct, 2 * x.h);  // x, xn
-  ev.FreeStat(kAct, 1);       // rstd
+  ev.FreeStat(kAct, BlockShapeOf(model).norm_stats());  // rstd
   ev.FreeAct(kWs, x.h);       // dxn
   ev.FreeStat(kWs, 1);        // d(losses)
   return ev.segment();
@@ -288,7 +307,10 @@ StFlops RecurrenceStFlops(const pb::ModelSpec& model) {
 
 double MlpAndNormsParamCount(const pb::ModelSpec& model) {
   const Dims x = DimsOf(model);
-  return 3 * x.h * x.m + 2 * x.h;
+  const BlockShape shape = BlockShapeOf(model);
+  const double mlp = (shape.gelu ? 2 : 3) * x.h * x.m;
+  const double bias = shape.mlp_bias ? x.m + x.h : 0;  // up (m), down (h)
+  return mlp + bias + 2 * shape.norm_params(x.h);
 }
 
 double MixerParamCount(const pb::ModelSpec& model, LayerKind kind) {
@@ -309,7 +331,7 @@ FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind) {
     }
     case LayerKind::kRecurrence: return RecurrenceFlops(model, x);
     case LayerKind::kAttention: return AttentionFlops(x);
-    case LayerKind::kHead: return HeadFlops(x);
+    case LayerKind::kHead: return HeadFlops(x, BlockShapeOf(model));
   }
   return {};
 }
@@ -317,9 +339,10 @@ FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind) {
 std::vector<Gemm> LayerGemms(const pb::ModelSpec& model, LayerKind kind) {
   const Dims x = DimsOf(model);
   std::vector<Gemm> out;
+  const bool gelu = BlockShapeOf(model).gelu;
   const auto mlp = [&] {
-    out.push_back({2 * x.m, x.h, false});  // gate and up (one linear_fc1)
-    out.push_back({x.h, x.m, true});       // down
+    out.push_back({(gelu ? 1 : 2) * x.m, x.h, false});  // (gate and) up: one linear_fc1
+    out.push_back({x.h, x.m, true});                    // down
   };
   switch (kind) {
     case LayerKind::kEmbedding: return out;
@@ -354,7 +377,7 @@ double StoredBytesPerTokenNoRecompute(const pb::ModelSpec& model, LayerKind kind
       return 0;
     case LayerKind::kHead:  // norm input and output (output-layer input)
       e.replicated = 2 * x.h;
-      e.replicated_stat = 2;  // the norm's 1/rms and the log-sum-exp
+      e.replicated_stat = BlockShapeOf(model).norm_stats() + 1;  // the norm's, the log-sum-exp
       return e.Bytes(activation_bytes, tensor_size);
     case LayerKind::kRecurrence: {
       // The family's forward events over one token: what it saves in

@@ -2,7 +2,9 @@
 #include "models/model.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "models/family.h"
 #include "models/kernel_costs.h"
@@ -23,12 +25,43 @@ Status Divisible(std::string_view what, long value, std::string_view by_what,
 
 bool IsHybrid(const pb::ModelSpec& m) { return m.layer_pattern() == "hybrid"; }
 
+Status OneOf(std::string_view field, const std::string& value,
+             std::initializer_list<std::string_view> known) {
+  std::string list;
+  for (std::string_view k : known) {
+    if (value.empty() || value == k) return Status::Ok();
+    list += (list.empty() ? "" : ", ") + std::string(k);
+  }
+  return Status::Invalid(std::string(field) + ": unknown '" + value + "' (known: " + list + ")");
+}
+
 Status ValidateNames(const pb::ModelSpec& m) {
   SF_RETURN_IF_ERROR(FamilyOf(m).status());
-  const std::string& p = m.layer_pattern();
-  if (!p.empty() && p != "recurrent" && p != "hybrid") {
-    return Status::Invalid("model.layer_pattern: unknown '" + p +
-                           "' (known: recurrent, hybrid)");
+  SF_RETURN_IF_ERROR(OneOf("model.layer_pattern", m.layer_pattern(), {"recurrent", "hybrid"}));
+  SF_RETURN_IF_ERROR(OneOf("model.norm", m.norm(), {"rmsnorm", "layernorm"}));
+  SF_RETURN_IF_ERROR(OneOf("model.mlp", m.mlp(), {"swiglu", "gelu"}));
+  SF_RETURN_IF_ERROR(OneOf("model.decay", m.decay(), {"gated", "none"}));
+  // The non-default block shapes are built in the gdn family's layer and the
+  // head (DeltaNet), not in the other families' layers or in attention.
+  const bool gdn_recurrent = m.architecture() == "gdn" && !IsHybrid(m);
+  const auto only_gdn = [&](std::string_view field, bool set, std::string_view what) {
+    if (!set || gdn_recurrent) return Status::Ok();
+    return Status::Invalid(std::string(field) + ": " + std::string(what) +
+                           " is built for the gdn family's recurrent models only (DeltaNet), not "
+                           "for architecture '" + m.architecture() + "' with layer_pattern '" +
+                           (m.layer_pattern().empty() ? "recurrent" : m.layer_pattern()) + "'");
+  };
+  SF_RETURN_IF_ERROR(only_gdn("model.norm", m.norm() == "layernorm", "layernorm"));
+  SF_RETURN_IF_ERROR(only_gdn("model.mlp", m.mlp() == "gelu", "gelu"));
+  SF_RETURN_IF_ERROR(only_gdn("model.mlp_bias", m.mlp_bias(), "mlp_bias"));
+  SF_RETURN_IF_ERROR(only_gdn("model.out_proj_bias", m.out_proj_bias(), "out_proj_bias"));
+  if (m.mlp_bias() && m.mlp() != "gelu") {
+    return Status::Invalid("model.mlp_bias: biases are built for the gelu MLP only (mlp: "
+                           "'gelu'), not SwiGLU");
+  }
+  if (m.decay() == "none" && m.architecture() != "gdn") {
+    return Status::Invalid("model.decay: 'none' is the gdn family's (DeltaNet), not '" +
+                           m.architecture() + "''s");
   }
   return Status::Ok();
 }
@@ -175,6 +208,16 @@ bool IsAttentionLayer(const pb::ModelSpec& model, int layer) {
   return (static_cast<std::int64_t>(layer) + 1) % period == 0;
 }
 
+BlockShape BlockShapeOf(const pb::ModelSpec& model) {
+  BlockShape b;
+  b.layer_norm = model.norm() == "layernorm";
+  b.gelu = model.mlp() == "gelu";
+  b.mlp_bias = model.mlp_bias();
+  b.out_proj_bias = model.out_proj_bias();
+  b.norm_eps = b.layer_norm ? 1e-5 : 1e-6;
+  return b;
+}
+
 std::vector<LayerKind> LayerList(const pb::ModelSpec& model) {
   // REQUIRES: ValidateModel(model) (num_layers in kNumLayers, so it fits an int).
   const int blocks = static_cast<int>(model.num_layers());
@@ -195,8 +238,8 @@ double LayerParamCount(const pb::ModelSpec& model, LayerKind kind) {
   switch (kind) {
     case LayerKind::kEmbedding:
       return vocab * h;
-    case LayerKind::kHead:  // final RMSNorm + output layer (if untied)
-      return h + (model.untied_embeddings() ? vocab * h : 0.0);
+    case LayerKind::kHead:  // final norm + output layer (if untied)
+      return BlockShapeOf(model).norm_params(h) + (model.untied_embeddings() ? vocab * h : 0.0);
     case LayerKind::kRecurrence:
       return MixerParamCount(model, kind) + MlpAndNormsParamCount(model);
     case LayerKind::kAttention:

@@ -62,6 +62,25 @@ double UsableMemoryBytes(const pb::DeviceSpec& device);
 // sweep and the capacity planner.
 bool OutOfMemory(double peak_bytes, const pb::DeviceSpec& device);
 
+// What a block is made of beyond its mixer (ModelSpec.norm, mlp, mlp_bias,
+// out_proj_bias), read alike by the analytic formulas (layer_formulas.cc,
+// families/) and the backend's layers. The defaults: RMSNorm (eps 1e-6),
+// SwiGLU, no biases; DeltaNet's: LayerNorm (eps 1e-5), GELU, biases.
+struct BlockShape {
+  bool layer_norm = false;     // LayerNorm (weight, bias) instead of RMSNorm
+  bool gelu = false;           // GELU MLP (up, down) instead of SwiGLU
+  bool mlp_bias = false;       // biases on the MLP's projections
+  bool out_proj_bias = false;  // a bias on the mixer's output projection
+  double norm_eps = 1e-6;      // every norm of the model (1e-5 with layer_norm)
+
+  // Statistics a norm saves per row: mean and 1/std, or 1/rms.
+  int norm_stats() const { return layer_norm ? 2 : 1; }
+  // Parameters of one pre-norm over h: weight (and bias).
+  double norm_params(double h) const { return layer_norm ? 2 * h : h; }
+};
+// REQUIRES: ValidateModel(model).ok().
+BlockShape BlockShapeOf(const pb::ModelSpec& model);
+
 // [embedding, layers..., head]; size num_layers + 2.
 std::vector<LayerKind> LayerList(const pb::ModelSpec& model);
 

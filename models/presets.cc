@@ -68,6 +68,27 @@ void SetDeltaRule(pb::ModelSpec* m, const char* architecture, int heads, int hea
 void SetGdn(pb::ModelSpec* m, int heads, int head_dim) { SetDeltaRule(m, "gdn", heads, head_dim); }
 void SetKda(pb::ModelSpec* m, int heads, int head_dim) { SetDeltaRule(m, "kda", heads, head_dim); }
 
+// DeltaNet (the gdn family without its decay gate) in the form published
+// DeltaNet pipeline runs train: LayerNorm pre-norms and final norm, a GELU
+// MLP with biases, a bias on the output projection, one head dim of
+// hidden / heads for q, k and v (docs/models.md, "DeltaNet").
+void SetDeltaNet(pb::ModelSpec* m, int heads) {
+  SetDeltaRule(m, "gdn", heads, static_cast<int>(m->hidden_size()) / heads);
+  m->set_decay("none");
+  m->set_norm("layernorm");
+  m->set_mlp("gelu");
+  m->set_mlp_bias(true);
+  m->set_out_proj_bias(true);
+}
+
+// DeltaNet's sizes: layers, hidden, heads (head dim hidden / heads), MLP 4 h.
+pb::ModelSpec DeltaNetModel(const std::string& name, int layers, int hidden, int heads,
+                            int vocab) {
+  pb::ModelSpec m = Common(name, layers, hidden, vocab, 4 * hidden);
+  SetDeltaNet(&m, heads);
+  return m;
+}
+
 // Mamba-3: heads of head_dim channels, state_dim states each.
 void SetMamba3(pb::ModelSpec* m, int heads, int head_dim, int state_dim) {
   m->set_architecture("mamba3");
@@ -141,6 +162,8 @@ std::vector<pb::ModelSpec> TinyModels() {
   SetKda(&kda_hybrid_tiny, 2, 32);
   SetHybrid(&kda_hybrid_tiny, kHybridPeriod, 4, 16, 2);
   out.push_back(kda_hybrid_tiny);
+
+  out.push_back(DeltaNetModel("deltanet-tiny", 4, 64, 2, 256));
   return out;
 }
 
@@ -157,6 +180,9 @@ std::vector<pb::ModelSpec> AllModels() {
   for (const PaperSize& size : kPaperSizes) {
     out.push_back(PaperModel(size, PaperMixer::kKda, /*hybrid=*/true));
   }
+  // DeltaNet at the two sizes of the published DeltaNet runs.
+  out.push_back(DeltaNetModel("deltanet-1.3b", 24, 2048, 16, kPaperVocab));
+  out.push_back(DeltaNetModel("deltanet-2.7b", 32, 2560, 32, kPaperVocab));
   for (pb::ModelSpec& m : TinyModels()) out.push_back(std::move(m));
   return out;
 }

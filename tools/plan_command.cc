@@ -101,7 +101,13 @@ int PresetsCommand(int argc, char** argv) {
   std::cout << "models:\n";
   for (const auto& n : models::ModelPresetNames()) {
     const pb::ModelSpec m = *models::ModelPreset(n);
-    std::cout << "  " << n << "  (" << m.architecture() << ", "
+    // What sets the model apart beyond its family: DeltaNet's fields.
+    std::string shape;
+    if (m.decay() == "none") shape += ", no decay";
+    if (m.norm() == "layernorm") shape += ", layernorm";
+    if (m.mlp() == "gelu") shape += ", gelu mlp";
+    if (m.mlp_bias() || m.out_proj_bias()) shape += ", biases";
+    std::cout << "  " << n << "  (" << m.architecture() << shape << ", "
               << (m.layer_pattern().empty() ? "recurrent" : m.layer_pattern()) << ", "
               << m.num_layers() << " layers, hidden " << m.hidden_size() << ", "
               << FormatParamCount(models::ModelParamCount(m)) << " parameters)\n";

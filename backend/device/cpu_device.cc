@@ -12,6 +12,8 @@
 #include "backend/kernels/attention.h"
 #include "backend/kernels/embedding.h"
 #include "backend/kernels/gdn_prep.h"  // L2NormForward / L2NormBackward
+#include "backend/kernels/gelu.h"
+#include "backend/kernels/layer_norm.h"
 #include "backend/kernels/linear.h"
 #include "backend/kernels/output_loss.h"
 #include "backend/kernels/rmsnorm.h"
@@ -109,6 +111,21 @@ class CpuOps final : public Ops<T> {
   void RmsNormBackward(T* dx, T* dw, const T* dy, const T* x, const T* w,
                        const T* rstd, int64_t R, int64_t C) override {
     backend::RmsNormBackward<T>(dx, dw, dy, x, w, rstd, R, C);
+  }
+  void LayerNormForward(T* y, T* mean, T* rstd, const T* x, const T* w,
+                        const T* b, int64_t R, int64_t C, T eps) override {
+    backend::LayerNormForward<T>(y, mean, rstd, x, w, b, R, C, eps);
+  }
+  void LayerNormBackward(T* dx, T* dw, T* db, const T* dy, const T* x,
+                         const T* w, const T* mean, const T* rstd, int64_t R,
+                         int64_t C) override {
+    backend::LayerNormBackward<T>(dx, dw, db, dy, x, w, mean, rstd, R, C);
+  }
+  void GeluForward(T* y, const T* x, int64_t n) override {
+    backend::GeluForward<T>(y, x, n);
+  }
+  void GeluBackward(T* dx, const T* dy, const T* x, int64_t n) override {
+    backend::GeluBackward<T>(dx, dy, x, n);
   }
   void SiluForward(T* y, const T* x, int64_t n) override {
     backend::SiluForward<T>(y, x, n);

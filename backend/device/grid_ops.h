@@ -140,6 +140,23 @@ class GridOps final : public Ops<T> {
     exec_.ForEach(C, grid::RmsNormWeightGradFn<T>{dw, dy, x, rstd, R, C});
     exec_.ForEach(R, grid::RmsNormInputGradFn<T>{dx, dy, x, w, rstd, C});
   }
+  void LayerNormForward(T* y, StatOf<T>* mean, StatOf<T>* rstd, const T* x, const T* w,
+                        const T* b, int64_t R, int64_t C, ComputeOf<T> eps) override {
+    exec_.ForEach(R, grid::LayerNormStatsFn<T>{mean, rstd, x, C, eps});
+    exec_.ForEach(R * C, grid::LayerNormApplyFn<T>{y, x, mean, rstd, w, b, C});
+  }
+  void LayerNormBackward(T* dx, GradOf<T>* dw, GradOf<T>* db, const T* dy, const T* x,
+                         const T* w, const StatOf<T>* mean, const StatOf<T>* rstd,
+                         int64_t R, int64_t C) override {
+    exec_.ForEach(C, grid::LayerNormParamGradFn<T>{dw, db, dy, x, mean, rstd, R, C});
+    exec_.ForEach(R, grid::LayerNormInputGradFn<T>{dx, dy, x, w, mean, rstd, C});
+  }
+  void GeluForward(T* y, const T* x, int64_t n) override {
+    exec_.ForEach(n, grid::GeluForwardFn<T>{y, x});
+  }
+  void GeluBackward(T* dx, const T* dy, const T* x, int64_t n) override {
+    exec_.ForEach(n, grid::GeluBackwardFn<T>{dx, dy, x});
+  }
   void SiluForward(T* y, const T* x, int64_t n) override {
     exec_.ForEach(n, grid::SiluForwardFn<T>{y, x});
   }

@@ -85,6 +85,21 @@ class Ops {
   virtual void RmsNormBackward(T* dx, GradOf<T>* dw, const T* dy, const T* x,
                                const T* w, const StatOf<T>* rstd, int64_t R,
                                int64_t C) = 0;
+  // LayerNorm (backend/kernels/layer_norm.h): y (R, C) = (x - mean) rstd w +
+  // b per row, mean and rstd = 1 / sqrt(var + eps) (R) saved in StatOf<T>
+  // (the biased variance, as torch.nn.LayerNorm). Backward: dx written, dw
+  // and db (C) accumulated. REQUIRES: dx does not alias dy.
+  virtual void LayerNormForward(T* y, StatOf<T>* mean, StatOf<T>* rstd, const T* x,
+                                const T* w, const T* b, int64_t R, int64_t C,
+                                ComputeOf<T> eps) = 0;
+  virtual void LayerNormBackward(T* dx, GradOf<T>* dw, GradOf<T>* db, const T* dy, const T* x,
+                                 const T* w, const StatOf<T>* mean, const StatOf<T>* rstd,
+                                 int64_t R, int64_t C) = 0;
+  // y = GELU(x) = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (the exact form,
+  // torch.nn.GELU()); backward dx = dy (Phi(x) + x phi(x)) from the input x.
+  // y may alias x; dx may alias dy.
+  virtual void GeluForward(T* y, const T* x, int64_t n) = 0;
+  virtual void GeluBackward(T* dx, const T* dy, const T* x, int64_t n) = 0;
   virtual void SiluForward(T* y, const T* x, int64_t n) = 0;
   virtual void SiluBackward(T* dx, const T* dy, const T* x, int64_t n) = 0;
   // y = sigmoid(x) (GDN's and KDA's beta, KDA's output gate); backward dx =

@@ -256,7 +256,8 @@ Status AttentionLayer<T>::MixerForward(AttentionLayerSaved<T>* s,
 template <typename T>
 Status AttentionLayer<T>::MlpForward(Tensor<T>* y, AttentionLayerSaved<T>* s,
                                      BufferClass cls) {
-  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.norm_eps, cls);
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F,
+                            RmsNormSwiglu(dims_.norm_eps), cls);
 }
 
 // ---- backward ---------------------------------------------------------------
@@ -314,7 +315,8 @@ template <typename T>
 Status AttentionLayer<T>::MlpBackward(Tensor<T>* dh,
                                       const AttentionLayerSaved<T>& s,
                                       const Tensor<T>& dy) {
-  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F);
+  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F,
+                             RmsNormSwiglu(dims_.norm_eps));
 }
 
 // From dh: o_proj's backward, then the attention kernel's per sequence

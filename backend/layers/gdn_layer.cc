@@ -17,6 +17,7 @@
 #include "backend/kernels/short_conv.h"
 #include "backend/kernels/silu.h"
 #include "backend/kernels/swiglu_mlp.h"
+#include "backend/layers/block_norm.h"
 #include "backend/layers/conv_silu.h"
 #include "backend/layers/copy.h"
 #include "backend/layers/recurrent_entry.h"
@@ -45,6 +46,9 @@ GdnLayerDims GdnLayerDims::FromModel(const pb::ModelSpec& model) {
   d.Dv = model.head_dim_v();
   d.F = model.mlp_size();
   d.W = model.conv_width();
+  d.shape = models::BlockShapeOf(model);
+  d.norm_eps = d.shape.norm_eps;
+  d.decay = model.decay() != "none";
   return d;
 }
 
@@ -82,8 +86,22 @@ const char* GdnLayer<T>::ParamName(ParamId id) {
       "g_proj.weight",    "q_conv.weight",        "k_conv.weight",
       "v_conv.weight",    "A_log",                "dt_bias",
       "o_norm.weight",    "o_proj.weight",        "mlp_norm.weight",
-      "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+      "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+      "attn_norm.bias",   "o_proj.bias",          "mlp_norm.bias",
+      "mlp.up_proj.bias", "mlp.down_proj.bias"};
   return kNames[id];
+}
+
+template <typename T>
+bool GdnLayer<T>::Has(const GdnLayerDims& d, ParamId id) {
+  switch (id) {
+    case kAProj: case kALog: case kDtBias: return d.decay;
+    case kMlpGate: return !d.shape.gelu;
+    case kAttnNormBias: case kMlpNormBias: return d.shape.layer_norm;
+    case kOProjBias: return d.shape.out_proj_bias;
+    case kMlpUpBias: case kMlpDownBias: return d.shape.mlp_bias;
+    default: return true;
+  }
 }
 
 template <typename T>
@@ -96,6 +114,7 @@ Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
   const double conv_bound = 1.0 / std::sqrt(static_cast<double>(d.W));
   const InitSpec conv = InitSpec::Uniform(-conv_bound, conv_bound);
   const InitSpec one = InitSpec::Constant(1.0);
+  const InitSpec zero = InitSpec::Constant(0.0);
   const struct {
     Shape shape;
     InitSpec init;
@@ -106,7 +125,9 @@ Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
       {{d.W, d.HV()}, conv},  {{d.H}, InitSpec::GdnALog()},
       {{d.H}, InitSpec::GdnDtBias()},                 {{d.Dv}, one},
       {{d.C, d.HV()}, out},   {{d.C}, one},           {{d.F, d.C}, proj},
-      {{d.F, d.C}, proj},     {{d.C, d.F}, out}};
+      {{d.F, d.C}, proj},     {{d.C, d.F}, out},      {{d.C}, zero},
+      {{d.C}, zero},          {{d.C}, zero},          {{d.F}, zero},
+      {{d.C}, zero}};
   GdnLayer gdn(&alloc, d, layer);
   gdn.fops_ = GdnOpsOf<T>(alloc.device());
   if (gdn.fops_ == nullptr) {
@@ -115,9 +136,12 @@ Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
   }
   gdn.params_.reserve(kNumParams);
   for (int id = 0; id < kNumParams; ++id) {
+    gdn.slot_[id] = -1;
+    if (!Has(d, static_cast<ParamId>(id))) continue;
     SF_ASSIGN_OR_RETURN(
         Param<T> p, MakeParam<T>(alloc, ParamName(static_cast<ParamId>(id)),
                                  specs[id].shape, specs[id].init, seed, layer));
+    gdn.slot_[id] = static_cast<int>(gdn.params_.size());
     gdn.params_.push_back(std::move(p));
   }
   return gdn;
@@ -186,9 +210,9 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   const GdnLayerDims& d = dims_;
   const int64_t S = s->x.dim(0);
   SF_ASSIGN_OR_RETURN(s->xn, New(cls, {S, d.C}));
-  SF_ASSIGN_OR_RETURN(s->rstd1, New<StatOf<T>>(cls, {S}));
-  ops().RmsNormForward(s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
-                    S, d.C, static_cast<ComputeOf<T>>(d.norm_eps));
+  SF_ASSIGN_OR_RETURN(s->rstd1, NewNormStats<T>(*alloc_, cls, S, d.shape.layer_norm));
+  NormForward(ops(), d.shape, s->xn.data(), s->rstd1.data(), s->x.data(), w(kAttnNorm),
+              w(kAttnNormBias), S, d.C);
   SF_ASSIGN_OR_RETURN(Tensor<T> b, New(kWs, {S, d.H}));  // (S, H)
   const struct {
     Tensor<T>* out;
@@ -199,6 +223,7 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
                {&s->v_in, cls, kVProj, d.HV()}, {&s->a, cls, kAProj, d.H},
                {&b, kWs, kBProj, d.H},          {&s->z, cls, kGProj, d.HV()}};
   for (const auto& p : projs) {
+    if (!Has(d, p.w)) continue;  // DeltaNet: no a
     SF_ASSIGN_OR_RETURN(*p.out, New(p.cls, {S, p.D}));
     ops().LinearForward(p.out->data(), s->xn.data(), w(p.w), nullptr, S, d.C, p.D);
   }
@@ -220,9 +245,13 @@ Status GdnLayer<T>::MixerInputsForward(GdnLayerSaved<T>* s,
   ops().L2NormForward(s->k.data(), s->k_rnorm.data(), act.data(), S * d.H, d.K, ComputeOf<T>(1), eps);
   ConvSiluForward(ops(), &s->v, state_out ? &state_out->tail_v : nullptr, s->v_in, B,
                   w(kVConv), d.W, state_in.tail_v);
-  SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
+  if (d.decay) {
+    SF_ASSIGN_OR_RETURN(s->g, New(cls, {S, d.H}));
+  } else {
+    SF_ASSIGN_OR_RETURN(s->g, Tensor<T>::Zeros(*alloc_, cls, {S, d.H}));  // DeltaNet: g = 0
+  }
   SF_ASSIGN_OR_RETURN(s->beta, New(cls, {S, d.H}));
-  fops().GdnGateForward(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
+  if (d.decay) fops().GdnGateForward(s->g.data(), s->a.data(), w(kALog), w(kDtBias), S, d.H);
   ops().SigmoidForward(s->beta.data(), b.data(), S * d.H);
   return Status::Ok();
 }
@@ -240,7 +269,8 @@ Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
   ops().SiluForward(silu_z.data(), s->z.data(), S * d.HV());
   ops().Mul(s->gated.data(), s->gated.data(), silu_z.data(), S * d.HV());
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
-  ops().LinearForward(s->h.data(), s->gated.data(), w(kOProj), nullptr, S, d.HV(), d.C);
+  ops().LinearForward(s->h.data(), s->gated.data(), w(kOProj), w(kOProjBias), S, d.HV(),
+                      d.C);
   ops().Add(s->h.data(), s->x.data(), S * d.C);
   return Status::Ok();
 }
@@ -249,7 +279,7 @@ Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
 template <typename T>
 Status GdnLayer<T>::MlpForward(Tensor<T>* y, GdnLayerSaved<T>* s,
                                BufferClass cls) {
-  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.norm_eps, cls);
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.shape, cls);
 }
 
 // ---- backward ---------------------------------------------------------------
@@ -257,7 +287,7 @@ Status GdnLayer<T>::MlpForward(Tensor<T>* y, GdnLayerSaved<T>* s,
 template <typename T>
 struct GdnLayer<T>::MixerGrads {
   Tensor<T> dq, dk, dv;  // (S, HK), (S, HK), (S, HV) of the core inputs
-  Tensor<T> da, db;      // (S, H) of the a and b projections
+  Tensor<T> da, db;      // (S, H) of the a (none without decay) and b projections
   Tensor<T> dz;          // (S, HV) of the output-gate projection
 };
 
@@ -291,7 +321,7 @@ Status GdnLayer<T>::BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
 template <typename T>
 Status GdnLayer<T>::MlpBackward(Tensor<T>* dh, const GdnLayerSaved<T>& s,
                                 const Tensor<T>& dy) {
-  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F);
+  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F, dims_.shape);
 }
 
 // From dh: d_o (S, HV) of the core output and dz (S, HV) of the gate.
@@ -302,7 +332,7 @@ Status GdnLayer<T>::MixerOutputBackward(Tensor<T>* d_o, Tensor<T>* dz,
   const GdnLayerDims& d = dims_;
   const int64_t S = s.x.dim(0), R = S * d.H;  // R rows of Dv per head
   SF_ASSIGN_OR_RETURN(Tensor<T> dgated, New(kWs, {S, d.HV()}));  // (S, HV)
-  ops().LinearBackward(dgated.data(), dw(kOProj), nullptr, dh.data(),
+  ops().LinearBackward(dgated.data(), dw(kOProj), dw(kOProjBias), dh.data(),
                     s.gated.data(), w(kOProj), S, d.HV(), d.C);
   // on (R, Dv) = o * o_rstd * o_norm, recomputed; silu_z (S, HV).
   SF_ASSIGN_OR_RETURN(Tensor<T> on, New(kWs, {R, d.Dv}));
@@ -351,10 +381,14 @@ Status GdnLayer<T>::CoreBackward(MixerGrads* grads, GdnState<T>* dstate_in,
                        d.Dv, d.block_size, d.st_tile);
   }
   ws = Tensor<StatOf<T>>();
-  SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));
+  if (d.decay) {
+    SF_ASSIGN_OR_RETURN(grads->da, New(kWs, {S, d.H}));
+  }
   SF_ASSIGN_OR_RETURN(grads->db, New(kWs, {S, d.H}));
-  fops().GdnGateBackward(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(),
-                     s.a.data(), w(kALog), w(kDtBias), S, d.H);
+  if (d.decay) {  // DeltaNet: g is the constant 0, dg has nowhere to go
+    fops().GdnGateBackward(grads->da.data(), dw(kALog), dw(kDtBias), dg.data(), s.a.data(),
+                           w(kALog), w(kDtBias), S, d.H);
+  }
   ops().SigmoidBackward(grads->db.data(), dbeta.data(), s.beta.data(), S * d.H);
   return Status::Ok();
 }
@@ -398,12 +432,13 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
   SF_ASSIGN_OR_RETURN(Tensor<T> dxn, Tensor<T>::Zeros(*alloc_, kWs, {S, d.C}));
   SF_ASSIGN_OR_RETURN(Tensor<T> part, New(kWs, {S, d.C}));  // (S, C)
   for (const auto& p : projs) {
+    if (!Has(d, p.w)) continue;  // DeltaNet: no a
     ops().LinearBackward(part.data(), dw(p.w), nullptr, p.dproj->data(),
                       s.xn.data(), w(p.w), S, d.C, p.D);
     ops().Add(dxn.data(), part.data(), S * d.C);
   }
-  ops().RmsNormBackward(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
-                     w(kAttnNorm), s.rstd1.data(), S, d.C);
+  NormBackward(ops(), d.shape, part.data(), dw(kAttnNorm), dw(kAttnNormBias), dxn.data(),
+               s.x.data(), w(kAttnNorm), s.rstd1.data(), S, d.C);
   ops().Add(dx->data(), part.data(), S * d.C);
   return Status::Ok();
 }

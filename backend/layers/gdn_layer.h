@@ -17,6 +17,18 @@
 // tail (the last W-1 raw inputs) is carried between chunks. No projection has
 // a bias: the kernels do not need one and GDN has none.
 //
+// DeltaNet (the model's decay "none", models/model.h's BlockShape for the
+// rest; the form published DeltaNet pipeline runs train) changes, per token:
+//   xn   = LayerNorm(x) * attn_norm + attn_norm.bias             (both pre-norms)
+//   no a projection, A_log or dt_bias: g = 0 (the delta rule: the core runs
+//        on a saved (S, H) tensor of zeros, its dg discarded)
+//   h    = x + (RMSNorm_head(o) * o_norm * silu(z)) Wo^T + o_proj.bias
+//   y    = h + GELU(LayerNorm(h) Wu^T + bu) Wd^T + bd            (residual_mlp.h)
+// with every norm's eps 1e-5. The q, k, v and gate projections are the four
+// blocks of DeltaNet's one bias-free h -> 4h projection (the same parameters
+// and products, four GEMMs). Parameters absent from a configuration are not
+// made (params() lists the present ones, in ParamId order).
+//
 // Boundary state (GdnState): everything a chunk hands to the next chunk of the
 // same sequences: the recurrent state S (B, H, Dv, K) and the three conv
 // tails, per sequence. Backward turns d(state out) into d(state in).
@@ -58,6 +70,7 @@
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/cost_model.h"
+#include "models/model.h"
 #include "proto/stateflow.pb.h"
 
 namespace stateflow::backend {
@@ -73,13 +86,18 @@ struct GdnLayerDims {
   // 0 is the device's default (untiled). The results do not depend on it
   // beyond rounding (ops.h).
   int64_t st_tile = 0;
-  double norm_eps = 1e-6;              // the three RMSNorms
+  double norm_eps = 1e-6;              // the three norms (shape.norm_eps)
   double l2_eps = 1e-6;                // the q and k L2 norms
+  // The pre-norms' kind, the MLP's kind and the biases (models/model.h).
+  models::BlockShape shape;
+  // GDN's decay gate; false: DeltaNet (g = 0).
+  bool decay = true;
 
   int64_t HK() const { return H * K; }
   int64_t HV() const { return H * Dv; }
 
-  // hidden_size, num_heads, head_dim_k, head_dim_v, mlp_size, conv_width.
+  // hidden_size, num_heads, head_dim_k, head_dim_v, mlp_size, conv_width;
+  // norm, mlp, mlp_bias, out_proj_bias, decay.
   // REQUIRES: models::ValidateModel(model).ok().
   static GdnLayerDims FromModel(const pb::ModelSpec& model);
 };
@@ -110,19 +128,20 @@ struct GdnLayerSaved {
   int64_t batch = 1;            // B sequences; every tensor has B S rows
   Tensor<T> x;                  // (S, C) layer input
   Tensor<T> xn;                 // (S, C) pre-norm output
-  Tensor<StatOf<T>> rstd1;      // (S) its 1/rms
+  Tensor<StatOf<T>> rstd1;      // its statistics (block_norm.h: (S), or (2, S))
   Tensor<T> q_in, k_in, v_in;   // (S, HK), (S, HK), (S, HV) conv inputs
   Tensor<T> q, k, v;            // (S, HK), (S, HK), (S, HV) core inputs
   Tensor<StatOf<T>> q_rnorm, k_rnorm;  // (S, H) 1/|.| of the L2 norms
-  Tensor<T> a, g, beta;         // (S, H) decay input, log decay, beta
+  Tensor<T> a, g, beta;         // (S, H) decay input (none without decay), log decay, beta
   Tensor<T> o;                  // (S, HV) core output
   Tensor<StatOf<T>> o_rstd;     // (S, H) its 1/rms
   Tensor<T> z, gated;           // (S, HV) output gate, o_proj input
   Tensor<T> h, hn;              // (S, C) after the mixer, (S, C)
-  Tensor<StatOf<T>> rstd2;      // (S)
-  Tensor<T> mlp_gate, mlp_up;   // (S, F) SwiGLU gate and up projections
+  Tensor<StatOf<T>> rstd2;      // (S), or (2, S)
+  Tensor<T> mlp_gate, mlp_up;   // (S, F) SwiGLU gate and up projections (GELU: up only)
 
-  // Elements per token under kNone: 4C + 2F + 2 + 4 HK + 5 HV + 6 H.
+  // Elements per token under kNone, the default shape with decay:
+  // 4C + 2F + 2 + 4 HK + 5 HV + 6 H.
   static int64_t NumelPerToken(const GdnLayerDims& dims);
 };
 
@@ -133,14 +152,20 @@ class GdnLayer {
   using Saved = GdnLayerSaved<T>;
   static constexpr const char* kKind = "gdn layer";  // in errors
 
-  // The parameters, in Parameters() order; names as in ParamName().
+  // The parameters, in params() order (those of the configuration: Has);
+  // names as in ParamName(). The last five are DeltaNet's biases.
   enum ParamId {
     kAttnNorm, kQProj, kKProj, kVProj, kAProj, kBProj, kGProj,
     kQConv, kKConv, kVConv, kALog, kDtBias, kONorm, kOProj,
-    kMlpNorm, kMlpGate, kMlpUp, kMlpDown, kNumParams
+    kMlpNorm, kMlpGate, kMlpUp, kMlpDown,
+    kAttnNormBias, kOProjBias, kMlpNormBias, kMlpUpBias, kMlpDownBias, kNumParams
   };
-  // "attn_norm.weight", "q_proj.weight", ..., "mlp.down_proj.weight".
+  // "attn_norm.weight", "q_proj.weight", ..., "mlp.down_proj.bias".
   static const char* ParamName(ParamId id);
+  // Whether a layer of `dims` has parameter `id` (GDN: the first 18;
+  // DeltaNet: no a_proj, A_log, dt_bias, gate_proj, and the biases of its
+  // shape).
+  static bool Has(const GdnLayerDims& dims, ParamId id);
 
   // Weights (kWeights) and zero gradients (kGradients) of the layer at
   // `layer` (its index in the model's layer list), initialised from
@@ -179,7 +204,8 @@ class GdnLayer {
                   const GdnState<T>* dstate_out, const GdnState<T>& state_in);
 
   std::vector<Param<T>>& params() { return params_; }
-  Param<T>& param(ParamId id) { return params_[id]; }
+  // REQUIRES: Has(dims(), id).
+  Param<T>& param(ParamId id) { return params_[slot_[id]]; }
   const GdnLayerDims& dims() const { return dims_; }
   int layer() const { return layer_; }
 
@@ -193,11 +219,17 @@ class GdnLayer {
 
   template <typename E = T>
   Result<Tensor<E>> New(BufferClass cls, Shape shape);
-  const T* w(ParamId id) const { return params_[id].value.data(); }
-  GradOf<T>* dw(ParamId id) { return params_[id].grad.data(); }
+  // A parameter's value and gradient; nullptr where the configuration has
+  // none (a bias it does not have).
+  const T* w(ParamId id) const {
+    return slot_[id] < 0 ? nullptr : params_[slot_[id]].value.data();
+  }
+  GradOf<T>* dw(ParamId id) { return slot_[id] < 0 ? nullptr : params_[slot_[id]].grad.data(); }
   ResidualMlpParams<T> MlpParams() {
-    return {w(kMlpNorm), w(kMlpGate), w(kMlpUp), w(kMlpDown),
-            dw(kMlpNorm), dw(kMlpGate), dw(kMlpUp), dw(kMlpDown)};
+    return {w(kMlpNorm),      w(kMlpGate),      w(kMlpUp),      w(kMlpDown),
+            dw(kMlpNorm),     dw(kMlpGate),     dw(kMlpUp),     dw(kMlpDown),
+            w(kMlpNormBias),  w(kMlpUpBias),    w(kMlpDownBias),
+            dw(kMlpNormBias), dw(kMlpUpBias),   dw(kMlpDownBias)};
   }
   Status CheckState(const GdnState<T>& state, int64_t batch, const char* what) const;
 
@@ -238,7 +270,8 @@ class GdnLayer {
   GdnOps<T>* fops_ = nullptr;  // the device's, not owned
   GdnLayerDims dims_;
   int layer_;
-  std::vector<Param<T>> params_;  // (kNumParams)
+  std::vector<Param<T>> params_;  // the configuration's, in ParamId order
+  int slot_[kNumParams];          // params_ index of each ParamId, -1 if absent
 };
 
 template <typename T>

@@ -5,6 +5,7 @@
 
 #include "backend/kernels/output_loss.h"
 #include "backend/kernels/rmsnorm.h"
+#include "backend/layers/block_norm.h"
 #include "backend/layers/copy.h"
 
 namespace stateflow::backend {
@@ -12,16 +13,15 @@ namespace stateflow::backend {
 namespace {
 constexpr BufferClass kAct = BufferClass::kActivations;
 constexpr BufferClass kWs = BufferClass::kWorkspace;
-enum { kNorm = 0, kOutput = 1 };
+enum { kNorm = 0, kOutput = 1, kNormBias = 2 };
 }  // namespace
 
 template <typename T>
 Result<HeadLayer<T>> HeadLayer<T>::Make(TrackingAllocator& alloc, int64_t C,
                                         int64_t V, int64_t vocab_slice,
                                         int layer, std::uint64_t seed,
-                                        double norm_eps) {
-  HeadLayer head(&alloc, C, V, std::max<int64_t>(vocab_slice, 1), layer,
-                 norm_eps);
+                                        const models::BlockShape& shape) {
+  HeadLayer head(&alloc, C, V, std::max<int64_t>(vocab_slice, 1), layer, shape);
   SF_ASSIGN_OR_RETURN(Param<T> norm, MakeParam<T>(alloc, "norm.weight", {C},
                                                   InitSpec::Constant(1.0),
                                                   seed, layer));
@@ -30,6 +30,11 @@ Result<HeadLayer<T>> HeadLayer<T>::Make(TrackingAllocator& alloc, int64_t C,
                                    InitSpec::Normal(0.02), seed, layer));
   head.params_.push_back(std::move(norm));
   head.params_.push_back(std::move(out));
+  if (shape.layer_norm) {
+    SF_ASSIGN_OR_RETURN(Param<T> bias, MakeParam<T>(alloc, "norm.bias", {C},
+                                                    InitSpec::Constant(0.0), seed, layer));
+    head.params_.push_back(std::move(bias));
+  }
   return head;
 }
 
@@ -46,11 +51,11 @@ Status HeadLayer<T>::Forward(double* loss_sum, HeadSaved<T>* saved,
   *saved = HeadSaved<T>{};
   SF_ASSIGN_OR_RETURN(saved->x, CopyTensor(*alloc_, kAct, x));
   SF_ASSIGN_OR_RETURN(saved->xn, Tensor<T>::Uninitialized(*alloc_, kAct, {S, C_}));
-  SF_ASSIGN_OR_RETURN(saved->rstd, Tensor<StatOf<T>>::Uninitialized(*alloc_, kAct, {S}));
+  SF_ASSIGN_OR_RETURN(saved->rstd, NewNormStats<T>(*alloc_, kAct, S, shape_.layer_norm));
   SF_ASSIGN_OR_RETURN(saved->lse, Tensor<StatOf<T>>::Uninitialized(*alloc_, kAct, {S}));
-  ops().RmsNormForward(saved->xn.data(), saved->rstd.data(), x.data(),
-                       params_[kNorm].value.data(), S, C_,
-                       static_cast<ComputeOf<T>>(eps_));
+  NormForward(ops(), shape_, saved->xn.data(), saved->rstd.data(), x.data(),
+              params_[kNorm].value.data(),
+              shape_.layer_norm ? params_[kNormBias].value.data() : nullptr, S, C_);
   SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> logits, Tensor<StatOf<T>>::Uninitialized(
                                                     *alloc_, BufferClass::kLogits, {S, Vs}));
   SF_ASSIGN_OR_RETURN(Tensor<StatOf<T>> losses,
@@ -90,9 +95,9 @@ Status HeadLayer<T>::Backward(Tensor<T>* dx, HeadSaved<T>* saved,
                           targets, S, C_, V_, Vs, dl_n > 0 ? dl.data() : nullptr);
   }
   SF_ASSIGN_OR_RETURN(*dx, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
-  ops().RmsNormBackward(dx->data(), params_[kNorm].grad.data(), dxn.data(),
-                     saved->x.data(), params_[kNorm].value.data(),
-                     saved->rstd.data(), S, C_);
+  NormBackward(ops(), shape_, dx->data(), params_[kNorm].grad.data(),
+               shape_.layer_norm ? params_[kNormBias].grad.data() : nullptr, dxn.data(),
+               saved->x.data(), params_[kNorm].value.data(), saved->rstd.data(), S, C_);
   *saved = HeadSaved<T>{};
   return Status::Ok();
 }

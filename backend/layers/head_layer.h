@@ -1,12 +1,15 @@
 // The model's head as a layer (the last of the layer list, on the last
-// pipeline stage): final RMSNorm, output layer and cross-entropy, per token
-//   xn = RMSNorm(x) * norm;  loss_s = logsumexp_v(xn_s . W_v) - xn_s . W_{target_s}.
+// pipeline stage): final norm, output layer and cross-entropy, per token
+//   xn = RMSNorm(x) * norm;  loss_s = logsumexp_v(xn_s . W_v) - xn_s . W_{target_s}
+// (LayerNorm(x) * norm + norm.bias where the model's BlockShape says so:
+// DeltaNet).
 // The logits are computed over vocabulary slices of `vocab_slice` columns
 // (output_loss.h), so only an (S, vocab_slice) buffer of them exists at a
 // time (BufferClass::kLogits, within one forward or backward); the backward
 // recomputes them slice by slice from the saved xn and log-sum-exps.
 //
-// Saved for the backward (kActivations): x, xn (S, C), rstd, lse (S).
+// Saved for the backward (kActivations): x, xn (S, C), rstd (the norm's
+// statistics, block_norm.h: (S), or (2, S) for LayerNorm), lse (S).
 // Not the embedding (untied: the output weight is its own parameter), no
 // label smoothing, no ignored positions.
 //
@@ -23,15 +26,17 @@
 #include "backend/layers/param.h"
 #include "backend/tensor.h"
 #include "common/status.h"
+#include "models/model.h"
 
 namespace stateflow::backend {
 
 template <typename T>
 struct HeadSaved {
   Tensor<T> x, xn;    // (S, C) head input, normalised
-  Tensor<StatOf<T>> rstd;  // (S) 1/rms of x
+  Tensor<StatOf<T>> rstd;  // (S) 1/rms of x, or (2, S) LayerNorm's mean and 1/std
   Tensor<StatOf<T>> lse;   // (S) logsumexp of the logits
 
+  // RMSNorm's; LayerNorm's is one more.
   static int64_t NumelPerToken(int64_t C) { return 2 * C + 2; }
 };
 
@@ -39,10 +44,11 @@ template <typename T>
 class HeadLayer {
  public:
   // Parameters "norm.weight" (C) = 1 and "output.weight" (V, C) N(0, 0.02^2)
-  // from (seed, layer, name). REQUIRES: vocab_slice >= 1.
+  // from (seed, layer, name), and "norm.bias" (C) = 0 for LayerNorm; the
+  // norm's kind and eps from `shape`. REQUIRES: vocab_slice >= 1.
   static Result<HeadLayer> Make(TrackingAllocator& alloc, int64_t C,
                                 int64_t V, int64_t vocab_slice, int layer,
-                                std::uint64_t seed, double norm_eps = 1e-6);
+                                std::uint64_t seed, const models::BlockShape& shape = {});
 
   HeadLayer(HeadLayer&&) = default;
   HeadLayer& operator=(HeadLayer&&) = default;
@@ -62,16 +68,16 @@ class HeadLayer {
 
  private:
   HeadLayer(TrackingAllocator* alloc, int64_t C, int64_t V, int64_t Vs,
-            int layer, double eps)
-      : alloc_(alloc), C_(C), V_(V), Vs_(Vs), layer_(layer), eps_(eps) {}
+            int layer, const models::BlockShape& shape)
+      : alloc_(alloc), C_(C), V_(V), Vs_(Vs), layer_(layer), shape_(shape) {}
 
   // The kernels of the device the allocator's memory lives on.
   Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
   int64_t C_, V_, Vs_;
   int layer_;
-  double eps_;
-  std::vector<Param<T>> params_;  // {norm.weight, output.weight}
+  models::BlockShape shape_;
+  std::vector<Param<T>> params_;  // {norm.weight, output.weight[, norm.bias]}
 };
 
 }  // namespace stateflow::backend

@@ -157,7 +157,8 @@ Status KdaLayer<T>::ForwardPass(Tensor<T>* y, KdaState<T>* state_out, KdaLayerSa
   }
   ws = Tensor<StatOf<T>>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
-  return ResidualMlpForward(*alloc_, y, s, MlpParams(), d.C, d.F, d.norm_eps, cls);
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), d.C, d.F,
+                            RmsNormSwiglu(d.norm_eps), cls);
 }
 
 // xn, the projections (the decay's and the output gate's low rank), conv +
@@ -258,7 +259,8 @@ Status KdaLayer<T>::BackwardPass(Tensor<T>* dx, KdaState<T>* dstate_in,
                                  const KdaLayerSaved<T>& s, const Tensor<T>& dy,
                                  const KdaState<T>* dstate_out, const KdaState<T>& state_in) {
   Tensor<T> dh;  // (S, C) d(h): the residual's dy plus the MLP branch's
-  SF_RETURN_IF_ERROR(ResidualMlpBackward(*alloc_, &dh, s, MlpParams(), dy, dims_.C, dims_.F));
+  SF_RETURN_IF_ERROR(ResidualMlpBackward(*alloc_, &dh, s, MlpParams(), dy, dims_.C, dims_.F,
+                                         RmsNormSwiglu(dims_.norm_eps)));
   MixerGrads grads;
   Tensor<T> d_o;  // (S, HV) d(core output)
   SF_RETURN_IF_ERROR(MixerOutputBackward(&d_o, &grads.dz, s, dh));

@@ -259,7 +259,8 @@ Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cl
 template <typename T>
 Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
                                   BufferClass cls) {
-  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.norm_eps, cls);
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F,
+                            RmsNormSwiglu(dims_.norm_eps), cls);
 }
 
 // ---- backward -----------------------------------------------------------------
@@ -310,7 +311,8 @@ Status Mamba3Layer<T>::BackwardPass(Tensor<T>* dx, Mamba3State<T>* dstate_in,
 template <typename T>
 Status Mamba3Layer<T>::MlpBackward(Tensor<T>* dh, const Mamba3LayerSaved<T>& s,
                                    const Tensor<T>& dy) {
-  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F);
+  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F,
+                             RmsNormSwiglu(dims_.norm_eps));
 }
 
 // From dh: d_o (S, HDp) of the core output, grads->dz, grads->dxv (the D

@@ -16,8 +16,6 @@
 namespace stateflow::backend {
 namespace {
 
-constexpr double kBackendNormEps = 1e-6;  // the head's RMSNorm, as the blocks'
-
 // Ok if `batch` holds microbatches * B * (seq_len + 1) tokens (B sequences
 // per microbatch), `partition` covers seq_len, and, when vocab > 0, every
 // token is in [0, vocab). Errors start with `stage`.
@@ -94,10 +92,10 @@ class DeviceIds {
 template <typename T>
 class ModelStageModule final : public StageModule<T> {
  public:
-  ModelStageModule(TrackingAllocator* alloc, std::int64_t hidden, double norm_eps,
+  ModelStageModule(TrackingAllocator* alloc, std::int64_t hidden, models::BlockShape shape,
                    std::int64_t vocab, models::StageLayers layers, int num_layer_list,
                    const StageModuleOptions& options)
-      : alloc_(alloc), C_(hidden), norm_eps_(norm_eps), vocab_(vocab), layers_(layers),
+      : alloc_(alloc), C_(hidden), shape_(shape), vocab_(vocab), layers_(layers),
         num_layer_list_(num_layer_list), options_(options) {}
 
   Status Init(const pb::ModelSpec& model);
@@ -138,7 +136,7 @@ class ModelStageModule final : public StageModule<T> {
 
   TrackingAllocator* alloc_;
   std::int64_t C_;  // hidden size
-  double norm_eps_;
+  models::BlockShape shape_;  // the head's final norm
   std::int64_t vocab_;  // V
   models::StageLayers layers_;
   int num_layer_list_;  // L + 2
@@ -164,7 +162,7 @@ Status ModelStageModule<T>::Init(const pb::ModelSpec& model) {
       embedding_.push_back(std::move(e));
     } else if (l == num_layer_list_ - 1) {
       SF_ASSIGN_OR_RETURN(auto h, HeadLayer<T>::Make(*alloc_, C_, vocab_, kHeadVocabSlice, l,
-                                                     seed, norm_eps_));
+                                                     seed, shape_));
       head_.push_back(std::move(h));
     } else {
       SF_ASSIGN_OR_RETURN(auto b, MakeSequenceLayer<T>(model, l, alloc_,
@@ -428,7 +426,8 @@ Result<std::unique_ptr<StageModule<T>>> MakeStageModule(const pb::ModelSpec& mod
   }
   if (alloc == nullptr) return Status::Invalid("MakeStageModule: alloc is null");
   auto module = std::make_unique<ModelStageModule<T>>(
-      alloc, model.hidden_size(), kBackendNormEps, model.vocab_size(), layers, num_layer_list,
+      alloc, model.hidden_size(), models::BlockShapeOf(model), model.vocab_size(), layers,
+      num_layer_list,
       options);
   SF_RETURN_IF_ERROR(module->Init(model));
   return std::unique_ptr<StageModule<T>>(std::move(module));

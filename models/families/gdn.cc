@@ -1,7 +1,8 @@
 // Gated DeltaNet on the analytic side (family.h): the layer of backend/
 // layers/gdn_layer.h, its parameters (docs/models.md), FLOPs and memory
 // events (docs/cost-model.md). DeltaNet is this family without the decay
-// gate.
+// gate (model.decay "none"), with its block shape (models/model.h: LayerNorm,
+// GELU MLP, biases).
 //
 // Dimension legend (one sequence, one token unless said otherwise):
 //   h  hidden size            m  SwiGLU size
@@ -18,10 +19,12 @@ namespace {
 
 struct GdnDims {
   double h, m, n, dk, dv, w, C;
+  bool decay;         // GDN's decay gate; false: DeltaNet
+  BlockShape shape;   // norms, MLP, biases
   explicit GdnDims(const pb::ModelSpec& model)
       : h(model.hidden_size()), m(model.mlp_size()), n(model.num_heads()),
         dk(model.head_dim_k()), dv(model.head_dim_v()), w(model.conv_width()),
-        C(kKernelBlockTokens) {}
+        C(kKernelBlockTokens), decay(model.decay() != "none"), shape(BlockShapeOf(model)) {}
 };
 
 // Per-token sizes of one GDN layer on one TP rank (the legend of
@@ -29,8 +32,11 @@ struct GdnDims {
 // HV = H d_v; everything but C is split by TP.
 struct GdnSizes {
   double C, F, H, HK, HV;
+  bool decay;
+  BlockShape shape;
   GdnSizes(const GdnDims& x, int tp)
-      : C(x.h), F(x.m / tp), H(x.n / tp), HK(x.n * x.dk / tp), HV(x.n * x.dv / tp) {}
+      : C(x.h), F(x.m / tp), H(x.n / tp), HK(x.n * x.dk / tp), HV(x.n * x.dv / tp),
+        decay(x.decay), shape(x.shape) {}
 };
 
 // GdnLayer::MixerInputsForward: xn, the six projections, conv + SiLU (+ L2
@@ -38,12 +44,12 @@ struct GdnSizes {
 // `saved` (kActivations, or kWorkspace when a recompute replays them).
 void GdnMixerInputsForward(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->Act(saved, d.C);      // xn
-  ev->Stat(saved, 1);       // rstd1
+  ev->Stat(saved, d.shape.norm_stats());  // rstd1 (LayerNorm: mean too)
   ev->Act(kWs, d.H);        // b (allocated, then replaced by its projection)
   ev->Act(saved, d.HK);     // q_in
   ev->Act(saved, d.HK);     // k_in
   ev->Act(saved, d.HV);     // v_in
-  ev->Act(saved, d.H);      // a
+  if (d.decay) ev->Act(saved, d.H);  // a
   ev->Act(kWs, d.H);        // b = xn Wb^T
   ev->FreeAct(kWs, d.H);    //   (the first b)
   ev->Act(saved, d.HV);     // z
@@ -53,7 +59,7 @@ void GdnMixerInputsForward(const GdnSizes& d, BufferClass saved, Events* ev) {
   ev->Act(saved, d.HK);     // q
   ev->Act(saved, d.HK);     // k
   ev->Act(saved, d.HV);     // v
-  ev->Act(saved, d.H);      // g
+  ev->Act(saved, d.H);      // g (DeltaNet: zeros)
   ev->Act(saved, d.H);      // beta
   ev->FreeAct(kWs, d.HK);   // act
   ev->FreeAct(kWs, d.H);    // b
@@ -104,21 +110,22 @@ void GdnForwardPass(const GdnSizes& d, double core_ws_bytes, BufferClass saved, 
   ev->Act(kWs, d.HV);       // silu_z
   ev->Act(saved, d.C);      // h
   ev->FreeAct(kWs, d.HV);   // silu_z
-  MlpForwardEvents(d.C, d.F, saved, ev);
+  MlpForwardEvents(d.C, d.F, d.shape, saved, ev);
 }
 
 // Frees what GdnForwardPass made in class `saved` (everything but x and y).
 void FreeGdnSaved(const GdnSizes& d, BufferClass saved, Events* ev) {
-  // xn, h, hn; q_in, k_in, q, k; v_in, z, v, o, gated; a, g, beta; gate, up.
-  ev->FreeAct(saved, 3 * d.C + 4 * d.HK + 5 * d.HV + 3 * d.H + 2 * d.F);
-  // rstd1, rstd2; q_rnorm, k_rnorm, o_rstd.
-  ev->FreeStat(saved, 2 + 3 * d.H);
+  // xn, h, hn; q_in, k_in, q, k; v_in, z, v, o, gated; (a,) g, beta; (gate,) up.
+  ev->FreeAct(saved, 3 * d.C + 4 * d.HK + 5 * d.HV + (d.decay ? 3 : 2) * d.H +
+                         (d.shape.gelu ? 1 : 2) * d.F);
+  // rstd1, rstd2 (LayerNorm: and the means); q_rnorm, k_rnorm, o_rstd.
+  ev->FreeStat(saved, 2 * d.shape.norm_stats() + 3 * d.H);
 }
 
 // GdnLayer::MlpBackward and MixerOutputBackward: dh (becomes dx), and the
 // core output's and the gate's gradients d_o, dz, left allocated.
 void GdnOutputBackward(const GdnSizes& d, Events* ev) {
-  MlpBackwardEvents(d.C, d.F, ev);
+  MlpBackwardEvents(d.C, d.F, d.shape, ev);
   ev->Act(kWs, d.HV);        // dgated
   ev->Act(kWs, d.HV);        // on
   ev->Act(kWs, d.HV);        // d_on
@@ -136,7 +143,7 @@ void GdnCoreBackward(const GdnSizes& d, double core_ws_bytes, Events* ev) {
   ev->Act(kWs, d.H);         // dbeta
   ev->Bytes(kWs, core_ws_bytes);   // the core's scratch for one sequence
   ev->Bytes(kWs, -core_ws_bytes);
-  ev->Act(kWs, d.H);         // da
+  if (d.decay) ev->Act(kWs, d.H);  // da
   ev->Act(kWs, d.H);         // db
   ev->FreeAct(kWs, 2 * d.H);   // dbeta, dg
   ev->FreeAct(kWs, d.HV);      // d_o
@@ -161,7 +168,7 @@ void GdnMixerInputsBackward(const GdnSizes& d, Events* ev) {
   ev->Act(kWs, d.C);         // dxn
   ev->Act(kWs, d.C);         // part
   ev->FreeAct(kWs, 2 * d.C + 2 * d.HK + d.HV);  // part, dxn, dv_in, dk_in, dq_in
-  ev->FreeAct(kWs, 2 * d.HK + d.HV + 2 * d.H + d.HV);
+  ev->FreeAct(kWs, 2 * d.HK + d.HV + (d.decay ? 2 : 1) * d.H + d.HV);  // dq dk dv (da) db dz
 }
 
 // GdnLayer::BackwardPass: from dy (the caller's) to dx (S, C), which it
@@ -176,7 +183,8 @@ class GdnFamily final : public Family {
  public:
   std::string_view name() const override { return "gdn"; }
   std::string_view description() const override {
-    return "Gated DeltaNet (the delta rule with a scalar decay gate per head)";
+    return "Gated DeltaNet (the delta rule with a scalar decay gate per head; DeltaNet "
+           "without it)";
   }
   std::string_view kernel_name() const override { return "gdn"; }
   double KernelHeadDim(const pb::ModelSpec& model) const override { return model.head_dim_v(); }
@@ -188,24 +196,27 @@ class GdnFamily final : public Family {
 
   double MixerParams(const pb::ModelSpec& model) const override {
     const GdnDims x(model);
-    return x.h * x.n * (2 * x.dk + 2 * x.dv)  // q, k, v, output gate
-           + 2 * x.h * x.n                    // a (decay), b (beta)
-           + 2 * x.n                          // A_log, dt_bias
-           + x.w * x.n * (2 * x.dk + x.dv)    // short conv on q, k, v
-           + x.dv                             // output norm
-           + x.n * x.dv * x.h;                // o_proj
+    return x.h * x.n * (2 * x.dk + 2 * x.dv)        // q, k, v, output gate
+           + (x.decay ? 2 : 1) * x.h * x.n          // (a: decay,) b: beta
+           + (x.decay ? 2 * x.n : 0)                // A_log, dt_bias
+           + x.w * x.n * (2 * x.dk + x.dv)          // short conv on q, k, v
+           + x.dv                                   // output norm
+           + x.n * x.dv * x.h                       // o_proj
+           + (x.shape.out_proj_bias ? x.h : 0);     // its bias
   }
 
   // GDN projections, short conv, q/k L2 norms, gates, gated output norm.
   double DenseFlops(const pb::ModelSpec& model) const override {
     const GdnDims x(model);
-    const double proj = 2 * x.h * x.n * (2 * x.dk + 2 * x.dv + 2) +
-                        2 * x.n * x.dv * x.h;
+    const double gates = x.decay ? 2 : 1;  // a and b, or b
+    const double proj = 2 * x.h * x.n * (2 * x.dk + 2 * x.dv + gates) +
+                        2 * x.n * x.dv * x.h + (x.shape.out_proj_bias ? x.h : 0);
     const double conv_channels = x.n * (2 * x.dk + x.dv);
     const double conv = (2 * x.w + kSiluFlops) * conv_channels;
     const double qk_norm = kNormFlops * 2 * x.n * x.dk;
     const double out_norm = (kNormFlops + kSiluFlops + 1) * x.n * x.dv;
-    return proj + conv + qk_norm + kGateFlops * x.n + out_norm;
+    const double gate = x.decay ? kGateFlops : kGateFlops / 2;  // DeltaNet: beta's sigmoid
+    return proj + conv + qk_norm + gate * x.n + out_norm;
   }
 
   // Chunkwise gated delta rule (WY form), per token, all heads.
@@ -238,8 +249,8 @@ class GdnFamily final : public Family {
 
   std::vector<Gemm> MixerGemms(const pb::ModelSpec& model) const override {
     const GdnDims x(model);
-    return {{x.n * (2 * x.dk + 2 * x.dv + 2), x.h, false},  // q k v z a beta
-            {x.h, x.n * x.dv, true}};                       // o_proj
+    return {{x.n * (2 * x.dk + 2 * x.dv + (x.decay ? 2 : 1)), x.h, false},  // q k v z (a) beta
+            {x.h, x.n * x.dv, true}};                                       // o_proj
   }
 
   MemorySegment ForwardMemory(const pb::ModelSpec& model, const TensorBytes& b,

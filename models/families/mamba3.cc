@@ -45,38 +45,38 @@ struct MambaDims {
 };
 
 // Per-token sizes of one Mamba-3 layer on one TP rank (the legend of
-// backend/layers/mamba3_layer.h): C hidden, N state dim and Na angles (one
+// backend/layers/mamba3_layer.h): C hidden, Ds state dim and Na angles (one
 // B/C group: replicated), the rest split by TP.
 struct MambaSizes {
-  double C, F, H, HP, HN, HNa, N, Na;
+  double C, F, H, HDp, HDs, HNa, Ds, Na;
   MambaSizes(const MambaDims& x, int tp)
-      : C(x.h), F(x.m / tp), H(x.n / tp), HP(x.n * x.dp / tp),
-        HN(x.n * x.ds / tp), HNa(x.n * x.na / tp), N(x.ds), Na(x.na) {}
+      : C(x.h), F(x.m / tp), H(x.n / tp), HDp(x.n * x.dp / tp),
+        HDs(x.n * x.ds / tp), HNa(x.n * x.na / tp), Ds(x.ds), Na(x.na) {}
 };
 
 // Mamba3Layer::MixerInputsForward.
 void MambaMixerInputsForward(const MambaSizes& d, BufferClass saved, Events* ev) {
   ev->Act(saved, d.C);      // xn
   ev->Stat(saved, 1);       // rstd1
-  ev->Act(saved, d.HP);     // z
-  ev->Act(saved, d.HP);     // xv
-  ev->Act(saved, d.N);      // Bp
-  ev->Act(saved, d.N);      // Cp
+  ev->Act(saved, d.HDp);     // z
+  ev->Act(saved, d.HDp);     // xv
+  ev->Act(saved, d.Ds);      // Bp
+  ev->Act(saved, d.Ds);      // Cp
   ev->Act(saved, d.H);      // dt
   ev->Act(saved, d.H);      // ddA
   ev->Act(saved, d.H);      // lam
   ev->Act(saved, d.Na);     // theta
   ev->Stat(saved, 1);       // B_rstd
   ev->Stat(saved, 1);       // C_rstd
-  ev->Act(kWs, d.N);        // Bn
-  ev->Act(kWs, d.N);        // Cn
+  ev->Act(kWs, d.Ds);        // Bn
+  ev->Act(kWs, d.Ds);        // Cn
   ev->Stat(saved, d.HNa);   // phi
-  ev->Act(saved, d.HN);     // q
-  ev->Act(saved, d.HN);     // k
+  ev->Act(saved, d.HDs);     // q
+  ev->Act(saved, d.HDs);     // k
   ev->Act(saved, d.H);      // a
   ev->Act(saved, d.H);      // gamma
   ev->Act(saved, d.H);      // beta
-  ev->FreeAct(kWs, 2 * d.N);  // Cn, Bn
+  ev->FreeAct(kWs, 2 * d.Ds);  // Cn, Bn
 }
 
 // Mamba3Layer::ForwardPass after the input copy; ends holding the output y.
@@ -117,16 +117,16 @@ struct MambaCoreWorkspaceBytes {
 
 void MambaForwardPass(const MambaSizes& d, double core_ws_bytes, BufferClass saved, Events* ev) {
   MambaMixerInputsForward(d, saved, ev);
-  ev->Act(saved, d.HP);     // o = Mamba3Core(...)
+  ev->Act(saved, d.HDp);     // o = Mamba3Core(...)
   if (core_ws_bytes > 0) {  // the device's scratch for one sequence (none on the CPU)
     ev->Bytes(kWs, core_ws_bytes);
     ev->Bytes(kWs, -core_ws_bytes);
   }
   // MixerOutputForward.
-  ev->Act(saved, d.HP);     // gated
-  ev->Act(kWs, d.HP);       // silu_z
+  ev->Act(saved, d.HDp);     // gated
+  ev->Act(kWs, d.HDp);       // silu_z
   ev->Act(saved, d.C);      // h
-  ev->FreeAct(kWs, d.HP);   // silu_z
+  ev->FreeAct(kWs, d.HDp);   // silu_z
   MlpForwardEvents(d.C, d.F, saved, ev);
 }
 
@@ -134,7 +134,7 @@ void MambaForwardPass(const MambaSizes& d, double core_ws_bytes, BufferClass sav
 void FreeMambaSaved(const MambaSizes& d, BufferClass saved, Events* ev) {
   // xn, h, hn; z, xv, o, gated; Bp, Cp; dt, ddA, lam, a, gamma, beta; theta;
   // q, k; mlp gate, up.
-  ev->FreeAct(saved, 3 * d.C + 4 * d.HP + 2 * d.N + 6 * d.H + d.Na + 2 * d.HN + 2 * d.F);
+  ev->FreeAct(saved, 3 * d.C + 4 * d.HDp + 2 * d.Ds + 6 * d.H + d.Na + 2 * d.HDs + 2 * d.F);
   // rstd1, rstd2, B_rstd, C_rstd; phi.
   ev->FreeStat(saved, 4 + d.HNa);
 }
@@ -143,42 +143,42 @@ void FreeMambaSaved(const MambaSizes& d, BufferClass saved, Events* ev) {
 void MambaBackwardPass(const MambaSizes& d, double core_ws_bytes, Events* ev) {
   MlpBackwardEvents(d.C, d.F, ev);
   // MixerOutputBackward.
-  ev->Act(kWs, d.HP);          // dgated
-  ev->Act(kWs, d.HP);          // silu_z
-  ev->Act(kWs, d.HP);          // dz
-  ev->Act(kWs, d.HP);          // d_o
-  ev->Act(kWs, d.HP);          // dxv
-  ev->FreeAct(kWs, 2 * d.HP);  // silu_z, dgated
+  ev->Act(kWs, d.HDp);          // dgated
+  ev->Act(kWs, d.HDp);          // silu_z
+  ev->Act(kWs, d.HDp);          // dz
+  ev->Act(kWs, d.HDp);          // d_o
+  ev->Act(kWs, d.HDp);          // dxv
+  ev->FreeAct(kWs, 2 * d.HDp);  // silu_z, dgated
   // CoreBackward.
-  ev->Act(kWs, d.HN);          // dq
-  ev->Act(kWs, d.HN);          // dk
-  ev->Act(kWs, d.HP);          // dv
+  ev->Act(kWs, d.HDs);          // dq
+  ev->Act(kWs, d.HDs);          // dk
+  ev->Act(kWs, d.HDp);          // dv
   ev->Act(kWs, d.H);           // da
   ev->Act(kWs, d.H);           // dgamma
   ev->Act(kWs, d.H);           // dbeta
   ev->Bytes(kWs, core_ws_bytes);   // the replayed block states of one sequence
   ev->Bytes(kWs, -core_ws_bytes);
-  ev->FreeAct(kWs, 2 * d.HP);  // dv, d_o
+  ev->FreeAct(kWs, 2 * d.HDp);  // dv, d_o
   // PrepBackward.
   ev->Act(kWs, d.H);           // ddt
   ev->Stat(kWs, d.HNa);        // dphi
-  ev->Act(kWs, d.N);           // dBn
-  ev->Act(kWs, d.N);           // dCn
-  ev->FreeAct(kWs, 2 * d.HN);  // dk, dq
+  ev->Act(kWs, d.Ds);           // dBn
+  ev->Act(kWs, d.Ds);           // dCn
+  ev->FreeAct(kWs, 2 * d.HDs);  // dk, dq
   ev->Act(kWs, d.Na);          // dtheta
   ev->FreeStat(kWs, d.HNa);    // dphi
   ev->Act(kWs, d.H);           // ddA
   ev->Act(kWs, d.H);           // dtrap
   ev->FreeAct(kWs, 3 * d.H);   // dbeta, dgamma, da
-  ev->Act(kWs, d.N);           // dBp
-  ev->Act(kWs, d.N);           // dCp
-  ev->FreeAct(kWs, 2 * d.N);   // dCn, dBn
+  ev->Act(kWs, d.Ds);           // dBp
+  ev->Act(kWs, d.Ds);           // dCp
+  ev->FreeAct(kWs, 2 * d.Ds);   // dCn, dBn
   // MixerInputsBackward.
   ev->Act(kWs, d.C);           // dxn
   ev->Act(kWs, d.C);           // part
   ev->FreeAct(kWs, 2 * d.C);   // part, dxn
   // The projections' gradients: dz, dxv, ddt, dBp, dCp, ddA, dtrap, dtheta.
-  ev->FreeAct(kWs, 2 * d.HP + 3 * d.H + 2 * d.N + d.Na);
+  ev->FreeAct(kWs, 2 * d.HDp + 3 * d.H + 2 * d.Ds + d.Na);
 }
 
 class Mamba3Family final : public Family {

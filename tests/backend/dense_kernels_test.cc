@@ -1,9 +1,11 @@
-// The dense kernels (linear, RMSNorm, SiLU, SwiGLU MLP, embedding, output
-// layer + cross-entropy) against their float64 references, in float32, and
+// The dense kernels (linear, RMSNorm, LayerNorm, SiLU, GELU, SwiGLU MLP,
+// embedding, output layer + cross-entropy) against their float64 references, in float32, and
 // by central differences (kernel_test_util.h). One small case struct per
 // kernel; one line per configuration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <memory>
 #include <numeric>
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include "backend/kernels/embedding.h"
+#include "backend/kernels/gelu.h"
+#include "backend/kernels/layer_norm.h"
 #include "backend/kernels/linear.h"
 #include "backend/kernels/output_loss.h"
 #include "backend/kernels/rmsnorm.h"
@@ -105,6 +109,61 @@ class RmsNormCase : public KernelCase {
   int64_t N_, C_;
 };
 
+// ---- LayerNorm -------------------------------------------------------------
+
+// offset != 0 shifts row 0 by it (values offset +- 2), rounded to float so
+// that the float32 run sees the reference's inputs: a row whose variance
+// E[x^2] - mean^2 would lose to cancellation.
+class LayerNormCase : public KernelCase {
+ public:
+  LayerNormCase(int64_t N, int64_t C, bool bias, double offset = 0)
+      : N_(N), C_(C), bias_(bias), offset_(offset) {}
+  std::string Name() const override {
+    return "layer_norm" + Dims({{"N", N_}, {"C", C_}, {"bias", bias_}}) +
+           " offset=" + std::to_string(offset_);
+  }
+  std::vector<std::string> InputNames() const override { return {"x", "w", "b"}; }
+  Buffers MakeInputs(std::mt19937_64& rng) const override {
+    Buffer x = RandomVector(rng, N_ * C_, -2, 2);
+    for (int64_t c = 0; c < C_; ++c) {
+      x[c] = static_cast<double>(static_cast<float>(x[c] + offset_));
+    }
+    return {x, RandomVector(rng, C_, 0.5, 1.5), RandomVector(rng, C_, -1, 1)};
+  }
+  KernelRun Run(Variant variant, const Buffers& in,
+                const Buffers& douts) const override {
+    SF_RUN_KERNEL_VARIANTS(LayerNormForward, LayerNormBackward, in, douts);
+  }
+  // Row 0's float mean is off by up to ~C float roundings of |offset|
+  // (summation of C terms), which y, dx and dw see times rstd w (rstd ~ 1 /
+  // sqrt(4/3) for values uniform in +-2, w < 1.5): about C eps |offset|.
+  // E[x^2] - mean^2 would be off by ~eps offset^2 in the variance instead.
+  double Float32Tolerance() const override {
+    return std::max(2e-5, static_cast<double>(C_) * FLT_EPSILON * std::abs(offset_));
+  }
+
+ private:
+  template <typename T, typename F, typename B>
+  KernelRun RunWith(F fwd, B bwd, const Buffers& in,
+                    const Buffers& douts) const {
+    const std::vector<T> x = Cast<T>(in[0]), w = Cast<T>(in[1]), b = Cast<T>(in[2]);
+    std::vector<T> y(N_ * C_), mean(N_), rstd(N_);
+    fwd(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+        bias_ ? b.data() : nullptr, N_, C_, T(1e-5));
+    KernelRun r{{ToDouble(y)}, {}};
+    if (douts.empty()) return r;
+    const std::vector<T> dy = Cast<T>(douts[0]);
+    std::vector<T> dx(N_ * C_), dw(C_, T(0)), db(C_, T(0));
+    bwd(dx.data(), dw.data(), bias_ ? db.data() : nullptr, dy.data(), x.data(),
+        w.data(), mean.data(), rstd.data(), N_, C_);
+    r.grads = {ToDouble(dx), ToDouble(dw), bias_ ? ToDouble(db) : Buffer{}};
+    return r;
+  }
+  int64_t N_, C_;
+  bool bias_;
+  double offset_;
+};
+
 // ---- SiLU ------------------------------------------------------------------
 
 class SiluCase : public KernelCase {
@@ -121,6 +180,43 @@ class SiluCase : public KernelCase {
   KernelRun Run(Variant variant, const Buffers& in,
                 const Buffers& douts) const override {
     SF_RUN_KERNEL_VARIANTS(SiluForward, SiluBackward, in, douts);
+  }
+
+ private:
+  template <typename T, typename F, typename B>
+  KernelRun RunWith(F fwd, B bwd, const Buffers& in,
+                    const Buffers& douts) const {
+    const std::vector<T> x = Cast<T>(in[0]);
+    std::vector<T> y(n_);
+    fwd(y.data(), x.data(), n_);
+    KernelRun r{{ToDouble(y)}, {}};
+    if (douts.empty()) return r;
+    const std::vector<T> dy = Cast<T>(douts[0]);
+    std::vector<T> dx(n_);
+    bwd(dx.data(), dy.data(), x.data(), n_);
+    r.grads = {ToDouble(dx)};
+    return r;
+  }
+  int64_t n_;
+};
+
+// ---- GELU ------------------------------------------------------------------
+
+class GeluCase : public KernelCase {
+ public:
+  explicit GeluCase(int64_t n) : n_(n) {}
+  std::string Name() const override { return "gelu" + Dims({{"n", n_}}); }
+  std::vector<std::string> InputNames() const override { return {"x"}; }
+  Buffers MakeInputs(std::mt19937_64& rng) const override {
+    Buffer x = RandomVector(rng, n_, -6, 6);
+    x[0] = 12.0;  // tails: Phi(x) rounds to 1 and to 0
+    x[1] = -12.0;
+    x[2] = 0.0;
+    return {x};
+  }
+  KernelRun Run(Variant variant, const Buffers& in,
+                const Buffers& douts) const override {
+    SF_RUN_KERNEL_VARIANTS(GeluForward, GeluBackward, in, douts);
   }
 
  private:
@@ -281,7 +377,44 @@ TEST(DenseKernels, RmsNorm) {
   CheckKernelCase(RmsNormCase(1, 3), 5);
 }
 
+TEST(DenseKernels, LayerNorm) {
+  CheckKernelCase(LayerNormCase(4, 8, true), 20);
+  CheckKernelCase(LayerNormCase(1, 3, false), 21);
+  CheckKernelCase(LayerNormCase(2, 5, true), 22);
+  CheckKernelCase(LayerNormCase(3, 8, true, 1e3), 23);
+}
+
+// Row 0 around 1e3 +- 2 in float32: the saved statistics match the float64
+// reference's. The variance about the mean keeps rstd within a few float
+// roundings; E[x^2] - mean^2 would lose about eps 1e6 ~ 0.1 of a variance
+// of ~1.3, an error of several percent in rstd.
+TEST(DenseKernels, LayerNormVarianceIsStableForLargeMean) {
+  constexpr int64_t R = 2, C = 16;
+  constexpr double kOffset = 1e3;
+  std::mt19937_64 rng(24);
+  Buffer x = RandomVector(rng, R * C, -2, 2);
+  for (int64_t c = 0; c < C; ++c) x[c] += kOffset;
+  const std::vector<float> xf = Cast<float>(x);
+  x = ToDouble(xf);  // both runs from the same values
+  const Buffer w(C, 1.0), b(C, 0.0);
+  Buffer y(R * C), mean(R), rstd(R);
+  LayerNormForwardRef(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), R,
+                      C, 1e-5);
+  std::vector<float> yf(R * C), meanf(R), rstdf(R);
+  const std::vector<float> wf = Cast<float>(w), bf = Cast<float>(b);
+  LayerNormForward<float>(yf.data(), meanf.data(), rstdf.data(), xf.data(), wf.data(),
+                          bf.data(), R, C, 1e-5f);
+  // mean: C float roundings of a sum near C |offset|, relative to |offset|;
+  // rstd and y: that error in x - mean, relative to the row's spread.
+  const double tol = C * FLT_EPSILON;
+  EXPECT_TRUE(AllClose("mean", ToDouble(meanf), mean, 0, tol, tol));
+  EXPECT_TRUE(AllClose("rstd", ToDouble(rstdf), rstd, 0, tol * kOffset, tol * kOffset));
+  EXPECT_TRUE(AllClose("y", ToDouble(yf), y, tol * kOffset, tol * kOffset, tol * kOffset));
+}
+
 TEST(DenseKernels, Silu) { CheckKernelCase(SiluCase(20), 6); }
+
+TEST(DenseKernels, Gelu) { CheckKernelCase(GeluCase(40), 25); }
 
 TEST(DenseKernels, SwigluMlp) {
   CheckKernelCase(SwigluCase(3, 6, 10), 7);

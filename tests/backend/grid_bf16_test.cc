@@ -149,6 +149,20 @@ TEST(GridBf16, ElementwiseAndRowOpsRoundOnceBitForBit) {
           ops.SiluForward(b("y"), b("x"), N * C);
           ops.SiluBackward(b("dx"), b("dy"), b("x"), N * C);
         });
+  Check("Gelu", {{"y", N * C}, {"x", N * C, false, -6, 6}, {"dx", N * C}, {"dy", N * C}},
+        [](auto& ops, auto& b) {
+          ops.GeluForward(b("y"), b("x"), N * C);
+          ops.GeluBackward(b("dx"), b("dy"), b("x"), N * C);
+        });
+  Check("LayerNorm",
+        {{"y", N * C}, {"mean", N, true}, {"rstd", N, true}, {"x", N * C, false, 2, 6},
+         {"w", C}, {"b", C}, {"dx", N * C}, {"dw", C, true}, {"db", C, true}, {"dy", N * C}},
+        [](auto& ops, auto& b) {
+          ops.LayerNormForward(b("y"), b.S("mean"), b.S("rstd"), b("x"), b("w"), b("b"), N, C,
+                               1e-5f);
+          ops.LayerNormBackward(b("dx"), b.S("dw"), b.S("db"), b("dy"), b("x"), b("w"),
+                                b.S("mean"), b.S("rstd"), N, C);
+        });
   Check("RmsNorm",
         {{"y", N * C}, {"rstd", N, true}, {"x", N * C}, {"w", C}, {"dx", N * C},
          {"dw", C, true}, {"dy", N * C}, {"y2", N * C}},

@@ -8,6 +8,8 @@
 // grid_gdn_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -23,6 +25,8 @@
 #include "backend/device/host_grid_device.h"
 #include "backend/kernels/embedding.h"
 #include "backend/kernels/gdn_prep.h"
+#include "backend/kernels/gelu.h"
+#include "backend/kernels/layer_norm.h"
 #include "backend/kernels/linear.h"
 #include "backend/kernels/output_loss.h"
 #include "backend/kernels/rmsnorm.h"
@@ -229,6 +233,67 @@ TEST(GridOps, RmsNorm) {
              },
              2e-5);
   }
+}
+
+template <typename T>
+Outputs RunLayerNorm(Impl impl, const Buffers& in, const Buffer& dy_d, int64_t N,
+                     int64_t C, bool bias) {
+  const std::vector<T> x = Cast<T>(in[0]), w = Cast<T>(in[1]), b = Cast<T>(in[2]),
+                       dy = Cast<T>(dy_d);
+  std::vector<T> y(N * C), mean(N), rstd(N), dx(N * C), dw(C, T(0.5)), db(C, T(-0.25));
+  SF_CALL(impl, T, LayerNormForward, y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+          bias ? b.data() : nullptr, N, C, T(1e-5));
+  SF_CALL(impl, T, LayerNormBackward, dx.data(), dw.data(), bias ? db.data() : nullptr,
+          dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  return {{"y", ToDouble(y)},   {"mean", ToDouble(mean)}, {"rstd", ToDouble(rstd)},
+          {"dx", ToDouble(dx)}, {"dw", ToDouble(dw)},     {"db", ToDouble(db)}};
+}
+
+// offset != 0: row 0 around offset +- 2 (rounded to float, so the float run
+// starts from the reference's values), where E[x^2] - mean^2 would cancel.
+// Its float mean is off by about C float roundings of |offset|, which every
+// output sees times rstd w = O(1): the float tolerance C eps |offset|.
+TEST(GridOps, LayerNorm) {
+  for (auto [N, C, bias, offset] :
+       {std::tuple{1, 3, true, 0.0}, {3, 8, false, 0.0}, {40, 96, true, 0.0},
+        {5, 16, true, 1e3}}) {
+    std::mt19937_64 rng(15);
+    Buffer x = RandomVector(rng, N * C, -2, 2);
+    for (int64_t c = 0; c < C; ++c) {
+      x[c] = static_cast<double>(static_cast<float>(x[c] + offset));
+    }
+    const Buffers in = {x, RandomVector(rng, C, 0.5, 1.5), RandomVector(rng, C, -1, 1)};
+    const Buffer dy = RandomVector(rng, N * C, -1, 1);
+    CheckAll("layer_norm" + Dims({{"N", N}, {"C", C}, {"bias", bias}}) +
+                 " offset=" + std::to_string(offset),
+             [&](Impl impl, bool f64) {
+               return f64 ? RunLayerNorm<double>(impl, in, dy, N, C, bias)
+                          : RunLayerNorm<float>(impl, in, dy, N, C, bias);
+             },
+             std::max(2e-5, C * FLT_EPSILON * offset));
+  }
+}
+
+template <typename T>
+Outputs RunGelu(Impl impl, const Buffer& x_d, const Buffer& dy_d) {
+  const int64_t n = static_cast<int64_t>(x_d.size());
+  const std::vector<T> x = Cast<T>(x_d), dy = Cast<T>(dy_d);
+  std::vector<T> y(n), dx(n);
+  SF_CALL(impl, T, GeluForward, y.data(), x.data(), n);
+  SF_CALL(impl, T, GeluBackward, dx.data(), dy.data(), x.data(), n);
+  return {{"y", ToDouble(y)}, {"dx", ToDouble(dx)}};
+}
+
+TEST(GridOps, Gelu) {
+  std::mt19937_64 rng(16);
+  Buffer x = RandomVector(rng, 700, -8, 8);
+  x.push_back(-40.0);  // Phi underflows to 0 and rounds to 1
+  x.push_back(40.0);
+  x.push_back(0.0);
+  const Buffer dy = RandomVector(rng, x.size(), -1, 1);
+  CheckAll("gelu", [&](Impl impl, bool f64) {
+    return f64 ? RunGelu<double>(impl, x, dy) : RunGelu<float>(impl, x, dy);
+  }, 2e-6);
 }
 
 template <typename T>

@@ -117,9 +117,11 @@ void CheckLayerMemory(const pb::ModelSpec& model, int64_t B, int64_t s, Recomput
   }
 }
 
+// preset: the family's tiny one by default.
 template <class Family>
-void CheckFamily() {
-  auto model = models::ModelPreset(std::string(Family::kName) + "-tiny");
+void CheckFamily(std::string preset = "") {
+  if (preset.empty()) preset = std::string(Family::kName) + "-tiny";
+  auto model = models::ModelPreset(preset);
   ASSERT_TRUE(model.ok()) << model.status().message();
   for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
     for (int64_t B : {1, 2}) {
@@ -138,6 +140,12 @@ TEST(RecurrentLayerMemory, Mamba3AllocationsEqualTheSimulatorsEvents) {
   CheckFamily<Mamba3FamilyTraits>();
 }
 TEST(RecurrentLayerMemory, KdaAllocationsEqualTheSimulatorsEvents) { CheckFamily<KdaFamilyTraits>(); }
+
+// DeltaNet: the gdn family without decay, with LayerNorm, a GELU MLP and
+// biases (its saved and transient tensors differ from GDN's).
+TEST(RecurrentLayerMemory, DeltaNetAllocationsEqualTheSimulatorsEvents) {
+  CheckFamily<GdnFamilyTraits>("deltanet-tiny");
+}
 
 // Every registered family is checked above.
 TEST(RecurrentLayerMemory, EveryFamilyIsChecked) {

@@ -25,6 +25,10 @@ double Sum(std::initializer_list<Shape> tensors) {
 
 double RefMlpAndNorms(const pb::ModelSpec& m) {
   const double h = m.hidden_size(), f = m.mlp_size();
+  if (m.mlp() == "gelu") {  // DeltaNet: up, down with biases; two LayerNorms
+    return Sum({{h, f}, {f, h}, {1, f}, {1, h},  // up, down, their biases
+                {2, h}, {2, h}});                // pre-mixer and pre-MLP LayerNorm
+  }
   return Sum({{h, f}, {h, f}, {f, h},  // gate, up, down
               {1, h}, {1, h}});        // pre-mixer and pre-MLP RMSNorm
 }
@@ -32,6 +36,13 @@ double RefMlpAndNorms(const pb::ModelSpec& m) {
 double RefGdnMixer(const pb::ModelSpec& m) {
   const double h = m.hidden_size(), n = m.num_heads();
   const double kd = n * m.head_dim_k(), vd = n * m.head_dim_v();
+  if (m.decay() == "none") {  // DeltaNet: one h -> 4h projection, no decay
+    return Sum({{h, kd + kd + vd + vd},                 // q, k, v, output gate
+                {h, n},                                 // b
+                {double(m.conv_width()), kd + kd + vd},  // depthwise conv
+                {1, double(m.head_dim_v())},            // output norm
+                {vd, h}, {1, h}});                      // o_proj and its bias
+  }
   return Sum({{h, kd}, {h, kd}, {h, vd},           // q, k, v
               {h, n}, {h, n}, {1, n}, {1, n},      // a, b, A_log, dt_bias
               {double(m.conv_width()), kd + kd + vd},      // depthwise conv
@@ -77,7 +88,8 @@ double RefAttentionMixer(const pb::ModelSpec& m) {
 
 double RefModelParams(const pb::ModelSpec& m) {
   const double h = m.hidden_size(), vocab = m.vocab_size();
-  double total = vocab * h + h + (m.untied_embeddings() ? vocab * h : 0);
+  const double final_norm = m.norm() == "layernorm" ? 2 * h : h;
+  double total = vocab * h + final_norm + (m.untied_embeddings() ? vocab * h : 0);
   const bool hybrid = m.layer_pattern() == "hybrid";
   for (uint32_t j = 0; j < m.num_layers(); ++j) {
     // Hybrid: every (period + 1)-th block counted from 1 is attention.
@@ -176,6 +188,49 @@ TEST(ModelPresets, FollowThePaper) {
         EXPECT_EQ(m->gqa_group_size(), z.gqa);
       }
     }
+  }
+}
+
+// DeltaNet at the published runs' sizes: 24 layers of hidden 2048 with 16
+// heads of 128, and 32 of 2560 with 32 heads of 80, MLP 4 h, vocabulary
+// 50,304; 13 h^2 + h heads + 22 h + head_dim per layer (the structure's
+// count), LayerNorm (2 h) and an untied output layer at the end.
+TEST(ModelPresets, DeltaNetFollowsThePublishedRuns) {
+  struct Size {
+    const char* name;
+    uint32_t layers, hidden, heads;
+  };
+  for (const Size& z : {Size{"deltanet-1.3b", 24, 2048, 16}, Size{"deltanet-2.7b", 32, 2560, 32},
+                        Size{"deltanet-tiny", 4, 64, 2}}) {
+    SCOPED_TRACE(z.name);
+    Result<pb::ModelSpec> m = ModelPreset(z.name);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->architecture(), "gdn");
+    EXPECT_EQ(m->decay(), "none");
+    EXPECT_EQ(m->norm(), "layernorm");
+    EXPECT_EQ(m->mlp(), "gelu");
+    EXPECT_TRUE(m->mlp_bias() && m->out_proj_bias() && m->untied_embeddings());
+    EXPECT_EQ(m->num_layers(), z.layers);
+    EXPECT_EQ(m->hidden_size(), z.hidden);
+    EXPECT_EQ(m->num_heads(), z.heads);
+    EXPECT_EQ(m->head_dim_k() * z.heads, z.hidden);
+    EXPECT_EQ(m->head_dim_v(), m->head_dim_k());
+    EXPECT_EQ(m->mlp_size(), 4 * z.hidden);
+    EXPECT_EQ(m->conv_width(), 4u);
+    if (std::string(z.name) != "deltanet-tiny") {
+      EXPECT_EQ(m->vocab_size(), 50304u);
+    }
+    const double h = z.hidden, n = z.heads, d = h / n, v = m->vocab_size();
+    const double per_layer = 13 * h * h + h * n + 22 * h + d;
+    EXPECT_DOUBLE_EQ(ModelParamCount(*m), z.layers * per_layer + v * h + 2 * h + v * h);
+  }
+  // The nominal sizes count the layers (the two 50,304 x h embeddings come
+  // on top: 1.52 B and 2.99 B in all).
+  for (const auto& [name, nominal] : {std::pair<const char*, double>{"deltanet-1.3b", 1.3e9},
+                                      {"deltanet-2.7b", 2.7e9}}) {
+    const pb::ModelSpec m = *ModelPreset(name);
+    const double layers = m.num_layers() * LayerParamCount(m, LayerKind::kRecurrence);
+    EXPECT_NEAR(layers / nominal, 1.0, 0.02) << name;
   }
 }
 

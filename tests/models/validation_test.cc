@@ -91,7 +91,39 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"kv_heads_not_divisible_by_tp", [](pb::ModelSpec*) {}, 2,
                   {"model.gqa_group_size", "(5)", "parallel.tensor_size (2)"}},
         ModelCase{"tensor_size_zero", [](pb::ModelSpec*) {}, 0,
-                  {"parallel.tensor_size must be >= 1"}}),
+                  {"parallel.tensor_size must be >= 1"}},
+        ModelCase{"norm_unknown", [](pb::ModelSpec* m) { m->set_norm("batchnorm"); }, 1,
+                  {"model.norm", "'batchnorm'", "rmsnorm", "layernorm"}},
+        ModelCase{"mlp_unknown", [](pb::ModelSpec* m) { m->set_mlp("relu"); }, 1,
+                  {"model.mlp", "'relu'", "swiglu", "gelu"}},
+        ModelCase{"decay_unknown", [](pb::ModelSpec* m) { m->set_decay("linear"); }, 1,
+                  {"model.decay", "'linear'", "gated", "none"}},
+        ModelCase{"layernorm_in_a_hybrid",
+                  [](pb::ModelSpec* m) { m->set_norm("layernorm"); }, 1,
+                  {"model.norm", "layernorm", "gdn family's recurrent models only", "'hybrid'"}},
+        ModelCase{"gelu_in_mamba3",
+                  [](pb::ModelSpec* m) {
+                    m->set_architecture("mamba3");
+                    m->set_layer_pattern("recurrent");
+                    m->set_state_dim(128);
+                    m->set_mlp("gelu");
+                  },
+                  1, {"model.mlp", "gelu", "'mamba3'"}},
+        ModelCase{"out_proj_bias_in_a_hybrid",
+                  [](pb::ModelSpec* m) { m->set_out_proj_bias(true); }, 1,
+                  {"model.out_proj_bias"}},
+        ModelCase{"mlp_bias_with_swiglu",
+                  [](pb::ModelSpec* m) {
+                    m->set_layer_pattern("recurrent");
+                    m->set_mlp_bias(true);
+                  },
+                  1, {"model.mlp_bias", "gelu MLP only"}},
+        ModelCase{"no_decay_in_kda",
+                  [](pb::ModelSpec* m) {
+                    m->set_architecture("kda");
+                    m->set_decay("none");
+                  },
+                  1, {"model.decay", "'none'", "gdn", "'kda'"}}),
     [](const testing::TestParamInfo<ModelCase>& info) {
       return info.param.name;
     });

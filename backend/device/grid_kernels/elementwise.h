@@ -76,6 +76,24 @@ struct RmsNormApplyFn {
   }
 };
 
+// LayerNormForward's apply: y (R, C) = (x - mean) * rstd per row * w per
+// column + b per column (b nullptr: none); i = n * C + c.
+template <typename T>
+struct LayerNormApplyFn {
+  T* y;
+  const T* x;
+  const StatOf<T>* mean;  // (R)
+  const StatOf<T>* rstd;  // (R)
+  const T* w;     // (C)
+  const T* b;     // (C) or nullptr
+  int64_t C;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t n = i / C, c = i % C;
+    const ComputeOf<T> v = (x[i] - mean[n]) * rstd[n] * w[c];
+    y[i] = b != nullptr ? v + b[c] : v;
+  }
+};
+
 // y (R, D) += b (D) per row; i = n * D + d (LinearForward's bias).
 template <typename T>
 struct AddBiasFn {
@@ -102,6 +120,29 @@ struct SiluBackwardFn {
   SF_HD void operator()(int64_t i) const {
     const ComputeOf<T> s = Sigmoid(x[i]);
     dx[i] = dy[i] * s * (ComputeOf<T>(1) + x[i] * (ComputeOf<T>(1) - s));
+  }
+};
+
+// GeluForward: y = x Phi(x) (y may alias x).
+template <typename T>
+struct GeluForwardFn {
+  T* y;
+  const T* x;
+  SF_HD void operator()(int64_t i) const {
+    const ComputeOf<T> v = x[i];
+    y[i] = v * NormalCdf(v);
+  }
+};
+
+// GeluBackward: dx = dy (Phi(x) + x phi(x)) (dx may alias dy).
+template <typename T>
+struct GeluBackwardFn {
+  T* dx;
+  const T* dy;
+  const T* x;
+  SF_HD void operator()(int64_t i) const {
+    const ComputeOf<T> v = x[i];
+    dx[i] = dy[i] * (NormalCdf(v) + v * NormalPdf(v));
   }
 };
 

@@ -36,6 +36,8 @@ SF_HD inline float Cos(float x) { return cosf(x); }
 SF_HD inline double Cos(double x) { return cos(x); }
 SF_HD inline float Sin(float x) { return sinf(x); }
 SF_HD inline double Sin(double x) { return sin(x); }
+SF_HD inline float Erfc(float x) { return erfcf(x); }
+SF_HD inline double Erfc(double x) { return erfc(x); }
 // Double only: RoPE's angles are computed in double on every device.
 SF_HD inline double PowD(double x, double y) { return pow(x, y); }
 SF_HD inline double CosD(double x) { return cos(x); }
@@ -70,6 +72,18 @@ SF_HD inline T Sigmoid(T x) {
 template <typename T>
 SF_HD inline T Softplus(T x) {
   return x > T(0) ? x + Log1p(Exp(-x)) : Log1p(Exp(x));
+}
+
+// Phi(x) = (1 + erf(x / sqrt 2)) / 2, the standard normal CDF, as
+// erfc(-x / sqrt 2) / 2 (no cancellation for x << 0), and phi(x) =
+// exp(-x^2 / 2) / sqrt(2 pi) its density (GELU: gelu.h).
+template <typename T>
+SF_HD inline T NormalCdf(T x) {
+  return T(0.5) * Erfc(-x * T(0.70710678118654752440));
+}
+template <typename T>
+SF_HD inline T NormalPdf(T x) {
+  return T(0.39894228040143267794) * Exp(T(-0.5) * x * x);
 }
 
 // bf16 arguments compute in float and return float (bf16.h: a kernel rounds

@@ -1,9 +1,10 @@
 // The per-row and per-column grid kernels: one functor call owns one row (a
 // reduction along it, then the row's outputs) or one column (a sum down the
-// rows, in row order). Accumulations across rows -- RMSNorm's dw, a bias's
-// column sums, the embedding's scatter-add with repeated ids, a short
-// convolution's dw -- are one call per output column looping over the rows,
-// so they need no atomics and give the same bits on every run and device.
+// rows, in row order). Accumulations across rows -- RMSNorm's dw,
+// LayerNorm's dw and db, a bias's column sums, the embedding's scatter-add
+// with repeated ids, a short convolution's dw -- are one call per output
+// column looping over the rows, so they need no atomics and give the same
+// bits on every run and device.
 //
 // The contracts are those of the CPU kernels named beside each functor
 // (backend/kernels/*.h); GridOps (grid_ops.h) launches them. Not the GDN
@@ -78,6 +79,85 @@ struct RmsNormWeightGradFn {
       acc += dy[n * C + c] * (x[n * C + c] * rstd[n]);
     }
     dw[c] += acc;
+  }
+};
+
+// ---- LayerNorm (layer_norm.h) ----------------------------------------------
+// Applied per element by LayerNormApplyFn (elementwise.h).
+
+// Row n: mean[n] = mean_c x, rstd[n] = 1 / sqrt(mean_c (x - mean)^2 + eps):
+// two passes over the row, so that a row far from zero keeps its variance
+// (never E[x^2] - mean^2).
+template <typename T>
+struct LayerNormStatsFn {
+  StatOf<T>* mean;  // (R)
+  StatOf<T>* rstd;  // (R)
+  const T* x;       // (R, C)
+  int64_t C;
+  ComputeOf<T> eps;
+  SF_HD void operator()(int64_t n) const {
+    ComputeOf<T> s = 0;
+    for (int64_t c = 0; c < C; ++c) s += x[n * C + c];
+    const ComputeOf<T> m = s / ComputeOf<T>(C);
+    ComputeOf<T> ss = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const ComputeOf<T> d = x[n * C + c] - m;
+      ss += d * d;
+    }
+    mean[n] = m;
+    rstd[n] = ComputeOf<T>(1) / Sqrt(ss / ComputeOf<T>(C) + eps);
+  }
+};
+
+// Row n of LayerNormBackward's dx =
+// rstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dy w, xhat = (x - mean) rstd.
+template <typename T>
+struct LayerNormInputGradFn {
+  T* dx;                  // (R, C)
+  const T* dy;            // (R, C)
+  const T* x;             // (R, C)
+  const T* w;             // (C)
+  const StatOf<T>* mean;  // (R)
+  const StatOf<T>* rstd;  // (R)
+  int64_t C;
+  SF_HD void operator()(int64_t n) const {
+    const ComputeOf<T> mu = mean[n], r = rstd[n];
+    ComputeOf<T> mg = 0, mgx = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const ComputeOf<T> g = dy[n * C + c] * w[c];
+      mg += g;
+      mgx += g * ((x[n * C + c] - mu) * r);
+    }
+    mg /= ComputeOf<T>(C);
+    mgx /= ComputeOf<T>(C);
+    for (int64_t c = 0; c < C; ++c) {
+      const ComputeOf<T> g = dy[n * C + c] * w[c];
+      const ComputeOf<T> xhat = (x[n * C + c] - mu) * r;
+      dx[n * C + c] = ((g - mg) - xhat * mgx) * r;
+    }
+  }
+};
+
+// Column c: dw[c] += sum_n dy xhat, db[c] += sum_n dy (nullptr: skipped),
+// rows in order.
+template <typename T>
+struct LayerNormParamGradFn {
+  GradOf<T>* dw;          // (C)
+  GradOf<T>* db;          // (C) or nullptr
+  const T* dy;            // (R, C)
+  const T* x;             // (R, C)
+  const StatOf<T>* mean;  // (R)
+  const StatOf<T>* rstd;  // (R)
+  int64_t R, C;
+  SF_HD void operator()(int64_t c) const {
+    ComputeOf<T> acc_w = 0, acc_b = 0;
+    for (int64_t n = 0; n < R; ++n) {
+      const ComputeOf<T> d = dy[n * C + c];
+      acc_w += d * ((x[n * C + c] - mean[n]) * rstd[n]);
+      acc_b += d;
+    }
+    dw[c] += acc_w;
+    if (db != nullptr) db[c] += acc_b;
   }
 };
 

@@ -264,6 +264,26 @@ Case<T> ElementwiseCase() {
     T* ldx = sp.Put(std::vector<T>(R * Dn));
     kn.ops.L2NormForward(ly, lr, lx, R, Dn, T(0.25), T(1e-6));
     kn.ops.L2NormBackward(ldx, lx, lx, lr, R, Dn, T(0.25));
+    // GELU (in place: dx aliases dy, y aliases x) and LayerNorm with a row
+    // far from zero.
+    T* gx = sp.Put(Rand<T>(24, n, -6, 6));
+    T* gdx = sp.Put(Rand<T>(25, n, -1, 1));
+    kn.ops.GeluBackward(gdx, gdx, gx, n);
+    kn.ops.GeluForward(gx, gx, n);
+    std::vector<T> nx_h = Rand<T>(26, R * Dn, -2, 2);
+    for (int64_t c = 0; c < Dn; ++c) nx_h[c] += T(100);
+    T* nx = sp.Put(nx_h);
+    T* nw = sp.Put(Rand<T>(27, Dn, 0.5, 1.5));
+    T* nb = sp.Put(Rand<T>(28, Dn, -1, 1));
+    T* ny = sp.Put(std::vector<T>(R * Dn));
+    T* nmean = sp.Put(std::vector<T>(R));
+    T* nrstd = sp.Put(std::vector<T>(R));
+    T* ndy = sp.Put(Rand<T>(29, R * Dn, -1, 1));
+    T* ndx = sp.Put(std::vector<T>(R * Dn));
+    T* ndw = sp.Put(std::vector<T>(Dn, T(0.5)));
+    T* ndb = sp.Put(std::vector<T>(Dn, T(0.5)));
+    kn.ops.LayerNormForward(ny, nmean, nrstd, nx, nw, nb, R, Dn, T(1e-5));
+    kn.ops.LayerNormBackward(ndx, ndw, ndb, ndy, nx, nw, nmean, nrstd, R, Dn);
     return {{"silu*b", sp.Get(y, n)},       {"sum", Buffer{sum}},
             {"adamw w", sp.Get(a, n)},      {"adamw m", sp.Get(m, n)},
             {"adamw v", sp.Get(v, n)},      {"g", sp.Get(g, T_len * H)},
@@ -272,7 +292,11 @@ Case<T> ElementwiseCase() {
             {"conv y", sp.Get(cy, T_len * C)}, {"conv tail", sp.Get(tail_out, (W - 1) * C)},
             {"conv dx", sp.Get(cdx, T_len * C)}, {"conv dtail", sp.Get(dtail, (W - 1) * C)},
             {"conv dw", sp.Get(cdw, W * C)}, {"l2 y", sp.Get(ly, R * Dn)},
-            {"l2 dx", sp.Get(ldx, R * Dn)}};
+            {"l2 dx", sp.Get(ldx, R * Dn)}, {"gelu y", sp.Get(gx, n)},
+            {"gelu dx", sp.Get(gdx, n)},      {"ln y", sp.Get(ny, R * Dn)},
+            {"ln mean", sp.Get(nmean, R)},    {"ln rstd", sp.Get(nrstd, R)},
+            {"ln dx", sp.Get(ndx, R * Dn)},   {"ln dw", sp.Get(ndw, Dn)},
+            {"ln db", sp.Get(ndb, Dn)}};
   };
 }
 
