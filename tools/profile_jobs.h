@@ -22,9 +22,10 @@
 namespace stateflow::tools {
 
 // For the commands that start child jobs (validate, profile): runs `body`
-// with SIGINT and SIGTERM forwarded to the running child
+// with SIGINT, SIGTERM, SIGHUP and SIGQUIT forwarded to the running child
 // (backend/profile/launch.h InstallInterruptForwarding). After an interrupt
-// the exit code is 130 (SIGINT) or 143 (SIGTERM); `body` has printed the one
+// the exit code is 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP,
+// 131 SIGQUIT); `body` has printed the one
 // line (a RunChild failed with "interrupted by ..."), or, if it finished
 // anyway, this prints it.
 int WithInterruptForwarding(const std::string& command, const std::function<int()>& body);

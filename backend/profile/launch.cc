@@ -79,7 +79,10 @@ bool AnyAlive(const std::vector<pid_t>& pids) {
 // SIGKILL) for the child's own children, which may outlive it briefly.
 void StopOnInterrupt(pid_t pid) {
   const std::vector<pid_t> ranks = ChildrenOf(pid);
-  kill(-pid, g_interrupt);
+  // SIGINT and SIGTERM are passed on as they came; a hangup or SIGQUIT
+  // becomes SIGTERM, the stop mpirun forwards to its ranks (SIGQUIT would
+  // have them dump core).
+  kill(-pid, g_interrupt == SIGINT ? SIGINT : SIGTERM);
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [](std::chrono::steady_clock::time_point since) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
@@ -176,15 +179,19 @@ void InstallInterruptForwarding() {
   action.sa_handler = RecordInterrupt;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(signal, &action, nullptr);
 }
 
 int PendingInterrupt() { return g_interrupt; }
 
 std::string InterruptName(int signal) {
-  return signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM"
-                                                         : "signal " + std::to_string(signal);
+  switch (signal) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    default: return "signal " + std::to_string(signal);
+  }
 }
 
 std::string SelfExecutable() {

@@ -32,22 +32,23 @@ struct ChildResult {
 // non-zero exit is not an error here: the caller reads exit_code and err.
 Result<ChildResult> RunChild(const std::vector<std::string>& argv, double timeout_s);
 
-// Interrupts. After InstallInterruptForwarding(), SIGINT and SIGTERM no
-// longer end this process at once: the first one is recorded, a running
-// RunChild forwards it to the child's process group (mpirun forwards it to
-// its ranks), waits up to kInterruptGrace_s for the child, then kills the
+// Interrupts. After InstallInterruptForwarding(), SIGINT, SIGTERM, SIGHUP
+// (a closed terminal, a dropped ssh session) and SIGQUIT no longer end this
+// process at once: the first one is recorded, a running RunChild forwards it
+// to the child's process group (SIGINT as SIGINT, the others as SIGTERM;
+// mpirun forwards it to its ranks), waits up to kInterruptGrace_s for the child, then kills the
 // whole group (SIGKILL), waits for the child's own children (mpirun's
 // ranks, in groups of their own; SIGKILL after 1 s), and returns "interrupted by SIGTERM: stopped ...";
 // a RunChild called after the interrupt returns that error without
 // starting anything. The caller returns normally, so every TempFile is
-// removed, and exits with 128 + PendingInterrupt() (130, 143).
+// removed, and exits with 128 + PendingInterrupt() (130, 143, 129, 131).
 // Work done in this process between children finishes its current item
 // first.
 inline constexpr double kInterruptGrace_s = 10;
 void InstallInterruptForwarding();
-// 0, or the first SIGINT or SIGTERM received since InstallInterruptForwarding.
+// 0, or the first of those signals received since InstallInterruptForwarding.
 int PendingInterrupt();
-// "SIGINT" or "SIGTERM".
+// "SIGINT", "SIGTERM", "SIGHUP" or "SIGQUIT".
 std::string InterruptName(int signal);
 
 // The path of the running executable (/proc/self/exe), or "" if unknown.

@@ -550,9 +550,11 @@ void ExpectInterruptStopsChildren(std::vector<std::string> args, int signal,
   EXPECT_FALSE(f.timed_out);
   EXPECT_EQ(f.exit_code, 128 + signal) << f.err;
   EXPECT_EQ(std::count(f.err.begin(), f.err.end(), '\n'), 1) << f.err;
-  EXPECT_NE(f.err.find(std::string("interrupted by ") + (signal == SIGINT ? "SIGINT" : "SIGTERM")),
-            std::string::npos)
-      << f.err;
+  const std::string name = signal == SIGINT    ? "SIGINT"
+                           : signal == SIGTERM ? "SIGTERM"
+                           : signal == SIGHUP  ? "SIGHUP"
+                                               : "SIGQUIT";
+  EXPECT_NE(f.err.find("interrupted by " + name), std::string::npos) << f.err;
   for (pid_t left : ProcessesMentioning(tmp + "/stateflow-")) {
     std::ifstream stat("/proc/" + std::to_string(left) + "/stat");
     std::string line;
@@ -577,6 +579,22 @@ TEST(ProfileCli, SigintStopsItsChildrenRemovesItsFilesAndExits130) {
   ExpectInterruptStopsChildren({"profile", "--scenario", scenario, "--out", Temp("sigint.costs"),
                                 "--repetitions", "100000", "--concurrent", "2"},
                                SIGINT, "sigint");
+}
+
+// A hangup (a closed terminal, a dropped ssh session) and SIGQUIT stop the
+// children as SIGTERM does: before, SIGHUP ended validate at once and left
+// its mpirun and ranks training, and its temporary files.
+TEST(ValidateCli, SighupStopsItsChildrenRemovesItsFilesAndExits129) {
+  const std::string scenario = WriteFile("sighup.textproto", kScenario);
+  ExpectInterruptStopsChildren({"validate", "--scenario", scenario, "--steps", "100000"}, SIGHUP,
+                               "sighup");
+}
+
+TEST(ProfileCli, SigquitStopsItsChildrenRemovesItsFilesAndExits131) {
+  const std::string scenario = WriteFile("sigquit.textproto", kScenario);
+  ExpectInterruptStopsChildren({"profile", "--scenario", scenario, "--out", Temp("sigquit.costs"),
+                                "--repetitions", "100000", "--concurrent", "2"},
+                               SIGQUIT, "sigquit");
 }
 
 // A child mpirun stopped by SIGSTOP (a stalled launcher) makes no progress:
