@@ -19,6 +19,7 @@
 #include "common/files.h"
 #include "backend/allocator.h"
 #include "backend/comm/mpi.h"
+#include "backend/train/checkpoint.h"
 #include "backend/model/layer_family.h"
 #include "backend/model/model_stage_module.h"
 #include "backend/threading.h"
@@ -71,6 +72,7 @@ struct TrainFlags {
   std::optional<double> learning_rate, watchdog;
   std::optional<long long> checkpoint_every;
   std::string dtype, device, text_path, plan_path, trace_path, dump_path, checkpoint_dir, resume_dir;
+  std::vector<std::string> resume_changes;
   bool json = false;
 };
 
@@ -104,8 +106,12 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
       ("checkpoint-every", Optional(&f->checkpoint_every),
        "checkpoint after every K-th step and after the last (default 1; needs --checkpoint)")
       ("resume", po::value(&f->resume_dir),
-       "continue from the checkpoint in DIR up to --steps steps in all; the scenario must "
-       "match it (model, P, M, N, microbatch size, T, dtype, seed)")
+       "continue from the checkpoint in DIR up to --steps steps in all; the run must match "
+       "it in every input that determines it (model, plan and partition, ST split, the "
+       "text's content, seed, optimizer settings, dtype, device), else one line names the field")
+      ("resume-change", po::value(&f->resume_changes)->multitoken(),
+       "with --resume: let these key fields differ from the checkpoint's, and report the "
+       "change (train.learning_rate, train.weight_decay)")
       ("json", po::bool_switch(&f->json), "print one Report as JSON (rank 0) instead of text")
       ("trace", po::value(&f->trace_path), "write the measured timeline as a Perfetto trace")
       ("dump-weights", po::value(&f->dump_path),
@@ -136,6 +142,20 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
     o.capacity_bytes = *f.capacity_bytes;
   }
   if (!f.text_path.empty()) o.text_path = f.text_path;
+  if (!f.resume_changes.empty() && f.resume_dir.empty()) {
+    return Status::Invalid("--resume-change needs --resume DIR");
+  }
+  for (const std::string& field : f.resume_changes) {
+    const bool known = std::any_of(std::begin(backend::kResumeChangeable),
+                                   std::end(backend::kResumeChangeable),
+                                   [&](const char* c) { return field == c; });
+    if (!known) {
+      return Status::Invalid("--resume-change: '" + field +
+                             "' is not a field a resume may change (train.learning_rate, "
+                             "train.weight_decay)");
+    }
+  }
+  o.resume_changes = f.resume_changes;
   pb::TrainSpec checked;  // the flags go through the spec's checks
   checked.set_learning_rate(f.learning_rate ? *f.learning_rate : o.adamw.learning_rate);
   checked.set_weight_decay(o.adamw.weight_decay);
@@ -320,12 +340,15 @@ backend::StageModuleFactory<T> ModuleFactory(const Prepared& p) {
 // gather is collective).
 template <typename T>
 int Finish(backend::Trainer<T>& trainer, const Prepared& p, const TrainFlags& flags,
-           const std::vector<StepResult>& steps) {
+           const std::vector<StepResult>& steps, int resumed_from_step,
+           const std::vector<std::string>& resume_changes) {
   Result<std::vector<backend::StageTimeline>> timelines = trainer.GatherTimelines();
   if (!timelines.ok()) return FailOnce(trainer.rank(), timelines.status());
   if (trainer.rank() != 0) return kExitOk;
   pb::Report report = backend::MakeTrainReport(p.setup, p.options, steps);
   FillProvenance(backend::KernelThreads(), &report);
+  report.set_resumed_from_step(static_cast<std::uint32_t>(resumed_from_step));
+  for (const std::string& c : resume_changes) report.add_resume_changes(c);
   if (!flags.trace_path.empty()) {
     TraceWriter trace("train");
     backend::AddTrainTrace(*timelines,
@@ -362,8 +385,9 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
   backend::TrainLoop loop;
   loop.checkpoint_dir = flags.checkpoint_dir;
   loop.checkpoint_every = flags.checkpoint_every ? static_cast<int>(*flags.checkpoint_every) : 1;
+  std::vector<std::string> changed;
   if (!flags.resume_dir.empty()) {
-    Result<int> step = (*trainer)->LoadCheckpoint(flags.resume_dir);
+    Result<int> step = (*trainer)->LoadCheckpoint(flags.resume_dir, &changed);
     if (!step.ok()) return FailOnce(rank, step.status().WithPrefix("--resume"));
     if (*step >= p.options.steps) {
       return FailOnce(rank, Status::Invalid("--resume " + flags.resume_dir +
@@ -373,6 +397,13 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
                                             " leaves nothing to run (--steps counts all steps)"));
     }
     loop.first_step = *step;
+    if (rank == 0 && !flags.json) {
+      std::string line = "resumed from step " + std::to_string(*step) + " of " + flags.resume_dir;
+      for (std::size_t i = 0; i < changed.size(); ++i) {
+        line += (i == 0 ? "; changed: " : ", ") + changed[i];
+      }
+      std::cout << line << "\n";
+    }
   }
   WritePidFile(rank);
   const bool print = rank == 0 && !flags.json;
@@ -389,7 +420,7 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
     }
     return FailOnce(rank, run.status);
   }
-  return Finish(**trainer, p, flags, run.steps);
+  return Finish(**trainer, p, flags, run.steps, loop.first_step, changed);
 }
 
 int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi) {

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "common/files.h"
+#include "common/hash.h"
+#include "schedule/plan_text.h"
 
 namespace stateflow::backend {
 namespace {
@@ -21,13 +24,16 @@ constexpr char kManifest[] = "MANIFEST";
 // Parameters, moments and headers of the backend's models: far below this.
 constexpr std::int64_t kMaxCheckpointBytes = std::int64_t{16} << 30;
 
-std::uint64_t Fnv1a(std::string_view bytes) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
+std::uint64_t Fnv1a(std::string_view bytes) { return Fnv1a64(bytes); }
+
+// A double as the shortest text (of %.15g, %.16g, %.17g) that reads back to it.
+std::string Exact(double v) {
+  char buf[32];
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
   }
-  return h;
+  return buf;
 }
 
 std::string Hex(std::uint64_t v) {
@@ -46,7 +52,19 @@ std::vector<std::pair<std::string, std::string>> KeyFields(const CheckpointKey& 
           {"parallel.microbatch_size", std::to_string(k.microbatch_size)},
           {"seq_len", std::to_string(k.seq_len)},
           {"train.dtype", k.dtype},
-          {"train.seed", std::to_string(k.seed)}};
+          {"train.seed", std::to_string(k.seed)},
+          {"schedule.partition", k.partition},
+          {"schedule.plan_hash", Hex(k.plan_hash)},
+          {"schedule.st_overlap", k.st_overlap ? "true" : "false"},
+          {"schedule.st_tile", std::to_string(k.st_tile)},
+          {"train.text_hash", Hex(k.text_hash)},
+          {"train.text_bytes", std::to_string(k.text_bytes)},
+          {"train.device", k.device},
+          {"train.learning_rate", Exact(k.adamw.learning_rate)},
+          {"train.adamw_beta1", Exact(k.adamw.beta1)},
+          {"train.adamw_beta2", Exact(k.adamw.beta2)},
+          {"train.adamw_epsilon", Exact(k.adamw.epsilon)},
+          {"train.weight_decay", Exact(k.adamw.weight_decay)}};
 }
 
 std::string Header(const std::vector<std::pair<std::string, std::string>>& fields) {
@@ -83,19 +101,32 @@ Result<std::map<std::string, std::string>> ParseHeader(std::string_view bytes,
   return out;
 }
 
-// Every expected field equal in `got`, else an error naming the first that differs.
+// Every expected field equal in `got`, else an error naming the first that
+// differs; a field in `may_differ` may differ, each difference appended to
+// `changed` (if not null).
 Status CheckFields(const std::map<std::string, std::string>& got,
                    const std::vector<std::pair<std::string, std::string>>& expected,
-                   const std::string& path) {
+                   const std::string& path, const std::vector<std::string>& may_differ = {},
+                   std::vector<std::string>* changed = nullptr) {
   for (const auto& [name, value] : expected) {
     auto it = got.find(name);
     if (it == got.end()) {
-      return Status::Invalid(path + ": not a stateflow checkpoint or corrupt (no " + name + ")");
+      // A checkpoint written before the field joined the key reads as one
+      // whose run cannot be checked.
+      return Status::Invalid(path + ": not a stateflow checkpoint or corrupt (no " + name +
+                             "; a checkpoint of an older stateflow lacks it)");
     }
-    if (it->second != value) {
-      return Status::Invalid(path + ": the checkpoint has " + name + " " + it->second +
-                             ", this run " + value);
+    if (it->second == value) continue;
+    if (std::find(may_differ.begin(), may_differ.end(), name) != may_differ.end()) {
+      if (changed != nullptr) changed->push_back(name + " " + it->second + " -> " + value);
+      continue;
     }
+    std::string hint;
+    for (const char* c : kResumeChangeable) {
+      if (name == c) hint = " (to change it on resuming, name it: --resume-change " + name + ")";
+    }
+    return Status::Invalid(path + ": the checkpoint has " + name + " " + it->second +
+                           ", this run " + value + hint);
   }
   return Status::Ok();
 }
@@ -145,7 +176,8 @@ Status ReadErrno(const std::string& what) {
 
 }  // namespace
 
-CheckpointKey MakeCheckpointKey(const TrainSetup& setup, std::uint64_t seed, std::string dtype) {
+CheckpointKey MakeCheckpointKey(const TrainSetup& setup, const TrainOptions& options,
+                                const TextData& text, std::string dtype) {
   CheckpointKey k;
   k.model = setup.model.name();
   k.model_hash = Fnv1a(setup.model.SerializeAsString());
@@ -155,7 +187,18 @@ CheckpointKey MakeCheckpointKey(const TrainSetup& setup, std::uint64_t seed, std
   k.microbatch_size = setup.microbatch_size;
   k.seq_len = setup.seq_len;
   k.dtype = std::move(dtype);
-  k.seed = seed;
+  k.seed = options.seed;
+  for (int i = 0; i < setup.partition.num_chunks(); ++i) {
+    if (i > 0) k.partition += ',';
+    k.partition += std::to_string(setup.partition.length(i));
+  }
+  k.plan_hash = Fnv1a(schedule::PlanToText(setup.plan));
+  k.st_overlap = setup.st_overlap;
+  k.st_tile = setup.st_tile;
+  k.text_hash = text.content_hash();
+  k.text_bytes = text.size();
+  k.device = options.device;
+  k.adamw = options.adamw;
   return k;
 }
 
@@ -227,8 +270,8 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
   std::size_t end = 0;
   SF_ASSIGN_OR_RETURN(auto fields, ParseHeader(body, path, &end));
   const std::vector<ParamRef<T>>& params = opt->params();
-  SF_RETURN_IF_ERROR(
-      CheckFields(fields, StageFields(key, stage, layers, step, params.size()), path));
+  SF_RETURN_IF_ERROR(CheckFields(fields, StageFields(key, stage, layers, step, params.size()),
+                                 path, key.may_differ));
   // Read everything before writing anything into `opt`.
   Reader in(body.substr(end));
   using M = MasterOf<T>;
@@ -289,7 +332,8 @@ Status WriteCheckpointManifest(const std::string& dir, const CheckpointKey& key,
   return WriteFileDurably(CheckpointManifestPath(dir), Header(fields));
 }
 
-Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key) {
+Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key,
+                                   std::vector<std::string>* changed) {
   const std::string path = CheckpointManifestPath(dir);
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 && errno == ENOENT) {
@@ -299,7 +343,7 @@ Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& 
   std::size_t end = 0;
   SF_ASSIGN_OR_RETURN(auto fields, ParseHeader(text, path, &end));
   if (end != text.size()) return Status::Invalid(path + ": corrupt checkpoint manifest");
-  SF_RETURN_IF_ERROR(CheckFields(fields, KeyFields(key), path));
+  SF_RETURN_IF_ERROR(CheckFields(fields, KeyFields(key), path, key.may_differ, changed));
   auto it = fields.find("step");
   char* rest = nullptr;
   const long long step = it == fields.end() ? -1 : std::strtoll(it->second.c_str(), &rest, 10);

@@ -1,8 +1,14 @@
 // Training checkpoints: what a stage needs to continue a run bit for bit --
 // its parameters, its AdamW moments and step counter -- and the step to
-// continue from. The batch of step k is a pure function of (seed, k)
-// (text_data.h), so the seed and the step are the whole data and RNG
-// position.
+// continue from. The batch of step k is a pure function of (text, seed, k)
+// (text_data.h), so the text, the seed and the step are the whole data and
+// RNG position. The key records every input that determines the run (the
+// model, the plan and its partition, the ST split, the text's content, the
+// optimizer's settings, the dtype and the device), so a resume that would
+// continue another run is refused in one line naming the field; a learning
+// rate or weight decay the user means to change is accepted only when the
+// run names it (CheckpointKey::may_differ, train --resume-change), and the
+// change is reported.
 //
 // A checkpoint directory holds, per checkpoint step k, one file per stage,
 // `stage-<r>.step-<k>.ckpt`, and one `MANIFEST` naming the step. Every file is
@@ -23,7 +29,7 @@
 //
 // Not a format for other programs and not portable across byte orders.
 //
-//   CheckpointKey key = MakeCheckpointKey(setup, options.seed, "float32");
+//   CheckpointKey key = MakeCheckpointKey(setup, options, text, "float32");
 //   SF_RETURN_IF_ERROR(WriteStageCheckpoint<float>(dir, key, r, layers, /*step=*/6, opt));
 //   SF_RETURN_IF_ERROR(WriteCheckpointManifest(dir, key, 6));   // after every stage
 #pragma once
@@ -31,8 +37,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/train/adamw.h"
+#include "backend/train/text_data.h"
 #include "backend/train/train_setup.h"
 #include "common/status.h"
 #include "models/model.h"
@@ -50,10 +58,27 @@ struct CheckpointKey {
   std::int64_t seq_len = 1;        // T
   std::string dtype;               // "float32" or "float64"
   std::uint64_t seed = 0;          // of the batches
+  std::string partition;           // the chunks' lengths, "96,160"
+  std::uint64_t plan_hash = 0;     // of the plan's text (the policy's order)
+  bool st_overlap = false;         // schedule.st_overlap
+  std::int64_t st_tile = 0;        // schedule.st_tile
+  std::uint64_t text_hash = 0;     // TextData::content_hash
+  std::int64_t text_bytes = 0;     // its size
+  std::string device;              // "cpu", "host-grid", "cuda"
+  AdamWOptions adamw;              // learning rate, betas, epsilon, weight decay
+  // Fields of the key this run lets differ from the checkpoint's (each one
+  // of kResumeChangeable); the difference is reported, not refused.
+  std::vector<std::string> may_differ;
 };
 
-CheckpointKey MakeCheckpointKey(const TrainSetup& setup, std::uint64_t seed,
-                                std::string dtype);
+// The fields a resume may change when the run names them: what a user
+// means to change mid-run (the step count is not in the key: --steps counts
+// all steps).
+inline constexpr const char* kResumeChangeable[] = {"train.learning_rate",
+                                                    "train.weight_decay"};
+
+CheckpointKey MakeCheckpointKey(const TrainSetup& setup, const TrainOptions& options,
+                                const TextData& text, std::string dtype);
 
 // "float32" or "float64".
 template <typename T>
@@ -90,8 +115,10 @@ Status WriteCheckpointManifest(const std::string& dir, const CheckpointKey& key,
 
 // The step of the manifest in `dir`, after checking its key against `key`.
 // Errors name the manifest: missing ("no checkpoint in DIR"), corrupt, a key
-// that differs.
-Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key);
+// that differs (a field of key.may_differ aside: each such difference is
+// appended to `changed` as "train.learning_rate 0.003 -> 0.001").
+Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key,
+                                   std::vector<std::string>* changed = nullptr);
 
 // Reads stage `stage`'s file of step `step` into `opt`.
 template <typename T>

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/stage_module.h"
+#include "common/hash.h"
 #include "common/status.h"
 
 namespace stateflow::backend {
@@ -43,6 +44,9 @@ class TextData {
 
   const std::string& name() const { return name_; }
   std::int64_t size() const { return static_cast<std::int64_t>(bytes_.size()); }
+  // FNV-1a 64 of the bytes (common/hash.h), computed once when made: the
+  // text's identity in a checkpoint, whatever its path.
+  std::uint64_t content_hash() const { return hash_; }
 
   // The batch of step `step`: sequence j (= a B + b, sequence b of
   // microbatch a) is the window starting at Mix64(seed, step, j) mod
@@ -54,10 +58,11 @@ class TextData {
 
  private:
   TextData(std::string bytes, std::string name)
-      : bytes_(std::move(bytes)), name_(std::move(name)) {}
+      : bytes_(std::move(bytes)), name_(std::move(name)), hash_(Fnv1a64(bytes_)) {}
 
   std::string bytes_;
   std::string name_;  // the path, for messages
+  std::uint64_t hash_;
 };
 
 }  // namespace stateflow::backend

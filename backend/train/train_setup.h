@@ -63,6 +63,9 @@ struct TrainOptions {
   std::string device = "cpu";        // or "host-grid", "cuda" (device.h)
   int threads = 0;                   // kernel threads; 0: DefaultKernelThreads
   std::optional<std::int64_t> capacity_bytes;  // per stage; none = unlimited
+  // Checkpoint key fields a resume may change (kResumeChangeable in
+  // checkpoint.h: "train.learning_rate", "train.weight_decay").
+  std::vector<std::string> resume_changes;
 };
 
 // Defaults for unset (zero) fields: steps 10, seed 1, learning rate 3e-3,

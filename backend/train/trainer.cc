@@ -351,7 +351,9 @@ Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double sta
 
 template <typename T>
 CheckpointKey Trainer<T>::checkpoint_key() const {
-  return MakeCheckpointKey(setup_, options_.seed, DtypeName<T>());
+  CheckpointKey key = MakeCheckpointKey(setup_, options_, *text_, DtypeName<T>());
+  key.may_differ = options_.resume_changes;
+  return key;
 }
 
 template <typename T>
@@ -373,9 +375,9 @@ Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step) {
 }
 
 template <typename T>
-Result<int> Trainer<T>::LoadCheckpoint(const std::string& dir) {
+Result<int> Trainer<T>::LoadCheckpoint(const std::string& dir, std::vector<std::string>* changed) {
   const CheckpointKey key = checkpoint_key();
-  Result<int> step = ReadCheckpointManifest(dir, key);
+  Result<int> step = ReadCheckpointManifest(dir, key, changed);
   Status loaded = step.status();
   for (std::unique_ptr<LocalStage>& local : stages_) {
     if (!loaded.ok()) break;

@@ -117,7 +117,9 @@ class Trainer {
   // Loads the checkpoint in `dir` into every local stage and returns its
   // step (the next step to run). Collective; errors (a missing, corrupt or
   // mismatched checkpoint, naming the file and the field) on every rank.
-  Result<int> LoadCheckpoint(const std::string& dir);
+  // The key fields options.resume_changes let differ are appended to
+  // `changed` ("train.learning_rate 0.003 -> 0.001").
+  Result<int> LoadCheckpoint(const std::string& dir, std::vector<std::string>* changed = nullptr);
 
   // Rank 0 gets every stage's timeline (others: empty). Collective.
   Result<std::vector<StageTimeline>> GatherTimelines();

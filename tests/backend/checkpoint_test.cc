@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "backend/train/checkpoint.h"
@@ -196,6 +197,80 @@ TEST(Checkpoint, CorruptTruncatedAndMismatchedCheckpointsAreOneLineErrors) {
   fs::remove(CheckpointManifestPath(dir.path()));
   EXPECT_NE(LoadError(setup, dir.path()).find(": no checkpoint (no MANIFEST)"),
             std::string::npos);
+}
+
+// Resume integrity (issue 31): every field of the key -- each input that
+// determines the run -- that differs between the checkpoint and the run is
+// refused in one line naming it; the fields a resume may change are
+// accepted only when the run names them (may_differ), and each change is
+// reported.
+TEST(Checkpoint, EveryKeyFieldThatDiffersIsNamed) {
+  CheckpointDir dir("key");
+  const CheckpointKey base = MakeCheckpointKey(CheckpointSetup(), TrainOptions{}, Text(), "float64");
+  fs::create_directories(dir.path());
+  ASSERT_TRUE(WriteCheckpointManifest(dir.path(), base, 4).ok());
+  EXPECT_EQ(Take(ReadCheckpointManifest(dir.path(), base)), 4);
+  using Change = std::function<void(CheckpointKey*)>;
+  const std::vector<std::pair<std::string, Change>> changes = {
+      {"model.name", [](CheckpointKey* k) { k->model += "x"; }},
+      {"model.hash", [](CheckpointKey* k) { ++k->model_hash; }},
+      {"parallel.pipeline_size", [](CheckpointKey* k) { ++k->stages; }},
+      {"parallel.microbatches", [](CheckpointKey* k) { ++k->microbatches; }},
+      {"schedule.chunks", [](CheckpointKey* k) { ++k->chunks; }},
+      {"parallel.microbatch_size", [](CheckpointKey* k) { ++k->microbatch_size; }},
+      {"seq_len", [](CheckpointKey* k) { ++k->seq_len; }},
+      {"train.dtype", [](CheckpointKey* k) { k->dtype = "float32"; }},
+      {"train.seed", [](CheckpointKey* k) { ++k->seed; }},
+      {"schedule.partition", [](CheckpointKey* k) { k->partition += ",1"; }},
+      {"schedule.plan_hash", [](CheckpointKey* k) { ++k->plan_hash; }},
+      {"schedule.st_overlap", [](CheckpointKey* k) { k->st_overlap = !k->st_overlap; }},
+      {"schedule.st_tile", [](CheckpointKey* k) { k->st_tile = 16; }},
+      {"train.text_hash", [](CheckpointKey* k) { ++k->text_hash; }},
+      {"train.text_bytes", [](CheckpointKey* k) { ++k->text_bytes; }},
+      {"train.device", [](CheckpointKey* k) { k->device = "host-grid"; }},
+      {"train.learning_rate", [](CheckpointKey* k) { k->adamw.learning_rate = 1e-3; }},
+      {"train.adamw_beta1", [](CheckpointKey* k) { k->adamw.beta1 = 0.8; }},
+      {"train.adamw_beta2", [](CheckpointKey* k) { k->adamw.beta2 = 0.99; }},
+      {"train.adamw_epsilon", [](CheckpointKey* k) { k->adamw.epsilon = 1e-6; }},
+      {"train.weight_decay", [](CheckpointKey* k) { k->adamw.weight_decay = 0.1; }}};
+  for (const auto& [field, change] : changes) {
+    SCOPED_TRACE(field);
+    CheckpointKey run = base;
+    change(&run);
+    Result<int> r = ReadCheckpointManifest(dir.path(), run);
+    ASSERT_FALSE(r.ok());
+    const std::string m = r.status().message();
+    EXPECT_NE(m.find("MANIFEST: the checkpoint has " + field + " "), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    const bool changeable = field == "train.learning_rate" || field == "train.weight_decay";
+    EXPECT_EQ(m.find("--resume-change " + field) != std::string::npos, changeable) << m;
+    // Named as a change the run means: accepted (a changeable field) and
+    // reported; another field stays refused.
+    run.may_differ = {field};
+    std::vector<std::string> changed;
+    r = ReadCheckpointManifest(dir.path(), run, &changed);
+    if (changeable) {
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      ASSERT_EQ(changed.size(), 1u);
+      EXPECT_EQ(changed[0].rfind(field + " ", 0), 0u) << changed[0];
+    }
+  }
+}
+
+// The text's identity is its content: one byte changed, the same length,
+// another key; the same bytes under another name, the same key.
+TEST(Checkpoint, TheKeyFollowsTheTextsContentNotItsName) {
+  std::string bytes(1000, 'a');
+  const TrainSetup setup = CheckpointSetup();
+  const TextData a = TextData::FromBytes(bytes, "a.txt");
+  const TextData renamed = TextData::FromBytes(bytes, "b.txt");
+  bytes[500] = 'b';
+  const TextData edited = TextData::FromBytes(bytes, "a.txt");
+  const TrainOptions o;
+  const CheckpointKey ka = MakeCheckpointKey(setup, o, a, "float64");
+  EXPECT_EQ(ka.text_hash, MakeCheckpointKey(setup, o, renamed, "float64").text_hash);
+  EXPECT_NE(ka.text_hash, MakeCheckpointKey(setup, o, edited, "float64").text_hash);
+  EXPECT_EQ(ka.text_bytes, 1000);
 }
 
 }  // namespace

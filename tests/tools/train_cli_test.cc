@@ -647,6 +647,55 @@ TEST(TrainCli, Bf16ChunkedIsUnchunkedUpToRounding) {
   EXPECT_LT(RelError(ParseReport(four), ParseReport(one)), 5e-3);
 }
 
+// Resume integrity (issue 31): a resume on another text (the same path's
+// name changes nothing; its bytes do) is refused in one line naming the
+// text's hash; another learning rate is refused unless --resume-change
+// names it, and then the run continues and its report says what changed.
+TEST(TrainCli, ResumeRefusesAnotherTextAndChangesOnlyWhatItIsTold) {
+  namespace fs = std::filesystem;
+  const std::string dir = TempPrefix("ck-integrity"), text = TempPrefix("integrity.txt");
+  fs::remove_all(dir);
+  std::string bytes;
+  for (int i = 0; i < 400; ++i) bytes += "the quick brown fox " + std::to_string(i) + "\n";
+  std::ofstream(text) << bytes;
+  const std::vector<std::string> base = {"--dtype", "float64", "-T", "48", "-M", "2", "-N", "2",
+                                         "-P", "1", "--text", text};
+  const Finished first =
+      RunFor(Train(With(base, {"--steps", "2", "--checkpoint", dir})), TempPrefix("integ-1"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const std::string original = bytes;
+  bytes[100] = bytes[100] == 'x' ? 'y' : 'x';  // the same length, one byte other
+  std::ofstream(text) << bytes;
+  const Finished other_text =
+      RunFor(Train(With(base, {"--steps", "4", "--resume", dir})), TempPrefix("integ-2"));
+  EXPECT_EQ(other_text.exit_code, 2);
+  ExpectOneLine(other_text, "MANIFEST: the checkpoint has train.text_hash ");
+  std::ofstream(text) << original;  // back: the checkpoint's text again
+  const Finished other_lr = RunFor(Train(With(base, {"--steps", "4", "--resume", dir, "--lr",
+                                                     "0.001"})),
+                                   TempPrefix("integ-3"));
+  EXPECT_EQ(other_lr.exit_code, 2);
+  ExpectOneLine(other_lr, "the checkpoint has train.learning_rate 0.003, this run 0.001 (to "
+                          "change it on resuming, name it: --resume-change train.learning_rate)");
+  const Finished changed = RunFor(
+      Train(With(base, {"--steps", "4", "--resume", dir, "--lr", "0.001", "--resume-change",
+                        "train.learning_rate", "--json"})),
+      TempPrefix("integ-4"));
+  ASSERT_EQ(changed.exit_code, 0) << changed.err;
+  const pb::Report r = ParseReport(changed);
+  EXPECT_EQ(r.resumed_from_step(), 2u);
+  ASSERT_EQ(r.resume_changes_size(), 1);
+  EXPECT_EQ(r.resume_changes(0), "train.learning_rate 0.003 -> 0.001");
+  EXPECT_EQ(r.losses_size(), 2);
+  const Finished bad_field = RunFor(
+      Train(With(base, {"--steps", "4", "--resume", dir, "--resume-change", "train.seed"})),
+      TempPrefix("integ-5"));
+  EXPECT_EQ(bad_field.exit_code, 2);
+  ExpectOneLine(bad_field, "--resume-change: 'train.seed' is not a field a resume may change");
+  fs::remove_all(dir);
+  fs::remove(text);
+}
+
 TEST(TrainCli, Bf16ResumeIsBitIdenticalToAnUninterruptedRun) {
   namespace fs = std::filesystem;
   const std::string dir = TempPrefix("bf16-ck");
