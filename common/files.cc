@@ -82,6 +82,19 @@ Result<std::string> ReadFile(const std::string& path, std::int64_t max_bytes) {
   return text;
 }
 
+Result<std::string> ReadTextFile(const std::string& path, std::int64_t max_bytes) {
+  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path, max_bytes));
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  std::size_t from = text.compare(0, kBom.size(), kBom) == 0 ? kBom.size() : 0;
+  std::string out;
+  out.reserve(text.size() - from);
+  for (std::size_t i = from; i < text.size(); ++i) {
+    if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
 Result<TempFile> TempFile::Create(std::string_view what) {
   const char* dir = std::getenv("TMPDIR");
   const std::string directory = dir != nullptr && *dir != '\0' ? dir : "/tmp";

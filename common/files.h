@@ -63,6 +63,15 @@ inline constexpr std::int64_t kMaxTextFileBytes = std::int64_t{64} << 20;
 Result<std::string> ReadFile(const std::string& path,
                              std::int64_t max_bytes = kMaxTextFileBytes);
 
+// ReadFile for a text input (a scenario, plan, cost table, cluster preset,
+// CSV): a leading UTF-8 byte-order mark (what editors and spreadsheets
+// write as "UTF-8 with BOM", "CSV UTF-8") is dropped and Windows line ends
+// (CRLF) become LF, so such a file reads as its text; line numbers in
+// errors are unchanged. Not for data whose bytes are the content (training
+// text, checkpoints).
+Result<std::string> ReadTextFile(const std::string& path,
+                                 std::int64_t max_bytes = kMaxTextFileBytes);
+
 // "64 MiB", "1 GiB", "512 KiB", "100 bytes": a limit as --help states it.
 std::string LimitText(std::int64_t bytes);
 

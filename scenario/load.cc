@@ -56,14 +56,14 @@ Result<pb::Scenario> ParseScenarioText(std::string_view text, std::string_view s
 }
 
 Result<pb::CostTable> LoadCostTableFile(const std::string& path) {
-  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   pb::CostTable table;
   SF_RETURN_IF_ERROR(ParseTextProto(text, path, &table));
   return table;
 }
 
 Result<pb::Scenario> LoadScenarioFile(const std::string& path) {
-  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   return ParseScenarioText(text, path);
 }
 

@@ -129,7 +129,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
     *s.mutable_precision() = *precision;
     SF_ASSIGN_OR_RETURN(base, scenario::Resolve(std::move(s)));
   }
-  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(runs_path, kMaxTextFileBytes));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(runs_path, kMaxTextFileBytes));
   SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRow> rows,
                       sim::ParseCalibrationCsv(text, runs_path));
   SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRun> runs, sim::ApplyRows(base, rows, runs_path));

@@ -194,7 +194,7 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   }
   if (IsClusterFile(f.cluster_preset)) {
     // A preset file (e.g. written by `stateflow calibrate`): the whole cluster.
-    SF_ASSIGN_OR_RETURN(std::string text, ReadFile(f.cluster_preset));
+    SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(f.cluster_preset));
     pb::ClusterSpec cluster;
     SF_RETURN_IF_ERROR(scenario::ParseTextProto(text, f.cluster_preset, &cluster));
     s.clear_cluster_preset();

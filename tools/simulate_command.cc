@@ -61,7 +61,7 @@ void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
 }
 
 Result<schedule::Plan> LoadPlan(const std::string& path) {
-  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   SF_ASSIGN_OR_RETURN(schedule::Plan plan, schedule::ParsePlanText(text, path));
   Status valid = schedule::ValidatePlan(plan);
   if (!valid.ok()) return valid.WithPrefix(path);

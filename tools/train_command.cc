@@ -169,7 +169,7 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
 }
 
 Result<schedule::Plan> LoadPlan(const std::string& path) {
-  SF_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   return schedule::ParsePlanText(text, path);
 }
 

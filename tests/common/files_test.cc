@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace stateflow {
 namespace {
@@ -121,6 +123,29 @@ TEST(ReadFile, ReadsARegularFileWholeUpToTheLimit) {
   EXPECT_EQ(*read, text);
   ExpectReadError(ReadFile(f->path(), 99), f->path(), "larger than the limit of 99 bytes");
   EXPECT_EQ(LimitText(kMaxTextFileBytes), "64 MiB");
+}
+
+// A text input as editors and spreadsheets write it: a UTF-8 byte-order
+// mark first and CRLF line ends read as the plain text (the same lines); a
+// BOM elsewhere, a lone CR and other bytes are kept; ReadFile keeps them all.
+TEST(ReadTextFile, DropsALeadingBomAndWindowsLineEnds) {
+  Result<TempFile> f = TempFile::Create("read-text-test");
+  ASSERT_TRUE(f.ok());
+  const std::string bom = "\xEF\xBB\xBF";
+  for (const auto& [raw, text] : std::vector<std::pair<std::string, std::string>>{
+           {bom + "a: 1\r\nb: 2\r\n", "a: 1\nb: 2\n"},
+           {"a: 1\r\nb: 2", "a: 1\nb: 2"},
+           {bom + "x", "x"},
+           {bom, ""},
+           {"a" + bom + "\rb\r\r\n", "a" + bom + "\rb\r\n"},
+           {"plain\n", "plain\n"}}) {
+    ASSERT_TRUE(WriteFile(f->path(), raw).ok());
+    Result<std::string> read = ReadTextFile(f->path());
+    ASSERT_TRUE(read.ok()) << read.status().message();
+    EXPECT_EQ(*read, text);
+    EXPECT_EQ(*ReadFile(f->path()), raw);
+  }
+  ExpectReadError(ReadTextFile(f->path(), 2), f->path(), "larger than the limit of 2 bytes");
 }
 
 TEST(ReadFile, RefusesWhatIsNotARegularFile) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,68 @@ std::string Hybrid3b(const std::string& name, const std::string& extra,
 
 CliRun Simulate(const std::string& name, const std::string& extra) {
   return Stateflow("simulate --scenario " + Hybrid3b(name, extra));
+}
+
+// As editors and spreadsheets save text: a UTF-8 byte-order mark and CRLF
+// line ends (issue 31). Every text input reads as its plain text: a
+// scenario, a cluster preset file, a plan file, a calibration CSV; the
+// outputs equal those of the plain files.
+std::string Windows(const std::string& text) {
+  std::string out = "\xEF\xBB\xBF";
+  for (char c : text) {
+    if (c == '\n') out += '\r';
+    out += c;
+  }
+  return out;
+}
+
+TEST(ReliabilityCli, ByteOrderMarksAndCrlfLineEndsAreReadAsText) {
+  namespace st = stateflow::testing;
+  const std::string scenario = st::Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/tiny-train.textproto");
+  const std::string plain = WriteTemp("reliability-plain.textproto", scenario);
+  const std::string windows = WriteTemp("reliability-windows.textproto", Windows(scenario));
+  const CliRun a = Stateflow("simulate --json --scenario " + plain);
+  const CliRun b = Stateflow("simulate --json --scenario " + windows);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto no_time = [](std::string json) {  // the report's wall-clock fields
+    for (const char* key : {"\"elapsed", "\"timestamp", "\"commit"}) {
+      for (std::size_t at = json.find(key); at != std::string::npos; at = json.find(key, at + 1)) {
+        json.erase(at, json.find('\n', at) - at);
+      }
+    }
+    return json;
+  };
+  EXPECT_EQ(no_time(b.out), no_time(a.out));
+  // A plan file.
+  const std::string plan = st::TempPath("reliability-plan.txt");
+  ASSERT_EQ(Stateflow("plan-dump --scenario " + plain + " -o " + plan).exit_code, 0);
+  const std::string plan_windows =
+      WriteTemp("reliability-plan-windows.txt", Windows(st::Slurp(plan)));
+  const CliRun c = Stateflow("simulate --json --scenario " + plain + " --plan " + plan_windows);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  // A cluster preset file.
+  const std::string cluster =
+      WriteTemp("reliability-cluster.textproto",
+                Windows("name: \"mine\"\ndevice { peak_flops: 1e12 memory_bandwidth_bytes_per_s: "
+                        "1e11 memory_capacity_bytes: 1e10 }\npipeline_link { latency_s: 1e-6 "
+                        "bandwidth_bytes_per_s: 1e9 }\nintra_node_link { latency_s: 1e-6 "
+                        "bandwidth_bytes_per_s: 1e9 }\ninter_node_link { latency_s: 1e-6 "
+                        "bandwidth_bytes_per_s: 1e9 }\ndevices_per_node: 2\n"));
+  const CliRun d = Stateflow("simulate --scenario " + plain + " --cluster " + cluster);
+  EXPECT_EQ(d.exit_code, 0) << d.err;
+  // A calibration CSV: the header's first column is known.
+  // Its comment lines dropped, so that the mark comes right before the header.
+  std::istringstream lines(
+      st::Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/calibration/cpu-gdn-tiny-runs.csv"));
+  std::string runs_csv, line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] != '#') runs_csv += line + "\n";
+  }
+  const std::string runs = WriteTemp("reliability-runs.csv", Windows(runs_csv));
+  const CliRun e = Stateflow("calibrate --runs " + runs + " --scenario " + plain +
+                             " --dtype float32 --out " + st::TempPath("reliability-cal.textproto"));
+  EXPECT_EQ(e.exit_code, 0) << e.err;
 }
 
 TEST(ReliabilityCli, CrashInputsAreOneLineErrors) {
