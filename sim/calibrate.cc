@@ -697,13 +697,24 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
 
   // The reserve: the largest measured overhead beyond the allocated peak.
   double overhead = -1;
+  pb::DeviceSpec* device = out.cluster.mutable_device();
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const CalibrationRow& row = runs[i].row;
     if (!row.used_bytes) continue;
     const double peak = row.peak_bytes ? *row.peak_bytes : after.peak_bytes[i];
+    // A reserve of the whole device would leave no memory: the preset could
+    // not be used (ValidateCluster refuses it), so the row is refused here.
+    if (*row.used_bytes - peak >= device->memory_capacity_bytes()) {
+      return Status::Invalid(
+          "line " + std::to_string(row.line) + " (run '" + Printable(row.name) +
+          "'): used_bytes - peak_bytes = " +
+          std::to_string(static_cast<long long>(*row.used_bytes - peak)) +
+          " bytes is not below the device's memory_capacity_bytes (" +
+          std::to_string(static_cast<long long>(device->memory_capacity_bytes())) +
+          "): the memory reserve it implies leaves no memory");
+    }
     overhead = std::max(overhead, *row.used_bytes - peak);
   }
-  pb::DeviceSpec* device = out.cluster.mutable_device();
   if (overhead >= 0) {
     device->set_memory_reserve_bytes(overhead);
     device->set_memory_reserve_fraction(0);
@@ -755,7 +766,9 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
 std::string ClusterPresetText(const pb::ClusterSpec& cluster,
                               const std::vector<std::string>& comment) {
   std::string text;
-  for (const std::string& line : comment) text += "# " + line + "\n";
+  // Each line printable (common/text.h): a newline or escape sequence in an
+  // echoed value (a path) cannot end the comment and turn into preset text.
+  for (const std::string& line : comment) text += "# " + Printable(line) + "\n";
   std::string body;
   google::protobuf::TextFormat::PrintToString(cluster, &body);
   return text + body;

@@ -12,6 +12,8 @@
 #include "common/text.h"
 #include "models/cost_model.h"
 #include "models/limits.h"
+#include "models/model.h"
+#include "scenario/load.h"
 #include "sim/calibrate.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
@@ -160,7 +162,20 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
                        Fmt("%.6g", p.fitted()) + " (" + p.status() + ")");
     }
     header.push_back("The efficiency points sample eff(t) = peak * t / (t + knee_tokens).");
-    SF_RETURN_IF_ERROR(WriteFile(out_path, sim::ClusterPresetText(cluster, header)));
+    // The preset is read back as `--cluster FILE` reads it and validated
+    // before it is written: a file this command writes means what it says.
+    const std::string text = sim::ClusterPresetText(cluster, header);
+    pb::ClusterSpec reread;
+    Status back = scenario::ParseTextProto(text, out_path, &reread);
+    if (back.ok()) back = models::ValidateCluster(reread);
+    if (back.ok() && reread.SerializeAsString() != cluster.SerializeAsString()) {
+      back = Status::Internal("it reads back as another cluster");
+    }
+    if (!back.ok()) {
+      return Status::Internal("--out " + out_path + ": the fitted preset does not read back as "
+                              "a valid cluster (" + back.message() + "); nothing written");
+    }
+    SF_RETURN_IF_ERROR(WriteFile(out_path, text));
     report.set_preset_path(out_path);
   }
   return report;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -103,6 +104,60 @@ TEST(ReliabilityCli, ByteOrderMarksAndCrlfLineEndsAreReadAsText) {
   const CliRun e = Stateflow("calibrate --runs " + runs + " --scenario " + plain +
                              " --dtype float32 --out " + st::TempPath("reliability-cal.textproto"));
   EXPECT_EQ(e.exit_code, 0) << e.err;
+}
+
+// calibrate's preset means what it says (issue 31): it is read back as
+// `--cluster FILE` reads it and validated before it is written, values
+// echoed into its comments cannot become preset text (a runs path with a
+// newline), and runs that imply a memory reserve of the whole device are
+// refused in one line naming the row (before: exit 0 and a preset that
+// --cluster refused).
+TEST(ReliabilityCli, CalibratePresetsReadBackAsTheyWereMeant) {
+  namespace st = stateflow::testing;
+  namespace fs = std::filesystem;
+  const std::string scenario = std::string(SF_SOURCE_DIR) + "/scenarios/tiny-train.textproto";
+  std::istringstream lines(
+      st::Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/calibration/cpu-gdn-tiny-runs.csv"));
+  std::string csv, line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] != '#') csv += line + "\n";
+  }
+  const std::string dir = st::TempPath("reliability-new\nline");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/runs.csv") << csv;
+  const std::string preset = st::TempPath("reliability-calibrated.textproto");
+  fs::remove(preset);
+  const CliRun cal = Stateflow("calibrate --runs '" + dir + "/runs.csv' --scenario " + scenario +
+                               " --dtype float32 --out " + preset);
+  ASSERT_EQ(cal.exit_code, 0) << cal.err;
+  const std::string text = st::Slurp(preset);
+  std::istringstream preset_lines(text);
+  while (std::getline(preset_lines, line)) {
+    if (line.find("runs.csv") != std::string::npos) {
+      EXPECT_EQ(line.rfind("# ", 0), 0u) << line;
+      EXPECT_NE(line.find("new\\nline/runs.csv"), std::string::npos) << line;
+    }
+  }
+  const CliRun used = Stateflow("simulate --scenario " + scenario + " --cluster " + preset);
+  EXPECT_EQ(used.exit_code, 0) << used.err;
+  fs::remove_all(dir);
+
+  // used_bytes beyond the device: the row is named, nothing is written.
+  std::istringstream rows(csv);
+  std::string header, first, bad;
+  std::getline(rows, header);
+  std::getline(rows, first);
+  bad = header.substr(0, header.rfind(',')) + ",used_bytes,set\n" +
+        first.substr(0, first.rfind(',')) + ",99999999999999,fit\n";
+  for (std::string row; std::getline(rows, row);) {
+    bad += row.substr(0, row.rfind(',')) + "," + row.substr(row.rfind(',')) + "\n";
+  }
+  const std::string bad_runs = WriteTemp("reliability-used.csv", bad);
+  fs::remove(preset);
+  ExpectBadInput(Stateflow("calibrate --runs " + bad_runs + " --scenario " + scenario +
+                           " --dtype float32 --out " + preset),
+                 "line 2 (run 'run0'): used_bytes - peak_bytes = ");
+  EXPECT_FALSE(fs::exists(preset));
 }
 
 TEST(ReliabilityCli, CrashInputsAreOneLineErrors) {
