@@ -595,9 +595,9 @@ Result<std::vector<CalibrationRow>> ParseCalibrationCsv(std::string_view text,
   return rows;
 }
 
-Result<std::vector<CalibrationRun>> ApplyRows(const scenario::ResolvedScenario& base,
-                                              const std::vector<CalibrationRow>& rows,
-                                              std::string_view source) {
+Result<std::vector<CalibrationRun>> ApplyRows(
+    const scenario::ResolvedScenario& base, const std::vector<CalibrationRow>& rows,
+    std::string_view source, const std::function<Status(const pb::Scenario&)>& check) {
   if (!base.proto().cost_model().empty() && base.proto().cost_model() != "analytic") {
     return Status::Invalid("calibrate: cost_model '" + Printable(base.proto().cost_model()) +
                            "' has no parameters to fit (only analytic has)");
@@ -622,6 +622,12 @@ Result<std::vector<CalibrationRun>> ApplyRows(const scenario::ResolvedScenario& 
     if (row.tensor_size) par->set_tensor_size(static_cast<std::uint32_t>(*row.tensor_size));
     if (row.data_size) par->set_data_size(static_cast<std::uint32_t>(*row.data_size));
     if (row.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*row.seq_len));
+    if (check) {
+      Status bounded = check(s);
+      if (!bounded.ok()) {
+        return bounded.WithPrefix(Printable(source) + ":" + std::to_string(row.line));
+      }
+    }
     const std::string where = Printable(source) + ":" + std::to_string(row.line) +
                               ": the model cannot express this run";
     Result<scenario::ResolvedScenario> resolved = scenario::Resolve(std::move(s));

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -126,10 +127,14 @@ struct CalibrationRun {
 // Applies each row's fields to `base` (a policy drops the baselines; 1f1b
 // without N gets N = 1) and simulates it once. A row the model cannot
 // express is an error "<source>:<line>: the model cannot express this run:
-// <reason>". The base's cost model must be analytic.
-Result<std::vector<CalibrationRun>> ApplyRows(const scenario::ResolvedScenario& base,
-                                              const std::vector<CalibrationRow>& rows,
-                                              std::string_view source);
+// <reason>". The base's cost model must be analytic. `check`, if given, is
+// called on each row's scenario before anything is built for it (the
+// command's bounded-work check); its error is returned as
+// "<source>:<line>: <error>".
+Result<std::vector<CalibrationRun>> ApplyRows(
+    const scenario::ResolvedScenario& base, const std::vector<CalibrationRow>& rows,
+    std::string_view source,
+    const std::function<Status(const pb::Scenario&)>& check = nullptr);
 
 struct CalibrationOptions {
   // Parameters to fit; empty: every parameter the runs constrain.

@@ -17,6 +17,7 @@
 #include "sim/calibrate.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
+#include "tools/work_bounds.h"
 
 namespace stateflow::tools {
 namespace {
@@ -134,7 +135,29 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
   SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(runs_path, kMaxTextFileBytes));
   SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRow> rows,
                       sim::ParseCalibrationCsv(text, runs_path));
-  SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRun> runs, sim::ApplyRows(base, rows, runs_path));
+  // Bounded work: a number of runs a fit can hold, each run's plan within
+  // --max-actions and this machine's memory, and all of them together (one
+  // evaluation of the fit simulates every run) within --max-actions too.
+  if (rows.size() > kMaxCalibrationRuns) {
+    return Status::Invalid(runs_path + ": " + std::to_string(rows.size()) +
+                           " runs, above the limit of " + std::to_string(kMaxCalibrationRuns) +
+                           " for one calibration");
+  }
+  std::int64_t total_actions = 0;
+  const std::int64_t limit = flags.max_actions.value_or(kDefaultMaxActions);
+  const auto bounded = [&](const pb::Scenario& s) -> Status {
+    SF_RETURN_IF_ERROR(CheckPlanBounds(s, nullptr, flags.max_actions));
+    total_actions += EstimateLargestPlan(s, nullptr).actions;
+    if (total_actions > limit) {
+      return Status::Invalid("the runs up to here have " + std::to_string(total_actions) +
+                             " actions in all, which every evaluation of the fit simulates: "
+                             "above the limit of " + std::to_string(limit) +
+                             " (--max-actions raises it)");
+    }
+    return Status::Ok();
+  };
+  SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRun> runs,
+                      sim::ApplyRows(base, rows, runs_path, bounded));
   sim::CalibrationOptions options;
   if (!fit_list.empty()) {
     SF_ASSIGN_OR_RETURN(options.fit, sim::ParseCalibParams(fit_list));

@@ -16,6 +16,7 @@
 //   SF_RETURN_IF_ERROR(CheckPlanBounds(resolved.proto(), nullptr, flags.max_actions));
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +30,9 @@ inline constexpr std::int64_t kDefaultMaxActions = 50'000'000;
 inline constexpr std::int64_t kMaxMaxActions = std::int64_t{1} << 40;
 inline constexpr double kSimBytesPerAction = 24;
 inline constexpr double kSimBaseBytes = 64.0 * (1 << 20);
+// Runs in one calibration's CSV: each is a scenario held for the whole fit
+// (a few KiB), and every evaluation simulates them all.
+inline constexpr std::size_t kMaxCalibrationRuns = 10'000;
 
 struct PlanEstimate {
   std::int64_t stages = 1, microbatches = 1, chunks = 1;  // of the largest plan

@@ -160,6 +160,41 @@ TEST(ReliabilityCli, CalibratePresetsReadBackAsTheyWereMeant) {
   EXPECT_FALSE(fs::exists(preset));
 }
 
+// calibrate bounds its work as simulate does (issue 31): each run's plan
+// within --max-actions (before: one row's plan ran to 5 GB and on), all
+// runs together within it too (each evaluation of the fit simulates them
+// all), and at most 10,000 runs; each refused at once in one line naming
+// the row or the file.
+TEST(ReliabilityCli, CalibrateBoundsItsWorkBeforeDoingIt) {
+  namespace st = stateflow::testing;
+  const std::string scenario = std::string(SF_SOURCE_DIR) + "/scenarios/tiny-train.textproto";
+  std::istringstream lines(
+      st::Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/calibration/cpu-gdn-tiny-runs.csv"));
+  std::vector<std::string> csv;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] != '#') csv.push_back(line);
+  }
+  ASSERT_GE(csv.size(), 3u);
+  const std::string head = csv[0] + "\n" + csv[1] + "\n";
+  const std::string big = WriteTemp("reliability-big.csv", head +
+                                    "huge,stateflow,4,100000,1000,4096,0,none,1.0,,fit\n");
+  ExpectBadInput(Stateflow("calibrate --runs " + big + " --scenario " + scenario),
+                 "big.csv:3: the plan (P = 4, M = 100000, N = 1000) has 2 P M N = "
+                 "800,000,000 actions, above the limit of 50,000,000 (--max-actions raises it)");
+  std::string all;
+  for (const std::string& l : csv) all += l + "\n";
+  const std::string runs = WriteTemp("reliability-bounded.csv", all);
+  ExpectBadInput(Stateflow("calibrate --runs " + runs + " --scenario " + scenario +
+                           " --max-actions 100"),
+                 "actions in all, which every evaluation of the fit simulates: above the limit "
+                 "of 100 (--max-actions raises it)");
+  std::string many = csv[0] + "\n";
+  for (int k = 0; k < 10'001; ++k) many += csv[1] + "\n";
+  const std::string many_runs = WriteTemp("reliability-many.csv", many);
+  ExpectBadInput(Stateflow("calibrate --runs " + many_runs + " --scenario " + scenario),
+                 "many.csv: 10001 runs, above the limit of 10000 for one calibration");
+}
+
 TEST(ReliabilityCli, CrashInputsAreOneLineErrors) {
   // SIGFPE: hybrid_period + 1 wrapped to 0, then a modulo by zero.
   ExpectBadInput(Simulate("period32", "model { hybrid_period: 4294967295 }"),
