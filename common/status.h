@@ -4,6 +4,9 @@
 //
 // A message names what is wrong and where: the field, file:line:column, stage,
 // rank, microbatch or chunk. It is one line, without a trailing period.
+// A status may carry a detail beside it: lines the program made (a plan's
+// grid around a bad step, the stages blocked behind a deadlock), which the
+// command line prints as lines after the message.
 //
 //   Result<Plan> plan = MakePlan(spec);
 //   if (!plan.ok()) return plan.status();   // or: SF_ASSIGN_OR_RETURN
@@ -40,12 +43,23 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  // Lines after the message (newline-separated, no final newline); empty
+  // for most errors.
+  const std::string& detail() const { return detail_; }
 
   // Returns a copy whose message is "prefix: message" (for adding context such
-  // as the file name on the way up).
+  // as the file name on the way up); the detail is kept.
   Status WithPrefix(const std::string& prefix) const {
     if (ok()) return *this;
-    return Status(code_, prefix + ": " + message_);
+    Status s(code_, prefix + ": " + message_);
+    s.detail_ = detail_;
+    return s;
+  }
+  // Returns a copy with `detail` as its detail.
+  Status WithDetail(std::string detail) const {
+    Status s = *this;
+    s.detail_ = std::move(detail);
+    return s;
   }
 
  private:
@@ -54,6 +68,7 @@ class [[nodiscard]] Status {
 
   Code code_ = Code::kOk;
   std::string message_;
+  std::string detail_;
 };
 
 template <typename T>

@@ -92,7 +92,7 @@ class Validator {
   }
   // `line` followed by the grid around (stage, step).
   Status Located(const std::string& line, int stage, long long step) const {
-    return Status::Invalid(line + "\n" + GridAround(stage, step));
+    return Status::Invalid(line).WithDetail(GridAround(stage, step));
   }
 
   Status CheckDimensions();
@@ -374,15 +374,16 @@ Status Validator::ReportDeadlock(const std::vector<long long>& head) const {
   }
   const int second = waited_stage(first);
   const int low = std::min(first, second), high = std::max(first, second);
-  std::string message = "deadlock: " + waits(low) + ", but " + waits(high);
+  const std::string message = "deadlock: " + waits(low) + ", but " + waits(high);
+  std::string detail;
   std::vector<int> others;
   for (int r = 0; r < stages_; ++r) {
     if (blocked(r) && r != low && r != high) others.push_back(r);
   }
   // (Appending piece by piece: GCC 12 warns falsely on "literal" + string&&.)
-  auto add_line = [&message](const std::string& line) {
-    message += '\n';
-    message += line;
+  auto add_line = [&detail](const std::string& line) {
+    if (!detail.empty()) detail += '\n';
+    detail += line;
   };
   if (!others.empty()) {
     add_line(std::to_string(others.size()) + " more stages blocked behind them:");
@@ -397,7 +398,7 @@ Status Validator::ReportDeadlock(const std::vector<long long>& head) const {
   if (std::abs(head[high] - head[low]) > kGridRadius) {  // partner off that window
     add_line(GridAround(high, head[high]));
   }
-  return Status::Invalid(message);
+  return Status::Invalid(message).WithDetail(detail);
 }
 
 }  // namespace

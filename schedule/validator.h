@@ -4,7 +4,7 @@
 //
 // Not a scheduler: it never reorders a plan, it only says why one is wrong.
 //
-//   Status ok = ValidatePlan(plan);  // ok.message(): first line, then the grid
+//   Status ok = ValidatePlan(plan);  // message(): one line; detail(): the grid
 #pragma once
 
 #include <string>
@@ -18,8 +18,9 @@ namespace stateflow::schedule {
 
 // Ok, or an error naming the broken rule (or missing/duplicate/out-of-range
 // action, or deadlock), the stage, step (index in the stage's list),
-// microbatch and chunk, followed (after the first line) by the per-stage grid
-// with the bad step marked. The first line alone is a complete message.
+// microbatch and chunk, in one line (message()), with the per-stage grid and
+// the bad step marked as its detail() (printed as lines after it). The
+// message alone is complete.
 //
 // Checked in this order, the first failure reported:
 //   1. dimensions >= 1, microbatches * chunks <= kMaxUnitsPerStage, one list
@@ -32,8 +33,8 @@ namespace stateflow::schedule {
 //      its cross-stage dependency (rules 1 and 4, which the executors enforce
 //      by waiting). A deadlock is always a pair of neighbouring stages r and
 //      r + 1, r waiting for a backward of r + 1 (rule 4) and r + 1 for a
-//      forward of r (rule 1); the first line names both, later lines the
-//      stages blocked behind them.
+//      forward of r (rule 1); the message names both, the detail's first
+//      lines the stages blocked behind them.
 // Big plans show only a window of +-8 steps and stages around the bad step.
 // Time O(total actions), extra memory 4 bytes per action: P = 64, M = 512,
 // N = 128 (8.4 million actions) takes well under a second.

@@ -227,6 +227,9 @@ int CalibrateCommand(int argc, char** argv) {
     std::cout << desc << "\n" << kExamples;
     return kExitOk;
   }
+  // Before the fit (issue 31): a preset path that cannot be written is
+  // refused before any work.
+  if (Status s = CheckOutputPath("--out", out_path); !s.ok()) return Fail(kName, s);
   Result<pb::CalibrationReport> report = Run(flags, runs_path, fit_list, out_path, dtype);
   if (!report.ok()) return Fail(kName, report.status());
   std::cout << (vm.count("json") ? MessageToJson(*report) : FormatReport(*report));

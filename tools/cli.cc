@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +53,14 @@ int Fail(const std::string& command, const Status& status) {
   // Echoed input (a name, a value, a path) may hold newlines or escape
   // sequences: the line stays one printable line.
   std::cerr << "stateflow " << command << ": " << Printable(status.message()) << "\n";
+  // The detail's lines (a plan's grid) are the program's own: printed as
+  // lines indented by two spaces, each escaped like the message.
+  std::size_t begin = 0;
+  while (!status.detail().empty() && begin <= status.detail().size()) {
+    const std::size_t end = std::min(status.detail().find('\n', begin), status.detail().size());
+    std::cerr << "  " << Printable(status.detail().substr(begin, end - begin)) << "\n";
+    begin = end + 1;
+  }
   return status.code() == Status::Code::kInvalidInput ? kExitBadInput : kExitFailure;
 }
 
@@ -90,6 +99,24 @@ Status CheckOutputPath(const std::string& flag, const std::string& path) {
                            " is not a writable directory)");
   }
   return Status::Ok();
+}
+
+Status CheckPictureFormat(const std::string& flag, const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  const std::size_t slash = path.rfind('/');
+  const std::size_t dot = path.rfind('.');
+  std::string ext = dot == std::string::npos || (slash != std::string::npos && dot < slash)
+                        ? ""
+                        : path.substr(dot + 1);
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::string list;
+  for (const char* format : kPictureFormats) {
+    if (ext == format) return Status::Ok();
+    list += (list.empty() ? "." : ", .") + std::string(format);
+  }
+  return Status::Invalid(flag + " " + path + ": unknown picture format '." + ext + "' (use " +
+                         list + ")");
 }
 
 Status CheckProgram(const std::string& flag, const std::string& program) {

@@ -37,8 +37,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 
-// Prints "stateflow <command>: <message>" to stderr and returns the exit code
-// for the status.
+// Prints "stateflow <command>: <message>" to stderr, then the status's
+// detail lines (a plan's grid) indented by two spaces, and returns the exit
+// code for the status. Every line passes through Printable.
 int Fail(const std::string& command, const Status& status);
 
 // Flushes standard output and checks that everything written to it arrived
@@ -59,6 +60,15 @@ int CheckedExit(const std::string& command, int code);
 // (/dev/full) still passes and fails at the write (kResource, exit 1).
 // An empty `path` (flag not given) is fine.
 Status CheckOutputPath(const std::string& flag, const std::string& path);
+
+// The picture formats the plotter (plots/stateflow_plots.py, _FORMATS)
+// writes, by the path's extension.
+inline constexpr const char* kPictureFormats[] = {"png", "svg", "pdf"};
+
+// Ok for an empty path or one whose extension is a picture format; else
+// "FLAG PATH: unknown picture format '.EXT' (use .png, .svg, .pdf)", so that
+// a figure that cannot be drawn is refused before the work it shows.
+Status CheckPictureFormat(const std::string& flag, const std::string& path);
 
 // The program given to --mpirun: a path to an executable file, or a name
 // found as one in PATH. Error (kInvalidInput): neither.

@@ -256,6 +256,7 @@ int ValidateCommand(int argc, char** argv) {
                                    {"--plot", flags.plot_path}}) {
     if (Status s = CheckOutputPath(flag, path); !s.ok()) return Fail(kName, s);
   }
+  if (Status s = CheckPictureFormat("--plot", flags.plot_path); !s.ok()) return Fail(kName, s);
   if (vm.count("mpirun")) {
     if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kName, s);
   }

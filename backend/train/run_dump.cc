@@ -2,13 +2,16 @@
 // are not there), then the JSON index beside it.
 #include "backend/train/run_dump.h"
 
+#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <bit>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <type_traits>
+
+#include "common/files.h"
 
 namespace stateflow::backend {
 namespace {
@@ -34,16 +37,14 @@ std::string JsonShape(const std::vector<std::int64_t>& shape) {
 // Appends tensors to the binary file and their entries to the index.
 class DumpWriter {
  public:
-  explicit DumpWriter(const std::string& path) : path_(path), out_(path, std::ios::binary) {}
-  bool is_open() const { return static_cast<bool>(out_); }
 
   void Add(const std::string& name, const char* dtype, const std::vector<std::int64_t>& shape,
            const void* data, std::int64_t bytes) {
     static const char kZeros[8] = {};
     const std::int64_t pad = (8 - offset_ % 8) % 8;
-    out_.write(kZeros, pad);
+    bytes_.append(kZeros, static_cast<std::size_t>(pad));
     offset_ += pad;
-    out_.write(static_cast<const char*>(data), bytes);
+    bytes_.append(static_cast<const char*>(data), static_cast<std::size_t>(bytes));
     entries_ += std::string(entries_.empty() ? "\n" : ",\n") + "    {\"name\": \"" + name +
                 "\", \"dtype\": \"" + dtype + "\", \"shape\": " + JsonShape(shape) +
                 ", \"offset\": " + std::to_string(offset_) +
@@ -51,16 +52,11 @@ class DumpWriter {
     offset_ += bytes;
   }
 
-  Status Close() {
-    out_.close();
-    if (!out_) return Status::Invalid("run dump " + path_ + ": write failed");
-    return Status::Ok();
-  }
+  const std::string& bytes() const { return bytes_; }
   const std::string& entries() const { return entries_; }
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  std::string bytes_;  // the binary file's contents
   std::int64_t offset_ = 0;
   std::string entries_;  // the "tensors" list's items
 };
@@ -85,8 +81,7 @@ Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
                                  : std::is_same_v<T, float> ? "float32"
                                                             : "float64";
   const TrainSetup& setup = trainer.setup();
-  DumpWriter writer(path);
-  if (!writer.is_open()) return Status::Invalid("run dump " + path + ": cannot open file");
+  DumpWriter writer;
   for (int local = 0; local < trainer.num_local_stages(); ++local) {
     for (const ParamRef<T>& p : trainer.module(local).Parameters()) {
       const std::vector<T> host = p.value->ToHost();
@@ -102,7 +97,9 @@ Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
                {batch.microbatches * batch.microbatch_size, batch.seq_len + 1}, batch.tokens.data(),
                static_cast<std::int64_t>(batch.tokens.size() * sizeof(std::int32_t)));
   }
-  SF_RETURN_IF_ERROR(writer.Close());
+  // Checked writes (common/files.h): a full disk is exit 1 with the
+  // system's reason, like every other file the project writes.
+  SF_RETURN_IF_ERROR(WriteFile(path, writer.bytes()));
 
   std::string constants_json;
   for (const auto& [name, value] : constants) {
@@ -110,8 +107,7 @@ Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
                       JsonNumber(value);
   }
   const AdamWOptions& a = options.adamw;
-  std::ofstream index(path + ".json");
-  if (!index) return Status::Invalid("run dump " + path + ".json: cannot open file");
+  std::ostringstream index;
   index << "{\n  \"format\": \"stateflow-run-dump 1\",\n"
         << "  \"dtype\": \"" << kDtype << "\",\n"
         << "  \"seed\": " << options.seed << ",\n"
@@ -126,8 +122,13 @@ Status WriteRunDump(const std::string& path, Trainer<T>& trainer,
         << "  \"constants\": {" << constants_json << "},\n"
         << "  \"model\": " << ModelJson(setup.model) << ",\n"
         << "  \"tensors\": [" << writer.entries() << "\n  ]\n}\n";
-  index.close();
-  if (!index) return Status::Invalid("run dump " + path + ".json: write failed");
+  // Read back before it is written: the index is JSON that names the
+  // binary's bytes exactly (issue 31: written files mean what they say).
+  google::protobuf::Struct parsed;
+  if (!google::protobuf::util::JsonStringToMessage(index.str(), &parsed).ok()) {
+    return Status::Internal("run dump " + path + ".json: the index does not parse as JSON");
+  }
+  SF_RETURN_IF_ERROR(WriteFile(path + ".json", index.str()));
   return Status::Ok();
 }
 

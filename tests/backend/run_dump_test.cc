@@ -106,5 +106,22 @@ TEST(RunDump, UnwritablePathNamesTheFile) {
   EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
 }
 
+// A write that fails after the open (a full disk) is a resource error with
+// the system's reason, as for every file the project writes (before issue
+// 31 an unchecked stream made it an input error with no reason: exit 2).
+TEST(RunDump, AFullDiskIsAResourceErrorWithTheSystemsReason) {
+  const TrainSetup setup = ToySetup({});
+  const TextData text = *TextData::Load(kDefaultTextPath);
+  auto trainer = Take(Trainer<double>::Make(setup, TrainOptions{}, text,
+                                            ToyFactory<double>(setup, 5),
+                                            Take(MakeSingleProcessTransport<double>(1))));
+  const Status s = WriteRunDump<double>("/dev/full", *trainer, TrainOptions{}, text, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kResource) << s.message();
+  EXPECT_NE(s.message().find("/dev/full: write failed: No space left on device"),
+            std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace stateflow::backend::testing

@@ -454,6 +454,44 @@ TEST(ReliabilityCli, OutputPathsAreCheckedBeforeTheWork) {
   ExpectBadInput(Stateflow("profile --out /"), "--out /: a directory");
   ExpectBadInput(Stateflow("validate --costs-out /nonexistent-dir/c"), "--costs-out");
   ExpectBadInput(Stateflow("validate --plot /"), "--plot /: a directory");
+  // Issue 31: the picture's format and calibrate's preset path before the
+  // runs and the fit (before, `--plot x.txt` failed after every run).
+  ExpectBadInput(Stateflow("validate --plot " + stateflow::testing::TempPath("fig.txt")),
+                 "fig.txt: unknown picture format '.txt' (use .png, .svg, .pdf)");
+  ExpectBadInput(Stateflow("validate --plot " + stateflow::testing::TempPath("fig")),
+                 "fig: unknown picture format '.' (use .png, .svg, .pdf)");
+  ExpectBadInput(Stateflow("calibrate --runs /nonexistent-dir/runs.csv --out /nonexistent-dir/p"),
+                 "--out /nonexistent-dir/p: cannot be created");
+  // The formats are the plotter's own.
+  const std::string plots =
+      stateflow::testing::Slurp(std::string(SF_SOURCE_DIR) + "/plots/stateflow_plots.py");
+  EXPECT_NE(plots.find("_FORMATS = (\"png\", \"svg\", \"pdf\")"), std::string::npos);
+}
+
+// A plan that breaks a rule is one error line, then the plan's grid around
+// the bad step as lines indented by two spaces (before issue 31 the grid
+// arrived inside the line as literal "\n"s).
+TEST(ReliabilityCli, APlansGridIsPrintedAsLines) {
+  const std::string plan = stateflow::testing::TempPath("reliability-grid-plan.txt");
+  ASSERT_EQ(Stateflow("plan-dump -P 2 -M 2 -N 2 -o " + plan).exit_code, 0);
+  std::string text = stateflow::testing::Slurp(plan);
+  const std::size_t at = text.find("stage 0: 0F0.0 0F0.1");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 20, "stage 0: 0F0.1 0F0.0");
+  const std::string bad = WriteTemp("reliability-grid-bad.txt", text);
+  const CliRun run = Stateflow("simulate -P 2 -M 2 -N 2 --plan " + bad);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err.find("\\n"), std::string::npos) << run.err;
+  std::vector<std::string> lines;
+  std::istringstream in(run.err);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u) << run.err;  // the error, the steps, two stages
+  EXPECT_NE(lines[0].find("stage 0 step 0: 0F0.1 runs before 0F0.0 (step 1), breaking rule 2"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(lines[1].rfind("  step ", 0), 0u) << run.err;
+  EXPECT_EQ(lines[2].rfind("  stage 0 [0F0.1] 0F0.0", 0), 0u) << run.err;
+  EXPECT_EQ(lines[3].rfind("  stage 1  1F0.0", 0), 0u) << run.err;
 }
 
 // A program flag that names no program is bad input (exit 2), not "cannot
