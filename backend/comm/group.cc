@@ -7,7 +7,7 @@ class SoloGroup final : public Group {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  Status Agree(const Status& local) override { return local; }
+  Result<Agreement> AgreeOrFail(const Status& local) override { return Agreement{local}; }
   Result<double> Broadcast(double value, int root) override {
     if (root != 0) return Status::Internal("broadcast from rank " + std::to_string(root) +
                                            " in a group of one");

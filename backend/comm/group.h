@@ -28,7 +28,17 @@ class Group {
   // Every rank passes its own status and gets back the status of the lowest
   // failing rank (its code and message), or Ok if none failed. So that every
   // rank stops together after a failure that only some of them saw.
-  virtual Status Agree(const Status& local) = 0;
+  // An error of the Result is the agreement itself failing on this rank (the
+  // watchdog, MPI): no other rank need know it.
+  struct Agreement {
+    Status status;  // every rank's: Ok, or the lowest failing rank's
+  };
+  virtual Result<Agreement> AgreeOrFail(const Status& local) = 0;
+  // AgreeOrFail's agreed status, or its own failure.
+  Status Agree(const Status& local) {
+    Result<Agreement> agreed = AgreeOrFail(local);
+    return agreed.ok() ? agreed->status : agreed.status();
+  }
 
   // Every rank gets `value` as passed by `root`. REQUIRES: 0 <= root < size().
   virtual Result<double> Broadcast(double value, int root) = 0;

@@ -33,12 +33,12 @@ class MpiGroup final : public Group {
            " ranks";
   }
 
-  Status Agree(const Status& local) override {
+  Result<Agreement> AgreeOrFail(const Status& local) override {
     int mine = local.ok() ? size_ : rank_;
     int first = size_;
     SF_MPI_COLLECTIVE("the end-of-step agreement",
                       MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &sf_request_));
-    if (first == size_) return Status::Ok();
+    if (first == size_) return Agreement{Status::Ok()};
     // The first failing rank tells the others its code and message.
     int header[2] = {static_cast<int>(local.code()), static_cast<int>(local.message().size())};
     SF_MPI_COLLECTIVE("the error broadcast",
@@ -47,9 +47,9 @@ class MpiGroup final : public Group {
     SF_MPI_COLLECTIVE("the error broadcast", MPI_Ibcast(message.data(), header[1], MPI_CHAR, first,
                                                        MPI_COMM_WORLD, &sf_request_));
     switch (static_cast<Status::Code>(header[0])) {
-      case Status::Code::kInvalidInput: return Status::Invalid(message);
-      case Status::Code::kResource: return Status::Resource(message);
-      default: return Status::Internal(message);
+      case Status::Code::kInvalidInput: return Agreement{Status::Invalid(message)};
+      case Status::Code::kResource: return Agreement{Status::Resource(message)};
+      default: return Agreement{Status::Internal(message)};
     }
   }
 

@@ -22,6 +22,10 @@
 //   prints its one line and exits (exit code 1) by itself: MPI_Abort would
 //   wait for the stopped launcher, so nothing else could end it.
 //
+// A wait spins for its first 50 ms, then backs off (sleeps of 0.1 ms, 1 ms
+// after 200 ms), so that a rank waiting on a stalled peer or a long bubble
+// does not hold a core (before issue 31: all of one).
+//
 // Internal to backend/comm/ (it includes <mpi.h>); the setting is in mpi.h.
 //
 //   SF_RETURN_IF_ERROR(WaitWithWatchdog(&request, &status, "stage 0: the activation of 1F0.2 from stage 1"));

@@ -204,7 +204,7 @@ std::vector<std::string> MpirunArgv(const std::string& mpirun, int ranks,
                                     const std::vector<std::string>& program) {
   const unsigned threads = std::thread::hardware_concurrency();
   const bool bind = threads > 0 && static_cast<unsigned>(ranks) <= threads;
-  std::vector<std::string> argv = {mpirun, "--oversubscribe", "--bind-to",
+  std::vector<std::string> argv = {mpirun, "--quiet", "--oversubscribe", "--bind-to",
                                    bind ? "hwthread" : "none"};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   argv.insert(argv.end(), {"-n", std::to_string(ranks)});

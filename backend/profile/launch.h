@@ -54,8 +54,10 @@ std::string InterruptName(int signal);
 // The path of the running executable (/proc/self/exe), or "" if unknown.
 std::string SelfExecutable();
 
-// `<mpirun> --oversubscribe --bind-to hwthread|none [--allow-run-as-root]
-// -n <ranks> <program...>`; --allow-run-as-root only when this process runs
+// `<mpirun> --quiet --oversubscribe --bind-to hwthread|none
+// [--allow-run-as-root] -n <ranks> <program...>`; --quiet so that a failed
+// rank's one line is all its stderr holds (Open MPI's frames about non-zero
+// exits left out), --allow-run-as-root only when this process runs
 // as root (Open MPI refuses root otherwise), --oversubscribe so that P ranks
 // start on fewer cores. Each rank is bound to its own hardware thread when
 // there are enough (std::thread::hardware_concurrency), so that a rank keeps

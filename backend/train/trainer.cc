@@ -357,7 +357,7 @@ CheckpointKey Trainer<T>::checkpoint_key() const {
 }
 
 template <typename T>
-Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step) {
+Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step, bool* on_every_rank) {
   const CheckpointKey key = checkpoint_key();
   Status written = Status::Ok();
   for (std::unique_ptr<LocalStage>& local : stages_) {
@@ -365,9 +365,16 @@ Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step) {
     written = WriteStageCheckpoint<T>(dir, key, local->stage, setup_.stage_layers[local->stage],
                                       step, *local->optimizer);
   }
-  SF_RETURN_IF_ERROR(group_->Agree(written));
-  SF_RETURN_IF_ERROR(group_->Agree(rank() == 0 ? WriteCheckpointManifest(dir, key, step)
-                                               : Status::Ok()));
+  if (on_every_rank != nullptr) *on_every_rank = false;  // until agreed
+  SF_ASSIGN_OR_RETURN(Group::Agreement stages, group_->AgreeOrFail(written));
+  if (on_every_rank != nullptr) *on_every_rank = true;
+  SF_RETURN_IF_ERROR(stages.status);
+  if (on_every_rank != nullptr) *on_every_rank = false;
+  SF_ASSIGN_OR_RETURN(Group::Agreement manifest,
+                      group_->AgreeOrFail(rank() == 0 ? WriteCheckpointManifest(dir, key, step)
+                                                      : Status::Ok()));
+  if (on_every_rank != nullptr) *on_every_rank = true;
+  SF_RETURN_IF_ERROR(manifest.status);
   for (std::unique_ptr<LocalStage>& local : stages_) {
     RemoveStaleStageCheckpoints(dir, local->stage, step);
   }
@@ -426,13 +433,18 @@ TrainRun Train(Trainer<T>& trainer, int steps,
     const int done = k + 1;
     if (!loop.checkpoint_dir.empty() &&
         (done % std::max(1, loop.checkpoint_every) == 0 || done == steps)) {
-      if (Status saved = trainer.SaveCheckpoint(loop.checkpoint_dir, done); !saved.ok()) {
+      bool agreed = false;
+      if (Status saved = trainer.SaveCheckpoint(loop.checkpoint_dir, done, &agreed);
+          !saved.ok()) {
         run.status = saved.WithPrefix("step " + std::to_string(k) + ": checkpoint");
-        // A write failure is agreed by every rank, but the agreement itself
-        // can fail on one rank alone (the watchdog, a stopped peer): that
-        // rank must end the job, or it waits for the stopped peer in
-        // MPI_Finalize forever (found by scripts/fault-drills.sh).
-        run.on_every_rank = trainer.num_ranks() == 1;
+        // A write failure (a full disk) is agreed by every rank: each returns
+        // it and rank 0 alone prints it (before issue 31 every rank printed
+        // it and ended the job through MPI_Abort, with Open MPI's lines
+        // after it). The agreement itself can fail on one rank alone (the
+        // watchdog, a stopped peer): that rank must end the job, or it
+        // waits for the stopped peer in MPI_Finalize forever (found by
+        // scripts/fault-drills.sh).
+        run.on_every_rank = trainer.num_ranks() == 1 || agreed;
         return run;
       }
     }

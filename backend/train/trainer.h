@@ -112,8 +112,10 @@ class Trainer {
   // Writes a checkpoint of every stage after `step` steps into `dir`
   // (checkpoint.h): each rank its stages' files, then, once every rank has,
   // rank 0 the manifest, then each rank removes its older files. Collective;
-  // an error on any rank is returned on every rank.
-  Status SaveCheckpoint(const std::string& dir, int step);
+  // an error on any rank (a full disk) is returned on every rank, and
+  // `*on_every_rank` (when given) says so; false when an agreement itself
+  // failed on this rank alone (the watchdog: a stopped peer).
+  Status SaveCheckpoint(const std::string& dir, int step, bool* on_every_rank = nullptr);
   // Loads the checkpoint in `dir` into every local stage and returns its
   // step (the next step to run). Collective; errors (a missing, corrupt or
   // mismatched checkpoint, naming the file and the field) on every rank.
