@@ -37,6 +37,7 @@
 #include "sim/simulation.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
+#include "tools/work_bounds.h"
 
 namespace stateflow::tools {
 namespace {
@@ -173,16 +174,45 @@ Result<schedule::Plan> LoadPlan(const std::string& path) {
   return schedule::ParsePlanText(text, path);
 }
 
+// The host's memory beside the tensors, in bytes, or an error if it alone
+// exceeds this machine's memory.
+Result<double> CheckHostMemory(const scenario::ResolvedScenario& resolved, int ranks_on_node,
+                               bool mpi) {
+  // The host's bookkeeping beside the tensors grows with the plan (issue 31:
+  // before, -M inside its range grew it until std::bad_alloc): per process,
+  // kTrainHostBytesPerAction for each of the plan's 2 P M N actions, and the
+  // step's token batch (M B (T + 1) ids, held twice). Checked before the
+  // plan is built and simulated: they are that plan's work.
+  const PlanEstimate e = EstimateLargestPlan(resolved.proto(), nullptr);
+  const double physical = static_cast<double>(backend::PhysicalMemoryBytes());
+  const double batch_bytes = 2.0 * 4.0 * static_cast<double>(e.microbatches) *
+                             static_cast<double>(resolved.proto().parallel().microbatch_size()) *
+                             (static_cast<double>(resolved.proto().seq_len()) + 1);
+  const double processes =
+      mpi ? static_cast<double>(std::min<std::int64_t>(e.stages, std::max(1, ranks_on_node))) : 1.0;
+  const double host =
+      processes * (static_cast<double>(e.actions) * kTrainHostBytesPerAction + batch_bytes);
+  if (host > physical) {
+    return Status::Invalid("the run's plan of 2 P M N = " + Count(e.actions) +
+                           " actions (1 KiB of the host's memory each, in each process) and its "
+                           "token batch need about " + FormatBytes(host) +
+                           ", more than this machine's " + FormatBytes(physical) +
+                           " of memory (lower -M, -N, -B or -T)");
+  }
+  return host;
+}
+
 // The memory the run's tensors need, checked before the first one exists:
 // the memory model's peak of every stage in the run's dtype (the backend's
 // tracking allocator holds exactly those bytes, ARCHITECTURE.md invariant 3)
 // against --capacity-bytes, stage by stage, and against this machine's
-// memory: in one process the sum over every stage; under mpirun the sum of
+// memory, with `host` (CheckHostMemory) beside them: in one process the sum over every stage; under mpirun the sum of
 // the `ranks_on_node` largest stages (whichever ranks share this node).
 // Before it, `train --model gdn-3b` (47 GiB) grew for as long as it was
 // let run, and `-B 65536` passed 14 GB within a minute.
 Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule::Plan* plan,
-                      const TrainOptions& options, int ranks_on_node, bool mpi) {
+                      const TrainOptions& options, int ranks_on_node, bool mpi, double host) {
+  const double physical = static_cast<double>(backend::PhysicalMemoryBytes());
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario run,
                       scenario::ForBackendRun(resolved, options.dtype, options.device));
   SF_ASSIGN_OR_RETURN(sim::Simulation sim,
@@ -203,13 +233,13 @@ Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule
                                : peaks.size();
   double needed = 0;
   for (std::size_t k = 0; k < here; ++k) needed += peaks[k];
-  const double physical = static_cast<double>(backend::PhysicalMemoryBytes());
-  if (needed > physical) {
+  if (needed + host > physical) {
     return Status::Invalid(
         std::string("the run's tensors need about ") + FormatBytes(needed) + " (" +
         options.dtype + ", " +
         (mpi ? std::to_string(here) + " of the stages on this node" : "every stage in this process") +
-        ": the memory model's peaks), more than this machine's " + FormatBytes(physical) +
+        ": the memory model's peaks) and the host's bookkeeping " + FormatBytes(host) +
+        ", more than this machine's " + FormatBytes(physical) +
         " of memory (lower -B, -M, -T or the model)");
   }
   return Status::Ok();
@@ -257,12 +287,14 @@ Result<Prepared> Prepare(TrainFlags flags, int ranks_on_node, bool mpi) {
                       LoadResolvedScenario(flags.scenario, scenario::TinyTrainScenarioText(),
                                            "<tiny-train scenario>"));
   SF_ASSIGN_OR_RETURN(p.options, ResolveOptions(resolved.proto(), flags));
+  SF_ASSIGN_OR_RETURN(const double host, CheckHostMemory(resolved, ranks_on_node, mpi));
   Result<TrainSetup> setup = backend::MakeTrainSetup(resolved, plan ? &*plan : nullptr);
   if (!setup.ok()) {
     return plan ? setup.status().WithPrefix(flags.plan_path) : setup.status();
   }
   p.setup = std::move(setup).value();
-  SF_RETURN_IF_ERROR(CheckRunMemory(resolved, plan ? &*plan : nullptr, p.options, ranks_on_node, mpi));
+  SF_RETURN_IF_ERROR(
+      CheckRunMemory(resolved, plan ? &*plan : nullptr, p.options, ranks_on_node, mpi, host));
   SF_ASSIGN_OR_RETURN(p.text, backend::TextData::Load(p.options.text_path));
   return p;
 }

@@ -16,15 +16,6 @@ double MachineMemoryBytes() {
   return pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * page_bytes : 0;
 }
 
-// 1280000000 as "1,280,000,000".
-std::string Count(std::int64_t v) {
-  std::string digits = std::to_string(v), out;
-  for (std::size_t k = 0; k < digits.size(); ++k) {
-    if (k > 0 && (digits.size() - k) % 3 == 0) out += ',';
-    out += digits[k];
-  }
-  return out;
-}
 
 std::string GiB(double bytes) {
   char buf[64];
@@ -33,6 +24,15 @@ std::string GiB(double bytes) {
 }
 
 }  // namespace
+
+std::string Count(std::int64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (std::size_t k = 0; k < digits.size(); ++k) {
+    if (k > 0 && (digits.size() - k) % 3 == 0) out += ',';
+    out += digits[k];
+  }
+  return out;
+}
 
 PlanEstimate EstimateLargestPlan(const pb::Scenario& scenario, const pb::SweepSpec* sweep) {
   const pb::ParallelSpec& par = scenario.parallel();

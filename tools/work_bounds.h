@@ -33,6 +33,16 @@ inline constexpr double kSimBaseBytes = 64.0 * (1 << 20);
 // Runs in one calibration's CSV: each is a scenario held for the whole fit
 // (a few KiB), and every evaluation simulates them all.
 inline constexpr std::size_t kMaxCalibrationRuns = 10'000;
+// `stateflow train`'s host memory outside the tensors the memory model
+// counts, per action of its plan in each process: the step's per-action
+// records (the stages' timelines, gathered for the report) and the plan.
+// Measured (docs/reliability.md, "Bounded work"): 672 bytes per action in
+// one process (gdn-tiny, P = 2, N = 4, M = 2000 to 6000), 480 on rank 0
+// under mpirun; this bound keeps a margin above both.
+inline constexpr double kTrainHostBytesPerAction = 1024;
+
+// 1280000000 as "1,280,000,000".
+std::string Count(std::int64_t v);
 
 struct PlanEstimate {
   std::int64_t stages = 1, microbatches = 1, chunks = 1;  // of the largest plan

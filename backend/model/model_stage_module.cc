@@ -115,8 +115,11 @@ class ModelStageModule final : public StageModule<T> {
  private:
   // One microbatch's progress and its chunks' head tensors (the blocks keep
   // their own: sequence_layer.h).
+  // `head` exists from F(a, 0) to B(a, 0) (issue 31: a few bytes per
+  // microbatch outside that, so host memory follows the microbatches in
+  // flight, not M).
   struct MicrobatchContext {
-    std::vector<HeadSaved<T>> head;  // (N) on the last stage
+    std::vector<HeadSaved<T>> head;  // (N) on the last stage, while in flight
     int next_forward = 0;            // chunks [0, next_forward) ran F
     int next_backward = 0;           // the only chunk B may run next
   };
@@ -209,10 +212,7 @@ Status ModelStageModule<T>::BeginStep(const Batch* batch,
   step_failed_ = false;
   mb_.clear();
   mb_.resize(M);
-  for (MicrobatchContext& m : mb_) {
-    m.head.resize(is_last() ? partition->num_chunks() : 0);
-    m.next_backward = partition->num_chunks() - 1;
-  }
+  for (MicrobatchContext& m : mb_) m.next_backward = partition->num_chunks() - 1;
   for (auto& b : blocks_) b->BeginStep(M, options_.microbatch_size, partition);
   return Status::Ok();
 }
@@ -330,6 +330,7 @@ Status ModelStageModule<T>::RunForward(Tensor<T>* out, int a, int i,
     double loss_sum = 0.0;
     SF_ASSIGN_OR_RETURN(DeviceIds targets, DeviceIds::Make(alloc_->memory(),
                                                            ChunkTokens(a, i, /*targets=*/true)));
+    if (i == 0) mb_[a].head.resize(partition_->num_chunks());
     SF_RETURN_IF_ERROR(head_[0].Forward(&loss_sum, &mb_[a].head[i], *cur, targets.data()));
     loss_ += loss_scale_ * loss_sum;
     return Status::Ok();
@@ -365,6 +366,7 @@ Status ModelStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
     SF_ASSIGN_OR_RETURN(DeviceIds targets, DeviceIds::Make(alloc_->memory(),
                                                            ChunkTokens(a, i, /*targets=*/true)));
     SF_RETURN_IF_ERROR(head_[0].Backward(&d, &mb_[a].head[i], targets.data(), loss_scale_));
+    if (i == 0) std::vector<HeadSaved<T>>().swap(mb_[a].head);  // its last backward
     cur = &d;
   }
   for (std::size_t b = blocks_.size(); b-- > 0;) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -36,30 +37,29 @@ class RecurrentSequenceLayer final : public SequenceLayer<T> {
 
   void BeginStep(int microbatches, std::int64_t batch,
                  const schedule::Partition* partition) override {
+    (void)microbatches;  // a microbatch's slots exist from F(a, 0) to B(a, 0)
     batch_ = batch;
     partition_ = partition;
     mb_.clear();
-    mb_.resize(microbatches);
-    for (Microbatch& m : mb_) {
-      m.saved.resize(partition->num_chunks());
-      m.states_in.resize(partition->num_chunks());
-    }
   }
 
   Status StartSequence(int a) override {
-    SF_ASSIGN_OR_RETURN(mb_[a].states_in[0], State::Zeros(*alloc_, layer_.dims(), batch_,
-                                                          BufferClass::kBoundaryStates));
+    Microbatch& m = mb_[a];
+    m.saved.resize(partition_->num_chunks());
+    m.states_in.resize(partition_->num_chunks());
+    SF_ASSIGN_OR_RETURN(m.states_in[0], State::Zeros(*alloc_, layer_.dims(), batch_,
+                                                     BufferClass::kBoundaryStates));
     return Status::Ok();
   }
 
   Status Forward(Tensor<T>* y, int a, int i, const Tensor<T>& x) override {
-    Microbatch& m = mb_[a];
+    Microbatch& m = mb_.at(a);
     State* state_out = i + 1 < partition_->num_chunks() ? &m.states_in[i + 1] : nullptr;
     return layer_.Forward(y, state_out, &m.saved[i], x, batch_, m.states_in[i], recompute_);
   }
 
   Status Backward(Tensor<T>* dx, int a, int i, const Tensor<T>& dy) override {
-    Microbatch& m = mb_[a];
+    Microbatch& m = mb_.at(a);
     const State* dstate_out = i + 1 < partition_->num_chunks() ? &m.dstate : nullptr;
     State dstate_in;
     SF_RETURN_IF_ERROR(layer_.Backward(dx, i > 0 ? &dstate_in : nullptr, &m.saved[i], dy, batch_,
@@ -68,7 +68,13 @@ class RecurrentSequenceLayer final : public SequenceLayer<T> {
     return Status::Ok();
   }
 
-  void FinishBackward(int a, int i) override { mb_[a].states_in[i] = State{}; }
+  void FinishBackward(int a, int i) override {
+    if (i == 0) {
+      mb_.erase(a);  // its last backward: every tensor of it is freed already
+    } else {
+      mb_.at(a).states_in[i] = State{};
+    }
+  }
 
  private:
   struct Microbatch {
@@ -82,7 +88,9 @@ class RecurrentSequenceLayer final : public SequenceLayer<T> {
   models::Recompute recompute_;
   std::int64_t batch_ = 1;
   const schedule::Partition* partition_ = nullptr;
-  std::vector<Microbatch> mb_;  // (M)
+  // The microbatches between F(a, 0) and B(a, 0) on this stage, so that the
+  // host memory follows the microbatches in flight, not M (issue 31).
+  std::unordered_map<int, Microbatch> mb_;
 };
 
 }  // namespace stateflow::backend

@@ -3,6 +3,7 @@
 // per microbatch, what its layer kind carries between chunks, and calls the
 // layer of backend/layers/ in the memory model's order.
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,17 +32,17 @@ class AttentionSequenceLayer final : public SequenceLayer<T> {
 
   void BeginStep(int microbatches, std::int64_t batch,
                  const schedule::Partition* partition) override {
+    (void)microbatches;  // a microbatch's slots exist from F(a, 0) to B(a, 0)
     batch_ = batch;
     partition_ = partition;
     mb_.clear();
-    mb_.resize(microbatches);
-    for (Microbatch& m : mb_) m.saved.resize(partition->num_chunks());
   }
 
   Status StartSequence(int) override { return Status::Ok(); }  // the buffer comes with the layer's turn
 
   Status Forward(Tensor<T>* y, int a, int i, const Tensor<T>& x) override {
-    Microbatch& m = mb_[a];
+    if (i == 0) mb_[a].saved.resize(partition_->num_chunks());
+    Microbatch& m = mb_.at(a);
     if (i == 0) {
       SF_ASSIGN_OR_RETURN(m.kv, KvBuffer<T>::Make(*alloc_, layer_.dims(), batch_,
                                                   partition_->seq_len()));
@@ -50,10 +51,10 @@ class AttentionSequenceLayer final : public SequenceLayer<T> {
   }
 
   Status Backward(Tensor<T>* dx, int a, int i, const Tensor<T>& dy) override {
-    Microbatch& m = mb_[a];
+    Microbatch& m = mb_.at(a);
     if (i == partition_->num_chunks() - 1) SF_RETURN_IF_ERROR(m.kv.MakeGrads(*alloc_));
     SF_RETURN_IF_ERROR(layer_.Backward(dx, &m.saved[i], dy, batch_, partition_->start(i), &m.kv));
-    if (i == 0) m.kv = KvBuffer<T>{};  // every chunk's backward has read it
+    if (i == 0) mb_.erase(a);  // every chunk's backward has read the K/V buffer: freed
     return Status::Ok();
   }
 
@@ -70,7 +71,9 @@ class AttentionSequenceLayer final : public SequenceLayer<T> {
   models::Recompute recompute_;
   std::int64_t batch_ = 1;
   const schedule::Partition* partition_ = nullptr;
-  std::vector<Microbatch> mb_;  // (M)
+  // The microbatches between F(a, 0) and B(a, 0) on this stage (issue 31:
+  // host memory follows the microbatches in flight, not M).
+  std::unordered_map<int, Microbatch> mb_;
 };
 
 }  // namespace

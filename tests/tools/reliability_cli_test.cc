@@ -423,6 +423,19 @@ std::vector<double> StagePeaks(const std::string& json) {
 TEST(ReliabilityCli, TrainRefusesARunThatCannotFitInMemory) {
   ExpectBadInput(Stateflow("train --steps 1 --model gdn-3b"), "more than this machine's");
   ExpectBadInput(Stateflow("train --steps 1 -B 1048576"), "more than this machine's");
+  // Issue 31: -M inside its range, the tensors small, but the host's
+  // bookkeeping (1 KiB per action of a 268,435,456-action plan, and the
+  // token batch: about 300 GiB) beyond the machine; before, such a run grew
+  // until std::bad_alloc. Refused before the memory model's simulation (on a
+  // machine of under 7 GiB the simulator's own estimate refuses it first).
+  const CliRun run = Stateflow("train --steps 1 -T 4096 -N 64 -M 1048576 --max-actions 1000000000");
+  ExpectBadInput(run, "more than this machine's");
+  if (run.err.find("simulating it needs") == std::string::npos) {
+    EXPECT_NE(run.err.find("the run's plan of 2 P M N = 268,435,456 actions (1 KiB of the host's "
+                           "memory each, in each process) and its token batch need about"),
+              std::string::npos)
+        << run.err;
+  }
 }
 
 // --capacity-bytes is checked against the memory model's peak of each stage
