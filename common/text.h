@@ -21,4 +21,9 @@ namespace stateflow {
 // included) and valid multi-byte UTF-8 characters stay as they are.
 std::string Printable(std::string_view text);
 
+// Whether `text` is well-formed UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, at most U+10FFFF); what protobuf's string fields must hold
+// for their JSON and binary forms.
+bool IsUtf8(std::string_view text);
+
 }  // namespace stateflow

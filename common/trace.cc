@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include "common/files.h"
 
@@ -93,7 +94,20 @@ std::string TraceWriter::ToJson() const {
 }
 
 Status TraceWriter::WriteFile(const std::string& path) const {
-  return stateflow::WriteFile(path, ToJson() + "\n").WithPrefix("trace");
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(trace_, &out, options).ok()) {
+    return Status::Internal("trace " + path + ": the trace does not print as JSON");
+  }
+  // Read back before it is written (issue 31: written files mean what they
+  // say): the JSON parses to the same trace.
+  pb::Trace back;
+  if (!google::protobuf::util::JsonStringToMessage(out, &back).ok() ||
+      !google::protobuf::util::MessageDifferencer::Equals(back, trace_)) {
+    return Status::Internal("trace " + path + ": the JSON does not read back as the trace");
+  }
+  return stateflow::WriteFile(path, out + "\n").WithPrefix("trace");
 }
 
 }  // namespace stateflow

@@ -164,7 +164,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
   }
   SF_ASSIGN_OR_RETURN(sim::Calibration c, sim::Calibrate(runs, options));
   pb::CalibrationReport& report = c.report;
-  report.set_runs_path(runs_path);
+  report.set_runs_path(IsUtf8(runs_path) ? runs_path : Printable(runs_path));  // JSON
   report.set_model(base.proto().model().name());
   report.set_cluster(flags.cluster_preset.empty() ? base.proto().cluster().name()
                                                   : flags.cluster_preset);
@@ -199,7 +199,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
                               "a valid cluster (" + back.message() + "); nothing written");
     }
     SF_RETURN_IF_ERROR(WriteFile(out_path, text));
-    report.set_preset_path(out_path);
+    report.set_preset_path(IsUtf8(out_path) ? out_path : Printable(out_path));  // JSON
   }
   return report;
 }

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include "common/files.h"
 #include "common/text.h"
 #include "models/limits.h"
@@ -194,6 +196,21 @@ Result<sim::CostTableIndex> LoadCostsFor(const std::string& path, const pb::Scen
   SF_RETURN_IF_ERROR(sim::CheckCostTableModel(
       table, scenario.model(), path, static_cast<int>(std::max(1u, scenario.parallel().microbatch_size()))));
   return sim::CostTableIndex::Make(table, path);
+}
+
+Status WriteCostTableFile(const std::string& path, const pb::CostTable& table) {
+  const std::string text = sim::CostTableText(table);
+  pb::CostTable back;
+  const Status parsed = scenario::ParseTextProto(text, path, &back);
+  if (!parsed.ok() || !google::protobuf::util::MessageDifferencer::Equals(back, table)) {
+    return Status::Internal(path + ": the cost table's text does not read back as the table" +
+                            (parsed.ok() ? std::string() : ": " + parsed.message()));
+  }
+  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(back, path);
+  if (!index.ok()) {
+    return Status::Internal("the cost table would not load: " + index.status().message());
+  }
+  return WriteFile(path, text);
 }
 
 Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) {

@@ -107,6 +107,13 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* flags);
 // simulator replays. Errors name the file.
 Result<sim::CostTableIndex> LoadCostsFor(const std::string& path, const pb::Scenario& scenario);
 
+// Writes `table` to `path` in text format (sim::CostTableText) after reading
+// the text back as --costs reads it: parsed (scenario::ParseTextProto),
+// equal to `table`, and indexed (sim::CostTableIndex::Make). A table that
+// would not load is kInternal, and nothing is written; else WriteFile's
+// errors.
+Status WriteCostTableFile(const std::string& path, const pb::CostTable& table);
+
 // Loads the scenario (the file, or the embedded default), applies the flag
 // overrides and resolves it. `policy` or `chunks`/`alpha` overrides apply to
 // the schedule under study; a `policy` override also drops the baselines.

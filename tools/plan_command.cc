@@ -5,12 +5,14 @@
 #include <string>
 
 #include "common/files.h"
+#include "common/text.h"
 #include "models/model.h"
 #include "scenario/configure.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
 #include "schedule/plan.h"
 #include "schedule/plan_text.h"
+#include "schedule/validator.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
 
@@ -75,11 +77,20 @@ int PlanDumpCommand(int argc, char** argv) {
   if (!config.ok()) return Fail(name, config.status());
   const schedule::Plan* plan = &config->plan;
   // The chunk boundaries, for the reader (the plan itself is order only).
-  std::string header = "# scenario " + resolved->proto().name() + ", seq_len " +
+  // The name passes through Printable: a newline in it cannot end the
+  // comment and become plan text (issue 31).
+  std::string header = "# scenario " + Printable(resolved->proto().name()) + ", seq_len " +
                        std::to_string(resolved->seq_len()) + "\n# chunk boundaries:";
   for (auto b : config->partition.boundaries()) header.append(" ").append(std::to_string(b));
   header += "\n";
   const std::string text = header + schedule::PlanToText(*plan);
+  // Read back as --plan reads it before it leaves (issue 31: written files
+  // mean what they say): parsed, valid, and the same plan.
+  Result<schedule::Plan> back = schedule::ParsePlanText(text, "<the plan written>");
+  if (!back.ok() || !schedule::ValidatePlan(*back).ok() || !(*back == *plan)) {
+    return Fail(name, Status::Internal("the plan's text does not read back as the plan" +
+                                       (back.ok() ? std::string() : ": " + back.status().message())));
+  }
   if (out_path.empty()) {
     std::cout << text;
     return kExitOk;

@@ -79,7 +79,7 @@ int Profile(const CommandFlags& flags) {
   Result<pb::CostTable> table = ProfileForConfigs(*scenario, *configs, flags.profile,
                                                   isatty(STDERR_FILENO) ? &std::cerr : nullptr);
   if (!table.ok()) return Fail(kName, table.status());
-  if (Status written = WriteFile(flags.out_path, sim::CostTableText(*table)); !written.ok()) {
+  if (Status written = WriteCostTableFile(flags.out_path, *table); !written.ok()) {
     return Fail(kName, written);
   }
   const double elapsed =

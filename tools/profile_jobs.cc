@@ -145,7 +145,7 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
   if (session.rank() != 0) return kExitOk;
   pb::CostTable table;
   for (const pb::LinkSample& s : *samples) *table.add_link_samples() = s;
-  if (Status written = WriteFile(out_path, sim::CostTableText(table)); !written.ok()) {
+  if (Status written = WriteCostTableFile(out_path, table); !written.ok()) {
     return Fail(kName, written);
   }
   return kExitOk;

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -248,8 +250,63 @@ std::string SweepCsv(const pb::SweepReport& r) {
   return out;
 }
 
+namespace {
+
+// The records of a CSV text (RFC 4180: fields quoted with ", "" inside
+// quotes, a quoted field may hold commas and newlines), or nullopt if a
+// quote is left open or stray.
+std::optional<std::vector<std::vector<std::string>>> CsvRecords(std::string_view text) {
+  std::vector<std::vector<std::string>> records;
+  std::vector<std::string> record;
+  std::string field;
+  bool quoted = false, was_quoted = false;
+  for (std::size_t k = 0; k < text.size(); ++k) {
+    const char c = text[k];
+    if (quoted) {
+      if (c != '"') {
+        field += c;
+      } else if (k + 1 < text.size() && text[k + 1] == '"') {
+        field += '"';
+        ++k;
+      } else {
+        quoted = false;
+      }
+    } else if (c == '"') {
+      if (!field.empty() || was_quoted) return std::nullopt;  // a quote inside a field
+      quoted = was_quoted = true;
+    } else if (c == ',' || c == '\n') {
+      record.push_back(std::move(field));
+      field.clear();
+      was_quoted = false;
+      if (c == '\n') records.push_back(std::move(record)), record.clear();
+    } else {
+      if (was_quoted) return std::nullopt;  // text after a closing quote
+      field += c;
+    }
+  }
+  if (quoted) return std::nullopt;
+  if (!field.empty() || !record.empty()) record.push_back(std::move(field)), records.push_back(std::move(record));
+  return records;
+}
+
+}  // namespace
+
 Status WriteSweepCsv(const pb::SweepReport& report, const std::string& path) {
-  return WriteFile(path, SweepCsv(report));
+  const std::string text = SweepCsv(report);
+  // Read back before it is written (issue 31: written files mean what they
+  // say): a header and one record per run, each as wide as the header, the
+  // echoed names (scenario, model, policy) as they are.
+  const auto records = CsvRecords(text);
+  bool same = records.has_value() && records->size() == 1 + static_cast<std::size_t>(report.runs_size());
+  for (std::size_t r = 0; same && r < records->size(); ++r) {
+    same = (*records)[r].size() == (*records)[0].size();
+    if (same && r > 0) {
+      same = (*records)[r][0] == report.scenario() && (*records)[r][1] == report.model() &&
+             (*records)[r][2] == report.runs(static_cast<int>(r - 1)).policy();
+    }
+  }
+  if (!same) return Status::Internal(path + ": the CSV does not read back as the sweep's runs");
+  return WriteFile(path, text);
 }
 
 std::string FormatSweepTable(const pb::SweepReport& r) {

@@ -109,7 +109,7 @@ pb::CostTable MergeProfiles(const std::vector<pb::CostTable>& tables) {
 
 Status WriteCostsOut(const pb::CostTable& table, const ValidateFlags& flags) {
   if (flags.costs_out.empty()) return Status::Ok();
-  return WriteFile(flags.costs_out, sim::CostTableText(table));
+  return WriteCostTableFile(flags.costs_out, table);
 }
 
 Result<Costs> LoadCosts(const pb::Scenario& scenario, const ValidateFlags& flags,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/files.h"
+#include "common/text.h"
 #include "common/hash.h"
 #include "schedule/plan_text.h"
 
@@ -43,8 +44,10 @@ std::string Hex(std::uint64_t v) {
 }
 
 // The key's lines, each "field value" with the field as the scenario names it.
+// The model's name passes through Printable: a newline in it cannot end its
+// line (issue 31); the model itself is compared by its hash.
 std::vector<std::pair<std::string, std::string>> KeyFields(const CheckpointKey& k) {
-  return {{"model.name", k.model},
+  return {{"model.name", Printable(k.model)},
           {"model.hash", Hex(k.model_hash)},
           {"parallel.pipeline_size", std::to_string(k.stages)},
           {"parallel.microbatches", std::to_string(k.microbatches)},
@@ -163,6 +166,11 @@ class Reader {
   bool Get(V* v) {
     return Raw(v, sizeof(V));
   }
+  bool Skip(std::size_t n) {
+    if (n > bytes_.size() - pos_) return false;
+    pos_ += n;
+    return true;
+  }
   bool at_end() const { return pos_ == bytes_.size(); }
 
  private:
@@ -253,10 +261,14 @@ std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
   return out;
 }
 
+namespace {
+
+// DecodeStageCheckpoint, and with `apply` false the same checks without
+// touching `opt` (the read-back of a file just written).
 template <typename T>
-Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
-                             const CheckpointKey& key, int stage,
-                             const models::StageLayers& layers, int step, AdamW<T>* opt) {
+Status DecodeInto(std::string_view bytes, const std::string& path, const CheckpointKey& key,
+                  int stage, const models::StageLayers& layers, int step, AdamW<T>* opt,
+                  bool apply) {
   std::uint64_t stored = 0;
   if (bytes.size() < sizeof(stored)) {
     return Status::Invalid(path + ": truncated checkpoint (" + std::to_string(bytes.size()) +
@@ -294,7 +306,12 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
                              params[k].name + " of " +
                              std::to_string(params[k].value->numel()));
     }
-    data[k].resize(static_cast<std::size_t>(3 * n));
+    const std::size_t values = static_cast<std::size_t>(3 * n);
+    if (!apply) {
+      if (!in.Skip(sizeof(M) * values)) return Status::Invalid(corrupt + params[k].name + ")");
+      continue;
+    }
+    data[k].resize(values);
     if (!in.Raw(data[k].data(), sizeof(M) * data[k].size())) {
       return Status::Invalid(corrupt + params[k].name + ")");
     }
@@ -303,6 +320,7 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
   if (!in.Get(&steps_taken) || !in.at_end() || steps_taken < 0 || steps_taken > (1 << 30)) {
     return Status::Invalid(path + ": corrupt checkpoint (optimizer step)");
   }
+  if (!apply) return Status::Ok();
   for (std::size_t k = 0; k < params.size(); ++k) {
     const std::size_t n = data[k].size() / 3;
     Tensor<M>* targets[] = {StoredWeights(*opt, k), &opt->first_moment(k),
@@ -316,20 +334,47 @@ Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
   return Status::Ok();
 }
 
+}  // namespace
+
+template <typename T>
+Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
+                             const CheckpointKey& key, int stage,
+                             const models::StageLayers& layers, int step, AdamW<T>* opt) {
+  return DecodeInto(bytes, path, key, stage, layers, step, opt, /*apply=*/true);
+}
+
 template <typename T>
 Status WriteStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
                             const models::StageLayers& layers, int step, AdamW<T>& opt) {
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return ReadErrno(dir + ": cannot make the checkpoint directory");
   }
-  return WriteFileDurably(StageCheckpointPath(dir, stage, step),
-                          EncodeStageCheckpoint(key, stage, layers, step, opt));
+  const std::string path = StageCheckpointPath(dir, stage, step);
+  const std::string bytes = EncodeStageCheckpoint(key, stage, layers, step, opt);
+  SF_RETURN_IF_ERROR(WriteFileDurably(path, bytes));
+  // Read back as --resume reads it (issue 31: written files mean what they
+  // say): the file holds these bytes, and they decode for this run.
+  SF_ASSIGN_OR_RETURN(std::string back, ReadFile(path, kMaxCheckpointBytes));
+  if (back != bytes) {
+    return Status::Resource(path + ": the file read back differs from what was written");
+  }
+  const Status decoded = DecodeInto(back, path, key, stage, layers, step, &opt, /*apply=*/false);
+  if (!decoded.ok()) return Status::Internal("checkpoint read back: " + decoded.message());
+  return Status::Ok();
 }
 
 Status WriteCheckpointManifest(const std::string& dir, const CheckpointKey& key, int step) {
   auto fields = KeyFields(key);
   fields.emplace_back("step", std::to_string(step));
-  return WriteFileDurably(CheckpointManifestPath(dir), Header(fields));
+  SF_RETURN_IF_ERROR(WriteFileDurably(CheckpointManifestPath(dir), Header(fields)));
+  // Read back as --resume reads it: the manifest names this step for this run.
+  Result<int> back = ReadCheckpointManifest(dir, key);
+  if (!back.ok() || *back != step) {
+    return Status::Internal(CheckpointManifestPath(dir) + ": the manifest does not read back" +
+                            (back.ok() ? " as step " + std::to_string(step)
+                                       : ": " + back.status().message()));
+  }
+  return Status::Ok();
 }
 
 Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key,

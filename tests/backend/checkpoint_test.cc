@@ -257,6 +257,27 @@ TEST(Checkpoint, EveryKeyFieldThatDiffersIsNamed) {
   }
 }
 
+// A model named with a newline (and a line that looks like a key field)
+// writes a manifest that reads back (issue 31): the name is escaped to one
+// line. Before, the rest of the name became a line of its own and every
+// resume of that run was refused as corrupt.
+TEST(Checkpoint, AModelNameWithANewlineReadsBack) {
+  CheckpointDir dir("newline");
+  CheckpointKey key = MakeCheckpointKey(CheckpointSetup(), TrainOptions{}, Text(), "float64");
+  key.model = "tiny\ntrain.seed 7\nend";
+  fs::create_directories(dir.path());
+  ASSERT_TRUE(WriteCheckpointManifest(dir.path(), key, 3).ok());
+  EXPECT_EQ(Take(ReadCheckpointManifest(dir.path(), key)), 3);
+  CheckpointKey other = key;
+  other.model = "tiny";
+  const Result<int> refused = ReadCheckpointManifest(dir.path(), other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("the checkpoint has model.name tiny\\ntrain.seed "
+                                            "7\\nend, this run tiny"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 // The text's identity is its content: one byte changed, the same length,
 // another key; the same bytes under another name, the same key.
 TEST(Checkpoint, TheKeyFollowsTheTextsContentNotItsName) {

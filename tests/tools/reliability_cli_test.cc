@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/util/json_util.h>
+
+#include "proto/stateflow.pb.h"
 #include "tests/tools/cli_testing.h"
 
 namespace {
@@ -479,6 +482,70 @@ TEST(ReliabilityCli, OutputPathsAreCheckedBeforeTheWork) {
   const std::string plots =
       stateflow::testing::Slurp(std::string(SF_SOURCE_DIR) + "/plots/stateflow_plots.py");
   EXPECT_NE(plots.find("_FORMATS = (\"png\", \"svg\", \"pdf\")"), std::string::npos);
+}
+
+// Every file the project writes is read back by the code that reads it
+// before the command exits 0, and a name echoed into it cannot change its
+// meaning (issue 31): a scenario named with a newline, a comment-looking
+// line, a plan line, quotes and a comma. Before, plan-dump's header echoed
+// the name raw, so the rest of the name became plan text.
+TEST(ReliabilityCli, WrittenFilesReadBackWhateverTheScenariosName) {
+  namespace st = stateflow::testing;
+  std::string text = st::Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/tiny-train.textproto");
+  const std::size_t at = text.find("name: \"tiny-train\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 18, R"(name: "evil\n# x\nstage 0: 0F0.0\",q")");
+  const std::string scenario = WriteTemp("reliability-evil.textproto", text);
+  // The plan: its header comment stays one line; simulate reads the plan.
+  const std::string plan = st::TempPath("reliability-evil-plan.txt");
+  ASSERT_EQ(Stateflow("plan-dump --scenario " + scenario + " -o " + plan).exit_code, 0);
+  const std::string plan_text = st::Slurp(plan);
+  EXPECT_EQ(plan_text.rfind("# scenario evil\\n# x\\nstage 0: 0F0.0\",q, seq_len ", 0), 0u)
+      << plan_text;
+  const CliRun replay = Stateflow("simulate --scenario " + scenario + " --plan " + plan);
+  EXPECT_EQ(replay.exit_code, 0) << replay.err;
+  // The sweep's CSV: the name quoted, one record per run.
+  const std::string csv = st::TempPath("reliability-evil.csv");
+  const CliRun sweep = Stateflow("sweep --scenario " + scenario + " --chunks-list 1,2 --csv " + csv);
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  EXPECT_NE(st::Slurp(csv).find("\n\"evil\n# x\nstage 0: 0F0.0\"\",q\","), std::string::npos)
+      << st::Slurp(csv);
+  // The trace: JSON that parses to a trace.
+  const std::string trace = st::TempPath("reliability-evil-trace.json");
+  ASSERT_EQ(Stateflow("simulate --scenario " + scenario + " --trace " + trace).exit_code, 0);
+  stateflow::pb::Trace parsed;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(st::Slurp(trace), &parsed).ok());
+  EXPECT_GT(parsed.trace_events_size(), 0);
+  // A cost table: simulate replays what profile wrote.
+  const std::string costs = st::TempPath("reliability-evil-costs.textproto");
+  ASSERT_EQ(Stateflow("profile --scenario " + scenario + " --out " + costs +
+                      " --repetitions 1 --warmup 0 --link in-process")
+                .exit_code,
+            0);
+  EXPECT_EQ(Stateflow("simulate --scenario " + scenario + " --costs " + costs).exit_code, 0);
+}
+
+// A string field that is not UTF-8 -- raw, or through a text-format escape
+// -- is refused naming the field: protobuf takes any bytes into a string
+// and its JSON printer writes them raw, so `simulate --json` printed a
+// report that was not JSON (and a libprotobuf error line).
+TEST(ReliabilityCli, StringFieldsMustBeUtf8) {
+  namespace st = stateflow::testing;
+  const std::string tiny = st::Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/tiny-train.textproto");
+  for (const std::string& name : {std::string("bad\xff name"), std::string("bad\\377"),
+                                 std::string("\xed\xa0\x80")}) {
+    std::string text = tiny;
+    text.replace(text.find("name: \"tiny-train\""), 18, "name: \"" + name + "\"");
+    const std::string path = WriteTemp("reliability-utf8.textproto", text);
+    ExpectBadInput(Stateflow("simulate --json --scenario " + path),
+                   "reliability-utf8.textproto: name: not UTF-8 text");
+  }
+  ExpectBadInput(
+      Stateflow("simulate --costs " +
+                WriteTemp("reliability-utf8-costs.textproto",
+                          "samples { layer_kind: \"recurrence\" pass: \"forward\" tokens: 64 "
+                          "median_s: 1 }\nnotes: \"ok\"\nnotes: \"\\377\"\n")),
+      "notes[1]: not UTF-8 text");
 }
 
 // A plan that breaks a rule is one error line, then the plan's grid around
