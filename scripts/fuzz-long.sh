@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The long fuzz run of issue 14 (docs/reliability.md, "The fuzzer"): the
 # fuzzer of tests/tools/fuzz_test.cc with far more inputs than CI gives it.
-# In-process kinds (scenarios, plans, cost tables) get SF_FUZZ_INPUTS each
-# (default 1,000,000: 3,000,000 in all); the kinds that start the binary, a
+# In-process kinds (scenarios, plans, cost tables, cluster files) get
+# SF_FUZZ_INPUTS each (default 1,000,000), calibration CSVs a fifth of it
+# (a fit simulates every run up to 20 times); the kinds that start the binary, a
 # process per input, get fewer (flags of the simulator commands: 5,000; flags
 # of train, validate, profile and presets, which start MPI work: 2,000).
 # Each kind runs niced, under /usr/bin/time, and prints its outcome line
@@ -33,10 +34,10 @@ log="$build/fuzz-long.log"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "fuzz-long: commit $commit, seed $SF_FUZZ_SEED, $SF_FUZZ_INPUTS per in-process kind," \
      "$SF_FUZZ_FLAG_INPUTS simulator flag inputs, $SF_FUZZ_MPI_FLAG_INPUTS MPI-command flag inputs;" \
-     "$(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)" | tee -a "$log"
+     "$(nproc --all) cores, load $(cut -d' ' -f1 /proc/loadavg)" | tee -a "$log"
 
 status=0
-for kind in ${SF_FUZZ_KINDS:-Scenarios Plans CostTables Flags MpiCommandFlags}; do
+for kind in ${SF_FUZZ_KINDS:-Scenarios Plans CostTables ClusterFiles CalibrationCsvs Flags MpiCommandFlags}; do
   filter="Fuzz.${kind}*"
   [ "$kind" = Flags ] && filter='Fuzz.FlagsEnd*'
   out=$(nice -n 10 /usr/bin/time -f 'time: %e s wall, %U s user, %M KiB peak' \

@@ -33,6 +33,8 @@
 #include "scenario/resolve.h"
 #include "schedule/plan_text.h"
 #include "schedule/validator.h"
+#include "sim/calibrate.h"
+#include "models/model.h"
 #include "sim/cost_table.h"
 #include "sim/simulation.h"
 #include "tools/work_bounds.h"
@@ -395,6 +397,135 @@ TEST(Fuzz, PlansEndInAResultOrAnError) {
   EXPECT_GT(out.error, inputs / 10);
 }
 
+// ---- calibration CSVs and cluster files (issue 31) ---------------------------
+
+// The tiny-train scenario, resolved: the base of the calibration and
+// cluster kinds.
+scenario::ResolvedScenario TinyTrain() {
+  return *scenario::Resolve(*scenario::ParseScenarioText(scenario::TinyTrainScenarioText(), "<s>"));
+}
+
+// A runs CSV over the tiny-train scenario: every column, fitted and held-out
+// rows, two policies, a comment and a blank line.
+const char kRunsSeed[] =
+    "# measured runs\n"
+    "name,policy,P,M,N,T,alpha,B,tp,dp,recompute,system,step_time_s,peak_bytes,used_bytes,set\n"
+    "a,stateflow,2,2,2,256,0,1,1,1,none,,0.01,4000000,5000000,\n"
+    "b,stateflow,2,4,4,256,1,1,1,1,full,,0.02,4500000,5500000,fit\n"
+    "\n"
+    "c,1f1b,2,2,1,256,,1,1,1,none,,0.015,6000000,7000000,holdout\n";
+
+// What `stateflow calibrate` does with a CSV: parse, bound each run's plan,
+// apply the rows, fit, and read the fitted preset back as --cluster would.
+Status RunCalibration(const scenario::ResolvedScenario& base, const std::string& text) {
+  SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRow> rows,
+                      sim::ParseCalibrationCsv(text, "<fuzz runs>"));
+  if (rows.size() > kMaxCalibrationRuns) return Status::Invalid("too many runs");
+  std::int64_t total = 0;
+  const auto bounded = [&](const pb::Scenario& s) -> Status {
+    SF_RETURN_IF_ERROR(CheckPlanBounds(s, nullptr, kFuzzMaxActions));
+    total += EstimateLargestPlan(s, nullptr).actions;
+    return total > kFuzzMaxActions ? Status::Invalid("the runs' actions in all") : Status::Ok();
+  };
+  SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRun> runs,
+                      sim::ApplyRows(base, rows, "<fuzz runs>", bounded));
+  sim::CalibrationOptions options;
+  options.max_iterations = 20;
+  SF_ASSIGN_OR_RETURN(sim::Calibration c, sim::Calibrate(runs, options));
+  const pb::CalibrationReport& r = c.report;
+  if (!std::isfinite(r.rms_log_error()) || !std::isfinite(r.initial_rms_log_error()) ||
+      !std::isfinite(r.memory_reserve_bytes())) {
+    return Status::Internal("NON-FINITE REPORT");
+  }
+  pb::ClusterSpec back;
+  const Status parsed =
+      scenario::ParseTextProto(sim::ClusterPresetText(c.cluster, {"fuzz"}), "<preset>", &back);
+  if (!parsed.ok() || !models::ValidateCluster(back).ok()) {
+    return Status::Internal("NON-FINITE REPORT: the fitted preset does not read back: " +
+                            (parsed.ok() ? models::ValidateCluster(back).message() : parsed.message()));
+  }
+  return Status::Ok();
+}
+
+// Mutated runs CSVs through calibrate's path. CI runs a fifth of the other
+// kinds' count (a fit simulates every run for each of up to 20 iterations).
+TEST(Fuzz, CalibrationCsvsEndInAResultOrAnError) {
+  const long inputs = EnvOr("SF_FUZZ_INPUTS", kDefaultInputs) / 5;
+  Mutator mutator(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 3000017);
+  const scenario::ResolvedScenario base = TinyTrain();
+  const Status valid = RunCalibration(base, kRunsSeed);
+  ASSERT_TRUE(valid.ok()) << valid.message();
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  for (long k = 0; k < inputs; ++k) {
+    const std::string input = mutator.Mutate(kRunsSeed);
+    try {
+      const Status s = RunCalibration(base, input);
+      if (!s.ok() && s.message().rfind("NON-FINITE REPORT", 0) == 0) {
+        out.Bad(s.message(), input);
+      } else {
+        Count(s, input, &out);
+      }
+    } catch (const std::exception& e) {
+      out.Bad(std::string("exception: ") + e.what(), input);
+    }
+  }
+  Report("runs csv", inputs, out, Seconds(start));
+  EXPECT_GT(out.ok, 0);
+  EXPECT_GT(out.error, inputs / 20);
+}
+
+// A cluster preset file (--cluster FILE) into the tiny-train scenario:
+// parse, resolve, bound, simulate.
+Status RunCluster(const std::string& text) {
+  pb::ClusterSpec cluster;
+  SF_RETURN_IF_ERROR(scenario::ParseTextProto(text, "<fuzz cluster>", &cluster));
+  SF_ASSIGN_OR_RETURN(pb::Scenario s,
+                      scenario::ParseScenarioText(scenario::TinyTrainScenarioText(), "<s>"));
+  s.clear_cluster_preset();
+  *s.mutable_cluster() = std::move(cluster);
+  SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved, scenario::Resolve(std::move(s)));
+  SF_RETURN_IF_ERROR(CheckPlanBounds(resolved.proto(), nullptr, kFuzzMaxActions));
+  SF_ASSIGN_OR_RETURN(sim::Simulation sim, sim::Simulate(resolved, resolved.proto().schedule()));
+  if (!FiniteReport(sim.report)) return Status::Internal("NON-FINITE REPORT");
+  return Status::Ok();
+}
+
+TEST(Fuzz, ClusterFilesEndInAResultOrAnError) {
+  const long inputs = EnvOr("SF_FUZZ_INPUTS", kDefaultInputs);
+  Mutator mutator(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 4000037);
+  // Seeds: the tiny scenario's cluster and a GPU preset's, written as
+  // calibrate writes presets (every field spelled out).
+  std::vector<std::string> seeds;
+  for (const char* preset : {"cpu", "a100-80gb-nvlink"}) {
+    pb::Scenario s = *scenario::ParseScenarioText(scenario::TinyTrainScenarioText(), "<s>");
+    s.set_cluster_preset(preset);
+    Result<scenario::ResolvedScenario> resolved = scenario::Resolve(std::move(s));
+    ASSERT_TRUE(resolved.ok()) << preset << ": " << resolved.status().message();
+    seeds.push_back(sim::ClusterPresetText(resolved->proto().cluster(), {preset}));
+    const Status valid = RunCluster(seeds.back());
+    ASSERT_TRUE(valid.ok()) << valid.message() << "\n" << seeds.back();
+  }
+  Outcomes out;
+  const auto start = std::chrono::steady_clock::now();
+  for (long k = 0; k < inputs; ++k) {
+    const std::string input = mutator.Mutate(seeds[k % seeds.size()]);
+    try {
+      const Status s = RunCluster(input);
+      if (!s.ok() && s.message() == "NON-FINITE REPORT") {
+        out.Bad("a report with a non-finite number", input);
+      } else {
+        Count(s, input, &out);
+      }
+    } catch (const std::exception& e) {
+      out.Bad(std::string("exception: ") + e.what(), input);
+    }
+  }
+  Report("clusters", inputs, out, Seconds(start));
+  EXPECT_GT(out.ok, 0);
+  EXPECT_GT(out.error, inputs / 20);
+}
+
 // Whether a one-line error says something after its last colon: "stateflow
 // validate: --plot: " (a child that printed nothing) does not.
 bool HasMessage(const std::string& line) {
@@ -553,6 +684,8 @@ std::vector<FlagPool> TrainFlagPools(const MpiFlagFiles& f) {
       {"--checkpoint", With({"/dev/full", "/", f.out, f.dir + "/ck", f.missing + "/x/y"})},
       {"--checkpoint-every", With({"1", "2", "1073741825"})},
       {"--resume", With({"/dev/zero", "/", f.missing, f.dir + "/ck", f.dir})},
+      {"--resume-change", With({"train.learning_rate", "train.weight_decay", "train.seed",
+                                "model.name", "train.learning_rate,train.weight_decay"})},
       {"--json", {}},
       {"--trace", With(outputs)},
       {"--dump-weights", With(outputs)},
@@ -591,7 +724,8 @@ std::vector<FlagPool> MeasureFlagPools(const MpiFlagFiles& f, bool validate) {
         {"--json", {}},
         {"--timeout", With({"60", "100000", "1e309"})},  // no legal short one: a slow run may time out (exit 1)
         {"--rounds", With({"1", "2", "1001"})},
-        {"--plot", With(outputs)},
+        {"--plot", With({"/dev/full", "/", f.out, f.missing + "/x", f.dir + "/fig.txt",
+                         f.dir + "/fig.svg"})},
         {"--python", With({"/bin/false", f.missing})},
     };
     own.insert(own.end(), v.begin(), v.end());
