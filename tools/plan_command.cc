@@ -70,6 +70,8 @@ int PlanDumpCommand(int argc, char** argv) {
     std::cout << desc << "\n" << kPlanDumpExamples;
     return kExitOk;
   }
+  // Before the plan is built (issue 31): an --out that cannot be written.
+  if (Status s = CheckOutputPath("--out", out_path); !s.ok()) return Fail(name, s);
   Result<scenario::ResolvedScenario> resolved = LoadResolvedScenario(flags);
   if (!resolved.ok()) return Fail(name, resolved.status());
   Result<scenario::Configuration> config =

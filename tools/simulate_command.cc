@@ -100,6 +100,8 @@ int SimulateCommand(int argc, char** argv) {
     if (!flags.chunks) flags.chunks = plan->chunks();
     if (flags.policy.empty()) flags.policy = plan->policy();
   }
+  // Before the simulation (issue 31): a trace path that cannot be written.
+  if (Status s = CheckOutputPath("--trace", trace_path); !s.ok()) return Fail(kName, s);
   Result<scenario::ResolvedScenario> resolved = LoadResolvedScenario(flags);
   if (!resolved.ok()) return Fail(kName, resolved.status());
   const pb::Scenario& scenario = resolved->proto();

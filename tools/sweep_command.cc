@@ -99,6 +99,8 @@ int SweepCommand(int argc, char** argv) {
     std::cout << desc << "\n" << kExamples;
     return kExitOk;
   }
+  // Before the sweep (issue 31): a CSV path that cannot be written.
+  if (Status s = CheckOutputPath("--csv", csv_path); !s.ok()) return Fail(kName, s);
   Result<pb::SweepReport> report = Run(flags, sweep_flags, costs_path);
   if (!report.ok()) return Fail(kName, report.status());
   if (!csv_path.empty()) {

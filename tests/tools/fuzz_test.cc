@@ -824,7 +824,7 @@ TEST(Fuzz, MpiCommandFlagsEndInExitZeroOrOneLineAndExitTwo) {
     std::string input;
     for (std::size_t a = 1; a < argv.size(); ++a) input += (a > 1 ? " " : "") + argv[a];
     std::filesystem::remove_all(files.dir + "/ck");
-    std::filesystem::remove(files.out);
+    std::filesystem::remove_all(files.out);  // a file, or a checkpoint directory an input made
     const backend::testing::Finished f =
         backend::testing::RunFor(argv, files.dir + "/run", 120);
     const long lines = std::count(f.err.begin(), f.err.end(), '\n');

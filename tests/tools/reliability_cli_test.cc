@@ -478,6 +478,10 @@ TEST(ReliabilityCli, OutputPathsAreCheckedBeforeTheWork) {
                  "fig: unknown picture format '.' (use .png, .svg, .pdf)");
   ExpectBadInput(Stateflow("calibrate --runs /nonexistent-dir/runs.csv --out /nonexistent-dir/p"),
                  "--out /nonexistent-dir/p: cannot be created");
+  ExpectBadInput(Stateflow("sweep --chunks-list 1,2 --csv /"), "--csv /: a directory");
+  ExpectBadInput(Stateflow("simulate --trace /nonexistent-dir/t.json"),
+                 "--trace /nonexistent-dir/t.json: cannot be created");
+  ExpectBadInput(Stateflow("plan-dump -o /"), "--out /: a directory");
   // The formats are the plotter's own.
   const std::string plots =
       stateflow::testing::Slurp(std::string(SF_SOURCE_DIR) + "/plots/stateflow_plots.py");
