@@ -33,8 +33,11 @@ std::string_view LayerKindName(LayerKind kind);
 Result<pb::ModelSpec> ModelPreset(std::string_view name);
 std::vector<std::string> ModelPresetNames();
 
-// "a100-80gb-nvlink" (8 per node) and "cpu" (this kind of machine: one
-// device per core). Error: unknown name, listing the known ones.
+// GPU clusters of 8 per node on NVLink -- "a100-80gb-nvlink",
+// "a100-40gb-nvlink", "h100-80gb-nvlink", "h200-141gb-nvlink",
+// "b200-180gb-nvlink" (each figure's source in docs/cost-model.md, "Cluster
+// presets") -- and "cpu" (this kind of machine: one device per core).
+// Error: unknown name, listing the known ones.
 Result<pb::ClusterSpec> ClusterPreset(std::string_view name);
 std::vector<std::string> ClusterPresetNames();
 

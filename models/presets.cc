@@ -194,44 +194,84 @@ pb::LinkSpec Link(double latency_s, double bandwidth_bytes_per_s) {
   return link;
 }
 
-// models/presets/a100-sxm4-80gb-kernels.textproto, compiled in.
+// models/presets/*-kernels.textproto, compiled in.
 constexpr std::string_view kA100KernelCosts =
 #include "a100_kernel_costs.inc"
     ;
+constexpr std::string_view kH100KernelCosts =
+#include "h100_kernel_costs.inc"
+    ;
+constexpr std::string_view kH200KernelCosts =
+#include "h200_kernel_costs.inc"
+    ;
 
-// A100 80 GB SXM, 8 per node on NVLink, nodes on InfiniBand. The efficiency
-// curve is an assumption (docs/cost-model.md), not a measurement: it stays
-// the fallback for what the kernel costs (public measurements, each source
-// named in the file) do not cover.
-Result<pb::ClusterSpec> A100Cluster() {
+// A GPU cluster preset: 8 GPUs per node on NVLink / NVSwitch, nodes on
+// InfiniBand, one NIC per GPU. Each figure's source is in docs/cost-model.md
+// ("Cluster presets"); the efficiency curve and the latencies are
+// assumptions, the same for every GPU preset.
+struct GpuPreset {
+  const char* name;
+  const char* device;
+  double peak_flops;         // dense BF16 tensor-core peak
+  double memory_bandwidth;   // HBM, bytes/s
+  double memory_capacity;    // bytes
+  double nvlink_bandwidth;   // per direction, bytes/s
+  double network_bandwidth;  // per GPU between nodes, bytes/s
+  std::string_view kernel_costs;  // text format; empty: none
+  const char* kernel_costs_file;
+};
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+constexpr GpuPreset kGpuPresets[] = {
+    {"a100-80gb-nvlink", "A100-SXM4-80GB", 312e12, 2.039e12, 80 * kGiB, 300e9, 25e9,
+     kA100KernelCosts, "a100-sxm4-80gb-kernels.textproto"},
+    // The same chip and NVSwitch fabric as the 80 GB part: its kernel costs
+    // (an assumption: only the HBM differs).
+    {"a100-40gb-nvlink", "A100-SXM4-40GB", 312e12, 1.555e12, 42405855232.0, 300e9, 25e9,
+     kA100KernelCosts, "a100-sxm4-80gb-kernels.textproto"},
+    {"h100-80gb-nvlink", "H100-SXM5-80GB", 989.5e12, 3.35e12, 80e9, 450e9, 50e9,
+     kH100KernelCosts, "h100-sxm5-80gb-kernels.textproto"},
+    {"h200-141gb-nvlink", "H200-SXM-141GB", 989.5e12, 4.8e12, 141e9, 450e9, 50e9,
+     kH200KernelCosts, "h200-sxm-141gb-kernels.textproto"},
+    {"b200-180gb-nvlink", "B200-SXM-180GB", 2.25e15, 8e12, 180e9, 900e9, 50e9, {}, ""},
+};
+
+// The GPU presets' efficiency curve (**an assumption**, docs/cost-model.md):
+// the fraction of the peak a layer's kernels reach on t tokens in one call.
+// It times what the kernel costs (public measurements, each source named in
+// its file) do not cover.
+constexpr std::array<std::pair<double, double>, 8> kAssumedEfficiency = {{{128, 0.30},
+                                                                           {256, 0.38},
+                                                                           {512, 0.46},
+                                                                           {1024, 0.53},
+                                                                           {2048, 0.59},
+                                                                           {4096, 0.64},
+                                                                           {8192, 0.68},
+                                                                           {16384, 0.70}}};
+
+Result<pb::ClusterSpec> GpuCluster(const GpuPreset& g) {
   pb::ClusterSpec c;
-  c.set_name("a100-80gb-nvlink");
+  c.set_name(g.name);
   pb::DeviceSpec* d = c.mutable_device();
-  d->set_name("A100-SXM4-80GB");
-  d->set_peak_flops(312e12);
-  d->set_memory_bandwidth_bytes_per_s(2.039e12);
-  d->set_memory_capacity_bytes(80.0 * 1024 * 1024 * 1024);
-  const std::array<std::pair<double, double>, 8> curve = {{{128, 0.30},
-                                                           {256, 0.38},
-                                                           {512, 0.46},
-                                                           {1024, 0.53},
-                                                           {2048, 0.59},
-                                                           {4096, 0.64},
-                                                           {8192, 0.68},
-                                                           {16384, 0.70}}};
-  for (const auto& [tokens, efficiency] : curve) {
+  d->set_name(g.device);
+  d->set_peak_flops(g.peak_flops);
+  d->set_memory_bandwidth_bytes_per_s(g.memory_bandwidth);
+  d->set_memory_capacity_bytes(g.memory_capacity);
+  for (const auto& [tokens, efficiency] : kAssumedEfficiency) {
     pb::EfficiencyPoint* p = d->add_efficiency();
     p->set_tokens(tokens);
     p->set_efficiency(efficiency);
   }
-  *c.mutable_pipeline_link() = Link(3e-6, 300e9);
-  *c.mutable_intra_node_link() = Link(3e-6, 300e9);
-  *c.mutable_inter_node_link() = Link(5e-6, 25e9);
+  *c.mutable_pipeline_link() = Link(3e-6, g.nvlink_bandwidth);
+  *c.mutable_intra_node_link() = Link(3e-6, g.nvlink_bandwidth);
+  *c.mutable_inter_node_link() = Link(5e-6, g.network_bandwidth);
   c.set_devices_per_node(8);
-  if (!google::protobuf::TextFormat::ParseFromString(std::string(kA100KernelCosts),
+  if (!g.kernel_costs.empty() &&
+      !google::protobuf::TextFormat::ParseFromString(std::string(g.kernel_costs),
                                                      c.mutable_kernel_costs())) {
-    return Status::Internal(
-        "models/presets/a100-sxm4-80gb-kernels.textproto (compiled in) does not parse");
+    return Status::Internal(std::string("models/presets/") + g.kernel_costs_file +
+                            " (compiled in) does not parse");
   }
   return c;
 }
@@ -284,11 +324,16 @@ Result<pb::ModelSpec> ModelPreset(std::string_view name) {
 }
 
 std::vector<std::string> ClusterPresetNames() {
-  return {"a100-80gb-nvlink", "cpu"};
+  std::vector<std::string> names;
+  for (const GpuPreset& g : kGpuPresets) names.push_back(g.name);
+  names.push_back("cpu");
+  return names;
 }
 
 Result<pb::ClusterSpec> ClusterPreset(std::string_view name) {
-  if (name == "a100-80gb-nvlink") return A100Cluster();
+  for (const GpuPreset& g : kGpuPresets) {
+    if (name == g.name) return GpuCluster(g);
+  }
   if (name == "cpu") return CpuCluster();
   return Status::Invalid("cluster_preset: unknown '" + std::string(name) +
                          "' (known: " + JoinNames(ClusterPresetNames()) + ")");

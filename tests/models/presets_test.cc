@@ -304,6 +304,33 @@ TEST(ClusterPresets, AllValidate) {
   Result<pb::ClusterSpec> a100 = ClusterPreset("a100-80gb-nvlink");
   EXPECT_EQ(a100->device().memory_capacity_bytes(), 80.0 * (1ull << 30));
   EXPECT_EQ(a100->devices_per_node(), 8u);
+  // The GPU presets (issue 28): 8 per node, their device and links, and the
+  // public kernel costs the H100 and H200 carry (an attention point and the
+  // 24-size NCCL all-reduce curve of 8 GPUs); the A100 40 GB shares the
+  // 80 GB part's table.
+  for (const char* name : {"a100-40gb-nvlink", "h100-80gb-nvlink", "h200-141gb-nvlink",
+                           "b200-180gb-nvlink"}) {
+    SCOPED_TRACE(name);
+    Result<pb::ClusterSpec> c = ClusterPreset(name);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->devices_per_node(), 8u);
+    EXPECT_GT(c->device().peak_flops(), 300e12);
+    EXPECT_EQ(c->pipeline_link().bandwidth_bytes_per_s(), c->intra_node_link().bandwidth_bytes_per_s());
+  }
+  for (const char* name : {"h100-80gb-nvlink", "h200-141gb-nvlink"}) {
+    SCOPED_TRACE(name);
+    const pb::KernelCosts k = ClusterPreset(name)->kernel_costs();
+    EXPECT_EQ(k.all_reduce_size(), 24);
+    EXPECT_EQ(k.attention_size(), 1);
+    EXPECT_EQ(k.gemm_size(), 0);  // the public table is FP8
+    EXPECT_EQ(k.sources_size(), 1);
+    EXPECT_EQ(k.all_reduce(23).bytes(), 8.0 * (1ull << 30));
+  }
+  EXPECT_EQ(ClusterPreset("a100-40gb-nvlink")->kernel_costs().SerializeAsString(),
+            a100->kernel_costs().SerializeAsString());
+  EXPECT_EQ(ClusterPreset("b200-180gb-nvlink")->kernel_costs().all_reduce_size(), 0);
+  EXPECT_EQ(ClusterPreset("h100-80gb-nvlink")->device().memory_capacity_bytes(), 80e9);
+  EXPECT_EQ(ClusterPreset("h200-141gb-nvlink")->device().memory_capacity_bytes(), 141e9);
   Result<pb::ClusterSpec> bad = ClusterPreset("h100");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("a100-80gb-nvlink"), std::string::npos);

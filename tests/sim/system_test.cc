@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "models/cost_model.h"
@@ -269,6 +270,26 @@ TEST(OomVerdict, ReserveFieldsAreChecked) {
   st = models::ValidateCluster(c);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("leaves no memory"), std::string::npos) << st.message();
+}
+
+// The GPU presets order as their devices (issue 28): the 3B GDN's 1F1B
+// step is shortest on the B200, then the H200 and H100 (the same compute;
+// the H200's bandwidth only helps), then the A100 80 GB, then the 40 GB
+// part (the same chip with less HBM bandwidth).
+TEST(GpuPresets, StepTimesOrderAsTheDevices) {
+  std::map<std::string, double> step;
+  for (const char* name : {"a100-80gb-nvlink", "a100-40gb-nvlink", "h100-80gb-nvlink",
+                           "h200-141gb-nvlink", "b200-180gb-nvlink"}) {
+    pb::Scenario s = Gdn3b(1, "stateflow");
+    *s.mutable_cluster() = *models::ClusterPreset(name);
+    Result<Simulation> sim = SimulateOwn(s);
+    ASSERT_TRUE(sim.ok()) << name << ": " << sim.status().message();
+    step[name] = sim->report.step_time_s();
+  }
+  EXPECT_LT(step["b200-180gb-nvlink"], step["h200-141gb-nvlink"]);
+  EXPECT_LE(step["h200-141gb-nvlink"], step["h100-80gb-nvlink"]);
+  EXPECT_LT(step["h100-80gb-nvlink"], step["a100-80gb-nvlink"]);
+  EXPECT_LE(step["a100-80gb-nvlink"], step["a100-40gb-nvlink"]);  // less HBM bandwidth
 }
 
 }  // namespace
