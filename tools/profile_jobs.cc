@@ -122,7 +122,9 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
   if (run->exit_code != 0) {
     return Status::Resource(
         "mpirun -n 2 failed (" +
-        (run->timed_out ? std::string("timed out") : "exit " + std::to_string(run->exit_code)) +
+        (run->timed_out ? std::string(run->stopped ? "timed out while stopped (process state T), not slow"
+                                                   : "timed out")
+                       : "exit " + std::to_string(run->exit_code)) +
         "): " + backend::LastLine(run->err));
   }
   if (!table.ok()) return table.status();
@@ -246,7 +248,9 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
     const std::string what =
         "--concurrent " + std::to_string(ranks) + ": mpirun -n " + std::to_string(ranks) +
         " failed (" +
-        (run->timed_out ? std::string("timed out") : "exit " + std::to_string(run->exit_code)) +
+        (run->timed_out ? std::string(run->stopped ? "timed out while stopped (process state T), not slow"
+                                                   : "timed out")
+                       : "exit " + std::to_string(run->exit_code)) +
         "): " + why;
     return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);
   }

@@ -153,7 +153,11 @@ Result<sim::MeasuredRun> RunMeasuredTrain(const pb::Scenario& scenario, const Tr
     const std::string what =
         "stateflow train " +
         (run->timed_out ? "timed out after " + deadline.str() + " s (--timeout " +
-                              deadline.str() + "), stopped with its process group"
+                              deadline.str() + ")" +
+                              (run->stopped ? ": it was stopped (process state T: SIGSTOP, "
+                                              "Ctrl-Z or a debugger), not slow; ended"
+                                            : ", stopped") +
+                              " with its process group"
                         : "failed (exit " + std::to_string(run->exit_code) + ")") +
         (message.empty() ? "" : ": " + message);
     return run->exit_code == kExitBadInput ? Status::Invalid(what) : Status::Resource(what);

@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "backend/comm/mpi.h"
+#include "common/process.h"
 
 namespace stateflow::backend {
 namespace {
@@ -51,24 +51,14 @@ pid_t Launcher() {
   return launcher;
 }
 
-// Whether `pid` is stopped (state T, or t when traced), from /proc.
-bool Stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return false;
-  const std::size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() &&
-         (line[close + 2] == 'T' || line[close + 2] == 't');
-}
-
 // Sleeps while the launcher is stopped (the job pauses with it). Past
 // `limit` seconds of it, prints the rank's line and exits: MPI_Abort would
 // wait for the stopped launcher.
 void PauseWhileLauncherStopped(double limit, const std::string& what) {
   const pid_t launcher = Launcher();
-  if (launcher == 0 || !Stopped(launcher)) return;
+  if (launcher == 0 || !ProcessIsStopped(launcher)) return;
   const Clock::time_point since = Clock::now();
-  while (Stopped(launcher)) {
+  while (ProcessIsStopped(launcher)) {
     if (Since(since) > limit) {
       const std::string line = "stateflow: " + what + ": the launcher (mpirun, pid " +
                                std::to_string(launcher) + ") has been stopped for " +

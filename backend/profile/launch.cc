@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/files.h"
+#include "common/process.h"
 
 extern char** environ;
 
@@ -121,6 +122,7 @@ bool WaitFor(pid_t pid, double timeout_s, std::chrono::steady_clock::time_point 
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (done == pid) break;
     if (result->elapsed_s > timeout_s) {
+      result->stopped = ProcessIsStopped(pid);  // a stopped child is not a slow one
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       result->timed_out = true;

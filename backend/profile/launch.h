@@ -21,6 +21,9 @@ namespace stateflow::backend {
 struct ChildResult {
   int exit_code = -1;      // -1 if killed by a signal or by the time limit
   bool timed_out = false;
+  // At the deadline, the child itself was stopped (process state T: SIGSTOP,
+  // Ctrl-Z, a debugger), not running slowly.
+  bool stopped = false;
   double elapsed_s = 0;
   std::string out;         // stdout
   std::string err;         // stderr
