@@ -347,9 +347,36 @@ const pb::LinkSpec& CostModel::DataParallelLink() const {
 double CostModel::DataParallelSyncTime(int first, int last) const {
   assert(0 <= first && first <= last && last <= num_layers());
   if (options_.data_size <= 1) return 0.0;
-  double bytes = 0;
-  for (int l = first; l < last; ++l) bytes += GradientBytes(l);
-  return AllReduceTime(bytes, options_.data_size, DataParallelLink());
+  double gradient = 0, weight = 0;
+  for (int l = first; l < last; ++l) {
+    gradient += GradientBytes(l);
+    weight += WeightBytes(l);
+  }
+  if (!options_.distributed_optimizer) {
+    return AllReduceTime(gradient, options_.data_size, DataParallelLink());
+  }
+  return 0.5 * AllReduceTime(gradient, options_.data_size, DataParallelLink()) +
+         0.5 * AllReduceTime(weight, options_.data_size, DataParallelLink());
+}
+
+double CostModel::StageOptimizerBytes(int first, int last) const {
+  assert(0 <= first && first <= last && last <= num_layers());
+  double params = 0, bytes = 0;
+  for (int l = first; l < last; ++l) {
+    params += ParamCount(l);
+    bytes += OptimizerBytes(l);
+  }
+  if (!options_.distributed_optimizer || options_.data_size <= 1) return bytes;
+  // Whole parameters per device (the model's counts are integers after TP).
+  const auto n = static_cast<std::int64_t>(std::llround(params));
+  return static_cast<double>(ShardOf(n, options_.data_size, 0).count) *
+         precision_.optimizer_bytes();
+}
+
+Shard ShardOf(std::int64_t n, int replicas, int d) {
+  assert(replicas >= 1 && 0 <= d && d < replicas && n >= 0);
+  const std::int64_t base = n / replicas, extra = n % replicas;
+  return Shard{d * base + std::min<std::int64_t>(d, extra), base + (d < extra ? 1 : 0)};
 }
 
 double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {

@@ -98,6 +98,9 @@ enum class CoreWorkspace { kCpu, kGrid };
 struct CostModelOptions {
   int tensor_size = 1;      // TP
   int data_size = 1;        // DP: replicas whose gradients are all-reduced
+  // parallel.distributed_optimizer: optimizer state sharded over DP; the
+  // gradient sync is a reduce-scatter of gradients and an all-gather of weights.
+  bool distributed_optimizer = false;
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
   System system = System::kStateFlow;
@@ -170,6 +173,15 @@ Result<pb::PrecisionSpec> PrecisionForDtype(std::string_view dtype);
 // 0 when ranks <= 1.
 double RingAllReduceTime(double bytes, int ranks, const pb::LinkSpec& link);
 
+// The distributed optimizer's shard of replica d of `replicas`: elements
+// [begin, begin + count) of n laid end to end, n / replicas each and one
+// more for the first n mod replicas (the backend's AdamW and the memory
+// model share it). REQUIRES: 0 <= d < replicas, n >= 0.
+struct Shard {
+  std::int64_t begin = 0, count = 0;
+};
+Shard ShardOf(std::int64_t n, int replicas, int d);
+
 class CostModel {
  public:
   // Validates the model (ValidateModel), precision (bytes > 0 after defaults)
@@ -225,8 +237,19 @@ class CostModel {
   const pb::LinkSpec& DataParallelLink() const;
   // The gradient all-reduce of layers [first, last) across the DP replicas
   // at the end of the step: a ring all-reduce of their gradient bytes (per
-  // TP rank) on DataParallelLink(). 0 when DP = 1.
+  // TP rank) on DataParallelLink(); with the distributed optimizer a
+  // reduce-scatter of the gradient bytes and an all-gather of the weight
+  // bytes, each half of a ring all-reduce of its bytes (a ring moves
+  // (DP - 1) / DP of the bytes in DP - 1 steps for each, 2 (DP - 1) / DP in
+  // 2 (DP - 1) for the all-reduce; NCCL's bus bandwidth is defined so).
+  // 0 when DP = 1.
   double DataParallelSyncTime(int first, int last) const;
+  // The optimizer state of layers [first, last) on one DP replica:
+  // OptimizerBytes summed, or with the distributed optimizer (DP > 1) the
+  // largest replica's shard, ceil(params / DP) parameters' worth: replica
+  // d holds ShardOf(params, DP, d) (below) of the stage's parameters laid
+  // end to end, so replica 0 holds the most.
+  double StageOptimizerBytes(int first, int last) const;
 
   // ---- bytes ----
   double ParamCount(int l) const;  // per device (after TP)

@@ -119,8 +119,9 @@ ClassBytes StaticStageBytes(const CostModel& cm, const StageLayers& layers) {
   for (int l = layers.first; l < layers.last; ++l) {
     bytes[static_cast<int>(BufferClass::kWeights)] += cm.WeightBytes(l);
     bytes[static_cast<int>(BufferClass::kGradients)] += cm.GradientBytes(l);
-    bytes[static_cast<int>(BufferClass::kOptimizerState)] += cm.OptimizerBytes(l);
   }
+  bytes[static_cast<int>(BufferClass::kOptimizerState)] =
+      cm.StageOptimizerBytes(layers.first, layers.last);
   return bytes;
 }
 

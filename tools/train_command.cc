@@ -356,9 +356,9 @@ void WritePidFile(int rank) {
 
 template <typename T>
 Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
-  if (!mpi) return backend::MakeSingleProcessTransport<T>(setup.stages);
+  if (!mpi) return backend::MakeSingleProcessTransport<T>(setup.stages, setup.data_size);
   return backend::MakeMpiTransport<T>(setup.stages, setup.microbatches,
-                                      setup.partition.num_chunks());
+                                      setup.partition.num_chunks(), setup.data_size);
 }
 
 template <typename T>

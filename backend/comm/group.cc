@@ -13,6 +13,7 @@ class SoloGroup final : public Group {
                                            " in a group of one");
     return value;
   }
+  Result<double> Sum(double value) override { return value; }
   Result<std::vector<std::vector<double>>> GatherToRoot(
       const std::vector<double>& local) override {
     return std::vector<std::vector<double>>{local};

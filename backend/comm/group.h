@@ -43,6 +43,10 @@ class Group {
   // Every rank gets `value` as passed by `root`. REQUIRES: 0 <= root < size().
   virtual Result<double> Broadcast(double value, int root) = 0;
 
+  // Every rank gets the sum of every rank's `value` (the step's loss: the
+  // last stage of each data-parallel replica passes its share, every other
+  // rank 0).
+  virtual Result<double> Sum(double value) = 0;
   // Rank 0 gets every rank's `local` (any lengths), indexed by rank; the
   // other ranks get an empty vector.
   virtual Result<std::vector<std::vector<double>>> GatherToRoot(

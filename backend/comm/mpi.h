@@ -19,6 +19,7 @@
 
 #include "backend/comm/comm.h"
 #include "backend/comm/group.h"
+#include "backend/comm/replica_sync.h"
 #include "common/status.h"
 
 namespace stateflow::backend {
@@ -52,12 +53,21 @@ class MpiSession {
   int ranks_on_node_ = 1;
 };
 
-// The endpoint of this rank's stage (stage = rank, stages = size of
-// MPI_COMM_WORLD). Error: the tags of M microbatches and N chunks do not fit
-// MPI_TAG_UB. REQUIRES: an MpiSession is alive; the allocators of the
-// tensors handed to it outlive it.
+// The endpoint of this rank's stage in a job of P x `replicas` ranks
+// (replica_sync.h: world rank GridRank(r, d, D) = r D + d is stage r of
+// data-parallel replica d; with one replica, stage = rank). A replica's
+// messages travel on a communicator of its own P ranks. Error: the tags of
+// M microbatches and N chunks do not fit MPI_TAG_UB. REQUIRES: an
+// MpiSession is alive; the world's size is a multiple of `replicas`; the
+// allocators of the tensors handed to it outlive it.
 template <typename T>
-Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks);
+Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int replicas = 1);
+
+// This rank's replica sync (replica_sync.h): the `replicas` ranks of its
+// stage, on a communicator of their own. Reductions and broadcasts are
+// nonblocking MPI collectives waited on under the watchdog, in pieces of at
+// most 2^28 elements (an MPI count is an int). REQUIRES: as MakeMpiComm.
+Result<std::unique_ptr<ReplicaSync>> MakeMpiReplicaSync(int replicas);
 
 // The group of MPI_COMM_WORLD. REQUIRES: an MpiSession is alive.
 std::unique_ptr<Group> MakeMpiGroup();

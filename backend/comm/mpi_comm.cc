@@ -32,11 +32,15 @@ MPI_Datatype Datatype() {
 template <typename T>
 class MpiComm final : public Comm<T> {
  public:
-  MpiComm(int stage, int stages, int chunks) : stage_(stage), stages_(stages), chunks_(chunks) {}
+  // `comm`: the P ranks of this rank's pipeline (replica), stage = rank in it.
+  MpiComm(MPI_Comm comm, int stage, int stages, int chunks)
+      : comm_(comm), stage_(stage), stages_(stages), chunks_(chunks) {}
 
   // Pending requests would be unsafe to free: the runtime flushes every
   // step, and after a failure the job is aborted.
-  ~MpiComm() override = default;
+  ~MpiComm() override {
+    if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
 
   int stage() const override { return stage_; }
   int stages() const override { return stages_; }
@@ -52,7 +56,7 @@ class MpiComm final : public Comm<T> {
     recv.buffer = std::move(buffer);
     recv.from = from;
     const int rc = MPI_Irecv(recv.buffer.data(), static_cast<int>(recv.buffer.numel()),
-                             Datatype<T>(), from, Tag(key), MPI_COMM_WORLD, &recv.request);
+                             Datatype<T>(), from, Tag(key), comm_, &recv.request);
     if (rc != MPI_SUCCESS) {
       recvs_.erase(key);
       return Status::Resource(Where() + "MPI_Irecv of the " + ToString(key) + ": " +
@@ -98,7 +102,7 @@ class MpiComm final : public Comm<T> {
     sends_.push_back(SendSlot{std::move(data), MPI_REQUEST_NULL, key, to});
     SendSlot& send = sends_.back();
     const int rc = MPI_Isend(send.data.data(), static_cast<int>(send.data.numel()),
-                             Datatype<T>(), to, Tag(key), MPI_COMM_WORLD, &send.request);
+                             Datatype<T>(), to, Tag(key), comm_, &send.request);
     if (rc != MPI_SUCCESS) {
       sends_.pop_back();
       return Failed("MPI_Isend", key, rc);
@@ -149,6 +153,8 @@ class MpiComm final : public Comm<T> {
   };
 
   std::string Where() const { return "stage " + std::to_string(stage_) + ": "; }
+
+  MPI_Comm comm_;
   int Tag(const MessageKey& key) const { return static_cast<int>(MessageTag(key, chunks_)); }
 
   Status CheckPeer(int other, const char* what) const {
@@ -214,21 +220,34 @@ MpiSession::~MpiSession() {
 }
 
 template <typename T>
-Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks) {
+Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int replicas) {
   int rank = 0, size = 1, flag = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (replicas < 1 || size % replicas != 0) {
+    return Status::Internal("MPI comm: " + std::to_string(size) + " ranks are not a whole " +
+                            "number of pipelines of " + std::to_string(replicas) + " replicas");
+  }
   void* tag_ub = nullptr;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
   // The standard guarantees at least 32767 when the attribute is missing.
   const long long bound = flag != 0 ? *static_cast<int*>(tag_ub) : 32767;
   SF_RETURN_IF_ERROR(CheckTagRange(microbatches, chunks, bound));
-  return std::unique_ptr<Comm<T>>(std::make_unique<MpiComm<T>>(rank, size, chunks));
+  const int stage = rank / replicas, replica = rank % replicas;
+  MPI_Comm pipeline = MPI_COMM_WORLD;
+  if (replicas > 1) {
+    // Replica d's P ranks, ordered by stage (GridRank).
+    const int rc = MPI_Comm_split(MPI_COMM_WORLD, replica, stage, &pipeline);
+    if (rc != MPI_SUCCESS) return MpiFailed("MPI_Comm_split", rc);
+    MPI_Comm_set_errhandler(pipeline, MPI_ERRORS_RETURN);
+  }
+  return std::unique_ptr<Comm<T>>(
+      std::make_unique<MpiComm<T>>(pipeline, stage, size / replicas, chunks));
 }
 
-template Result<std::unique_ptr<Comm<float>>> MakeMpiComm<float>(int, int);
-template Result<std::unique_ptr<Comm<double>>> MakeMpiComm<double>(int, int);
-template Result<std::unique_ptr<Comm<bf16>>> MakeMpiComm<bf16>(int, int);
+template Result<std::unique_ptr<Comm<float>>> MakeMpiComm<float>(int, int, int);
+template Result<std::unique_ptr<Comm<double>>> MakeMpiComm<double>(int, int, int);
+template Result<std::unique_ptr<Comm<bf16>>> MakeMpiComm<bf16>(int, int, int);
 
 void AbortMpiJob(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);

@@ -59,6 +59,13 @@ class MpiGroup final : public Group {
     return value;
   }
 
+  Result<double> Sum(double value) override {
+    double sum = 0;
+    SF_MPI_COLLECTIVE("a sum", MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM,
+                                              MPI_COMM_WORLD, &sf_request_));
+    return sum;
+  }
+
   Result<std::vector<std::vector<double>>> GatherToRoot(
       const std::vector<double>& local) override {
     int count = static_cast<int>(local.size());

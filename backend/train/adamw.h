@@ -15,12 +15,21 @@
 // the layers read is the master rounded once (Ops::Narrow). The master
 // starts as the bf16 value widened.
 //
+// The distributed optimizer (parallel.distributed_optimizer, ZeRO-1): an
+// AdamW may own only a range of the stage's parameters laid end to end (in
+// params order; models::ShardOf gives replica d's): its moments (and
+// masters) are allocated for that range alone, one tensor per parameter it
+// touches, and Step updates that range only. Element by element the update
+// is the same arithmetic, so the shards of D replicas together update
+// exactly as one whole AdamW does.
+//
 // Not a gradient clipper and not a learning-rate schedule.
 //
 //   SF_ASSIGN_OR_RETURN(AdamW<float> opt, AdamW<float>::Make(module->Parameters(), alloc, {}));
 //   opt.Step();   // after the step's backward passes
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "backend/allocator.h"
@@ -38,23 +47,36 @@ struct AdamWOptions {
   double weight_decay = 0.0;
 };
 
+// Elements [begin, begin + count) of the parameters laid end to end;
+// count < 0: all of them.
+struct ParamRange {
+  std::int64_t begin = 0;
+  std::int64_t count = -1;
+};
+
 template <typename T>
 class AdamW {
  public:
-  // Error: the allocator's capacity error for the moments.
+  // Error: the allocator's capacity error for the moments; a range outside
+  // the parameters (Internal).
   static Result<AdamW> Make(std::vector<ParamRef<T>> params, TrackingAllocator& alloc,
-                            const AdamWOptions& options);
+                            const AdamWOptions& options, ParamRange range = {});
 
   AdamW(AdamW&&) = default;
   AdamW& operator=(AdamW&&) = default;
 
-  // One update of every parameter from its gradient.
+  // One update of every parameter (of the range) from its gradient.
   void Step();
   int steps_taken() const { return steps_taken_; }
 
+  // Whether it owns a part of the parameters only (a distributed optimizer's
+  // shard); checkpoints need a whole one.
+  bool sharded() const { return sharded_; }
+
   // For checkpoints (checkpoint.h): the parameters in order, the moments of
   // parameter k (same shape), and restoring the step counter (bias
-  // corrections use it). REQUIRES: k < params().size(), steps >= 0.
+  // corrections use it). REQUIRES: k < params().size(), steps >= 0, and
+  // !sharded() for the moments and masters.
   const std::vector<ParamRef<T>>& params() const { return params_; }
   Tensor<MasterOf<T>>& first_moment(std::size_t k) { return m_[k]; }
   Tensor<MasterOf<T>>& second_moment(std::size_t k) { return v_[k]; }
@@ -68,8 +90,17 @@ class AdamW {
   AdamW(std::vector<ParamRef<T>> params, const AdamWOptions& options, Device* device)
       : params_(std::move(params)), options_(options), device_(device) {}
 
+  // The part of parameter `param` it updates: elements [offset, offset + count).
+  struct Piece {
+    std::size_t param = 0;
+    std::int64_t offset = 0, count = 0;
+  };
+
   std::vector<ParamRef<T>> params_;
-  std::vector<Tensor<MasterOf<T>>> m_;  // same shapes as params_
+  std::vector<Piece> pieces_;  // unsharded: one per parameter, whole
+  bool sharded_ = false;
+  // One per piece; unsharded, the same shapes as params_.
+  std::vector<Tensor<MasterOf<T>>> m_;
   std::vector<Tensor<MasterOf<T>>> v_;
   std::vector<Tensor<MasterOf<T>>> master_;  // kHasMaster<T> only
   AdamWOptions options_;

@@ -51,6 +51,7 @@ std::vector<std::pair<std::string, std::string>> KeyFields(const CheckpointKey& 
           {"model.hash", Hex(k.model_hash)},
           {"parallel.pipeline_size", std::to_string(k.stages)},
           {"parallel.microbatches", std::to_string(k.microbatches)},
+          {"parallel.data_size", std::to_string(k.data_size)},
           {"schedule.chunks", std::to_string(k.chunks)},
           {"parallel.microbatch_size", std::to_string(k.microbatch_size)},
           {"seq_len", std::to_string(k.seq_len)},
@@ -191,6 +192,7 @@ CheckpointKey MakeCheckpointKey(const TrainSetup& setup, const TrainOptions& opt
   k.model_hash = Fnv1a(setup.model.SerializeAsString());
   k.stages = setup.stages;
   k.microbatches = setup.microbatches;
+  k.data_size = setup.data_size;
   k.chunks = setup.partition.num_chunks();
   k.microbatch_size = setup.microbatch_size;
   k.seq_len = setup.seq_len;

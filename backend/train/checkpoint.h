@@ -52,7 +52,8 @@ struct CheckpointKey {
   std::string model;               // model.name
   std::uint64_t model_hash = 0;    // of the whole ModelSpec
   int stages = 1;                  // P
-  int microbatches = 1;            // M
+  int microbatches = 1;            // M (per replica)
+  int data_size = 1;               // D
   int chunks = 1;                  // N
   int microbatch_size = 1;         // B
   std::int64_t seq_len = 1;        // T

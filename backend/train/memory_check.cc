@@ -40,7 +40,7 @@ Result<std::vector<StagePeaks>> MeasureTyped(const TrainSetup& setup, const Trai
                                       TrackingAllocator* alloc) {
     return MakeStageModule<T>(setup.model, layers, {.recompute = setup.recompute, .seed = options.seed, .microbatch_size = setup.microbatch_size, .st_overlap = setup.st_overlap, .st_tile = setup.st_tile}, alloc);
   };
-  SF_ASSIGN_OR_RETURN(Transport<T> transport, MakeSingleProcessTransport<T>(setup.stages));
+  SF_ASSIGN_OR_RETURN(Transport<T> transport, MakeSingleProcessTransport<T>(setup.stages, setup.data_size));
   SF_ASSIGN_OR_RETURN(std::unique_ptr<Trainer<T>> trainer,
                       Trainer<T>::Make(setup, options, text, factory, std::move(transport)));
   SF_ASSIGN_OR_RETURN(StepResult step, trainer->Step(0));

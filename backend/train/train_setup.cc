@@ -1,5 +1,6 @@
 #include "backend/train/train_setup.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/train/text_data.h"
@@ -41,10 +42,13 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
     return Status::Invalid("model.vocab_size " + std::to_string(setup.model.vocab_size()) +
                            " is below 256, the byte-level vocabulary of training");
   }
-  if (scenario.parallel().tensor_size() > 1 || scenario.parallel().data_size() > 1) {
-    return Status::Invalid("parallel.tensor_size and parallel.data_size must be 1 for "
-                           "training (the backend runs pipeline parallelism only)");
+  if (scenario.parallel().tensor_size() > 1) {
+    return Status::Invalid("parallel.tensor_size must be 1 for training (the backend runs "
+                           "pipeline and data parallelism; tensor parallelism is simulated "
+                           "only)");
   }
+  setup.data_size = static_cast<int>(std::max(1u, scenario.parallel().data_size()));
+  setup.distributed_optimizer = scenario.parallel().distributed_optimizer();
   if (!schedule.system().empty() && schedule.system() != "stateflow") {
     return Status::Invalid("schedule.system '" + schedule.system() +
                            "' cannot be trained: the backend runs only system stateflow");

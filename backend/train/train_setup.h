@@ -41,7 +41,11 @@ struct TrainSetup {
   int64_t st_tile = 0;
   double alpha = 0;
   int stages = 1;            // P
-  int microbatches = 1;      // M
+  int microbatches = 1;      // M, per data-parallel replica
+  // parallel.data_size: D replicas of the pipeline, each on its own M
+  // microbatches of the step's M D (trainer.h).
+  int data_size = 1;
+  bool distributed_optimizer = false;  // parallel.distributed_optimizer
   int microbatch_size = 1;   // B sequences per microbatch
   std::int64_t seq_len = 1;  // T
 };
@@ -49,8 +53,8 @@ struct TrainSetup {
 // scenario::Configure in the run's dtype (models::PrecisionForDtype; the
 // scenario's precision describes a simulated run). `plan`, if given,
 // replaces the policy's plan (Configure checks its shape and validity).
-// Other errors: a byte-level vocabulary below 256 (model.vocab_size), TP or
-// DP above 1, W actions in the plan, an unknown train.dtype.
+// Other errors: a byte-level vocabulary below 256 (model.vocab_size), TP
+// above 1, W actions in the plan, an unknown train.dtype.
 Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& scenario,
                                   const schedule::Plan* plan);
 

@@ -92,26 +92,38 @@ StageTimeline ReadTimeline(const double*& p) {
 }  // namespace
 
 template <typename T>
-Result<Transport<T>> MakeSingleProcessTransport(int stages) {
+Result<Transport<T>> MakeSingleProcessTransport(int stages, int replicas) {
   if (stages < 1) return Status::Invalid("parallel.pipeline_size must be >= 1");
+  if (replicas < 1) return Status::Invalid("parallel.data_size must be >= 1");
   Transport<T> t;
   t.group = MakeSoloGroup();
-  t.comms = MakeInProcessComms<T>(stages);
+  for (int d = 0; d < replicas; ++d) {
+    for (std::unique_ptr<Comm<T>>& comm : MakeInProcessComms<T>(stages)) {
+      t.comms.push_back(std::move(comm));
+    }
+  }
+  t.replicas = MakeInProcessReplicaSync(replicas);
   return t;
 }
 
 template <typename T>
-Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks) {
+Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks, int replicas) {
   Transport<T> t;
   t.group = MakeMpiGroup();
-  if (t.group->size() != stages) {
+  if (t.group->size() != stages * replicas) {
+    const std::string grid =
+        replicas == 1 ? "parallel.pipeline_size " + std::to_string(stages) +
+                            " (one rank per stage: mpirun -n " + std::to_string(stages) + ")"
+                      : "parallel.pipeline_size " + std::to_string(stages) + " x data_size " +
+                            std::to_string(replicas) + " (one rank per stage and replica: " +
+                            "mpirun -n " + std::to_string(stages * replicas) + ")";
     return Status::Invalid("mpirun started " + std::to_string(t.group->size()) +
-                           " ranks but the scenario has parallel.pipeline_size " +
-                           std::to_string(stages) + " (one rank per stage: mpirun -n " +
-                           std::to_string(stages) + ")");
+                           " ranks but the scenario has " + grid);
   }
-  SF_ASSIGN_OR_RETURN(std::unique_ptr<Comm<T>> comm, MakeMpiComm<T>(microbatches, chunks));
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<Comm<T>> comm,
+                      MakeMpiComm<T>(microbatches, chunks, replicas));
   t.comms.push_back(std::move(comm));
+  SF_ASSIGN_OR_RETURN(t.replicas, MakeMpiReplicaSync(replicas));
   return t;
 }
 
@@ -120,6 +132,7 @@ Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks) 
 template <typename T>
 struct Trainer<T>::LocalStage {
   int stage = 0;
+  int replica = 0;
   std::unique_ptr<TrackingAllocator> alloc;
   // Receive buffers posted ahead and sends in flight (stage_runtime.h).
   std::unique_ptr<TrackingAllocator> transport;
@@ -133,11 +146,19 @@ struct Trainer<T>::LocalStage {
 template <typename T>
 Trainer<T>::Trainer(const TrainSetup& setup, const TrainOptions& options, const TextData& text,
                     Transport<T> transport)
-    : setup_(setup), options_(options), text_(&text), group_(std::move(transport.group)) {
-  for (std::unique_ptr<Comm<T>>& comm : transport.comms) {
+    : setup_(setup),
+      options_(options),
+      text_(&text),
+      group_(std::move(transport.group)),
+      replica_sync_(transport.replicas ? std::move(transport.replicas)
+                                       : MakeInProcessReplicaSync(1)) {
+  const std::size_t per_replica =
+      std::max<std::size_t>(1, transport.comms.size() / replica_sync_->local_count());
+  for (std::size_t k = 0; k < transport.comms.size(); ++k) {
     auto local = std::make_unique<LocalStage>();
-    local->stage = comm->stage();
-    local->comm = std::move(comm);
+    local->stage = transport.comms[k]->stage();
+    local->replica = replica_sync_->first_local() + static_cast<int>(k / per_replica);
+    local->comm = std::move(transport.comms[k]);
     stages_.push_back(std::move(local));
   }
 }
@@ -159,8 +180,8 @@ Result<std::unique_ptr<Trainer<T>>> Trainer<T>::Make(const TrainSetup& setup,
   std::unique_ptr<Trainer> trainer(new Trainer(setup, options, text, std::move(transport)));
   Status made = trainer->MakeStages(factory);
   if (made.ok()) {
-    made = text.MakeBatch(options.seed, 0, setup.microbatches, setup.seq_len,
-                          setup.microbatch_size).status();
+    made = text.MakeBatch(options.seed, 0, setup.microbatches * setup.data_size,
+                          setup.seq_len, setup.microbatch_size).status();
   }
   SF_RETURN_IF_ERROR(trainer->group_->Agree(made));
   SF_RETURN_IF_ERROR(trainer->group_->Barrier());
@@ -171,6 +192,16 @@ Result<std::unique_ptr<Trainer<T>>> Trainer<T>::Make(const TrainSetup& setup,
 template <typename T>
 StageModule<T>& Trainer<T>::module(int local) {
   return *stages_[local]->module;
+}
+
+template <typename T>
+int Trainer<T>::local_stage(int local) const {
+  return stages_[local]->stage;
+}
+
+template <typename T>
+int Trainer<T>::local_replica(int local) const {
+  return stages_[local]->replica;
 }
 
 namespace {
@@ -188,7 +219,14 @@ int LocalRank(int stage) {
 
 template <typename T>
 Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
-  const int P = setup_.stages;
+  const int P = setup_.stages, D = setup_.data_size;
+  if (replica_sync_->replicas() != D ||
+      static_cast<int>(stages_.size()) != replica_sync_->local_count() * (group_->size() == 1 ? P : 1)) {
+    return Status::Internal("a transport of " + std::to_string(stages_.size()) +
+                            " endpoints and " + std::to_string(replica_sync_->replicas()) +
+                            " replicas for " + std::to_string(P) + " stages x " +
+                            std::to_string(D) + " replicas");
+  }
   for (std::unique_ptr<LocalStage>& local : stages_) {
     const int r = local->stage;
     if (r < 0 || r >= P || local->comm->stages() != P) {
@@ -197,6 +235,11 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
                               std::to_string(P));
     }
     SF_ASSIGN_OR_RETURN(Device * device, GetDevice(options_.device, LocalRank(r)));
+    if (device->kind() == DeviceKind::kCuda && D > 1) {
+      return Status::Invalid("parallel.data_size " + std::to_string(D) +
+                             " on the cuda device: the replicas' gradient sync runs on host "
+                             "memory (cpu, host-grid); NCCL's is not built yet");
+    }
     if constexpr (std::is_same_v<T, bf16>) {
       if (!device->has_bf16()) {
         return Status::Invalid("train.dtype: bf16 runs on the grid devices (--device host-grid "
@@ -232,8 +275,16 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
       return Status::Internal("stage " + std::to_string(r) +
                               ": the module's first/last flags do not match its place");
     }
-    SF_ASSIGN_OR_RETURN(AdamW<T> opt, AdamW<T>::Make(local->module->Parameters(),
-                                                     *local->alloc, options_.adamw));
+    std::vector<ParamRef<T>> params = local->module->Parameters();
+    ParamRange range;  // whole
+    if (setup_.distributed_optimizer && D > 1) {
+      std::int64_t total = 0;
+      for (const ParamRef<T>& p : params) total += p.value->numel();
+      const models::Shard shard = models::ShardOf(total, D, local->replica);
+      range = ParamRange{shard.begin, shard.count};
+    }
+    SF_ASSIGN_OR_RETURN(AdamW<T> opt, AdamW<T>::Make(std::move(params), *local->alloc,
+                                                     options_.adamw, range));
     local->optimizer.emplace(std::move(opt));
     local->runtime = std::make_unique<StageRuntime<T>>(
         &setup_.plan, r, &setup_.partition, local->module.get(), local->comm.get(),
@@ -245,13 +296,27 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
 
 template <typename T>
 Status Trainer<T>::BeginStep(int step) {
-  SF_ASSIGN_OR_RETURN(batch_, text_->MakeBatch(options_.seed, step, setup_.microbatches,
-                                                setup_.seq_len, setup_.microbatch_size));
-  const double loss_scale = 1.0 / (static_cast<double>(setup_.microbatches) *
-                                   setup_.microbatch_size * setup_.seq_len);
+  const int M = setup_.microbatches, D = setup_.data_size;
+  SF_ASSIGN_OR_RETURN(batch_, text_->MakeBatch(options_.seed, step, M * D, setup_.seq_len,
+                                                setup_.microbatch_size));
+  // Replica d's microbatches d M .. d M + M - 1.
+  const std::size_t per_replica = batch_.tokens.size() / static_cast<std::size_t>(D);
+  replica_batches_.assign(static_cast<std::size_t>(D), Batch{});
+  for (int d = 0; d < D; ++d) {
+    Batch& b = replica_batches_[static_cast<std::size_t>(d)];
+    b.microbatches = M;
+    b.microbatch_size = batch_.microbatch_size;
+    b.seq_len = batch_.seq_len;
+    b.tokens.assign(batch_.tokens.begin() + static_cast<std::ptrdiff_t>(d * per_replica),
+                    batch_.tokens.begin() + static_cast<std::ptrdiff_t>((d + 1) * per_replica));
+  }
+  const double loss_scale = 1.0 / (static_cast<double>(M) * D * setup_.microbatch_size *
+                                   setup_.seq_len);
   for (std::unique_ptr<LocalStage>& local : stages_) {
     local->module->ZeroGrads();
-    SF_RETURN_IF_ERROR(local->module->BeginStep(&batch_, &setup_.partition, loss_scale));
+    SF_RETURN_IF_ERROR(local->module->BeginStep(
+        &replica_batches_[static_cast<std::size_t>(local->replica)], &setup_.partition,
+        loss_scale));
     local->alloc->ResetPeaks();
     local->runtime->BeginStep();
   }
@@ -259,18 +324,91 @@ Status Trainer<T>::BeginStep(int step) {
 }
 
 template <typename T>
-Status Trainer<T>::RunOptimizers() {
+std::vector<typename Trainer<T>::LocalStage*> Trainer<T>::Replicas(int r) {
+  std::vector<LocalStage*> out;
   for (std::unique_ptr<LocalStage>& local : stages_) {
-    const std::int64_t peak_before = local->alloc->PeakTotalBytes();
+    if (local->stage == r) out.push_back(local.get());  // replica-major: in replica order
+  }
+  return out;
+}
+
+// Calls fn(k, offset, count, owner) for every piece of parameter k that lies
+// in replica `owner`'s shard (models::ShardOf of the parameters laid end to
+// end), in parameter then replica order: the same calls on every replica.
+template <typename T, typename Fn>
+Status ForEachShardPiece(const std::vector<ParamRef<T>>& params, int replicas, Fn fn) {
+  std::int64_t total = 0;
+  for (const ParamRef<T>& p : params) total += p.value->numel();
+  std::int64_t at = 0;
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const std::int64_t n = params[k].value->numel();
+    for (int e = 0; e < replicas; ++e) {
+      const models::Shard shard = models::ShardOf(total, replicas, e);
+      const std::int64_t lo = std::max(at, shard.begin);
+      const std::int64_t hi = std::min(at + n, shard.begin + shard.count);
+      if (lo < hi) SF_RETURN_IF_ERROR(fn(k, lo - at, hi - lo, e));
+    }
+    at += n;
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status Trainer<T>::SyncAndUpdate(const std::vector<LocalStage*>& replicas) {
+  const int D = setup_.data_size;
+  const std::vector<ParamRef<T>>& params = replicas.front()->optimizer->params();
+  // The k-th parameter's gradient (value) of each local replica, from `offset`.
+  auto grads = [&](std::size_t k, std::int64_t offset) {
+    std::vector<GradOf<T>*> out;
+    for (LocalStage* r : replicas) out.push_back(r->optimizer->params()[k].grad->data() + offset);
+    return out;
+  };
+  if (D > 1 && !setup_.distributed_optimizer) {
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      SF_RETURN_IF_ERROR(replica_sync_->AllReduceSum(grads(k, 0), params[k].value->numel()));
+    }
+  } else if (D > 1) {  // reduce-scatter, piece by piece
+    SF_RETURN_IF_ERROR(ForEachShardPiece(
+        params, D, [&](std::size_t k, std::int64_t offset, std::int64_t count, int owner) {
+          return replica_sync_->ReduceSum(grads(k, offset), count, owner);
+        }));
+  }
+  for (LocalStage* r : replicas) r->optimizer->Step();
+  if (D > 1 && setup_.distributed_optimizer) {  // all-gather, piece by piece
+    SF_RETURN_IF_ERROR(ForEachShardPiece(
+        params, D, [&](std::size_t k, std::int64_t offset, std::int64_t count, int owner) {
+          std::vector<void*> values;
+          for (LocalStage* r : replicas) {
+            values.push_back(r->optimizer->params()[k].value->data() + offset);
+          }
+          return replica_sync_->Broadcast(values, count * static_cast<std::int64_t>(sizeof(T)),
+                                          owner);
+        }));
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status Trainer<T>::RunOptimizers() {
+  for (int r = 0; r < setup_.stages; ++r) {
+    std::vector<LocalStage*> replicas = Replicas(r);
+    if (replicas.empty()) continue;
+    std::vector<std::int64_t> peaks_before;
+    for (LocalStage* local : replicas) peaks_before.push_back(local->alloc->PeakTotalBytes());
     const double start = clock_.Now();
-    local->optimizer->Step();
-    SF_RETURN_IF_ERROR(local->alloc->device().Synchronize());  // a GPU's update, done
+    SF_RETURN_IF_ERROR(SyncAndUpdate(replicas));
+    for (LocalStage* local : replicas) {
+      SF_RETURN_IF_ERROR(local->alloc->device().Synchronize());  // a GPU's update, done
+    }
     const double end = clock_.Now();
-    local->timeline.optimizer_start_s.push_back(start);
-    local->timeline.optimizer_end_s.push_back(end);
-    if (local->alloc->PeakTotalBytes() != peak_before) {
-      return Status::Internal("stage " + std::to_string(local->stage) +
-                              ": the optimizer step allocated memory");
+    for (std::size_t k = 0; k < replicas.size(); ++k) {
+      LocalStage* local = replicas[k];
+      local->timeline.optimizer_start_s.push_back(start);
+      local->timeline.optimizer_end_s.push_back(end);
+      if (local->alloc->PeakTotalBytes() != peaks_before[k]) {
+        return Status::Internal("stage " + std::to_string(local->stage) +
+                                ": the optimizer step allocated memory");
+      }
     }
   }
   return Status::Ok();
@@ -279,12 +417,13 @@ Status Trainer<T>::RunOptimizers() {
 template <typename T>
 Result<double> Trainer<T>::ShareLoss() {
   const int last = setup_.stages - 1;
+  // Each replica's last stage holds its share of the mean, summed in
+  // replica order in one process; every other stage passes 0.
   double loss = 0;
   for (const std::unique_ptr<LocalStage>& local : stages_) {
-    if (local->stage == last) loss = local->module->loss();
+    if (local->stage == last) loss += local->module->loss();
   }
-  // In one process rank 0 holds every stage; under MPI rank P-1 is the last.
-  return group_->Broadcast(loss, group_->size() == 1 ? 0 : last);
+  return group_->Sum(loss);
 }
 
 template <typename T>
@@ -297,9 +436,13 @@ Result<StepResult> Trainer<T>::Step(int step) {
   const double start = clock_.Now();
   SF_RETURN_IF_ERROR(BeginStep(step));
   if (group_->size() == 1) {
-    std::vector<StageRuntime<T>*> runtimes;
-    for (std::unique_ptr<LocalStage>& local : stages_) runtimes.push_back(local->runtime.get());
-    SF_RETURN_IF_ERROR(RunStepInProcess(runtimes));
+    for (int d = 0; d < setup_.data_size; ++d) {  // one replica after another
+      std::vector<StageRuntime<T>*> runtimes;
+      for (std::unique_ptr<LocalStage>& local : stages_) {
+        if (local->replica == d) runtimes.push_back(local->runtime.get());
+      }
+      SF_RETURN_IF_ERROR(RunStepInProcess(runtimes));
+    }
   } else {
     SF_RETURN_IF_ERROR(RunStepAlone(*stages_.front()->runtime));
   }
@@ -321,6 +464,7 @@ Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double sta
                                                double end_s) {
   std::vector<double> local = {start_s, end_s};
   for (const std::unique_ptr<LocalStage>& s : stages_) {
+    if (s->replica != 0) continue;  // replica 0 reports
     const double peak = s->runtime->peak_time_s();
     AppendStats(StageStepStats{s->stage, s->alloc->Stats(), s->runtime->busy_s(),
                                peak < 0 ? -1.0 : peak - start_s},
@@ -343,8 +487,8 @@ Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double sta
             [](const StageStepStats& a, const StageStepStats& b) { return a.stage < b.stage; });
   result.start_s = first;
   result.time_s = last - first;
-  const double tokens =
-      static_cast<double>(setup_.microbatches) * setup_.microbatch_size * setup_.seq_len;
+  const double tokens = static_cast<double>(setup_.microbatches) * setup_.data_size *
+                        setup_.microbatch_size * setup_.seq_len;
   result.tokens_per_s = result.time_s > 0 ? tokens / result.time_s : 0;
   return result;
 }
@@ -362,6 +506,13 @@ Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step, bool* on_eve
   Status written = Status::Ok();
   for (std::unique_ptr<LocalStage>& local : stages_) {
     if (!written.ok()) break;
+    if (local->optimizer->sharded()) {
+      written = Status::Invalid("checkpoints of the distributed optimizer's shards "
+                                "(parallel.distributed_optimizer at data_size " +
+                                std::to_string(setup_.data_size) + ") are not written yet");
+      break;
+    }
+    if (local->replica != 0) continue;  // the replicas are equal: replica 0 writes
     written = WriteStageCheckpoint<T>(dir, key, local->stage, setup_.stage_layers[local->stage],
                                       step, *local->optimizer);
   }
@@ -376,7 +527,7 @@ Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step, bool* on_eve
   if (on_every_rank != nullptr) *on_every_rank = true;
   SF_RETURN_IF_ERROR(manifest.status);
   for (std::unique_ptr<LocalStage>& local : stages_) {
-    RemoveStaleStageCheckpoints(dir, local->stage, step);
+    if (local->replica == 0) RemoveStaleStageCheckpoints(dir, local->stage, step);
   }
   return Status::Ok();
 }
@@ -388,6 +539,12 @@ Result<int> Trainer<T>::LoadCheckpoint(const std::string& dir, std::vector<std::
   Status loaded = step.status();
   for (std::unique_ptr<LocalStage>& local : stages_) {
     if (!loaded.ok()) break;
+    if (local->optimizer->sharded()) {
+      loaded = Status::Invalid("resuming the distributed optimizer's shards "
+                               "(parallel.distributed_optimizer at data_size " +
+                               std::to_string(setup_.data_size) + ") is not built yet");
+      break;
+    }
     loaded = ReadStageCheckpoint<T>(dir, key, local->stage, setup_.stage_layers[local->stage],
                                     *step, &*local->optimizer);
   }
@@ -397,8 +554,12 @@ Result<int> Trainer<T>::LoadCheckpoint(const std::string& dir, std::vector<std::
 
 template <typename T>
 Result<std::vector<StageTimeline>> Trainer<T>::GatherTimelines() {
-  std::vector<double> local = {static_cast<double>(stages_.size())};
-  for (const std::unique_ptr<LocalStage>& s : stages_) AppendTimeline(s->timeline, &local);
+  std::vector<double> local = {0};
+  for (const std::unique_ptr<LocalStage>& s : stages_) {
+    if (s->replica != 0) continue;  // replica 0 reports
+    AppendTimeline(s->timeline, &local);
+    ++local[0];
+  }
   SF_ASSIGN_OR_RETURN(std::vector<std::vector<double>> all, group_->GatherToRoot(local));
   std::vector<StageTimeline> out;
   for (const std::vector<double>& rank : all) {
@@ -454,18 +615,18 @@ TrainRun Train(Trainer<T>& trainer, int steps,
 
 template class Trainer<float>;
 template class Trainer<double>;
-template Result<Transport<float>> MakeSingleProcessTransport<float>(int);
-template Result<Transport<double>> MakeSingleProcessTransport<double>(int);
-template Result<Transport<float>> MakeMpiTransport<float>(int, int, int);
-template Result<Transport<double>> MakeMpiTransport<double>(int, int, int);
+template Result<Transport<float>> MakeSingleProcessTransport<float>(int, int);
+template Result<Transport<double>> MakeSingleProcessTransport<double>(int, int);
+template Result<Transport<float>> MakeMpiTransport<float>(int, int, int, int);
+template Result<Transport<double>> MakeMpiTransport<double>(int, int, int, int);
 template TrainRun Train<float>(Trainer<float>&, int,
                                const std::function<void(const StepResult&)>&, const TrainLoop&);
 template TrainRun Train<double>(Trainer<double>&, int,
                                 const std::function<void(const StepResult&)>&,
                                 const TrainLoop&);
 template class Trainer<bf16>;
-template Result<Transport<bf16>> MakeSingleProcessTransport<bf16>(int);
-template Result<Transport<bf16>> MakeMpiTransport<bf16>(int, int, int);
+template Result<Transport<bf16>> MakeSingleProcessTransport<bf16>(int, int);
+template Result<Transport<bf16>> MakeMpiTransport<bf16>(int, int, int, int);
 template TrainRun Train<bf16>(Trainer<bf16>&, int,
                                 const std::function<void(const StepResult&)>&,
                                 const TrainLoop&);

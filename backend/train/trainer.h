@@ -10,6 +10,20 @@
 // time are gathered to rank 0. A non-finite loss is seen by every rank, so
 // Train stops on every rank at the same step with the same error.
 //
+// Data parallelism (setup.data_size D > 1): D replicas of the pipeline, each
+// on its own M microbatches of the step's M D (replica d takes microbatches
+// d M .. d M + M - 1 of the batch of M D, so D replicas of M see the tokens
+// one replica of M D sees), the loss scale 1 / (M D B T). After the plan
+// each stage's gradients are summed over its replicas (ReplicaSync): summed
+// whole into every replica (plain), or with the distributed optimizer each
+// replica's shard (models::ShardOf of the stage's parameters laid end to
+// end) summed into that replica, which updates it, and the updated shards
+// broadcast back. The step's loss is the sum of the replicas' shares. In one
+// process the replicas run one after another on the same thread, each with
+// its own modules and allocators; under MPI each rank is one (stage,
+// replica) (replica_sync.h: GridRank). Reports, timelines and memory
+// statistics are replica 0's.
+//
 // Failure in the middle of a step on one rank (a capacity error, a lost
 // peer) cannot be agreed on: the other ranks are blocked in receives.
 // TrainRun says so (`on_every_rank` false); in an MPI job the caller prints
@@ -31,6 +45,7 @@
 #include "backend/allocator.h"
 #include "backend/comm/comm.h"
 #include "backend/comm/group.h"
+#include "backend/comm/replica_sync.h"
 #include "backend/runtime/stage_runtime.h"
 #include "backend/stage_module.h"
 #include "backend/train/adamw.h"
@@ -47,28 +62,33 @@ template <typename T>
 using StageModuleFactory = std::function<Result<std::unique_ptr<StageModule<T>>>(
     int stage, const models::StageLayers& layers, TrackingAllocator* alloc)>;
 
-// How the stages talk: the group of the job and this process's endpoints,
-// one per local stage, in stage order.
+// How the stages talk: the group of the job, this process's endpoints, one
+// per local (stage, replica), replica-major (replica replicas->first_local()
+// first, its stages in order), and the replicas' sync of the local stages.
 template <typename T>
 struct Transport {
   std::unique_ptr<Group> group;
   std::vector<std::unique_ptr<Comm<T>>> comms;
+  std::unique_ptr<ReplicaSync> replicas;
 };
 
-// All P stages in this process (solo group, in-process comms).
+// All P stages of all `replicas` (D) replicas in this process (solo group,
+// in-process comms: one network per replica).
 template <typename T>
-Result<Transport<T>> MakeSingleProcessTransport(int stages);
+Result<Transport<T>> MakeSingleProcessTransport(int stages, int replicas = 1);
 
-// Stage r on rank r of MPI_COMM_WORLD. Error (the same on every rank): the
-// job's rank count differs from P ("mpirun started 3 ranks but the scenario
-// has parallel.pipeline_size 2 ..."), or the tags do not fit MPI_TAG_UB.
+// Stage r of replica d on world rank GridRank(r, d, D) = r D + d. Error (the
+// same on every rank): the job's rank count differs from P D ("mpirun
+// started 3 ranks but the scenario has parallel.pipeline_size 2 x
+// data_size 2 ..."), or the tags do not fit MPI_TAG_UB.
 // REQUIRES: an MpiSession is alive.
 template <typename T>
-Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks);
+Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks,
+                                      int replicas = 1);
 
 // One stage in one step.
 struct StageStepStats {
-  int stage = 0;
+  int stage = 0;             // (of replica 0)
   MemoryStats memory;       // peaks within the step (reset at its start)
   double busy_s = 0;        // compute time of its actions
   double peak_time_s = -1;  // from the step's start, start of the action that peaked
@@ -132,6 +152,9 @@ class Trainer {
   // The local stages' modules (tests read parameters).
   StageModule<T>& module(int local);
   int num_local_stages() const { return static_cast<int>(stages_.size()); }
+  // Which stage and data-parallel replica local endpoint `local` runs.
+  int local_stage(int local) const;
+  int local_replica(int local) const;
 
  private:
   struct LocalStage;
@@ -141,6 +164,9 @@ class Trainer {
   CheckpointKey checkpoint_key() const;
   Status MakeStages(const StageModuleFactory<T>& factory);
   Status BeginStep(int step);
+  // The local replicas of stage r (replica order), all D in one process.
+  std::vector<LocalStage*> Replicas(int r);
+  Status SyncAndUpdate(const std::vector<LocalStage*>& replicas);
   Status RunOptimizers();
   Result<double> ShareLoss();
   Result<StepResult> GatherStepStats(int step, double loss, double start_s, double end_s);
@@ -149,9 +175,11 @@ class Trainer {
   TrainOptions options_;
   const TextData* text_;
   std::unique_ptr<Group> group_;
+  std::unique_ptr<ReplicaSync> replica_sync_;
   std::vector<std::unique_ptr<LocalStage>> stages_;
   RunClock clock_;
-  Batch batch_;
+  Batch batch_;                       // the step's M D microbatches
+  std::vector<Batch> replica_batches_;  // (D) each replica's M
 };
 
 // The outcome of Train: the steps that completed, and why it stopped.

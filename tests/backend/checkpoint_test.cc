@@ -216,6 +216,7 @@ TEST(Checkpoint, EveryKeyFieldThatDiffersIsNamed) {
       {"model.hash", [](CheckpointKey* k) { ++k->model_hash; }},
       {"parallel.pipeline_size", [](CheckpointKey* k) { ++k->stages; }},
       {"parallel.microbatches", [](CheckpointKey* k) { ++k->microbatches; }},
+      {"parallel.data_size", [](CheckpointKey* k) { ++k->data_size; }},
       {"schedule.chunks", [](CheckpointKey* k) { ++k->chunks; }},
       {"parallel.microbatch_size", [](CheckpointKey* k) { ++k->microbatch_size; }},
       {"seq_len", [](CheckpointKey* k) { ++k->seq_len; }},

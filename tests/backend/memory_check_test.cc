@@ -67,6 +67,36 @@ std::vector<MemoryCase> Bf16Cases() {
 INSTANTIATE_TEST_SUITE_P(HostGridBf16, StepMemory, ::testing::ValuesIn(Bf16Cases()),
                          [](const auto& info) { return CaseName(info.param); });
 
+// Data parallelism (issue 26): D replicas in one process, each stage's
+// ledger is replica 0's; the distributed optimizer's shard of the optimizer
+// state (models::ShardOf: replica 0 holds ceil(n / D) of the stage's n
+// parameters) is what AdamW allocates. Every family on host-grid, the CPU's
+// GDN, float32 / float64 / bf16, D = 2 and 3 (uneven shards).
+std::vector<MemoryCase> DataParallelCases() {
+  std::vector<MemoryCase> cases;
+  int k = 0;
+  for (const std::string& preset : MemoryFamilyPresets()) {
+    for (bool distributed : {false, true}) {
+      MemoryCase c{preset.c_str(), "stateflow", 2, 2, 2, k % 2 ? "full" : "none",
+                   k % 3 == 0 ? "bf16" : (k % 3 == 1 ? "float32" : "float64"), 128};
+      c.device = "host-grid";
+      c.dp = 2 + k % 2;
+      c.distributed = distributed;
+      cases.push_back(c);
+      ++k;
+    }
+  }
+  MemoryCase cpu{"gdn-tiny", "1f1b", 2, 3, 1, "none", "float64", 128};
+  cpu.dp = 2;
+  cases.push_back(cpu);
+  cpu.distributed = true;
+  cpu.dp = 3;
+  cases.push_back(cpu);
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(DataParallel, StepMemory, ::testing::ValuesIn(DataParallelCases()),
+                         [](const auto& info) { return CaseName(info.param); });
+
 // The sanitizer's share of the host-grid product is a covering array: every
 // pair of values of any two factors occurs in one of its cases, and the two
 // subsets split the product without overlap.

@@ -35,6 +35,8 @@ struct MemoryCase {
   double alpha = 0;  // the hybrid partition (schedule.alpha)
   int mbs = 1;       // sequences per microbatch (parallel.microbatch_size)
   const char* device = "cpu";  // train.device: the measured step's device
+  int dp = 1;                  // parallel.data_size (replicas in one process)
+  bool distributed = false;    // parallel.distributed_optimizer
 };
 
 inline std::string CaseName(const MemoryCase& c) {
@@ -44,6 +46,8 @@ inline std::string CaseName(const MemoryCase& c) {
   if (c.alpha != 0) name += "_alpha" + std::to_string(static_cast<int>(std::lround(c.alpha * 100)));
   if (c.mbs != 1) name += "_mbs" + std::to_string(c.mbs);
   if (std::string(c.device) != "cpu") name += std::string("_") + c.device;
+  if (c.dp != 1) name += "_dp" + std::to_string(c.dp);
+  if (c.distributed) name += "_distopt";
   for (char& ch : name) {
     if (ch == '-') ch = '_';
   }
@@ -104,7 +108,8 @@ inline pb::Scenario ScenarioOf(const MemoryCase& c) {
   pb::ParallelSpec* p = s.mutable_parallel();
   p->set_pipeline_size(c.P);
   p->set_tensor_size(1);
-  p->set_data_size(1);
+  p->set_data_size(c.dp);
+  p->set_distributed_optimizer(c.distributed);
   p->set_microbatch_size(c.mbs);
   p->set_microbatches(c.M);
   s.set_seq_len(c.T);

@@ -7,6 +7,7 @@
 //
 //   mpirun -n 2 sf_backend_mpi_worker module=toy stages=2 microbatches=3
 //       chunks=4 seq_len=24 policy=stateflow steps=2 out=/tmp/run   (one line)
+// replicas=D (mpirun -n P D) and distributed=1 run data parallelism.
 // Exit code 0 on success, 1 with a message on stderr otherwise.
 #include <cstdio>
 #include <fstream>
@@ -73,14 +74,18 @@ int Run(const Args& args) {
   const ToyShape shape{Int(args, "stages", 2), Int(args, "microbatches", 2),
                        Int(args, "chunks", 1), Int(args, "seq_len", 24),
                        args.count("policy") ? args.at("policy") : "stateflow"};
-  Result<TrainSetup> setup = MakeTrainSetup(MustResolve(ToyScenario(shape)), nullptr);
+  pb::Scenario scenario = ToyScenario(shape);
+  const int replicas = Int(args, "replicas", 1);
+  scenario.mutable_parallel()->set_data_size(replicas);
+  scenario.mutable_parallel()->set_distributed_optimizer(Int(args, "distributed", 0) != 0);
+  Result<TrainSetup> setup = MakeTrainSetup(MustResolve(scenario), nullptr);
   if (!setup.ok()) return std::cerr << setup.status().message() << "\n", 1;
   Result<TextData> text = TextData::Load(kDefaultTextPath);
   if (!text.ok()) return std::cerr << text.status().message() << "\n", 1;
   TrainOptions options;
   options.seed = 3;
   auto transport = MakeMpiTransport<double>(shape.stages, shape.microbatches,
-                                            setup->partition.num_chunks());
+                                            setup->partition.num_chunks(), replicas);
   if (!transport.ok()) return std::cerr << transport.status().message() << "\n", 1;
   auto trainer = Trainer<double>::Make(*setup, options, *text, Factory(args, *setup),
                                        std::move(transport).value());

@@ -132,6 +132,63 @@ TEST(DataParallelSync, RingOverTheStagesGradients) {
   EXPECT_EQ(Make(2, 1).DataParallelSyncTime(0, 3), 0.0);
 }
 
+CostModel MakeDistributed(int dp) {
+  CostModelOptions o;
+  o.data_size = dp;
+  o.distributed_optimizer = true;
+  pb::ModelSpec model = *ModelPreset("gdn-hybrid-tiny");  // as Make's
+  model.set_num_heads(4);
+  model.set_gqa_group_size(1);
+  Result<CostModel> cm = CostModel::Make(model, {}, Cluster(), o);
+  EXPECT_TRUE(cm.ok()) << cm.status().message();
+  return *std::move(cm);
+}
+
+TEST(DataParallelSync, DistributedOptimizerReduceScattersGradientsAndGathersWeights) {
+  // Default precision: bf16 weights (2 bytes), fp32 gradients (4 bytes).
+  const CostModel cm = MakeDistributed(4);
+  double params = 0;
+  for (int l = 1; l < 3; ++l) params += cm.ParamCount(l);
+  const double half_ring = 3.0 / 4 / kBandwidth;  // (n-1)/n per byte, n = 4
+  EXPECT_DOUBLE_EQ(cm.DataParallelSyncTime(1, 3),
+                   (half_ring * params * 4 + 3 * kLatencyS) +
+                       (half_ring * params * 2 + 3 * kLatencyS));
+  EXPECT_EQ(MakeDistributed(1).DataParallelSyncTime(1, 3), 0.0);
+}
+
+TEST(DataParallelSync, DistributedOptimizerShardsTheStagesOptimizerState) {
+  const CostModel plain = Make(1, 4), sharded = MakeDistributed(4);
+  for (const auto& [first, last] : {std::pair{0, 1}, {1, 3}, {0, plain.num_layers()}}) {
+    double params = 0, bytes = 0;
+    for (int l = first; l < last; ++l) {
+      params += plain.ParamCount(l);
+      bytes += plain.OptimizerBytes(l);
+    }
+    EXPECT_EQ(plain.StageOptimizerBytes(first, last), bytes);
+    const auto n = static_cast<std::int64_t>(params);
+    EXPECT_EQ(sharded.StageOptimizerBytes(first, last), double((n + 3) / 4) * 12.0)
+        << first << ".." << last;
+  }
+  // DP 1: nothing to shard.
+  EXPECT_EQ(MakeDistributed(1).StageOptimizerBytes(1, 3), plain.StageOptimizerBytes(1, 3));
+}
+
+TEST(ShardOf, ContiguousShardsCoverEveryElementOnceLargestFirst) {
+  for (std::int64_t n : {0, 1, 5, 7, 64, 1001}) {
+    for (int replicas : {1, 2, 3, 4, 8}) {
+      std::int64_t next = 0;
+      for (int d = 0; d < replicas; ++d) {
+        const Shard s = ShardOf(n, replicas, d);
+        EXPECT_EQ(s.begin, next) << n << " " << replicas << " " << d;
+        EXPECT_LE(s.count, ShardOf(n, replicas, 0).count);
+        EXPECT_GE(s.count, n / replicas);
+        next = s.begin + s.count;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+}
+
 TEST(DataParallelSync, ZeroDataSizeIsAnErrorNamingTheField) {
   CostModelOptions o;
   o.data_size = 0;
