@@ -344,33 +344,41 @@ const pb::LinkSpec& CostModel::DataParallelLink() const {
                                               : cluster_.inter_node_link();
 }
 
-double CostModel::DataParallelSyncTime(int first, int last) const {
+double CostModel::DataParallelSyncTime(int first, int last, const pb::LinkSpec* link) const {
   assert(0 <= first && first <= last && last <= num_layers());
-  if (options_.data_size <= 1) return 0.0;
+  const int dp = options_.data_size;
+  if (dp <= 1) return 0.0;
   double gradient = 0, weight = 0;
   for (int l = first; l < last; ++l) {
     gradient += GradientBytes(l);
     weight += WeightBytes(l);
   }
-  if (!options_.distributed_optimizer) {
-    return AllReduceTime(gradient, options_.data_size, DataParallelLink());
-  }
-  return 0.5 * AllReduceTime(gradient, options_.data_size, DataParallelLink()) +
-         0.5 * AllReduceTime(weight, options_.data_size, DataParallelLink());
+  auto all_reduce = [&](double bytes) {
+    return link != nullptr ? RingAllReduceTime(bytes, dp, *link)
+                           : AllReduceTime(bytes, dp, DataParallelLink());
+  };
+  if (!options_.distributed_optimizer) return all_reduce(gradient);
+  return 0.5 * all_reduce(gradient) + 0.5 * all_reduce(weight);
+}
+
+double CostModel::StageOptimizerParams(int first, int last) const {
+  assert(0 <= first && first <= last && last <= num_layers());
+  double params = 0;
+  for (int l = first; l < last; ++l) params += ParamCount(l);
+  if (!options_.distributed_optimizer || options_.data_size <= 1) return params;
+  // Whole parameters per device (the model's counts are integers after TP).
+  const auto n = static_cast<std::int64_t>(std::llround(params));
+  return static_cast<double>(ShardOf(n, options_.data_size, 0).count);
 }
 
 double CostModel::StageOptimizerBytes(int first, int last) const {
   assert(0 <= first && first <= last && last <= num_layers());
-  double params = 0, bytes = 0;
-  for (int l = first; l < last; ++l) {
-    params += ParamCount(l);
-    bytes += OptimizerBytes(l);
+  if (!options_.distributed_optimizer || options_.data_size <= 1) {
+    double bytes = 0;
+    for (int l = first; l < last; ++l) bytes += OptimizerBytes(l);
+    return bytes;
   }
-  if (!options_.distributed_optimizer || options_.data_size <= 1) return bytes;
-  // Whole parameters per device (the model's counts are integers after TP).
-  const auto n = static_cast<std::int64_t>(std::llround(params));
-  return static_cast<double>(ShardOf(n, options_.data_size, 0).count) *
-         precision_.optimizer_bytes();
+  return StageOptimizerParams(first, last) * precision_.optimizer_bytes();
 }
 
 Shard ShardOf(std::int64_t n, int replicas, int d) {

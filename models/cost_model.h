@@ -243,7 +243,14 @@ class CostModel {
   // (DP - 1) / DP of the bytes in DP - 1 steps for each, 2 (DP - 1) / DP in
   // 2 (DP - 1) for the all-reduce; NCCL's bus bandwidth is defined so).
   // 0 when DP = 1.
-  double DataParallelSyncTime(int first, int last) const;
+  // `link`, when given, replaces DataParallelLink() and its measured
+  // all-reduce curve: a ring on that link (a replayed cost table's measured
+  // link).
+  double DataParallelSyncTime(int first, int last, const pb::LinkSpec* link = nullptr) const;
+  // The parameters of layers [first, last) one DP replica's optimizer
+  // updates: all of them, or with the distributed optimizer (DP > 1)
+  // replica 0's shard, ceil(params / DP).
+  double StageOptimizerParams(int first, int last) const;
   // The optimizer state of layers [first, last) on one DP replica:
   // OptimizerBytes summed, or with the distributed optimizer (DP > 1) the
   // largest replica's shard, ceil(params / DP) parameters' worth: replica

@@ -247,9 +247,11 @@ class ReplayCostSource final : public TableCostSource {
                                std::to_string(tp) + " (layer times are per device, after the split)");
       }
       const models::StageLayers& layers = setup.stage_layers[r];
-      double params = 0;
-      for (int l = layers.first; l < layers.last; ++l) params += cm.ParamCount(l);
-      optimizer_s_[r] = params * table.optimizer_s_per_param();
+      // The distributed optimizer updates replica 0's shard only.
+      optimizer_s_[r] =
+          cm.StageOptimizerParams(layers.first, layers.last) * table.optimizer_s_per_param();
+      // The DP sync on the link the table measured (a ring over it).
+      sync_s_[r] = cm.DataParallelSyncTime(layers.first, layers.last, &table.link());
       for (int i = 0; i < chunks_; ++i) {
         const double c = static_cast<double>(setup.partition.start(i));
         const double s = static_cast<double>(setup.partition.length(i));
@@ -288,8 +290,8 @@ class ReplayCostSource final : public TableCostSource {
   }
 
   std::string name() const override { return "replay"; }
-  // The DP gradient all-reduce is not in a table measured on one machine:
-  // it comes from the cluster's links, as in the analytic model.
+  // The DP gradient sync: a ring all-reduce (or reduce-scatter and
+  // all-gather) of the stage's bytes over the link the table measured.
   double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
   double OptimizerTime(int stage) const override { return optimizer_s_[stage]; }
 

@@ -164,6 +164,12 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        Help("B, sequences per microbatch (parallel.microbatch_size)", models::kMicrobatchSize).c_str())
       ("stages,P", Optional(&f->stages), Help("P, pipeline stages", models::kPipelineSize).c_str())
       ("tensor-parallel", Optional(&f->tensor_size), Help("TP degree", models::kTensorSize).c_str())
+      ("data-parallel", Optional(&f->data_size),
+       Help("DP degree (parallel.data_size): replicas of the pipeline, each on M microbatches "
+            "(train: mpirun -n P DP)", models::kDataSize).c_str())
+      ("distributed-optimizer", po::value(&f->distributed_optimizer),
+       "on or off: shard the optimizer state over the DP replicas "
+       "(parallel.distributed_optimizer, ZeRO-1)")
       ("seq-len,T", Optional(&f->seq_len), Help("T, tokens per sequence", models::kSeqLen).c_str())
       ("recompute", po::value(&f->recompute), "none or full (every schedule)")
       ("system", po::value(&f->system),
@@ -198,7 +204,8 @@ Result<sim::CostTableIndex> LoadCostsFor(const std::string& path, const pb::Scen
   return sim::CostTableIndex::Make(table, path);
 }
 
-Status WriteCostTableFile(const std::string& path, const pb::CostTable& table) {
+Status WriteCostTableFile(const std::string& path, const pb::CostTable& table,
+                          bool samples_only) {
   const std::string text = sim::CostTableText(table);
   pb::CostTable back;
   const Status parsed = scenario::ParseTextProto(text, path, &back);
@@ -206,9 +213,11 @@ Status WriteCostTableFile(const std::string& path, const pb::CostTable& table) {
     return Status::Internal(path + ": the cost table's text does not read back as the table" +
                             (parsed.ok() ? std::string() : ": " + parsed.message()));
   }
-  Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(back, path);
-  if (!index.ok()) {
-    return Status::Internal("the cost table would not load: " + index.status().message());
+  if (!samples_only) {
+    Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(back, path);
+    if (!index.ok()) {
+      return Status::Internal("the cost table would not load: " + index.status().message());
+    }
   }
   return WriteFile(path, text);
 }
@@ -224,6 +233,12 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   SF_RETURN_IF_ERROR(CheckFlag("microbatch-size", f.microbatch_size, models::kMicrobatchSize));
   SF_RETURN_IF_ERROR(CheckFlag("stages", f.stages, models::kPipelineSize));
   SF_RETURN_IF_ERROR(CheckFlag("tensor-parallel", f.tensor_size, models::kTensorSize));
+  SF_RETURN_IF_ERROR(CheckFlag("data-parallel", f.data_size, models::kDataSize));
+  if (!f.distributed_optimizer.empty() && f.distributed_optimizer != "on" &&
+      f.distributed_optimizer != "off") {
+    return Status::Invalid("--distributed-optimizer: '" + f.distributed_optimizer +
+                           "' is not on or off");
+  }
   SF_RETURN_IF_ERROR(CheckFlag("seq-len", f.seq_len, models::kSeqLen));
   if (f.alpha) SF_RETURN_IF_ERROR(models::CheckRange("--alpha", *f.alpha, models::kAlpha));
   pb::Scenario s;
@@ -289,6 +304,10 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   }
   if (f.stages) s.mutable_parallel()->set_pipeline_size(static_cast<std::uint32_t>(*f.stages));
   if (f.tensor_size) s.mutable_parallel()->set_tensor_size(static_cast<std::uint32_t>(*f.tensor_size));
+  if (f.data_size) s.mutable_parallel()->set_data_size(static_cast<std::uint32_t>(*f.data_size));
+  if (!f.distributed_optimizer.empty()) {
+    s.mutable_parallel()->set_distributed_optimizer(f.distributed_optimizer == "on");
+  }
   if (f.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*f.seq_len));
   if (!f.cost_model.empty()) s.set_cost_model(f.cost_model);
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved, scenario::Resolve(std::move(s)));

@@ -86,6 +86,8 @@ struct ScenarioFlags {
   std::optional<long long> microbatch_size;
   std::optional<long long> stages;
   std::optional<long long> tensor_size;
+  std::optional<long long> data_size;
+  std::string distributed_optimizer;  // "on" or "off"; empty: the scenario's
   std::optional<long long> seq_len;
   std::string recompute;
   std::string system;  // --system: every schedule's ScheduleSpec.system
@@ -112,7 +114,10 @@ Result<sim::CostTableIndex> LoadCostsFor(const std::string& path, const pb::Scen
 // equal to `table`, and indexed (sim::CostTableIndex::Make). A table that
 // would not load is kInternal, and nothing is written; else WriteFile's
 // errors.
-Status WriteCostTableFile(const std::string& path, const pb::CostTable& table);
+// `samples_only`: a table of link samples alone (profile's link worker),
+// read back but not indexed (it has no layers and no link fit yet).
+Status WriteCostTableFile(const std::string& path, const pb::CostTable& table,
+                          bool samples_only = false);
 
 // Loads the scenario (the file, or the embedded default), applies the flag
 // overrides and resolves it. `policy` or `chunks`/`alpha` overrides apply to

@@ -147,7 +147,8 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
   if (session.rank() != 0) return kExitOk;
   pb::CostTable table;
   for (const pb::LinkSample& s : *samples) *table.add_link_samples() = s;
-  if (Status written = WriteCostTableFile(out_path, table); !written.ok()) {
+  if (Status written = WriteCostTableFile(out_path, table, /*samples_only=*/true);
+      !written.ok()) {
     return Fail(kName, written);
   }
   return kExitOk;

@@ -60,6 +60,9 @@ constexpr char kExamples[] = R"(examples:
       the same with one MPI rank per stage (as root add --allow-run-as-root)
   mpirun -n 2 stateflow train --policy 1f1b -M 8 --json
       conventional 1F1B; one JSON Report (source "train") on stdout
+  mpirun -n 4 --oversubscribe stateflow train --data-parallel 2 --distributed-optimizer on
+      P = 2 stages x DP = 2 replicas (rank r DP + d is stage r of replica d),
+      each on M = 4 microbatches of the step's 8; AdamW's state sharded over DP
   stateflow train --dtype float64 --trace train.json
       open train.json in ui.perfetto.dev beside a `stateflow simulate --trace`
   stateflow train --dtype bf16 --device host-grid --steps 5
@@ -185,11 +188,15 @@ Result<double> CheckHostMemory(const scenario::ResolvedScenario& resolved, int r
   // plan is built and simulated: they are that plan's work.
   const PlanEstimate e = EstimateLargestPlan(resolved.proto(), nullptr);
   const double physical = static_cast<double>(backend::PhysicalMemoryBytes());
-  const double batch_bytes = 2.0 * 4.0 * static_cast<double>(e.microbatches) *
+  // D replicas: the step's batch is M D microbatches (and each replica's
+  // slice a copy); under mpirun P D ranks.
+  const double replicas = std::max(1u, resolved.proto().parallel().data_size());
+  const double batch_bytes = 2.0 * 4.0 * replicas * static_cast<double>(e.microbatches) *
                              static_cast<double>(resolved.proto().parallel().microbatch_size()) *
                              (static_cast<double>(resolved.proto().seq_len()) + 1);
   const double processes =
-      mpi ? static_cast<double>(std::min<std::int64_t>(e.stages, std::max(1, ranks_on_node))) : 1.0;
+      mpi ? std::min(static_cast<double>(e.stages) * replicas, std::max(1.0, double(ranks_on_node)))
+          : replicas;  // in one process each replica's runtimes keep their records
   const double host =
       processes * (static_cast<double>(e.actions) * kTrainHostBytesPerAction + batch_bytes);
   if (host > physical) {
@@ -217,9 +224,10 @@ Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule
                       scenario::ForBackendRun(resolved, options.dtype, options.device));
   SF_ASSIGN_OR_RETURN(sim::Simulation sim,
                       sim::Simulate(run, run.proto().schedule(), {.plan = plan}));
-  std::vector<double> peaks;  // (P) bytes
+  std::vector<double> peaks;  // (P D) bytes: replica 0's peaks, the largest, for every replica
+  const int replicas = static_cast<int>(std::max(1u, resolved.proto().parallel().data_size()));
   for (const pb::StageReport& stage : sim.report.stages()) {
-    peaks.push_back(stage.peak_memory_bytes());
+    peaks.insert(peaks.end(), static_cast<std::size_t>(replicas), stage.peak_memory_bytes());
     if (options.capacity_bytes &&
         stage.peak_memory_bytes() > static_cast<double>(*options.capacity_bytes)) {
       return Status::Invalid(
@@ -237,7 +245,8 @@ Status CheckRunMemory(const scenario::ResolvedScenario& resolved, const schedule
     return Status::Invalid(
         std::string("the run's tensors need about ") + FormatBytes(needed) + " (" +
         options.dtype + ", " +
-        (mpi ? std::to_string(here) + " of the stages on this node" : "every stage in this process") +
+        (mpi ? std::to_string(here) + " of the stages on this node"
+             : "every stage of every replica in this process") +
         ": the memory model's peaks) and the host's bookkeeping " + FormatBytes(host) +
         ", more than this machine's " + FormatBytes(physical) +
         " of memory (lower -B, -M, -T or the model)");
@@ -325,12 +334,14 @@ void PrintStep(const StepResult& s) {
 
 void PrintSummary(const pb::Report& r) {
   char line[256];
+  const std::string dp =
+      r.data_size() > 1 ? ", DP=" + std::to_string(r.data_size()) : std::string();
   std::snprintf(line, sizeof(line),
-                "\n%s N=%u, P=%u, M=%u, T=%.0f: step %.2f ms, %.1f tok/s, bubble %.1f %% "
-                "(mean of steps after the first)\n",
-                r.policy().c_str(), r.chunks(), r.pipeline_size(), r.microbatches(),
+                "\n%s N=%u, P=%u%s, M=%u, T=%.0f: step %.2f ms, %.1f tok/s, bubble %.1f %% "
+                "(mean of steps after the first%s)\n",
+                r.policy().c_str(), r.chunks(), r.pipeline_size(), dp.c_str(), r.microbatches(),
                 r.seq_len(), r.step_time_s() * 1e3, r.tokens_per_s(),
-                100.0 * r.bubble_fraction());
+                100.0 * r.bubble_fraction(), r.data_size() > 1 ? "; stages of replica 0" : "");
   std::cout << line;
   for (const pb::StageReport& s : r.stages()) {
     std::snprintf(line, sizeof(line), "  stage %u (layers %u-%u): busy %.2f ms, peak %s (%s)\n",

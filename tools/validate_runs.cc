@@ -50,8 +50,10 @@ std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& pat
                                             std::to_string(precision.threads),
                                             "--device",
                                             precision.device};
-  const int P = static_cast<int>(s.parallel().pipeline_size());
-  return P > 1 ? backend::MpirunArgv(options.mpirun, P, program) : program;
+  // One rank per stage and data-parallel replica.
+  const int ranks = static_cast<int>(s.parallel().pipeline_size()) *
+                    static_cast<int>(std::max(1u, s.parallel().data_size()));
+  return ranks > 1 ? backend::MpirunArgv(options.mpirun, ranks, program) : program;
 }
 
 // Every action's and optimizer step's time from train's trace
@@ -77,7 +79,11 @@ Result<pb::CostTable> ProfileBeforeRun(const scenario::ResolvedScenario& scenari
                                        const ProfileFlags& flags,
                                        std::vector<pb::CostTable>* per_stage) {
   ProfileFlags profile = flags;
-  if (!profile.concurrent) profile.concurrent = scenario.stages();
+  // As many processes as the run's ranks: P D.
+  if (!profile.concurrent) {
+    profile.concurrent =
+        scenario.stages() * static_cast<int>(std::max(1u, scenario.proto().parallel().data_size()));
+  }
   return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
 }
 

@@ -60,6 +60,7 @@ pb::Report MakeTrainReport(const TrainSetup& setup, const TrainOptions& options,
                               .plan = &setup.plan,
                               .partition = &setup.partition,
                               .pipeline_size = setup.stages,
+                              .data_size = setup.data_size,
                               .microbatches = setup.microbatches,
                               .seq_len = setup.seq_len,
                               .alpha = setup.alpha,
@@ -81,8 +82,8 @@ pb::Report MakeTrainReport(const TrainSetup& setup, const TrainOptions& options,
   for (const StepResult& s : measured) step_time += s.time_s;
   step_time /= static_cast<double>(measured.size());
   report.set_step_time_s(step_time);
-  const double tokens =
-      static_cast<double>(setup.microbatches) * setup.microbatch_size * setup.seq_len;
+  const double tokens = static_cast<double>(setup.microbatches) * setup.data_size *
+                        setup.microbatch_size * setup.seq_len;
   report.set_tokens_per_s(step_time > 0 ? tokens / step_time : 0);
   double busy_total = 0;
   for (int r = 0; r < setup.stages; ++r) {

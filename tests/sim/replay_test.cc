@@ -176,8 +176,9 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
 // embedding, head and link): F on stage 0 (2), F on stage 1 (4), B on stage
 // 1 (8), B on stage 0 (4): 18.
 // A table measured at TP 2 replayed at TP 2 and DP 2: the layers' measured
-// times, plus each layer's TP all-reduces and the DP gradient all-reduce from
-// the cluster's links (the cost model's); a table at TP 1 is refused there.
+// times, plus each layer's TP all-reduces from the cluster's intra-node link
+// (the cost model's) and the DP gradient all-reduce as a ring on the table's
+// measured link; a table at TP 1 is refused there.
 TEST(Replay, AddsTensorAndDataParallelCommunicationFromTheCluster) {
   pb::Scenario s = TinyScenario(1, 1, 64);
   *s.mutable_cluster() = *models::ClusterPreset("a100-80gb-nvlink");
@@ -185,6 +186,8 @@ TEST(Replay, AddsTensorAndDataParallelCommunicationFromTheCluster) {
   s.mutable_parallel()->set_data_size(2);
   pb::CostTable t = KnownCosts(s.model(), 64, 1e-3);
   t.set_tensor_size(2);
+  t.mutable_link()->set_latency_s(1e-5);  // measured; P = 1 sends nothing
+  t.mutable_link()->set_bandwidth_bytes_per_s(1e9);
   Result<CostTableIndex> index = CostTableIndex::Make(t, "tp2");
   ASSERT_TRUE(index.ok()) << index.status().message();
   Result<Simulation> sim = Simulate(MustResolve(s), Stateflow(1), {.costs = &*index});
@@ -194,9 +197,12 @@ TEST(Replay, AddsTensorAndDataParallelCommunicationFromTheCluster) {
   for (int l = 0; l < cm.num_layers(); ++l) {
     comm += cm.TensorParallelForwardCommTime(l, 64) + cm.TensorParallelBackwardCommTime(l, 64);
   }
-  const double sync = cm.DataParallelSyncTime(0, cm.num_layers());
+  // The DP all-reduce: a ring on the link the table measured, as the
+  // pipeline's transfers (not the cluster's NVLink).
+  const double sync = cm.DataParallelSyncTime(0, cm.num_layers(), &t.link());
   ASSERT_GT(comm, 0);
   ASSERT_GT(sync, 0);
+  ASSERT_NE(sync, cm.DataParallelSyncTime(0, cm.num_layers()));
   // P = M = N = 1: every action in a row, then the all-reduce (no optimizer
   // time in the table).
   EXPECT_NEAR(sim->report.step_time_s(), 4 * 3e-3 + comm + sync, 1e-12);

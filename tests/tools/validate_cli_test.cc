@@ -128,6 +128,15 @@ TEST(ValidateCli, PeakMemoryPerStageWithinTwoPercentAndTimingCompared) {
   EXPECT_NEAR(run.step_time_rel_error(),
               Rel(run.predicted_step_time_s(), run.measured_step_time_s()), 1e-12);
   EXPECT_NEAR(report.max_abs_step_time_rel_error(), std::abs(run.step_time_rel_error()), 1e-12);
+  // The link was timed between two MPI ranks (mpirun -n 2), not in-process:
+  // the link worker's samples read back (before, its table of samples alone
+  // failed the write's read-back, "link.bandwidth_bytes_per_s must be > 0",
+  // and every validate fell back to the in-process copy).
+  bool mpi_link = false;
+  for (const std::string& note : report.notes()) {
+    if (note.rfind("link: ping-pong between two MPI ranks", 0) == 0) mpi_link = true;
+  }
+  EXPECT_TRUE(mpi_link) << v.out;
 
   // The prediction is the simulator's replay of the same table...
   const Finished sim =
