@@ -324,6 +324,55 @@ TEST(TrainCli, ACheckpointOneRankCannotWriteIsOneLineUnderMpirun) {
   std::filesystem::remove_all(dir);
 }
 
+// Data parallelism end to end (issue 26): P = 2 x DP = 2 under mpirun -n 4
+// gives the losses of the two replicas in one process bit for bit (each sum
+// is of two terms), and those of one replica of M DP microbatches within
+// 1e-12; the distributed optimizer gives the same losses, with replica 0's
+// optimizer state halved in the report; the report counts M DP B T tokens.
+TEST(TrainCli, DataParallelRanksEqualOneProcessAndOneReplica) {
+  const std::vector<std::string> base = {"--dtype", "float64", "--steps", "2", "-T", "48",
+                                         "-N",      "2",       "--json"};
+  const std::vector<std::string> dp = With(base, {"-M", "2", "--data-parallel", "2"});
+  const Finished one = RunFor(Train(dp), TempPrefix("dp-one"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const Finished grid = RunFor(Mpirun(4, Train(dp)), TempPrefix("dp-grid"));
+  ASSERT_EQ(grid.exit_code, 0) << grid.err;
+  const Finished sharded =
+      RunFor(Mpirun(4, Train(With(dp, {"--distributed-optimizer", "on"}))), TempPrefix("dp-zero"));
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  const Finished whole = RunFor(Train(With(base, {"-M", "4"})), TempPrefix("dp-whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const pb::Report a = ParseReport(one), b = ParseReport(grid), c = ParseReport(sharded),
+                   w = ParseReport(whole);
+  ASSERT_EQ(b.losses_size(), 2);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(b.losses(k), a.losses(k)) << "step " << k;
+    EXPECT_EQ(c.losses(k), a.losses(k)) << "step " << k;
+  }
+  EXPECT_LT(RelError(a, w), 1e-12);
+  EXPECT_EQ(b.data_size(), 2u);
+  EXPECT_NEAR(b.tokens_per_s() * b.step_time_s(), 2.0 * 2 * 48, 1e-6);
+  auto optimizer = [](const pb::Report& r, int stage) {
+    for (const pb::BufferBytes& c : r.stages(stage).peak_by_class()) {
+      if (c.buffer_class() == "optimizer_state") return c.bytes();
+    }
+    return -1.0;
+  };
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_GT(optimizer(b, r), 0);
+    // ceil(n / 2) of n parameters: at most one element (8 bytes) over half.
+    EXPECT_NEAR(optimizer(c, r), optimizer(b, r) / 2, 8.0) << "stage " << r;
+  }
+}
+
+TEST(TrainCli, RankCountDifferentFromTheGrid) {
+  const Finished f =
+      RunFor(Mpirun(2, Train({"--steps", "1", "--data-parallel", "2"})), TempPrefix("dp-ranks"), 60);
+  EXPECT_EQ(f.exit_code, 2);
+  ExpectOneLine(f, "mpirun started 2 ranks but the scenario has parallel.pipeline_size 2 x "
+                   "data_size 2 (one rank per stage and replica: mpirun -n 4)");
+}
+
 TEST(TrainCli, RankCountDifferentFromStages) {
   const Finished f = RunFor(Mpirun(3, Train({"--steps", "1"})), TempPrefix("ranks"), 60);
   EXPECT_EQ(f.exit_code, 2);

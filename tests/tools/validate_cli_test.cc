@@ -157,6 +157,29 @@ TEST(ValidateCli, PeakMemoryPerStageWithinTwoPercentAndTimingCompared) {
   }
 }
 
+// PP 2 x DP 2 (mpirun -n 4, issue 26), plain and with the distributed
+// optimizer: every stage's predicted peak equals the measured one (replica
+// 0's, holding the larger optimizer shard), and the timing is compared.
+TEST(ValidateCli, DataParallelPeakMemoryIsExact) {
+  const std::string scenario = WriteFile("scenario-dp.textproto", kScenario);
+  for (const char* distributed : {"off", "on"}) {
+    const Finished v = RunCli({"validate", "--scenario", scenario, "--steps", "2", "--repetitions",
+                               "1", "--warmup", "0", "--data-parallel", "2",
+                               "--distributed-optimizer", distributed, "--json"},
+                              std::string("dp-") + distributed);
+    ASSERT_EQ(v.exit_code, 0) << v.err;
+    const pb::ValidationReport report = FromJson<pb::ValidationReport>(v);
+    ASSERT_EQ(report.runs_size(), 1);
+    ASSERT_EQ(report.runs(0).stages_size(), 2);
+    for (const pb::ValidationStage& s : report.runs(0).stages()) {
+      EXPECT_GT(s.measured_peak_memory_bytes(), 0);
+      EXPECT_EQ(s.predicted_peak_memory_bytes(), s.measured_peak_memory_bytes())
+          << distributed << " stage " << s.stage();
+    }
+    EXPECT_GT(report.runs(0).measured_step_time_s(), 0);
+  }
+}
+
 // On --device host-grid the prediction counts that device's GDN core
 // scratch (larger than the CPU kernels': models/cost_model.h,
 // CoreWorkspace), so the peaks are exact there too: every stage's predicted
