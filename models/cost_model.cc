@@ -126,6 +126,9 @@ Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
   if (options.data_size < 1) {
     return Status::Invalid("parallel.data_size must be >= 1");
   }
+  if (options.context_size < 1) {
+    return Status::Invalid("parallel.context_size must be >= 1");
+  }
   SF_ASSIGN_OR_RETURN(pb::PrecisionSpec filled, FillPrecision(precision));
   SF_RETURN_IF_ERROR(ValidateCluster(cluster));
   CostModel cm;
@@ -339,14 +342,20 @@ double CostModel::TensorParallelBackwardCommTime(int l, std::int64_t s) const {
 }
 
 const pb::LinkSpec& CostModel::DataParallelLink() const {
-  const double group = static_cast<double>(options_.tensor_size) * options_.data_size;
+  // Megatron's order tp-cp-dp-pp: a stage's gradient group (DP x CP) spans
+  // TP * CP * DP consecutive devices.
+  const double group =
+      static_cast<double>(options_.tensor_size) * options_.context_size * options_.data_size;
   return group <= cluster_.devices_per_node() ? cluster_.intra_node_link()
                                               : cluster_.inter_node_link();
 }
 
 double CostModel::DataParallelSyncTime(int first, int last, const pb::LinkSpec* link) const {
   assert(0 <= first && first <= last && last <= num_layers());
-  const int dp = options_.data_size;
+  // The CP devices of a replica hold the same weights with partial
+  // gradients: the sum runs over DP x CP (Megatron's data-parallel group
+  // with context parallelism).
+  const int dp = options_.data_size * options_.context_size;
   if (dp <= 1) return 0.0;
   double gradient = 0, weight = 0;
   for (int l = first; l < last; ++l) {
@@ -365,15 +374,16 @@ double CostModel::StageOptimizerParams(int first, int last) const {
   assert(0 <= first && first <= last && last <= num_layers());
   double params = 0;
   for (int l = first; l < last; ++l) params += ParamCount(l);
-  if (!options_.distributed_optimizer || options_.data_size <= 1) return params;
+  const int group = options_.data_size * options_.context_size;  // sharded over DP x CP
+  if (!options_.distributed_optimizer || group <= 1) return params;
   // Whole parameters per device (the model's counts are integers after TP).
   const auto n = static_cast<std::int64_t>(std::llround(params));
-  return static_cast<double>(ShardOf(n, options_.data_size, 0).count);
+  return static_cast<double>(ShardOf(n, group, 0).count);
 }
 
 double CostModel::StageOptimizerBytes(int first, int last) const {
   assert(0 <= first && first <= last && last <= num_layers());
-  if (!options_.distributed_optimizer || options_.data_size <= 1) {
+  if (!options_.distributed_optimizer || options_.data_size * options_.context_size <= 1) {
     double bytes = 0;
     for (int l = first; l < last; ++l) bytes += OptimizerBytes(l);
     return bytes;
@@ -393,8 +403,29 @@ double CostModel::ForwardTime(int l, std::int64_t c, std::int64_t s) const {
 
 PassTerms CostModel::OwnTerms(int l, std::int64_t c, std::int64_t s, bool backward) const {
   PassTerms t;
-  const double flops = backward ? BackwardFlops(l, c, s) : ForwardFlops(l, c, s);
-  const double compute_s = ComputeTime(l, c, s, backward, flops);
+  const int cp = options_.context_size;
+  auto flops_of = [&](std::int64_t at, std::int64_t len) {
+    return backward ? BackwardFlops(l, at, len) : ForwardFlops(l, at, len);
+  };
+  double compute_s = 0;
+  const std::int64_t whole = s;
+  if (cp > 1) {
+    // One CP device's part: the last device's tokens (the largest share,
+    // and under contiguous attention shards the most causal work), or for
+    // zig-zag attention an even share of the whole chunk's work.
+    const std::int64_t local = LocalTokens(s);
+    if (layers_[l] == LayerKind::kAttention && !options_.context_contiguous) {
+      compute_s = ComputeTime(l, c, s, backward, flops_of(c, s)) / cp;
+    } else {
+      compute_s = ComputeTime(l, c + s - local, local, backward, flops_of(c + s - local, local));
+    }
+    const double extra = ContextParallelExtraFlops(l, local, backward);
+    compute_s += extra / (cluster_.device().peak_flops() * Efficiency(Tokens(local)));
+    c += s - local;
+    s = local;
+  } else {
+    compute_s = ComputeTime(l, c, s, backward, flops_of(c, s));
+  }
   const double memory_s =
       (backward ? MinBackwardBytes(l, s) : MinForwardBytes(l, s)) /
       cluster_.device().memory_bandwidth_bytes_per_s();
@@ -405,8 +436,54 @@ PassTerms CostModel::OwnTerms(int l, std::int64_t c, std::int64_t s, bool backwa
   t.st_hidden_s = st.hidden_s;
   t.tp_comm_s =
       backward ? TensorParallelBackwardCommTime(l, s) : TensorParallelForwardCommTime(l, s);
-  t.total_s = (t.compute_s + t.memory_s) + t.st_exposed_s + t.tp_comm_s;
+  if (cp > 1) {
+    t.cp_comm_s = ContextParallelCommTime(l, c - (whole - s), whole, backward,
+                                          t.compute_s + t.memory_s);
+  }
+  t.total_s = (t.compute_s + t.memory_s) + t.st_exposed_s + t.tp_comm_s + t.cp_comm_s;
   return t;
+}
+
+std::int64_t CostModel::LocalTokens(std::int64_t s) const {
+  const std::int64_t cp = options_.context_size;
+  return (s + cp - 1) / cp;
+}
+
+const pb::LinkSpec& CostModel::ContextParallelLink() const {
+  const double group = static_cast<double>(options_.tensor_size) * options_.context_size;
+  return group <= cluster_.devices_per_node() ? cluster_.intra_node_link()
+                                              : cluster_.inter_node_link();
+}
+
+double CostModel::ContextParallelCommTime(int l, std::int64_t c, std::int64_t s, bool backward,
+                                          double compute_s) const {
+  const int cp = options_.context_size;
+  if (cp <= 1) return 0.0;
+  const pb::LinkSpec& link = ContextParallelLink();
+  const double hops = cp - 1;
+  switch (layers_[l]) {
+    case LayerKind::kRecurrence:
+      // A chain: device k waits for device k - 1's state (backward: k + 1's
+      // state gradient) before it can finish; nothing hides it.
+      return hops * (link.latency_s() + BoundaryStateBytes(l) / link.bandwidth_bytes_per_s());
+    case LayerKind::kAttention: {
+      // A ring over the K/V of every token the chunk attends to.
+      const double tokens = std::ceil(static_cast<double>(c + s) / cp);
+      const double step_bytes =
+          tokens * (KvBytesPerToken(l) + (backward ? KvGradBytesPerToken(l) : 0.0));
+      const double ring = hops * (link.latency_s() + step_bytes / link.bandwidth_bytes_per_s());
+      return std::max(0.0, ring - compute_s);
+    }
+    case LayerKind::kEmbedding:
+    case LayerKind::kHead: return 0.0;
+  }
+  return 0.0;
+}
+
+double CostModel::ContextParallelExtraFlops(int l, std::int64_t s, bool backward) const {
+  if (options_.context_size <= 1 || layers_[l] != LayerKind::kRecurrence) return 0.0;
+  const StFlops f = RecurrenceStFlops(model_);  // per token, all heads
+  return Tokens(s) * (backward ? f.st_bwd : f.st) / options_.tensor_size;
 }
 
 PassTerms CostModel::ForwardTerms(int l, std::int64_t c, std::int64_t s) const {

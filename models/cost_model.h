@@ -101,6 +101,10 @@ struct CostModelOptions {
   // parallel.distributed_optimizer: optimizer state sharded over DP; the
   // gradient sync is a reduce-scatter of gradients and an all-gather of weights.
   bool distributed_optimizer = false;
+  // parallel.context_size (CP) and its attention split (zig-zag unless
+  // context_contiguous): docs/cost-model.md, "Context parallelism".
+  int context_size = 1;
+  bool context_contiguous = false;
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
   System system = System::kStateFlow;
@@ -144,6 +148,7 @@ struct PassTerms {
   double st_exposed_s = 0;  // the state transition's exposed time
   double st_hidden_s = 0;   // what split-and-overlap hid of it
   double tp_comm_s = 0;     // tensor-parallel all-reduces
+  double cp_comm_s = 0;     // context parallelism's exposed communication
   double recompute_s = 0;   // of the total: the forward replayed in backward
   double total_s = 0;
 };
@@ -228,6 +233,29 @@ class CostModel {
   // BackwardTime include these (a recompute replay its forward's again).
   double TensorParallelForwardCommTime(int l, std::int64_t s) const;
   double TensorParallelBackwardCommTime(int l, std::int64_t s) const;
+
+  // ---- context parallelism ----
+  // The tokens of an s-token chunk on one CP device: ceil(s / CP) (the
+  // largest share; s when CP = 1). Every per-device size of a chunk (its
+  // activations, messages, workspace; the K/V buffer's T) is counted at it.
+  std::int64_t LocalTokens(std::int64_t s) const;
+  // The link of a CP group: TP * CP consecutive devices (Megatron-LM's order
+  // tp-cp-dp-pp), intra-node when they fit in one node.
+  const pb::LinkSpec& ContextParallelLink() const;
+  // The exposed CP communication of one pass of layer l over the chunk
+  // [c, c + s) whose compute takes `compute_s` on each device: a
+  // recurrence layer's chain of CP - 1 hops of its boundary state (forward)
+  // or state gradient (backward), each a latency plus the state's bytes; an
+  // attention layer's ring of CP - 1 steps, each the K/V (backward: also
+  // dK/dV) of (c + s) / CP tokens, overlapped with the pass's compute:
+  // max(0, ring - compute_s). 0 when CP = 1 and for other layers.
+  double ContextParallelCommTime(int l, std::int64_t c, std::int64_t s, bool backward,
+                                 double compute_s) const;
+  // The recurrence core's extra FLOPs on one CP device (0 when CP = 1 and
+  // for other layers): folding in the entering state it received, per token
+  // and head 2 d_k d_v for its outputs and 2 d_k d_v for the state it hands
+  // on (backward twice that).
+  double ContextParallelExtraFlops(int l, std::int64_t s, bool backward) const;
 
   // ---- data parallelism ----
   // The link of one stage's DP all-reduce. Devices are numbered TP innermost,

@@ -58,6 +58,7 @@ inline constexpr RealRange kPrecisionBytes{0.0, 64.0, /*lo_open=*/true};
 inline constexpr IntRange kPipelineSize{1, 4096};
 inline constexpr IntRange kTensorSize{1, 4096};
 inline constexpr IntRange kDataSize{1, 1 << 20};
+inline constexpr IntRange kContextSize{1, 4096};
 inline constexpr IntRange kMicrobatchSize{1, 1 << 20};
 inline constexpr IntRange kMicrobatches{1, 1 << 20};
 inline constexpr IntRange kChunks{1, 1 << 20};

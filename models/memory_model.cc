@@ -47,8 +47,11 @@ struct ChunkShape {
   bool last = false;         // i == N - 1
 };
 
-ChunkShape ShapeOf(const schedule::Partition& partition, int i) {
-  return {partition.length(i), partition.seq_len(), i == 0, i == partition.num_chunks() - 1};
+// One device's share of chunk i: under context parallelism ceil(s / CP) of
+// its tokens and ceil(T / CP) of the sequence's K/V positions.
+ChunkShape ShapeOf(const CostModel& cm, const schedule::Partition& partition, int i) {
+  return {cm.LocalTokens(partition.length(i)), cm.LocalTokens(partition.seq_len()), i == 0,
+          i == partition.num_chunks() - 1};
 }
 
 // `kinds.Of(l)` is layer l's segment for this pass over shape.s tokens.
@@ -129,12 +132,12 @@ MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
                            const schedule::Partition& partition, const Action& action) {
   switch (action.pass) {
     case Pass::kForward: {
-      const ChunkShape shape = ShapeOf(partition, action.chunk);
+      const ChunkShape shape = ShapeOf(cm, partition, action.chunk);
       KindSegments kinds(cm, shape.s, /*forward=*/true);
       return ForwardAction(cm, layers, shape, kinds);
     }
     case Pass::kBackward: {
-      const ChunkShape shape = ShapeOf(partition, action.chunk);
+      const ChunkShape shape = ShapeOf(cm, partition, action.chunk);
       KindSegments kinds(cm, shape.s, /*forward=*/false);
       return BackwardAction(cm, layers, shape, kinds);
     }
@@ -183,7 +186,7 @@ const MemorySegment& ActionMemoryCache::Get(const StageLayers& layers,
                                             const Action& action) {
   static const MemorySegment kNothing;  // a W action
   if (action.pass == Pass::kWeight) return kNothing;
-  const ChunkShape shape = ShapeOf(partition, action.chunk);
+  const ChunkShape shape = ShapeOf(cm_, partition, action.chunk);
   const Key key{layers.first, layers.last, action.pass, shape.first, shape.last, shape.s,
                 shape.seq_len};
   auto it = actions_.find(key);

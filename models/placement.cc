@@ -11,6 +11,8 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
   options.tensor_size = par.tensor_size() == 0 ? 1 : static_cast<int>(par.tensor_size());
   options.data_size = par.data_size() == 0 ? 1 : static_cast<int>(par.data_size());
   options.distributed_optimizer = par.distributed_optimizer();
+  options.context_size = par.context_size() == 0 ? 1 : static_cast<int>(par.context_size());
+  options.context_contiguous = par.context_contiguous();
   options.microbatch_size =
       par.microbatch_size() == 0 ? 1 : static_cast<int>(par.microbatch_size());
   SF_ASSIGN_OR_RETURN(options.recompute, ParseRecompute(schedule.recompute()));

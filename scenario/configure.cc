@@ -69,6 +69,18 @@ Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
   SF_ASSIGN_OR_RETURN(config.partition,
                       models::PartitionFor(cm, scenario.seq_len(), schedule));
   const int chunks = config.partition.num_chunks();
+  // Context parallelism splits every chunk's tokens over CP devices: a
+  // chunk shorter than CP would leave devices without a token.
+  const int cp = cm.options().context_size;
+  for (int i = 0; cp > 1 && i < chunks; ++i) {
+    if (config.partition.length(i) < cp) {
+      return Status::Invalid("parallel.context_size " + std::to_string(cp) + " exceeds chunk " +
+                             std::to_string(i) + "'s " +
+                             std::to_string(config.partition.length(i)) +
+                             " tokens (schedule.chunks " + std::to_string(chunks) +
+                             "): every CP device needs a token of every chunk");
+    }
+  }
   if (plan != nullptr) {
     SF_RETURN_IF_ERROR(CheckPlanShape(*plan, stages, microbatches, chunks));
     config.plan = *plan;

@@ -66,6 +66,10 @@ Status ResolveParallel(pb::ParallelSpec* par) {
       CheckRange("parallel.pipeline_size", par->pipeline_size(), models::kPipelineSize));
   SF_RETURN_IF_ERROR(CheckRange("parallel.tensor_size", par->tensor_size(), models::kTensorSize));
   SF_RETURN_IF_ERROR(CheckRange("parallel.data_size", par->data_size(), models::kDataSize));
+  if (par->context_size() != 0) {  // unset reads as 1
+    SF_RETURN_IF_ERROR(
+        CheckRange("parallel.context_size", par->context_size(), models::kContextSize));
+  }
   SF_RETURN_IF_ERROR(CheckRange("parallel.microbatch_size", par->microbatch_size(),
                                 models::kMicrobatchSize));
   SF_RETURN_IF_ERROR(

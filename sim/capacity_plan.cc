@@ -162,16 +162,31 @@ void FillHeader(const pb::Scenario& s, const CapacityPlanRequest& req,
 void AddSplits(const pb::Scenario& scenario, const CapacityPlanRequest& req,
                pb::CapacityPlanReport* report) {
   const int mbs = static_cast<int>(report->microbatch_size());
-  for (int p : Divisors(req.devices)) {
-    for (int tp : Divisors(req.devices / p)) {
-      const int dp = req.devices / (p * tp);
-      pb::PlanCandidate* c = report->add_candidates();
-      c->set_pipeline_size(p);
-      c->set_tensor_size(tp);
-      c->set_data_size(dp);
-      c->set_reason(SplitRejection(scenario, p, tp, dp, req.global_batch));
-      c->set_verdict(c->reason().empty() ? "" : "illegal");
-      if (c->reason().empty()) c->set_microbatches(req.global_batch / (dp * mbs));
+  const std::vector<int> cps = req.context_sizes.empty() ? std::vector<int>{1} : req.context_sizes;
+  const std::int64_t granularity =
+      scenario.schedule().has_granularity() ? scenario.schedule().granularity() : 128;
+  for (int cp : cps) {
+    if (req.devices % cp != 0) continue;
+    const int rest = req.devices / cp;
+    for (int p : Divisors(rest)) {
+      for (int tp : Divisors(rest / p)) {
+        const int dp = rest / (p * tp);
+        pb::PlanCandidate* c = report->add_candidates();
+        c->set_pipeline_size(p);
+        c->set_tensor_size(tp);
+        c->set_data_size(dp);
+        if (cp > 1) c->set_context_size(cp);
+        c->set_reason(SplitRejection(scenario, p, tp, dp, req.global_batch));
+        if (c->reason().empty() && cp > 1 && cp > std::min(granularity, req.seq_len)) {
+          // Chunks are multiples of the granularity: a shorter one could
+          // leave a CP device without a token.
+          c->set_reason("CP " + std::to_string(cp) + " > the chunks' granularity " +
+                        std::to_string(std::min(granularity, req.seq_len)) +
+                        " (every CP device needs a token of every chunk)");
+        }
+        c->set_verdict(c->reason().empty() ? "" : "illegal");
+        if (c->reason().empty()) c->set_microbatches(req.global_batch / (dp * mbs));
+      }
     }
   }
 }
@@ -237,9 +252,13 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
                      " (measured at TP " + std::to_string(options.costs->tensor_size()) +
                      ", with its link); TP and DP all-reduces from the cluster's links");
     for (pb::PlanCandidate& c : *report.mutable_candidates()) {
-      if (!c.verdict().empty() || static_cast<int>(c.tensor_size()) == options.costs->tensor_size()) {
+      if (!c.verdict().empty()) continue;
+      if (c.context_size() > 1) {
+        c.set_verdict("illegal");
+        c.set_reason("a measured cost table cannot replay CP " + std::to_string(c.context_size()));
         continue;
       }
+      if (static_cast<int>(c.tensor_size()) == options.costs->tensor_size()) continue;
       c.set_verdict("illegal");
       c.set_reason("the cost table " + options.costs->source() + " was measured at TP " +
                    std::to_string(options.costs->tensor_size()));
@@ -266,6 +285,7 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
     parallel.set_pipeline_size(c.pipeline_size());
     parallel.set_tensor_size(c.tensor_size());
     parallel.set_data_size(c.data_size());
+    parallel.set_context_size(std::max(1u, c.context_size()));
     parallel.set_microbatches(c.microbatches());
     Result<scenario::ResolvedScenario> split = resolved.WithParallel(parallel);
     Result<pb::SweepReport> sweep =
@@ -273,7 +293,10 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
     if (!sweep.ok()) {
       return sweep.status().WithPrefix("split " + std::to_string(c.pipeline_size()) + " x " +
                                        std::to_string(c.tensor_size()) + " x " +
-                                       std::to_string(c.data_size()));
+                                       std::to_string(c.data_size()) +
+                                       (c.context_size() > 1
+                                            ? " CP " + std::to_string(c.context_size())
+                                            : std::string()));
     }
     offset += per_split;
     report.set_num_simulated(report.num_simulated() + sweep->num_simulated());

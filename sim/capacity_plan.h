@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
@@ -30,6 +31,9 @@ struct CapacityPlanRequest {
   // {0, 0.1, ..., 1.0, 1.25}; empty policies: {"1f1b", "stateflow"}. Chunk counts
   // that cannot cut seq_len at the schedule's granularity are dropped (noted).
   pb::SweepSpec sweep;
+  // CP degrees to try beside P, TP and DP (devices = P x TP x CP x DP);
+  // empty: CP 1 only.
+  std::vector<int> context_sizes;
 };
 
 // Why the split P x TP x DP is illegal for `scenario`'s model and cluster, or

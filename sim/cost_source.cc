@@ -111,7 +111,7 @@ class TableCostSource : public CostSource {
           forward_s_[k] += g.count * t.forward_s;
           backward_s_[k] += g.count * t.backward_s;
         }
-        const double bytes = cm.BoundaryActivationBytes(s);
+        const double bytes = cm.BoundaryActivationBytes(cm.LocalTokens(s));  // one CP device's
         transfer_occupancy_s_[k] = bytes / link.bandwidth_bytes_per_s();
         transfer_latency_s_[k] = link.latency_s() + transfer_occupancy_s_[k];
         // The stage's memory model (models/memory_model.h): each action's
@@ -239,6 +239,12 @@ class ReplayCostSource final : public TableCostSource {
     const models::CostModel& cm = *setup.cost_model;
     const models::Recompute mode = cm.options().recompute;
     const int tp = cm.options().tensor_size;
+    if (cm.options().context_size > 1) {
+      return Status::Invalid("a measured cost table cannot replay parallel.context_size " +
+                             std::to_string(cm.options().context_size) +
+                             " (its layers were timed on whole chunks; simulate CP with the "
+                             "analytic model)");
+    }
     for (int r = 0; r < stages_; ++r) {
       const CostTableIndex& table = *tables[tables.size() == 1 ? 0 : static_cast<std::size_t>(r)];
       if (table.tensor_size() != tp) {
@@ -281,7 +287,8 @@ class ReplayCostSource final : public TableCostSource {
           backward_s_[k] += *b + b_overlap + cm.TensorParallelBackwardCommTime(l, len) +
                             (cm.Recomputed(l) ? tp_forward : 0.0);
         }
-        const double bytes = cm.BoundaryActivationBytes(setup.partition.length(i));
+        const double bytes =
+            cm.BoundaryActivationBytes(cm.LocalTokens(setup.partition.length(i)));
         transfer_occupancy_s_[k] = bytes / table.link().bandwidth_bytes_per_s();
         transfer_latency_s_[k] = table.link().latency_s() + transfer_occupancy_s_[k];
       }

@@ -25,6 +25,7 @@ void Add(const PassTerms& t, double times, pb::TimeTerms* out) {
   out->set_st_exposed_s(out->st_exposed_s() + times * t.st_exposed_s);
   out->set_st_hidden_s(out->st_hidden_s() + times * t.st_hidden_s);
   out->set_tp_comm_s(out->tp_comm_s() + times * t.tp_comm_s);
+  out->set_cp_comm_s(out->cp_comm_s() + times * t.cp_comm_s);
   out->set_recompute_s(out->recompute_s() + times * t.recompute_s);
   out->set_total_s(out->total_s() + times * t.total_s);
 }

@@ -2,10 +2,13 @@
 // train a model at a sequence length and global batch, each with its best
 // (N, alpha), ranked; and why the others cannot.
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <iostream>
 
 #include "common/files.h"
+#include "common/text.h"
+#include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
 #include "sim/capacity_plan.h"
@@ -37,6 +40,9 @@ examples:
   stateflow capacity --model mamba3-32b -T 131072 --global-batch 16 --devices 32 --top 3
   stateflow capacity --scenario scenarios/paper/gdn-hybrid-3b.textproto --devices 8 --json
   stateflow capacity --model gdn-3b --devices 8 --policies 1f1b,stateflow --chunks-list 4,8
+  stateflow capacity --model gdn-hybrid-15b --cluster a100-80gb-nvlink -T 262144 --devices 16 \
+      --context-parallel-list 1,2,4 --distributed-optimizer on
+      SPP, context parallelism or both: every P x TP x CP x DP of 16 A100s
 )";
 
 struct PlanFlags {
@@ -46,7 +52,31 @@ struct PlanFlags {
   std::optional<long long> global_batch;
   std::string costs_path;
   int top = 5;
+  std::string context_sizes;  // --context-parallel-list
 };
+
+// "1,2,4" -> {1, 2, 4}; each in models::kContextSize.
+Result<std::vector<int>> ParseContextSizes(const std::string& text) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    long long v = 0;
+    const auto [end, err] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || err != std::errc() || end != item.data() + item.size()) {
+      return Status::Invalid("--context-parallel-list: '" + Printable(item) +
+                             "' is not a whole number");
+    }
+    SF_RETURN_IF_ERROR(
+        models::CheckRange("--context-parallel-list", static_cast<std::int64_t>(v), models::kContextSize));
+    if (std::find(out.begin(), out.end(), static_cast<int>(v)) == out.end()) {
+      out.push_back(static_cast<int>(v));
+    }
+    at = comma + 1;
+  }
+  return out;
+}
 
 void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
   desc->add_options()
@@ -67,6 +97,9 @@ void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
       ("costs", po::value(&f->costs_path),
        "replay this CostTable (stateflow profile) instead of the cost model; splits at another "
        "TP than the table's are rejected (at most 64 MiB)")
+      ("context-parallel-list", po::value(&f->context_sizes),
+       "CP degrees to try beside P, TP and DP (devices = P x TP x CP x DP), e.g. 1,2,4,8 "
+       "(default: 1; docs/cost-model.md, Context parallelism)")
       ("top", po::value(&f->top)->default_value(5),
        "feasible splits to show in the table (0: all; --json has all)");
 }
@@ -114,6 +147,9 @@ Result<pb::CapacityPlanReport> Run(const PlanFlags& f) {
   request.devices = static_cast<int>(f.devices.value_or(defaults.first));
   request.global_batch = static_cast<int>(f.global_batch.value_or(defaults.second));
   request.seq_len = static_cast<std::int64_t>(scenario.seq_len());
+  if (!f.context_sizes.empty()) {
+    SF_ASSIGN_OR_RETURN(request.context_sizes, ParseContextSizes(f.context_sizes));
+  }
   // A scenario file's sweep ranges apply; the embedded default's do not (the
   // plan then tries the paper's N and alpha, with 1f1b and stateflow).
   if (!f.scenario.scenario_path.empty()) request.sweep = scenario.sweep();

@@ -167,6 +167,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("data-parallel", Optional(&f->data_size),
        Help("DP degree (parallel.data_size): replicas of the pipeline, each on M microbatches "
             "(train: mpirun -n P DP)", models::kDataSize).c_str())
+      ("context-parallel", Optional(&f->context_size),
+       Help("CP degree (parallel.context_size): each chunk's tokens split over CP devices "
+            "(simulated only)", models::kContextSize).c_str())
       ("distributed-optimizer", po::value(&f->distributed_optimizer),
        "on or off: shard the optimizer state over the DP replicas "
        "(parallel.distributed_optimizer, ZeRO-1)")
@@ -234,6 +237,7 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   SF_RETURN_IF_ERROR(CheckFlag("stages", f.stages, models::kPipelineSize));
   SF_RETURN_IF_ERROR(CheckFlag("tensor-parallel", f.tensor_size, models::kTensorSize));
   SF_RETURN_IF_ERROR(CheckFlag("data-parallel", f.data_size, models::kDataSize));
+  SF_RETURN_IF_ERROR(CheckFlag("context-parallel", f.context_size, models::kContextSize));
   if (!f.distributed_optimizer.empty() && f.distributed_optimizer != "on" &&
       f.distributed_optimizer != "off") {
     return Status::Invalid("--distributed-optimizer: '" + f.distributed_optimizer +
@@ -305,6 +309,9 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   if (f.stages) s.mutable_parallel()->set_pipeline_size(static_cast<std::uint32_t>(*f.stages));
   if (f.tensor_size) s.mutable_parallel()->set_tensor_size(static_cast<std::uint32_t>(*f.tensor_size));
   if (f.data_size) s.mutable_parallel()->set_data_size(static_cast<std::uint32_t>(*f.data_size));
+  if (f.context_size) {
+    s.mutable_parallel()->set_context_size(static_cast<std::uint32_t>(*f.context_size));
+  }
   if (!f.distributed_optimizer.empty()) {
     s.mutable_parallel()->set_distributed_optimizer(f.distributed_optimizer == "on");
   }

@@ -87,6 +87,7 @@ struct ScenarioFlags {
   std::optional<long long> stages;
   std::optional<long long> tensor_size;
   std::optional<long long> data_size;
+  std::optional<long long> context_size;
   std::string distributed_optimizer;  // "on" or "off"; empty: the scenario's
   std::optional<long long> seq_len;
   std::string recompute;

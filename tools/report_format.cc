@@ -95,15 +95,22 @@ std::string TermTime(double seconds, const std::string& unit) {
   return seconds == 0 ? "-" : FormatTime(seconds, unit);
 }
 
-std::vector<std::string> TermCells(const pb::TimeTerms& t, const std::string& unit) {
-  return {TermTime(t.compute_s(), unit),    TermTime(t.memory_s(), unit),
-          TermTime(t.st_exposed_s(), unit), TermTime(t.tp_comm_s(), unit),
-          TermTime(t.total_s(), unit),      TermTime(t.st_hidden_s(), unit),
-          TermTime(t.recompute_s(), unit)};
+// `cp`: with a "CP comm" column (a run with context parallelism).
+std::vector<std::string> TermCells(const pb::TimeTerms& t, const std::string& unit, bool cp) {
+  std::vector<std::string> cells = {TermTime(t.compute_s(), unit), TermTime(t.memory_s(), unit),
+                                    TermTime(t.st_exposed_s(), unit), TermTime(t.tp_comm_s(), unit)};
+  if (cp) cells.push_back(TermTime(t.cp_comm_s(), unit));
+  cells.insert(cells.end(), {TermTime(t.total_s(), unit), TermTime(t.st_hidden_s(), unit),
+                             TermTime(t.recompute_s(), unit)});
+  return cells;
 }
 
-const std::vector<std::string> kTermHeader = {"compute", "memory", "ST exposed", "TP comm",
-                                              "total",   "ST hidden", "of it recompute"};
+std::vector<std::string> TermHeader(bool cp) {
+  std::vector<std::string> header = {"compute", "memory", "ST exposed", "TP comm"};
+  if (cp) header.push_back("CP comm");
+  header.insert(header.end(), {"total", "ST hidden", "of it recompute"});
+  return header;
+}
 
 std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -119,12 +126,16 @@ std::string FormatExplanation(const pb::Report& r) {
                     " model's terms, per device):\n\n";
   out += "one layer of each kind, one microbatch (T = " + Printf("%.0f", r.seq_len()) + " in " +
          std::to_string(r.chunks()) + " chunk" + (r.chunks() == 1 ? "" : "s") + "):\n";
-  std::vector<std::vector<std::string>> rows = {Concat({"kind", "layers", "pass"}, kTermHeader)};
+  bool cp = false;
+  for (const pb::LayerKindTerms& k : e.kinds()) {
+    cp = cp || k.forward().cp_comm_s() > 0 || k.backward().cp_comm_s() > 0;
+  }
+  std::vector<std::vector<std::string>> rows = {Concat({"kind", "layers", "pass"}, TermHeader(cp))};
   const pb::LayerKindTerms* recurrence = nullptr;
   for (const pb::LayerKindTerms& k : e.kinds()) {
     rows.push_back(Concat({k.kind(), std::to_string(k.layers()), "forward"},
-                          TermCells(k.forward(), unit)));
-    rows.push_back(Concat({"", "", "backward"}, TermCells(k.backward(), unit)));
+                          TermCells(k.forward(), unit, cp)));
+    rows.push_back(Concat({"", "", "backward"}, TermCells(k.backward(), unit, cp)));
     if (k.kind() == "recurrence") recurrence = &k;
   }
   out += AlignTable(rows, "  ");
@@ -152,13 +163,13 @@ std::string FormatExplanation(const pb::Report& r) {
   }
 
   out += "\nper stage, the whole step (" + FormatTime(r.step_time_s(), unit) +
-         "): busy = compute + memory + ST exposed + TP comm; idle = step - busy - DP sync - "
-         "optimizer\n";
+         "): busy = compute + memory + ST exposed + TP comm" + (cp ? " + CP comm" : "") +
+         "; idle = step - busy - DP sync - optimizer\n";
   std::vector<std::vector<std::string>> stages = {
-      Concat(Concat({"stage"}, kTermHeader), {"DP sync", "optimizer", "idle"})};
-  stages.front()[5] = "busy";
+      Concat(Concat({"stage"}, TermHeader(cp)), {"DP sync", "optimizer", "idle"})};
+  stages.front()[cp ? 6 : 5] = "busy";
   for (const pb::StageTerms& s : e.stages()) {
-    stages.push_back(Concat(Concat({std::to_string(s.stage())}, TermCells(s.busy(), unit)),
+    stages.push_back(Concat(Concat({std::to_string(s.stage())}, TermCells(s.busy(), unit, cp)),
                             {TermTime(s.sync_s(), unit), TermTime(s.optimizer_s(), unit),
                              TermTime(s.idle_s(), unit)}));
   }

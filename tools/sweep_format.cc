@@ -211,7 +211,8 @@ std::string BestList(const pb::SweepReport& r) {
 
 std::string SplitLabel(const pb::PlanCandidate& c) {
   return std::to_string(c.pipeline_size()) + " x " + std::to_string(c.tensor_size()) + " x " +
-         std::to_string(c.data_size());
+         std::to_string(c.data_size()) +
+         (c.context_size() > 1 ? ", CP " + std::to_string(c.context_size()) : std::string());
 }
 
 }  // namespace

@@ -47,6 +47,10 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
                            "pipeline and data parallelism; tensor parallelism is simulated "
                            "only)");
   }
+  if (scenario.parallel().context_size() > 1) {
+    return Status::Invalid("parallel.context_size must be 1 for training (context parallelism "
+                           "is simulated only)");
+  }
   setup.data_size = static_cast<int>(std::max(1u, scenario.parallel().data_size()));
   setup.distributed_optimizer = scenario.parallel().distributed_optimizer();
   if (!schedule.system().empty() && schedule.system() != "stateflow") {
