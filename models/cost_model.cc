@@ -463,9 +463,12 @@ double CostModel::ContextParallelCommTime(int l, std::int64_t c, std::int64_t s,
   const double hops = cp - 1;
   switch (layers_[l]) {
     case LayerKind::kRecurrence:
-      // A chain: device k waits for device k - 1's state (backward: k + 1's
-      // state gradient) before it can finish; nothing hides it.
-      return hops * (link.latency_s() + BoundaryStateBytes(l) / link.bandwidth_bytes_per_s());
+      // flash-linear-attention's context parallel for GDN and KDA (KCP):
+      // every device all-gathers each device's state contribution and
+      // transition (backward: their gradients), then folds its
+      // predecessors' in; a ring all-gather of b bytes a device takes
+      // CP - 1 steps of b. The main kernel needs the result: not hidden.
+      return hops * (link.latency_s() + ContextParallelStateBytes(l) / link.bandwidth_bytes_per_s());
     case LayerKind::kAttention: {
       // A ring over the K/V of every token the chunk attends to.
       const double tokens = std::ceil(static_cast<double>(c + s) / cp);
@@ -480,10 +483,36 @@ double CostModel::ContextParallelCommTime(int l, std::int64_t c, std::int64_t s,
   return 0.0;
 }
 
+// Whether the family's recurrence is a delta rule, whose state transition
+// across a span of tokens is a d_k x d_k matrix (GDN, KDA, DeltaNet) rather
+// than a decay (Mamba-3).
+bool DeltaRuleTransition(const pb::ModelSpec& model) {
+  return FamilyOfValid(model).kernel_name() != "mamba3";
+}
+
+double CostModel::ContextParallelStateBytes(int l) const {
+  if (layers_[l] != LayerKind::kRecurrence) return 0.0;
+  const double heads = std::ceil(static_cast<double>(model_.num_heads()) / options_.tensor_size);
+  const double k = model_.head_dim_k();
+  // The transition in fp32 (fla keeps the chain product in fp32); a decay:
+  // one value a head.
+  const double transition = DeltaRuleTransition(model_) ? k * k : 1.0;
+  return BoundaryStateBytes(l) + options_.microbatch_size * heads * transition * kFp32Bytes;
+}
+
 double CostModel::ContextParallelExtraFlops(int l, std::int64_t s, bool backward) const {
   if (options_.context_size <= 1 || layers_[l] != LayerKind::kRecurrence) return 0.0;
   const StFlops f = RecurrenceStFlops(model_);  // per token, all heads
-  return Tokens(s) * (backward ? f.st_bwd : f.st) / options_.tensor_size;
+  // The state contribution with a zero entering state: one more pass of the
+  // state recurrence (its backward: of the state gradient's).
+  double per_token = backward ? f.st_bwd : f.st;
+  if (DeltaRuleTransition(model_)) {
+    // The transition: k^T w per token (2 d_k^2 a head) and the chain product
+    // of d_k x d_k matrices per kernel chunk of 64 tokens (2 d_k^3 / 64).
+    const double k = model_.head_dim_k();
+    per_token += model_.num_heads() * 2 * k * k * (1 + k / 64);
+  }
+  return Tokens(s) * per_token / options_.tensor_size;
 }
 
 PassTerms CostModel::ForwardTerms(int l, std::int64_t c, std::int64_t s) const {

@@ -244,17 +244,26 @@ class CostModel {
   const pb::LinkSpec& ContextParallelLink() const;
   // The exposed CP communication of one pass of layer l over the chunk
   // [c, c + s) whose compute takes `compute_s` on each device: a
-  // recurrence layer's chain of CP - 1 hops of its boundary state (forward)
-  // or state gradient (backward), each a latency plus the state's bytes; an
+  // recurrence layer's ring all-gather of every device's
+  // ContextParallelStateBytes (CP - 1 steps of a latency plus those bytes),
+  // which the layer waits for; an
   // attention layer's ring of CP - 1 steps, each the K/V (backward: also
   // dK/dV) of (c + s) / CP tokens, overlapped with the pass's compute:
   // max(0, ring - compute_s). 0 when CP = 1 and for other layers.
   double ContextParallelCommTime(int l, std::int64_t c, std::int64_t s, bool backward,
                                  double compute_s) const;
-  // The recurrence core's extra FLOPs on one CP device (0 when CP = 1 and
-  // for other layers): folding in the entering state it received, per token
-  // and head 2 d_k d_v for its outputs and 2 d_k d_v for the state it hands
-  // on (backward twice that).
+  // What one CP device contributes to a recurrence layer's all-gather
+  // (flash-linear-attention's KCP for GDN and KDA): its span's state with a
+  // zero entering state (the boundary state's bytes, conv tail included)
+  // and its span's transition, a d_k x d_k fp32 matrix a head for a delta
+  // rule (GDN, KDA, DeltaNet), one decay a head for Mamba-3. 0 for other
+  // layers.
+  double ContextParallelStateBytes(int l) const;
+  // The recurrence core's extra FLOPs on one CP device over s tokens (0 when
+  // CP = 1 and for other layers): one more pass of the state recurrence (the
+  // contribution with a zero entering state; backward: of the state
+  // gradient's) and, for a delta rule, the transition (2 d_k^2 a token and
+  // head, and the chain product's 2 d_k^3 per 64-token kernel chunk).
   double ContextParallelExtraFlops(int l, std::int64_t s, bool backward) const;
 
   // ---- data parallelism ----

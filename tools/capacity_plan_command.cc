@@ -97,6 +97,9 @@ void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
       ("costs", po::value(&f->costs_path),
        "replay this CostTable (stateflow profile) instead of the cost model; splits at another "
        "TP than the table's are rejected (at most 64 MiB)")
+      ("distributed-optimizer", po::value(&f->scenario.distributed_optimizer),
+       "on or off: shard the optimizer state over each split's DP (x CP) replicas "
+       "(parallel.distributed_optimizer, ZeRO-1; default: the scenario's)")
       ("context-parallel-list", po::value(&f->context_sizes),
        "CP degrees to try beside P, TP and DP (devices = P x TP x CP x DP), e.g. 1,2,4,8 "
        "(default: 1; docs/cost-model.md, Context parallelism)")

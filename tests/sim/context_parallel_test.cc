@@ -55,8 +55,9 @@ Simulation Sim(const pb::Scenario& s) {
 
 // One stage, one microbatch, one chunk: the step is every layer's forward
 // and backward on one device's T / CP tokens, plus per recurrence layer its
-// extra FLOPs (folding in the received state) and the chain of CP - 1 hops
-// of its state each way, plus the gradient all-reduce over the CP devices.
+// extra FLOPs (the zero-state contribution and the transition) and a ring
+// all-gather of CP - 1 steps each way, plus the gradient all-reduce over the
+// CP devices.
 TEST(ContextParallel, ReproducesTheClosedFormInTheIdealisedCase) {
   const std::int64_t T = 1024;
   for (int cp : {2, 4, 8}) {
@@ -73,7 +74,12 @@ TEST(ContextParallel, ReproducesTheClosedFormInTheIdealisedCase) {
       const double peak = cm.cluster().device().peak_flops();
       expected += (cm.ContextParallelExtraFlops(l, T / cp, false) +
                    cm.ContextParallelExtraFlops(l, T / cp, true)) / peak;
-      expected += 2 * (cp - 1) * (kLatencyS + cm.BoundaryStateBytes(l) / kBandwidth);
+      expected += 2 * (cp - 1) * (kLatencyS + cm.ContextParallelStateBytes(l) / kBandwidth);
+      // The all-gathered bytes: the state and its conv tail, and the delta
+      // rule's d_k x d_k fp32 transition a head.
+      const double k = cm.model().head_dim_k();
+      EXPECT_EQ(cm.ContextParallelStateBytes(l),
+                cm.BoundaryStateBytes(l) + cm.model().num_heads() * k * k * 4);
       EXPECT_GT(cm.ContextParallelExtraFlops(l, T / cp, false), 0);
     }
     expected += models::RingAllReduceTime(grads, cp, cm.cluster().intra_node_link());
@@ -127,6 +133,17 @@ TEST(ContextParallel, AttentionRingAndItsBalance) {
   EXPECT_GT(contiguous.ForwardTime(attention, 0, 4096), zigzag.ForwardTime(attention, 0, 4096));
   // Other layers' terms do not depend on the split.
   EXPECT_EQ(contiguous.ForwardTime(1, 0, 4096), zigzag.ForwardTime(1, 0, 4096));
+}
+
+// Mamba-3's transition over a span is a decay: one value a head.
+TEST(ContextParallel, Mamba3AllGathersItsStateAndADecayPerHead) {
+  const Simulation sim = Sim(CpScenario("mamba3-tiny", 2, 256));
+  const models::CostModel& cm = sim.config.placement->cost_model;
+  for (int l = 0; l < cm.num_layers(); ++l) {
+    if (cm.layers()[l] != models::LayerKind::kRecurrence) continue;
+    EXPECT_EQ(cm.ContextParallelStateBytes(l),
+              cm.BoundaryStateBytes(l) + cm.model().num_heads() * 4.0);
+  }
 }
 
 TEST(ContextParallel, BadConfigurationsAreOneLineNamingTheField) {

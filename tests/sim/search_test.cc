@@ -592,6 +592,54 @@ TEST(CapacityPlan, FindsTheOnlySplitThatFits) {
   EXPECT_NE(second->reason().find(second->best().peak_class()), std::string::npos);
 }
 
+// With CP degrees to try, every P x TP x CP x DP = devices is a candidate;
+// a CP split's best run is the sweep of that split with
+// parallel.context_size set; CP beyond the chunks' granularity is illegal.
+TEST(CapacityPlan, ContextParallelSplitsAreSearchedBesideTheOthers) {
+  pb::Scenario s = TinyScenario("gdn-tiny");
+  s.mutable_schedule()->set_granularity(4);
+  CapacityPlanRequest req = TinyRequest(8, 2);
+  req.context_sizes = {1, 2, 8};
+  Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(s), req);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  int expected = 0;
+  for (int cp : {1, 2, 8}) {
+    for (int p = 1; p <= 8 / cp; ++p) {
+      for (int tp = 1; p * tp <= 8 / cp; ++tp) expected += ((8 / cp) % (p * tp) == 0);
+    }
+  }
+  EXPECT_EQ(r->candidates_size(), expected);
+  bool cp2 = false;
+  for (const pb::PlanCandidate& c : r->candidates()) {
+    const int cp = std::max(1u, c.context_size());
+    EXPECT_EQ(static_cast<int>(c.pipeline_size() * c.tensor_size() * c.data_size()) * cp, 8);
+    if (cp == 8) {
+      EXPECT_EQ(c.verdict(), "illegal");
+      EXPECT_NE(c.reason().find("CP 8 > the chunks' granularity 4"), std::string::npos)
+          << c.reason();
+    }
+    if (cp == 2 && c.pipeline_size() == 2 && c.tensor_size() == 2 && c.verdict() == "feasible") {
+      cp2 = true;
+      // The same split simulated directly.
+      pb::Scenario split = s;
+      split.mutable_parallel()->set_pipeline_size(2);
+      split.mutable_parallel()->set_tensor_size(2);
+      split.mutable_parallel()->set_data_size(1);
+      split.mutable_parallel()->set_context_size(2);
+      split.mutable_parallel()->set_microbatches(2);
+      split.set_seq_len(4096);
+      pb::ScheduleSpec spec = split.schedule();
+      spec.set_policy("stateflow");
+      spec.set_chunks(c.best().chunks());
+      spec.set_alpha(c.best().alpha());
+      Result<Simulation> sim = Simulate(MustResolve(split), spec);
+      ASSERT_TRUE(sim.ok()) << sim.status().message();
+      EXPECT_DOUBLE_EQ(sim->report.step_time_s(), c.best().step_time_s());
+    }
+  }
+  EXPECT_TRUE(cp2);
+}
+
 TEST(CapacityPlan, FeasibleSplitsAreRankedByThroughput) {
   Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(TinyScenario()), TinyRequest(4, 4));
   ASSERT_TRUE(r.ok()) << r.status().message();
