@@ -28,6 +28,7 @@ struct ReportHeader {
   const schedule::Plan* plan = nullptr;            // policy, action count
   const schedule::Partition* partition = nullptr;  // N, chunk boundaries
   int pipeline_size = 1, tensor_size = 1, data_size = 1, microbatches = 1;  // P, TP, DP, M
+  int context_size = 1;                            // CP
   std::int64_t seq_len = 0;                        // T
   double alpha = 0;
   models::Recompute recompute = models::Recompute::kNone;

@@ -128,6 +128,7 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
                               .tensor_size = cost_options.tensor_size,
                               .data_size = OrOne(par.data_size()),
                               .microbatches = microbatches,
+                              .context_size = cost_options.context_size,
                               .seq_len = static_cast<std::int64_t>(scenario.seq_len()),
                               .alpha = sim.config.schedule.alpha(),
                               .recompute = cost_options.recompute,

@@ -223,7 +223,10 @@ std::string FormatSimulateTable(const pb::Report& report) {
   std::string out = "scenario " + report.scenario() + ": model " + report.model() + ", P=" +
                     std::to_string(report.pipeline_size()) + " TP=" +
                     std::to_string(report.tensor_size()) + " DP=" +
-                    std::to_string(report.data_size()) + ", M=" +
+                    std::to_string(report.data_size()) +
+                    (report.context_size() > 1 ? " CP=" + std::to_string(report.context_size())
+                                               : std::string()) +
+                    ", M=" +
                     std::to_string(report.microbatches()) + ", T=" +
                     Printf("%.0f", report.seq_len()) + ", recompute " + report.recompute() +
                     (report.compute_units() > 0

@@ -112,6 +112,8 @@ std::string SweepHeader(const pb::SweepReport& r) {
   std::string out = "sweep " + r.scenario() + ": model " + r.model() + ", P=" +
                     std::to_string(r.pipeline_size()) + " TP=" +
                     std::to_string(r.tensor_size()) + " DP=" + std::to_string(r.data_size()) +
+                    (r.context_size() > 1 ? " CP=" + std::to_string(r.context_size())
+                                          : std::string()) +
                     ", microbatch size " + std::to_string(r.microbatch_size()) +
                     ", capacity " + FormatBytes(r.capacity_bytes()) + " (" +
                     FormatBytes(r.usable_bytes()) + " usable), cost model " + r.cost_model() +
@@ -326,7 +328,10 @@ std::string FormatPlanTable(const pb::CapacityPlanReport& r, int top) {
                     std::to_string(r.devices()) + " devices of " + r.cluster() + " (" +
                     std::to_string(r.devices_per_node()) + " per node, " +
                     FormatBytes(r.capacity_bytes()) + " each)\n";
-  out += std::to_string(r.candidates_size()) + " splits P x TP x DP: " +
+  bool cp = false;
+  for (const pb::PlanCandidate& c : r.candidates()) cp = cp || c.context_size() > 1;
+  out += std::to_string(r.candidates_size()) + " splits P x TP x DP" +
+         (cp ? " (and CP: devices = P x TP x CP x DP)" : "") + ": " +
          std::to_string(feasible) + " feasible, " + std::to_string(oom) + " OOM, " +
          std::to_string(illegal) + " illegal; " + std::to_string(r.num_simulated()) +
          " configurations simulated in " + Printf("%.3f s", r.elapsed_s()) + "\n";
