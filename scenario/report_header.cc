@@ -1,5 +1,7 @@
 #include "scenario/report_header.h"
 
+#include <algorithm>
+
 namespace stateflow::scenario {
 
 void FillReportHeader(const ReportHeader& h, pb::Report* report) {
@@ -11,7 +13,7 @@ void FillReportHeader(const ReportHeader& h, pb::Report* report) {
   report->set_tensor_size(static_cast<std::uint32_t>(h.tensor_size));
   report->set_data_size(static_cast<std::uint32_t>(h.data_size));
   report->set_microbatches(static_cast<std::uint32_t>(h.microbatches));
-  if (h.context_size > 1) report->set_context_size(static_cast<std::uint32_t>(h.context_size));
+  report->set_context_size(static_cast<std::uint32_t>(std::max(1, h.context_size)));
   report->set_chunks(static_cast<std::uint32_t>(h.partition->num_chunks()));
   report->set_alpha(h.alpha);
   report->set_seq_len(static_cast<double>(h.seq_len));

@@ -175,7 +175,7 @@ void AddSplits(const pb::Scenario& scenario, const CapacityPlanRequest& req,
         c->set_pipeline_size(p);
         c->set_tensor_size(tp);
         c->set_data_size(dp);
-        if (cp > 1) c->set_context_size(cp);
+        c->set_context_size(cp);
         c->set_reason(SplitRejection(scenario, p, tp, dp, req.global_batch));
         if (c->reason().empty() && cp > 1 && cp > std::min(granularity, req.seq_len)) {
           // Chunks are multiples of the granularity: a shorter one could

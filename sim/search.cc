@@ -235,7 +235,7 @@ void FillHeader(const pb::Scenario& s, pb::SweepReport* report) {
   report->set_pipeline_size(s.parallel().pipeline_size());
   report->set_tensor_size(std::max(1u, s.parallel().tensor_size()));
   report->set_data_size(std::max(1u, s.parallel().data_size()));
-  if (s.parallel().context_size() > 1) report->set_context_size(s.parallel().context_size());
+  report->set_context_size(std::max(1u, s.parallel().context_size()));
   report->set_microbatch_size(std::max(1u, s.parallel().microbatch_size()));
   report->set_cost_model(s.cost_model().empty() ? "analytic" : s.cost_model());
   report->set_time_unit(s.cost_model() == "uniform" ? "units" : "s");
