@@ -502,6 +502,15 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
   }
   Result<Prepared> prepared = Prepare(flags, ranks_on_node, mpi);
   if (!prepared.ok()) return FailOnce(rank, prepared.status());
+  // Refused before the first step, not at the first checkpoint (the trainer
+  // refuses it there too).
+  if (prepared->setup.distributed_optimizer && prepared->setup.data_size > 1 &&
+      (!flags.checkpoint_dir.empty() || !flags.resume_dir.empty())) {
+    return FailOnce(rank, Status::Invalid(
+        std::string(flags.checkpoint_dir.empty() ? "--resume" : "--checkpoint") +
+        ": checkpoints of the distributed optimizer's shards (parallel.distributed_optimizer "
+        "at data_size " + std::to_string(prepared->setup.data_size) + ") are not built yet"));
+  }
   backend::SetKernelThreads(prepared->options.threads > 0
                                 ? prepared->options.threads
                                 : backend::DefaultKernelThreads(ranks_on_node));

@@ -372,6 +372,15 @@ TEST(TrainCli, DataParallelRanksEqualOneProcessAndOneReplica) {
   }
 }
 
+TEST(TrainCli, DistributedOptimizerCheckpointsAreRefusedBeforeTheFirstStep) {
+  const Finished f = RunFor(Train({"--steps", "1", "--data-parallel", "2", "--distributed-optimizer",
+                                   "on", "--checkpoint", TempPrefix("ck-zero")}),
+                            TempPrefix("ck-zero-run"), 60);
+  EXPECT_EQ(f.exit_code, 2) << f.err;
+  EXPECT_EQ(f.out, "");  // no step ran
+  ExpectOneLine(f, "--checkpoint: checkpoints of the distributed optimizer's shards");
+}
+
 TEST(TrainCli, RankCountDifferentFromTheGrid) {
   const Finished f =
       RunFor(Mpirun(2, Train({"--steps", "1", "--data-parallel", "2"})), TempPrefix("dp-ranks"), 60);
