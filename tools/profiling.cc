@@ -112,9 +112,19 @@ void AddNotes(const Needs& needs, const ProfileFlags& flags, const Precision& pr
       std::to_string(timing.repetitions) + " after " + std::to_string(timing.warmup) +
       " warm-up repetitions (each repetition times every kind and length once), " + std::to_string(precision.threads) + " kernel thread(s), " +
       precision.dtype);
-  table->add_notes("optimizer_s_per_param: one AdamW step plus zeroing the gradients, over all " +
-                   std::to_string(static_cast<long long>(models::ModelParamCount(model))) +
-                   " parameters of the model in one process");
+  const auto [begin, end] = backend::OptimizerTimingLayers(model);
+  const int layers = static_cast<int>(models::LayerList(model).size());
+  table->add_notes(
+      "optimizer_s_per_param: one AdamW step plus zeroing the gradients, over " +
+      (begin == 0 && end == layers
+           ? "all " + std::to_string(static_cast<long long>(models::ModelParamCount(model))) +
+                 " parameters of the model"
+           : "the parameters of layer " + std::to_string(begin) +
+                 " (the model's " +
+                 std::to_string(static_cast<long long>(models::ModelParamCount(model))) +
+                 " exceed " +
+                 std::to_string(static_cast<long long>(backend::kOptimizerTimingMaxParams)) + ")") +
+      " in one process");
   table->add_notes("chunk lengths: " + std::to_string(needs.tokens.size()) + " from " +
                    std::to_string(*needs.tokens.begin()) + " to " +
                    std::to_string(*needs.tokens.rbegin()) + " tokens");

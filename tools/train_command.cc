@@ -68,6 +68,8 @@ constexpr char kExamples[] = R"(examples:
   stateflow train --dtype bf16 --device host-grid --steps 5
       mixed precision as a GPU trains (bf16 weights and activations, fp32
       gradients and master weights), its arithmetic run on the host
+  mpirun -n 2 stateflow-cuda train --device cuda --device-link host
+      P = 2 ranks on one GPU, their messages through host memory over MPI
 )";
 
 struct TrainFlags {
@@ -75,7 +77,7 @@ struct TrainFlags {
   std::optional<long long> steps, seed, threads, capacity_bytes;
   std::optional<double> learning_rate, watchdog;
   std::optional<long long> checkpoint_every;
-  std::string dtype, device, text_path, plan_path, trace_path, dump_path, checkpoint_dir, resume_dir;
+  std::string dtype, device, device_link, text_path, plan_path, trace_path, dump_path, checkpoint_dir, resume_dir;
   std::vector<std::string> resume_changes;
   bool json = false;
 };
@@ -88,6 +90,10 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
       ("device", po::value(&f->device),
        "cpu (default), host-grid (the GPU kernels' arithmetic run by host loops) or cuda "
        "(one GPU per rank, chosen by local rank; needs a CUDA build) (train.device)")
+      ("device-link", po::value(&f->device_link),
+       "how pipeline messages between ranks move device memory: auto (default: NCCL when "
+       "every rank on the node has a GPU of its own, else host), nccl, or host (copied to "
+       "host memory and sent by MPI, e.g. two ranks on one GPU)")
       ("threads", Optional(&f->threads),
        "kernel threads per rank: Eigen products and GDN heads (train.threads; default "
        "OMP_NUM_THREADS if set, else max(1, hardware threads / ranks on this node))")
@@ -146,6 +152,13 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
     o.capacity_bytes = *f.capacity_bytes;
   }
   if (!f.text_path.empty()) o.text_path = f.text_path;
+  if (!f.device_link.empty()) {
+    if (f.device_link != "auto" && f.device_link != "nccl" && f.device_link != "host") {
+      return Status::Invalid("--device-link: '" + f.device_link +
+                             "' is not auto, nccl or host");
+    }
+    o.device_link = f.device_link;
+  }
   if (!f.resume_changes.empty() && f.resume_dir.empty()) {
     return Status::Invalid("--resume-change needs --resume DIR");
   }

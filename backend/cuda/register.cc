@@ -4,6 +4,8 @@
 // family. Linked as an object into the programs that
 // carry the CUDA backend (`stateflow-cuda`, the GPU tests), never into a
 // static library, so the linker cannot drop it.
+#include <cuda_runtime_api.h>
+
 #include <memory>
 #include <typeindex>
 
@@ -40,6 +42,10 @@ const bool kRegistered = [] {
   hooks.make_nccl_comm_f32 = &MakeNcclComm<float>;
   hooks.make_nccl_comm_f64 = &MakeNcclComm<double>;
   hooks.make_nccl_comm_bf16 = &MakeNcclComm<bf16>;
+  hooks.visible_devices = [] {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+  };
   RegisterFamily<GdnOps>([]<typename T>(CudaStreams* s) { return MakeCudaGdnOps<T>(s); });
   RegisterFamily<Mamba3Ops>([]<typename T>(CudaStreams* s) { return MakeCudaMamba3Ops<T>(s); });
   RegisterFamily<KdaOps>([]<typename T>(CudaStreams* s) { return MakeCudaKdaOps<T>(s); });

@@ -30,6 +30,7 @@ struct CudaBackendHooks {
   NcclCommFactory<float> make_nccl_comm_f32 = nullptr;       // MakeNcclComm<float>
   NcclCommFactory<double> make_nccl_comm_f64 = nullptr;
   NcclCommFactory<bf16> make_nccl_comm_bf16 = nullptr;
+  int (*visible_devices)() = nullptr;  // cudaGetDeviceCount, 0 on an error
 };
 
 // The process's hooks (all null until the CUDA backend registers).

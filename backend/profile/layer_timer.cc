@@ -247,16 +247,24 @@ Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKin
   return samples;
 }
 
+std::pair<int, int> OptimizerTimingLayers(const pb::ModelSpec& model) {
+  const int layers = static_cast<int>(models::LayerList(model).size());
+  if (models::ModelParamCount(model) <= kOptimizerTimingMaxParams || layers < 3) {
+    return {0, layers};
+  }
+  return {1, 2};
+}
+
 template <typename T>
 Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
                                                   const TimingOptions& options,
                                                   Device* device) {
   SF_RETURN_IF_ERROR(CheckOptions(1, options));
   TrackingAllocator alloc(0, std::nullopt, device);
-  const int layers = static_cast<int>(models::LayerList(model).size());
+  const auto [begin, end] = OptimizerTimingLayers(model);
   SF_ASSIGN_OR_RETURN(
       std::unique_ptr<StageModule<T>> module,
-      MakeStageModule<T>(model, {0, layers}, {.recompute = models::Recompute::kNone, .seed = kSeed}, &alloc));
+      MakeStageModule<T>(model, {begin, end}, {.recompute = models::Recompute::kNone, .seed = kSeed}, &alloc));
   std::vector<ParamRef<T>> params = module->Parameters();
   double count = 0;
   for (const ParamRef<T>& p : params) {

@@ -132,10 +132,18 @@ Result<PassSamples> TimeLayerPasses(const pb::ModelSpec& model, models::LayerKin
                                     models::Recompute recompute, std::int64_t tokens,
                                     const TimingOptions& options);
 
+// The layers [begin, end) whose parameters the optimizer is timed over: the
+// whole model up to kOptimizerTimingMaxParams parameters; above it (a paper
+// model: its 4 copies of 15B float32 parameters fit no GPU) one middle layer
+// (no embedding or head), as AdamW's time per parameter does not depend on
+// which parameter it is.
+inline constexpr double kOptimizerTimingMaxParams = 268435456;  // 2^28
+std::pair<int, int> OptimizerTimingLayers(const pb::ModelSpec& model);
+
 // Seconds per parameter of the work the trainer does once per step on every
 // parameter outside the plan's actions: one AdamW step (adamw.h) and zeroing
-// the gradients, timed over every parameter of the whole model (all layers in
-// one module): one value per kept repetition.
+// the gradients, timed over the parameters of OptimizerTimingLayers in one
+// module: one value per kept repetition.
 template <typename T>
 Result<std::vector<double>> TimeOptimizerPerParam(const pb::ModelSpec& model,
                                           const TimingOptions& options,

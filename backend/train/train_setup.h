@@ -65,6 +65,12 @@ struct TrainOptions {
   std::string text_path;             // the default text when empty in the spec
   std::string dtype = "float32";     // or "float64"
   std::string device = "cpu";        // or "host-grid", "cuda" (device.h)
+  // How pipeline messages between ranks move device memory: "auto" (NCCL
+  // when the device is cuda and each rank on the node has a GPU of its own,
+  // else the host), "nccl" (cuda only), or "host" (copied to host memory and
+  // moved by MPI: two ranks on one GPU; on host devices the staging copies
+  // run too, so the path is tested without a GPU). staged_comm.h.
+  std::string device_link = "auto";
   int threads = 0;                   // kernel threads; 0: DefaultKernelThreads
   std::optional<std::int64_t> capacity_bytes;  // per stage; none = unlimited
   // Checkpoint key fields a resume may change (kResumeChangeable in

@@ -9,6 +9,7 @@
 
 #include "backend/comm/in_process_comm.h"
 #include "backend/comm/mpi.h"
+#include "backend/comm/staged_comm.h"
 #include "backend/device/device.h"
 #include "backend/device/cuda_hooks.h"
 
@@ -136,6 +137,9 @@ struct Trainer<T>::LocalStage {
   std::unique_ptr<TrackingAllocator> alloc;
   // Receive buffers posted ahead and sends in flight (stage_runtime.h).
   std::unique_ptr<TrackingAllocator> transport;
+  // Host copies of messages when the device's memory goes through the host
+  // (staged_comm.h); not the device's memory, so outside its peak.
+  std::unique_ptr<TrackingAllocator> staging;
   std::unique_ptr<StageModule<T>> module;
   std::optional<AdamW<T>> optimizer;
   std::unique_ptr<Comm<T>> comm;
@@ -215,6 +219,39 @@ int LocalRank(int stage) {
   return stage;
 }
 
+// The ranks on this node (Open MPI and Slurm say it); 1 when nothing does.
+int LocalSize() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+                           "MPI_LOCALNRANKS"}) {
+    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
+  }
+  return 1;
+}
+
+// Whether pipeline messages go over NCCL (TrainOptions::device_link).
+Result<bool> UseNccl(Device& device, int ranks, const std::string& link) {
+  const bool cuda = device.kind() == DeviceKind::kCuda;
+  if (link == "host") return false;
+  if (link == "nccl" && !cuda) {
+    return Status::Invalid("--device-link nccl: NCCL moves GPU memory; the " +
+                           std::string(DeviceKindName(device.kind())) +
+                           " device's ranks use MPI (--device-link auto or host)");
+  }
+  if (!cuda || ranks <= 1) return false;
+  const int gpus = CudaHooks().visible_devices != nullptr ? CudaHooks().visible_devices() : 0;
+  const int local = LocalSize();
+  if (local > gpus) {
+    if (link == "nccl") {
+      return Status::Invalid("--device-link nccl: " + std::to_string(local) +
+                             " ranks on this node share " + std::to_string(gpus) +
+                             " GPUs, and NCCL needs a GPU per rank (--device-link host moves "
+                             "the messages through host memory)");
+    }
+    return false;  // auto: the ranks share GPUs
+  }
+  return true;
+}
+
 }  // namespace
 
 template <typename T>
@@ -249,7 +286,14 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
     }
     local->alloc = std::make_unique<TrackingAllocator>(r, options_.capacity_bytes, device);
     local->transport = std::make_unique<TrackingAllocator>(r, std::nullopt, device);
-    if (device->kind() == DeviceKind::kCuda && group_->size() > 1) {
+    SF_ASSIGN_OR_RETURN(const bool nccl, UseNccl(*device, group_->size(), options_.device_link));
+    if (!nccl && group_->size() > 1 &&
+        (device->kind() == DeviceKind::kCuda || options_.device_link == "host")) {
+      local->staging = std::make_unique<TrackingAllocator>(r, std::nullopt, &CpuDevice());
+      local->comm = MakeHostStagedComm<T>(std::move(local->comm), device->memory(),
+                                          local->staging.get());
+    }
+    if (nccl) {
       // GPU memory is not MPI's to move here: the MPI comm made with the
       // transport gives way to NCCL on the same ranks.
       NcclCommFactory<T> make_nccl;

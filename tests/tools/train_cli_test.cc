@@ -864,5 +864,47 @@ TEST(TrainCli, Bf16WithoutItsKernelsIsOneLine) {
   ExpectOneLine(f, "(known: float32, float64, bf16)");
 }
 
+// --device-link host: each message copied to host memory, sent by MPI and
+// copied into the receiver's buffer (backend/comm/staged_comm.h; how two
+// ranks share one GPU). On host-grid the copies run as on a GPU, so the
+// path is checked here: bit for bit the losses of plain MPI and of one
+// process (the same arithmetic, the same bytes).
+TEST(TrainCli, HostStagedLinkGivesTheSameLossesBitForBit) {
+  const std::vector<std::string> args = {"--device", "host-grid", "--dtype", "float64",
+                                         "--steps", "2", "-T", "128", "-M", "2", "-N", "2",
+                                         "--threads", "1", "--json"};
+  const Finished one = RunFor(Train(args), TempPrefix("link-one"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const Finished mpi = RunFor(Mpirun(2, Train(args)), TempPrefix("link-mpi"));
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
+  const Finished staged = RunFor(Mpirun(2, Train(With(args, {"--device-link", "host"}))),
+                                 TempPrefix("link-host"));
+  ASSERT_EQ(staged.exit_code, 0) << staged.err;
+  const pb::Report a = ParseReport(one), b = ParseReport(mpi), c = ParseReport(staged);
+  ASSERT_EQ(a.losses_size(), 2);
+  ASSERT_EQ(c.losses_size(), 2);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(c.losses(k), b.losses(k)) << "host staging vs MPI, step " << k;
+    EXPECT_EQ(c.losses(k), a.losses(k)) << "host staging vs one process, step " << k;
+  }
+  // The device's peaks do not count the host copies.
+  ASSERT_EQ(b.stages_size(), c.stages_size());
+  for (int r = 0; r < b.stages_size(); ++r) {
+    EXPECT_EQ(c.stages(r).peak_memory_bytes(), b.stages(r).peak_memory_bytes()) << "stage " << r;
+  }
+}
+
+TEST(TrainCli, DeviceLinkValuesAreChecked) {
+  const Finished bad =
+      RunFor(Train({"--device-link", "pcie", "--steps", "1"}), TempPrefix("link-bad"));
+  EXPECT_EQ(bad.exit_code, 2);
+  ExpectOneLine(bad, "--device-link: 'pcie' is not auto, nccl or host");
+  const Finished nccl = RunFor(Mpirun(2, Train({"--device-link", "nccl", "--steps", "1", "-T", "64"})),
+                               TempPrefix("link-nccl"));
+  EXPECT_NE(nccl.exit_code, 0);
+  EXPECT_NE(nccl.err.find("--device-link nccl: NCCL moves GPU memory"), std::string::npos)
+      << nccl.err;
+}
+
 }  // namespace
 }  // namespace stateflow::backend::testing

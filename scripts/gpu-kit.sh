@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# The GPU kit (issue 29): everything a lent GPU machine lacks, in one folder,
+# and the run that uses it there.
+#
+#   bash scripts/gpu-kit.sh build [BUILD_DIR]     # here: builds, packs gpu-kit/
+#   bash gpu-kit/scripts/gpu-kit.sh run OUTDIR    # there: from the folder alone
+#   bash gpu-kit/scripts/gpu-kit.sh run --dry-run OUTDIR   # here, host-grid
+#
+# build: builds stateflow-cuda and the GPU tests in BUILD_DIR (default build/,
+#   configured with SF_CUDA on, as the README's commands configure it) and
+#   packs into gpu-kit/ (git-ignored): the stripped binaries; the shared
+#   libraries they and Open MPI need beyond the C/C++ runtime (glibc,
+#   libstdc++, libgcc_s) and the CUDA toolkit's cuBLAS and NCCL (which the
+#   GPU machine has; libcudart is carried, it is small); Open MPI's mpirun
+#   with its plugins and help files, and PMIx's, relocated through
+#   OPAL_PREFIX and PMIX_LIBDIR; the scenarios, the training text and
+#   the scripts of the run. Its last line is the folder's path and size.
+#
+# run OUTDIR: on the GPU machine (no Debian packages, no network), in well
+#   under 8 minutes, every step logged and timed into OUTDIR, a failed step
+#   recorded and the next one run:
+#     1. the GPU tests (kernels vs host-grid; training vs the CPU, chunked vs
+#        unchunked, bf16, two ranks on one GPU through host memory), JUnit XML;
+#     2. scripts/gpu-check.sh on the kit's binaries (exactness end to end);
+#     3. one- and two-rank training on the GPU (their reports, JSON);
+#     4. profile --device cuda: the tiny models, then one layer of each paper
+#        model family at the paper's chunk lengths (gpu-kit-profiles.txt says
+#        which), each bounded in time;
+#     5. validate --device cuda at P = 1 (replayed prediction vs measured);
+#     6. the kernel table (scripts/gpu_kernel_table.py: cuBLAS GEMMs at the
+#        layers' shapes and PyTorch's causal SDPA through PyTorch, our cores
+#        from the profiled phases);
+#   and OUTDIR/summary.md last.
+# run --dry-run OUTDIR: the same steps from the same folder with the
+#   host-grid device and small sizes, under `env -i` with only the kit's
+#   library path (plus the CUDA toolkit's for cuBLAS/NCCL) and every
+#   program's loader log checked: a library loaded from outside the kit and
+#   the allowed system set fails the run, naming it. tests/tools runs it.
+set -uo pipefail
+
+system_lib() {  # libraries the GPU machine has: the C/C++ runtime and CUDA's
+  case "$1" in
+    linux-vdso.so.*|ld-linux-x86-64.so.*|libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*) return 0 ;;
+    librt.so.*|libutil.so.*|libresolv.so.*|libstdc++.so.*|libgcc_s.so.*) return 0 ;;
+    libcuda.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*|libnvidia-*) return 0 ;;
+  esac
+  return 1
+}
+
+build() {
+  local src build_dir kit
+  src=$(cd "$(dirname "$0")/.." && pwd)
+  build_dir=${1:-$src/build}
+  kit=$src/gpu-kit
+  if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+    cmake -S "$src" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
+  fi
+  if ! grep -q '^SF_HAVE_CUDA:INTERNAL=ON' "$build_dir/CMakeCache.txt" &&
+     [ ! -f "$build_dir/stateflow-cuda" ]; then
+    echo "gpu-kit build: $build_dir has no CUDA backend (SF_CUDA found no nvcc/NCCL?)" >&2
+  fi
+  cmake --build "$build_dir" -j "$(nproc)" --target stateflow-cuda sf_tests_cuda_grid_ops \
+    sf_tests_cuda_train >/dev/null || { echo "gpu-kit build: the build failed" >&2; exit 1; }
+  local cuda_tests=$build_dir/tests/backend/cuda
+  for f in "$build_dir/stateflow-cuda" "$cuda_tests/sf_tests_cuda_grid_ops" \
+           "$cuda_tests/sf_tests_cuda_train"; do
+    [ -x "$f" ] || { echo "gpu-kit build: $f was not built" >&2; exit 1; }
+  done
+  rm -rf "$kit"
+  mkdir -p "$kit"/{bin,lib,scripts,text}
+  cp "$build_dir/stateflow-cuda" "$cuda_tests/sf_tests_cuda_grid_ops" \
+     "$cuda_tests/sf_tests_cuda_train" "$kit/bin/"
+  # Open MPI 4's launcher (mpirun is orterun) and daemon, relocated: with
+  # OPAL_PREFIX=$kit/ompi it finds its plugins and help files under the kit.
+  local ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi/lib
+  cp /usr/bin/orterun "$kit/bin/mpirun"
+  cp /usr/bin/orted "$kit/bin/orted"
+  mkdir -p "$kit/ompi/lib/x86_64-linux-gnu/openmpi/lib" "$kit/ompi/share"
+  cp -r "$ompi_lib/openmpi3" "$kit/ompi/lib/x86_64-linux-gnu/openmpi/lib/"
+  # Plugins the kit's runs never load (Java, OpenSHMEM, network fabrics a
+  # one-node run does not use) stay behind, and with them their libraries.
+  rm -f "$kit"/ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_{btl_openib,btl_usnic,btl_ofi,mtl_ofi,mtl_psm,mtl_psm2,pml_ucx,osc_ucx,spml_ucx,atomic_ucx,sshmem_ucx,btl_uct,spml,sshmem,atomic,scoll,memheap}*.so
+  cp -r /usr/share/openmpi "$kit/ompi/share/"
+  # PMIx (Open MPI's external one), relocated by PMIX_INSTALL_PREFIX.
+  local pmix=/usr/lib/x86_64-linux-gnu/pmix2
+  mkdir -p "$kit/pmix2/lib"
+  cp -r "$pmix/lib/pmix" "$kit/pmix2/lib/"
+  [ -d "$pmix/share" ] && cp -r "$pmix/share" "$kit/pmix2/"
+  # Debian's PMIx names its plugin folder in this file; the kit's is the
+  # relocated default (PMIX_INSTALL_PREFIX/lib/pmix).
+  sed -i '/^mca_base_component_path/d' "$kit/pmix2/share/pmix-mca-params.conf" 2>/dev/null
+  # Every ELF's libraries, resolved here, beyond the GPU machine's own.
+  local elf lib name path
+  while IFS= read -r elf; do
+    while read -r name _ path _; do
+      [ -n "$path" ] && [ "$path" != "not" ] || continue
+      system_lib "$name" && continue
+      [ -f "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name"
+    done < <(ldd "$elf" 2>/dev/null | awk '$2 == "=>" {print $1, $2, $3}')
+  done < <(find "$kit/bin" "$kit/ompi" "$kit/pmix2" -type f \( -name '*.so*' -o -perm -u+x \) |
+           while read -r f; do file -b "$f" 2>/dev/null | grep -q ELF && echo "$f"; done)
+  # libpmix itself sits beside its plugins' prefix.
+  [ -f "$kit/lib/libpmix.so.2" ] || cp -L "$pmix/lib/libpmix.so.2" "$kit/lib/"
+  find "$kit/bin" "$kit/lib" -type f -exec strip --strip-unneeded {} + 2>/dev/null
+  # The run's inputs.
+  cp -r "$src/scenarios" "$kit/scenarios"
+  cp /usr/share/common-licenses/GPL-3 "$kit/text/GPL-3"
+  cp "$src/scripts/gpu-kit.sh" "$src/scripts/gpu-check.sh" "$src/scripts/gpu_kernel_table.py" \
+     "$kit/scripts/"
+  {
+    echo "commit: $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
+      [ -n "$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)" ] && echo -dirty)"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m), $(ldd --version | head -1)"
+    echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -2 | head -1)"
+    echo "GPU code: sm_$(sed -n 's/^SF_CUDA_ARCHITECTURES_USED:INTERNAL=//p' "$build_dir/CMakeCache.txt")"
+  } > "$kit/VERSION"
+  echo "$kit"
+  du -sh "$kit" | cut -f1
+}
+
+# ---------------------------------------------------------------------------
+# run
+
+log() { echo "[gpu-kit $(date +%H:%M:%S)] $*" | tee -a "$OUT/run.log"; }
+
+# step NAME TIMEOUT_S CMD...: runs CMD with its output in OUT/NAME.log,
+# records pass/fail/time in the summary; never stops the run.
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0 rc t1
+  t0=$(date +%s.%N)
+  timeout --kill-after=5 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  local secs
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  local verdict=passed
+  [ $rc -eq 0 ] || verdict="FAILED (exit $rc$([ $rc -eq 124 ] && echo ", timed out at ${limit} s"))"
+  echo "| $name | $verdict | $secs |" >> "$OUT/steps.md"
+  log "$name: $verdict in $secs s"
+  [ $rc -eq 0 ] || tail -5 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$OUT/run.log"
+  return 0
+}
+
+cuda_lib_dirs() {  # where the GPU machine keeps cuBLAS and NCCL
+  local dirs=() d lib found
+  local candidates=("${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda/lib
+                    /usr/local/cuda/targets/x86_64-linux/lib)
+  for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib \
+           /usr/local/lib/python3*/dist-packages/nvidia/*/lib \
+           /usr/lib/python3/dist-packages/nvidia/*/lib; do
+    [ -d "$d" ] && candidates+=("$d")
+  done
+  for lib in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    found=
+    for d in "${candidates[@]}"; do
+      if [ -e "$d/$lib" ]; then found=$d; break; fi
+    done
+    if [ -n "$found" ] && [[ " ${dirs[*]:-} " != *" $found "* ]]; then dirs+=("$found"); fi
+  done
+  (IFS=:; echo "${dirs[*]:-}")
+}
+
+# The loader's logs of every program of the dry run: each library must come
+# from the kit, the allowed system set, or the CUDA toolkit.
+check_loader_logs() {
+  local bad=0 f prog lib
+  for f in "$OUT"/ld/ld.*; do
+    [ -f "$f" ] || continue
+    prog=$(sed -n 's/.*initialize program: //p' "$f" | head -1)
+    case "$prog" in
+      *stateflow-cuda*|*sf_tests_cuda*|*mpirun*|*orted*) ;;
+      *) continue ;;
+    esac
+    while read -r lib; do
+      case "$lib" in
+        "$KIT"/*) continue ;;
+      esac
+      system_lib "$(basename "$lib")" && continue
+      case "$lib" in /usr/local/cuda*) continue ;; esac
+      echo "gpu-kit dry run: $prog loaded $lib, from outside the kit" | tee -a "$OUT/run.log"
+      bad=1
+    done < <(sed -n 's/.*calling init: //p' "$f" | sort -u)
+  done
+  return $bad
+}
+
+run() {
+  local dry=0
+  if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
+  [ $# -eq 1 ] || { echo "usage: gpu-kit.sh run [--dry-run] OUTDIR" >&2; exit 2; }
+  KIT=$(cd "$(dirname "$0")/.." && pwd)
+  [ -x "$KIT/bin/stateflow-cuda" ] || {
+    echo "gpu-kit run: $KIT/bin/stateflow-cuda missing: run this from the kit folder" >&2; exit 2; }
+  mkdir -p "$1" || exit 2
+  OUT=$(cd "$1" && pwd)
+  export KIT OUT
+  if [ $dry -eq 1 ] && [ -z "${SF_KIT_INNER:-}" ]; then
+    # Only the kit's libraries (and the CUDA toolkit's, which the GPU
+    # machine has): a clean environment, every loader logged.
+    mkdir -p "$OUT/ld"
+    exec env -i HOME="${HOME:-/tmp}" PATH="$KIT/bin:/usr/bin:/bin" SF_KIT_INNER=1 \
+      LD_LIBRARY_PATH="$KIT/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib" \
+      bash "$KIT/scripts/gpu-kit.sh" run --dry-run "$OUT"
+  fi
+  export PATH="$KIT/bin:$PATH"
+  if [ $dry -eq 0 ]; then
+    local cuda
+    cuda=$(cuda_lib_dirs)
+    export LD_LIBRARY_PATH="$KIT/lib${cuda:+:$cuda}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  # Debian's PMIx has absolute install paths: its prefix alone does not move them.
+  export OPAL_PREFIX="$KIT/ompi" PMIX_INSTALL_PREFIX="$KIT/pmix2" PMIX_LIBDIR="$KIT/pmix2/lib"
+  export PMIX_DATADIR="$KIT/pmix2/share" PMIX_SYSCONFDIR="$KIT/pmix2/share"
+  export HWLOC_PLUGINS_PATH="$KIT/hwloc-plugins"  # none: hwloc's own topology discovery
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mca_base_component_show_load_errors=0
+  export SF_BINARY_DIR="$KIT/bin" SF_MPIEXEC="$KIT/bin/mpirun"
+  rm -f "$OUT/steps.md" "$OUT/run.log"
+  local dev=cuda
+  [ $dry -eq 1 ] && dev=host-grid
+  local sf="$KIT/bin/stateflow-cuda" text="--text $KIT/text/GPL-3"
+  local wrap=()
+  [ $dry -eq 1 ] && wrap=(env LD_DEBUG=libs LD_DEBUG_OUTPUT="$OUT/ld/ld")
+  local t_start
+  t_start=$(date +%s)
+  log "kit $(head -1 "$KIT/VERSION"), device $dev, out $OUT"
+  {
+    echo "kit: $(tr '\n' ';' < "$KIT/VERSION")"
+    echo "host: $(uname -srm), $(nproc) cores"
+    if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+    else
+      echo "no GPU visible (nvidia-smi)"
+    fi
+    echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
+  } > "$OUT/env.txt" 2>&1
+
+  # 1. The GPU tests (without a GPU each case reports SKIPPED).
+  step gpu-tests-grid-ops 180 "${wrap[@]}" "$KIT/bin/sf_tests_cuda_grid_ops" \
+    --gtest_output="xml:$OUT/gpu-tests-grid-ops.xml"
+  step gpu-tests-train 240 "${wrap[@]}" "$KIT/bin/sf_tests_cuda_train" \
+    --gtest_output="xml:$OUT/gpu-tests-train.xml"
+
+  # 2. gpu-check.sh on the kit's binaries.
+  step gpu-check 240 "${wrap[@]}" bash "$KIT/scripts/gpu-check.sh" --bin "$KIT/bin" \
+    --device "$dev" --text "$KIT/text/GPL-3" --out "$OUT"
+
+  # 3. One and two ranks training on the one GPU (the two through MPI and
+  # host memory: NCCL needs a GPU per rank).
+  local T=4096 model=gdn-small
+  [ $dry -eq 1 ] && T=256
+  step train-1rank 120 "${wrap[@]}" "$sf" train --model "$model" --device "$dev" -T $T -M 4 -N 4 \
+    --steps 6 $text --json --trace "$OUT/train-1rank-trace.json"
+  cp "$OUT/train-1rank.log" "$OUT/train-1rank.json" 2>/dev/null
+  step train-2rank 120 "${wrap[@]}" mpirun -n 2 "$sf" train --model "$model" --device "$dev" \
+    --device-link host -P 2 -T $T -M 4 -N 4 --steps 6 $text --json
+  cp "$OUT/train-2rank.log" "$OUT/train-2rank.json" 2>/dev/null
+
+  # 4. Profiles: the tiny models, then one layer of each paper family.
+  local tiny
+  for tiny in gdn-tiny mamba3-tiny kda-tiny gdn-hybrid-tiny; do
+    step "profile-$tiny" 60 "${wrap[@]}" "$sf" profile --model "$tiny" --device "$dev" \
+      --repetitions 5 --warmup 2 --out "$OUT/costs-$tiny.textproto"
+  done
+  # The paper's chunk lengths: T = 128K in N = 32 and 16 chunks (s = 4K and
+  # 8K), P = 1, full (TP 1) layers, float32; hybrids at T = 16K (their
+  # attention's (length, prefix) samples grow with the chunks).
+  local jobs=("gdn-15b 131072 32,16" "mamba3-15b 131072 32,16" "kda-hybrid-15b 16384 4"
+              "gdn-hybrid-15b 16384 4" "mamba3-hybrid-15b 16384 4"
+              "gdn-3b 131072 32,16" "gdn-32b 131072 32,16")
+  [ $dry -eq 1 ] && jobs=("gdn-tiny 512 4" "kda-hybrid-tiny 512 4")
+  local job m tl nl budget=${SF_KIT_PROFILE_BUDGET:-150}
+  local p_start
+  p_start=$(date +%s)
+  for job in "${jobs[@]}"; do
+    read -r m tl nl <<< "$job"
+    if [ $(( $(date +%s) - p_start )) -ge "$budget" ]; then
+      echo "| layer-$m | skipped (the profiles' ${budget} s were spent) | 0 |" >> "$OUT/steps.md"
+      continue
+    fi
+    step "layer-$m" 90 "${wrap[@]}" "$sf" profile --model "$m" --device "$dev" -P 1 -M 1 \
+      -T "$tl" --chunks-list "$nl" --repetitions 3 --warmup 1 --link in-process \
+      --out "$OUT/layer-$m.textproto"
+  done
+
+  # 5. validate at P = 1: the replayed prediction beside the measured step
+  # (its runs read the training text from the scenario).
+  sed "s|^train {|train {\n  text_path: \"$KIT/text/GPL-3\"|" "$KIT/scenarios/tiny-train.textproto" \
+    > "$OUT/validate-scenario.textproto"
+  step validate-p1 150 "${wrap[@]}" "$sf" validate --scenario "$OUT/validate-scenario.textproto" \
+    --device "$dev" -P 1 -M 4 -N 4 --model gdn-small -T "$T" --steps 4 --repetitions 5 --json \
+    --costs-out "$OUT/costs-validate.textproto"
+  cp "$OUT/validate-p1.log" "$OUT/validate-p1.json" 2>/dev/null
+
+  # 6. The kernel table (PyTorch's cuBLAS and SDPA; our cores' phases).
+  local py=python3
+  [ -x /opt/torch/.venv/bin/python3 ] && py=/opt/torch/.venv/bin/python3
+  if [ $dry -eq 1 ]; then
+    step kernel-table 120 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" --small \
+      "$OUT"/costs-*.textproto "$OUT"/layer-*.textproto
+  else
+    step kernel-table 180 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
+      "$OUT"/costs-*.textproto "$OUT"/layer-*.textproto
+  fi
+
+  if [ $dry -eq 1 ]; then
+    step loader-logs 60 bash "$KIT/scripts/gpu-kit.sh" check_loader_logs
+    rm -rf "$OUT/ld"
+  fi
+  {
+    echo "# gpu-kit run ($dev), $(date -u +%Y-%m-%dT%H:%M:%SZ), $(( $(date +%s) - t_start )) s"
+    echo
+    sed 's/^/    /' "$OUT/env.txt"
+    echo
+    echo "| step | result | seconds |"
+    echo "| --- | --- | --- |"
+    cat "$OUT/steps.md"
+    for x in "$OUT"/gpu-tests-*.xml; do
+      [ -f "$x" ] || continue
+      echo
+      echo "$(basename "$x"): $(grep -o '<testsuites [^>]*' "$x" | grep -o 'tests="[0-9]*"\|failures="[0-9]*"\|disabled="[0-9]*"\|errors="[0-9]*"' | tr '\n' ' ')skipped: $(grep -c '<skipped' "$x")"
+      grep -o '<testcase name="[^"]*"[^>]*>\s*<failure' "$x" | sed 's/<testcase name="\([^"]*\)".*/  FAILED: \1/'
+    done
+    [ -f "$OUT/kernel-table.md" ] && { echo; cat "$OUT/kernel-table.md"; }
+  } > "$OUT/summary.md"
+  cat "$OUT/summary.md"
+  grep -q FAILED "$OUT/steps.md" && return 1
+  return 0
+}
+
+case "${1:-}" in
+  build) shift; build "$@" ;;
+  run) shift; run "$@" ;;
+  check_loader_logs) check_loader_logs ;;  # the dry run's own step (KIT, OUT set)
+  *) echo "usage: gpu-kit.sh build [BUILD_DIR] | run [--dry-run] OUTDIR" >&2; exit 2 ;;
+esac
