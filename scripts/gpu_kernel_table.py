@@ -64,6 +64,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--small", action="store_true", help="dry run: small shapes")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--sdpa-lengths", default="",
+                    help="also time causal SDPA at these lengths for every paper model, "
+                         "its heads and head dim (the attention reference), e.g. 4096,8192")
     ap.add_argument("tables", nargs="*")
     args = ap.parse_args()
 
@@ -128,29 +131,30 @@ def main():
                                  "layer_seconds": "",
                                  "tflops": f"{2 * tokens * n_in * n_out / t / 1e12:.1f}"})
                     del sets
-        if model.get("layer_pattern", "") == "hybrid" or "hybrid" in name:
-            ah = int(model.get("attention_heads", H) or H)
-            ad = int(model.get("attention_head_dim", dk) or dk) or 128
-            att_lengths = sorted({int(s["tokens"]) for s in samples
-                                  if s.get("layer_kind") == "attention" and "tokens" in s})
-            for tokens in att_lengths:
-                for dtype in (torch.bfloat16, torch.float32):
-                    key = (tokens, ah, ad, dtype)
-                    if key in sdpa_done:
-                        continue
-                    sdpa_done.add(key)
-                    sets = [tuple(torch.randn(1, ah, tokens, ad, device=dev, dtype=dtype)
-                                  for _ in range(3)) for _ in range(2)]
-                    fn = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
-                        q, k, v, is_causal=True)
-                    t = time_cuda(torch, fn, sets, args.reps)
-                    flops = 4 * ah * tokens * tokens * ad / 2  # causal: half of QK^T and PV
-                    rows.append({"model": name, "device": torch.cuda.get_device_name(),
-                                 "kernel": "PyTorch SDPA causal", "dtype": str(dtype)
-                                 .replace("torch.", ""),
-                                 "shape": f"1 x {ah} x {tokens} x {ad}", "seconds": t,
-                                 "layer_seconds": "", "tflops": f"{flops / t / 1e12:.1f}"})
-                    del sets
+        ah = int(model.get("attn_heads", 0) or H)
+        ad = int(model.get("attn_head_dim", 0) or dk or dv) or 128
+        att_lengths = {int(s["tokens"]) for s in samples
+                       if s.get("layer_kind") == "attention" and "tokens" in s}
+        if args.sdpa_lengths and C >= 1024:
+            att_lengths |= {int(x) for x in args.sdpa_lengths.split(",") if x}
+        for tokens in sorted(att_lengths):
+            for dtype in (torch.bfloat16, torch.float32):
+                key = (tokens, ah, ad, dtype)
+                if key in sdpa_done:
+                    continue
+                sdpa_done.add(key)
+                sets = [tuple(torch.randn(1, ah, tokens, ad, device=dev, dtype=dtype)
+                              for _ in range(3)) for _ in range(2)]
+                fn = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=True)
+                t = time_cuda(torch, fn, sets, args.reps)
+                flops = 4 * ah * tokens * tokens * ad / 2  # causal: half of QK^T and PV
+                rows.append({"model": name, "device": torch.cuda.get_device_name(),
+                             "kernel": "PyTorch SDPA causal", "dtype": str(dtype)
+                             .replace("torch.", ""),
+                             "shape": f"1 x {ah} x {tokens} x {ad}", "seconds": t,
+                             "layer_seconds": "", "tflops": f"{flops / t / 1e12:.1f}"})
+                del sets
         torch.cuda.empty_cache()
 
     os.makedirs(args.out, exist_ok=True)
