@@ -204,6 +204,7 @@ run() {
     # machine has): a clean environment, every loader logged.
     mkdir -p "$OUT/ld"
     exec env -i HOME="${HOME:-/tmp}" PATH="$KIT/bin:/usr/bin:/bin" SF_KIT_INNER=1 \
+      SF_KIT_STEPS="${SF_KIT_STEPS:-}" SF_KIT_PROFILE_BUDGET="${SF_KIT_PROFILE_BUDGET:-170}" \
       LD_LIBRARY_PATH="$KIT/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib" \
       bash "$KIT/scripts/gpu-kit.sh" run --dry-run "$OUT"
   fi
@@ -274,6 +275,7 @@ run() {
   # grid kernels are untiled (issue 29, item 5), so a paper layer takes
   # seconds; the rest wait for faster kernels.
   local jobs=("gdn-15b 131072 32" "mamba3-15b 131072 32" "gdn-32b 131072 32" "gdn-3b 131072 32")
+  [ $dry -eq 1 ] && jobs=("gdn-tiny 512 4" "kda-hybrid-tiny 512 4")
   local job m tl nl budget=${SF_KIT_PROFILE_BUDGET:-170}
   local p_start
   p_start=$(date +%s)
