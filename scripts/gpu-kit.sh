@@ -2,7 +2,7 @@
 # The GPU kit (issue 29): everything a lent GPU machine lacks, in one folder,
 # and the run that uses it there.
 #
-#   bash scripts/gpu-kit.sh build [BUILD_DIR]     # here: builds, packs gpu-kit/
+#   bash scripts/gpu-kit.sh build [BUILD_DIR [KIT_DIR]]   # here: builds, packs gpu-kit/
 #   bash gpu-kit/scripts/gpu-kit.sh run OUTDIR    # there: from the folder alone
 #   bash gpu-kit/scripts/gpu-kit.sh run --dry-run OUTDIR   # here, host-grid
 #
@@ -23,13 +23,15 @@
 #        unchunked, bf16, two ranks on one GPU through host memory), JUnit XML;
 #     2. scripts/gpu-check.sh on the kit's binaries (exactness end to end);
 #     3. one- and two-rank training on the GPU (their reports, JSON);
-#     4. profile --device cuda: the tiny models, then one layer of each paper
-#        model family at the paper's chunk lengths (gpu-kit-profiles.txt says
-#        which), each bounded in time;
+#     4. profile --device cuda of the tiny models;
 #     5. validate --device cuda at P = 1 (replayed prediction vs measured);
 #     6. the kernel table (scripts/gpu_kernel_table.py: cuBLAS GEMMs at the
-#        layers' shapes and PyTorch's causal SDPA through PyTorch, our cores
-#        from the profiled phases);
+#        paper layers' shapes and PyTorch's causal SDPA through PyTorch, our
+#        cores from the profiled phases);
+#     7. profile --device cuda of one layer of each paper family at the
+#        paper's shortest chunk, each bounded in time, and their cores' table;
+#   SF_KIT_STEPS="tests check train profiles validate kernels layers" picks
+#   groups (default all); SF_KIT_PROFILE_BUDGET the seconds of step 7;
 #   and OUTDIR/summary.md last.
 # run --dry-run OUTDIR: the same steps from the same folder with the
 #   host-grid device and small sizes, under `env -i` with only the kit's
@@ -51,7 +53,7 @@ build() {
   local src build_dir kit
   src=$(cd "$(dirname "$0")/.." && pwd)
   build_dir=${1:-$src/build}
-  kit=$src/gpu-kit
+  kit=${2:-$src/gpu-kit}
   if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     cmake -S "$src" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
   fi
@@ -98,7 +100,7 @@ build() {
       [ -f "$kit/lib/$name" ] || cp -L "$path" "$kit/lib/$name"
     done < <(ldd "$elf" 2>/dev/null | awk '$2 == "=>" {print $1, $2, $3}')
   done < <(find "$kit/bin" "$kit/ompi" "$kit/pmix2" -type f \( -name '*.so*' -o -perm -u+x \) |
-           while read -r f; do file -b "$f" 2>/dev/null | grep -q ELF && echo "$f"; done)
+           while read -r f; do [ "$(head -c 4 "$f" | tail -c 3)" = ELF ] && echo "$f"; done)
   # libpmix itself sits beside its plugins' prefix.
   [ -f "$kit/lib/libpmix.so.2" ] || cp -L "$pmix/lib/libpmix.so.2" "$kit/lib/"
   find "$kit/bin" "$kit/lib" -type f -exec strip --strip-unneeded {} + 2>/dev/null
@@ -263,20 +265,47 @@ run() {
     --device-link host -P 2 -T $T -M 4 -N 4 --steps 6 $text --json
   cp "$OUT/train-2rank.log" "$OUT/train-2rank.json" 2>/dev/null
 
-  # 4. Profiles: the tiny models, then one layer of each paper family.
+  # 4. Profiles of the tiny models (seconds each).
   local tiny
   for tiny in gdn-tiny mamba3-tiny kda-tiny gdn-hybrid-tiny; do
     want profiles || continue
     step "profile-$tiny" 60 "${wrap[@]}" "$sf" profile --model "$tiny" --device "$dev" \
       --repetitions 5 --warmup 2 --out "$OUT/costs-$tiny.textproto"
   done
-  # The paper's shortest chunk: T = 128K in N = 32 chunks (s = 4K), P = 1,
-  # full (TP 1) layers, float32, one repetition after one warm-up: the
-  # grid kernels are untiled (issue 29, item 5), so a paper layer takes
-  # seconds; the rest wait for faster kernels.
-  local jobs=("gdn-15b 131072 32" "mamba3-15b 131072 32" "gdn-32b 131072 32" "gdn-3b 131072 32")
+
+  # 5. validate at P = 1: the replayed prediction beside the measured step
+  # (its runs read the training text from the scenario).
+  want validate && sed "s|^train {|train {\n  text_path: \"$KIT/text/GPL-3\"|" "$KIT/scenarios/tiny-train.textproto" \
+    > "$OUT/validate-scenario.textproto"
+  want validate && step validate-p1 150 "${wrap[@]}" "$sf" validate --scenario "$OUT/validate-scenario.textproto" \
+    --device "$dev" -P 1 -M 4 -N 4 --model gdn-small -T "$T" --steps 4 --repetitions 5 --json \
+    --costs-out "$OUT/costs-validate.textproto"
+  cp "$OUT/validate-p1.log" "$OUT/validate-p1.json" 2>/dev/null
+
+  # 6. The kernel table: PyTorch's cuBLAS GEMMs at the paper layers' shapes
+  # (from the presets' ModelSpecs, so they need no profile) and its causal
+  # SDPA at the paper's lengths; our cores from the tiny profiles' phases.
+  local py=python3 m specs=()
+  [ -x /opt/torch/.venv/bin/python3 ] && py=/opt/torch/.venv/bin/python3
+  local paper=(gdn-15b mamba3-15b kda-hybrid-15b gdn-3b gdn-32b)
+  [ $dry -eq 1 ] && paper=(gdn-small)
+  for m in "${paper[@]}"; do
+    "$sf" presets --model "$m" > "$OUT/spec-$m.textproto" && specs+=("$OUT/spec-$m.textproto")
+  done
+  local small=()
+  [ $dry -eq 1 ] && small=(--small --gemm-lengths 128 --torch-device cpu --reps 3)
+  want kernels && step kernel-table 240 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
+    "${small[@]}" --sdpa-lengths 4096,8192,16384,32768 "${specs[@]}" "$OUT"/costs-*.textproto
+
+  # 7. One layer of each paper family at the paper's shortest chunk: T =
+  # 128K in N = 32 chunks (s = 4K), P = 1, full (TP 1) layers, float32, one
+  # repetition after one warm-up, each bounded in time: the grid kernels are
+  # untiled (issue 29, item 5), so on the first lent H100 (2026-11-27) a
+  # 15B GDN layer did not finish in 80 s and Mamba-3's workspace ran out of
+  # memory; they come last so that they cannot crowd out the rest.
+  local jobs=("gdn-15b 131072 32" "mamba3-15b 131072 32" "gdn-3b 131072 32" "gdn-32b 131072 32")
   [ $dry -eq 1 ] && jobs=("gdn-tiny 512 4" "kda-hybrid-tiny 512 4")
-  local job m tl nl budget=${SF_KIT_PROFILE_BUDGET:-170}
+  local job tl nl budget=${SF_KIT_PROFILE_BUDGET:-170}
   local p_start
   p_start=$(date +%s)
   for job in "${jobs[@]}"; do
@@ -290,26 +319,9 @@ run() {
       -T "$tl" --chunks-list "$nl" --repetitions 1 --warmup 1 --link in-process \
       --out "$OUT/layer-$m.textproto"
   done
-
-  # 5. validate at P = 1: the replayed prediction beside the measured step
-  # (its runs read the training text from the scenario).
-  want validate && sed "s|^train {|train {\n  text_path: \"$KIT/text/GPL-3\"|" "$KIT/scenarios/tiny-train.textproto" \
-    > "$OUT/validate-scenario.textproto"
-  want validate && step validate-p1 150 "${wrap[@]}" "$sf" validate --scenario "$OUT/validate-scenario.textproto" \
-    --device "$dev" -P 1 -M 4 -N 4 --model gdn-small -T "$T" --steps 4 --repetitions 5 --json \
-    --costs-out "$OUT/costs-validate.textproto"
-  cp "$OUT/validate-p1.log" "$OUT/validate-p1.json" 2>/dev/null
-
-  # 6. The kernel table (PyTorch's cuBLAS and SDPA; our cores' phases).
-  local py=python3
-  [ -x /opt/torch/.venv/bin/python3 ] && py=/opt/torch/.venv/bin/python3
-  if [ $dry -eq 1 ]; then
-    want kernels && step kernel-table 120 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" --small \
-      "$OUT"/costs-*.textproto "$OUT"/layer-*.textproto
-  else
-    want kernels && step kernel-table 180 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
-      --sdpa-lengths 4096,8192,16384,32768 \
-      "$OUT"/costs-*.textproto "$OUT"/layer-*.textproto
+  if want kernels && compgen -G "$OUT/layer-*.textproto" >/dev/null; then
+    step kernel-table-layers 60 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
+      --no-torch --name kernel-table-layers "$OUT"/layer-*.textproto
   fi
 
   if [ $dry -eq 1 ]; then
@@ -331,6 +343,7 @@ run() {
       grep -o '<testcase name="[^"]*"[^>]*>\s*<failure' "$x" | sed 's/<testcase name="\([^"]*\)".*/  FAILED: \1/'
     done
     [ -f "$OUT/kernel-table.md" ] && { echo; cat "$OUT/kernel-table.md"; }
+    [ -f "$OUT/kernel-table-layers.md" ] && { echo; cat "$OUT/kernel-table-layers.md"; }
   } > "$OUT/summary.md"
   cat "$OUT/summary.md"
   grep -q FAILED "$OUT/steps.md" && return 1
@@ -341,5 +354,5 @@ case "${1:-}" in
   build) shift; build "$@" ;;
   run) shift; run "$@" ;;
   check_loader_logs) check_loader_logs ;;  # the dry run's own step (KIT, OUT set)
-  *) echo "usage: gpu-kit.sh build [BUILD_DIR] | run [--dry-run] OUTDIR" >&2; exit 2 ;;
+  *) echo "usage: gpu-kit.sh build [BUILD_DIR [KIT_DIR]] | run [--dry-run] OUTDIR" >&2; exit 2 ;;
 esac

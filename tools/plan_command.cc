@@ -1,4 +1,6 @@
 // `stateflow plan-dump` and `stateflow presets`.
+#include <google/protobuf/text_format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -104,11 +106,34 @@ int PlanDumpCommand(int argc, char** argv) {
 
 int PresetsCommand(int argc, char** argv) {
   po::options_description desc("stateflow presets");
-  desc.add_options()("help,h", "show this help");
+  std::string model, cluster;
+  desc.add_options()("help,h", "show this help")
+      ("model", po::value(&model), "print this model preset's every field (a ModelSpec, text format)")
+      ("cluster", po::value(&cluster), "print this cluster preset's every field (a ClusterSpec)");
   po::variables_map vm;
   if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail("presets", s);
   if (vm.count("help")) {
-    std::cout << desc << "\nexample:\n  stateflow presets\n";
+    std::cout << desc
+              << "\nexamples:\n  stateflow presets\n      the names, with each model's shape\n"
+                 "  stateflow presets --model gdn-15b\n      its heads, head dims, MLP and "
+                 "vocabulary sizes (what a scenario's model block may override)\n"
+                 "  stateflow presets --cluster h100-80gb-nvlink\n";
+    return kExitOk;
+  }
+  if (!model.empty() || !cluster.empty()) {
+    std::string text;
+    if (!model.empty()) {
+      Result<pb::ModelSpec> m = models::ModelPreset(model);
+      if (!m.ok()) return Fail("presets", Status::Invalid("--model: " + m.status().message()));
+      google::protobuf::TextFormat::PrintToString(*m, &text);
+      std::cout << text;
+    }
+    if (!cluster.empty()) {
+      Result<pb::ClusterSpec> c = models::ClusterPreset(cluster);
+      if (!c.ok()) return Fail("presets", Status::Invalid("--cluster: " + c.status().message()));
+      google::protobuf::TextFormat::PrintToString(*c, &text);
+      std::cout << text;
+    }
     return kExitOk;
   }
   std::cout << "models:\n";

@@ -433,3 +433,30 @@ TEST(CliVary, ScalesOneParameterAndRejectsBadInput) {
 }
 
 }  // namespace
+
+namespace {
+
+// `presets --model` / `--cluster` print a preset's every field, text format
+// that a scenario's model (cluster) block reads back; an unknown name is one
+// line naming the flag and the known names.
+TEST(Cli, PresetsPrintOneModelOrCluster) {
+  CliRun model = Stateflow("presets --model gdn-hybrid-15b");
+  ASSERT_EQ(model.exit_code, 0) << model.err;
+  EXPECT_NE(model.out.find("name: \"gdn-hybrid-15b\""), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("hidden_size: 5120"), std::string::npos) << model.out;
+  EXPECT_NE(model.out.find("attn_heads: "), std::string::npos) << model.out;
+  const std::string path =
+      WriteFile("preset-model.textproto", "name: \"x\"\nmodel {\n" + model.out +
+                                              "}\ncluster_preset: \"a100-80gb-nvlink\"\n"
+                                              "parallel { pipeline_size: 4 microbatches: 4 }\n"
+                                              "seq_len: 8192\n");
+  CliRun back = Stateflow("simulate --scenario " + path);
+  EXPECT_EQ(back.exit_code, 0) << back.err;
+  CliRun cluster = Stateflow("presets --cluster h100-80gb-nvlink");
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.err;
+  EXPECT_NE(cluster.out.find("name: \"h100-80gb-nvlink\""), std::string::npos) << cluster.out;
+  ExpectBadInput(Stateflow("presets --model gdn-16b"), "--model: ");
+  ExpectBadInput(Stateflow("presets --cluster tpu"), "--cluster: ");
+}
+
+}  // namespace

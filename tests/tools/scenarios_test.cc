@@ -8,7 +8,13 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/text_format.h>
+
+#include <fstream>
+#include <sstream>
+
 #include "scenario/load.h"
+#include "sim/cost_table.h"
 #include "scenario/resolve.h"
 #include "sim/search.h"
 
@@ -19,7 +25,9 @@ std::vector<std::string> ScenarioFiles() {
   std::vector<std::string> out;
   const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios";
   for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".textproto") {
+    // scenarios/measured/ holds measured CostTables, not scenarios (below).
+    if (entry.is_regular_file() && entry.path().extension() == ".textproto" &&
+        entry.path().string().find("/scenarios/measured/") == std::string::npos) {
       out.push_back(entry.path().string());
     }
   }
@@ -44,6 +52,33 @@ TEST(Scenarios, EveryFileResolvesAndItsSweepExpands) {
   }
   // The paper's grid: {gdn, mamba3} x {recurrent, hybrid} x {3b, 15b, 32b}.
   EXPECT_EQ(paper, 12);
+}
+
+// Every cost table measured on a GPU (scenarios/measured/<gpu>-<date>/, the
+// GPU kit's output, issue 29) loads for replay and names the device it ran
+// on; its folder's env.txt names the GPU and the driver.
+TEST(Scenarios, MeasuredCostTablesLoadAndNameTheirDevice) {
+  const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios/measured";
+  int tables = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".textproto") continue;
+    SCOPED_TRACE(entry.path().string());
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    pb::CostTable table;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text.str(), &table));
+    Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(table, entry.path().string());
+    EXPECT_TRUE(index.ok()) << index.status().message();
+    EXPECT_EQ(table.device().rfind("cuda:", 0), 0u) << table.device();
+    EXPECT_FALSE(table.provenance().git_commit().empty());
+    std::ifstream env(entry.path().parent_path() / "env.txt");
+    std::stringstream env_text;
+    env_text << env.rdbuf();
+    EXPECT_NE(env_text.str().find("NVIDIA"), std::string::npos) << "env.txt names no GPU";
+    ++tables;
+  }
+  EXPECT_GT(tables, 0);
 }
 
 TEST(Scenarios, TheEmbeddedDefaultHasASweepBlock) {
