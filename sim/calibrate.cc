@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -45,9 +46,20 @@ constexpr std::array<std::pair<double, double>, kNumCalibParams> kParamRanges = 
 }};
 
 constexpr int kCurvePoints = 31;     // 2^0 .. 2^30 tokens
+// A direction of the log-Jacobian whose singular value is below this share
+// of the largest is one the runs do not determine (its parameter is held).
+constexpr double kMinRelativeSingular = 1e-3;
+// Residuals all of one sign beyond this relative error make a fit implausible.
+constexpr double kOneSignThreshold = 0.02;
 constexpr double kMinLatencyS = 1e-9;
 
 int Index(CalibParam p) { return static_cast<int>(p); }
+
+std::string Fmt(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, value);
+  return buf;
+}
 
 // ------------------------------------------------------------------ CSV ----
 
@@ -268,6 +280,9 @@ class LogFit {
 struct LmResult {
   Eigen::VectorXd x;
   int iterations = 0;
+  // The rule that ended the fit, for the report (never a silent cap).
+  std::string stop;
+  bool converged = false;
 };
 
 // A relative fall of the sum of squares below which the fit has converged.
@@ -291,7 +306,7 @@ constexpr double kLmMaxLogStep = 1.0;
 // sum of squares falls by less than kLmMinRelativeFall, or after
 // max_iterations.
 Result<LmResult> LevenbergMarquardt(const LogFit& fit, int max_iterations) {
-  LmResult out{fit.Start(), 0};
+  LmResult out{fit.Start(), 0, "", false};
   SF_ASSIGN_OR_RETURN(Eigen::VectorXd r, fit.Residuals(out.x));
   double cost = r.squaredNorm();
   double lambda = 1e-3;
@@ -301,6 +316,7 @@ Result<LmResult> LevenbergMarquardt(const LogFit& fit, int max_iterations) {
     const Eigen::VectorXd g = j.transpose() * r;
     bool accepted = false;
     double step = 0;
+    bool small_fall = false;
     while (lambda < 1e12) {
       Eigen::MatrixXd damped = a;
       for (int k = 0; k < a.rows(); ++k) damped(k, k) += lambda * std::max(a(k, k), 1e-12);
@@ -318,12 +334,33 @@ Result<LmResult> LevenbergMarquardt(const LogFit& fit, int max_iterations) {
         cost = r.squaredNorm();
         lambda = std::max(lambda / 3, 1e-12);
         accepted = true;
-        if (previous - cost <= kLmMinRelativeFall * previous) step = 0;
+        small_fall = previous - cost <= kLmMinRelativeFall * previous;
         break;
       }
       lambda *= 4;
     }
-    if (!accepted || step < 1e-10) break;
+    if (!accepted) {
+      out.stop = "converged: no step lowers the sum of squares (damping at its limit)";
+      out.converged = true;
+      return out;
+    }
+    if (small_fall) {
+      out.stop = "converged: the sum of squares fell by less than 1e-10 of itself";
+      out.converged = true;
+      return out;
+    }
+    if (step < 1e-10) {
+      out.stop = "converged: no log-parameter moved by more than 1e-10";
+      out.converged = true;
+      return out;
+    }
+  }
+  if (cost == 0) {
+    out.stop = "converged: the runs are fitted exactly";
+    out.converged = true;
+  } else {
+    out.stop = "NOT converged: stopped at the iteration cap (" + std::to_string(max_iterations) +
+               ") while the fit was still improving";
   }
   return out;
 }
@@ -685,16 +722,79 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     }
   }
 
+  // Identifiability: the singular values of the free parameters' columns
+  // of d log(step time) / d log(parameter) over the fitted runs, each
+  // column scaled to length 1 (so that they measure how nearly collinear the
+  // parameters' effects are, whatever their sizes). A
+  // direction with a singular value below kMinRelativeSingular of the
+  // largest is one the runs do not determine: its parameter with the
+  // largest share of that direction is held at the start (and named), and
+  // the rest checked again, so that no combination the runs cannot see
+  // wanders off to its bound.
+  if (free.size() > 1) {
+    std::string first_values;
+    for (;;) {
+      Eigen::MatrixXd j(sens.rows(), static_cast<Eigen::Index>(free.size()));
+      // Columns scaled to unit length: a small sensitivity is
+      // min_sensitivity's question; this one is collinearity alone.
+      for (std::size_t k = 0; k < free.size(); ++k) {
+        j.col(k) = sens.col(free[k]) / std::max(sens.col(free[k]).norm(), 1e-300);
+      }
+      Eigen::JacobiSVD<Eigen::MatrixXd> svd(j, Eigen::ComputeFullV);
+      Eigen::VectorXd sigma = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(free.size()));
+      sigma.head(svd.singularValues().size()) = svd.singularValues();
+      if (first_values.empty()) {
+        for (Eigen::Index k = 0; k < sigma.size(); ++k) {
+          first_values += (k == 0 ? "" : ", ") + Fmt("%.3g", sigma[k]);
+        }
+      }
+      const double largest = sigma.maxCoeff();
+      Eigen::Index weakest = 0;
+      const double smallest = sigma.minCoeff(&weakest);
+      if (free.size() <= 1 || smallest >= kMinRelativeSingular * largest) break;
+      Eigen::Index worst = 0;
+      svd.matrixV().col(weakest).cwiseAbs().maxCoeff(&worst);
+      const int held = free[static_cast<std::size_t>(worst)];
+      std::string with;
+      for (std::size_t k = 0; k < free.size(); ++k) {
+        if (static_cast<Eigen::Index>(k) == worst) continue;
+        if (std::abs(svd.matrixV()(static_cast<Eigen::Index>(k), weakest)) > 0.1) {
+          with += (with.empty() ? "" : ", ") + std::string(kParamNames[free[k]]);
+        }
+      }
+      report.mutable_parameters(held)->set_status(
+          "held: not identifiable from these runs" +
+          (with.empty() ? std::string() : " (trades off with " + with + ")"));
+      free.erase(free.begin() + worst);
+    }
+    report.add_notes("identifiability: singular values of d log(step time) / d log(parameter) "
+                     "over the fitted runs (each parameter's column scaled to length 1), largest "
+                     "first: " + first_values +
+                     "; a direction below " + Fmt("%.0e", kMinRelativeSingular) +
+                     " of the largest is held at the start");
+  }
+
   const LogFit fit(runs, fitted_runs, base, start, free);
   Eigen::VectorXd x = fit.Start();
   if (!free.empty()) {
     SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(fit, options.max_iterations));
     x = lm.x;
     report.set_iterations(lm.iterations);
+    report.add_notes("fit: " + lm.stop + ", after " + std::to_string(lm.iterations) +
+                     " iterations");
   } else {
     report.add_notes("no parameter is constrained by the runs: the cluster is unchanged");
   }
   const CalibValues fitted = fit.ValuesAt(x);
+  for (int k : free) {
+    const auto [lo, hi] = kParamRanges[k];
+    const double v = fitted[k];
+    if (std::abs(std::log(v / lo)) < 1e-6 || std::abs(std::log(v / hi)) < 1e-6) {
+      report.add_notes("implausible: " + std::string(kParamNames[k]) + " ended at its bound " +
+                       Fmt("%.3g", v) + " (range " + Fmt("%.3g", lo) + " to " + Fmt("%.3g", hi) +
+                       "): the runs pull it past what the model allows");
+    }
+  }
   for (int k = 0; k < kNumCalibParams; ++k) report.mutable_parameters(k)->set_fitted(fitted[k]);
   out.cluster = WithCalibValues(base, fitted);
 
@@ -762,6 +862,25 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     }
     if (row.used_bytes) r->set_measured_used_bytes(*row.used_bytes);
     r->set_fitted(!row.holdout);
+  }
+  // Residuals all of one sign, each beyond kOneSignThreshold: no value of
+  // the free parameters reaches these runs, so a term is missing or wrong.
+  {
+    int over = 0, under = 0, n = 0;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i].row.holdout) continue;
+      const double e = (after.step_time_s[i] - runs[i].row.step_time_s) / runs[i].row.step_time_s;
+      over += e > kOneSignThreshold;
+      under += e < -kOneSignThreshold;
+      ++n;
+    }
+    if (n >= 3 && (over == n || under == n)) {
+      report.add_notes("implausible: every fitted run is predicted " +
+                       std::string(over == n ? "slower" : "faster") + " than measured by more than " +
+                       Fmt("%.0f", 100 * kOneSignThreshold) +
+                       " %: the fitted parameters cannot reach these runs (a missing or wrong "
+                       "term, or a parameter held at a bound)");
+    }
   }
   report.set_initial_rms_log_error(RmsLog(before.step_time_s, runs, false));
   report.set_rms_log_error(RmsLog(after.step_time_s, runs, false));

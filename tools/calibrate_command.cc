@@ -184,6 +184,12 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
       header.push_back(p.name() + ": " + Fmt("%.6g", p.initial()) + " -> " +
                        Fmt("%.6g", p.fitted()) + " (" + p.status() + ")");
     }
+    // How the fit ended and whether it is plausible travel with the preset.
+    for (const std::string& note : report.notes()) {
+      if (note.rfind("fit: ", 0) == 0 || note.rfind("implausible: ", 0) == 0) {
+        header.push_back(note);
+      }
+    }
     header.push_back("The efficiency points sample eff(t) = peak * t / (t + knee_tokens).");
     // The preset is read back as `--cluster FILE` reads it and validated
     // before it is written: a file this command writes means what it says.

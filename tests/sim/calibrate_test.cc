@@ -133,6 +133,15 @@ TEST(Calibrate, RecoversSynthesisedParametersWithinOnePercent) {
   }
   EXPECT_EQ(fitted, kNumCalibParams - 3);
   EXPECT_LT(c->report.rms_log_error(), 1e-4);
+  // The report says how the fit ended and what the runs determine.
+  bool stop = false, identifiability = false;
+  for (const std::string& note : c->report.notes()) {
+    stop |= note.rfind("fit: converged", 0) == 0;
+    identifiability |= note.rfind("identifiability: singular values", 0) == 0;
+    EXPECT_EQ(note.find("implausible"), std::string::npos) << note;
+  }
+  EXPECT_TRUE(stop);
+  EXPECT_TRUE(identifiability);
   EXPECT_GT(c->report.initial_rms_log_error(), 0.05);
   for (const pb::CalibrationRunResult& r : c->report.runs()) {
     EXPECT_NEAR(r.step_time_rel_error(), 0.0, 1e-3) << "line " << r.line();
@@ -170,6 +179,84 @@ TEST(Calibrate, FitsOnlyTheParametersAskedForAndPredictsHeldOutRuns) {
   int holdout = 0;
   for (const pb::CalibrationRunResult& r : c->report.runs()) holdout += !r.fitted();
   EXPECT_EQ(holdout, 6);
+}
+
+// Runs that all call the kernels at one size (T / N the same) see the
+// efficiency's peak and knee only through their product: the direction
+// along which they trade off is not determined, so one of them is held at
+// the start and named, instead of the two wandering along it.
+TEST(Calibrate, HoldsWhatTheRunsDoNotDetermine) {
+  const scenario::ResolvedScenario truth = MustResolve(TinyScenario(TrueCluster()));
+  std::string csv = "name,policy,P,M,N,T,step_time_s\n";
+  for (int m : {2, 4, 8, 16}) {
+    pb::Scenario s = truth.proto();
+    s.mutable_schedule()->set_policy("1f1b");
+    s.mutable_schedule()->set_chunks(1);
+    s.mutable_parallel()->set_pipeline_size(1);
+    s.mutable_parallel()->set_microbatches(m);
+    s.set_seq_len(1024);
+    const scenario::ResolvedScenario r = MustResolve(s);
+    Result<Simulation> sim = Simulate(r, r.proto().schedule());
+    ASSERT_TRUE(sim.ok()) << sim.status().message();
+    csv += "m" + std::to_string(m) + ",1f1b,1," + std::to_string(m) + ",1,1024," +
+           std::to_string(sim->report.step_time_s() * 1.5) + "\n";
+  }
+  const std::vector<CalibrationRun> runs = MustApply(TrueCluster(), csv);
+  Result<Calibration> c = Calibrate(
+      runs, {.fit = {CalibParam::kEfficiencyPeak, CalibParam::kEfficiencyKnee}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const pb::CalibrationParameter& peak = c->report.parameters(0);
+  const pb::CalibrationParameter& knee = c->report.parameters(1);
+  const bool peak_held = peak.status().rfind("held: not identifiable", 0) == 0;
+  const bool knee_held = knee.status().rfind("held: not identifiable", 0) == 0;
+  EXPECT_NE(peak_held, knee_held) << peak.status() << " / " << knee.status();
+  const pb::CalibrationParameter& held = peak_held ? peak : knee;
+  EXPECT_EQ(held.fitted(), held.initial());
+  EXPECT_NE(held.status().find("trades off with efficiency."), std::string::npos) << held.status();
+  // The other alone fits the runs (all 1.5x slower).
+  EXPECT_LT(c->report.rms_log_error(), 1e-4);
+}
+
+// A fit the model cannot follow says so: runs a billion times slower than
+// any efficiency in range allows leave efficiency.peak at its bound and every
+// run predicted faster; and a fit stopped by the iteration cap says it did
+// not converge.
+TEST(Calibrate, SaysWhenTheFitIsImplausibleOrUnfinished) {
+  std::string csv = SynthesisedCsv();
+  std::string slow;
+  std::size_t pos = 0;
+  bool header = true;
+  while (pos < csv.size()) {
+    const std::size_t end = csv.find('\n', pos);
+    std::string line = csv.substr(pos, end - pos);
+    pos = end + 1;
+    if (!header) {
+      const std::size_t comma = line.rfind(',');
+      line = line.substr(0, comma + 1) +
+             std::to_string(std::stod(line.substr(comma + 1)) * 1e9);
+    }
+    header = false;
+    slow += line + "\n";
+  }
+  const std::vector<CalibrationRun> runs = MustApply(TrueCluster(), slow);
+  Result<Calibration> c = Calibrate(runs, {.fit = {CalibParam::kEfficiencyPeak}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  bool at_bound = false, one_sign = false;
+  for (const std::string& note : c->report.notes()) {
+    at_bound |= note.rfind("implausible: efficiency.peak ended at its bound", 0) == 0;
+    one_sign |= note.rfind("implausible: every fitted run is predicted faster", 0) == 0;
+  }
+  EXPECT_TRUE(at_bound);
+  EXPECT_TRUE(one_sign);
+
+  const std::vector<CalibrationRun> start = MustApply(StartCluster(), SynthesisedCsv());
+  Result<Calibration> capped = Calibrate(start, {.max_iterations = 1});
+  ASSERT_TRUE(capped.ok()) << capped.status().message();
+  bool not_converged = false;
+  for (const std::string& note : capped->report.notes()) {
+    not_converged |= note.rfind("fit: NOT converged: stopped at the iteration cap (1)", 0) == 0;
+  }
+  EXPECT_TRUE(not_converged);
 }
 
 TEST(Calibrate, ReserveIsTheLargestMeasuredOverhead) {
