@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "common/text.h"
@@ -49,6 +50,8 @@ constexpr int kCurvePoints = 31;     // 2^0 .. 2^30 tokens
 // A direction of the log-Jacobian whose singular value is below this share
 // of the largest is one the runs do not determine (its parameter is held).
 constexpr double kMinRelativeSingular = 1e-3;
+// Leave-one-out refits the runs this many times at most (one per fitted run).
+constexpr std::size_t kMaxLooRuns = 50;
 // Residuals all of one sign beyond this relative error make a fit implausible.
 constexpr double kOneSignThreshold = 0.02;
 constexpr double kMinLatencyS = 1e-9;
@@ -863,6 +866,32 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     if (row.used_bytes) r->set_measured_used_bytes(*row.used_bytes);
     r->set_fitted(!row.holdout);
   }
+  // Leave-one-out: each fitted run predicted by the fit to the others
+  // (started from the full fit, the same free parameters and rules), so a
+  // user sees how the fit predicts a run it has not seen, run by run.
+  std::vector<std::optional<double>> loo(runs.size());
+  if (!free.empty() && fitted_runs.size() >= 2 && fitted_runs.size() <= kMaxLooRuns) {
+    double sum = 0;
+    for (std::size_t i = 0; i < fitted_runs.size(); ++i) {
+      std::vector<int> others = fitted_runs;
+      others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+      const LogFit sub(runs, others, base, fitted, free);
+      SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(sub, options.max_iterations));
+      const int run = fitted_runs[i];
+      SF_ASSIGN_OR_RETURN(Prediction p, PredictAll({runs[run]}, sub.ClusterAt(lm.x)));
+      const double e = (p.step_time_s[0] - runs[run].row.step_time_s) / runs[run].row.step_time_s;
+      loo[run] = e;
+      sum += std::log1p(e) * std::log1p(e);
+    }
+    report.set_loo_rms_log_error(std::sqrt(sum / static_cast<double>(fitted_runs.size())));
+  } else if (!free.empty() && fitted_runs.size() > kMaxLooRuns) {
+    report.add_notes("leave-one-out: not computed (more than " + std::to_string(kMaxLooRuns) +
+                     " fitted runs)");
+  }
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (loo[i]) report.mutable_runs(static_cast<int>(i))->set_loo_rel_error(*loo[i]);
+  }
+
   // Residuals all of one sign, each beyond kOneSignThreshold: no value of
   // the free parameters reaches these runs, so a term is missing or wrong.
   {

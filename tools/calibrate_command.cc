@@ -89,7 +89,7 @@ std::string FormatReport(const pb::CalibrationReport& r) {
   out += "parameters:\n" + Aligned(params) + "\n";
   std::vector<std::vector<std::string>> runs = {
       {"line", "name", "set", "policy", "P", "M", "N", "T", "tp", "dp", "measured s", "initial s",
-       "fitted s", "error", "peak GiB meas", "pred", "error"}};
+       "fitted s", "error", "LOO error", "peak GiB meas", "pred", "error"}};
   for (const pb::CalibrationRunResult& run : r.runs()) {
     const bool peak = run.measured_peak_bytes() > 0;
     runs.push_back({std::to_string(run.line()), run.name().empty() ? "-" : Printable(run.name()),
@@ -99,17 +99,22 @@ std::string FormatReport(const pb::CalibrationReport& r) {
                     std::to_string(run.tensor_size()), std::to_string(run.data_size()),
                     Fmt("%.4g", run.measured_step_time_s()), Fmt("%.4g", run.initial_step_time_s()),
                     Fmt("%.4g", run.predicted_step_time_s()), Percent(run.step_time_rel_error()),
+                    run.has_loo_rel_error() ? Percent(run.loo_rel_error()) : "-",
                     peak ? Fmt("%.3f", run.measured_peak_bytes() / (1024.0 * 1024 * 1024)) : "-",
                     Fmt("%.3f", run.predicted_peak_bytes() / (1024.0 * 1024 * 1024)),
                     peak ? Percent(run.peak_rel_error()) : "-"});
   }
-  out += "runs (error = (predicted - measured) / measured):\n" + Aligned(runs) + "\n";
+  out += "runs (error = (predicted - measured) / measured; LOO: by a fit to the other fitted "
+         "runs):\n" + Aligned(runs) + "\n";
   out += "rms log error of step time over fitted runs: " + Fmt("%.4f", r.initial_rms_log_error()) +
          " before, " + Fmt("%.4f", r.rms_log_error()) + " after (" +
          std::to_string(r.iterations()) + " iterations)";
   bool holdout = false;
   for (const auto& run : r.runs()) holdout |= !run.fitted();
   if (holdout) out += "; held-out runs: " + Fmt("%.4f", r.holdout_rms_log_error());
+  bool loo = false;
+  for (const auto& run : r.runs()) loo |= run.has_loo_rel_error();
+  if (loo) out += "; leave-one-out: " + Fmt("%.4f", r.loo_rms_log_error());
   out += "\n";
   for (const std::string& note : r.notes()) out += "note: " + note + "\n";
   if (!r.preset_path().empty()) {

@@ -145,7 +145,11 @@ TEST(Calibrate, RecoversSynthesisedParametersWithinOnePercent) {
   EXPECT_GT(c->report.initial_rms_log_error(), 0.05);
   for (const pb::CalibrationRunResult& r : c->report.runs()) {
     EXPECT_NEAR(r.step_time_rel_error(), 0.0, 1e-3) << "line " << r.line();
+    // Each run predicted by a fit to the other 17: exact runs, so near 0.
+    ASSERT_TRUE(r.has_loo_rel_error()) << "line " << r.line();
+    EXPECT_NEAR(r.loo_rel_error(), 0.0, 1e-2) << "line " << r.line();
   }
+  EXPECT_LT(c->report.loo_rms_log_error(), 1e-2);
 }
 
 TEST(Calibrate, FitsOnlyTheParametersAskedForAndPredictsHeldOutRuns) {
@@ -177,7 +181,10 @@ TEST(Calibrate, FitsOnlyTheParametersAskedForAndPredictsHeldOutRuns) {
   }
   EXPECT_LT(c->report.holdout_rms_log_error(), 1e-4);
   int holdout = 0;
-  for (const pb::CalibrationRunResult& r : c->report.runs()) holdout += !r.fitted();
+  for (const pb::CalibrationRunResult& r : c->report.runs()) {
+    holdout += !r.fitted();
+    EXPECT_EQ(r.has_loo_rel_error(), r.fitted()) << "line " << r.line();  // held out: no LOO
+  }
   EXPECT_EQ(holdout, 6);
 }
 
