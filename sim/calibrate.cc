@@ -214,18 +214,28 @@ Result<Prediction> PredictAll(const std::vector<CalibrationRun>& runs,
 // The fit's state: which parameters move (in log space) and the rest fixed.
 class LogFit {
  public:
+  // `prior_weight` w > 0 adds a ridge toward `prior` (the starting cluster)
+  // in log space: rows sqrt(w) (log p_k - log prior_k), one per free
+  // parameter.
   LogFit(const std::vector<CalibrationRun>& runs, std::vector<int> fitted_runs,
-         pb::ClusterSpec base, CalibValues start, std::vector<int> free)
+         pb::ClusterSpec base, CalibValues start, std::vector<int> free,
+         double prior_weight = 0, CalibValues prior = {})
       : runs_(runs), fitted_runs_(std::move(fitted_runs)), base_(std::move(base)),
-        values_(start), free_(std::move(free)) {}
+        values_(start), free_(std::move(free)), prior_weight_(prior_weight), prior_(prior) {}
 
-  // log(predicted / measured) of the fitted runs at log-parameters x; an
-  // error when the cluster they make is invalid or a run fails.
+  // log(predicted / measured) of the fitted runs at log-parameters x (and
+  // the prior's rows); an error when the cluster they make is invalid or a
+  // run fails.
   Result<Eigen::VectorXd> Residuals(const Eigen::VectorXd& x) const {
     SF_ASSIGN_OR_RETURN(Prediction p, PredictAll(Subset(), ClusterAt(x)));
-    Eigen::VectorXd r(fitted_runs_.size());
-    for (std::size_t i = 0; i < fitted_runs_.size(); ++i) {
+    const std::size_t n = fitted_runs_.size();
+    const std::size_t rows = n + (prior_weight_ > 0 ? free_.size() : 0);
+    Eigen::VectorXd r(static_cast<Eigen::Index>(rows));
+    for (std::size_t i = 0; i < n; ++i) {
       r[i] = std::log(p.step_time_s[i] / runs_[fitted_runs_[i]].row.step_time_s);
+    }
+    for (std::size_t k = 0; n + k < rows; ++k) {
+      r[n + k] = std::sqrt(prior_weight_) * (x[k] - std::log(prior_[free_[k]]));
     }
     return r;
   }
@@ -278,6 +288,8 @@ class LogFit {
   pb::ClusterSpec base_;
   CalibValues values_;
   std::vector<int> free_;
+  double prior_weight_ = 0;
+  CalibValues prior_{};
 };
 
 struct LmResult {
@@ -777,7 +789,7 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
                      " of the largest is held at the start");
   }
 
-  const LogFit fit(runs, fitted_runs, base, start, free);
+  const LogFit fit(runs, fitted_runs, base, start, free, options.prior_weight, start);
   Eigen::VectorXd x = fit.Start();
   if (!free.empty()) {
     SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(fit, options.max_iterations));
@@ -785,6 +797,11 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     report.set_iterations(lm.iterations);
     report.add_notes("fit: " + lm.stop + ", after " + std::to_string(lm.iterations) +
                      " iterations");
+    if (options.prior_weight > 0) {
+      report.add_notes("prior: a ridge toward the starting cluster in log space, weight " +
+                       Fmt("%g", options.prior_weight) +
+                       " per parameter (--prior-weight; 0: none)");
+    }
   } else {
     report.add_notes("no parameter is constrained by the runs: the cluster is unchanged");
   }
@@ -875,7 +892,7 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     for (std::size_t i = 0; i < fitted_runs.size(); ++i) {
       std::vector<int> others = fitted_runs;
       others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
-      const LogFit sub(runs, others, base, fitted, free);
+      const LogFit sub(runs, others, base, fitted, free, options.prior_weight, start);
       SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(sub, options.max_iterations));
       const int run = fitted_runs[i];
       SF_ASSIGN_OR_RETURN(Prediction p, PredictAll({runs[run]}, sub.ClusterAt(lm.x)));

@@ -126,7 +126,7 @@ std::string FormatReport(const pb::CalibrationReport& r) {
 
 Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string& runs_path,
                                   const std::string& fit_list, const std::string& out_path,
-                                  const std::string& dtype) {
+                                  const std::string& dtype, double prior_weight) {
   if (runs_path.empty()) return Status::Invalid("--runs: required (a CSV of measured runs)");
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario base, LoadResolvedScenario(flags));
   if (!dtype.empty()) {
@@ -164,6 +164,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
   SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRun> runs,
                       sim::ApplyRows(base, rows, runs_path, bounded));
   sim::CalibrationOptions options;
+  options.prior_weight = prior_weight;
   if (!fit_list.empty()) {
     SF_ASSIGN_OR_RETURN(options.fit, sim::ParseCalibParams(fit_list));
   }
@@ -220,6 +221,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
 int CalibrateCommand(int argc, char** argv) {
   ScenarioFlags flags;
   std::string runs_path, fit_list, out_path, dtype;
+  double prior_weight = sim::kDefaultPriorWeight;
   po::options_description desc("stateflow calibrate --runs FILE.csv [options]");
   desc.add_options()("help,h", "show this help")
       ("runs", po::value(&runs_path),
@@ -227,6 +229,10 @@ int CalibrateCommand(int argc, char** argv) {
       ("fit", po::value(&fit_list),
        "comma-separated parameters to fit (default: every one the runs constrain)")
       ("out", po::value(&out_path), "write the fitted cluster preset (text format) here")
+      ("prior-weight", po::value(&prior_weight),
+       ("the ridge toward the starting cluster in log space: the fit minimises sum of "
+        "squared log errors + W x sum of squared log changes of the fitted parameters "
+        "(default " + Fmt("%g", sim::kDefaultPriorWeight) + "; 0: the runs alone)").c_str())
       ("dtype", po::value(&dtype),
        "float32 or float64: count bytes as this project's backend does in that type (runs "
        "measured by `stateflow validate`); default: the scenario's precision")
@@ -241,7 +247,11 @@ int CalibrateCommand(int argc, char** argv) {
   // Before the fit (issue 31): a preset path that cannot be written is
   // refused before any work.
   if (Status s = CheckOutputPath("--out", out_path); !s.ok()) return Fail(kName, s);
-  Result<pb::CalibrationReport> report = Run(flags, runs_path, fit_list, out_path, dtype);
+  if (!std::isfinite(prior_weight) || prior_weight < 0) {
+    return Fail(kName, Status::Invalid("--prior-weight must be finite and >= 0"));
+  }
+  Result<pb::CalibrationReport> report =
+      Run(flags, runs_path, fit_list, out_path, dtype, prior_weight);
   if (!report.ok()) return Fail(kName, report.status());
   std::cout << (vm.count("json") ? MessageToJson(*report) : FormatReport(*report));
   return kExitOk;
