@@ -375,7 +375,7 @@ Result<LmResult> LevenbergMarquardt(const LogFit& fit, int max_iterations) {
     out.converged = true;
   } else {
     out.stop = "NOT converged: stopped at the iteration cap (" + std::to_string(max_iterations) +
-               ") while the fit was still improving";
+               ") while the fit was still improving (--max-iterations raises it)";
   }
   return out;
 }

@@ -126,7 +126,8 @@ std::string FormatReport(const pb::CalibrationReport& r) {
 
 Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string& runs_path,
                                   const std::string& fit_list, const std::string& out_path,
-                                  const std::string& dtype, double prior_weight) {
+                                  const std::string& dtype, double prior_weight,
+                                  int max_iterations) {
   if (runs_path.empty()) return Status::Invalid("--runs: required (a CSV of measured runs)");
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario base, LoadResolvedScenario(flags));
   if (!dtype.empty()) {
@@ -165,6 +166,7 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
                       sim::ApplyRows(base, rows, runs_path, bounded));
   sim::CalibrationOptions options;
   options.prior_weight = prior_weight;
+  options.max_iterations = max_iterations;
   if (!fit_list.empty()) {
     SF_ASSIGN_OR_RETURN(options.fit, sim::ParseCalibParams(fit_list));
   }
@@ -222,6 +224,7 @@ int CalibrateCommand(int argc, char** argv) {
   ScenarioFlags flags;
   std::string runs_path, fit_list, out_path, dtype;
   double prior_weight = sim::kDefaultPriorWeight;
+  long long max_iterations = 100;
   po::options_description desc("stateflow calibrate --runs FILE.csv [options]");
   desc.add_options()("help,h", "show this help")
       ("runs", po::value(&runs_path),
@@ -229,6 +232,9 @@ int CalibrateCommand(int argc, char** argv) {
       ("fit", po::value(&fit_list),
        "comma-separated parameters to fit (default: every one the runs constrain)")
       ("out", po::value(&out_path), "write the fitted cluster preset (text format) here")
+      ("max-iterations", po::value(&max_iterations),
+       "Levenberg-Marquardt iterations at most (default 100); a fit stopped by it says "
+       "\"NOT converged\"")
       ("prior-weight", po::value(&prior_weight),
        ("the ridge toward the starting cluster in log space: the fit minimises sum of "
         "squared log errors + W x sum of squared log changes of the fitted parameters "
@@ -250,8 +256,11 @@ int CalibrateCommand(int argc, char** argv) {
   if (!std::isfinite(prior_weight) || prior_weight < 0) {
     return Fail(kName, Status::Invalid("--prior-weight must be finite and >= 0"));
   }
-  Result<pb::CalibrationReport> report =
-      Run(flags, runs_path, fit_list, out_path, dtype, prior_weight);
+  if (max_iterations < 1 || max_iterations > 100000) {
+    return Fail(kName, Status::Invalid("--max-iterations must be in [1, 100000]"));
+  }
+  Result<pb::CalibrationReport> report = Run(flags, runs_path, fit_list, out_path, dtype,
+                                             prior_weight, static_cast<int>(max_iterations));
   if (!report.ok()) return Fail(kName, report.status());
   std::cout << (vm.count("json") ? MessageToJson(*report) : FormatReport(*report));
   return kExitOk;
