@@ -242,7 +242,9 @@ class LogFit {
 
   // Central differences, step h in log space.
   Result<Eigen::MatrixXd> Jacobian(const Eigen::VectorXd& x, double h) const {
-    Eigen::MatrixXd j(fitted_runs_.size(), x.size());
+    // One row per residual: the runs' and, with a prior, one per parameter.
+    const std::size_t rows = fitted_runs_.size() + (prior_weight_ > 0 ? free_.size() : 0);
+    Eigen::MatrixXd j(static_cast<Eigen::Index>(rows), x.size());
     for (int c = 0; c < x.size(); ++c) {
       Eigen::VectorXd up = x, down = x;
       up[c] += h;
