@@ -50,6 +50,9 @@ struct ParamRef {
   std::string name;   // e.g. "block3.q_proj.weight"
   Tensor<T>* value;
   Tensor<GradOf<T>>* grad;  // float in bf16 (precision.h)
+  // Whole on every tensor-parallel rank, its gradient each rank's share
+  // (Param::tp_partial_grad): summed over the TP group before the update.
+  bool tp_partial_grad = false;
 };
 
 template <typename T>

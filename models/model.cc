@@ -254,4 +254,26 @@ double ModelParamCount(const pb::ModelSpec& model) {
   return total;
 }
 
+Status CheckTensorParallelModel(const pb::ModelSpec& model, int tensor_size) {
+  if (tensor_size <= 1) return Status::Ok();
+  const auto check = [&](const char* field, std::int64_t n) {
+    if (n % tensor_size == 0) return Status::Ok();
+    return Status::Invalid(std::string(field) + " " + std::to_string(n) +
+                           " is not divisible by parallel.tensor_size " +
+                           std::to_string(tensor_size) +
+                           " (tensor parallelism splits it into equal blocks)");
+  };
+  bool recurrent = false, attention = false;
+  for (int l = 0; l < static_cast<int>(model.num_layers()); ++l) {
+    (IsAttentionLayer(model, l) ? attention : recurrent) = true;
+  }
+  if (recurrent) SF_RETURN_IF_ERROR(check("model.num_heads", model.num_heads()));
+  if (attention) {
+    SF_RETURN_IF_ERROR(check("model.attn_heads", model.attn_heads()));
+    SF_RETURN_IF_ERROR(check("model.gqa_group_size's K/V heads", KvHeads(model)));
+  }
+  SF_RETURN_IF_ERROR(check("model.mlp_size", model.mlp_size()));
+  return check("model.vocab_size", model.vocab_size());
+}
+
 }  // namespace stateflow::models

@@ -99,6 +99,13 @@ int KvHeads(const pb::ModelSpec& model);
 // Parameters of one layer of kind `kind` (whole layer, before any TP split),
 // and of the whole model. REQUIRES: ValidateModel(model).ok().
 double LayerParamCount(const pb::ModelSpec& model, LayerKind kind);
+
+// What the backend's tensor parallelism of degree `tensor_size` needs of the
+// model (backend/layers/tensor_parallel.h): the recurrence heads, attention
+// query and K/V heads, MLP size and vocabulary split into equal blocks.
+// Error (Invalid, one line): the first field that does not divide, naming it
+// ("model.vocab_size 259 is not divisible by parallel.tensor_size 2 ...").
+Status CheckTensorParallelModel(const pb::ModelSpec& model, int tensor_size);
 double ModelParamCount(const pb::ModelSpec& model);
 
 // Layers [first, last) of the layer list on one stage.

@@ -382,13 +382,22 @@ template <typename T>
 Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
   if (!mpi) return backend::MakeSingleProcessTransport<T>(setup.stages, setup.data_size);
   return backend::MakeMpiTransport<T>(setup.stages, setup.microbatches,
-                                      setup.partition.num_chunks(), setup.data_size);
+                                      setup.partition.num_chunks(), setup.data_size,
+                                      setup.tensor_size);
 }
 
+// `tp`: this rank's tensor-parallel place (Transport::shard()).
 template <typename T>
-backend::StageModuleFactory<T> ModuleFactory(const Prepared& p) {
-  return [&p](int, const models::StageLayers& layers, backend::TrackingAllocator* alloc) {
-    return backend::MakeStageModule<T>(p.setup.model, layers, {.recompute = p.setup.recompute, .seed = p.options.seed, .microbatch_size = p.setup.microbatch_size, .st_overlap = p.setup.st_overlap, .st_tile = p.setup.st_tile}, alloc);
+backend::StageModuleFactory<T> ModuleFactory(const Prepared& p, backend::TpShard tp) {
+  return [&p, tp](int, const models::StageLayers& layers, backend::TrackingAllocator* alloc) {
+    return backend::MakeStageModule<T>(p.setup.model, layers,
+                                       {.recompute = p.setup.recompute,
+                                        .seed = p.options.seed,
+                                        .microbatch_size = p.setup.microbatch_size,
+                                        .st_overlap = p.setup.st_overlap,
+                                        .st_tile = p.setup.st_tile,
+                                        .tp = tp},
+                                       alloc);
   };
 }
 
@@ -425,7 +434,8 @@ template <typename T>
 int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
   Result<backend::Transport<T>> transport = MakeTransport<T>(p.setup, mpi);
   if (!transport.ok()) return FailOnce(rank, transport.status());
-  auto trainer = backend::Trainer<T>::Make(p.setup, p.options, *p.text, ModuleFactory<T>(p),
+  const backend::TpShard tp = transport->shard();
+  auto trainer = backend::Trainer<T>::Make(p.setup, p.options, *p.text, ModuleFactory<T>(p, tp),
                                            std::move(transport).value());
   if (!trainer.ok()) return FailOnce(rank, trainer.status());
   if (!flags.dump_path.empty()) {
@@ -523,6 +533,27 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
         std::string(flags.checkpoint_dir.empty() ? "--resume" : "--checkpoint") +
         ": checkpoints of the distributed optimizer's shards (parallel.distributed_optimizer "
         "at data_size " + std::to_string(prepared->setup.data_size) + ") are not built yet"));
+  }
+  if (prepared->setup.tensor_size > 1) {
+    const int tp = prepared->setup.tensor_size;
+    Status refused = Status::Ok();
+    if (!mpi) {
+      refused = Status::Invalid(
+          "parallel.tensor_size " + std::to_string(tp) + " runs under mpirun, one rank per "
+          "stage, replica and tensor rank: mpirun -n " +
+          std::to_string(prepared->setup.stages * prepared->setup.data_size * tp) +
+          " stateflow train ... (one process runs tensor size 1)");
+    } else if (prepared->options.device == "cuda") {
+      refused = Status::Invalid("parallel.tensor_size " + std::to_string(tp) +
+                                ": tensor parallelism runs on the cpu and host-grid devices "
+                                "(its sums are in host memory); not yet on cuda");
+    } else if (!flags.checkpoint_dir.empty() || !flags.resume_dir.empty()) {
+      refused = Status::Invalid(
+          std::string(flags.checkpoint_dir.empty() ? "--resume" : "--checkpoint") +
+          ": checkpoints of tensor-parallel shards (parallel.tensor_size " + std::to_string(tp) +
+          ") are not built yet");
+    }
+    if (!refused.ok()) return FailOnce(rank, refused);
   }
   backend::SetKernelThreads(prepared->options.threads > 0
                                 ? prepared->options.threads

@@ -20,6 +20,7 @@
 #include "backend/comm/comm.h"
 #include "backend/comm/group.h"
 #include "backend/comm/replica_sync.h"
+#include "backend/comm/tensor_group.h"
 #include "common/status.h"
 
 namespace stateflow::backend {
@@ -53,7 +54,9 @@ class MpiSession {
   int ranks_on_node_ = 1;
 };
 
-// The endpoint of this rank's stage in a job of P x `replicas` ranks
+// The endpoint of this rank's stage in a job of P x `replicas` ranks (with
+// tensor parallelism, `replicas` is D TP: every (replica, tensor rank) pair
+// has a pipeline of its own)
 // (replica_sync.h: world rank GridRank(r, d, D) = r D + d is stage r of
 // data-parallel replica d; with one replica, stage = rank). A replica's
 // messages travel on a communicator of its own P ranks. Error: the tags of
@@ -64,10 +67,15 @@ template <typename T>
 Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int replicas = 1);
 
 // This rank's replica sync (replica_sync.h): the `replicas` ranks of its
-// stage, on a communicator of their own. Reductions and broadcasts are
+// stage and tensor rank (a job of P x `replicas` x `tensors` ranks, laid out
+// as tensor_group.h says), on a communicator of their own. Reductions and broadcasts are
 // nonblocking MPI collectives waited on under the watchdog, in pieces of at
 // most 2^28 elements (an MPI count is an int). REQUIRES: as MakeMpiComm.
-Result<std::unique_ptr<ReplicaSync>> MakeMpiReplicaSync(int replicas);
+Result<std::unique_ptr<ReplicaSync>> MakeMpiReplicaSync(int replicas, int tensors = 1);
+
+// This rank's tensor group (tensor_group.h): the `tensors` consecutive ranks
+// of its stage and replica. REQUIRES: as MakeMpiComm.
+Result<std::unique_ptr<TensorGroup>> MakeMpiTensorGroup(int replicas, int tensors);
 
 // The group of MPI_COMM_WORLD. REQUIRES: an MpiSession is alive.
 std::unique_ptr<Group> MakeMpiGroup();

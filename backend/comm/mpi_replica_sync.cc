@@ -93,19 +93,21 @@ class MpiReplicaSync final : public ReplicaSync {
 
 }  // namespace
 
-Result<std::unique_ptr<ReplicaSync>> MakeMpiReplicaSync(int replicas) {
+Result<std::unique_ptr<ReplicaSync>> MakeMpiReplicaSync(int replicas, int tensors) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (replicas < 1 || size % replicas != 0) {
+  if (replicas < 1 || tensors < 1 || size % (replicas * tensors) != 0) {
     return Status::Internal("replica sync: " + std::to_string(size) + " ranks are not a " +
                             "whole number of pipelines of " + std::to_string(replicas) +
-                            " replicas");
+                            " replicas x " + std::to_string(tensors) + " tensor ranks");
   }
-  const int stage = rank / replicas, replica = rank % replicas;
+  const int column = rank % (replicas * tensors);
+  const int stage = rank / (replicas * tensors), replica = column / tensors;
+  const int tensor = column % tensors;
   MPI_Comm comm = MPI_COMM_NULL;
-  // Stage r's D ranks, ordered by replica (GridRank).
-  const int rc = MPI_Comm_split(MPI_COMM_WORLD, stage, replica, &comm);
+  // Stage r's D ranks of tensor rank t, ordered by replica (GridRank).
+  const int rc = MPI_Comm_split(MPI_COMM_WORLD, stage * tensors + tensor, replica, &comm);
   if (rc != MPI_SUCCESS) return MpiFailed("MPI_Comm_split", rc);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return std::unique_ptr<ReplicaSync>(

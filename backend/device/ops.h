@@ -128,6 +128,8 @@ class Ops {
                                  const T* x, const T* wg, const T* wu,
                                  const T* wd, int64_t R, int64_t C,
                                  int64_t F) = 0;
+  // An id of -1 is another tensor-parallel rank's row: a zero row in the
+  // forward, nothing in the backward.
   virtual void EmbeddingForward(T* y, const int32_t* ids, const T* table,
                                 int64_t R, int64_t C, int64_t V) = 0;
   virtual void EmbeddingBackward(GradOf<T>* dtable, const T* dy, const int32_t* ids,

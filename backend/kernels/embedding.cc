@@ -25,8 +25,12 @@ void EmbeddingForward(T* y, const int32_t* ids, const T* table, int64_t R,
   Mat<T> Y(y, R, C);          // (R, C)
   CMat<T> E(table, V, C);     // (V, C)
   for (int64_t n = 0; n < R; ++n) {
-    assert(ids[n] >= 0 && ids[n] < V);
-    Y.row(n) = E.row(ids[n]);
+    assert(ids[n] >= -1 && ids[n] < V);
+    if (ids[n] < 0) {  // another tensor-parallel rank's row
+      Y.row(n).setZero();
+    } else {
+      Y.row(n) = E.row(ids[n]);
+    }
   }
 }
 
@@ -36,8 +40,8 @@ void EmbeddingBackward(T* dtable, const T* dy, const int32_t* ids, int64_t R,
   Mat<T> dE(dtable, V, C);    // (V, C)
   CMat<T> dY(dy, R, C);       // (R, C)
   for (int64_t n = 0; n < R; ++n) {
-    assert(ids[n] >= 0 && ids[n] < V);
-    dE.row(ids[n]) += dY.row(n);
+    assert(ids[n] >= -1 && ids[n] < V);
+    if (ids[n] >= 0) dE.row(ids[n]) += dY.row(n);
   }
 }
 

@@ -49,6 +49,15 @@ AttentionLayerDims AttentionLayerDims::FromModel(const pb::ModelSpec& model) {
   return d;
 }
 
+AttentionLayerDims AttentionLayerDims::Sharded(const TpShard& shard) const {
+  AttentionLayerDims d = *this;
+  d.Hq = shard.Part(Hq);
+  d.Hkv = shard.Part(Hkv);
+  d.F = shard.Part(F);
+  d.tp = shard;
+  return d;
+}
+
 // ---- KvBuffer, AttentionLayerSaved -------------------------------------------
 
 template <typename T>
@@ -137,12 +146,17 @@ Result<AttentionLayer<T>> AttentionLayer<T>::Make(TrackingAllocator& alloc,
       {{d.C}, one},          {{d.HqD(), d.C}, proj}, {{d.KV(), d.C}, proj},
       {{d.KV(), d.C}, proj}, {{d.C, d.HqD()}, out},  {{d.C}, one},
       {{d.F, d.C}, proj},    {{d.F, d.C}, proj},     {{d.C, d.F}, out}};
+  // Under TP, the dimension each parameter is split along (-1: whole).
+  constexpr int kSplitDim[kNumParams] = {-1, 0, 0, 0, 1, -1, 0, 0, 1};
   AttentionLayer attn(&alloc, d, layer);
   attn.params_.reserve(kNumParams);
   for (int id = 0; id < kNumParams; ++id) {
+    const ParamSplit split = d.tp.on() && kSplitDim[id] >= 0
+                                 ? ParamSplit::Along(kSplitDim[id], d.tp.size, d.tp.rank)
+                                 : ParamSplit::Whole();
     SF_ASSIGN_OR_RETURN(
         Param<T> p, MakeParam<T>(alloc, ParamName(static_cast<ParamId>(id)),
-                                 specs[id].shape, specs[id].init, seed, layer));
+                                 specs[id].shape, specs[id].init, seed, layer, split));
     attn.params_.push_back(std::move(p));
   }
   return attn;
@@ -248,6 +262,7 @@ Status AttentionLayer<T>::MixerForward(AttentionLayerSaved<T>* s,
   }
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {R, d.C}));
   ops().LinearForward(s->h.data(), s->o.data(), w(kOProj), nullptr, R, d.HqD(), d.C);
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, s->h.data(), s->h.numel()));  // row-parallel
   ops().Add(s->h.data(), s->x.data(), s->h.numel());
   return Status::Ok();
 }
@@ -257,7 +272,7 @@ template <typename T>
 Status AttentionLayer<T>::MlpForward(Tensor<T>* y, AttentionLayerSaved<T>* s,
                                      BufferClass cls) {
   return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F,
-                            RmsNormSwiglu(dims_.norm_eps), cls);
+                            RmsNormSwiglu(dims_.norm_eps), cls, dims_.tp);
 }
 
 // ---- backward ---------------------------------------------------------------
@@ -316,7 +331,7 @@ Status AttentionLayer<T>::MlpBackward(Tensor<T>* dh,
                                       const AttentionLayerSaved<T>& s,
                                       const Tensor<T>& dy) {
   return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F,
-                             RmsNormSwiglu(dims_.norm_eps));
+                             RmsNormSwiglu(dims_.norm_eps), dims_.tp);
 }
 
 // From dh: o_proj's backward, then the attention kernel's per sequence
@@ -386,6 +401,7 @@ Status AttentionLayer<T>::MixerInputsBackward(Tensor<T>* dx,
     ops().Add(dxn.data(), part.data(), dxn.numel());
   }
   rows = Tensor<T>();
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, dxn.data(), dxn.numel()));  // column-parallel inputs
   ops().RmsNormBackward(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(),
                      w(kAttnNorm), s.rstd1.data(), R, d.C);
   ops().Add(dx->data(), part.data(), dx->numel());

@@ -52,6 +52,7 @@
 #include "backend/kernels/rope.h"
 #include "backend/layers/param.h"
 #include "backend/layers/residual_mlp.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -64,6 +65,9 @@ struct AttentionLayerDims {
   double norm_eps = 1e-6;            // the two RMSNorms
   double rope_theta = kRopeTheta;    // RoPE base
   int64_t q_tile = kAttentionQueryTile, k_tile = kAttentionKeyTile;
+  // Tensor parallelism (tensor_parallel.h): Hq, Hkv and F are this rank's
+  // query heads, K/V heads and MLP columns (Sharded).
+  TpShard tp{};
 
   int64_t HqD() const { return Hq * D; }
   int64_t KV() const { return Hkv * D; }
@@ -71,6 +75,9 @@ struct AttentionLayerDims {
   // hidden_size, attn_heads, attn_heads / gqa_group_size, attn_head_dim,
   // mlp_size. REQUIRES: models::ValidateModel(model).ok().
   static AttentionLayerDims FromModel(const pb::ModelSpec& model);
+  // Hq / TP, Hkv / TP heads and F / TP MLP columns on rank shard.rank
+  // (REQUIRES: TP divides them; models::ValidateModel at TP). TP 1: as is.
+  AttentionLayerDims Sharded(const TpShard& shard) const;
 };
 
 // The sequence-wide K/V of one attention layer for one microbatch, and their

@@ -10,11 +10,14 @@ template <typename T>
 Result<EmbeddingLayer<T>> EmbeddingLayer<T>::Make(TrackingAllocator& alloc,
                                                   int64_t V, int64_t C,
                                                   int layer,
-                                                  std::uint64_t seed) {
-  EmbeddingLayer e(&alloc, V, C, layer);
+                                                  std::uint64_t seed, const TpShard& tp) {
+  EmbeddingLayer e(&alloc, tp.Part(V), C, layer);
+  e.tp_ = tp;
   SF_ASSIGN_OR_RETURN(Param<T> table,
-                      MakeParam<T>(alloc, "weight", {V, C},
-                                   InitSpec::Normal(0.02), seed, layer));
+                      MakeParam<T>(alloc, "weight", {tp.Part(V), C},
+                                   InitSpec::Normal(0.02), seed, layer,
+                                   tp.on() ? ParamSplit::Along(0, tp.size, tp.rank)
+                                           : ParamSplit::Whole()));
   e.params_.push_back(std::move(table));
   return e;
 }
@@ -25,7 +28,7 @@ Status EmbeddingLayer<T>::Forward(Tensor<T>* y, const int32_t* ids,
   SF_ASSIGN_OR_RETURN(*y, Tensor<T>::Uninitialized(
                               *alloc_, BufferClass::kWorkspace, {S, C_}));
   ops().EmbeddingForward(y->data(), ids, params_[0].value.data(), S, C_, V_);
-  return Status::Ok();
+  return TpAllReduceSum(tp_, y->data(), S * C_);  // vocabulary-parallel rows
 }
 
 template <typename T>

@@ -10,6 +10,11 @@
 //   SF_ASSIGN_OR_RETURN(auto emb, EmbeddingLayer<float>::Make(alloc, V, C, /*layer=*/0, seed));
 //   SF_RETURN_IF_ERROR(emb.Forward(&y, ids, S));   // y (S, C)
 //
+// Vocabulary-parallel under tensor parallelism (tensor_parallel.h, as
+// Megatron's VocabParallelEmbedding): TP rank t holds rows [t V/TP,
+// (t+1) V/TP) and is given ids in its own numbering (-1 where another rank
+// holds the row: a zero row); the forward sums the rows over the group.
+//
 // Dimensions: S tokens in the chunk, C hidden size, V vocabulary size.
 #pragma once
 
@@ -18,6 +23,7 @@
 
 #include "backend/device/device.h"
 #include "backend/layers/param.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 
@@ -26,14 +32,16 @@ namespace stateflow::backend {
 template <typename T>
 class EmbeddingLayer {
  public:
-  // The table "weight" (V, C), N(0, 0.02^2) from (seed, layer, "weight").
+  // The table "weight" (V, C), N(0, 0.02^2) from (seed, layer, "weight");
+  // under TP its rows V/TP. REQUIRES: tp.size divides V.
   static Result<EmbeddingLayer> Make(TrackingAllocator& alloc, int64_t V,
-                                     int64_t C, int layer, std::uint64_t seed);
+                                     int64_t C, int layer, std::uint64_t seed,
+                                     const TpShard& tp = {});
 
   EmbeddingLayer(EmbeddingLayer&&) = default;
   EmbeddingLayer& operator=(EmbeddingLayer&&) = default;
 
-  // y (S, C), kWorkspace: y[s] = table[ids[s]]. ids (S).
+  // y (S, C), kWorkspace: y[s] = table[ids[s]] (0 for id -1). ids (S).
   // REQUIRES: CheckTokenIds(ids, S, V).ok() (the caller checks the batch).
   Status Forward(Tensor<T>* y, const int32_t* ids, int64_t S);
 
@@ -52,8 +60,9 @@ class EmbeddingLayer {
   // The kernels of the device the allocator's memory lives on.
   Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
-  int64_t V_, C_;
+  int64_t V_, C_;  // V_: this rank's rows
   int layer_;
+  TpShard tp_;
   std::vector<Param<T>> params_;  // {weight}
 };
 

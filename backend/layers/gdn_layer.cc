@@ -52,6 +52,14 @@ GdnLayerDims GdnLayerDims::FromModel(const pb::ModelSpec& model) {
   return d;
 }
 
+GdnLayerDims GdnLayerDims::Sharded(const TpShard& shard) const {
+  GdnLayerDims d = *this;
+  d.H = shard.Part(H);
+  d.F = shard.Part(F);
+  d.tp = shard;
+  return d;
+}
+
 // ---- GdnState, GdnLayerSaved ------------------------------------------------
 
 template <typename T>
@@ -128,6 +136,11 @@ Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
       {{d.F, d.C}, proj},     {{d.C, d.F}, out},      {{d.C}, zero},
       {{d.C}, zero},          {{d.C}, zero},          {{d.F}, zero},
       {{d.C}, zero}};
+  // Under TP, the dimension each parameter is split along (-1: whole on
+  // every rank; tensor_parallel.h), in ParamId order; o_norm (one Dv vector
+  // shared by the heads) is whole with a partial gradient.
+  constexpr int kSplitDim[kNumParams] = {-1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, -1,
+                                         1,  -1, 0, 0, 1, -1, -1, -1, 0, -1};
   GdnLayer gdn(&alloc, d, layer);
   gdn.fops_ = GdnOpsOf<T>(alloc.device());
   if (gdn.fops_ == nullptr) {
@@ -138,9 +151,13 @@ Result<GdnLayer<T>> GdnLayer<T>::Make(TrackingAllocator& alloc,
   for (int id = 0; id < kNumParams; ++id) {
     gdn.slot_[id] = -1;
     if (!Has(d, static_cast<ParamId>(id))) continue;
+    const ParamSplit split = d.tp.on() && kSplitDim[id] >= 0
+                                 ? ParamSplit::Along(kSplitDim[id], d.tp.size, d.tp.rank)
+                                 : ParamSplit::Whole();
     SF_ASSIGN_OR_RETURN(
         Param<T> p, MakeParam<T>(alloc, ParamName(static_cast<ParamId>(id)),
-                                 specs[id].shape, specs[id].init, seed, layer));
+                                 specs[id].shape, specs[id].init, seed, layer, split));
+    p.tp_partial_grad = d.tp.on() && id == kONorm;
     gdn.slot_[id] = static_cast<int>(gdn.params_.size());
     gdn.params_.push_back(std::move(p));
   }
@@ -269,8 +286,10 @@ Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
   ops().SiluForward(silu_z.data(), s->z.data(), S * d.HV());
   ops().Mul(s->gated.data(), s->gated.data(), silu_z.data(), S * d.HV());
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
-  ops().LinearForward(s->h.data(), s->gated.data(), w(kOProj), w(kOProjBias), S, d.HV(),
-                      d.C);
+  // Row-parallel under TP: partial sums, the bias on rank 0 only.
+  ops().LinearForward(s->h.data(), s->gated.data(), w(kOProj),
+                      d.tp.rank == 0 ? w(kOProjBias) : nullptr, S, d.HV(), d.C);
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, s->h.data(), S * d.C));
   ops().Add(s->h.data(), s->x.data(), S * d.C);
   return Status::Ok();
 }
@@ -279,7 +298,8 @@ Status GdnLayer<T>::MixerOutputForward(GdnLayerSaved<T>* s, BufferClass cls) {
 template <typename T>
 Status GdnLayer<T>::MlpForward(Tensor<T>* y, GdnLayerSaved<T>* s,
                                BufferClass cls) {
-  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.shape, cls);
+  return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F, dims_.shape, cls,
+                            dims_.tp);
 }
 
 // ---- backward ---------------------------------------------------------------
@@ -321,7 +341,8 @@ Status GdnLayer<T>::BackwardPass(Tensor<T>* dx, GdnState<T>* dstate_in,
 template <typename T>
 Status GdnLayer<T>::MlpBackward(Tensor<T>* dh, const GdnLayerSaved<T>& s,
                                 const Tensor<T>& dy) {
-  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F, dims_.shape);
+  return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F, dims_.shape,
+                             dims_.tp);
 }
 
 // From dh: d_o (S, HV) of the core output and dz (S, HV) of the gate.
@@ -437,6 +458,7 @@ Status GdnLayer<T>::MixerInputsBackward(Tensor<T>* dx, GdnState<T>* dstate_in,
                       s.xn.data(), w(p.w), S, d.C, p.D);
     ops().Add(dxn.data(), part.data(), S * d.C);
   }
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, dxn.data(), S * d.C));  // column-parallel inputs
   NormBackward(ops(), d.shape, part.data(), dw(kAttnNorm), dw(kAttnNormBias), dxn.data(),
                s.x.data(), w(kAttnNorm), s.rstd1.data(), S, d.C);
   ops().Add(dx->data(), part.data(), S * d.C);

@@ -67,6 +67,7 @@
 #include "backend/layers/param.h"
 #include "backend/layers/recurrent_entry.h"
 #include "backend/layers/residual_mlp.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -92,6 +93,9 @@ struct GdnLayerDims {
   models::BlockShape shape;
   // GDN's decay gate; false: DeltaNet (g = 0).
   bool decay = true;
+  // Tensor parallelism (tensor_parallel.h): H and F are this rank's heads and
+  // MLP columns (Sharded); the rest is the whole layer's.
+  TpShard tp{};
 
   int64_t HK() const { return H * K; }
   int64_t HV() const { return H * Dv; }
@@ -100,6 +104,9 @@ struct GdnLayerDims {
   // norm, mlp, mlp_bias, out_proj_bias, decay.
   // REQUIRES: models::ValidateModel(model).ok().
   static GdnLayerDims FromModel(const pb::ModelSpec& model);
+  // This layer's dims on TP rank tp.rank of tp.size: H / TP heads, F / TP MLP
+  // columns. REQUIRES: tp.size divides H and F (models::ValidateModel at TP).
+  GdnLayerDims Sharded(const TpShard& shard) const;
 };
 
 // The boundary state of one GDN layer for B sequences (or its gradient).

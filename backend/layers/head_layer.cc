@@ -1,7 +1,9 @@
 #include "backend/layers/head_layer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "backend/kernels/output_loss.h"
 #include "backend/kernels/rmsnorm.h"
@@ -20,14 +22,17 @@ template <typename T>
 Result<HeadLayer<T>> HeadLayer<T>::Make(TrackingAllocator& alloc, int64_t C,
                                         int64_t V, int64_t vocab_slice,
                                         int layer, std::uint64_t seed,
-                                        const models::BlockShape& shape) {
-  HeadLayer head(&alloc, C, V, std::max<int64_t>(vocab_slice, 1), layer, shape);
+                                        const models::BlockShape& shape, const TpShard& tp) {
+  HeadLayer head(&alloc, C, tp.Part(V), std::max<int64_t>(vocab_slice, 1), layer, shape);
+  head.tp_ = tp;
   SF_ASSIGN_OR_RETURN(Param<T> norm, MakeParam<T>(alloc, "norm.weight", {C},
                                                   InitSpec::Constant(1.0),
                                                   seed, layer));
   SF_ASSIGN_OR_RETURN(Param<T> out,
-                      MakeParam<T>(alloc, "output.weight", {V, C},
-                                   InitSpec::Normal(0.02), seed, layer));
+                      MakeParam<T>(alloc, "output.weight", {tp.Part(V), C},
+                                   InitSpec::Normal(0.02), seed, layer,
+                                   tp.on() ? ParamSplit::Along(0, tp.size, tp.rank)
+                                           : ParamSplit::Whole()));
   head.params_.push_back(std::move(norm));
   head.params_.push_back(std::move(out));
   if (shape.layer_norm) {
@@ -63,7 +68,41 @@ Status HeadLayer<T>::Forward(double* loss_sum, HeadSaved<T>* saved,
   ops().OutputLossForward(losses.data(), saved->lse.data(), logits.data(),
                        saved->xn.data(), params_[kOutput].value.data(),
                        targets, S, C_, V_, Vs);
+  if (tp_.on()) return CombineVocabShards(loss_sum, saved->lse.data(), losses.data(), S);
   *loss_sum = alloc_->device().template ops<StatOf<T>>().Sum(losses.data(), S);
+  return Status::Ok();
+}
+
+// Each rank's lse_t over its columns and loss_t = lse_t - z_target (z_target
+// 0 where the target is another rank's): the whole vocabulary's
+// lse = m + log sum_t exp(lse_t - m), m = max_t lse_t, and
+// loss = lse + sum_t (loss_t - lse_t), in rank order on every rank (host
+// memory). lse is overwritten with the whole lse the backward's softmax needs.
+template <typename T>
+Status HeadLayer<T>::CombineVocabShards(double* loss_sum, StatOf<T>* lse, StatOf<T>* losses,
+                                        int64_t S) {
+  using F = StatOf<T>;
+  const int P = tp_.size;
+  std::vector<F> mine(static_cast<std::size_t>(2 * S)), all(static_cast<std::size_t>(2 * S * P));
+  std::copy(lse, lse + S, mine.begin());
+  std::copy(losses, losses + S, mine.begin() + S);
+  SF_RETURN_IF_ERROR(tp_.group->AllGather(mine.data(), all.data(), 2 * S));
+  double total = 0.0;
+  for (int64_t n = 0; n < S; ++n) {
+    F m = all[static_cast<std::size_t>(n)];
+    for (int t = 1; t < P; ++t) m = std::max(m, all[static_cast<std::size_t>(2 * S * t + n)]);
+    F sum = 0, target = 0;
+    for (int t = 0; t < P; ++t) {
+      const F lse_t = all[static_cast<std::size_t>(2 * S * t + n)];
+      sum += std::exp(lse_t - m);
+      target += all[static_cast<std::size_t>(2 * S * t + S + n)] - lse_t;
+    }
+    lse[n] = m + std::log(sum);
+    const F loss = lse[n] + target;
+    losses[n] = loss;
+    total += static_cast<double>(loss);
+  }
+  *loss_sum = total;
   return Status::Ok();
 }
 
@@ -94,6 +133,7 @@ Status HeadLayer<T>::Backward(Tensor<T>* dx, HeadSaved<T>* saved,
                           saved->xn.data(), params_[kOutput].value.data(),
                           targets, S, C_, V_, Vs, dl_n > 0 ? dl.data() : nullptr);
   }
+  SF_RETURN_IF_ERROR(TpAllReduceSum(tp_, dxn.data(), S * C_));  // vocabulary-parallel
   SF_ASSIGN_OR_RETURN(*dx, Tensor<T>::Uninitialized(*alloc_, kWs, {S, C_}));
   NormBackward(ops(), shape_, dx->data(), params_[kNorm].grad.data(),
                shape_.layer_norm ? params_[kNormBias].grad.data() : nullptr, dxn.data(),

@@ -16,6 +16,14 @@
 //   SF_ASSIGN_OR_RETURN(auto head, HeadLayer<float>::Make(alloc, C, V, 128, /*layer=*/5, seed));
 //   double loss_sum; SF_RETURN_IF_ERROR(head.Forward(&loss_sum, &saved, x, targets));
 //
+// Vocabulary-parallel under tensor parallelism (tensor_parallel.h, as
+// Megatron's VocabParallelCrossEntropy): TP rank t holds rows [t V/TP,
+// (t+1) V/TP) of the output weight and is given targets in its own numbering
+// (target - t V/TP, or -1 where another rank holds the target); each rank's
+// log-sum-exp and target logit over its columns are gathered and combined in
+// rank order (every rank gets the same loss and lse), and the backward sums
+// d(xn) over the group. The norm is whole on every rank.
+//
 // Dimensions: S tokens in the chunk, C hidden size, V vocabulary size.
 #pragma once
 
@@ -24,6 +32,7 @@
 
 #include "backend/device/device.h"
 #include "backend/layers/param.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/model.h"
@@ -45,16 +54,19 @@ class HeadLayer {
  public:
   // Parameters "norm.weight" (C) = 1 and "output.weight" (V, C) N(0, 0.02^2)
   // from (seed, layer, name), and "norm.bias" (C) = 0 for LayerNorm; the
-  // norm's kind and eps from `shape`. REQUIRES: vocab_slice >= 1.
+  // norm's kind and eps from `shape`; under TP rows V/TP of the output
+  // weight. REQUIRES: vocab_slice >= 1; tp.size divides V.
   static Result<HeadLayer> Make(TrackingAllocator& alloc, int64_t C,
                                 int64_t V, int64_t vocab_slice, int layer,
-                                std::uint64_t seed, const models::BlockShape& shape = {});
+                                std::uint64_t seed, const models::BlockShape& shape = {},
+                                const TpShard& tp = {});
 
   HeadLayer(HeadLayer&&) = default;
   HeadLayer& operator=(HeadLayer&&) = default;
 
   // loss_sum = sum over the chunk's S tokens of loss_s (in double).
-  // saved: filled. x (S, C); targets (S) in [0, V) (the caller checks).
+  // saved: filled. x (S, C); targets (S) in [0, V) (the caller checks); under
+  // TP this rank's numbering, -1 for another rank's.
   Status Forward(double* loss_sum, HeadSaved<T>* saved, const Tensor<T>& x,
                  const int32_t* targets);
 
@@ -71,12 +83,16 @@ class HeadLayer {
             int layer, const models::BlockShape& shape)
       : alloc_(alloc), C_(C), V_(V), Vs_(Vs), layer_(layer), shape_(shape) {}
 
+  // Under TP: the whole vocabulary's lse and losses from every rank's (S).
+  Status CombineVocabShards(double* loss_sum, StatOf<T>* lse, StatOf<T>* losses, int64_t S);
+
   // The kernels of the device the allocator's memory lives on.
   Ops<T>& ops() const { return alloc_->device().template ops<T>(); }
   TrackingAllocator* alloc_;  // not owned
-  int64_t C_, V_, Vs_;
+  int64_t C_, V_, Vs_;  // V_: this rank's vocabulary rows
   int layer_;
   models::BlockShape shape_;
+  TpShard tp_;
   std::vector<Param<T>> params_;  // {norm.weight, output.weight[, norm.bias]}
 };
 

@@ -40,6 +40,14 @@ KdaLayerDims KdaLayerDims::FromModel(const pb::ModelSpec& model) {
   return d;
 }
 
+KdaLayerDims KdaLayerDims::Sharded(const TpShard& shard) const {
+  KdaLayerDims d = *this;
+  d.H = shard.Part(H);
+  d.F = shard.Part(F);
+  d.tp = shard;
+  return d;
+}
+
 // ---- KdaState ----------------------------------------------------------------
 
 template <typename T>
@@ -93,6 +101,11 @@ Result<KdaLayer<T>> KdaLayer<T>::Make(TrackingAllocator& alloc, const KdaLayerDi
       {{d.W, d.HV()}, conv},  {{d.H}, a_log},          {{d.HK()}, zero},
       {{d.Dv}, one},          {{d.C, d.HV()}, out},    {{d.C}, one},
       {{d.F, d.C}, proj},     {{d.F, d.C}, proj},      {{d.C, d.F}, out}};
+  // Under TP, the dimension each parameter is split along (-1: whole), in
+  // ParamId order; kPartial: whole with a partial gradient (shared by heads).
+  constexpr int kWhole = -1, kPartial = -2;
+  constexpr int kSplitDim[kNumParams] = {kWhole, 0, 0, 0, kPartial, 0, 0, kPartial, 0, 0, 1,
+                                         1,      1, 0, 0, kPartial, 1, kWhole, 0, 0, 1};
   KdaLayer kda(&alloc, d, layer);
   kda.fops_ = KdaOpsOf<T>(alloc.device());
   if (kda.fops_ == nullptr) {
@@ -101,8 +114,13 @@ Result<KdaLayer<T>> KdaLayer<T>::Make(TrackingAllocator& alloc, const KdaLayerDi
   }
   kda.params_.reserve(kNumParams);
   for (int id = 0; id < kNumParams; ++id) {
-    SF_ASSIGN_OR_RETURN(Param<T> p, MakeParam<T>(alloc, ParamName(static_cast<ParamId>(id)),
-                                                 specs[id].shape, specs[id].init, seed, layer));
+    const ParamSplit split = d.tp.on() && kSplitDim[id] >= 0
+                                 ? ParamSplit::Along(kSplitDim[id], d.tp.size, d.tp.rank)
+                                 : ParamSplit::Whole();
+    SF_ASSIGN_OR_RETURN(Param<T> p,
+                        MakeParam<T>(alloc, ParamName(static_cast<ParamId>(id)), specs[id].shape,
+                                     specs[id].init, seed, layer, split));
+    p.tp_partial_grad = d.tp.on() && kSplitDim[id] == kPartial;
     kda.params_.push_back(std::move(p));
   }
   return kda;
@@ -158,7 +176,7 @@ Status KdaLayer<T>::ForwardPass(Tensor<T>* y, KdaState<T>* state_out, KdaLayerSa
   ws = Tensor<StatOf<T>>();
   SF_RETURN_IF_ERROR(MixerOutputForward(s, cls));
   return ResidualMlpForward(*alloc_, y, s, MlpParams(), d.C, d.F,
-                            RmsNormSwiglu(d.norm_eps), cls);
+                            RmsNormSwiglu(d.norm_eps), cls, d.tp);
 }
 
 // xn, the projections (the decay's and the output gate's low rank), conv +
@@ -232,6 +250,7 @@ Status KdaLayer<T>::MixerOutputForward(KdaLayerSaved<T>* s, BufferClass cls) {
   ops().Mul(s->gated.data(), s->gated.data(), sig_z.data(), S * d.HV());
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
   ops().LinearForward(s->h.data(), s->gated.data(), w(kOProj), nullptr, S, d.HV(), d.C);
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, s->h.data(), S * d.C));  // row-parallel
   ops().Add(s->h.data(), s->x.data(), S * d.C);
   return Status::Ok();
 }
@@ -260,7 +279,7 @@ Status KdaLayer<T>::BackwardPass(Tensor<T>* dx, KdaState<T>* dstate_in,
                                  const KdaState<T>* dstate_out, const KdaState<T>& state_in) {
   Tensor<T> dh;  // (S, C) d(h): the residual's dy plus the MLP branch's
   SF_RETURN_IF_ERROR(ResidualMlpBackward(*alloc_, &dh, s, MlpParams(), dy, dims_.C, dims_.F,
-                                         RmsNormSwiglu(dims_.norm_eps)));
+                                         RmsNormSwiglu(dims_.norm_eps), dims_.tp));
   MixerGrads grads;
   Tensor<T> d_o;  // (S, HV) d(core output)
   SF_RETURN_IF_ERROR(MixerOutputBackward(&d_o, &grads.dz, s, dh));
@@ -393,6 +412,7 @@ Status KdaLayer<T>::MixerInputsBackward(Tensor<T>* dx, KdaState<T>* dstate_in,
                          S, d.C, d.R());
     ops().Add(dxn.data(), part.data(), S * d.C);
   }
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, dxn.data(), S * d.C));  // column-parallel inputs
   ops().RmsNormBackward(part.data(), dw(kAttnNorm), dxn.data(), s.x.data(), w(kAttnNorm),
                         s.rstd1.data(), S, d.C);
   ops().Add(dx->data(), part.data(), S * d.C);

@@ -53,6 +53,7 @@
 #include "backend/layers/param.h"
 #include "backend/layers/recurrent_entry.h"
 #include "backend/layers/residual_mlp.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -69,6 +70,10 @@ struct KdaLayerDims {
   int64_t st_tile = 0;
   double norm_eps = 1e-6;  // the three RMSNorms
   double l2_eps = 1e-6;    // the q and k L2 norms
+  // Tensor parallelism (tensor_parallel.h): H and F are this rank's heads and
+  // MLP columns (Sharded); the gates' low-rank down projections (R = Dv
+  // rows) and o_norm are whole on every rank, their gradients partial.
+  TpShard tp{};
 
   int64_t HK() const { return H * K; }
   int64_t HV() const { return H * Dv; }
@@ -77,6 +82,8 @@ struct KdaLayerDims {
   // hidden_size, num_heads, head_dim_k, head_dim_v, mlp_size, conv_width.
   // REQUIRES: models::ValidateModel(model).ok().
   static KdaLayerDims FromModel(const pb::ModelSpec& model);
+  // H / TP heads, F / TP MLP columns on rank shard.rank.
+  KdaLayerDims Sharded(const TpShard& shard) const;
 };
 
 // The boundary state of one KDA layer for B sequences (or its gradient): as

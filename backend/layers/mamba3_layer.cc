@@ -48,6 +48,14 @@ Mamba3LayerDims Mamba3LayerDims::FromModel(const pb::ModelSpec& model) {
   return d;
 }
 
+Mamba3LayerDims Mamba3LayerDims::Sharded(const TpShard& shard) const {
+  Mamba3LayerDims d = *this;
+  d.H = shard.Part(H);
+  d.F = shard.Part(F);
+  d.tp = shard;
+  return d;
+}
+
 // ---- Mamba3State, Mamba3LayerSaved --------------------------------------------
 
 template <typename T>
@@ -107,6 +115,11 @@ Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
       {{d.Ds}, one},          {{d.H, d.Ds}, one},     {{d.H, d.Ds}, one},
       {{d.H}, one},          {{d.C, d.HDp()}, out},  {{d.C}, one},
       {{d.F, d.C}, proj},    {{d.F, d.C}, proj},    {{d.C, d.F}, out}};
+  // Under TP, the dimension each parameter is split along (-1: whole), in
+  // ParamId order; kPartial: whole with a partial gradient (shared by heads).
+  constexpr int kWhole = -1, kPartial = -2;
+  constexpr int kSplitDim[kNumParams] = {kWhole, 0, 0, kPartial, kPartial, 0, 0, 0, kPartial, 0,
+                                         kPartial, kPartial, 0, 0, 0, 1, kWhole, 0, 0, 1};
   Mamba3Layer m(&alloc, d, layer);
   m.fops_ = Mamba3OpsOf<T>(alloc.device());
   if (m.fops_ == nullptr) {
@@ -115,9 +128,13 @@ Result<Mamba3Layer<T>> Mamba3Layer<T>::Make(TrackingAllocator& alloc,
   }
   m.params_.reserve(kNumParams);
   for (int i = 0; i < kNumParams; ++i) {
+    const ParamSplit split = d.tp.on() && kSplitDim[i] >= 0
+                                 ? ParamSplit::Along(kSplitDim[i], d.tp.size, d.tp.rank)
+                                 : ParamSplit::Whole();
     SF_ASSIGN_OR_RETURN(Param<T> p,
                         MakeParam<T>(alloc, ParamName(static_cast<ParamId>(i)),
-                                     specs[i].shape, specs[i].init, seed, layer));
+                                     specs[i].shape, specs[i].init, seed, layer, split));
+    p.tp_partial_grad = d.tp.on() && kSplitDim[i] == kPartial;
     m.params_.push_back(std::move(p));
   }
   return m;
@@ -251,6 +268,7 @@ Status Mamba3Layer<T>::MixerOutputForward(Mamba3LayerSaved<T>* s, BufferClass cl
                                 w(kD), S, d.H, d.Dp);
   SF_ASSIGN_OR_RETURN(s->h, New(cls, {S, d.C}));
   ops().LinearForward(s->h.data(), s->gated.data(), w(kOutProj), nullptr, S, d.HDp(), d.C);
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, s->h.data(), S * d.C));  // row-parallel
   ops().Add(s->h.data(), s->x.data(), S * d.C);
   return Status::Ok();
 }
@@ -260,7 +278,7 @@ template <typename T>
 Status Mamba3Layer<T>::MlpForward(Tensor<T>* y, Mamba3LayerSaved<T>* s,
                                   BufferClass cls) {
   return ResidualMlpForward(*alloc_, y, s, MlpParams(), dims_.C, dims_.F,
-                            RmsNormSwiglu(dims_.norm_eps), cls);
+                            RmsNormSwiglu(dims_.norm_eps), cls, dims_.tp);
 }
 
 // ---- backward -----------------------------------------------------------------
@@ -312,7 +330,7 @@ template <typename T>
 Status Mamba3Layer<T>::MlpBackward(Tensor<T>* dh, const Mamba3LayerSaved<T>& s,
                                    const Tensor<T>& dy) {
   return ResidualMlpBackward(*alloc_, dh, s, MlpParams(), dy, dims_.C, dims_.F,
-                             RmsNormSwiglu(dims_.norm_eps));
+                             RmsNormSwiglu(dims_.norm_eps), dims_.tp);
 }
 
 // From dh: d_o (S, HDp) of the core output, grads->dz, grads->dxv (the D
@@ -459,6 +477,7 @@ Status Mamba3Layer<T>::MixerInputsBackward(Tensor<T>* dx, const MixerGrads& g,
                       s.xn.data(), w(p.w), S, d.C, p.D);
     ops().Add(dxn.data(), part.data(), S * d.C);
   }
+  SF_RETURN_IF_ERROR(TpAllReduceSum(d.tp, dxn.data(), S * d.C));  // column-parallel inputs
   ops().RmsNormBackward(part.data(), dw(kMixerNorm), dxn.data(), s.x.data(),
                      w(kMixerNorm), s.rstd1.data(), S, d.C);
   ops().Add(dx->data(), part.data(), S * d.C);

@@ -94,6 +94,10 @@ struct Mamba3LayerDims {
   // 0 is the device's default (untiled). The results do not depend on it
   // beyond rounding (ops.h).
   int64_t st_tile = 0;
+  // Tensor parallelism (tensor_parallel.h): H and F are this rank's heads and
+  // MLP columns (Sharded). The one B/C group, its norms and the angle
+  // projection are whole on every rank, their gradients partial.
+  TpShard tp{};
 
   int64_t HDp() const { return H * Dp; }
   int64_t HDs() const { return H * Ds; }
@@ -101,6 +105,8 @@ struct Mamba3LayerDims {
   // hidden_size, num_heads, head_dim_v, state_dim, mlp_size; Na from Ds.
   // REQUIRES: models::ValidateModel(model).ok() and architecture "mamba3".
   static Mamba3LayerDims FromModel(const pb::ModelSpec& model);
+  // H / TP heads, F / TP MLP columns on rank shard.rank.
+  Mamba3LayerDims Sharded(const TpShard& shard) const;
 };
 
 // The boundary state of one Mamba-3 layer for B sequences (or its gradient).

@@ -56,12 +56,28 @@ double InitValue(const InitSpec& spec, std::uint64_t key, std::uint64_t e) {
 
 template <typename T>
 void InitParam(Tensor<T>* value, const InitSpec& spec, std::uint64_t seed,
-               int layer, std::string_view name) {
+               int layer, std::string_view name, const ParamSplit& split) {
   const std::uint64_t key = ParamStreamKey(seed, layer, name);
+  // The part's elements as (outer, along, inner) blocks of the whole: element
+  // (o, a, i) of the part is (o, index * along + a, i) of the whole.
+  std::int64_t outer = 1, along = value->numel(), inner = 1;
+  if (split.dim >= 0 && split.dim < value->rank() && split.parts > 1) {
+    for (int k = 0; k < split.dim; ++k) outer *= value->dim(k);
+    along = value->dim(split.dim);
+    for (int k = split.dim + 1; k < value->rank(); ++k) inner *= value->dim(k);
+  }
+  const std::int64_t parts = split.dim >= 0 && split.parts > 1 ? split.parts : 1;
+  const std::int64_t first = parts > 1 ? split.index * along : 0;
   // Drawn on the host, then copied to the tensor's device.
   std::vector<T> v(static_cast<size_t>(value->numel()));
-  for (size_t e = 0; e < v.size(); ++e) {
-    v[e] = static_cast<T>(InitValue(spec, key, static_cast<std::uint64_t>(e)));
+  size_t e = 0;
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t a = 0; a < along; ++a) {
+      for (std::int64_t i = 0; i < inner; ++i, ++e) {
+        const std::int64_t whole = (o * along * parts + first + a) * inner + i;
+        v[e] = static_cast<T>(InitValue(spec, key, static_cast<std::uint64_t>(whole)));
+      }
+    }
   }
   value->FromHost(v);
 }
@@ -69,23 +85,23 @@ void InitParam(Tensor<T>* value, const InitSpec& spec, std::uint64_t seed,
 template <typename T>
 Result<Param<T>> MakeParam(TrackingAllocator& alloc, std::string name,
                            Shape shape, const InitSpec& spec,
-                           std::uint64_t seed, int layer) {
+                           std::uint64_t seed, int layer, const ParamSplit& split) {
   Param<T> p;
   SF_ASSIGN_OR_RETURN(p.value, Tensor<T>::Uninitialized(
                                    alloc, BufferClass::kWeights, shape));
   SF_ASSIGN_OR_RETURN(p.grad, Tensor<GradOf<T>>::Zeros(alloc, BufferClass::kGradients,
                                                        std::move(shape)));
-  InitParam(&p.value, spec, seed, layer, name);
+  InitParam(&p.value, spec, seed, layer, name, split);
   p.name = std::move(name);
   return p;
 }
 
 #define SF_INSTANTIATE(T)                                                    \
   template void InitParam<T>(Tensor<T>*, const InitSpec&, std::uint64_t,     \
-                             int, std::string_view);                         \
+                             int, std::string_view, const ParamSplit&);      \
   template Result<Param<T>> MakeParam<T>(TrackingAllocator&, std::string,    \
                                          Shape, const InitSpec&,             \
-                                         std::uint64_t, int);
+                                         std::uint64_t, int, const ParamSplit&);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(double)
 SF_INSTANTIATE(bf16)

@@ -30,6 +30,24 @@ struct Param {
   std::string name;          // within its layer, e.g. "q_proj.weight"
   Tensor<T> value;           // kWeights
   Tensor<GradOf<T>> grad;    // kGradients, same shape, zero after MakeParam
+  // Under tensor parallelism (tensor_parallel.h): a parameter every TP rank
+  // holds whole but whose gradient each rank computes from its own heads only
+  // (a norm shared by the heads, Mamba-3's B/C projections): the trainer sums
+  // its gradient over the TP group before the optimizer. False for sharded
+  // parameters and for whole ones whose gradient every rank computes alike.
+  bool tp_partial_grad = false;
+};
+
+// Which part of a parameter this tensor-parallel rank holds: block `index` of
+// `parts` equal blocks along dimension `dim` (-1: the whole parameter). The
+// values are the whole parameter's, element for element: InitParam draws
+// element e of the part with the counter of its place in the whole.
+struct ParamSplit {
+  int dim = -1;
+  int parts = 1;
+  int index = 0;
+  static ParamSplit Whole() { return {}; }
+  static ParamSplit Along(int dim, int parts, int index) { return {dim, parts, index}; }
 };
 
 // How a parameter's elements are drawn (a, b as documented per kind).
@@ -66,15 +84,17 @@ double CounterUniform(std::uint64_t key, std::uint64_t counter);
 double InitValue(const InitSpec& spec, std::uint64_t key, std::uint64_t e);
 
 // Fills `value` (any shape) from (seed, layer, name) by `spec`.
+// With `split`, `value` is that part of the whole parameter.
 template <typename T>
 void InitParam(Tensor<T>* value, const InitSpec& spec, std::uint64_t seed,
-               int layer, std::string_view name);
+               int layer, std::string_view name, const ParamSplit& split = {});
 
 // A parameter of `shape` named `name`, initialised by InitParam, with a zero
 // gradient. Errors: the allocator's (capacity).
+// `shape` is the part's (the whole's divided along split.dim).
 template <typename T>
 Result<Param<T>> MakeParam(TrackingAllocator& alloc, std::string name,
                            Shape shape, const InitSpec& spec,
-                           std::uint64_t seed, int layer);
+                           std::uint64_t seed, int layer, const ParamSplit& split = {});
 
 }  // namespace stateflow::backend

@@ -25,6 +25,7 @@
 #include "backend/device/ops.h"
 #include "backend/device/precision.h"
 #include "backend/layers/block_norm.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/tensor.h"
 #include "models/model.h"
 
@@ -51,11 +52,14 @@ inline models::BlockShape RmsNormSwiglu(double norm_eps) {
 }
 
 // y (R, C), made in kWorkspace; s->hn, rstd2, mlp_gate (SwiGLU), mlp_up made
-// in cls.
+// in cls. Under TP (tensor_parallel.h) F is this rank's columns: the down
+// projection's partial sums are summed over the group (its bias added on
+// rank 0 only), and the backward sums d(hn) likewise.
 template <typename T, class Saved>
 Status ResidualMlpForward(TrackingAllocator& alloc, Tensor<T>* y, Saved* s,
                           const ResidualMlpParams<T>& p, int64_t C, int64_t F,
-                          const models::BlockShape& shape, BufferClass cls) {
+                          const models::BlockShape& shape, BufferClass cls,
+                          const TpShard& tp = {}) {
   constexpr BufferClass kWs = BufferClass::kWorkspace;
   Ops<T>& ops = alloc.device().template ops<T>();
   const int64_t R = s->x.dim(0);
@@ -68,7 +72,8 @@ Status ResidualMlpForward(TrackingAllocator& alloc, Tensor<T>* y, Saved* s,
     SF_ASSIGN_OR_RETURN(Tensor<T> act, Tensor<T>::Uninitialized(alloc, kWs, {R, F}));
     ops.GeluForward(act.data(), s->mlp_up.data(), R * F);
     SF_ASSIGN_OR_RETURN(*y, Tensor<T>::Uninitialized(alloc, kWs, {R, C}));
-    ops.LinearForward(y->data(), act.data(), p.down, p.down_b, R, F, C);
+    ops.LinearForward(y->data(), act.data(), p.down, tp.rank == 0 ? p.down_b : nullptr, R, F,
+                      C);
   } else {
     SF_ASSIGN_OR_RETURN(s->mlp_gate, Tensor<T>::Uninitialized(alloc, cls, {R, F}));
     SF_ASSIGN_OR_RETURN(s->mlp_up, Tensor<T>::Uninitialized(alloc, cls, {R, F}));
@@ -77,6 +82,7 @@ Status ResidualMlpForward(TrackingAllocator& alloc, Tensor<T>* y, Saved* s,
     ops.SwigluMlpForward(y->data(), s->mlp_gate.data(), s->mlp_up.data(), prod.data(),
                          s->hn.data(), p.gate, p.up, p.down, R, C, F);
   }
+  SF_RETURN_IF_ERROR(TpAllReduceSum(tp, y->data(), R * C));
   ops.Add(y->data(), s->h.data(), R * C);
   return Status::Ok();
 }
@@ -86,7 +92,8 @@ Status ResidualMlpForward(TrackingAllocator& alloc, Tensor<T>* y, Saved* s,
 template <typename T, class Saved>
 Status ResidualMlpBackward(TrackingAllocator& alloc, Tensor<T>* dh, const Saved& s,
                            const ResidualMlpParams<T>& p, const Tensor<T>& dy,
-                           int64_t C, int64_t F, const models::BlockShape& shape) {
+                           int64_t C, int64_t F, const models::BlockShape& shape,
+                           const TpShard& tp = {}) {
   constexpr BufferClass kWs = BufferClass::kWorkspace;
   Ops<T>& ops = alloc.device().template ops<T>();
   const int64_t R = s.x.dim(0);
@@ -109,6 +116,7 @@ Status ResidualMlpBackward(TrackingAllocator& alloc, Tensor<T>* dh, const Saved&
                           s.mlp_gate.data(), s.mlp_up.data(), s.hn.data(), p.gate, p.up,
                           p.down, R, C, F);
   }
+  SF_RETURN_IF_ERROR(TpAllReduceSum(tp, d_hn.data(), R * C));
   SF_ASSIGN_OR_RETURN(*dh, Tensor<T>::Uninitialized(alloc, kWs, {R, C}));
   NormBackward(ops, shape, dh->data(), p.dnorm, p.dnorm_b, d_hn.data(), s.h.data(), p.norm,
                s.rstd2.data(), R, C);

@@ -84,6 +84,7 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeFamilyLayer(const pb::ModelSpec& m
                                                          TrackingAllocator* alloc,
                                                          const SequenceLayerOptions& options) {
   typename Family::Dims dims = Family::DimsOf(model);
+  if (options.tp.on()) dims = dims.Sharded(options.tp);
   dims.st_overlap = options.st_overlap;
   dims.st_tile = options.st_tile;
   SF_ASSIGN_OR_RETURN(auto layer, (Family::template Layer<T>::Make(

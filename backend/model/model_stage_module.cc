@@ -161,18 +161,20 @@ Status ModelStageModule<T>::Init(const pb::ModelSpec& model) {
   const std::uint64_t seed = options_.seed;
   for (int l = layers_.first; l < layers_.last; ++l) {
     if (l == 0) {
-      SF_ASSIGN_OR_RETURN(auto e, EmbeddingLayer<T>::Make(*alloc_, vocab_, C_, l, seed));
+      SF_ASSIGN_OR_RETURN(auto e,
+                          EmbeddingLayer<T>::Make(*alloc_, vocab_, C_, l, seed, options_.tp));
       embedding_.push_back(std::move(e));
     } else if (l == num_layer_list_ - 1) {
       SF_ASSIGN_OR_RETURN(auto h, HeadLayer<T>::Make(*alloc_, C_, vocab_, kHeadVocabSlice, l,
-                                                     seed, shape_));
+                                                     seed, shape_, options_.tp));
       head_.push_back(std::move(h));
     } else {
       SF_ASSIGN_OR_RETURN(auto b, MakeSequenceLayer<T>(model, l, alloc_,
                                                        {.recompute = options_.recompute,
                                                         .seed = seed,
                                                         .st_overlap = options_.st_overlap,
-                                                        .st_tile = options_.st_tile}));
+                                                        .st_tile = options_.st_tile,
+                                                        .tp = options_.tp}));
       blocks_.push_back(std::move(b));
     }
   }
@@ -303,6 +305,12 @@ std::vector<std::int32_t> ModelStageModule<T>::ChunkTokens(int a, int i, bool ta
     const std::int32_t* seq = (targets ? batch_->targets(a, b) : batch_->inputs(a, b)) + start;
     ids.insert(ids.end(), seq, seq + s);
   }
+  if (options_.tp.on()) {  // this rank's vocabulary rows: its own numbering, -1 elsewhere
+    const std::int64_t first = options_.tp.Offset(vocab_), rows = options_.tp.Part(vocab_);
+    for (std::int32_t& id : ids) {
+      id = id >= first && id < first + rows ? static_cast<std::int32_t>(id - first) : -1;
+    }
+  }
   return ids;
 }
 
@@ -391,7 +399,9 @@ template <typename T>
 std::vector<ParamRef<T>> ModelStageModule<T>::Parameters() {
   std::vector<ParamRef<T>> refs;
   auto add = [&refs](const std::string& prefix, std::vector<Param<T>>& params) {
-    for (Param<T>& p : params) refs.push_back({prefix + p.name, &p.value, &p.grad});
+    for (Param<T>& p : params) {
+      refs.push_back({prefix + p.name, &p.value, &p.grad, p.tp_partial_grad});
+    }
   };
   for (auto& e : embedding_) add("embedding.", e.params());
   for (auto& b : blocks_) add("layer" + std::to_string(b->layer() - 1) + ".", b->params());
@@ -427,6 +437,7 @@ Result<std::unique_ptr<StageModule<T>>> MakeStageModule(const pb::ModelSpec& mod
                            std::to_string(options.microbatch_size));
   }
   if (alloc == nullptr) return Status::Invalid("MakeStageModule: alloc is null");
+  SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(model, options.tp.size));
   auto module = std::make_unique<ModelStageModule<T>>(
       alloc, model.hidden_size(), models::BlockShapeOf(model), model.vocab_size(), layers,
       num_layer_list,

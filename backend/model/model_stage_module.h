@@ -38,6 +38,7 @@
 #include <memory>
 
 #include "backend/allocator.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/stage_module.h"
 #include "common/status.h"
 #include "models/cost_model.h"
@@ -62,7 +63,11 @@ struct StageModuleOptions {
   // schedule.st_tile: B_V, the recurrent cores' ST tile of value rows
   // (SequenceLayerOptions::st_tile; 0: the device's default, untiled).
   int64_t st_tile = 0;
+  // Tensor parallelism (tensor_parallel.h): this rank's heads, MLP columns
+  // and vocabulary rows of every layer of the stage.
+  TpShard tp{};
 };
+
 
 // A stage module holding layers [layers.first, layers.last) of
 // models::LayerList(model). `alloc` (not owned) must outlive the module and

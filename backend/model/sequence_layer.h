@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/layers/tensor_parallel.h"
 #include "backend/allocator.h"
 #include "backend/layers/param.h"
 #include "backend/tensor.h"
@@ -83,6 +84,8 @@ struct SequenceLayerOptions {
   // Mamba3LayerDims::st_tile).
   bool st_overlap = false;
   int64_t st_tile = 0;
+  // Tensor parallelism: this rank's heads and MLP columns (tensor_parallel.h).
+  TpShard tp{};
 };
 
 // Layer `l` (1 <= l <= num_layers) of models::LayerList(model), its

@@ -88,7 +88,7 @@ Result<std::unique_ptr<SequenceLayer<T>>> MakeSequenceLayer(
                            std::to_string(num_layers) + ")");
   }
   if (models::IsAttentionLayer(model, l - 1)) {
-    SF_ASSIGN_OR_RETURN(auto attn, AttentionLayer<T>::Make(*alloc, AttentionLayerDims::FromModel(model),
+    SF_ASSIGN_OR_RETURN(auto attn, AttentionLayer<T>::Make(*alloc, AttentionLayerDims::FromModel(model).Sharded(options.tp),
                                                            l, num_layers, options.seed));
     return std::unique_ptr<SequenceLayer<T>>(
         std::make_unique<AttentionSequenceLayer<T>>(std::move(attn), alloc, options.recompute));

@@ -42,11 +42,8 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
     return Status::Invalid("model.vocab_size " + std::to_string(setup.model.vocab_size()) +
                            " is below 256, the byte-level vocabulary of training");
   }
-  if (scenario.parallel().tensor_size() > 1) {
-    return Status::Invalid("parallel.tensor_size must be 1 for training (the backend runs "
-                           "pipeline and data parallelism; tensor parallelism is simulated "
-                           "only)");
-  }
+  setup.tensor_size = static_cast<int>(std::max(1u, scenario.parallel().tensor_size()));
+  SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(setup.model, setup.tensor_size));
   if (scenario.parallel().context_size() > 1) {
     return Status::Invalid("parallel.context_size must be 1 for training (context parallelism "
                            "is simulated only)");

@@ -46,6 +46,9 @@ struct TrainSetup {
   // microbatches of the step's M D (trainer.h).
   int data_size = 1;
   bool distributed_optimizer = false;  // parallel.distributed_optimizer
+  // parallel.tensor_size: TP ranks per stage and replica (under mpirun only;
+  // backend/layers/tensor_parallel.h).
+  int tensor_size = 1;
   int microbatch_size = 1;   // B sequences per microbatch
   std::int64_t seq_len = 1;  // T
 };

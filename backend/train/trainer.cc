@@ -108,23 +108,28 @@ Result<Transport<T>> MakeSingleProcessTransport(int stages, int replicas) {
 }
 
 template <typename T>
-Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks, int replicas) {
+Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks, int replicas,
+                                      int tensors) {
   Transport<T> t;
   t.group = MakeMpiGroup();
-  if (t.group->size() != stages * replicas) {
-    const std::string grid =
-        replicas == 1 ? "parallel.pipeline_size " + std::to_string(stages) +
-                            " (one rank per stage: mpirun -n " + std::to_string(stages) + ")"
-                      : "parallel.pipeline_size " + std::to_string(stages) + " x data_size " +
-                            std::to_string(replicas) + " (one rank per stage and replica: " +
-                            "mpirun -n " + std::to_string(stages * replicas) + ")";
+  if (t.group->size() != stages * replicas * tensors) {
+    std::string grid = "parallel.pipeline_size " + std::to_string(stages);
+    if (tensors > 1) grid += " x tensor_size " + std::to_string(tensors);
+    if (replicas > 1) grid += " x data_size " + std::to_string(replicas);
+    grid += replicas == 1 && tensors == 1
+                ? " (one rank per stage: mpirun -n " + std::to_string(stages) + ")"
+                : " (one rank per stage, replica and tensor rank: mpirun -n " +
+                      std::to_string(stages * replicas * tensors) + ")";
     return Status::Invalid("mpirun started " + std::to_string(t.group->size()) +
                            " ranks but the scenario has " + grid);
   }
   SF_ASSIGN_OR_RETURN(std::unique_ptr<Comm<T>> comm,
-                      MakeMpiComm<T>(microbatches, chunks, replicas));
+                      MakeMpiComm<T>(microbatches, chunks, replicas * tensors));
   t.comms.push_back(std::move(comm));
-  SF_ASSIGN_OR_RETURN(t.replicas, MakeMpiReplicaSync(replicas));
+  SF_ASSIGN_OR_RETURN(t.replicas, MakeMpiReplicaSync(replicas, tensors));
+  if (tensors > 1) {
+    SF_ASSIGN_OR_RETURN(t.tensor, MakeMpiTensorGroup(replicas, tensors));
+  }
   return t;
 }
 
@@ -155,7 +160,8 @@ Trainer<T>::Trainer(const TrainSetup& setup, const TrainOptions& options, const 
       text_(&text),
       group_(std::move(transport.group)),
       replica_sync_(transport.replicas ? std::move(transport.replicas)
-                                       : MakeInProcessReplicaSync(1)) {
+                                       : MakeInProcessReplicaSync(1)),
+      tensor_group_(transport.tensor ? std::move(transport.tensor) : MakeSoloTensorGroup()) {
   const std::size_t per_replica =
       std::max<std::size_t>(1, transport.comms.size() / replica_sync_->local_count());
   for (std::size_t k = 0; k < transport.comms.size(); ++k) {
@@ -401,6 +407,18 @@ template <typename T>
 Status Trainer<T>::SyncAndUpdate(const std::vector<LocalStage*>& replicas) {
   const int D = setup_.data_size;
   const std::vector<ParamRef<T>>& params = replicas.front()->optimizer->params();
+  // Tensor parallelism: the whole parameters' partial gradients summed over
+  // the TP group first (each rank's heads' share; tensor_parallel.h).
+  if (tensor_group_->size() > 1) {
+    for (LocalStage* r : replicas) {
+      for (ParamRef<T>& p : r->module->Parameters()) {
+        if (!p.tp_partial_grad) continue;
+        if constexpr (std::is_same_v<GradOf<T>, float> || std::is_same_v<GradOf<T>, double>) {
+          SF_RETURN_IF_ERROR(tensor_group_->AllReduceSum(p.grad->data(), p.grad->numel()));
+        }
+      }
+    }
+  }
   // The k-th parameter's gradient (value) of each local replica, from `offset`.
   auto grads = [&](std::size_t k, std::int64_t offset) {
     std::vector<GradOf<T>*> out;
@@ -463,9 +481,10 @@ Result<double> Trainer<T>::ShareLoss() {
   const int last = setup_.stages - 1;
   // Each replica's last stage holds its share of the mean, summed in
   // replica order in one process; every other stage passes 0.
+  // Under TP every tensor rank of the last stage holds the same loss: rank 0's.
   double loss = 0;
   for (const std::unique_ptr<LocalStage>& local : stages_) {
-    if (local->stage == last) loss += local->module->loss();
+    if (local->stage == last && tensor_group_->rank() == 0) loss += local->module->loss();
   }
   return group_->Sum(loss);
 }
@@ -508,7 +527,7 @@ Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double sta
                                                double end_s) {
   std::vector<double> local = {start_s, end_s};
   for (const std::unique_ptr<LocalStage>& s : stages_) {
-    if (s->replica != 0) continue;  // replica 0 reports
+    if (s->replica != 0 || tensor_group_->rank() != 0) continue;  // replica 0, tensor rank 0 report
     const double peak = s->runtime->peak_time_s();
     AppendStats(StageStepStats{s->stage, s->alloc->Stats(), s->runtime->busy_s(),
                                peak < 0 ? -1.0 : peak - start_s},
@@ -548,6 +567,10 @@ template <typename T>
 Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step, bool* on_every_rank) {
   const CheckpointKey key = checkpoint_key();
   Status written = Status::Ok();
+  if (tensor_group_->size() > 1) {
+    written = Status::Invalid("checkpoints of tensor-parallel shards (parallel.tensor_size " +
+                              std::to_string(tensor_group_->size()) + ") are not written yet");
+  }
   for (std::unique_ptr<LocalStage>& local : stages_) {
     if (!written.ok()) break;
     if (local->optimizer->sharded()) {
@@ -581,6 +604,10 @@ Result<int> Trainer<T>::LoadCheckpoint(const std::string& dir, std::vector<std::
   const CheckpointKey key = checkpoint_key();
   Result<int> step = ReadCheckpointManifest(dir, key, changed);
   Status loaded = step.status();
+  if (loaded.ok() && tensor_group_->size() > 1) {
+    loaded = Status::Invalid("resuming tensor-parallel shards (parallel.tensor_size " +
+                             std::to_string(tensor_group_->size()) + ") is not built yet");
+  }
   for (std::unique_ptr<LocalStage>& local : stages_) {
     if (!loaded.ok()) break;
     if (local->optimizer->sharded()) {
@@ -600,7 +627,7 @@ template <typename T>
 Result<std::vector<StageTimeline>> Trainer<T>::GatherTimelines() {
   std::vector<double> local = {0};
   for (const std::unique_ptr<LocalStage>& s : stages_) {
-    if (s->replica != 0) continue;  // replica 0 reports
+    if (s->replica != 0 || tensor_group_->rank() != 0) continue;  // replica 0, tensor rank 0
     AppendTimeline(s->timeline, &local);
     ++local[0];
   }
@@ -661,8 +688,8 @@ template class Trainer<float>;
 template class Trainer<double>;
 template Result<Transport<float>> MakeSingleProcessTransport<float>(int, int);
 template Result<Transport<double>> MakeSingleProcessTransport<double>(int, int);
-template Result<Transport<float>> MakeMpiTransport<float>(int, int, int, int);
-template Result<Transport<double>> MakeMpiTransport<double>(int, int, int, int);
+template Result<Transport<float>> MakeMpiTransport<float>(int, int, int, int, int);
+template Result<Transport<double>> MakeMpiTransport<double>(int, int, int, int, int);
 template TrainRun Train<float>(Trainer<float>&, int,
                                const std::function<void(const StepResult&)>&, const TrainLoop&);
 template TrainRun Train<double>(Trainer<double>&, int,
@@ -670,7 +697,7 @@ template TrainRun Train<double>(Trainer<double>&, int,
                                 const TrainLoop&);
 template class Trainer<bf16>;
 template Result<Transport<bf16>> MakeSingleProcessTransport<bf16>(int, int);
-template Result<Transport<bf16>> MakeMpiTransport<bf16>(int, int, int, int);
+template Result<Transport<bf16>> MakeMpiTransport<bf16>(int, int, int, int, int);
 template TrainRun Train<bf16>(Trainer<bf16>&, int,
                                 const std::function<void(const StepResult&)>&,
                                 const TrainLoop&);

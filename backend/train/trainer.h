@@ -46,6 +46,8 @@
 #include "backend/comm/comm.h"
 #include "backend/comm/group.h"
 #include "backend/comm/replica_sync.h"
+#include "backend/comm/tensor_group.h"
+#include "backend/layers/tensor_parallel.h"
 #include "backend/runtime/stage_runtime.h"
 #include "backend/stage_module.h"
 #include "backend/train/adamw.h"
@@ -70,6 +72,14 @@ struct Transport {
   std::unique_ptr<Group> group;
   std::vector<std::unique_ptr<Comm<T>>> comms;
   std::unique_ptr<ReplicaSync> replicas;
+  // This rank's tensor-parallel group (tensor_group.h); null: TP = 1. The
+  // stage modules' TpShard points at it (the factory is given TpShard()).
+  std::unique_ptr<TensorGroup> tensor;
+  // This rank's place in its TP group, for the module factory: the group
+  // pointer stays valid while the Trainer made from this transport lives.
+  TpShard shard() const {
+    return tensor ? TpShard{tensor->rank(), tensor->size(), tensor.get()} : TpShard{};
+  }
 };
 
 // All P stages of all `replicas` (D) replicas in this process (solo group,
@@ -77,14 +87,14 @@ struct Transport {
 template <typename T>
 Result<Transport<T>> MakeSingleProcessTransport(int stages, int replicas = 1);
 
-// Stage r of replica d on world rank GridRank(r, d, D) = r D + d. Error (the
-// same on every rank): the job's rank count differs from P D ("mpirun
-// started 3 ranks but the scenario has parallel.pipeline_size 2 x
-// data_size 2 ..."), or the tags do not fit MPI_TAG_UB.
-// REQUIRES: an MpiSession is alive.
+// Tensor rank t of stage r of replica d on world rank GridRank(r, d, D, t,
+// TP) = (r D + d) TP + t (tensor_group.h). Error (the same on every rank):
+// the job's rank count differs from P D TP ("mpirun started 3 ranks but the
+// scenario has parallel.pipeline_size 2 x data_size 2 ..."), or the tags do
+// not fit MPI_TAG_UB. REQUIRES: an MpiSession is alive.
 template <typename T>
 Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks,
-                                      int replicas = 1);
+                                      int replicas = 1, int tensors = 1);
 
 // One stage in one step.
 struct StageStepStats {
@@ -176,6 +186,7 @@ class Trainer {
   const TextData* text_;
   std::unique_ptr<Group> group_;
   std::unique_ptr<ReplicaSync> replica_sync_;
+  std::unique_ptr<TensorGroup> tensor_group_;  // solo at TP = 1
   std::vector<std::unique_ptr<LocalStage>> stages_;
   RunClock clock_;
   Batch batch_;                       // the step's M D microbatches

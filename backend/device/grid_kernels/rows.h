@@ -338,7 +338,8 @@ struct EmbeddingGatherFn {
   int64_t C;
   SF_HD void operator()(int64_t i) const {
     const int64_t n = i / C, c = i % C;
-    y[i] = table[static_cast<int64_t>(ids[n]) * C + c];
+    // id -1: another tensor-parallel rank's row (a zero row here).
+    y[i] = ids[n] < 0 ? T(0) : table[static_cast<int64_t>(ids[n]) * C + c];
   }
 };
 
@@ -353,7 +354,7 @@ struct EmbeddingScatterAddFn {
   int64_t R, C;
   SF_HD void operator()(int64_t c) const {
     for (int64_t n = 0; n < R; ++n) {
-      dtable[static_cast<int64_t>(ids[n]) * C + c] += dy[n * C + c];
+      if (ids[n] >= 0) dtable[static_cast<int64_t>(ids[n]) * C + c] += dy[n * C + c];
     }
   }
 };
@@ -390,9 +391,12 @@ struct TokenLossFn {
   const int32_t* targets; // (R)
   int64_t C;
   SF_HD void operator()(int64_t n) const {
-    const T* wt = w + static_cast<int64_t>(targets[n]) * C;
+    // Target -1: another tensor-parallel rank's column (no target logit here).
     ComputeOf<T> zt = 0;
-    for (int64_t c = 0; c < C; ++c) zt += x[n * C + c] * wt[c];
+    if (targets[n] >= 0) {
+      const T* wt = w + static_cast<int64_t>(targets[n]) * C;
+      for (int64_t c = 0; c < C; ++c) zt += x[n * C + c] * wt[c];
+    }
     const ComputeOf<T> loss = lse[n] - zt;
     out[n] = loss;
     if (losses != nullptr) losses[n] = loss;
