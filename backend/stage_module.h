@@ -53,6 +53,7 @@ struct ParamRef {
   // Whole on every tensor-parallel rank, its gradient each rank's share
   // (Param::tp_partial_grad): summed over the TP group before the update.
   bool tp_partial_grad = false;
+  int tp_split_dim = -1;  // Param::tp_split_dim
 };
 
 template <typename T>

@@ -92,6 +92,7 @@ Result<Param<T>> MakeParam(TrackingAllocator& alloc, std::string name,
   SF_ASSIGN_OR_RETURN(p.grad, Tensor<GradOf<T>>::Zeros(alloc, BufferClass::kGradients,
                                                        std::move(shape)));
   InitParam(&p.value, spec, seed, layer, name, split);
+  p.tp_split_dim = split.parts > 1 ? split.dim : -1;
   p.name = std::move(name);
   return p;
 }

@@ -36,6 +36,9 @@ struct Param {
   // its gradient over the TP group before the optimizer. False for sharded
   // parameters and for whole ones whose gradient every rank computes alike.
   bool tp_partial_grad = false;
+  // The dimension this rank's part was split along (ParamSplit::dim), -1 when
+  // it holds the whole parameter.
+  int tp_split_dim = -1;
 };
 
 // Which part of a parameter this tensor-parallel rank holds: block `index` of

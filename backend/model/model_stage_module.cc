@@ -400,7 +400,7 @@ std::vector<ParamRef<T>> ModelStageModule<T>::Parameters() {
   std::vector<ParamRef<T>> refs;
   auto add = [&refs](const std::string& prefix, std::vector<Param<T>>& params) {
     for (Param<T>& p : params) {
-      refs.push_back({prefix + p.name, &p.value, &p.grad, p.tp_partial_grad});
+      refs.push_back({prefix + p.name, &p.value, &p.grad, p.tp_partial_grad, p.tp_split_dim});
     }
   };
   for (auto& e : embedding_) add("embedding.", e.params());

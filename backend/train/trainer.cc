@@ -116,10 +116,11 @@ Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks, 
     std::string grid = "parallel.pipeline_size " + std::to_string(stages);
     if (tensors > 1) grid += " x tensor_size " + std::to_string(tensors);
     if (replicas > 1) grid += " x data_size " + std::to_string(replicas);
-    grid += replicas == 1 && tensors == 1
-                ? " (one rank per stage: mpirun -n " + std::to_string(stages) + ")"
-                : " (one rank per stage, replica and tensor rank: mpirun -n " +
-                      std::to_string(stages * replicas * tensors) + ")";
+    const char* per = tensors > 1   ? "one rank per stage, replica and tensor rank"
+                      : replicas > 1 ? "one rank per stage and replica"
+                                     : "one rank per stage";
+    grid += std::string(" (") + per + ": mpirun -n " +
+            std::to_string(stages * replicas * tensors) + ")";
     return Status::Invalid("mpirun started " + std::to_string(t.group->size()) +
                            " ranks but the scenario has " + grid);
   }

@@ -195,5 +195,194 @@ TEST(MpiTransport, RankCountDifferentFromStagesFailsOnEveryRank) {
       << f.err;
 }
 
+// Tensor parallelism (backend/layers/tensor_parallel.h): P stages x TP
+// tensor ranks under mpirun equal one process of the whole model, float64,
+// every family: the losses, and every parameter and last gradient assembled
+// from the ranks' parts within 1e-12 relative; the parameters every rank
+// holds whole are the same bits on every rank.
+struct TpConfig {
+  const char* model;
+  int tensors, stages, chunks;
+  int heads = 0, attn_heads = 0, gqa = 0;  // overrides (0: the preset's)
+  // KDA's per-channel decay sums long products whose gradients cancel: its
+  // dt_bias and f_proj gradients differ from the whole model's by up to
+  // 8e-12 relative (the sums' order alone; every other family within 1e-12).
+  double tolerance = 1e-12;
+};
+
+void PrintTo(const TpConfig& c, std::ostream* os) {
+  *os << c.model << " TP=" << c.tensors << " P=" << c.stages << " N=" << c.chunks;
+}
+
+pb::Scenario TpScenario(const TpConfig& c) {
+  pb::Scenario s = ToyScenario({c.stages, 2, c.chunks, 24, "stateflow"});
+  *s.mutable_model() = *models::ModelPreset(c.model);
+  if (c.heads > 0) s.mutable_model()->set_num_heads(c.heads);
+  if (c.attn_heads > 0) s.mutable_model()->set_attn_heads(c.attn_heads);
+  if (c.gqa > 0) s.mutable_model()->set_gqa_group_size(c.gqa);
+  return s;
+}
+
+struct Part {
+  int split_dim = -1;
+  std::vector<std::int64_t> shape;
+  std::vector<double> values;
+};
+
+// "param NAME" / "grad NAME" -> the parts by tensor rank.
+using Parts = std::map<std::string, std::map<int, Part>>;
+
+std::vector<double> ReadTpFiles(const std::string& prefix, int ranks, Parts* parts) {
+  std::vector<double> losses;
+  for (int r = 0; r < ranks; ++r) {
+    std::istringstream in(Slurp(prefix + ".rank" + std::to_string(r)));
+    std::string kind;
+    int tensor = 0, stage = 0;
+    while (in >> kind) {
+      if (kind == "loss") {
+        int step = 0;
+        double v = 0;
+        in >> step >> v;
+        losses.push_back(v);
+      } else if (kind == "where") {
+        in >> stage >> tensor;
+      } else {
+        std::string what, name;
+        Part p;
+        int rank = 0;
+        std::size_t n = 0;
+        in >> what >> name >> p.split_dim >> rank;
+        p.shape.resize(static_cast<std::size_t>(rank));
+        for (std::int64_t& d : p.shape) in >> d;
+        in >> n;
+        p.values.resize(n);
+        for (double& v : p.values) in >> v;
+        (*parts)[what + " " + name][tensor] = std::move(p);
+      }
+    }
+  }
+  return losses;
+}
+
+// The whole tensor from the TP ranks' parts (blocks along split_dim in rank
+// order; whole parts must be the same bits on every rank).
+::testing::AssertionResult Assemble(const std::string& key, const std::map<int, Part>& by_rank,
+                                    int tensors, std::vector<double>* whole) {
+  if (static_cast<int>(by_rank.size()) != tensors) {
+    return ::testing::AssertionFailure() << key << ": " << by_rank.size() << " parts";
+  }
+  const Part& first = by_rank.at(0);
+  if (first.split_dim < 0) {
+    for (const auto& [t, p] : by_rank) {
+      if (p.values != first.values) {
+        return ::testing::AssertionFailure() << key << " differs on tensor rank " << t;
+      }
+    }
+    *whole = first.values;
+    return ::testing::AssertionSuccess();
+  }
+  std::int64_t outer = 1, along = first.shape[static_cast<std::size_t>(first.split_dim)], inner = 1;
+  for (int k = 0; k < first.split_dim; ++k) outer *= first.shape[static_cast<std::size_t>(k)];
+  for (std::size_t k = static_cast<std::size_t>(first.split_dim) + 1; k < first.shape.size(); ++k) {
+    inner *= first.shape[k];
+  }
+  whole->clear();
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (int t = 0; t < tensors; ++t) {
+      const std::vector<double>& v = by_rank.at(t).values;
+      whole->insert(whole->end(), v.begin() + o * along * inner,
+                    v.begin() + (o + 1) * along * inner);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class MpiTensorParallel : public ::testing::TestWithParam<TpConfig> {};
+
+TEST_P(MpiTensorParallel, EqualsTheWholeModelInOneProcess) {
+  const TpConfig& c = GetParam();
+  // One step: the gradients are taken at the same parameters on both sides
+  // (after two, AdamW's normalisation carries the first step's rounding into
+  // parameters near zero: KDA's dt_bias, 5e-12 relative at TP 4).
+  const int steps = 1;
+  const std::string prefix = TempPrefix(std::string("tp-") + c.model + "-" +
+                                        std::to_string(c.tensors) + "-" + std::to_string(c.chunks));
+  std::vector<std::string> argv = {SF_MPI_WORKER, std::string("model=") + c.model,
+                                   "tensors=" + std::to_string(c.tensors),
+                                   "stages=" + std::to_string(c.stages), "microbatches=2",
+                                   "chunks=" + std::to_string(c.chunks), "seq_len=24",
+                                   "steps=" + std::to_string(steps), "out=" + prefix};
+  if (c.heads > 0) argv.push_back("heads=" + std::to_string(c.heads));
+  if (c.attn_heads > 0) argv.push_back("attn_heads=" + std::to_string(c.attn_heads));
+  if (c.gqa > 0) argv.push_back("gqa=" + std::to_string(c.gqa));
+  const Finished f = RunFor(Mpirun(c.stages * c.tensors, argv), prefix);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  Parts parts;
+  const std::vector<double> losses = ReadTpFiles(prefix, c.stages * c.tensors, &parts);
+
+  // The whole model in one process.
+  const TrainSetup setup = Take(MakeTrainSetup(MustResolve(TpScenario(c)), nullptr));
+  StageModuleFactory<double> factory = [&setup](int, const models::StageLayers& layers,
+                                                TrackingAllocator* alloc) {
+    return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11},
+                                   alloc);
+  };
+  const TextData text = Take(TextData::Load(kDefaultTextPath));
+  TrainOptions options;
+  options.seed = 3;
+  auto trainer = Take(Trainer<double>::Make(setup, options, text, factory,
+                                            Take(MakeSingleProcessTransport<double>(c.stages))));
+  TrainRun run = Train(*trainer, steps, nullptr);
+  ASSERT_TRUE(run.status.ok()) << run.status.message();
+  std::vector<double> one_losses;
+  for (const StepResult& s : run.steps) one_losses.push_back(s.loss);
+  ASSERT_EQ(losses.size(), one_losses.size());
+  EXPECT_LT(RelError(losses, one_losses), 1e-12);
+
+  int split = 0;
+  for (const char* what : {"param", "grad"}) {
+    const Named one = CollectAll(*trainer, std::string(what) == "grad");
+    Named assembled;
+    for (const auto& [key, by_rank] : parts) {
+      if (key.rfind(std::string(what) + " ", 0) != 0) continue;
+      std::vector<double> whole;
+      ASSERT_TRUE(Assemble(key, by_rank, c.tensors, &whole));
+      if (by_rank.at(0).split_dim >= 0) ++split;
+      assembled[key.substr(std::string(what).size() + 1)] = std::move(whole);
+    }
+    EXPECT_TRUE(SameNamed(assembled, one, c.tolerance)) << what;
+  }
+  EXPECT_GT(split, 0);  // the ranks held parts, not copies
+  double grad_norm = 0;
+  for (const auto& [name, g] : CollectAll(*trainer, /*grads=*/true)) {
+    for (double v : g) grad_norm += v * v;
+  }
+  EXPECT_GT(grad_norm, 0);  // a backward ran
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, MpiTensorParallel,
+    ::testing::Values(TpConfig{"gdn-tiny", 2, 2, 3}, TpConfig{"gdn-hybrid-tiny", 2, 1, 1},
+                      TpConfig{"mamba3-tiny", 2, 1, 3}, TpConfig{"mamba3-hybrid-tiny", 2, 2, 1},
+                      TpConfig{"kda-tiny", 2, 1, 1, 0, 0, 0, 2e-11},
+                      TpConfig{"kda-hybrid-tiny", 2, 2, 3, 0, 0, 0, 2e-11},
+                      TpConfig{"deltanet-tiny", 2, 2, 3},
+                      TpConfig{"mamba3-tiny", 4, 1, 3},
+                      TpConfig{"gdn-hybrid-tiny", 4, 1, 3, 4, 4, 1},
+                      TpConfig{"kda-tiny", 4, 1, 1, 4, 0, 0, 2e-11}));
+
+TEST(MpiTensorParallel, RankCountDifferentFromTheGridFailsNamingIt) {
+  const std::string prefix = TempPrefix("tp-ranks");
+  const Finished f = RunFor(Mpirun(3, {SF_MPI_WORKER, "model=gdn-tiny", "stages=1",
+                                      "tensors=2", "out=" + prefix}),
+                            prefix, 60);
+  EXPECT_FALSE(f.timed_out);
+  EXPECT_NE(f.exit_code, 0);
+  EXPECT_NE(f.err.find("mpirun started 3 ranks but the scenario has parallel.pipeline_size 1 x "
+                       "tensor_size 2 (one rank per stage, replica and tensor rank: mpirun -n 2)"),
+            std::string::npos)
+      << f.err;
+}
+
 }  // namespace
 }  // namespace stateflow::backend::testing
