@@ -156,7 +156,7 @@ void CostModel::FillTables() {
     t.fwd_pair = f.fwd_pair / tp;
     t.bwd_token = f.bwd_token / tp;
     t.bwd_pair = f.bwd_pair / tp;
-    t.params = LayerParamCount(model_, kind) / tp;
+    t.params = LayerParamCountPerTensorRank(model_, kind, tp);
     t.stored_per_token = StoredBytesPerTokenNoRecompute(model_, kind, act, tp);
     t.boundary_bytes = BoundaryStateBytesPerSequence(model_, kind, act, tp);
     for (Gemm g : LayerGemms(model_, kind)) {

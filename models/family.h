@@ -67,6 +67,11 @@ class Family {
   // Parameters of the mixer: the block without its MLP and the MLP's norm
   // (MlpAndNormsParamCount), with the mixer's own pre-norm.
   virtual double MixerParams(const pb::ModelSpec& model) const = 0;
+  // Of those, the ones tensor parallelism keeps whole on every TP rank
+  // (backend/layers/tensor_parallel.h: what no head owns -- a norm shared by
+  // the heads, Mamba-3's one B/C group, a bias of the row-parallel output;
+  // not the mixer's pre-norm, counted by MlpAndNormsParamCount).
+  virtual double MixerReplicatedParams(const pb::ModelSpec& model) const = 0;
   // FLOPs per token, forward, all heads: the mixer outside its core
   // (projections, convolutions, gates, norms; not the MLP half), the core,
   // and what the core's backward does beyond twice its forward (the replay

@@ -248,6 +248,31 @@ double LayerParamCount(const pb::ModelSpec& model, LayerKind kind) {
   return 0;
 }
 
+double LayerParamCountPerTensorRank(const pb::ModelSpec& model, LayerKind kind,
+                                    int tensor_size) {
+  const double all = LayerParamCount(model, kind);
+  if (tensor_size <= 1) return all;
+  const double h = model.hidden_size();
+  const BlockShape shape = BlockShapeOf(model);
+  double whole = 0;
+  switch (kind) {
+    case LayerKind::kEmbedding:
+      break;
+    case LayerKind::kHead:
+      whole = shape.norm_params(h);
+      break;
+    case LayerKind::kRecurrence:
+      // Both pre-norms, the MLP's down bias, the mixer's own.
+      whole = 2 * shape.norm_params(h) + (shape.mlp_bias ? h : 0) +
+              FamilyOfValid(model).MixerReplicatedParams(model);
+      break;
+    case LayerKind::kAttention:
+      whole = 2 * shape.norm_params(h) + (shape.mlp_bias ? h : 0);
+      break;
+  }
+  return (all - whole) / tensor_size + whole;
+}
+
 double ModelParamCount(const pb::ModelSpec& model) {
   double total = 0;
   for (LayerKind kind : LayerList(model)) total += LayerParamCount(model, kind);

@@ -99,6 +99,12 @@ int KvHeads(const pb::ModelSpec& model);
 // Parameters of one layer of kind `kind` (whole layer, before any TP split),
 // and of the whole model. REQUIRES: ValidateModel(model).ok().
 double LayerParamCount(const pb::ModelSpec& model, LayerKind kind);
+// Parameters of one layer on one of `tensor_size` tensor-parallel ranks: the
+// split ones divided by TP, the ones every rank keeps whole (norms, biases
+// of row-parallel outputs, what no head owns: Family::MixerReplicatedParams)
+// whole, as the backend holds them (backend/layers/tensor_parallel.h).
+double LayerParamCountPerTensorRank(const pb::ModelSpec& model, LayerKind kind,
+                                    int tensor_size);
 
 // What the backend's tensor parallelism of degree `tensor_size` needs of the
 // model (backend/layers/tensor_parallel.h): the recurrence heads, attention

@@ -211,6 +211,11 @@ int Trainer<T>::local_stage(int local) const {
 }
 
 template <typename T>
+MemoryStats Trainer<T>::local_memory(int local) const {
+  return stages_.at(static_cast<std::size_t>(local))->alloc->Stats();
+}
+
+template <typename T>
 int Trainer<T>::local_replica(int local) const {
   return stages_[local]->replica;
 }

@@ -165,6 +165,9 @@ class Trainer {
   // Which stage and data-parallel replica local endpoint `local` runs.
   int local_stage(int local) const;
   int local_replica(int local) const;
+  // Local endpoint `local`'s memory: peaks within the last step (reset at
+  // each step's start). Every rank's own, whatever its replica or tensor rank.
+  MemoryStats local_memory(int local) const;
 
  private:
   struct LocalStage;

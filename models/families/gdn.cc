@@ -205,6 +205,11 @@ class GdnFamily final : public Family {
            + (x.shape.out_proj_bias ? x.h : 0);     // its bias
   }
 
+  double MixerReplicatedParams(const pb::ModelSpec& model) const override {
+    const GdnDims x(model);
+    return x.dv + (x.shape.out_proj_bias ? x.h : 0);  // output norm, o_proj's bias
+  }
+
   // GDN projections, short conv, q/k L2 norms, gates, gated output norm.
   double DenseFlops(const pb::ModelSpec& model) const override {
     const GdnDims x(model);

@@ -191,6 +191,12 @@ class KdaFamily final : public Family {
            + x.n * x.dv * x.h;                  // o_proj
   }
 
+  // The two gates' low-rank down projections and the output norm.
+  double MixerReplicatedParams(const pb::ModelSpec& model) const override {
+    const KdaDims x(model);
+    return 2 * x.h * x.r + x.dv;
+  }
+
   // The projections (the low-rank pairs as two products each), short conv,
   // q/k L2 norms, the gate per channel and beta, the gated output norm.
   double DenseFlops(const pb::ModelSpec& model) const override {

@@ -205,6 +205,12 @@ class Mamba3Family final : public Family {
            + x.d_in * x.h;                                 // out_proj
   }
 
+  // The one B/C group's projections and norms and the angle projection.
+  double MixerReplicatedParams(const pb::ModelSpec& model) const override {
+    const MambaDims x(model);
+    return x.h * (2 * x.G * x.ds + x.na) + 2 * x.ds;
+  }
+
   // The eight input projections (z, x, B, C, dt, A, trapezoid, angles) and
   // out_proj; the gates; the B and C norms; per head the biases and rotary
   // of q and k and the angle scan; the D skip and SiLU gate.

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "backend/model/model_stage_module.h"
+#include "sim/simulation.h"
 #include "tests/backend/subprocess_util.h"
 #include "tests/backend/train_test_util.h"
 
@@ -232,7 +233,15 @@ struct Part {
 // "param NAME" / "grad NAME" -> the parts by tensor rank.
 using Parts = std::map<std::string, std::map<int, Part>>;
 
-std::vector<double> ReadTpFiles(const std::string& prefix, int ranks, Parts* parts) {
+// Each rank's memory in the last step, by (stage, tensor rank).
+struct RankMemory {
+  std::int64_t peak = 0;
+  std::vector<std::int64_t> at_peak, class_peak;
+};
+using Memories = std::map<std::pair<int, int>, RankMemory>;
+
+std::vector<double> ReadTpFiles(const std::string& prefix, int ranks, Parts* parts,
+                                Memories* memories = nullptr) {
   std::vector<double> losses;
   for (int r = 0; r < ranks; ++r) {
     std::istringstream in(Slurp(prefix + ".rank" + std::to_string(r)));
@@ -246,6 +255,14 @@ std::vector<double> ReadTpFiles(const std::string& prefix, int ranks, Parts* par
         losses.push_back(v);
       } else if (kind == "where") {
         in >> stage >> tensor;
+      } else if (kind == "memory") {
+        RankMemory m;
+        in >> m.peak;
+        m.at_peak.resize(kNumBufferClasses);
+        m.class_peak.resize(kNumBufferClasses);
+        for (std::int64_t& b : m.at_peak) in >> b;
+        for (std::int64_t& b : m.class_peak) in >> b;
+        if (memories != nullptr) (*memories)[{stage, tensor}] = m;
       } else {
         std::string what, name;
         Part p;
@@ -370,6 +387,69 @@ INSTANTIATE_TEST_SUITE_P(
                       TpConfig{"mamba3-tiny", 4, 1, 3},
                       TpConfig{"gdn-hybrid-tiny", 4, 1, 3, 4, 4, 1},
                       TpConfig{"kda-tiny", 4, 1, 1, 4, 0, 0, 2e-11}));
+
+// Every tensor rank's memory in a step equals the simulator's prediction for
+// the stage at tensor_size TP, byte for byte: the peak and every class at it.
+struct TpMemoryCase {
+  const char* model;
+  int tensors, stages, chunks;
+  const char* recompute;
+  const char* device;
+};
+
+void PrintTo(const TpMemoryCase& c, std::ostream* os) {
+  *os << c.model << " TP=" << c.tensors << " P=" << c.stages << " N=" << c.chunks << " "
+      << c.recompute << " " << c.device;
+}
+
+class MpiTensorParallelMemory : public ::testing::TestWithParam<TpMemoryCase> {};
+
+TEST_P(MpiTensorParallelMemory, EveryRankEqualsTheSimulator) {
+  const TpMemoryCase& c = GetParam();
+  const std::string prefix = TempPrefix(std::string("tpmem-") + c.model + "-" + c.recompute +
+                                        "-" + c.device + "-" + std::to_string(c.chunks));
+  const Finished f = RunFor(
+      Mpirun(c.stages * c.tensors,
+             {SF_MPI_WORKER, std::string("model=") + c.model,
+              "tensors=" + std::to_string(c.tensors), "stages=" + std::to_string(c.stages),
+              "microbatches=2", "chunks=" + std::to_string(c.chunks), "seq_len=24", "steps=1",
+              std::string("recompute=") + c.recompute, std::string("device=") + c.device,
+              "out=" + prefix}),
+      prefix);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  Parts parts;
+  Memories memories;
+  ReadTpFiles(prefix, c.stages * c.tensors, &parts, &memories);
+  ASSERT_EQ(memories.size(), static_cast<std::size_t>(c.stages * c.tensors));
+
+  pb::Scenario s = TpScenario({c.model, c.tensors, c.stages, c.chunks});
+  s.mutable_parallel()->set_tensor_size(c.tensors);
+  s.mutable_schedule()->set_recompute(c.recompute);
+  *s.mutable_precision() = *models::PrecisionForDtype("float64");
+  if (std::string(c.device) != "cpu") s.mutable_train()->set_device(c.device);
+  Result<sim::Simulation> sim = sim::Simulate(MustResolve(s), s.schedule());
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  for (const auto& [where, m] : memories) {
+    const pb::StageReport& report = sim->report.stages(where.first);
+    EXPECT_EQ(m.peak, static_cast<std::int64_t>(report.peak_memory_bytes()))
+        << "stage " << where.first << " tensor rank " << where.second;
+    for (int k = 0; k < kNumBufferClasses; ++k) {
+      EXPECT_EQ(m.at_peak[static_cast<std::size_t>(k)],
+                static_cast<std::int64_t>(report.peak_by_class(k).bytes()))
+          << "stage " << where.first << " tensor rank " << where.second << " "
+          << kBufferClassNames[k];
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, MpiTensorParallelMemory,
+    ::testing::Values(TpMemoryCase{"gdn-tiny", 2, 2, 3, "none", "cpu"},
+                      TpMemoryCase{"gdn-hybrid-tiny", 2, 2, 2, "full", "cpu"},
+                      TpMemoryCase{"mamba3-hybrid-tiny", 2, 2, 3, "none", "host-grid"},
+                      TpMemoryCase{"kda-hybrid-tiny", 2, 1, 2, "full", "host-grid"},
+                      TpMemoryCase{"deltanet-tiny", 2, 2, 1, "none", "host-grid"},
+                      TpMemoryCase{"mamba3-tiny", 4, 1, 2, "none", "cpu"}));
 
 TEST(MpiTensorParallel, RankCountDifferentFromTheGridFailsNamingIt) {
   const std::string prefix = TempPrefix("tp-ranks");

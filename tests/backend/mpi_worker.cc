@@ -13,7 +13,9 @@
 // rank then writes its parameters' parts and last gradients with their
 // split dimension and shape: "part <kind> <name> <split_dim> <rank> <dims...>
 // <n> <values...>", kind "param" or "grad", and its tensor rank and stage in
-// a "where <stage> <tensor_rank>" line.
+// a "where <stage> <tensor_rank>" line, then its memory in the last step:
+// "memory <peak total> <each class at the peak...> <each class's peak...>".
+// recompute=none|full and device=cpu|host-grid as the scenario's.
 // Exit code 0 on success, 1 with a message on stderr otherwise.
 #include <cstdio>
 #include <fstream>
@@ -84,6 +86,11 @@ void WriteResults(Trainer<double>& trainer, const TrainRun& run, const std::stri
   if (tensor_rank >= 0) {
     for (int k = 0; k < trainer.num_local_stages(); ++k) {
       file << "where " << trainer.local_stage(k) << " " << tensor_rank << "\n";
+      const MemoryStats m = trainer.local_memory(k);
+      file << "memory " << m.peak_total_bytes;
+      for (int c = 0; c < kNumBufferClasses; ++c) file << " " << m.at_total_peak_bytes[c];
+      for (int c = 0; c < kNumBufferClasses; ++c) file << " " << m.peak_bytes[c];
+      file << "\n";
       for (const ParamRef<double>& p : trainer.module(k).Parameters()) {
         WritePart(file, "param", p, false);
         WritePart(file, "grad", p, true);
@@ -113,6 +120,7 @@ int Run(const Args& args) {
     if (args.count("attn_heads")) m.set_attn_heads(Int(args, "attn_heads", 1));
     if (args.count("gqa")) m.set_gqa_group_size(Int(args, "gqa", 1));
   }
+  if (args.count("recompute")) scenario.mutable_schedule()->set_recompute(args.at("recompute"));
   const int tensors = Int(args, "tensors", 1);
   scenario.mutable_parallel()->set_tensor_size(tensors);
   const int replicas = Int(args, "replicas", 1);
@@ -124,6 +132,7 @@ int Run(const Args& args) {
   if (!text.ok()) return std::cerr << text.status().message() << "\n", 1;
   TrainOptions options;
   options.seed = 3;
+  if (args.count("device")) options.device = args.at("device");
   auto transport = MakeMpiTransport<double>(shape.stages, shape.microbatches,
                                             setup->partition.num_chunks(), replicas, tensors);
   if (!transport.ok()) return std::cerr << transport.status().message() << "\n", 1;
