@@ -138,7 +138,7 @@ Result<std::vector<CalibrationRun>> ApplyRows(
 
 struct CalibrationOptions {
   // Parameters to fit; empty: every parameter the runs constrain.
-  std::vector<CalibParam> fit;
+  std::vector<CalibParam> fit{};
   // A parameter is constrained when some fitted run's
   // |d log(step time) / d log(parameter)| reaches this.
   double min_sensitivity = 1e-3;

@@ -243,13 +243,29 @@ TEST(DataParallelCheckpoint, ResumesBitForBitAndRefusesAnotherGrid) {
   fs::remove_all(dir + "-sharded");
 }
 
-TEST(DataParallelSetup, TensorParallelTrainingIsRefusedNamingTheField) {
+// Tensor parallelism splits heads, MLP columns and vocabulary rows into
+// equal blocks: a size that does not divide is refused naming the field (the
+// heads already when the scenario resolves).
+TEST(TensorParallelSetup, SizesThatDoNotDivideAreRefusedNamingTheField) {
   pb::Scenario s = DpScenario({});
   s.mutable_parallel()->set_tensor_size(2);
   s.mutable_model()->set_num_heads(4);
-  const Result<TrainSetup> setup = MakeTrainSetup(MustResolve(s), nullptr);
-  ASSERT_FALSE(setup.ok());
-  EXPECT_NE(setup.status().message().find("parallel.tensor_size"), std::string::npos);
+  EXPECT_TRUE(MakeTrainSetup(MustResolve(s), nullptr).ok());
+  const struct {
+    const char* field;
+    void (*set)(pb::ModelSpec*);
+  } cases[] = {{"model.mlp_size 129", [](pb::ModelSpec* m) { m->set_mlp_size(129); }},
+               {"model.vocab_size 257", [](pb::ModelSpec* m) { m->set_vocab_size(257); }}};
+  for (const auto& c : cases) {
+    pb::Scenario bad = s;
+    c.set(bad.mutable_model());
+    const Result<TrainSetup> setup = MakeTrainSetup(MustResolve(bad), nullptr);
+    ASSERT_FALSE(setup.ok()) << c.field;
+    EXPECT_NE(setup.status().message().find(std::string(c.field) +
+                                            " is not divisible by parallel.tensor_size 2"),
+              std::string::npos)
+        << setup.status().message();
+  }
 }
 
 }  // namespace

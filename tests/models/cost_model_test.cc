@@ -192,15 +192,31 @@ TEST(CostModel, AttentionStoresQueryOutputAndLseNotKv) {
 
 // ---- TP ----
 
-TEST(CostModel, TensorParallelDividesFlopsAndWeights) {
-  const CostModel one = MakeModel("gdn-hybrid-32b", 1);
-  const CostModel four = MakeModel("gdn-hybrid-32b", 4);
-  for (int l = 0; l < one.num_layers(); ++l) {
-    EXPECT_DOUBLE_EQ(four.ForwardFlops(l, 4096, 1024) * 4, one.ForwardFlops(l, 4096, 1024));
-    EXPECT_DOUBLE_EQ(four.BackwardFlops(l, 4096, 1024) * 4, one.BackwardFlops(l, 4096, 1024));
-    EXPECT_DOUBLE_EQ(four.ParamCount(l) * 4, one.ParamCount(l));
-    EXPECT_DOUBLE_EQ(four.WeightBytes(l) * 4, one.WeightBytes(l));
-    EXPECT_DOUBLE_EQ(four.OptimizerBytes(l) * 4, one.OptimizerBytes(l));
+// FLOPs divide by TP; parameters split by TP but for those every rank keeps
+// whole (norms, row-parallel biases, what no head owns), as the backend.
+TEST(CostModel, TensorParallelDividesFlopsAndSplitWeights) {
+  for (const char* name : {"gdn-hybrid-32b", "mamba3-hybrid-15b", "deltanet-1.3b"}) {
+    SCOPED_TRACE(name);
+    const CostModel one = MakeModel(name, 1);
+    const CostModel four = MakeModel(name, 4);
+    const std::vector<LayerKind> kinds = LayerList(one.model());
+    for (int l = 0; l < one.num_layers(); ++l) {
+      EXPECT_DOUBLE_EQ(four.ForwardFlops(l, 4096, 1024) * 4, one.ForwardFlops(l, 4096, 1024));
+      EXPECT_DOUBLE_EQ(four.BackwardFlops(l, 4096, 1024) * 4, one.BackwardFlops(l, 4096, 1024));
+      EXPECT_DOUBLE_EQ(four.ParamCount(l),
+                       LayerParamCountPerTensorRank(one.model(), kinds[static_cast<std::size_t>(l)], 4));
+      // Whole on every rank: 3/4 of them counted again, a small part.
+      const double whole = (four.ParamCount(l) * 4 - one.ParamCount(l)) / 3;
+      if (kinds[static_cast<std::size_t>(l)] == LayerKind::kEmbedding) {
+        EXPECT_EQ(whole, 0);
+      } else {
+        EXPECT_GT(whole, 0);
+        EXPECT_LT(whole, 0.01 * one.ParamCount(l));
+      }
+      EXPECT_DOUBLE_EQ(four.WeightBytes(l), four.ParamCount(l) * four.precision().weight_bytes());
+      EXPECT_DOUBLE_EQ(four.OptimizerBytes(l),
+                       four.ParamCount(l) * four.precision().optimizer_bytes());
+    }
   }
 }
 

@@ -126,8 +126,13 @@ TEST(DataParallelSync, RingOverTheStagesGradients) {
   // TP 2 x DP 8 = 16 devices > 8 per node: inter-node; gradients per TP rank.
   const CostModel inter = Make(2, 8);
   EXPECT_EQ(&inter.DataParallelLink(), &inter.cluster().inter_node_link());
+  double tp_grad_bytes = 0;  // the split parameters halved, the whole ones whole
+  for (int l = 1; l < 3; ++l) {
+    tp_grad_bytes += LayerParamCountPerTensorRank(inter.model(), inter.layers()[l], 2) * 4.0;
+  }
+  EXPECT_LT(tp_grad_bytes, 0.51 * grad_bytes);
   EXPECT_DOUBLE_EQ(inter.DataParallelSyncTime(1, 3),
-                   2 * 7.0 / 8 * (grad_bytes / 2) / kInterBandwidth + 2 * 7 * kInterLatencyS);
+                   2 * 7.0 / 8 * tp_grad_bytes / kInterBandwidth + 2 * 7 * kInterLatencyS);
 
   EXPECT_EQ(Make(2, 1).DataParallelSyncTime(0, 3), 0.0);
 }
