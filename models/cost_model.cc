@@ -313,10 +313,11 @@ double RingAllReduceTime(double bytes, int ranks, const pb::LinkSpec& link) {
          2.0 * (n - 1) * link.latency_s();
 }
 
-double CostModel::TensorParallelForwardCommTime(int l, std::int64_t s) const {
+double CostModel::TensorParallelForwardCommTime(int l, std::int64_t s,
+                                                 const pb::LinkSpec* on) const {
   const int tp = options_.tensor_size;
   if (tp <= 1) return 0.0;
-  const pb::LinkSpec& link = cluster_.intra_node_link();
+  const pb::LinkSpec& link = on != nullptr ? *on : cluster_.intra_node_link();
   const double rows = BoundaryActivationBytes(s);  // [t, h] in act
   switch (layers_[l]) {
     case LayerKind::kEmbedding: return AllReduceTime(rows, tp, link);
@@ -327,10 +328,11 @@ double CostModel::TensorParallelForwardCommTime(int l, std::int64_t s) const {
   return 0.0;
 }
 
-double CostModel::TensorParallelBackwardCommTime(int l, std::int64_t s) const {
+double CostModel::TensorParallelBackwardCommTime(int l, std::int64_t s,
+                                                  const pb::LinkSpec* on) const {
   const int tp = options_.tensor_size;
   if (tp <= 1) return 0.0;
-  const pb::LinkSpec& link = cluster_.intra_node_link();
+  const pb::LinkSpec& link = on != nullptr ? *on : cluster_.intra_node_link();
   const double rows = BoundaryActivationBytes(s);
   switch (layers_[l]) {
     case LayerKind::kEmbedding: return 0.0;

@@ -231,8 +231,12 @@ class CostModel {
   // per token in forward (max, target logit, sum of exponentials) and the
   // output layer's input gradient once in backward. ForwardTime and
   // BackwardTime include these (a recompute replay its forward's again).
-  double TensorParallelForwardCommTime(int l, std::int64_t s) const;
-  double TensorParallelBackwardCommTime(int l, std::int64_t s) const;
+  // `link`: the TP group's (nullptr: the cluster's intra-node link; a
+  // replayed cost table's measured link, sim/cost_source.cc).
+  double TensorParallelForwardCommTime(int l, std::int64_t s,
+                                       const pb::LinkSpec* link = nullptr) const;
+  double TensorParallelBackwardCommTime(int l, std::int64_t s,
+                                        const pb::LinkSpec* link = nullptr) const;
 
   // ---- context parallelism ----
   // The tokens of an s-token chunk on one CP device: ceil(s / CP) (the

@@ -269,10 +269,11 @@ class ReplayCostSource final : public TableCostSource {
           Result<double> b = table.Time(kind, "backward", mode, s, c);
           if (!f.ok()) return f.status().WithPrefix("stage " + std::to_string(r) + " chunk " + std::to_string(i));
           if (!b.ok()) return b.status().WithPrefix("stage " + std::to_string(r) + " chunk " + std::to_string(i));
-          // The TP all-reduces of the layer (0 at TP 1) from the cluster's
-          // intra-node link; a recompute replays its forward's again.
+          // The TP all-reduces of the layer (0 at TP 1; the table timed
+          // one rank's share without them) on the link the table measured;
+          // a recompute replays its forward's again.
           const std::int64_t len = setup.partition.length(i);
-          const double tp_forward = cm.TensorParallelForwardCommTime(l, len);
+          const double tp_forward = cm.TensorParallelForwardCommTime(l, len, &table.link());
           double f_overlap = 0, b_overlap = 0;  // the schedule's st_overlap
           if (kind == models::LayerKind::kRecurrence) {
             const std::string where = "stage " + std::to_string(r) + " chunk " + std::to_string(i);
@@ -284,7 +285,7 @@ class ReplayCostSource final : public TableCostSource {
             b_overlap = *bo;
           }
           forward_s_[k] += *f + f_overlap + tp_forward;
-          backward_s_[k] += *b + b_overlap + cm.TensorParallelBackwardCommTime(l, len) +
+          backward_s_[k] += *b + b_overlap + cm.TensorParallelBackwardCommTime(l, len, &table.link()) +
                             (cm.Recomputed(l) ? tp_forward : 0.0);
         }
         const double bytes =

@@ -181,7 +181,8 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
                                   .timing = Timing(flags),
                                   .device = *device,
                                   .st_overlap = spec->st_overlap(),
-                                  .st_tile = static_cast<int>(spec->st_tile())};
+                                  .st_tile = static_cast<int>(spec->st_tile()),
+                                  .tensor_size = static_cast<int>(std::max(1u, spec->tensor_size()))};
   for (const pb::CostSample& c : spec->samples()) {
     request.attention_chunks.emplace_back(static_cast<std::int64_t>(c.tokens()),
                                           static_cast<std::int64_t>(c.prefix()));
@@ -211,6 +212,7 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
   spec.set_microbatch_size(static_cast<std::uint32_t>(request.microbatch_size));
   spec.set_st_overlap(request.st_overlap);  // how to run the layers
   spec.set_st_tile(static_cast<std::uint32_t>(std::max(0, request.st_tile)));
+  spec.set_tensor_size(static_cast<std::uint32_t>(std::max(1, request.tensor_size)));
   for (const auto& [s, c] : request.attention_chunks) {  // what to time, not timings
     pb::CostSample* chunk = spec.add_samples();
     chunk->set_layer_kind("attention");

@@ -147,7 +147,7 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
       "cpu, host-grid or cuda: where the layers are timed and validate's runs train "
       "(default: train.device, else cpu); on a GPU each pass is timed until the device has "
       "finished it")(
-      "threads", Optional(&flags->threads), "kernel threads (default: train.threads, else as `stateflow train --help` says for the ranks of --concurrent or P x DP)")(
+      "threads", Optional(&flags->threads), "kernel threads (default: train.threads, else as `stateflow train --help` says for the ranks of --concurrent or P x DP x TP)")(
       "link", po::value(&flags->link),
       "how to time the link: auto (mpirun -n 2, else in-process), mpi, in-process")(
       "mpirun", po::value(&flags->mpirun), "the mpirun program (default: mpirun in PATH)")(
@@ -174,13 +174,14 @@ Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags&
     }
     p.threads = static_cast<int>(*flags.threads);
   }
-  if (p.threads == 0) {  // as a run of P x DP ranks on this node would take by default
+  if (p.threads == 0) {  // as a run of P x DP x TP ranks on this node would take by default
     // (before issue 26's DP, P: a P 1 x DP 2 run gave each of its 2 ranks
     // every core's threads, and OpenMP's waiting threads took 6.7 s a step
     // of 40 ms on 2 cores)
     const long long ranks = flags.concurrent.value_or(
         static_cast<long long>(std::max(1u, scenario.parallel().pipeline_size())) *
-        std::max(1u, scenario.parallel().data_size()));
+        std::max(1u, scenario.parallel().data_size()) *
+        std::max(1u, scenario.parallel().tensor_size()));
     p.threads = backend::DefaultKernelThreads(static_cast<int>(std::max(1LL, ranks)));
   }
   if (flags.repetitions && (*flags.repetitions < 1 || *flags.repetitions > 100000)) {
@@ -230,7 +231,9 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
       .timing = Timing(flags),
       .device = device,
       .st_overlap = first.st_overlap(),
-      .st_tile = static_cast<int>(first.st_tile())};
+      .st_tile = static_cast<int>(first.st_tile()),
+      .tensor_size = static_cast<int>(std::max(1u, scenario.parallel().tensor_size()))};
+  SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(scenario.model(), request.tensor_size));
   for (const std::string& mode : needs.modes)
     request.recompute.push_back(*models::ParseRecompute(mode));
   ProgressBar bar("repetitions");

@@ -50,9 +50,10 @@ std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& pat
                                             std::to_string(precision.threads),
                                             "--device",
                                             precision.device};
-  // One rank per stage and data-parallel replica.
+  // One rank per stage, data-parallel replica and tensor rank.
   const int ranks = static_cast<int>(s.parallel().pipeline_size()) *
-                    static_cast<int>(std::max(1u, s.parallel().data_size()));
+                    static_cast<int>(std::max(1u, s.parallel().data_size())) *
+                    static_cast<int>(std::max(1u, s.parallel().tensor_size()));
   return ranks > 1 ? backend::MpirunArgv(options.mpirun, ranks, program) : program;
 }
 
@@ -79,10 +80,11 @@ Result<pb::CostTable> ProfileBeforeRun(const scenario::ResolvedScenario& scenari
                                        const ProfileFlags& flags,
                                        std::vector<pb::CostTable>* per_stage) {
   ProfileFlags profile = flags;
-  // As many processes as the run's ranks: P D.
+  // As many processes as the run's ranks: P D TP.
   if (!profile.concurrent) {
-    profile.concurrent =
-        scenario.stages() * static_cast<int>(std::max(1u, scenario.proto().parallel().data_size()));
+    profile.concurrent = scenario.stages() *
+                         static_cast<int>(std::max(1u, scenario.proto().parallel().data_size())) *
+                         static_cast<int>(std::max(1u, scenario.proto().parallel().tensor_size()));
   }
   return ProfileForConfigs(scenario, {config}, profile, nullptr, per_stage);
 }

@@ -55,4 +55,11 @@ inline int GridRank(int stage, int replica, int replicas, int tensor, int tensor
 // A TP group of one rank: sums and gathers are copies.
 std::unique_ptr<TensorGroup> MakeSoloTensorGroup();
 
+// For timing one tensor rank's share of a layer in one process (profile at
+// parallel.tensor_size > 1): rank 0 of `size`, whose sums leave the data as
+// it is and whose gathers repeat this rank's part `size` times. The values
+// are not the whole layer's; the compute is one rank's, and the sums' time
+// is the cost model's from a measured link (sim/cost_source.cc).
+std::unique_ptr<TensorGroup> MakeTimingTensorGroup(int size);
+
 }  // namespace stateflow::backend

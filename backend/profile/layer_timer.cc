@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/allocator.h"
+#include "backend/comm/tensor_group.h"
 #include "backend/layers/core_phases.h"
 #include "backend/model/layer_family.h"
 #include "backend/model/model_stage_module.h"
@@ -110,6 +111,8 @@ struct LayerTimer<T>::State {
   // Declared first: the module's tensors come from it. Capped at the
   // machine's memory, so that a chunk too long to profile here is an error.
   explicit State(Device* device) : alloc(0, PhysicalMemoryBytes(), device) {}
+  // Before the module, which points at it (tensor_size > 1).
+  std::unique_ptr<TensorGroup> tp_group;
   TrackingAllocator alloc;
   std::unique_ptr<StageModule<T>> module;
   std::int64_t vocab = 0;
@@ -127,21 +130,31 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
                                                            int microbatch_size,
                                                            Device* device,
                                                            bool st_overlap,
-                                                           std::int64_t st_tile) {
+                                                           std::int64_t st_tile,
+                                                           int tensor_size) {
   SF_ASSIGN_OR_RETURN(models::StageLayers layers, OneLayerOf(model, kind));
+  SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(model, tensor_size));
   std::unique_ptr<LayerTimer> timer(new LayerTimer());
   timer->state_ = std::make_unique<State>(device);
+  TpShard tp;
+  if (tensor_size > 1) {
+    timer->state_->tp_group = MakeTimingTensorGroup(tensor_size);
+    tp = TpShard{0, tensor_size, timer->state_->tp_group.get()};
+  }
   SF_ASSIGN_OR_RETURN(timer->state_->module,
                       MakeStageModule<T>(model, layers,
                                          {.recompute = recompute,
                                           .seed = kSeed,
                                           .microbatch_size = microbatch_size,
                                           .st_overlap = st_overlap,
-                                          .st_tile = st_tile},
+                                          .st_tile = st_tile,
+                                          .tp = tp},
                                          &timer->state_->alloc));
   timer->state_->vocab = model.vocab_size();
   timer->state_->kind = kind;
   timer->state_->model = model;
+  // The phases over this rank's heads: the core sees H / TP of them.
+  if (tensor_size > 1) timer->state_->model.set_num_heads(model.num_heads() / tensor_size);
   timer->state_->family = RecurrenceFamily(model, kind);
   timer->state_->st_tile = st_tile;
   return timer;

@@ -76,14 +76,18 @@ class LayerTimer {
   // `st_overlap` (schedule.st_overlap): GDN and Mamba-3 layers run their
   // core split and overlapped (StageModuleOptions::st_overlap); `st_tile`
   // (schedule.st_tile): their core's ST tile B_V, in TimeOnce and in
-  // TimePhasesOnce alike (0: untiled).
+  // TimePhasesOnce alike (0: untiled). `tensor_size` (parallel.tensor_size):
+  // one tensor rank's share of the layer (its heads, MLP columns, vocabulary
+  // rows), its sums left out (MakeTimingTensorGroup); the phases over its
+  // heads. REQUIRES: models::CheckTensorParallelModel(model, tensor_size).
   static Result<std::unique_ptr<LayerTimer>> Make(const pb::ModelSpec& model,
                                                   models::LayerKind kind,
                                                   models::Recompute recompute,
                                                   int microbatch_size = 1,
                                                   Device* device = nullptr,
                                                   bool st_overlap = false,
-                                                  std::int64_t st_tile = 0);
+                                                  std::int64_t st_tile = 0,
+                                                  int tensor_size = 1);
   ~LayerTimer();
   LayerTimer(const LayerTimer&) = delete;
   LayerTimer& operator=(const LayerTimer&) = delete;

@@ -104,7 +104,7 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
       SF_ASSIGN_OR_RETURN(auto timer,
                           LayerTimer<T>::Make(request.model, kind, mode, request.microbatch_size,
                                               request.device, request.st_overlap,
-                                              request.st_tile));
+                                              request.st_tile, request.tensor_size));
       std::vector<Point> points = PointsOf(request, kind);
       const std::size_t n = points.size();
       timed.push_back(Timed<T>{kind, mode, std::move(timer), std::move(points),
@@ -177,6 +177,7 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   table.set_device(request.device != nullptr ? request.device->name() : "cpu");
   table.set_st_overlap(request.st_overlap);
   table.set_st_tile(static_cast<std::uint32_t>(std::max(0, request.st_tile)));
+  table.set_tensor_size(static_cast<std::uint32_t>(std::max(1, request.tensor_size)));
   const Status filled = request.dtype == "float64" ? Fill<double>(request, progress, &table)
                         : request.dtype == "bf16"  ? Fill<bf16>(request, progress, &table)
                                                    : Fill<float>(request, progress, &table);

@@ -44,6 +44,9 @@ struct ProfileRequest {
   // schedule.st_tile: the recurrence layers' ST tile B_V, in the whole-layer
   // times and the phases alike; recorded in CostTable.st_tile.
   int st_tile = 0;
+  // parallel.tensor_size: one tensor rank's share of each layer, its sums
+  // left out (LayerTimer); recorded in CostTable.tensor_size.
+  int tensor_size = 1;
 };
 
 // Called after each repetition and after the optimizer, with the count done
