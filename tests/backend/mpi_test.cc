@@ -240,10 +240,11 @@ struct RankMemory {
 };
 using Memories = std::map<std::pair<int, int>, RankMemory>;
 
-std::vector<double> ReadTpFiles(const std::string& prefix, int ranks, Parts* parts,
+// Reads "<prefix>.rank<r>" for r in `ranks` (every rank 0..n-1 by default).
+std::vector<double> ReadTpFiles(const std::string& prefix, std::vector<int> ranks, Parts* parts,
                                 Memories* memories = nullptr) {
   std::vector<double> losses;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r : ranks) {
     std::istringstream in(Slurp(prefix + ".rank" + std::to_string(r)));
     std::string kind;
     int tensor = 0, stage = 0;
@@ -279,6 +280,12 @@ std::vector<double> ReadTpFiles(const std::string& prefix, int ranks, Parts* par
     }
   }
   return losses;
+}
+
+std::vector<int> AllRanks(int n) {
+  std::vector<int> ranks(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  return ranks;
 }
 
 // The whole tensor from the TP ranks' parts (blocks along split_dim in rank
@@ -335,7 +342,7 @@ TEST_P(MpiTensorParallel, EqualsTheWholeModelInOneProcess) {
   const Finished f = RunFor(Mpirun(c.stages * c.tensors, argv), prefix);
   ASSERT_EQ(f.exit_code, 0) << f.err;
   Parts parts;
-  const std::vector<double> losses = ReadTpFiles(prefix, c.stages * c.tensors, &parts);
+  const std::vector<double> losses = ReadTpFiles(prefix, AllRanks(c.stages * c.tensors), &parts);
 
   // The whole model in one process.
   const TrainSetup setup = Take(MakeTrainSetup(MustResolve(TpScenario(c)), nullptr));
@@ -419,7 +426,7 @@ TEST_P(MpiTensorParallelMemory, EveryRankEqualsTheSimulator) {
   ASSERT_EQ(f.exit_code, 0) << f.err;
   Parts parts;
   Memories memories;
-  ReadTpFiles(prefix, c.stages * c.tensors, &parts, &memories);
+  ReadTpFiles(prefix, AllRanks(c.stages * c.tensors), &parts, &memories);
   ASSERT_EQ(memories.size(), static_cast<std::size_t>(c.stages * c.tensors));
 
   pb::Scenario s = TpScenario({c.model, c.tensors, c.stages, c.chunks});
@@ -450,6 +457,61 @@ INSTANTIATE_TEST_SUITE_P(
                       TpMemoryCase{"kda-hybrid-tiny", 2, 1, 2, "full", "host-grid"},
                       TpMemoryCase{"deltanet-tiny", 2, 2, 1, "none", "host-grid"},
                       TpMemoryCase{"mamba3-tiny", 4, 1, 2, "none", "cpu"}));
+
+// A TP x DP grid (P 1 x TP 2 x DP 2 = 4 ranks, world rank d TP + t) equals
+// the whole model's two replicas in one process; each replica's ranks hold
+// the same bits.
+TEST(MpiTensorParallel, WithDataParallelEqualsTheReplicasInOneProcess) {
+  const int TP = 2, D = 2;
+  const TpConfig c{"gdn-hybrid-tiny", TP, 1, 3};
+  const std::string prefix = TempPrefix("tp-dp");
+  const Finished f = RunFor(
+      Mpirun(TP * D, {SF_MPI_WORKER, "model=gdn-hybrid-tiny", "tensors=2", "replicas=2",
+                      "stages=1", "microbatches=2", "chunks=3", "seq_len=24", "steps=1",
+                      "out=" + prefix}),
+      prefix);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  Parts replica0, replica1;
+  const std::vector<double> losses = ReadTpFiles(prefix, {0, 1}, &replica0);
+  ReadTpFiles(prefix, {2, 3}, &replica1);
+  ASSERT_EQ(replica0.size(), replica1.size());
+  for (const auto& [key, by_rank] : replica0) {
+    for (const auto& [t, part] : by_rank) {
+      EXPECT_EQ(part.values, replica1.at(key).at(t).values) << key << " tensor rank " << t;
+    }
+  }
+
+  pb::Scenario s = TpScenario(c);
+  s.mutable_parallel()->set_data_size(D);
+  const TrainSetup setup = Take(MakeTrainSetup(MustResolve(s), nullptr));
+  StageModuleFactory<double> factory = [&setup](int, const models::StageLayers& layers,
+                                                TrackingAllocator* alloc) {
+    return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11},
+                                   alloc);
+  };
+  const TextData text = Take(TextData::Load(kDefaultTextPath));
+  TrainOptions options;
+  options.seed = 3;
+  auto trainer = Take(Trainer<double>::Make(setup, options, text, factory,
+                                            Take(MakeSingleProcessTransport<double>(1, D))));
+  TrainRun run = Train(*trainer, 1, nullptr);
+  ASSERT_TRUE(run.status.ok()) << run.status.message();
+  ASSERT_EQ(losses.size(), 1u);
+  EXPECT_LT(RelError(losses, {run.steps[0].loss}), 1e-12);
+  // Replica 0's module in one process (local endpoint 0).
+  for (const char* what : {"param", "grad"}) {
+    Named one;
+    Collect(trainer->module(0), std::string(what) == "grad", &one);
+    Named assembled;
+    for (const auto& [key, by_rank] : replica0) {
+      if (key.rfind(std::string(what) + " ", 0) != 0) continue;
+      std::vector<double> whole;
+      ASSERT_TRUE(Assemble(key, by_rank, TP, &whole));
+      assembled[key.substr(std::string(what).size() + 1)] = std::move(whole);
+    }
+    EXPECT_TRUE(SameNamed(assembled, one, 1e-12)) << what;
+  }
+}
 
 TEST(MpiTensorParallel, RankCountDifferentFromTheGridFailsNamingIt) {
   const std::string prefix = TempPrefix("tp-ranks");
