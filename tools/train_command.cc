@@ -525,15 +525,6 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
   }
   Result<Prepared> prepared = Prepare(flags, ranks_on_node, mpi);
   if (!prepared.ok()) return FailOnce(rank, prepared.status());
-  // Refused before the first step, not at the first checkpoint (the trainer
-  // refuses it there too).
-  if (prepared->setup.distributed_optimizer && prepared->setup.data_size > 1 &&
-      (!flags.checkpoint_dir.empty() || !flags.resume_dir.empty())) {
-    return FailOnce(rank, Status::Invalid(
-        std::string(flags.checkpoint_dir.empty() ? "--resume" : "--checkpoint") +
-        ": checkpoints of the distributed optimizer's shards (parallel.distributed_optimizer "
-        "at data_size " + std::to_string(prepared->setup.data_size) + ") are not built yet"));
-  }
   if (prepared->setup.tensor_size > 1) {
     const int tp = prepared->setup.tensor_size;
     Status refused = Status::Ok();
@@ -547,11 +538,6 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
       refused = Status::Invalid("parallel.tensor_size " + std::to_string(tp) +
                                 ": tensor parallelism runs on the cpu and host-grid devices "
                                 "(its sums are in host memory); not yet on cuda");
-    } else if (!flags.checkpoint_dir.empty() || !flags.resume_dir.empty()) {
-      refused = Status::Invalid(
-          std::string(flags.checkpoint_dir.empty() ? "--resume" : "--checkpoint") +
-          ": checkpoints of tensor-parallel shards (parallel.tensor_size " + std::to_string(tp) +
-          ") are not built yet");
     }
     if (!refused.ok()) return FailOnce(rank, refused);
   }

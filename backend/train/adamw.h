@@ -74,9 +74,9 @@ class AdamW {
   bool sharded() const { return sharded_; }
 
   // For checkpoints (checkpoint.h): the parameters in order, the moments of
-  // parameter k (same shape), and restoring the step counter (bias
-  // corrections use it). REQUIRES: k < params().size(), steps >= 0, and
-  // !sharded() for the moments and masters.
+  // piece k (pieces(); unsharded, parameter k, same shape), and restoring
+  // the step counter (bias corrections use it). REQUIRES: k < pieces().size()
+  // for the moments and masters, steps >= 0.
   const std::vector<ParamRef<T>>& params() const { return params_; }
   Tensor<MasterOf<T>>& first_moment(std::size_t k) { return m_[k]; }
   Tensor<MasterOf<T>>& second_moment(std::size_t k) { return v_[k]; }
@@ -86,15 +86,20 @@ class AdamW {
   void NarrowMasters();
   void set_steps_taken(int steps) { steps_taken_ = steps; }
 
- private:
-  AdamW(std::vector<ParamRef<T>> params, const AdamWOptions& options, Device* device)
-      : params_(std::move(params)), options_(options), device_(device) {}
-
   // The part of parameter `param` it updates: elements [offset, offset + count).
   struct Piece {
     std::size_t param = 0;
     std::int64_t offset = 0, count = 0;
   };
+  // What it owns, in params order: unsharded, every parameter whole (piece k
+  // is parameter k); sharded, its range's pieces. Piece j's moments (and
+  // masters) are first_moment(j), second_moment(j) (master(j)), count
+  // elements each.
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
+ private:
+  AdamW(std::vector<ParamRef<T>> params, const AdamWOptions& options, Device* device)
+      : params_(std::move(params)), options_(options), device_(device) {}
 
   std::vector<ParamRef<T>> params_;
   std::vector<Piece> pieces_;  // unsharded: one per parameter, whole

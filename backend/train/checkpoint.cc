@@ -20,7 +20,9 @@
 namespace stateflow::backend {
 namespace {
 
-constexpr char kMagic[] = "stateflow-checkpoint 1";
+// 2: the body lists pieces (a parameter range each), so that a distributed
+// optimizer's shard is a file (1 held whole parameters only).
+constexpr char kMagic[] = "stateflow-checkpoint 2";
 constexpr char kManifest[] = "MANIFEST";
 // Parameters, moments and headers of the backend's models: far below this.
 constexpr std::int64_t kMaxCheckpointBytes = std::int64_t{16} << 30;
@@ -52,6 +54,8 @@ std::vector<std::pair<std::string, std::string>> KeyFields(const CheckpointKey& 
           {"parallel.pipeline_size", std::to_string(k.stages)},
           {"parallel.microbatches", std::to_string(k.microbatches)},
           {"parallel.data_size", std::to_string(k.data_size)},
+          {"parallel.tensor_size", std::to_string(k.tensor_size)},
+          {"parallel.distributed_optimizer", k.distributed_optimizer ? "true" : "false"},
           {"schedule.chunks", std::to_string(k.chunks)},
           {"parallel.microbatch_size", std::to_string(k.microbatch_size)},
           {"seq_len", std::to_string(k.seq_len)},
@@ -138,11 +142,14 @@ Status CheckFields(const std::map<std::string, std::string>& got,
 std::vector<std::pair<std::string, std::string>> StageFields(const CheckpointKey& key,
                                                              int stage,
                                                              const models::StageLayers& layers,
-                                                             int step, std::size_t params) {
+                                                             int step, std::size_t params,
+                                                             const CheckpointPart& part) {
   auto fields = KeyFields(key);
   fields.insert(fields.end(), {{"stage", std::to_string(stage)},
                                {"stage.layers", std::to_string(layers.first) + "-" +
                                                     std::to_string(layers.last)},
+                               {"tensor_rank", std::to_string(std::max(0, part.tensor_rank))},
+                               {"shard", std::to_string(part.shard)},
                                {"step", std::to_string(step)},
                                {"parameters", std::to_string(params)}});
   return fields;
@@ -193,6 +200,8 @@ CheckpointKey MakeCheckpointKey(const TrainSetup& setup, const TrainOptions& opt
   k.stages = setup.stages;
   k.microbatches = setup.microbatches;
   k.data_size = setup.data_size;
+  k.tensor_size = setup.tensor_size;
+  k.distributed_optimizer = setup.distributed_optimizer && setup.data_size > 1;
   k.chunks = setup.partition.num_chunks();
   k.microbatch_size = setup.microbatch_size;
   k.seq_len = setup.seq_len;
@@ -227,35 +236,67 @@ std::string DtypeName<bf16>() {
 
 std::string CheckpointManifestPath(const std::string& dir) { return dir + "/" + kManifest; }
 
-std::string StageCheckpointPath(const std::string& dir, int stage, int step) {
-  return dir + "/stage-" + std::to_string(stage) + ".step-" + std::to_string(step) + ".ckpt";
+std::string CheckpointPart::Suffix() const {
+  std::string s;
+  if (tensor_rank >= 0) s += ".tp-" + std::to_string(tensor_rank);
+  if (shard >= 0) s += ".shard-" + std::to_string(shard);
+  return s;
 }
 
-// The first of a parameter's three stored tensors: its value, or in bf16
-// its fp32 master weights (the value is their rounding: AdamW::NarrowMasters).
+std::string StageCheckpointPath(const std::string& dir, int stage, int step,
+                                const CheckpointPart& part) {
+  return dir + "/stage-" + std::to_string(stage) + part.Suffix() + ".step-" +
+         std::to_string(step) + ".ckpt";
+}
+
+namespace {
+
+// Piece j's stored weights on the host: in bf16 its fp32 master weights
+// (the value is their rounding: AdamW::NarrowMasters), else its range of the
+// parameter's value.
 template <typename T>
-Tensor<MasterOf<T>>* StoredWeights(AdamW<T>& opt, std::size_t k) {
+std::vector<MasterOf<T>> StoredWeights(AdamW<T>& opt, std::size_t j) {
   if constexpr (kHasMaster<T>) {
-    return &opt.master(k);
+    return opt.master(j).ToHost();
   } else {
-    return opt.params()[k].value;
+    const auto& piece = opt.pieces()[j];
+    const std::vector<T> whole = opt.params()[piece.param].value->ToHost();
+    return std::vector<T>(whole.begin() + piece.offset,
+                          whole.begin() + piece.offset + piece.count);
   }
 }
 
+// Elements [offset, offset + values.size()) of `t` = values.
+template <typename V>
+void WriteRange(Tensor<V>* t, std::int64_t offset, const std::vector<V>& values) {
+  std::vector<V> host = t->ToHost();
+  std::copy(values.begin(), values.end(), host.begin() + offset);
+  t->FromHost(host);
+}
+
+}  // namespace
+
 template <typename T>
 std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
-                                  const models::StageLayers& layers, int step, AdamW<T>& opt) {
+                                  const models::StageLayers& layers, int step, AdamW<T>& opt,
+                                  const CheckpointPart& part) {
   const std::vector<ParamRef<T>>& params = opt.params();
-  std::string out = Header(StageFields(key, stage, layers, step, params.size()));
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    Put(static_cast<std::uint32_t>(params[k].name.size()), &out);
-    out += params[k].name;
-    const std::int64_t n = params[k].value->numel();
-    Put(n, &out);
-    using M = MasterOf<T>;
-    for (const Tensor<M>* t : {StoredWeights(opt, k), &opt.first_moment(k), &opt.second_moment(k)}) {
-      const std::vector<M> host = t->ToHost();  // from the tensor's device
-      out.append(reinterpret_cast<const char*>(host.data()), sizeof(M) * n);
+  auto fields = StageFields(key, stage, layers, step, params.size(), part);
+  fields.emplace_back("pieces", std::to_string(opt.pieces().size()));
+  std::string out = Header(fields);
+  using M = MasterOf<T>;
+  for (std::size_t j = 0; j < opt.pieces().size(); ++j) {
+    const auto& piece = opt.pieces()[j];
+    const std::string& name = params[piece.param].name;
+    Put(static_cast<std::uint32_t>(name.size()), &out);
+    out += name;
+    Put(static_cast<std::uint32_t>(piece.param), &out);
+    Put(static_cast<std::int64_t>(params[piece.param].value->numel()), &out);
+    Put(piece.offset, &out);
+    Put(piece.count, &out);
+    for (const std::vector<M>& host :
+         {StoredWeights(opt, j), opt.first_moment(j).ToHost(), opt.second_moment(j).ToHost()}) {
+      out.append(reinterpret_cast<const char*>(host.data()), sizeof(M) * host.size());
     }
   }
   Put(static_cast<std::int64_t>(opt.steps_taken()), &out);
@@ -265,12 +306,31 @@ std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
 
 namespace {
 
-// DecodeStageCheckpoint, and with `apply` false the same checks without
-// touching `opt` (the read-back of a file just written).
+// One piece of a file: parameter `param` elements [offset, offset + count).
+template <typename M>
+struct FilePiece {
+  std::size_t param = 0;
+  std::int64_t offset = 0, count = 0;
+  std::vector<M> stored, m, v;  // count each
+};
+
+template <typename M>
+struct FileContents {
+  std::vector<FilePiece<M>> pieces;
+  std::int64_t steps_taken = 0;
+};
+
+// Parses and checks `bytes` (from `path`) as part `part` of stage `stage`:
+// the checksum, the key, the parameters' names and sizes, pieces inside
+// them; with `own`, the pieces must be `opt`'s own. `values` false: checks
+// only (the read-back of a file just written).
 template <typename T>
-Status DecodeInto(std::string_view bytes, const std::string& path, const CheckpointKey& key,
-                  int stage, const models::StageLayers& layers, int step, AdamW<T>* opt,
-                  bool apply) {
+Result<FileContents<MasterOf<T>>> ParseStageFile(std::string_view bytes, const std::string& path,
+                                                 const CheckpointKey& key, int stage,
+                                                 const models::StageLayers& layers, int step,
+                                                 const AdamW<T>& opt, const CheckpointPart& part,
+                                                 bool own, bool values) {
+  using M = MasterOf<T>;
   std::uint64_t stored = 0;
   if (bytes.size() < sizeof(stored)) {
     return Status::Invalid(path + ": truncated checkpoint (" + std::to_string(bytes.size()) +
@@ -283,57 +343,111 @@ Status DecodeInto(std::string_view bytes, const std::string& path, const Checkpo
   }
   std::size_t end = 0;
   SF_ASSIGN_OR_RETURN(auto fields, ParseHeader(body, path, &end));
-  const std::vector<ParamRef<T>>& params = opt->params();
-  SF_RETURN_IF_ERROR(CheckFields(fields, StageFields(key, stage, layers, step, params.size()),
+  const std::vector<ParamRef<T>>& params = opt.params();
+  SF_RETURN_IF_ERROR(CheckFields(fields, StageFields(key, stage, layers, step, params.size(), part),
                                  path, key.may_differ));
-  // Read everything before writing anything into `opt`.
+  auto pieces_field = fields.find("pieces");
+  char* rest = nullptr;
+  const long long count =
+      pieces_field == fields.end() ? -1 : std::strtoll(pieces_field->second.c_str(), &rest, 10);
+  if (count < 0 || rest == nullptr || *rest != '\0' ||
+      count > static_cast<long long>(2 * params.size() + 2) ||
+      (own && count != static_cast<long long>(opt.pieces().size()))) {
+    return Status::Invalid(path + ": corrupt checkpoint (pieces)");
+  }
   Reader in(body.substr(end));
-  using M = MasterOf<T>;
-  std::vector<std::vector<M>> data(params.size());
-  const std::string corrupt = path + ": corrupt checkpoint (parameter ";
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    std::uint32_t name_size = 0;
-    std::int64_t n = 0;
+  FileContents<M> contents;
+  const std::string corrupt = path + ": corrupt checkpoint (piece ";
+  for (long long j = 0; j < count; ++j) {
+    std::uint32_t name_size = 0, param = 0;
+    std::int64_t numel = 0;
+    FilePiece<M> piece;
     std::string name;
     if (!in.Get(&name_size) || name_size > 4096) {
-      return Status::Invalid(corrupt + params[k].name + ")");
+      return Status::Invalid(corrupt + std::to_string(j) + ")");
     }
     name.resize(name_size);
-    if (!in.Raw(name.data(), name_size) || !in.Get(&n)) {
-      return Status::Invalid(corrupt + params[k].name + ")");
+    if (!in.Raw(name.data(), name_size) || !in.Get(&param) || !in.Get(&numel) ||
+        !in.Get(&piece.offset) || !in.Get(&piece.count)) {
+      return Status::Invalid(corrupt + std::to_string(j) + ")");
     }
-    if (name != params[k].name || n != params[k].value->numel()) {
-      return Status::Invalid(path + ": the checkpoint's parameter " + std::to_string(k) + " is " +
-                             name + " of " + std::to_string(n) + " elements, this run's " +
-                             params[k].name + " of " +
-                             std::to_string(params[k].value->numel()));
+    if (param >= params.size() || name != params[param].name ||
+        numel != params[param].value->numel()) {
+      return Status::Invalid(path + ": the checkpoint's piece " + std::to_string(j) + " is of " +
+                             name + " (" + std::to_string(numel) + " elements), not of this " +
+                             "run's parameter " + std::to_string(param) + " " +
+                             (param < params.size()
+                                  ? params[param].name + " (" +
+                                        std::to_string(params[param].value->numel()) +
+                                        " elements)"
+                                  : std::string("(none)")));
     }
-    const std::size_t values = static_cast<std::size_t>(3 * n);
-    if (!apply) {
-      if (!in.Skip(sizeof(M) * values)) return Status::Invalid(corrupt + params[k].name + ")");
+    if (piece.offset < 0 || piece.count < 0 || piece.offset + piece.count > numel) {
+      return Status::Invalid(corrupt + std::to_string(j) + ": range)");
+    }
+    piece.param = param;
+    if (own) {
+      const auto& mine = opt.pieces()[static_cast<std::size_t>(j)];
+      if (mine.param != piece.param || mine.offset != piece.offset || mine.count != piece.count) {
+        return Status::Invalid(path + ": the checkpoint's piece " + std::to_string(j) + " of " +
+                               name + " is elements [" + std::to_string(piece.offset) + ", " +
+                               std::to_string(piece.offset + piece.count) + "), this run's [" +
+                               std::to_string(mine.offset) + ", " +
+                               std::to_string(mine.offset + mine.count) + ")");
+      }
+    }
+    const std::size_t n = static_cast<std::size_t>(piece.count);
+    if (!values) {
+      if (!in.Skip(3 * sizeof(M) * n)) return Status::Invalid(corrupt + std::to_string(j) + ")");
       continue;
     }
-    data[k].resize(values);
-    if (!in.Raw(data[k].data(), sizeof(M) * data[k].size())) {
-      return Status::Invalid(corrupt + params[k].name + ")");
+    for (std::vector<M>* t : {&piece.stored, &piece.m, &piece.v}) {
+      t->resize(n);
+      if (!in.Raw(t->data(), sizeof(M) * n)) {
+        return Status::Invalid(corrupt + std::to_string(j) + ")");
+      }
     }
+    contents.pieces.push_back(std::move(piece));
   }
   std::int64_t steps_taken = 0;
   if (!in.Get(&steps_taken) || !in.at_end() || steps_taken < 0 || steps_taken > (1 << 30)) {
     return Status::Invalid(path + ": corrupt checkpoint (optimizer step)");
   }
-  if (!apply) return Status::Ok();
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    const std::size_t n = data[k].size() / 3;
-    Tensor<M>* targets[] = {StoredWeights(*opt, k), &opt->first_moment(k),
-                            &opt->second_moment(k)};
-    for (int t = 0; t < 3; ++t) {
-      targets[t]->FromHost(std::vector<M>(data[k].begin() + t * n, data[k].begin() + (t + 1) * n));
+  contents.steps_taken = steps_taken;
+  return contents;
+}
+
+// Puts an own file's pieces into `opt` (weights, moments, masters, the step
+// counter).
+template <typename T>
+void ApplyOwn(const FileContents<MasterOf<T>>& c, AdamW<T>* opt) {
+  for (std::size_t j = 0; j < c.pieces.size(); ++j) {
+    const FilePiece<MasterOf<T>>& p = c.pieces[j];
+    if constexpr (kHasMaster<T>) {
+      opt->master(j).FromHost(p.stored);
+    } else {
+      WriteRange(opt->params()[p.param].value, p.offset, p.stored);
     }
+    opt->first_moment(j).FromHost(p.m);
+    opt->second_moment(j).FromHost(p.v);
   }
   opt->NarrowMasters();  // bf16: the values the layers read; else nothing
-  opt->set_steps_taken(static_cast<int>(steps_taken));
-  return Status::Ok();
+  opt->set_steps_taken(static_cast<int>(c.steps_taken));
+}
+
+// Puts another shard's pieces into the parameters' values only (the ranges
+// its owner updates; in bf16 its masters rounded, as the owner's Narrow).
+template <typename T>
+void ApplyValues(const FileContents<MasterOf<T>>& c, AdamW<T>* opt) {
+  for (const FilePiece<MasterOf<T>>& p : c.pieces) {
+    if constexpr (kHasMaster<T>) {
+      std::vector<T> narrow(p.stored.size());
+      for (std::size_t e = 0; e < narrow.size(); ++e) narrow[e] = T(p.stored[e]);
+      WriteRange(opt->params()[p.param].value, p.offset, narrow);
+    } else {
+      WriteRange(opt->params()[p.param].value, p.offset, p.stored);
+    }
+  }
 }
 
 }  // namespace
@@ -341,18 +455,23 @@ Status DecodeInto(std::string_view bytes, const std::string& path, const Checkpo
 template <typename T>
 Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
                              const CheckpointKey& key, int stage,
-                             const models::StageLayers& layers, int step, AdamW<T>* opt) {
-  return DecodeInto(bytes, path, key, stage, layers, step, opt, /*apply=*/true);
+                             const models::StageLayers& layers, int step, AdamW<T>* opt,
+                             const CheckpointPart& part) {
+  SF_ASSIGN_OR_RETURN(auto contents, ParseStageFile(bytes, path, key, stage, layers, step, *opt,
+                                                    part, /*own=*/true, /*values=*/true));
+  ApplyOwn(contents, opt);
+  return Status::Ok();
 }
 
 template <typename T>
 Status WriteStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
-                            const models::StageLayers& layers, int step, AdamW<T>& opt) {
+                            const models::StageLayers& layers, int step, AdamW<T>& opt,
+                            const CheckpointPart& part) {
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return ReadErrno(dir + ": cannot make the checkpoint directory");
   }
-  const std::string path = StageCheckpointPath(dir, stage, step);
-  const std::string bytes = EncodeStageCheckpoint(key, stage, layers, step, opt);
+  const std::string path = StageCheckpointPath(dir, stage, step, part);
+  const std::string bytes = EncodeStageCheckpoint(key, stage, layers, step, opt, part);
   SF_RETURN_IF_ERROR(WriteFileDurably(path, bytes));
   // Read back as --resume reads it (issue 31: written files mean what they
   // say): the file holds these bytes, and they decode for this run.
@@ -360,8 +479,9 @@ Status WriteStageCheckpoint(const std::string& dir, const CheckpointKey& key, in
   if (back != bytes) {
     return Status::Resource(path + ": the file read back differs from what was written");
   }
-  const Status decoded = DecodeInto(back, path, key, stage, layers, step, &opt, /*apply=*/false);
-  if (!decoded.ok()) return Status::Internal("checkpoint read back: " + decoded.message());
+  const auto decoded = ParseStageFile(back, path, key, stage, layers, step, opt, part,
+                                      /*own=*/true, /*values=*/false);
+  if (!decoded.ok()) return Status::Internal("checkpoint read back: " + decoded.status().message());
   return Status::Ok();
 }
 
@@ -402,14 +522,37 @@ Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& 
 
 template <typename T>
 Status ReadStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
-                           const models::StageLayers& layers, int step, AdamW<T>* opt) {
-  const std::string path = StageCheckpointPath(dir, stage, step);
-  SF_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, kMaxCheckpointBytes));
-  return DecodeStageCheckpoint(bytes, path, key, stage, layers, step, opt);
+                           const models::StageLayers& layers, int step, AdamW<T>* opt,
+                           const CheckpointPart& part) {
+  if (part.shard < 0) {
+    const std::string path = StageCheckpointPath(dir, stage, step, part);
+    SF_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, kMaxCheckpointBytes));
+    return DecodeStageCheckpoint(bytes, path, key, stage, layers, step, opt, part);
+  }
+  // A shard: every replica's file of this stage (and tensor rank), its own
+  // whole, the others' parameter ranges; all read and checked before any is
+  // applied.
+  std::vector<FileContents<MasterOf<T>>> files;
+  for (int d = 0; d < key.data_size; ++d) {
+    CheckpointPart other = part;
+    other.shard = d;
+    const std::string path = StageCheckpointPath(dir, stage, step, other);
+    SF_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, kMaxCheckpointBytes));
+    SF_ASSIGN_OR_RETURN(auto contents,
+                        ParseStageFile(bytes, path, key, stage, layers, step, *opt, other,
+                                       /*own=*/d == part.shard, /*values=*/true));
+    files.push_back(std::move(contents));
+  }
+  for (int d = 0; d < key.data_size; ++d) {
+    if (d != part.shard) ApplyValues(files[static_cast<std::size_t>(d)], opt);
+  }
+  ApplyOwn(files[static_cast<std::size_t>(part.shard)], opt);
+  return Status::Ok();
 }
 
-void RemoveStaleStageCheckpoints(const std::string& dir, int stage, int keep_step) {
-  const std::string prefix = "stage-" + std::to_string(stage) + ".step-";
+void RemoveStaleStageCheckpoints(const std::string& dir, int stage, int keep_step,
+                                 const CheckpointPart& part) {
+  const std::string prefix = "stage-" + std::to_string(stage) + part.Suffix() + ".step-";
   const std::string keep = prefix + std::to_string(keep_step) + ".ckpt";
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -418,34 +561,23 @@ void RemoveStaleStageCheckpoints(const std::string& dir, int stage, int keep_ste
   }
 }
 
-template std::string EncodeStageCheckpoint<float>(const CheckpointKey&, int,
-                                                  const models::StageLayers&, int, AdamW<float>&);
-template std::string EncodeStageCheckpoint<double>(const CheckpointKey&, int,
-                                                   const models::StageLayers&, int,
-                                                   AdamW<double>&);
-template Status DecodeStageCheckpoint<float>(std::string_view, const std::string&,
-                                             const CheckpointKey&, int,
-                                             const models::StageLayers&, int, AdamW<float>*);
-template Status DecodeStageCheckpoint<double>(std::string_view, const std::string&,
-                                              const CheckpointKey&, int,
-                                              const models::StageLayers&, int, AdamW<double>*);
-template Status WriteStageCheckpoint<float>(const std::string&, const CheckpointKey&, int,
-                                            const models::StageLayers&, int, AdamW<float>&);
-template Status WriteStageCheckpoint<double>(const std::string&, const CheckpointKey&, int,
-                                             const models::StageLayers&, int, AdamW<double>&);
-template Status ReadStageCheckpoint<float>(const std::string&, const CheckpointKey&, int,
-                                           const models::StageLayers&, int, AdamW<float>*);
-template Status ReadStageCheckpoint<double>(const std::string&, const CheckpointKey&, int,
-                                            const models::StageLayers&, int, AdamW<double>*);
-template std::string EncodeStageCheckpoint<bf16>(const CheckpointKey&, int,
-                                                   const models::StageLayers&, int,
-                                                   AdamW<bf16>&);
-template Status DecodeStageCheckpoint<bf16>(std::string_view, const std::string&,
-                                              const CheckpointKey&, int,
-                                              const models::StageLayers&, int, AdamW<bf16>*);
-template Status WriteStageCheckpoint<bf16>(const std::string&, const CheckpointKey&, int,
-                                             const models::StageLayers&, int, AdamW<bf16>&);
-template Status ReadStageCheckpoint<bf16>(const std::string&, const CheckpointKey&, int,
-                                            const models::StageLayers&, int, AdamW<bf16>*);
+#define SF_INSTANTIATE(T)                                                                   \
+  template std::string EncodeStageCheckpoint<T>(const CheckpointKey&, int,                 \
+                                                const models::StageLayers&, int, AdamW<T>&, \
+                                                const CheckpointPart&);                    \
+  template Status DecodeStageCheckpoint<T>(std::string_view, const std::string&,           \
+                                           const CheckpointKey&, int,                      \
+                                           const models::StageLayers&, int, AdamW<T>*,     \
+                                           const CheckpointPart&);                         \
+  template Status WriteStageCheckpoint<T>(const std::string&, const CheckpointKey&, int,   \
+                                          const models::StageLayers&, int, AdamW<T>&,      \
+                                          const CheckpointPart&);                          \
+  template Status ReadStageCheckpoint<T>(const std::string&, const CheckpointKey&, int,    \
+                                         const models::StageLayers&, int, AdamW<T>*,       \
+                                         const CheckpointPart&);
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(double)
+SF_INSTANTIATE(bf16)
+#undef SF_INSTANTIATE
 
 }  // namespace stateflow::backend

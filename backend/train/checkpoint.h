@@ -10,8 +10,11 @@
 // run names it (CheckpointKey::may_differ, train --resume-change), and the
 // change is reported.
 //
-// A checkpoint directory holds, per checkpoint step k, one file per stage,
-// `stage-<r>.step-<k>.ckpt`, and one `MANIFEST` naming the step. Every file is
+// A checkpoint directory holds, per checkpoint step k, one file per stage
+// part, `stage-<r>[.tp-<t>][.shard-<d>].step-<k>.ckpt` (CheckpointPart: under
+// tensor parallelism each tensor rank's parameters; with the distributed
+// optimizer each data-parallel replica's shard of the optimizer state and
+// the parameter ranges it updates), and one `MANIFEST` naming the step. Every file is
 // written durably (common/files.h WriteFileDurably: temporary file, fsync,
 // rename); the manifest is written only after every stage file of step k is
 // in place, and older stage files are removed only after that. A run killed
@@ -19,13 +22,19 @@
 // manifest at all).
 //
 // Stage file: a text header of `key value` lines (the CheckpointKey, the
-// stage, its layers, the step, the parameter count) ending in `end`, then
-// per parameter its name, element count, values, first and second moments
-// (raw T, this machine's byte order), then AdamW's step counter, then an
-// FNV-1a 64 checksum of all the bytes before it. Reading checks the
+// stage, its layers, the part, the step, the parameter and piece counts)
+// ending in `end`, then per piece (a range of one parameter: the whole
+// parameter unless the optimizer is sharded) the parameter's name, index and
+// element count, the range, its values (bf16: fp32 masters), first and second
+// moments (raw, this machine's byte order), then AdamW's step counter, then
+// an FNV-1a 64 checksum of all the bytes before it. Reading checks the
 // checksum first (a truncated or corrupted file is one error), then that
-// every key matches this run (an error naming the first that differs), then
-// every parameter's name and size.
+// every key matches this run (an error naming the first that differs: a
+// resume on another grid names parallel.tensor_size, data_size or
+// distributed_optimizer), then every piece's parameter, size and range. A
+// shard's resume reads every replica's file of its stage: its own whole, the
+// others' parameter ranges (so each replica holds the whole parameters, as
+// after a step's all-gather).
 //
 // Not a format for other programs and not portable across byte orders.
 //
@@ -54,6 +63,8 @@ struct CheckpointKey {
   int stages = 1;                  // P
   int microbatches = 1;            // M (per replica)
   int data_size = 1;               // D
+  int tensor_size = 1;             // TP
+  bool distributed_optimizer = false;  // at D > 1: shards, one file per replica
   int chunks = 1;                  // N
   int microbatch_size = 1;         // B
   std::int64_t seq_len = 1;        // T
@@ -85,14 +96,23 @@ CheckpointKey MakeCheckpointKey(const TrainSetup& setup, const TrainOptions& opt
 template <typename T>
 std::string DtypeName();
 
+// Which part of a stage a file holds (see the header comment).
+struct CheckpointPart {
+  int tensor_rank = -1;  // >= 0 under tensor parallelism
+  int shard = -1;        // >= 0: the distributed optimizer's replica d
+  std::string Suffix() const;  // "", ".tp-1", ".shard-0", ".tp-1.shard-0"
+};
+
 std::string CheckpointManifestPath(const std::string& dir);
-std::string StageCheckpointPath(const std::string& dir, int stage, int step);
+std::string StageCheckpointPath(const std::string& dir, int stage, int step,
+                                const CheckpointPart& part = {});
 
 // The stage file's bytes (see the header comment); `step` is the step the
 // run continues from (the number of steps done).
 template <typename T>
 std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
-                                  const models::StageLayers& layers, int step, AdamW<T>& opt);
+                                  const models::StageLayers& layers, int step, AdamW<T>& opt,
+                                  const CheckpointPart& part = {});
 
 // Reads `bytes` (from `path`, for messages) into `opt`'s parameters, moments
 // and step counter. Errors (kInvalidInput, one line starting with `path`):
@@ -102,13 +122,15 @@ std::string EncodeStageCheckpoint(const CheckpointKey& key, int stage,
 template <typename T>
 Status DecodeStageCheckpoint(std::string_view bytes, const std::string& path,
                              const CheckpointKey& key, int stage,
-                             const models::StageLayers& layers, int step, AdamW<T>* opt);
+                             const models::StageLayers& layers, int step, AdamW<T>* opt,
+                             const CheckpointPart& part = {});
 
 // Writes stage `stage`'s file of step `step` in `dir` durably, making `dir`
 // if needed.
 template <typename T>
 Status WriteStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
-                            const models::StageLayers& layers, int step, AdamW<T>& opt);
+                            const models::StageLayers& layers, int step, AdamW<T>& opt,
+                            const CheckpointPart& part = {});
 
 // Writes the manifest naming step `step`. REQUIRES: every stage's file of
 // that step is written.
@@ -121,13 +143,16 @@ Status WriteCheckpointManifest(const std::string& dir, const CheckpointKey& key,
 Result<int> ReadCheckpointManifest(const std::string& dir, const CheckpointKey& key,
                                    std::vector<std::string>* changed = nullptr);
 
-// Reads stage `stage`'s file of step `step` into `opt`.
+// Reads stage `stage`'s part `part` of step `step` into `opt` (a shard: every
+// replica's file, see the header comment).
 template <typename T>
 Status ReadStageCheckpoint(const std::string& dir, const CheckpointKey& key, int stage,
-                           const models::StageLayers& layers, int step, AdamW<T>* opt);
+                           const models::StageLayers& layers, int step, AdamW<T>* opt,
+                           const CheckpointPart& part = {});
 
 // Removes stage `stage`'s files of steps other than `keep_step` (and stale
 // temporary files). Best effort: the files are no longer referenced.
-void RemoveStaleStageCheckpoints(const std::string& dir, int stage, int keep_step);
+void RemoveStaleStageCheckpoints(const std::string& dir, int stage, int keep_step,
+                                 const CheckpointPart& part = {});
 
 }  // namespace stateflow::backend

@@ -573,21 +573,13 @@ template <typename T>
 Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step, bool* on_every_rank) {
   const CheckpointKey key = checkpoint_key();
   Status written = Status::Ok();
-  if (tensor_group_->size() > 1) {
-    written = Status::Invalid("checkpoints of tensor-parallel shards (parallel.tensor_size " +
-                              std::to_string(tensor_group_->size()) + ") are not written yet");
-  }
   for (std::unique_ptr<LocalStage>& local : stages_) {
     if (!written.ok()) break;
-    if (local->optimizer->sharded()) {
-      written = Status::Invalid("checkpoints of the distributed optimizer's shards "
-                                "(parallel.distributed_optimizer at data_size " +
-                                std::to_string(setup_.data_size) + ") are not written yet");
-      break;
-    }
-    if (local->replica != 0) continue;  // the replicas are equal: replica 0 writes
+    // The replicas are equal but for a distributed optimizer's shards:
+    // replica 0 writes, or every replica its shard.
+    if (local->replica != 0 && !local->optimizer->sharded()) continue;
     written = WriteStageCheckpoint<T>(dir, key, local->stage, setup_.stage_layers[local->stage],
-                                      step, *local->optimizer);
+                                      step, *local->optimizer, CheckpointPartOf(*local));
   }
   if (on_every_rank != nullptr) *on_every_rank = false;  // until agreed
   SF_ASSIGN_OR_RETURN(Group::Agreement stages, group_->AgreeOrFail(written));
@@ -600,7 +592,9 @@ Status Trainer<T>::SaveCheckpoint(const std::string& dir, int step, bool* on_eve
   if (on_every_rank != nullptr) *on_every_rank = true;
   SF_RETURN_IF_ERROR(manifest.status);
   for (std::unique_ptr<LocalStage>& local : stages_) {
-    if (local->replica == 0) RemoveStaleStageCheckpoints(dir, local->stage, step);
+    if (local->replica == 0 || local->optimizer->sharded()) {
+      RemoveStaleStageCheckpoints(dir, local->stage, step, CheckpointPartOf(*local));
+    }
   }
   return Status::Ok();
 }
@@ -610,23 +604,21 @@ Result<int> Trainer<T>::LoadCheckpoint(const std::string& dir, std::vector<std::
   const CheckpointKey key = checkpoint_key();
   Result<int> step = ReadCheckpointManifest(dir, key, changed);
   Status loaded = step.status();
-  if (loaded.ok() && tensor_group_->size() > 1) {
-    loaded = Status::Invalid("resuming tensor-parallel shards (parallel.tensor_size " +
-                             std::to_string(tensor_group_->size()) + ") is not built yet");
-  }
   for (std::unique_ptr<LocalStage>& local : stages_) {
     if (!loaded.ok()) break;
-    if (local->optimizer->sharded()) {
-      loaded = Status::Invalid("resuming the distributed optimizer's shards "
-                               "(parallel.distributed_optimizer at data_size " +
-                               std::to_string(setup_.data_size) + ") is not built yet");
-      break;
-    }
     loaded = ReadStageCheckpoint<T>(dir, key, local->stage, setup_.stage_layers[local->stage],
-                                    *step, &*local->optimizer);
+                                    *step, &*local->optimizer, CheckpointPartOf(*local));
   }
   SF_RETURN_IF_ERROR(group_->Agree(loaded));
   return *step;
+}
+
+template <typename T>
+CheckpointPart Trainer<T>::CheckpointPartOf(const LocalStage& local) const {
+  CheckpointPart part;
+  if (tensor_group_->size() > 1) part.tensor_rank = tensor_group_->rank();
+  if (local.optimizer->sharded()) part.shard = local.replica;
+  return part;
 }
 
 template <typename T>

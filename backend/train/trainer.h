@@ -175,6 +175,8 @@ class Trainer {
   Trainer(const TrainSetup& setup, const TrainOptions& options, const TextData& text,
           Transport<T> transport);
   CheckpointKey checkpoint_key() const;
+  // Which part of its stage local endpoint `local` writes and reads.
+  CheckpointPart CheckpointPartOf(const LocalStage& local) const;
   Status MakeStages(const StageModuleFactory<T>& factory);
   Status BeginStep(int step);
   // The local replicas of stage r (replica order), all D in one process.

@@ -198,49 +198,70 @@ TEST(DistributedOptimizer, EachReplicaHoldsItsShardOfTheOptimizerState) {
   }
 }
 
-// Checkpoints across replicas: replica 0 writes (the replicas are equal);
-// a resumed DP run equals the uninterrupted one bit for bit; another D is
-// refused naming parallel.data_size; the distributed optimizer's shards are
-// refused in one line (not built yet).
+// Checkpoints across replicas: replica 0 writes (the replicas are equal),
+// or with the distributed optimizer every replica its shard; a resumed DP
+// run equals the uninterrupted one bit for bit (float64, and bf16 with
+// sharded fp32 masters); another D, or the optimizer sharded or not, is
+// refused naming the field.
 TEST(DataParallelCheckpoint, ResumesBitForBitAndRefusesAnotherGrid) {
   namespace fs = std::filesystem;
   const std::string dir = (fs::temp_directory_path() / "sf-dp-checkpoint-test").string();
-  fs::remove_all(dir);
-  DpConfig c{.preset = "gdn-tiny", .stages = 2, .microbatches = 2, .chunks = 2};
-  c.replicas = 2;
-  const DpOutcome whole = RunDp(c, 3);
-  {
-    auto first = MakeDpTrainer<double>(c);
-    const TrainRun r = Train(*first, 2, nullptr, {.checkpoint_dir = dir});
-    ASSERT_TRUE(r.status.ok()) << r.status.message();
+  for (const char* dtype : {"float64", "bf16"}) {
+    for (bool distributed : {false, true}) {
+      SCOPED_TRACE(std::string(dtype) + (distributed ? " distributed" : " plain"));
+      fs::remove_all(dir);
+      DpConfig c{.preset = "gdn-tiny", .stages = 2, .microbatches = 2, .chunks = 2};
+      c.replicas = 2;
+      c.distributed = distributed;
+      c.dtype = dtype;
+      const auto check = [&](auto zero) {
+        using T = decltype(zero);
+        const DpOutcome whole = RunDp<T>(c, 3);
+        {
+          auto first = MakeDpTrainer<T>(c);
+          const TrainRun r = Train(*first, 2, nullptr, {.checkpoint_dir = dir});
+          ASSERT_TRUE(r.status.ok()) << r.status.message();
+        }
+        // One file per stage, or per stage and shard.
+        int files = 0;
+        for (const auto& e : fs::directory_iterator(dir)) files += e.path().extension() == ".ckpt";
+        EXPECT_EQ(files, distributed ? 4 : 2);
+        auto resumed = MakeDpTrainer<T>(c);
+        const int step = Take(resumed->LoadCheckpoint(dir));
+        EXPECT_EQ(step, 2);
+        TrainLoop loop;
+        loop.first_step = step;
+        const TrainRun rest = Train(*resumed, 3, nullptr, loop);
+        ASSERT_TRUE(rest.status.ok()) << rest.status.message();
+        EXPECT_EQ(rest.steps.back().loss, whole.losses.back());
+        EXPECT_EQ(CollectReplica(*resumed, 1, false), whole.params[0]);
+        EXPECT_EQ(CollectReplica(*resumed, 0, false), whole.params[0]);
+
+        DpConfig other = c;
+        other.replicas = 1;  // same M, another global batch
+        Result<int> refused = MakeDpTrainer<T>(other)->LoadCheckpoint(dir);
+        ASSERT_FALSE(refused.ok());
+        EXPECT_NE(refused.status().message().find("parallel.data_size 2, this run 1"),
+                  std::string::npos)
+            << refused.status().message();
+        DpConfig flipped = c;
+        flipped.distributed = !distributed;
+        refused = MakeDpTrainer<T>(flipped)->LoadCheckpoint(dir);
+        ASSERT_FALSE(refused.ok());
+        EXPECT_NE(refused.status().message().find(
+                      std::string("parallel.distributed_optimizer ") +
+                      (distributed ? "true, this run false" : "false, this run true")),
+                  std::string::npos)
+            << refused.status().message();
+      };
+      if (std::string(dtype) == "bf16") {
+        check(bf16{});
+      } else {
+        check(double{});
+      }
+    }
   }
-  auto resumed = MakeDpTrainer<double>(c);
-  const int step = Take(resumed->LoadCheckpoint(dir));
-  EXPECT_EQ(step, 2);
-  TrainLoop loop;
-  loop.first_step = step;
-  const TrainRun rest = Train(*resumed, 3, nullptr, loop);
-  ASSERT_TRUE(rest.status.ok()) << rest.status.message();
-  EXPECT_EQ(rest.steps.back().loss, whole.losses.back());
-  EXPECT_EQ(CollectReplica(*resumed, 1, false), whole.params[0]);
-
-  DpConfig other = c;
-  other.replicas = 1;  // same M, another global batch
-  const Result<int> refused = MakeDpTrainer<double>(other)->LoadCheckpoint(dir);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("parallel.data_size 2, this run 1"),
-            std::string::npos)
-      << refused.status().message();
-
-  DpConfig sharded = c;
-  sharded.distributed = true;
-  auto trainer = MakeDpTrainer<double>(sharded);
-  const TrainRun r = Train(*trainer, 1, nullptr, {.checkpoint_dir = dir + "-sharded"});
-  ASSERT_FALSE(r.status.ok());
-  EXPECT_NE(r.status.message().find("distributed optimizer"), std::string::npos)
-      << r.status.message();
   fs::remove_all(dir);
-  fs::remove_all(dir + "-sharded");
 }
 
 // Tensor parallelism splits heads, MLP columns and vocabulary rows into

@@ -372,13 +372,46 @@ TEST(TrainCli, DataParallelRanksEqualOneProcessAndOneReplica) {
   }
 }
 
-TEST(TrainCli, DistributedOptimizerCheckpointsAreRefusedBeforeTheFirstStep) {
-  const Finished f = RunFor(Train({"--steps", "1", "--data-parallel", "2", "--distributed-optimizer",
-                                   "on", "--checkpoint", TempPrefix("ck-zero")}),
-                            TempPrefix("ck-zero-run"), 60);
-  EXPECT_EQ(f.exit_code, 2) << f.err;
-  EXPECT_EQ(f.out, "");  // no step ran
-  ExpectOneLine(f, "--checkpoint: checkpoints of the distributed optimizer's shards");
+// Checkpoints of the grid (issue 26, item 5): under mpirun at P 1 x TP 2
+// x DP 2 with the distributed optimizer, every rank writes its part (its
+// tensor rank's parameters, its replica's optimizer shard); --resume
+// continues bit for bit, and a resume on another grid is refused in one line
+// naming the field.
+TEST(TrainCli, GridCheckpointsResumeBitForBitAndRefuseAnotherGrid) {
+  namespace fs = std::filesystem;
+  const std::string dir = TempPrefix("ck-grid");
+  fs::remove_all(dir);
+  const std::vector<std::string> base = {"--dtype", "float64", "-P", "1", "-T", "48", "-M", "2",
+                                         "-N", "2", "--tensor-parallel", "2", "--data-parallel",
+                                         "2", "--distributed-optimizer", "on", "--json"};
+  const Finished full =
+      RunFor(Mpirun(4, Train(With(base, {"--steps", "3"}))), TempPrefix("ck-grid-full"));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const Finished first = RunFor(
+      Mpirun(4, Train(With(base, {"--steps", "2", "--checkpoint", dir}))),
+      TempPrefix("ck-grid-first"));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  for (const std::string name : {"stage-0.tp-0.shard-0.step-2.ckpt", "stage-0.tp-0.shard-1.step-2.ckpt",
+                                 "stage-0.tp-1.shard-0.step-2.ckpt", "stage-0.tp-1.shard-1.step-2.ckpt"}) {
+    EXPECT_TRUE(fs::exists(dir + "/" + name)) << name;
+  }
+  const Finished resumed = RunFor(
+      Mpirun(4, Train(With(base, {"--steps", "3", "--resume", dir}))),
+      TempPrefix("ck-grid-resumed"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const pb::Report a = ParseReport(full), b = ParseReport(resumed);
+  ASSERT_EQ(a.losses_size(), 3);
+  ASSERT_EQ(b.losses_size(), 1);
+  EXPECT_EQ(b.losses(0), a.losses(2));
+  // Another TP: refused before any step, naming the field.
+  const Finished other = RunFor(
+      Mpirun(2, Train({"--dtype", "float64", "-P", "1", "-T", "48", "-M", "2", "-N", "2",
+                       "--data-parallel", "2", "--distributed-optimizer", "on", "--steps", "3",
+                       "--resume", dir})),
+      TempPrefix("ck-grid-other"));
+  EXPECT_EQ(other.exit_code, 2);
+  ExpectOneLine(other, "MANIFEST: the checkpoint has parallel.tensor_size 2, this run 1");
+  fs::remove_all(dir);
 }
 
 TEST(TrainCli, RankCountDifferentFromTheGrid) {
