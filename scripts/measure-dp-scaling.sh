@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Data-parallel scaling on this machine's CPU (issue 26, docs/backend.md
-# "Data parallelism"): gdn-small, one pipeline stage, a global batch of
-# `batch` sequences of T tokens, trained as DP 1 (one process, every core's
-# threads) and as DP 2 (mpirun -n 2, each rank half the batch and half the
-# threads), plain and with the distributed optimizer, alternated `rounds`
-# times in one run. Prints each configuration's median tokens/s over the
+# Data- and tensor-parallel scaling on this machine's CPU (issue 26,
+# docs/backend.md "Data parallelism", "Tensor parallelism"): gdn-small, one
+# pipeline stage, a global batch of `batch` sequences of T tokens, trained as
+# DP 1 (one process, every core's threads), as DP 2 (mpirun -n 2, each rank
+# half the batch and half the threads), plain and with the distributed
+# optimizer, and as TP 2 (mpirun -n 2, each rank half of every layer's heads,
+# MLP columns and vocabulary, the whole batch, half the threads), alternated
+# `rounds` times in one run. Prints each configuration's median tokens/s over the
 # rounds (each round's value is train's own: the mean of its steps after
 # the first) and the ratio to DP 1 on every core (and DP 1 on one thread,
 # the per-core rate DP 2's two ranks each have).
@@ -29,17 +31,20 @@ for r in $(seq "$rounds"); do
     --data-parallel 2 --threads $((cores / 2 > 0 ? cores / 2 : 1)) | tok) "
   runs[dp2z]+="$(mpirun "${root[@]}" --quiet -n 2 "$stateflow" "${common[@]}" -M $((batch / 2)) \
     --data-parallel 2 --distributed-optimizer on --threads $((cores / 2 > 0 ? cores / 2 : 1)) | tok) "
+  runs[tp2]+="$(mpirun "${root[@]}" --quiet -n 2 "$stateflow" "${common[@]}" -M "$batch" \
+    --tensor-parallel 2 --threads $((cores / 2 > 0 ? cores / 2 : 1)) | tok) "
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 base=$(echo "${runs[dp1]}" | median)
 echo "gdn-small, P = 1, T = 512, N = 4, global batch $batch sequences, $cores cores, median of $rounds rounds of $steps steps"
-for k in dp1 dp1t1 dp2 dp2z; do
+for k in dp1 dp1t1 dp2 dp2z tp2; do
   m=$(echo "${runs[$k]}" | median)
   case $k in
     dp1) what="DP 1 (1 process, $cores threads)";;
     dp1t1) what="DP 1 (1 process, 1 thread)";;
     dp2) what="DP 2 (mpirun -n 2, M = $((batch / 2)) each)";;
     dp2z) what="DP 2, distributed optimizer";;
+    tp2) what="TP 2 (mpirun -n 2, M = $batch, half of each layer)";;
   esac
   awk -v w="$what" -v m="$m" -v b="$base" -v all="${runs[$k]}" \
     'BEGIN { printf "%-44s %10.0f tok/s  x%.2f   (rounds: %s)\n", w, m, m / b, all }'

@@ -256,8 +256,10 @@ class ReplayCostSource final : public TableCostSource {
       // The distributed optimizer updates replica 0's shard only.
       optimizer_s_[r] =
           cm.StageOptimizerParams(layers.first, layers.last) * table.optimizer_s_per_param();
-      // The DP sync on the link the table measured (a ring over it).
+      // The DP sync on the link the table measured (a ring over it); the TP
+      // sums on the link fitted to the timed sums, else that link.
       sync_s_[r] = cm.DataParallelSyncTime(layers.first, layers.last, &table.link());
+      const pb::LinkSpec* tp_link = &table.tensor_link();
       for (int i = 0; i < chunks_; ++i) {
         const double c = static_cast<double>(setup.partition.start(i));
         const double s = static_cast<double>(setup.partition.length(i));
@@ -273,7 +275,7 @@ class ReplayCostSource final : public TableCostSource {
           // one rank's share without them) on the link the table measured;
           // a recompute replays its forward's again.
           const std::int64_t len = setup.partition.length(i);
-          const double tp_forward = cm.TensorParallelForwardCommTime(l, len, &table.link());
+          const double tp_forward = cm.TensorParallelForwardCommTime(l, len, tp_link);
           double f_overlap = 0, b_overlap = 0;  // the schedule's st_overlap
           if (kind == models::LayerKind::kRecurrence) {
             const std::string where = "stage " + std::to_string(r) + " chunk " + std::to_string(i);
@@ -285,7 +287,7 @@ class ReplayCostSource final : public TableCostSource {
             b_overlap = *bo;
           }
           forward_s_[k] += *f + f_overlap + tp_forward;
-          backward_s_[k] += *b + b_overlap + cm.TensorParallelBackwardCommTime(l, len, &table.link()) +
+          backward_s_[k] += *b + b_overlap + cm.TensorParallelBackwardCommTime(l, len, tp_link) +
                             (cm.Recomputed(l) ? tp_forward : 0.0);
         }
         const double bytes =

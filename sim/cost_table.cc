@@ -191,6 +191,17 @@ Result<CostTableIndex> CostTableIndex::Make(const pb::CostTable& table,
     return Status::Invalid(src + "optimizer_s_per_param must be >= 0");
   }
   index.link_ = link;
+  if (table.has_tensor_link()) {
+    const pb::LinkSpec& tp = table.tensor_link();
+    if (!(tp.latency_s() >= 0) || !std::isfinite(tp.latency_s())) {
+      return Status::Invalid(src + "tensor_link.latency_s must be >= 0");
+    }
+    if (!(tp.bandwidth_bytes_per_s() > 0) || !std::isfinite(tp.bandwidth_bytes_per_s())) {
+      return Status::Invalid(src + "tensor_link.bandwidth_bytes_per_s must be > 0");
+    }
+    index.tensor_link_ = tp;
+    index.has_tensor_link_ = true;
+  }
   index.optimizer_s_per_param_ = table.optimizer_s_per_param();
   index.tensor_size_ = static_cast<int>(std::max(1u, table.tensor_size()));
   index.st_overlap_ = table.st_overlap();

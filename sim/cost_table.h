@@ -59,6 +59,9 @@ class CostTableIndex {
   int st_tile() const { return st_tile_; }
 
   const pb::LinkSpec& link() const { return link_; }
+  // The TP sums' link (CostTable.tensor_link), or link() in a table without
+  // one.
+  const pb::LinkSpec& tensor_link() const { return has_tensor_link_ ? tensor_link_ : link_; }
   double optimizer_s_per_param() const { return optimizer_s_per_param_; }
   // The TP degree the layers were measured at (CostTable.tensor_size, >= 1).
   int tensor_size() const { return tensor_size_; }
@@ -85,6 +88,8 @@ class CostTableIndex {
   std::string source_;
   std::map<Key, std::map<double, Curve>> curves_;
   pb::LinkSpec link_;
+  pb::LinkSpec tensor_link_;
+  bool has_tensor_link_ = false;
   double optimizer_s_per_param_ = 0;
   int tensor_size_ = 1;
   bool st_overlap_ = false;

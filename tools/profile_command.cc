@@ -46,6 +46,7 @@ struct CommandFlags {
   std::string out_path;
   std::string link_worker;    // hidden
   std::string link_elements;  // hidden
+  bool tensor_sums = false;   // hidden: the link worker times the TP sum
   std::string layers_worker;  // hidden
   std::string worker_tokens;  // hidden
   std::string worker_modes;   // hidden
@@ -104,6 +105,7 @@ int ProfileCommand(int argc, char** argv) {
   po::options_description hidden;
   hidden.add_options()("link-worker", po::value(&flags.link_worker), "")(
       "link-elements", po::value(&flags.link_elements), "")(
+      "tensor-sums", po::bool_switch(&flags.tensor_sums), "")(
       "layers-worker", po::value(&flags.layers_worker), "")(
       "worker-tokens", po::value(&flags.worker_tokens), "")(
       "worker-modes", po::value(&flags.worker_modes), "");
@@ -116,7 +118,7 @@ int ProfileCommand(int argc, char** argv) {
     return kExitOk;
   }
   if (!flags.link_worker.empty()) {
-    return RunLinkWorker(flags.link_worker, flags.link_elements, flags.profile);
+    return RunLinkWorker(flags.link_worker, flags.link_elements, flags.profile, flags.tensor_sums);
   }
   if (!flags.layers_worker.empty()) {
     return RunLayersWorker(flags.layers_worker, flags.worker_tokens, flags.worker_modes,

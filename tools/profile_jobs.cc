@@ -101,27 +101,31 @@ Result<pb::CostTable> MergeWorkerTables(const std::vector<pb::CostTable>& tables
 
 }  // namespace
 
-// `mpirun -n 2` of this program in its hidden link-worker mode.
-Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>& elements,
-                                                 const ProfileFlags& flags,
-                                                 const Precision& precision) {
+namespace {
+
+// `mpirun -n ranks` of the link worker (ping-pong, or the tensor sums).
+Result<std::vector<pb::LinkSample>> LinkWorkerByMpirun(const std::vector<std::int64_t>& elements,
+                                                       const ProfileFlags& flags,
+                                                       const Precision& precision, int ranks,
+                                                       bool tensor_sums) {
   const std::string self = backend::SelfExecutable();
   if (self.empty()) return Status::Resource("cannot find this program's path (/proc/self/exe)");
   SF_ASSIGN_OR_RETURN(TempFile out, TempFile::Create("link-samples"));
   const std::string& out_path = out.path();
   const backend::TimingOptions timing = Timing(flags);
-  const std::vector<std::string> argv = backend::MpirunArgv(
-      flags.mpirun, 2,
-      {self, "profile", "--link-worker", out_path, "--link-elements", JoinNumbers(elements),
-       "--dtype", precision.dtype, "--repetitions", std::to_string(timing.repetitions), "--warmup",
-       std::to_string(timing.warmup)});
+  std::vector<std::string> program = {
+      self, "profile", "--link-worker", out_path, "--link-elements", JoinNumbers(elements),
+      "--dtype", precision.dtype, "--repetitions", std::to_string(timing.repetitions),
+      "--warmup", std::to_string(timing.warmup)};
+  if (tensor_sums) program.push_back("--tensor-sums");
+  const std::vector<std::string> argv = backend::MpirunArgv(flags.mpirun, ranks, program);
   Result<backend::ChildResult> run = backend::RunChild(argv, 120);
   Result<pb::CostTable> table = Status::Internal("no link samples");
   if (run.ok() && run->exit_code == 0) table = scenario::LoadCostTableFile(out_path);
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {
     return Status::Resource(
-        "mpirun -n 2 failed (" +
+        "mpirun -n " + std::to_string(ranks) + " failed (" +
         (run->timed_out ? std::string(run->stopped ? "timed out while stopped (process state T), not slow"
                                                    : "timed out")
                        : "exit " + std::to_string(run->exit_code)) +
@@ -131,18 +135,37 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
   return std::vector<pb::LinkSample>(table->link_samples().begin(), table->link_samples().end());
 }
 
+}  // namespace
+
+// `mpirun -n 2` of this program in its hidden link-worker mode.
+Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>& elements,
+                                                 const ProfileFlags& flags,
+                                                 const Precision& precision) {
+  return LinkWorkerByMpirun(elements, flags, precision, 2, /*tensor_sums=*/false);
+}
+
+Result<std::vector<pb::LinkSample>> TensorSumsByMpirun(const std::vector<std::int64_t>& elements,
+                                                       const ProfileFlags& flags,
+                                                       const Precision& precision, int ranks) {
+  return LinkWorkerByMpirun(elements, flags, precision, ranks, /*tensor_sums=*/true);
+}
+
 // Under mpirun -n 2: ranks 0 and 1 ping-pong; rank 0 writes the samples.
 int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
-                  const ProfileFlags& flags) {
+                  const ProfileFlags& flags, bool tensor_sums) {
   Result<std::vector<std::int64_t>> elements = ParseCounts(elements_text, "--link-elements");
   if (!elements.ok()) return Fail(kName, elements.status());
   backend::MpiSession session(nullptr, nullptr);
   if (!session.status().ok()) return Fail(kName, session.status());
   const backend::TimingOptions timing = Timing(flags);
   Result<std::vector<pb::LinkSample>> samples =
-      flags.dtype == "float64" ? backend::PingPongMpi<double>(*elements, timing)
-      : flags.dtype == "bf16"  ? backend::PingPongMpi<backend::bf16>(*elements, timing)
-                               : backend::PingPongMpi<float>(*elements, timing);
+      tensor_sums
+          ? (flags.dtype == "float64" ? backend::TimeTensorSumsMpi<double>(*elements, timing)
+             : flags.dtype == "bf16"  ? backend::TimeTensorSumsMpi<backend::bf16>(*elements, timing)
+                                      : backend::TimeTensorSumsMpi<float>(*elements, timing))
+      : flags.dtype == "float64" ? backend::PingPongMpi<double>(*elements, timing)
+      : flags.dtype == "bf16"    ? backend::PingPongMpi<backend::bf16>(*elements, timing)
+                                 : backend::PingPongMpi<float>(*elements, timing);
   if (!samples.ok()) return Fail(kName, samples.status());
   if (session.rank() != 0) return kExitOk;
   pb::CostTable table;

@@ -37,6 +37,14 @@ Result<std::vector<pb::LinkSample>> LinkByMpirun(const std::vector<std::int64_t>
                                                  const ProfileFlags& flags,
                                                  const Precision& precision);
 
+// `mpirun -n ranks` of this program in its hidden link-worker mode with
+// --tensor-sums: the backend's tensor-parallel sum among `ranks` processes
+// (backend::TimeTensorSumsMpi) of `elements` elements. Errors: as
+// LinkByMpirun.
+Result<std::vector<pb::LinkSample>> TensorSumsByMpirun(const std::vector<std::int64_t>& elements,
+                                                       const ProfileFlags& flags,
+                                                       const Precision& precision, int ranks);
+
 // The layers timed in `ranks` processes at once: the merged table (each
 // sample the mean of the processes' medians, sim::MergeCostTables), a note
 // saying how, and each process's own table.
@@ -56,8 +64,10 @@ Result<LayerMeasurement> LayersByMpirun(const backend::ProfileRequest& request,
 // process's exit code.
 // Ranks 0 and 1 ping-pong messages of `elements_text` ("64,4096") elements;
 // rank 0 writes the samples as a CostTable to `out_path`.
+// With `tensor_sums`, every rank of the job times the tensor-parallel sum
+// instead, and rank 0 writes those samples.
 int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
-                  const ProfileFlags& flags);
+                  const ProfileFlags& flags, bool tensor_sums = false);
 // Every rank times the layers of the model in the CostTable at `job` at
 // `tokens_text` chunk lengths under `modes_text` recompute modes and writes
 // its table to <job>.<rank>.

@@ -270,6 +270,30 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   for (const pb::LinkSample& s : link.samples) *table.add_link_samples() = s;
   SF_ASSIGN_OR_RETURN(pb::LinkSpec fitted, backend::FitLink(link.samples));
   *table.mutable_link() = fitted;
+  if (request.tensor_size > 1) {
+    // The TP sums themselves, among tensor_size processes (the replay's
+    // charge for them); without mpirun, the ping-pong link stands in.
+    const std::vector<std::int64_t> elements =
+        LinkElements(needs, scenario.model().hidden_size(), request.microbatch_size);
+    Result<std::vector<pb::LinkSample>> sums =
+        TensorSumsByMpirun(elements, flags, precision, request.tensor_size);
+    if (sums.ok()) {
+      for (const pb::LinkSample& s : *sums) *table.add_tensor_link_samples() = s;
+      SF_ASSIGN_OR_RETURN(pb::LinkSpec sum_link,
+                          backend::FitAllReduceLink(*sums, request.tensor_size));
+      *table.mutable_tensor_link() = sum_link;
+      table.add_notes("tensor sums: the backend's tensor-parallel sum (an MPI all-gather and "
+                      "the additions in rank order) timed among " +
+                      std::to_string(request.tensor_size) + " processes started by " +
+                      flags.mpirun + " -n " + std::to_string(request.tensor_size) +
+                      ", messages of " + SizeList(*sums) +
+                      ", each call after a barrier; tensor_link is the link on which a ring "
+                      "all-reduce takes that long");
+    } else {
+      table.add_notes("tensor sums: NOT timed (" + sums.status().message() +
+                      "); a replay charges them on the ping-pong link");
+    }
+  }
   *table.mutable_provenance() = MakeProvenance(backend::KernelThreads());
   AddNotes(needs, flags, precision, scenario.model(), &table);
   table.add_notes(concurrency_note);

@@ -438,6 +438,11 @@ Result<std::unique_ptr<StageModule<T>>> MakeStageModule(const pb::ModelSpec& mod
   }
   if (alloc == nullptr) return Status::Invalid("MakeStageModule: alloc is null");
   SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(model, options.tp.size));
+  if (options.tp.on() && !alloc->memory().host_accessible()) {
+    return Status::Invalid("parallel.tensor_size " + std::to_string(options.tp.size) +
+                           ": tensor parallelism's sums run on host memory (the cpu and "
+                           "host-grid devices), not on " + alloc->device().name());
+  }
   auto module = std::make_unique<ModelStageModule<T>>(
       alloc, model.hidden_size(), models::BlockShapeOf(model), model.vocab_size(), layers,
       num_layer_list,

@@ -1,14 +1,18 @@
 #include "backend/profile/link_timer.h"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "backend/allocator.h"
 #include "backend/comm/in_process_comm.h"
 #include "backend/comm/mpi.h"
+#include "backend/comm/tensor_group.h"
 #include "backend/profile/spread.h"
 
 namespace stateflow::backend {
@@ -167,6 +171,56 @@ Result<pb::LinkSpec> FitLink(const std::vector<pb::LinkSample>& samples) {
   link.set_bandwidth_bytes_per_s(1.0 / slope);
   return link;
 }
+
+template <typename T>
+Result<std::vector<pb::LinkSample>> TimeTensorSumsMpi(const std::vector<std::int64_t>& elements,
+                                                      const TimingOptions& options) {
+  SF_RETURN_IF_ERROR(CheckElements(elements, options));
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (size < 2) return Status::Invalid("tensor sums: the MPI job has one rank; need two");
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<TensorGroup> group, MakeMpiTensorGroup(1, size));
+  using S = std::conditional_t<std::is_same_v<T, double>, double, float>;  // bf16: in float
+  std::vector<pb::LinkSample> samples;
+  for (std::int64_t n : elements) {
+    std::vector<S> data(static_cast<std::size_t>(n), S(1));
+    std::vector<double> times;
+    for (int k = 0; k < options.warmup + options.repetitions; ++k) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double start = MPI_Wtime();
+      SF_RETURN_IF_ERROR(group->AllReduceSum(data.data(), n));
+      const double t = MPI_Wtime() - start;
+      if (k >= options.warmup) times.push_back(t);
+      std::fill(data.begin(), data.end(), S(1));
+    }
+    if (rank == 0) {
+      pb::LinkSample s;
+      s.set_bytes(static_cast<double>(n * static_cast<std::int64_t>(sizeof(S))));
+      s.set_median_s(Quantile(times, 0.5));
+      s.set_repetitions(static_cast<std::uint32_t>(times.size()));
+      samples.push_back(s);
+    }
+  }
+  return samples;
+}
+
+Result<pb::LinkSpec> FitAllReduceLink(const std::vector<pb::LinkSample>& samples, int ranks) {
+  if (ranks < 2) return Status::Invalid("tensor sums: an all-reduce needs 2 or more ranks");
+  SF_ASSIGN_OR_RETURN(pb::LinkSpec t, FitLink(samples));  // t = a + bytes / B
+  const double n = ranks;
+  pb::LinkSpec link;
+  link.set_latency_s(t.latency_s() / (2 * (n - 1)));
+  link.set_bandwidth_bytes_per_s(t.bandwidth_bytes_per_s() * 2 * (n - 1) / n);
+  return link;
+}
+
+template Result<std::vector<pb::LinkSample>> TimeTensorSumsMpi<float>(
+    const std::vector<std::int64_t>&, const TimingOptions&);
+template Result<std::vector<pb::LinkSample>> TimeTensorSumsMpi<double>(
+    const std::vector<std::int64_t>&, const TimingOptions&);
+template Result<std::vector<pb::LinkSample>> TimeTensorSumsMpi<bf16>(
+    const std::vector<std::int64_t>&, const TimingOptions&);
 
 template Result<std::vector<pb::LinkSample>> PingPongMpi<float>(const std::vector<std::int64_t>&,
                                                                 const TimingOptions&);

@@ -42,4 +42,20 @@ Result<std::vector<pb::LinkSample>> PingPongInProcess(const std::vector<std::int
 // it. Error: no samples, or a sample with a negative or non-finite time.
 Result<pb::LinkSpec> FitLink(const std::vector<pb::LinkSample>& samples);
 
+// The backend's tensor-parallel sum (tensor_group.h: MakeMpiTensorGroup over
+// every rank of the MPI job) of `elements` elements per size, each call
+// started after a barrier and timed on rank 0 to its end; bf16 sums in float
+// as the layers do (TpAllReduceSum). Rank 0 gets the samples (each size's
+// median call), the others an empty list. Collective over MPI_COMM_WORLD.
+// REQUIRES: an MpiSession is alive with at least 2 ranks.
+template <typename T>
+Result<std::vector<pb::LinkSample>> TimeTensorSumsMpi(const std::vector<std::int64_t>& elements,
+                                                      const TimingOptions& options);
+
+// The link on which models::RingAllReduceTime over `ranks` ranks takes what
+// the samples took: FitLink's t = a + b bytes read as
+// 2 (ranks - 1) latency + 2 (ranks - 1) / ranks bytes / bandwidth.
+// Errors: FitLink's; ranks < 2.
+Result<pb::LinkSpec> FitAllReduceLink(const std::vector<pb::LinkSample>& samples, int ranks);
+
 }  // namespace stateflow::backend
