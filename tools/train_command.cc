@@ -63,6 +63,9 @@ constexpr char kExamples[] = R"(examples:
   mpirun -n 4 --oversubscribe stateflow train --data-parallel 2 --distributed-optimizer on
       P = 2 stages x DP = 2 replicas (rank r DP + d is stage r of replica d),
       each on M = 4 microbatches of the step's 8; AdamW's state sharded over DP
+  mpirun -n 4 --oversubscribe stateflow train --tensor-parallel 2
+      P = 2 stages x TP = 2 (rank r TP + t is tensor rank t of stage r): each
+      rank half of every layer's heads, MLP columns and vocabulary
   stateflow train --dtype float64 --trace train.json
       open train.json in ui.perfetto.dev beside a `stateflow simulate --trace`
   stateflow train --dtype bf16 --device host-grid --steps 5
