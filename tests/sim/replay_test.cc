@@ -179,7 +179,10 @@ TEST(Replay, RefusesWhatItCannotAnswer) {
 // times, plus each layer's TP all-reduces from the cluster's intra-node link
 // (the cost model's) and the DP gradient all-reduce as a ring on the table's
 // measured link; a table at TP 1 is refused there.
-TEST(Replay, AddsTensorAndDataParallelCommunicationFromTheCluster) {
+// The TP sums and the DP all-reduce of a replayed table are charged on the
+// links the table measured: the sums on tensor_link (the sums timed), else
+// on link (the ping-pong); the DP ring on link. Not the cluster's NVLink.
+TEST(Replay, AddsTensorAndDataParallelCommunicationOnTheTablesLinks) {
   pb::Scenario s = TinyScenario(1, 1, 64);
   *s.mutable_cluster() = *models::ClusterPreset("a100-80gb-nvlink");
   s.mutable_parallel()->set_tensor_size(2);
@@ -193,19 +196,41 @@ TEST(Replay, AddsTensorAndDataParallelCommunicationFromTheCluster) {
   Result<Simulation> sim = Simulate(MustResolve(s), Stateflow(1), {.costs = &*index});
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   const models::CostModel& cm = sim->config.placement->cost_model;
-  double comm = 0;
-  for (int l = 0; l < cm.num_layers(); ++l) {
-    comm += cm.TensorParallelForwardCommTime(l, 64) + cm.TensorParallelBackwardCommTime(l, 64);
-  }
+  const auto comm_on = [&](const pb::LinkSpec& link) {
+    double comm = 0;
+    for (int l = 0; l < cm.num_layers(); ++l) {
+      comm += cm.TensorParallelForwardCommTime(l, 64, &link) +
+              cm.TensorParallelBackwardCommTime(l, 64, &link);
+    }
+    return comm;
+  };
+  const double comm = comm_on(t.link());
   // The DP all-reduce: a ring on the link the table measured, as the
   // pipeline's transfers (not the cluster's NVLink).
   const double sync = cm.DataParallelSyncTime(0, cm.num_layers(), &t.link());
   ASSERT_GT(comm, 0);
   ASSERT_GT(sync, 0);
   ASSERT_NE(sync, cm.DataParallelSyncTime(0, cm.num_layers()));
+  ASSERT_NE(comm, comm_on(cm.cluster().intra_node_link()));
   // P = M = N = 1: every action in a row, then the all-reduce (no optimizer
   // time in the table).
   EXPECT_NEAR(sim->report.step_time_s(), 4 * 3e-3 + comm + sync, 1e-12);
+
+  // With the sums timed: on tensor_link.
+  t.mutable_tensor_link()->set_latency_s(3e-5);
+  t.mutable_tensor_link()->set_bandwidth_bytes_per_s(2e8);
+  Result<CostTableIndex> timed = CostTableIndex::Make(t, "tp2-timed");
+  ASSERT_TRUE(timed.ok()) << timed.status().message();
+  Result<Simulation> with_sums = Simulate(MustResolve(s), Stateflow(1), {.costs = &*timed});
+  ASSERT_TRUE(with_sums.ok()) << with_sums.status().message();
+  EXPECT_NEAR(with_sums->report.step_time_s(), 4 * 3e-3 + comm_on(t.tensor_link()) + sync, 1e-12);
+  t.mutable_tensor_link()->set_bandwidth_bytes_per_s(0);
+  Result<CostTableIndex> bad = CostTableIndex::Make(t, "tp2-bad");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tensor_link.bandwidth_bytes_per_s must be > 0"),
+            std::string::npos)
+      << bad.status().message();
+  t.clear_tensor_link();
 
   t.set_tensor_size(0);  // measured at TP 1
   Result<CostTableIndex> tp1 = CostTableIndex::Make(t, "tp1.textproto");
