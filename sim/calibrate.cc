@@ -118,8 +118,11 @@ Result<long long> ParseInt(const std::string& cell, const models::IntRange& rang
   errno = 0;
   const long long v = std::strtoll(cell.c_str(), &end, 10);
   if (end == cell.c_str() || *end != '\0' || errno != 0 || v < range.lo || v > range.hi) {
-    return Status::Invalid("'" + Printable(cell) + "' is not an integer in " +
-                           models::RangeText(range));
+    // Appended, not "'" + std::string&&: GCC 12's -Wrestrict misreads that.
+    std::string message = "'";
+    message += Printable(cell);
+    message += "' is not an integer in " + models::RangeText(range);
+    return Status::Invalid(message);
   }
   return v;
 }

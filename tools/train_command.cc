@@ -351,13 +351,18 @@ void PrintStep(const StepResult& s) {
 void PrintSummary(const pb::Report& r) {
   char line[256];
   const std::string dp =
-      r.data_size() > 1 ? ", DP=" + std::to_string(r.data_size()) : std::string();
+      (r.tensor_size() > 1 ? ", TP=" + std::to_string(r.tensor_size()) : std::string()) +
+      (r.data_size() > 1 ? ", DP=" + std::to_string(r.data_size()) : std::string());
   std::snprintf(line, sizeof(line),
                 "\n%s N=%u, P=%u%s, M=%u, T=%.0f: step %.2f ms, %.1f tok/s, bubble %.1f %% "
                 "(mean of steps after the first%s)\n",
                 r.policy().c_str(), r.chunks(), r.pipeline_size(), dp.c_str(), r.microbatches(),
                 r.seq_len(), r.step_time_s() * 1e3, r.tokens_per_s(),
-                100.0 * r.bubble_fraction(), r.data_size() > 1 ? "; stages of replica 0" : "");
+                100.0 * r.bubble_fraction(),
+                r.data_size() > 1 || r.tensor_size() > 1
+                    ? (r.tensor_size() > 1 ? "; stages of replica 0, tensor rank 0"
+                                           : "; stages of replica 0")
+                    : "");
   std::cout << line;
   for (const pb::StageReport& s : r.stages()) {
     std::snprintf(line, sizeof(line), "  stage %u (layers %u-%u): busy %.2f ms, peak %s (%s)\n",

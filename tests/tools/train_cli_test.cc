@@ -414,6 +414,33 @@ TEST(TrainCli, GridCheckpointsResumeBitForBitAndRefuseAnotherGrid) {
   fs::remove_all(dir);
 }
 
+// Tensor parallelism through the command line: bf16 on host-grid under
+// mpirun -n 2 tracks one process (the sums in float, rounded once: bf16's
+// precision, not bits) and learns; one process refuses TP > 1 in one line.
+TEST(TrainCli, TensorParallelBf16TracksOneProcessAndNeedsMpirun) {
+  const std::vector<std::string> args = {"--device", "host-grid", "--dtype", "bf16", "-P", "1",
+                                         "--steps", "4", "-T", "128", "-M", "2", "-N", "2",
+                                         "--threads", "1", "--json"};
+  const Finished one = RunFor(Train(args), TempPrefix("tp-bf16-one"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const Finished tp = RunFor(Mpirun(2, Train(With(args, {"--tensor-parallel", "2"}))),
+                             TempPrefix("tp-bf16-two"));
+  ASSERT_EQ(tp.exit_code, 0) << tp.err;
+  const pb::Report a = ParseReport(one), b = ParseReport(tp);
+  ASSERT_EQ(a.losses_size(), 4);
+  ASSERT_EQ(b.losses_size(), 4);
+  EXPECT_EQ(b.tensor_size(), 2u);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NEAR(b.losses(k), a.losses(k), 2e-2 * a.losses(k)) << "step " << k;
+  }
+  EXPECT_LT(b.losses(3), b.losses(0));
+  const Finished alone = RunFor(Train({"--tensor-parallel", "2", "-P", "1", "--steps", "1"}),
+                                TempPrefix("tp-alone"));
+  EXPECT_EQ(alone.exit_code, 2);
+  ExpectOneLine(alone, "parallel.tensor_size 2 runs under mpirun, one rank per stage, replica and "
+                       "tensor rank: mpirun -n 2 stateflow train");
+}
+
 TEST(TrainCli, RankCountDifferentFromTheGrid) {
   const Finished f =
       RunFor(Mpirun(2, Train({"--steps", "1", "--data-parallel", "2"})), TempPrefix("dp-ranks"), 60);
