@@ -40,7 +40,18 @@ std::vector<Action> OneForwardOneBackward(int stage, int microbatches, int chunk
   return actions;
 }
 
-Status CheckDimensions(int stages, int microbatches, int chunks) {
+std::string KnownPolicies() {
+  std::string known;
+  for (const std::string& name : PolicyNames()) {
+    if (!known.empty()) known += ", ";
+    known += name;
+  }
+  return known;
+}
+
+}  // namespace
+
+Status CheckPlanDimensions(int stages, int microbatches, int chunks) {
   if (stages < 1) {
     return Status::Invalid("stages (parallel.pipeline_size) must be >= 1, got " +
                            std::to_string(stages));
@@ -61,16 +72,6 @@ Status CheckDimensions(int stages, int microbatches, int chunks) {
   return Status::Ok();
 }
 
-std::string KnownPolicies() {
-  std::string known;
-  for (const std::string& name : PolicyNames()) {
-    if (!known.empty()) known += ", ";
-    known += name;
-  }
-  return known;
-}
-
-}  // namespace
 
 const std::vector<std::string>& PolicyNames() {
   static const std::vector<std::string> kNames = {"gpipe", "1f1b", "stateflow"};
@@ -104,7 +105,7 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int
     return Status::Invalid("schedule.policy '" + std::string(policy) +
                            "' is unknown (known: " + KnownPolicies() + ")");
   }
-  SF_RETURN_IF_ERROR(CheckDimensions(stages, microbatches, chunks));
+  SF_RETURN_IF_ERROR(CheckPlanDimensions(stages, microbatches, chunks));
   SF_RETURN_IF_ERROR(CheckPolicyChunks(policy, chunks, "schedule.chunks"));
   const long long units = static_cast<long long>(microbatches) * chunks;
   std::vector<std::vector<Action>> per_stage(stages);

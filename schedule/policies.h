@@ -33,6 +33,11 @@ namespace stateflow::schedule {
 Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
                       int chunks);
 
+// MakePlan's checks of the dimensions: stages, microbatches and chunks >= 1
+// and microbatches * chunks <= kMaxUnitsPerStage, the error naming the field
+// ("chunks (schedule.chunks) must be >= 1, got 0").
+Status CheckPlanDimensions(int stages, int microbatches, int chunks);
+
 // The names MakePlan accepts.
 const std::vector<std::string>& PolicyNames();
 

@@ -1,0 +1,164 @@
+#include "schedule/greedy.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "schedule/plan_text.h"
+#include "schedule/policies.h"
+#include "schedule/validator.h"
+#include "tests/schedule/plan_testing.h"
+
+namespace stateflow::schedule {
+namespace {
+
+using Choice = Result<std::optional<Action>>;
+
+// StateFlow's 1F1B over chunk units written as a policy: stage r wants its
+// warm-up forwards (StateflowWarmupForwards) in (microbatch, chunk) order,
+// then a backward and a forward alternately while forwards remain, then the
+// backwards, each microbatch last chunk first; it waits until the action it
+// wants is ready.
+ChoosePolicy StateflowAsPolicy(int P, int M, int N) {
+  return [=](int r, int step, const std::vector<Action>& ready) -> Choice {
+    const long long units = static_cast<long long>(M) * N;
+    const long long w = StateflowWarmupForwards(P, M, N, r);
+    long long nf = 0, nb = 0;  // what stage r issued so far, from its step
+    if (step <= w) {
+      nf = step;
+    } else {
+      const long long after = step - w;  // B F B F ... then B only
+      nb = (after + 1) / 2;
+      nf = w + after / 2;
+      if (nf > units) {
+        nb += nf - units;
+        nf = units;
+      }
+    }
+    Action want;
+    if (nf < w || (nf < units && (step - w) % 2 == 1)) {
+      want = {.stage = r, .pass = Pass::kForward, .microbatch = static_cast<int>(nf / N),
+              .chunk = static_cast<int>(nf % N)};
+    } else {
+      want = {.stage = r, .pass = Pass::kBackward, .microbatch = static_cast<int>(nb / N),
+              .chunk = N - 1 - static_cast<int>(nb % N)};
+    }
+    for (const Action& a : ready) {
+      if (a == want) return std::optional<Action>(a);
+    }
+    return std::optional<Action>();  // wait for it
+  };
+}
+
+TEST(PlanFromPolicy, AStateflowPolicyMakesMakePlansStateflowPlan) {
+  for (int P : {1, 2, 3, 4, 8}) {
+    for (int M : {1, 2, 5}) {
+      for (int N : {1, 2, 4}) {
+        Result<Plan> greedy = PlanFromPolicy(P, M, N, StateflowAsPolicy(P, M, N),
+                                             {.policy_name = "stateflow"});
+        ASSERT_TRUE(greedy.ok()) << greedy.status().message();
+        Result<Plan> made = MakePlan("stateflow", P, M, N);
+        ASSERT_TRUE(made.ok());
+        EXPECT_EQ(*greedy, *made) << "P=" << P << " M=" << M << " N=" << N << "\n"
+                                  << PlanGrid(*greedy) << "\n" << PlanGrid(*made);
+      }
+    }
+  }
+}
+
+TEST(PlanFromPolicy, AnyChoiceAmongTheReadyGivesAValidPlan) {
+  std::mt19937 rng(11);
+  for (int P : {1, 2, 4}) {
+    for (int M : {1, 3}) {
+      for (int N : {1, 2, 3}) {
+        const ChoosePolicy random = [&rng](int, int, const std::vector<Action>& ready) -> Choice {
+          return std::optional<Action>(ready[rng() % ready.size()]);
+        };
+        Result<Plan> plan = PlanFromPolicy(P, M, N, random);
+        ASSERT_TRUE(plan.ok()) << plan.status().message();
+        EXPECT_TRUE(ValidatePlan(*plan).ok());
+        EXPECT_TRUE(testing::BruteForceValid(*plan));
+        EXPECT_EQ(plan->policy(), "custom");
+      }
+    }
+  }
+}
+
+TEST(PlanFromPolicy, ReadyListsAreBackwardsFirstThenForwardsInOrder) {
+  std::vector<std::string> seen;
+  const ChoosePolicy last = [&seen](int r, int step, const std::vector<Action>& ready) -> Choice {
+    if (r == 0 && step == 0) {
+      for (const Action& a : ready) seen.push_back(ToString(a));
+    }
+    return std::optional<Action>(ready.back());
+  };
+  ASSERT_TRUE(PlanFromPolicy(2, 3, 2, last).ok());
+  // At time 0 stage 0 may start chunk 0 of every microbatch.
+  EXPECT_EQ(seen, (std::vector<std::string>{"0F0.0", "0F1.0", "0F2.0"}));
+}
+
+TEST(PlanFromPolicy, ForwardFirstIsGpipesOrderOnTheFirstStage) {
+  const ChoosePolicy forwards_first = [](int, int, const std::vector<Action>& ready) -> Choice {
+    for (const Action& a : ready) {
+      if (a.pass == Pass::kForward) return std::optional<Action>(a);
+    }
+    return std::optional<Action>(ready.front());
+  };
+  Result<Plan> plan = PlanFromPolicy(3, 2, 2, forwards_first);
+  ASSERT_TRUE(plan.ok());
+  // Stage 0: all four forwards before any backward.
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(plan->stage(0)[k].pass, Pass::kForward);
+}
+
+TEST(PlanFromPolicy, AChoiceNotReadyIsRefusedNamingStageAndStep) {
+  const ChoosePolicy wrong = [](int r, int step, const std::vector<Action>& ready) -> Choice {
+    if (r == 1 && step == 0) {
+      return std::optional<Action>(Action{.stage = 1, .pass = Pass::kBackward});
+    }
+    return std::optional<Action>(ready.front());
+  };
+  Result<Plan> plan = PlanFromPolicy(2, 1, 1, wrong);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "policy chose 1B0.0 on stage 1 at step 0, which is not ready there (ready: 1F0.0)");
+}
+
+TEST(PlanFromPolicy, APolicyThatWaitsForeverDeadlocks) {
+  // Stage 1 never takes a backward: stage 0 cannot either.
+  const ChoosePolicy no_backward = [](int, int, const std::vector<Action>& ready) -> Choice {
+    for (const Action& a : ready) {
+      if (a.pass == Pass::kForward) return std::optional<Action>(a);
+    }
+    return std::optional<Action>();
+  };
+  Result<Plan> plan = PlanFromPolicy(2, 2, 1, no_backward);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(),
+            "policy deadlocks: every stage is idle and waits, 4 actions left; stage 1 at step 2 "
+            "waited with ready: 1B0.0 1B1.0");
+}
+
+TEST(PlanFromPolicy, PolicyErrorsAndBadArgumentsAreOneLine) {
+  const ChoosePolicy fails = [](int, int, const std::vector<Action>&) -> Choice {
+    return Status::Invalid("no idea");
+  };
+  Result<Plan> plan = PlanFromPolicy(2, 1, 1, fails);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(), "policy on stage 0 at step 0: no idea");
+  const ChoosePolicy first = [](int, int, const std::vector<Action>& ready) -> Choice {
+    return std::optional<Action>(ready.front());
+  };
+  EXPECT_EQ(PlanFromPolicy(0, 1, 1, first).status().message(),
+            "stages (parallel.pipeline_size) must be >= 1, got 0");
+  EXPECT_EQ(PlanFromPolicy(1, 1, 0, first).status().message(),
+            "chunks (schedule.chunks) must be >= 1, got 0");
+  EXPECT_EQ(PlanFromPolicy(1, 1, 1, first, {.forward_time = 0}).status().message(),
+            "forward_time must be a finite number > 0, got 0.000000");
+  EXPECT_EQ(PlanFromPolicy(1, 1, 1, first, {.policy_name = "my policy"}).status().message(),
+            "policy name 'my policy' must be one token (no whitespace or '#')");
+}
+
+}  // namespace
+}  // namespace stateflow::schedule
