@@ -30,7 +30,10 @@ if [ "$sanitize" = 1 ]; then
         -DSF_SANITIZE=ON -DSF_NATIVE=OFF -DSF_BUILD_BENCHMARKS=OFF
         # The CUDA build is compiled once, in build/ (nvcc's host code is not
         # sanitized, and there is no GPU here to run it).
-        -DSF_CUDA=OFF)
+        -DSF_CUDA=OFF
+        # The Python module is built once, in build/ (a sanitized module cannot
+        # load into the unsanitized interpreter).
+        -DSF_PYTHON=OFF)
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$dir" "${args[@]}" >/dev/null

@@ -12,6 +12,10 @@ packages=(
   libbenchmark-dev
   libopenmpi-dev openmpi-bin
   python3 python3-matplotlib
+  # `import stateflow` (python/): the module's headers and pybind11
+  python3-dev pybind11-dev
+  # `pip install .` offline (pyproject.toml, ctest python_pip_install)
+  python3-pip python3-setuptools python3-wheel
   # the PyTorch reference of the model (bench/torch_reference.py, ctest
   # torch_reference): about 45 MB to download, 230 MB installed with
   # libtorch1.13 and libtorch-test

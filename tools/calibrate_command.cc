@@ -15,6 +15,7 @@
 #include "models/model.h"
 #include "scenario/load.h"
 #include "sim/calibrate.h"
+#include "tools/calibrate_run.h"
 #include "tools/cli.h"
 #include "tools/report_format.h"
 #include "tools/work_bounds.h"
@@ -130,89 +131,19 @@ Result<pb::CalibrationReport> Run(const ScenarioFlags& flags, const std::string&
                                   int max_iterations) {
   if (runs_path.empty()) return Status::Invalid("--runs: required (a CSV of measured runs)");
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario base, LoadResolvedScenario(flags));
-  if (!dtype.empty()) {
-    // Count bytes as a backend run in that dtype does (its peaks are measured so).
-    Result<pb::PrecisionSpec> precision = models::PrecisionForDtype(dtype);
-    if (!precision.ok()) return Status::Invalid("--dtype: unknown '" + Printable(dtype) + "' (known: float32, float64, bf16)");
-    pb::Scenario s = base.proto();
-    *s.mutable_precision() = *precision;
-    SF_ASSIGN_OR_RETURN(base, scenario::Resolve(std::move(s)));
-  }
   SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(runs_path, kMaxTextFileBytes));
-  SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRow> rows,
-                      sim::ParseCalibrationCsv(text, runs_path));
-  // Bounded work: a number of runs a fit can hold, each run's plan within
-  // --max-actions and this machine's memory, and all of them together (one
-  // evaluation of the fit simulates every run) within --max-actions too.
-  if (rows.size() > kMaxCalibrationRuns) {
-    return Status::Invalid(runs_path + ": " + std::to_string(rows.size()) +
-                           " runs, above the limit of " + std::to_string(kMaxCalibrationRuns) +
-                           " for one calibration");
-  }
-  std::int64_t total_actions = 0;
-  const std::int64_t limit = flags.max_actions.value_or(kDefaultMaxActions);
-  const auto bounded = [&](const pb::Scenario& s) -> Status {
-    SF_RETURN_IF_ERROR(CheckPlanBounds(s, nullptr, flags.max_actions));
-    total_actions += EstimateLargestPlan(s, nullptr).actions;
-    if (total_actions > limit) {
-      return Status::Invalid("the runs up to here have " + std::to_string(total_actions) +
-                             " actions in all, which every evaluation of the fit simulates: "
-                             "above the limit of " + std::to_string(limit) +
-                             " (--max-actions raises it)");
-    }
-    return Status::Ok();
-  };
-  SF_ASSIGN_OR_RETURN(std::vector<sim::CalibrationRun> runs,
-                      sim::ApplyRows(base, rows, runs_path, bounded));
-  sim::CalibrationOptions options;
-  options.prior_weight = prior_weight;
-  options.max_iterations = max_iterations;
-  if (!fit_list.empty()) {
-    SF_ASSIGN_OR_RETURN(options.fit, sim::ParseCalibParams(fit_list));
-  }
-  SF_ASSIGN_OR_RETURN(sim::Calibration c, sim::Calibrate(runs, options));
-  pb::CalibrationReport& report = c.report;
-  report.set_runs_path(IsUtf8(runs_path) ? runs_path : Printable(runs_path));  // JSON
-  report.set_model(base.proto().model().name());
-  report.set_cluster(flags.cluster_preset.empty() ? base.proto().cluster().name()
-                                                  : flags.cluster_preset);
-  pb::Report provenance;
-  FillProvenance(1, &provenance);
-  *report.mutable_provenance() = provenance.provenance();
+  SF_ASSIGN_OR_RETURN(CalibrateResult result,
+                      CalibrateRunsCsv(base, {.runs_text = std::move(text),
+                                              .runs_source = runs_path,
+                                              .fit_list = fit_list,
+                                              .dtype = dtype,
+                                              .prior_weight = prior_weight,
+                                              .max_iterations = max_iterations,
+                                              .max_actions = flags.max_actions,
+                                              .cluster_label = flags.cluster_preset}));
+  pb::CalibrationReport& report = result.fit.report;
   if (!out_path.empty()) {
-    pb::ClusterSpec cluster = c.cluster;
-    cluster.set_name(base.proto().cluster().name() + "-calibrated");
-    std::vector<std::string> header = {
-        "Calibrated by `stateflow calibrate --runs " + runs_path + "` from " +
-            std::to_string(runs.size()) + " runs of model " + report.model() + ", starting from " +
-            report.cluster() + " (commit " + report.provenance().git_commit() + ").",
-        "rms log error of step time: " + Fmt("%.4f", report.initial_rms_log_error()) +
-            " before, " + Fmt("%.4f", report.rms_log_error()) + " after."};
-    for (const pb::CalibrationParameter& p : report.parameters()) {
-      header.push_back(p.name() + ": " + Fmt("%.6g", p.initial()) + " -> " +
-                       Fmt("%.6g", p.fitted()) + " (" + p.status() + ")");
-    }
-    // How the fit ended and whether it is plausible travel with the preset.
-    for (const std::string& note : report.notes()) {
-      if (note.rfind("fit: ", 0) == 0 || note.rfind("implausible: ", 0) == 0) {
-        header.push_back(note);
-      }
-    }
-    header.push_back("The efficiency points sample eff(t) = peak * t / (t + knee_tokens).");
-    // The preset is read back as `--cluster FILE` reads it and validated
-    // before it is written: a file this command writes means what it says.
-    const std::string text = sim::ClusterPresetText(cluster, header);
-    pb::ClusterSpec reread;
-    Status back = scenario::ParseTextProto(text, out_path, &reread);
-    if (back.ok()) back = models::ValidateCluster(reread);
-    if (back.ok() && reread.SerializeAsString() != cluster.SerializeAsString()) {
-      back = Status::Internal("it reads back as another cluster");
-    }
-    if (!back.ok()) {
-      return Status::Internal("--out " + out_path + ": the fitted preset does not read back as "
-                              "a valid cluster (" + back.message() + "); nothing written");
-    }
-    SF_RETURN_IF_ERROR(WriteFile(out_path, text));
+    SF_RETURN_IF_ERROR(WriteFile(out_path, result.preset_text));
     report.set_preset_path(IsUtf8(out_path) ? out_path : Printable(out_path));  // JSON
   }
   return report;
