@@ -35,6 +35,7 @@
 #include "schedule/plan.h"
 #include "schedule/plan_text.h"
 #include "schedule/policies.h"
+#include "schedule/torch_csv.h"
 #include "schedule/validator.h"
 #include "sim/capacity_plan.h"
 #include "sim/explain.h"
@@ -697,6 +698,13 @@ PYBIND11_MODULE(_stateflow, m) {
       .def_static("from_text", [](const std::string& text) {
         return PyPlan{Take(schedule::ParsePlanText(text, "<plan>"), g_plan_error)};
       }, py::arg("text"), "Parses the text form (plan-dump's).")
+      .def_static("from_torch_csv", [](const std::string& text, int chunks, const std::string& policy) {
+        return PyPlan{Take(schedule::ParseTorchCsv(text, "<torch csv>", chunks, policy), g_plan_error)};
+      }, py::arg("text"), py::arg("chunks") = 1, py::arg("policy") = "torch",
+         "A plan from torch.distributed.pipelining's schedule CSV (compute only: one row per rank, "
+         "cells like 0F3, 1I0, 2W1; its microbatch m is our (m // chunks, m % chunks)).")
+      .def("to_torch_csv", [](const PyPlan& p) { return schedule::PlanToTorchCsv(p.plan); },
+           "The plan as torch.distributed.pipelining's schedule CSV (its _load_csv reads it).")
       .def("text", [](const PyPlan& p) { return schedule::PlanToText(p.plan); },
            "The text form: `stateflow simulate --plan FILE` reads it.")
       .def("grid", [](const PyPlan& p) { return schedule::PlanGrid(p.plan); },

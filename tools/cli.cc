@@ -17,7 +17,9 @@
 #include "models/limits.h"
 #include "scenario/load.h"
 #include "scenario/resolve.h"
+#include "schedule/plan_text.h"
 #include "schedule/policies.h"
+#include "schedule/torch_csv.h"
 #include "sim/calibrate.h"
 #include "tools/work_bounds.h"
 
@@ -223,6 +225,23 @@ Status WriteCostTableFile(const std::string& path, const pb::CostTable& table,
     }
   }
   return WriteFile(path, text);
+}
+
+Result<schedule::Plan> LoadPlanFile(const std::string& path, std::optional<long long> chunks) {
+  SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  if (!schedule::LooksLikeTorchCsv(text)) return schedule::ParsePlanText(text, path);
+  const long long n = chunks.value_or(1);
+  if (n < 1 || n > schedule::kMaxUnitsPerStage) {
+    return Status::Invalid(path + ": --chunks " + std::to_string(n) + " is out of range");
+  }
+  return schedule::ParseTorchCsv(text, path, static_cast<int>(n));
+}
+
+std::string SchedulePolicyFor(const schedule::Plan& plan) {
+  for (const std::string& name : schedule::PolicyNames()) {
+    if (name == plan.policy()) return name;
+  }
+  return "stateflow";
 }
 
 Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) {

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
 #include "scenario/resolve.h"
+#include "schedule/plan.h"
 #include "sim/cost_table.h"
 
 namespace stateflow::tools {
@@ -119,6 +120,18 @@ Result<sim::CostTableIndex> LoadCostsFor(const std::string& path, const pb::Scen
 // read back but not indexed (it has no layers and no link fit yet).
 Status WriteCostTableFile(const std::string& path, const pb::CostTable& table,
                           bool samples_only = false);
+
+// A plan file for --plan: our text form (plan-dump's), or
+// torch.distributed.pipelining's schedule CSV (schedule/torch_csv.h: told
+// apart by its first line), whose torch microbatches are `chunks` (default
+// 1) chunks each of our microbatches. Parsed, not validated; errors name the
+// file and line.
+Result<schedule::Plan> LoadPlanFile(const std::string& path, std::optional<long long> chunks);
+
+// The schedule policy a run of `plan` is configured with: the plan's own
+// name when the schedule core knows it, else "stateflow" (the most general:
+// any chunk count), the plan's name then naming the run in its report.
+std::string SchedulePolicyFor(const schedule::Plan& plan);
 
 // Loads the scenario (the file, or the embedded default), applies the flag
 // overrides and resolves it. `policy` or `chunks`/`alpha` overrides apply to

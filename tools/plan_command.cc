@@ -14,6 +14,7 @@
 #include "scenario/resolve.h"
 #include "schedule/plan.h"
 #include "schedule/plan_text.h"
+#include "schedule/torch_csv.h"
 #include "schedule/validator.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
@@ -52,6 +53,11 @@ constexpr char kPlanDumpExamples[] = R"(examples:
   stateflow simulate --plan plan.txt
       edit plan.txt by hand, then have it validated and simulated
 
+  stateflow plan-dump -P 4 -M 8 --policy 1f1b --format torch-csv --out 1f1b.csv
+      torch.distributed.pipelining's schedule CSV (its _load_csv reads it);
+      `stateflow simulate --plan 1f1b.csv` reads one back (--chunks N: each
+      torch microbatch is N chunks of ours)
+
 The text form: one line per stage listing its actions in order; an action
 "2F0.3" is stage 2, forward, microbatch 0, chunk 3 (B = backward).
 )";
@@ -61,16 +67,23 @@ The text form: one line per stage listing its actions in order; an action
 int PlanDumpCommand(int argc, char** argv) {
   const char* name = "plan-dump";
   ScenarioFlags flags;
-  std::string out_path;
+  std::string out_path, format = "text";
   po::options_description desc("stateflow plan-dump [options]");
   desc.add_options()("help,h", "show this help")
-      ("out,o", po::value(&out_path), "write to this file instead of stdout");
+      ("out,o", po::value(&out_path), "write to this file instead of stdout")
+      ("format", po::value(&format),
+       "text (default: ours, editable by hand) or torch-csv (torch.distributed.pipelining's "
+       "schedule CSV, compute only: one row per rank, torch microbatch m = a N + i)");
   AddScenarioOptions(&desc, &flags);
   po::variables_map vm;
   if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(name, s);
   if (vm.count("help")) {
     std::cout << desc << "\n" << kPlanDumpExamples;
     return kExitOk;
+  }
+  if (format != "text" && format != "torch-csv") {
+    return Fail(name, Status::Invalid("--format: '" + Printable(format) +
+                                      "' is not text or torch-csv"));
   }
   // Before the plan is built (issue 31): an --out that cannot be written.
   if (Status s = CheckOutputPath("--out", out_path); !s.ok()) return Fail(name, s);
@@ -87,10 +100,13 @@ int PlanDumpCommand(int argc, char** argv) {
                        std::to_string(resolved->seq_len()) + "\n# chunk boundaries:";
   for (auto b : config->partition.boundaries()) header.append(" ").append(std::to_string(b));
   header += "\n";
-  const std::string text = header + schedule::PlanToText(*plan);
+  const bool csv = format == "torch-csv";
+  const std::string text = csv ? schedule::PlanToTorchCsv(*plan) : header + schedule::PlanToText(*plan);
   // Read back as --plan reads it before it leaves (issue 31: written files
   // mean what they say): parsed, valid, and the same plan.
-  Result<schedule::Plan> back = schedule::ParsePlanText(text, "<the plan written>");
+  Result<schedule::Plan> back =
+      csv ? schedule::ParseTorchCsv(text, "<the plan written>", plan->chunks(), plan->policy())
+          : schedule::ParsePlanText(text, "<the plan written>");
   if (!back.ok() || !schedule::ValidatePlan(*back).ok() || !(*back == *plan)) {
     return Fail(name, Status::Internal("the plan's text does not read back as the plan" +
                                        (back.ok() ? std::string() : ": " + back.status().message())));

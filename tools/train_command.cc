@@ -107,7 +107,7 @@ void AddTrainOptions(po::options_description* desc, TrainFlags* f) {
       ("seed", Optional(&f->seed), "seed of the parameters and the batches (train.seed)")
       ("lr", Optional(&f->learning_rate), "AdamW learning rate (train.learning_rate)")
       ("plan", po::value(&f->plan_path),
-       ("run this plan file (see plan-dump; at most " + LimitText(kMaxTextFileBytes) + ")")
+       ("run this plan file (plan-dump's text form, or torch's schedule CSV; at most " + LimitText(kMaxTextFileBytes) + ")")
            .c_str())
       ("capacity-bytes", Optional(&f->capacity_bytes), "memory capacity of each stage")
       ("watchdog", Optional(&f->watchdog),
@@ -186,11 +186,6 @@ Result<TrainOptions> ResolveOptions(const pb::Scenario& scenario, const TrainFla
   o.dtype = c.dtype;
   o.device = c.device;
   return o;
-}
-
-Result<schedule::Plan> LoadPlan(const std::string& path) {
-  SF_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
-  return schedule::ParsePlanText(text, path);
 }
 
 // The host's memory beside the tensors, in bytes, or an error if it alone
@@ -303,9 +298,9 @@ struct Prepared {
 Result<Prepared> Prepare(TrainFlags flags, int ranks_on_node, bool mpi) {
   std::optional<schedule::Plan> plan;
   if (!flags.plan_path.empty()) {
-    SF_ASSIGN_OR_RETURN(plan, LoadPlan(flags.plan_path));
+    SF_ASSIGN_OR_RETURN(plan, LoadPlanFile(flags.plan_path, flags.scenario.chunks));
     if (!flags.scenario.chunks) flags.scenario.chunks = plan->chunks();
-    if (flags.scenario.policy.empty()) flags.scenario.policy = plan->policy();
+    if (flags.scenario.policy.empty()) flags.scenario.policy = SchedulePolicyFor(*plan);
   }
   Prepared p;
   SF_ASSIGN_OR_RETURN(scenario::ResolvedScenario resolved,

@@ -168,6 +168,20 @@ class PlanTest(unittest.TestCase):
         self.assertIn("0F0.0", p.grid())
         sf.validate_plan(p)
 
+    def test_torch_csv_round_trips_and_simulates_as_ours(self):
+        p = sf.make_plan("stateflow", 4, 4, 2)
+        csv_text = p.to_torch_csv()
+        self.assertEqual(csv_text.splitlines()[0].split(",")[:3], ["0F0", "0F1", "0F2"])
+        back = sf.Plan.from_torch_csv(csv_text, chunks=2, policy="stateflow")
+        self.assertEqual(back, p)
+        s = sf.scenario(P=4, M=4, N=2, policy="stateflow")
+        self.assertEqual(sf.simulate(s, plan=sf.Plan.from_torch_csv(csv_text, chunks=2)).step_time_s,
+                         sf.simulate(s).step_time_s)
+        with self.assertRaises(sf.PlanError) as e:
+            sf.Plan.from_torch_csv("0F0,1F0\n")
+        self.assertIn("<torch csv>:1:2: action 1F0 is on stage 1 but its row is rank 0",
+                      str(e.exception))
+
     def test_a_broken_plan_names_the_rule_stage_and_step(self):
         p = sf.make_plan("1f1b", 2, 2, 1)
         stages = p.per_stage()
