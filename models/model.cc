@@ -179,6 +179,10 @@ Status ValidateCluster(const pb::ClusterSpec& cluster) {
                            "memory_capacity_bytes) (got " +
                            std::to_string(d.memory_reserve_bytes()) + ")");
   }
+  if (!(d.action_overhead_s() >= 0 && d.action_overhead_s() <= 1)) {
+    return Status::Invalid("cluster.device.action_overhead_s must be in [0, 1] seconds (got " +
+                           std::to_string(d.action_overhead_s()) + ")");
+  }
   if (d.has_memory_reserve_fraction() &&
       !(d.memory_reserve_fraction() >= 0 && d.memory_reserve_fraction() < 1)) {
     return Status::Invalid("cluster.device.memory_reserve_fraction must be in [0, 1) (got " +

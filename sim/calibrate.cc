@@ -36,6 +36,7 @@ constexpr std::array<std::string_view, kNumCalibParams> kParamNames = {
     "inter_node_link.latency_s",
     "kernel_costs.compute_scale",
     "kernel_costs.all_reduce_scale",
+    "device.action_overhead_s",
 };
 
 // Each parameter's range (the fit clamps its steps into it): the knee
@@ -44,6 +45,7 @@ constexpr std::array<std::string_view, kNumCalibParams> kParamNames = {
 constexpr std::array<std::pair<double, double>, kNumCalibParams> kParamRanges = {{
     {1e-6, 1e6}, {1e-2, 1.1e12}, {1, 1e30}, {1, 1e30}, {1e-12, 3600},
     {1, 1e30}, {1e-12, 3600}, {1, 1e30}, {1e-12, 3600}, {1e-3, 1e3}, {1e-3, 1e3},
+    {1e-9, 1},  // the action overhead: DeviceSpec's limit of 1 s
 }};
 
 constexpr int kCurvePoints = 31;     // 2^0 .. 2^30 tokens
@@ -238,7 +240,10 @@ class LogFit {
       r[i] = std::log(p.step_time_s[i] / runs_[fitted_runs_[i]].row.step_time_s);
     }
     for (std::size_t k = 0; n + k < rows; ++k) {
-      r[n + k] = std::sqrt(prior_weight_) * (x[k] - std::log(prior_[free_[k]]));
+      // A parameter with no prior value (0: a term the cluster did not have,
+      // started at a seed) has none.
+      const double center = prior_[free_[k]];
+      r[n + k] = center > 0 ? std::sqrt(prior_weight_) * (x[k] - std::log(center)) : 0.0;
     }
     return r;
   }
@@ -509,6 +514,7 @@ CalibValues ReadCalibValues(const pb::ClusterSpec& c) {
   v[Index(CalibParam::kInterLatency)] = std::max(c.inter_node_link().latency_s(), kMinLatencyS);
   v[Index(CalibParam::kKernelComputeScale)] = 1;
   v[Index(CalibParam::kKernelAllReduceScale)] = 1;
+  v[Index(CalibParam::kActionOverhead)] = std::max(c.device().action_overhead_s(), kMinLatencyS);
   return v;
 }
 
@@ -522,6 +528,9 @@ pb::ClusterSpec WithCalibValues(pb::ClusterSpec c, const CalibValues& v) {
   c.mutable_intra_node_link()->set_latency_s(v[Index(CalibParam::kIntraLatency)]);
   c.mutable_inter_node_link()->set_bandwidth_bytes_per_s(v[Index(CalibParam::kInterBandwidth)]);
   c.mutable_inter_node_link()->set_latency_s(v[Index(CalibParam::kInterLatency)]);
+  // A cluster without an overhead (read as kMinLatencyS) keeps none.
+  const double overhead = v[Index(CalibParam::kActionOverhead)];
+  c.mutable_device()->set_action_overhead_s(overhead > kMinLatencyS ? overhead : 0.0);
   if (c.has_kernel_costs()) {
     pb::KernelCosts* k = c.mutable_kernel_costs();
     const double compute = v[Index(CalibParam::kKernelComputeScale)];
@@ -564,6 +573,9 @@ Result<pb::ClusterSpec> VaryParameter(pb::ClusterSpec c, std::string_view name, 
       break;
     case CalibParam::kMemoryBandwidth:
       d->set_memory_bandwidth_bytes_per_s(d->memory_bandwidth_bytes_per_s() * factor);
+      break;
+    case CalibParam::kActionOverhead:
+      d->set_action_overhead_s(d->action_overhead_s() * factor);
       break;
     case CalibParam::kKernelComputeScale:
     case CalibParam::kKernelAllReduceScale: {
@@ -706,13 +718,31 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     return Status::Invalid("calibrate: every run is held out (set = holdout): nothing to fit");
   }
   const pb::ClusterSpec& base = runs[0].scenario.proto().cluster();
-  const CalibValues start = ReadCalibValues(base);
+  CalibValues start = ReadCalibValues(base);
+  const int action_overhead = Index(CalibParam::kActionOverhead);
+  const bool has_overhead = base.device().action_overhead_s() > 0;
   std::vector<int> asked;
   if (options.fit.empty()) {
-    for (int k = 0; k < kNumCalibParams; ++k) asked.push_back(k);
+    // A term the cluster does not have is fitted only when asked for.
+    for (int k = 0; k < kNumCalibParams; ++k) {
+      if (k != action_overhead || has_overhead) asked.push_back(k);
+    }
   } else {
     for (CalibParam p : options.fit) asked.push_back(Index(p));
   }
+  const bool fit_overhead =
+      std::find(asked.begin(), asked.end(), action_overhead) != asked.end();
+  if (fit_overhead && !has_overhead) {
+    double shortest = 1;  // s: DeviceSpec's limit
+    for (int i : fitted_runs) {
+      const pb::Scenario& sc = runs[static_cast<std::size_t>(i)].scenario.proto();
+      const double actions = 2.0 * std::max(1u, sc.parallel().microbatches()) *
+                             std::max(1u, sc.schedule().chunks());
+      shortest = std::min(shortest, runs[static_cast<std::size_t>(i)].row.step_time_s / actions);
+    }
+    start[action_overhead] = std::clamp(kActionOverheadSeedShare * shortest, 1e-8, 1.0);
+  }
+  const bool seeded = fit_overhead && !has_overhead;
 
   // Sensitivities at the start, of every parameter, to choose the free ones.
   std::vector<int> all(kNumCalibParams);
@@ -722,6 +752,12 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
 
   Calibration out;
   pb::CalibrationReport& report = out.report;
+  if (seeded) {
+    report.add_notes(std::string(kParamNames[action_overhead]) + ": the cluster has none; the fit "
+                     "starts at " + Fmt("%.3g", start[action_overhead]) + " s (" +
+                     Fmt("%g", 100 * kActionOverheadSeedShare) +
+                     " % of the shortest run's mean action)");
+  }
   std::vector<int> free;
   for (int k = 0; k < kNumCalibParams; ++k) {
     pb::CalibrationParameter* p = report.add_parameters();
@@ -732,7 +768,10 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     p->set_max_sensitivity(s);
     p->set_most_sensitive_line(runs[fitted_runs[row]].row.line);
     const bool wanted = std::find(asked.begin(), asked.end(), k) != asked.end();
-    if (!wanted) {
+    if (!wanted && k == action_overhead && !has_overhead) {
+      p->set_status("held: the cluster has none (--fit " + std::string(kParamNames[k]) +
+                    " fits it)");
+    } else if (!wanted) {
       p->set_status("held: not asked for");
     } else if (s < options.min_sensitivity) {
       p->set_status("held: not constrained by the runs");
@@ -794,7 +833,10 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
                      " of the largest is held at the start");
   }
 
-  const LogFit fit(runs, fitted_runs, base, start, free, options.prior_weight, start);
+  // The prior's centre: the starting cluster, except a seeded term (none).
+  CalibValues prior = start;
+  if (seeded) prior[action_overhead] = 0;
+  const LogFit fit(runs, fitted_runs, base, start, free, options.prior_weight, prior);
   Eigen::VectorXd x = fit.Start();
   if (!free.empty()) {
     SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(fit, options.max_iterations));
@@ -897,7 +939,7 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     for (std::size_t i = 0; i < fitted_runs.size(); ++i) {
       std::vector<int> others = fitted_runs;
       others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
-      const LogFit sub(runs, others, base, fitted, free, options.prior_weight, start);
+      const LogFit sub(runs, others, base, fitted, free, options.prior_weight, prior);
       SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(sub, options.max_iterations));
       const int run = fitted_runs[i];
       SF_ASSIGN_OR_RETURN(Prediction p, PredictAll({runs[run]}, sub.ClusterAt(lm.x)));

@@ -54,8 +54,19 @@ enum class CalibParam {
   // and recurrence rate, and every all-reduce bus bandwidth.
   kKernelComputeScale,    // "kernel_costs.compute_scale"
   kKernelAllReduceScale,  // "kernel_costs.all_reduce_scale"
+  // The framework's fixed time per action (DeviceSpec.action_overhead_s):
+  // fitted only when asked for (--fit) or when the cluster already has one
+  // (> 0); a fit from 0 starts at kActionOverheadSeedShare of the runs'
+  // shortest mean action.
+  kActionOverhead,  // "device.action_overhead_s"
 };
-inline constexpr int kNumCalibParams = 11;
+inline constexpr int kNumCalibParams = 12;
+// Where a fit of the per-action overhead starts when the cluster has none:
+// this share of the shortest fitted run's mean action (its measured step
+// over its stage's 2 M N actions), so that the term starts where it moves
+// the runs by about 1 % (from zero, or from a fixed guess far below the
+// runs' actions, its sensitivity would hide it from the fit).
+inline constexpr double kActionOverheadSeedShare = 0.01;
 using CalibValues = std::array<double, kNumCalibParams>;
 
 std::string_view CalibParamName(CalibParam p);

@@ -98,6 +98,7 @@ class TableCostSource : public CostSource {
     if (setup.memory_cache == nullptr) own_cache.emplace(cm);
     models::ActionMemoryCache& memory = setup.memory_cache ? *setup.memory_cache : *own_cache;
     ChunkTimes times(cm, setup.partition);
+    const double overhead = cm.cluster().device().action_overhead_s();
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];
       const std::vector<KindGroup> kinds = GroupByKind(cm, layers);
@@ -111,6 +112,10 @@ class TableCostSource : public CostSource {
           forward_s_[k] += g.count * t.forward_s;
           backward_s_[k] += g.count * t.backward_s;
         }
+        // The framework's fixed cost per action (DeviceSpec.action_overhead_s;
+        // 0 in the presets). A replayed table's measured times hold it already.
+        forward_s_[k] += overhead;
+        backward_s_[k] += overhead;
         const double bytes = cm.BoundaryActivationBytes(cm.LocalTokens(s));  // one CP device's
         transfer_occupancy_s_[k] = bytes / link.bandwidth_bytes_per_s();
         transfer_latency_s_[k] = link.latency_s() + transfer_occupancy_s_[k];

@@ -134,11 +134,15 @@ Result<pb::Explanation> Explain(const Simulation& sim) {
     const std::array<KindCount, kKinds> kinds = CountKinds(cm, layers.first, layers.last);
     pb::StageTerms* stage = out.add_stages();
     stage->set_stage(static_cast<std::uint32_t>(r));
+    const double overhead = cm.cluster().device().action_overhead_s();
     for (const schedule::Action& a : plan.stage(r)) {
       if (a.pass == Pass::kWeight) continue;  // the analytic source's W is free
       for (const KindCount& kind : kinds) {
         if (kind.count > 0) Add(terms.Of(kind.layer, a.chunk, a.pass), kind.count, stage->mutable_busy());
       }
+      pb::TimeTerms* busy = stage->mutable_busy();
+      busy->set_overhead_s(busy->overhead_s() + overhead);
+      busy->set_total_s(busy->total_s() + overhead);
     }
     const StageResult& engine = sim.engine.stages[r];
     const double busy = stage->busy().total_s();

@@ -161,7 +161,8 @@ int CalibrateCommand(int argc, char** argv) {
       ("runs", po::value(&runs_path),
        ("the measured runs, a CSV (columns below; at most " + LimitText(kMaxTextFileBytes) + ")").c_str())
       ("fit", po::value(&fit_list),
-       "comma-separated parameters to fit (default: every one the runs constrain)")
+       "comma-separated parameters to fit (default: every one the runs constrain; "
+       "device.action_overhead_s only when named here or when the cluster has one)")
       ("out", po::value(&out_path), "write the fitted cluster preset (text format) here")
       ("max-iterations", po::value(&max_iterations),
        "Levenberg-Marquardt iterations at most (default 100); a fit stopped by it says "

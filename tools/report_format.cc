@@ -162,14 +162,27 @@ std::string FormatExplanation(const pb::Report& r) {
     out += AlignTable(st, "  ");
   }
 
+  // The device's per-action overhead (DeviceSpec.action_overhead_s), a
+  // column of its own when the cluster has one.
+  bool overhead = false;
+  for (const pb::StageTerms& s : e.stages()) overhead = overhead || s.busy().overhead_s() > 0;
   out += "\nper stage, the whole step (" + FormatTime(r.step_time_s(), unit) +
          "): busy = compute + memory + ST exposed + TP comm" + (cp ? " + CP comm" : "") +
+         (overhead ? " + per-action overhead" : "") +
          "; idle = step - busy - DP sync - optimizer\n";
+  const std::size_t total_at = cp ? 5 : 4;  // the "total" column of TermHeader, before "stage"
+  std::vector<std::string> header = TermHeader(cp);
+  header[total_at] = "busy";
+  if (overhead) header.insert(header.begin() + static_cast<std::ptrdiff_t>(total_at), "overhead");
   std::vector<std::vector<std::string>> stages = {
-      Concat(Concat({"stage"}, TermHeader(cp)), {"DP sync", "optimizer", "idle"})};
-  stages.front()[cp ? 6 : 5] = "busy";
+      Concat(Concat({"stage"}, header), {"DP sync", "optimizer", "idle"})};
   for (const pb::StageTerms& s : e.stages()) {
-    stages.push_back(Concat(Concat({std::to_string(s.stage())}, TermCells(s.busy(), unit, cp)),
+    std::vector<std::string> cells = TermCells(s.busy(), unit, cp);
+    if (overhead) {
+      cells.insert(cells.begin() + static_cast<std::ptrdiff_t>(total_at),
+                   TermTime(s.busy().overhead_s(), unit));
+    }
+    stages.push_back(Concat(Concat({std::to_string(s.stage())}, cells),
                             {TermTime(s.sync_s(), unit), TermTime(s.optimizer_s(), unit),
                              TermTime(s.idle_s(), unit)}));
   }

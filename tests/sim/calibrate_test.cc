@@ -56,6 +56,10 @@ bool Unconstrained(int k) {
          k == static_cast<int>(CalibParam::kKernelAllReduceScale);
 }
 
+// The per-action overhead: the true cluster has none, so the default fit
+// leaves it out (fitted only when asked for).
+constexpr int kOverhead = static_cast<int>(CalibParam::kActionOverhead);
+
 // Every other parameter moved by +30 % or -30 %.
 pb::ClusterSpec StartCluster() {
   CalibValues v = kTruth;
@@ -121,6 +125,11 @@ TEST(Calibrate, RecoversSynthesisedParametersWithinOnePercent) {
   for (int k = 0; k < kNumCalibParams; ++k) {
     const pb::CalibrationParameter& p = c->report.parameters(k);
     SCOPED_TRACE(p.name() + " status " + p.status());
+    if (k == kOverhead) {
+      EXPECT_EQ(p.status(), "held: the cluster has none (--fit device.action_overhead_s fits it)");
+      EXPECT_EQ(c->cluster.device().action_overhead_s(), 0.0);  // none written either
+      continue;
+    }
     if (Unconstrained(k)) {
       // No run depends on it: not constrained, held at the start.
       EXPECT_EQ(p.status(), "held: not constrained by the runs");
@@ -132,7 +141,7 @@ TEST(Calibrate, RecoversSynthesisedParametersWithinOnePercent) {
     EXPECT_NEAR(p.fitted() / truth[k], 1.0, 0.01);
     ++fitted;
   }
-  EXPECT_EQ(fitted, kNumCalibParams - 3);
+  EXPECT_EQ(fitted, kNumCalibParams - 4);
   EXPECT_LT(c->report.rms_log_error(), 1e-4);
   // The report says how the fit ended and what the runs determine.
   bool stop = false, identifiability = false;
@@ -178,7 +187,9 @@ TEST(Calibrate, FitsOnlyTheParametersAskedForAndPredictsHeldOutRuns) {
   EXPECT_EQ(c->report.parameters(0).status(), "fitted");
   EXPECT_NEAR(c->report.parameters(0).fitted() / 0.6, 1.0, 1e-4);
   for (int k = 1; k < kNumCalibParams; ++k) {
-    EXPECT_EQ(c->report.parameters(k).status(), "held: not asked for");
+    EXPECT_EQ(c->report.parameters(k).status(),
+              k == kOverhead ? "held: the cluster has none (--fit device.action_overhead_s fits it)"
+                             : "held: not asked for");
   }
   EXPECT_LT(c->report.holdout_rms_log_error(), 1e-4);
   int holdout = 0;
@@ -202,7 +213,7 @@ TEST(Calibrate, ThePriorHoldsOnlyWhatTheRunsBarelySee) {
   int well_seen = 0;
   for (int k = 0; k < kNumCalibParams; ++k) {
     const pb::CalibrationParameter& p = c->report.parameters(k);
-    if (Unconstrained(k) || p.max_sensitivity() < 0.05) continue;
+    if (Unconstrained(k) || k == kOverhead || p.max_sensitivity() < 0.05) continue;
     EXPECT_NEAR(p.fitted() / kTruth[k], 1.0, 0.01) << p.name();
     ++well_seen;
   }
@@ -302,8 +313,15 @@ TEST(Calibrate, SaysWhenTheFitIsImplausibleOrUnfinished) {
 // leave-one-out error for every fitted run; and the fitted cluster,
 // carried to another model (gdn-small) whose runs are perturbed alike, must
 // predict them better than the start, with the error reported.
-std::string PerturbedCsv(const std::string& model, double* rms_start, const pb::ClusterSpec& start) {
-  pb::Scenario base = TinyScenario(TrueCluster());
+// `serial_overhead_s`: added per stage action to the step, outside the
+// model; `model_overhead_s`: the true cluster's DeviceSpec.action_overhead_s
+// (inside every action, as the model charges it).
+std::string PerturbedCsv(const std::string& model, double* rms_start, const pb::ClusterSpec& start,
+                         double serial_overhead_s = 20e-6, double model_overhead_s = 0,
+                         double noise_share = 0.03) {
+  pb::ClusterSpec true_cluster = TrueCluster();
+  true_cluster.mutable_device()->set_action_overhead_s(model_overhead_s);
+  pb::Scenario base = TinyScenario(true_cluster);
   base.set_model_preset(model);
   const scenario::ResolvedScenario truth = MustResolve(base);
   pb::Scenario from = base;
@@ -328,8 +346,8 @@ std::string PerturbedCsv(const std::string& model, double* rms_start, const pb::
     Result<Simulation> sim = Simulate(r, r.proto().schedule());
     EXPECT_TRUE(sim.ok()) << sim.status().message();
     const double per_stage_actions = static_cast<double>(sim->report.num_tasks()) / c.p;
-    const double noise = 1 + 0.03 * std::sin(12.9898 * static_cast<double>(i + 1));
-    const double measured = (sim->report.step_time_s() + 20e-6 * per_stage_actions) * noise;
+    const double noise = 1 + noise_share * std::sin(12.9898 * static_cast<double>(i + 1));
+    const double measured = (sim->report.step_time_s() + serial_overhead_s * per_stage_actions) * noise;
     pb::Scenario at_start = s;
     *at_start.mutable_cluster() = start;
     const scenario::ResolvedScenario rs = MustResolve(at_start);
@@ -389,6 +407,99 @@ TEST(Calibrate, RunsFromAPerturbedModelEndHonestlyAndTransfer) {
               c->report.loo_rms_log_error(), rms_start_small, rms_transfer);
   EXPECT_LT(rms_transfer, rms_start_small);
   EXPECT_LT(rms_transfer, 0.05);
+
+}
+
+// Runs that carry a per-action overhead (issue 28 item 2): 5 ms in every
+// action on actions of 17 to 550 ms (this cluster's gdn-tiny runs), a
+// framework's per-action cost on the CPU. Without noise the term, asked for,
+// is recovered from its seed within 1 % beside the efficiency curve (the
+// links at their truth: with every link free too, these runs let the fit
+// trade the overhead against the pipeline link's latency and end in a local
+// minimum, 0.0018 rms, the bandwidth run off to 3e17). With the 3 % noise both fits end at the noise's level on
+// the runs they fit, but without the term the fit bends another parameter
+// to stand in for it (the pipeline link's latency, many times its truth),
+// while with it the overhead lands within the noise's reach of 5 ms, the
+// latency near its truth, and the cluster transfers to gdn-small better.
+TEST(Calibrate, FitsThePerActionOverheadWhenAskedFor) {
+  constexpr double kOverheadS = 5e-3;
+  constexpr int kLatency = static_cast<int>(CalibParam::kPipelineLatency);
+  std::vector<CalibParam> with_overhead;
+  for (int k = 0; k < kNumCalibParams; ++k) {
+    if (!Unconstrained(k)) with_overhead.push_back(static_cast<CalibParam>(k));
+  }
+  double rms_start = 0, rms_start_small = 0;
+  {
+    // The compute terms and the overhead 30 % off, the links at their truth.
+    pb::ClusterSpec start = TrueCluster();
+    CalibValues v = kTruth;
+    v[0] *= 1.3;
+    v[1] *= 0.7;
+    start = WithCalibValues(start, v);
+    const std::string exact = PerturbedCsv("gdn-tiny", &rms_start, start, 0, kOverheadS, 0);
+    Result<Calibration> c =
+        Calibrate(MustApply(start, exact),
+                  {.fit = {CalibParam::kEfficiencyPeak, CalibParam::kEfficiencyKnee,
+                           CalibParam::kActionOverhead}});
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_NEAR(c->report.parameters(kOverhead).fitted() / kOverheadS, 1.0, 0.01);
+    EXPECT_NEAR(c->report.parameters(0).fitted() / kTruth[0], 1.0, 0.01);  // efficiency.peak
+    EXPECT_LT(c->report.rms_log_error(), 1e-3);
+  }
+  const std::string tiny = PerturbedCsv("gdn-tiny", &rms_start, StartCluster(), 0, kOverheadS);
+  const std::string small = PerturbedCsv("gdn-small", &rms_start_small, StartCluster(), 0, kOverheadS);
+  const std::vector<CalibrationRun> runs = MustApply(StartCluster(), tiny);
+  Result<Calibration> without = Calibrate(runs, {.prior_weight = kDefaultPriorWeight});
+  Result<Calibration> with =
+      Calibrate(runs, {.fit = with_overhead, .prior_weight = kDefaultPriorWeight});
+  ASSERT_TRUE(without.ok()) << without.status().message();
+  ASSERT_TRUE(with.ok()) << with.status().message();
+  const pb::CalibrationParameter& term = with->report.parameters(kOverhead);
+  EXPECT_EQ(term.status(), "fitted");
+  EXPECT_GT(term.initial(), 0);
+  EXPECT_LT(term.initial(), 0.1 * kOverheadS);  // 1 % of the shortest mean action
+  EXPECT_NEAR(term.fitted() / kOverheadS, 1.0, 0.5) << term.fitted();
+  EXPECT_NEAR(with->cluster.device().action_overhead_s(), term.fitted(), 1e-15);
+  EXPECT_EQ(without->cluster.device().action_overhead_s(), 0.0);
+  const double latency_with = with->report.parameters(kLatency).fitted() / kTruth[kLatency];
+  const double latency_without = without->report.parameters(kLatency).fitted() / kTruth[kLatency];
+  EXPECT_NEAR(latency_with, 1.0, 0.5);  // 1.35x, against 35.9x without the term
+  EXPECT_GT(latency_without, 5.0);  // standing in for the missing term
+  bool seeded = false;
+  for (const std::string& note : with->report.notes()) {
+    seeded |= note.rfind("device.action_overhead_s: the cluster has none; the fit starts at ", 0) == 0;
+  }
+  EXPECT_TRUE(seeded);
+  // Both at the noise's level on the runs they fit (3 % noise: about 0.02).
+  EXPECT_LT(with->report.rms_log_error(), 0.025);
+  EXPECT_LT(without->report.rms_log_error(), 0.025);
+  // Transfer to gdn-small, whose runs carry the same overhead.
+  Result<std::vector<CalibrationRow>> rows = ParseCalibrationCsv(small, "small.csv");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  auto transfer = [&](const pb::ClusterSpec& cluster) {
+    pb::Scenario base = TinyScenario(cluster);
+    base.set_model_preset("gdn-small");
+    Result<std::vector<CalibrationRun>> small_runs = ApplyRows(MustResolve(base), *rows, "small.csv");
+    EXPECT_TRUE(small_runs.ok()) << small_runs.status().message();
+    double sum = 0;
+    for (const CalibrationRun& run : *small_runs) {
+      Result<Simulation> sim = Simulate(run.scenario, run.scenario.proto().schedule());
+      EXPECT_TRUE(sim.ok()) << sim.status().message();
+      sum += std::pow(std::log(sim->report.step_time_s() / run.row.step_time_s), 2);
+    }
+    return std::sqrt(sum / static_cast<double>(small_runs->size()));
+  };
+  const double transfer_without = transfer(without->cluster);
+  const double transfer_with = transfer(with->cluster);
+  std::printf("5 ms per action, 3 %% noise: gdn-tiny rms log error %.4f at the start; without "
+              "the term %.4f fitted, %.4f leave-one-out, pipeline latency %.3gx its truth; with "
+              "it (fitted %.4g s) %.4f fitted, %.4f leave-one-out, latency %.3gx; gdn-small "
+              "(transfer) %.4f at the start, %.4f without, %.4f with\n",
+              rms_start, without->report.rms_log_error(), without->report.loo_rms_log_error(),
+              latency_without, term.fitted(), with->report.rms_log_error(),
+              with->report.loo_rms_log_error(), latency_with, rms_start_small, transfer_without,
+              transfer_with);
+  EXPECT_LT(transfer_with, 0.75 * transfer_without);
 }
 
 TEST(Calibrate, ReserveIsTheLargestMeasuredOverhead) {

@@ -160,6 +160,45 @@ TEST(Explain, OverlapMovesExposedTimeToHidden) {
   EXPECT_LT(b->engine.step_time_s, a->engine.step_time_s);
 }
 
+// DeviceSpec.action_overhead_s: every F and B of a stage takes that much
+// longer, the explanation's stages carry it as a term of its own, and a
+// one-stage step (no bubble to absorb it) grows by exactly 2 M N of it.
+TEST(Explain, PerActionOverheadIsOneTermPerAction) {
+  for (int P : {1, 4}) {
+    pb::Scenario s = ScenarioOf({"gdn-3b", "stateflow", 4, "none", 1, 1, 0, false});
+    s.mutable_parallel()->set_pipeline_size(P);
+    const scenario::ResolvedScenario zero = MustResolve(s);
+    s.mutable_cluster()->mutable_device()->set_action_overhead_s(250e-6);
+    const scenario::ResolvedScenario with = MustResolve(s);
+    Result<Simulation> a = Simulate(zero, zero.proto().schedule());
+    Result<Simulation> b = Simulate(with, with.proto().schedule());
+    ASSERT_TRUE(a.ok() && b.ok());
+    const double actions_per_stage = 2.0 * 6 * 4;  // F and B of M = 6 microbatches, N = 4
+    for (int r = 0; r < P; ++r) {
+      EXPECT_NEAR(b->engine.stages[r].busy_s - a->engine.stages[r].busy_s,
+                  actions_per_stage * 250e-6, 1e-12);
+    }
+    if (P == 1) {
+      EXPECT_NEAR(b->engine.step_time_s - a->engine.step_time_s, actions_per_stage * 250e-6,
+                  1e-12);
+    } else {
+      EXPECT_GT(b->engine.step_time_s, a->engine.step_time_s + actions_per_stage * 250e-6);
+    }
+    Result<pb::Explanation> e = Explain(*b);  // its own check: terms add up to the engine's
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    for (const pb::StageTerms& stage : e->stages()) {
+      EXPECT_NEAR(stage.busy().overhead_s(), actions_per_stage * 250e-6, 1e-12);
+    }
+    for (const pb::LayerKindTerms& k : e->kinds()) EXPECT_EQ(k.forward().overhead_s(), 0.0);
+  }
+  pb::Scenario bad = ScenarioOf({"gdn-3b", "stateflow", 4, "none", 1, 1, 0, false});
+  bad.mutable_cluster()->mutable_device()->set_action_overhead_s(-1e-6);
+  Result<scenario::ResolvedScenario> refused = scenario::Resolve(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cluster.device.action_overhead_s must be in [0, 1]"),
+            std::string::npos) << refused.status().message();
+}
+
 TEST(Explain, RefusesTimesThatAreNotTheAnalyticModels) {
   pb::Scenario s = ScenarioOf({"gdn-15b", "stateflow", 4, "full", 4, 1, 0, false});
   s.set_cost_model("uniform");
