@@ -44,9 +44,11 @@ class MpiTensorGroup final : public TensorGroup {
 
   std::int64_t Piece() const { return std::max<std::int64_t>(1, kGatherElements * 8 / tensors_); }
 
-  // out (tensors_ n) = every rank's n elements, rank-major, in pieces.
-  template <typename T>
-  Status Gather(const T* in, T* out, std::int64_t n) {
+  // Every rank's n elements of `in`, gathered piece by piece: for each piece
+  // of `count` elements from element `at`, consume(at, count, buf) with buf
+  // holding the ranks' pieces rank-major (count each).
+  template <typename T, typename Consume>
+  Status GatherPieces(const T* in, std::int64_t n, Consume consume) {
     const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
     const std::int64_t piece = Piece();
     std::vector<T> buf;
@@ -58,34 +60,31 @@ class MpiTensorGroup final : public TensorGroup {
                                     static_cast<int>(count), type, comm_, &request);
       if (rc != MPI_SUCCESS) return MpiFailed("MPI_Iallgather", rc).WithPrefix(Where());
       SF_RETURN_IF_ERROR(WaitWithWatchdog(&request, MPI_STATUS_IGNORE, Where()));
+      consume(at, count, buf);
+    }
+    return Status::Ok();
+  }
+
+  // out (tensors_ n) = every rank's n elements, rank-major.
+  template <typename T>
+  Status Gather(const T* in, T* out, std::int64_t n) {
+    return GatherPieces(in, n, [&](std::int64_t at, std::int64_t count, const std::vector<T>& buf) {
       for (int t = 0; t < tensors_; ++t) {
         std::copy(buf.begin() + t * count, buf.begin() + (t + 1) * count, out + t * n + at);
       }
-    }
-    return Status::Ok();
+    });
   }
 
   // Gathered, then added in rank order (the same bits on every rank).
   template <typename T>
   Status Sum(T* data, std::int64_t n) {
-    const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-    const std::int64_t piece = Piece();
-    std::vector<T> buf;
-    for (std::int64_t at = 0; at < n; at += piece) {
-      const std::int64_t count = std::min(piece, n - at);
-      buf.resize(static_cast<std::size_t>(count * tensors_));
-      MPI_Request request = MPI_REQUEST_NULL;
-      const int rc = MPI_Iallgather(data + at, static_cast<int>(count), type, buf.data(),
-                                    static_cast<int>(count), type, comm_, &request);
-      if (rc != MPI_SUCCESS) return MpiFailed("MPI_Iallgather", rc).WithPrefix(Where());
-      SF_RETURN_IF_ERROR(WaitWithWatchdog(&request, MPI_STATUS_IGNORE, Where()));
+    return GatherPieces(data, n, [&](std::int64_t at, std::int64_t count, const std::vector<T>& buf) {
       for (std::int64_t e = 0; e < count; ++e) {
         T sum = buf[static_cast<std::size_t>(e)];
         for (int t = 1; t < tensors_; ++t) sum += buf[static_cast<std::size_t>(t * count + e)];
         data[at + e] = sum;
       }
-    }
-    return Status::Ok();
+    });
   }
 
   MPI_Comm comm_;

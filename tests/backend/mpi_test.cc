@@ -62,19 +62,37 @@ void PrintTo(const Config& c, std::ostream* os) {
       << " N=" << c.chunks << " T=" << c.seq_len;
 }
 
-Outcome RunOneProcess(const Config& c) {
-  const TrainSetup setup = ToySetup({c.stages, c.microbatches, c.chunks, c.seq_len, c.policy});
-  StageModuleFactory<double> factory = ToyFactory<double>(setup, 11);
-  if (std::string(c.module) == "gdn") {
+// The one-process run an MPI run is compared with: `setup`'s model (seed
+// 11; or `factory`'s), the default text, seed 3, P stages x `replicas` in
+// one process (the trainer reads the text it holds beside it).
+struct OneProcess {
+  explicit OneProcess(TextData t) : text(std::move(t)) {}
+  TextData text;
+  std::unique_ptr<Trainer<double>> trainer;
+};
+
+std::unique_ptr<OneProcess> MakeOneProcess(const TrainSetup& setup, int stages, int replicas = 1,
+                                           StageModuleFactory<double> factory = nullptr) {
+  if (!factory) {
     factory = [&setup](int, const models::StageLayers& layers, TrackingAllocator* alloc) {
-      return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11}, alloc);
+      return MakeStageModule<double>(setup.model, layers,
+                                     {.recompute = setup.recompute, .seed = 11}, alloc);
     };
   }
-  const TextData text = Take(TextData::Load(kDefaultTextPath));
+  auto one = std::make_unique<OneProcess>(Take(TextData::Load(kDefaultTextPath)));
   TrainOptions options;
   options.seed = 3;
-  auto trainer = Take(Trainer<double>::Make(setup, options, text, factory,
-                                            Take(MakeSingleProcessTransport<double>(c.stages))));
+  one->trainer = Take(Trainer<double>::Make(
+      setup, options, one->text, factory,
+      Take(MakeSingleProcessTransport<double>(stages, replicas))));
+  return one;
+}
+
+Outcome RunOneProcess(const Config& c) {
+  const TrainSetup setup = ToySetup({c.stages, c.microbatches, c.chunks, c.seq_len, c.policy});
+  const bool gdn = std::string(c.module) == "gdn";
+  auto reference = MakeOneProcess(setup, c.stages, 1, gdn ? nullptr : ToyFactory<double>(setup, 11));
+  Trainer<double>* trainer = reference->trainer.get();
   TrainRun run = Train(*trainer, c.steps, nullptr);
   EXPECT_TRUE(run.status.ok()) << run.status.message();
   Outcome o;
@@ -123,17 +141,8 @@ Outcome RunReplicasInOneProcess(const Config& c, int replicas, bool distributed)
   scenario.mutable_parallel()->set_data_size(replicas);
   scenario.mutable_parallel()->set_distributed_optimizer(distributed);
   const TrainSetup setup = Take(MakeTrainSetup(MustResolve(scenario), nullptr));
-  StageModuleFactory<double> factory = [&setup](int, const models::StageLayers& layers,
-                                                TrackingAllocator* alloc) {
-    return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11},
-                                   alloc);
-  };
-  const TextData text = Take(TextData::Load(kDefaultTextPath));
-  TrainOptions options;
-  options.seed = 3;
-  auto trainer = Take(Trainer<double>::Make(
-      setup, options, text, factory,
-      Take(MakeSingleProcessTransport<double>(c.stages, replicas))));
+  auto reference = MakeOneProcess(setup, c.stages, replicas);
+  Trainer<double>* trainer = reference->trainer.get();
   TrainRun run = Train(*trainer, c.steps, nullptr);
   EXPECT_TRUE(run.status.ok()) << run.status.message();
   Outcome o;
@@ -348,16 +357,8 @@ TEST_P(MpiTensorParallel, EqualsTheWholeModelInOneProcess) {
 
   // The whole model in one process.
   const TrainSetup setup = Take(MakeTrainSetup(MustResolve(TpScenario(c)), nullptr));
-  StageModuleFactory<double> factory = [&setup](int, const models::StageLayers& layers,
-                                                TrackingAllocator* alloc) {
-    return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11},
-                                   alloc);
-  };
-  const TextData text = Take(TextData::Load(kDefaultTextPath));
-  TrainOptions options;
-  options.seed = 3;
-  auto trainer = Take(Trainer<double>::Make(setup, options, text, factory,
-                                            Take(MakeSingleProcessTransport<double>(c.stages))));
+  auto reference = MakeOneProcess(setup, c.stages);
+  Trainer<double>* trainer = reference->trainer.get();
   TrainRun run = Train(*trainer, steps, nullptr);
   ASSERT_TRUE(run.status.ok()) << run.status.message();
   std::vector<double> one_losses;
@@ -500,16 +501,8 @@ TEST(MpiTensorParallel, WithDataParallelEqualsTheReplicasInOneProcess) {
   pb::Scenario s = TpScenario(c);
   s.mutable_parallel()->set_data_size(D);
   const TrainSetup setup = Take(MakeTrainSetup(MustResolve(s), nullptr));
-  StageModuleFactory<double> factory = [&setup](int, const models::StageLayers& layers,
-                                                TrackingAllocator* alloc) {
-    return MakeStageModule<double>(setup.model, layers, {.recompute = setup.recompute, .seed = 11},
-                                   alloc);
-  };
-  const TextData text = Take(TextData::Load(kDefaultTextPath));
-  TrainOptions options;
-  options.seed = 3;
-  auto trainer = Take(Trainer<double>::Make(setup, options, text, factory,
-                                            Take(MakeSingleProcessTransport<double>(1, D))));
+  auto reference = MakeOneProcess(setup, 1, D);
+  Trainer<double>* trainer = reference->trainer.get();
   TrainRun run = Train(*trainer, 1, nullptr);
   ASSERT_TRUE(run.status.ok()) << run.status.message();
   ASSERT_EQ(losses.size(), 1u);
