@@ -442,7 +442,9 @@ py::list Simulate(const PyScenario& s, const PyPlan* plan, const std::optional<s
 
 // ---- sweeps, capacity, calibration ------------------------------------------
 
-template <typename T, typename Add>
+// Calls add(item) for the value of `key` in kw, or for each of its items
+// when it is a list, tuple or set; nothing when it is absent or None.
+template <typename Add>
 void Range(const py::dict& kw, const char* key, Add add) {
   if (!kw.contains(key) || kw[key].is_none()) return;
   py::object v = kw[key];
@@ -458,7 +460,6 @@ void Range(const py::dict& kw, const char* key, Add add) {
 pb::SweepSpec SweepFrom(const pb::SweepSpec& base, const py::dict& kw) {
   static const char* kKnown[] = {"policies", "seq_len", "global_batch", "microbatches",
                                  "chunks",   "alpha",   "st_overlap",   "st_tile"};
-  bool any = false;
   for (const auto& [k, v] : kw) {
     const std::string key = py::str(k);
     bool known = false;
@@ -468,7 +469,6 @@ pb::SweepSpec SweepFrom(const pb::SweepSpec& base, const py::dict& kw) {
                             "' (known: policies, seq_len, global_batch, microbatches, chunks, "
                             "alpha, st_overlap, st_tile)"));
     }
-    any |= !v.is_none();
   }
   pb::SweepSpec s = base;
   // A range given replaces the scenario's; global_batch and microbatches
@@ -484,27 +484,26 @@ pb::SweepSpec SweepFrom(const pb::SweepSpec& base, const py::dict& kw) {
   if (given("alpha")) s.clear_alpha();
   if (given("st_overlap")) s.clear_st_overlap();
   if (given("st_tile")) s.clear_st_tile();
-  (void)any;
   auto checked_u32 = [](const std::string& key, long long v) {
     if (v < 0 || v > 0xffffffffLL) {
       Raise(Status::Invalid(key + ": " + std::to_string(v) + " is out of range"));
     }
     return static_cast<std::uint32_t>(v);
   };
-  Range<std::string>(kw, "policies", [&](py::handle h) { s.add_policies(StrArg("policies", h)); });
-  Range<long long>(kw, "seq_len", [&](py::handle h) {
+  Range(kw, "policies", [&](py::handle h) { s.add_policies(StrArg("policies", h)); });
+  Range(kw, "seq_len", [&](py::handle h) {
     const long long v = IntArg("seq_len", h);
     if (v < 0) Raise(Status::Invalid("seq_len: " + std::to_string(v) + " is out of range"));
     s.add_seq_len(static_cast<std::uint64_t>(v));
   });
-  Range<long long>(kw, "global_batch",
+  Range(kw, "global_batch",
                    [&](py::handle h) { s.add_global_batch(checked_u32("global_batch", IntArg("global_batch", h))); });
-  Range<long long>(kw, "microbatches",
+  Range(kw, "microbatches",
                    [&](py::handle h) { s.add_microbatches(checked_u32("microbatches", IntArg("microbatches", h))); });
-  Range<long long>(kw, "chunks", [&](py::handle h) { s.add_chunks(checked_u32("chunks", IntArg("chunks", h))); });
-  Range<double>(kw, "alpha", [&](py::handle h) { s.add_alpha(FloatArg("alpha", h)); });
-  Range<bool>(kw, "st_overlap", [&](py::handle h) { s.add_st_overlap(OnOff("st_overlap", h) == "on"); });
-  Range<long long>(kw, "st_tile", [&](py::handle h) { s.add_st_tile(checked_u32("st_tile", IntArg("st_tile", h))); });
+  Range(kw, "chunks", [&](py::handle h) { s.add_chunks(checked_u32("chunks", IntArg("chunks", h))); });
+  Range(kw, "alpha", [&](py::handle h) { s.add_alpha(FloatArg("alpha", h)); });
+  Range(kw, "st_overlap", [&](py::handle h) { s.add_st_overlap(OnOff("st_overlap", h) == "on"); });
+  Range(kw, "st_tile", [&](py::handle h) { s.add_st_tile(checked_u32("st_tile", IntArg("st_tile", h))); });
   return s;
 }
 
@@ -557,8 +556,10 @@ std::string Capacity(const PyScenario& s, std::optional<int> devices, std::optio
   const pb::ParallelSpec& par = s.resolved.proto().parallel();
   auto one = [](std::uint32_t v) { return static_cast<int>(std::max(1u, v)); };
   sim::CapacityPlanRequest request;
+  // The command line's defaults: the scenario's P x TP x DP devices and
+  // M x microbatch size x DP sequences.
   request.devices = devices.value_or(one(par.pipeline_size()) * one(par.tensor_size()) *
-                                     one(par.data_size()) * one(par.context_size()));
+                                     one(par.data_size()));
   request.global_batch = global_batch.value_or(one(par.microbatches()) *
                                                one(par.microbatch_size()) * one(par.data_size()));
   request.seq_len = seq_len.value_or(s.resolved.seq_len());

@@ -160,7 +160,7 @@ def capacity(scenario: Scenario, devices: Optional[int] = None,
              costs: Optional[Union[str, os.PathLike]] = None, **ranges: Any) -> dict:
     """Every split of ``devices`` into P x TP x DP (x CP), the fastest that fits.
 
-    Defaults: the scenario's devices (P x TP x DP x CP), length and global
+    Defaults: the scenario's devices (P x TP x DP), length and global
     batch. ``ranges`` (``chunks``, ``alpha``, ``policies``) are tried per
     split. Returns the CapacityPlanReport as a dict (``stateflow capacity
     --json``): ``candidates`` best first, each with its split, best run and
