@@ -12,6 +12,11 @@ bash scripts/install-deps.sh
 # matplotlib (scripts/test.sh builds the tests, benchmarks and the CUDA
 # program too).
 bash scripts/build.sh stateflow
+# And `import stateflow` (build/python/; docs/python.md), when the build has
+# the Python module (Python's headers and pybind11 found).
+if cmake --build build --target help 2>/dev/null | grep -q '_stateflow'; then
+  cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target _stateflow
+fi
 
 mkdir -p out
 ./build/stateflow simulate --trace out/default-trace.json
