@@ -117,7 +117,11 @@ long long IntArg(const std::string& key, const py::handle& v) {
     Raise(Status::Invalid(key + ": expected a whole number, got " +
                           std::string(py::str(py::repr(v)))));
   }
-  return v.cast<long long>();
+  try {
+    return v.cast<long long>();
+  } catch (const py::cast_error&) {  // beyond 64 bits
+    Raise(Status::Invalid(key + ": " + std::string(py::str(py::repr(v))) + " is out of range"));
+  }
 }
 
 double FloatArg(const std::string& key, const py::handle& v) {

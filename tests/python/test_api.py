@@ -104,6 +104,9 @@ class ScenarioTest(unittest.TestCase):
         self.assertTrue(str(e.exception).startswith("unknown scenario field 'Q' (known: model,"))
         with self.assertRaises(ValueError):  # InputError is a ValueError
             s.with_(N="four")
+        with self.assertRaises(sf.InputError) as e:  # beyond 64 bits: one line, no crash
+            s.with_(T=10**30)
+        self.assertEqual(str(e.exception), "T: %d is out of range" % 10**30)
 
     def test_load_scenario_from_file_text_and_errors(self):
         path = os.path.join(SRC, "scenarios", "paper", "gdn-3b.textproto")
