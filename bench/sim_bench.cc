@@ -1,6 +1,7 @@
 // Simulator speed: one StateFlow plan with P = 8, M = 16, N = 32 (8,192
 // actions) on the 3B GDN preset, end to end (cost model, partition, plan,
-// validation, events, report) and the event loop alone.
+// validation, events, report), the engine alone, and the reference event-queue
+// engine alone.
 //
 //   ./build/bench/bench_sim --benchmark_min_time=2
 #include <benchmark/benchmark.h>
@@ -72,6 +73,26 @@ void BM_EventLoopOnly(benchmark::State& state) {
                                                    benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_EventLoopOnly)->Arg(32)->Unit(benchmark::kMillisecond);
+
+// The same plan and costs through the reference discrete-event engine
+// (RunPlanByEvents, an event queue): the engine's speed-up, side by side.
+void BM_EventQueueReference(benchmark::State& state) {
+  const scenario::ResolvedScenario s = MustResolve(PaperScenario(8, 16));
+  const pb::ScheduleSpec spec = StateflowSchedule(static_cast<int>(state.range(0)));
+  Result<Simulation> sim = Simulate(s, spec);
+  SimSetup setup{&sim->config.placement->cost_model, sim->config.placement->stage_layers,
+                 sim->config.partition, 16};
+  auto costs = MakeAnalyticCostSource(setup);
+  std::uint64_t events = 0;
+  for (auto _ : state) {
+    Result<EngineResult> r = RunPlanByEvents(sim->config.plan, *costs);
+    events += r->num_events;
+    benchmark::DoNotOptimize(r->step_time_s);
+  }
+  state.counters["events/s"] = benchmark::Counter(static_cast<double>(events),
+                                                   benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_EventQueueReference)->Arg(32)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace stateflow::sim

@@ -1,9 +1,7 @@
 #include "sim/engine.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,71 +12,26 @@ namespace {
 using schedule::Action;
 using schedule::Pass;
 
-struct Event {
-  enum Kind : std::uint8_t { kActionEnd, kArrival };
-  double time_s;
-  std::uint64_t seq;
-  Kind kind;
-  int stage;        // the stage the event happens on
-  std::size_t key;  // kArrival: InputKey of the action whose input arrived
+// arrival_s_ of an input that has not arrived (arrival times are >= 0).
+constexpr double kNotArrived = -1.0;
 
-  // Min-heap on (time, seq).
-  bool operator>(const Event& other) const {
-    if (time_s != other.time_s) return time_s > other.time_s;
-    return seq > other.seq;
-  }
-};
-
-// A binary min-heap of events on (time, seq). Besides push and pop it
-// replaces its top in one pass: the engine pops an event and usually pushes
-// one while handling it, and doing both at once saves a sift. Since no two
-// events have the same (time, seq), the order of pops does not depend on how
-// the heap is kept.
-class EventQueue {
- public:
-  bool empty() const { return heap_.empty(); }
-  const Event& top() const { return heap_.front(); }
-  void Push(const Event& e) {
-    heap_.push_back(e);
-    std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-  }
-  void Pop() {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-    heap_.pop_back();
-  }
-  // Pop() then Push(e), in one sift down from the root.
-  void ReplaceTop(const Event& e) {
-    const std::size_t n = heap_.size();
-    std::size_t hole = 0;
-    while (true) {
-      std::size_t child = 2 * hole + 1;
-      if (child >= n) break;
-      if (child + 1 < n && heap_[child] > heap_[child + 1]) ++child;
-      if (!(e > heap_[child])) break;
-      heap_[hole] = heap_[child];
-      hole = child;
-    }
-    heap_[hole] = e;
-  }
-
- private:
-  std::vector<Event> heap_;
-};
-
+// The plan evaluated as a dataflow (see engine.h for why that is exact):
+// each stage runs its actions in order for as long as their inputs have
+// arrived; a stage that sends to another puts that one on the list of stages
+// to run again. Every action is handled once, in its stage's order.
 class Engine {
  public:
-  Engine(const schedule::Plan& plan, const CostSource& costs,
-         const EngineOptions& options)
+  Engine(const schedule::Plan& plan, const CostSource& costs, const EngineOptions& options)
       : plan_(plan),
         costs_(costs),
         options_(options),
         stages_(plan.stages()),
-        arrived_(static_cast<std::size_t>(plan.stages()) * plan.microbatches() *
-                     plan.chunks() * 2,
-                 0),
+        arrival_s_(static_cast<std::size_t>(plan.stages()) * plan.microbatches() *
+                       plan.chunks() * 2,
+                   kNotArrived),
         next_(stages_, 0),
-        busy_until_(stages_, -1.0),
-        running_end_(stages_, nullptr),
+        free_s_(stages_, 0.0),
+        pending_(stages_, 1),
         live_(stages_),
         link_free_s_(static_cast<std::size_t>(stages_) * 2, 0.0) {
     result_.stages.resize(stages_);
@@ -89,21 +42,15 @@ class Engine {
   }
 
   Result<EngineResult> Run() {
-    for (int r = 0; r < stages_; ++r) TryStart(r, 0.0);
-    double now = 0.0;
-    while (!queue_.empty() && error_.ok()) {
-      const Event event = queue_.top();
-      top_popped_ = false;  // the first Push while handling it replaces it
-      assert(event.time_s >= now && "simulated time went backwards");
-      now = event.time_s;
-      ++result_.num_events;
-      if (event.kind == Event::kActionEnd) {
-        FinishAction(event.stage, now);
-      } else {
-        arrived_[event.key] = 1;
-      }
-      TryStart(event.stage, now);
-      if (!top_popped_) queue_.Pop();
+    // Stages to run, popped from the back: 0, 1, ... first.
+    std::vector<int> ready;
+    ready.reserve(static_cast<std::size_t>(stages_));
+    for (int r = stages_ - 1; r >= 0; --r) ready.push_back(r);
+    while (!ready.empty() && error_.ok()) {
+      const int r = ready.back();
+      ready.pop_back();
+      pending_[r] = 0;
+      Advance(r, &ready);
     }
     if (!error_.ok()) return error_;
     for (int r = 0; r < stages_; ++r) {
@@ -129,7 +76,7 @@ class Engine {
   }
 
  private:
-  // Index of "the input of action (r, a, i, F|B) has arrived".
+  // Index of "the input of action (r, a, i, F|B)".
   std::size_t InputKey(int stage, Pass pass, int microbatch, int chunk) const {
     const std::size_t per_stage =
         static_cast<std::size_t>(plan_.microbatches()) * plan_.chunks();
@@ -138,36 +85,45 @@ class Engine {
            (pass == Pass::kBackward ? 1u : 0u);
   }
 
-  bool InputReady(const Action& a) const {
-    if (!schedule::InputFrom(a, stages_)) return true;  // no input crosses stages
-    return arrived_[InputKey(a.stage, a.pass, a.microbatch, a.chunk)] != 0;
-  }
-
-  void TryStart(int r, double now) {
-    if (busy_until_[r] >= 0.0) return;  // running
-    if (next_[r] >= plan_.stage(r).size()) return;
-    const Action& a = plan_.stage(r)[next_[r]];
-    if (!InputReady(a)) return;
-    const double duration = costs_.Duration(a);
-    if (!CheckTime(duration, "duration", a)) return;
-    const MemoryEffect& effect = costs_.Memory(a);
-    Apply(r, effect.at_start, now);
-    running_end_[r] = &effect.at_end;
-    busy_until_[r] = now + duration;
-    result_.stages[r].busy_s += duration;
-    if (options_.record_timeline) {
-      result_.stages[r].slices.push_back({a, now, now + duration});
+  // Runs stage r's actions from next_[r] until one waits for an input that
+  // has not arrived (or the stage is done). An action starts when the stage
+  // is free and its input is there: the later of the two times, which is the
+  // time of the event that would start it in an event simulation.
+  void Advance(int r, std::vector<int>* ready) {
+    const std::vector<Action>& actions = plan_.stage(r);
+    StageResult& out = result_.stages[r];
+    std::size_t next = next_[r];
+    double now = free_s_[r];
+    for (; next < actions.size(); ++next) {
+      const Action& a = actions[next];
+      if (schedule::InputFrom(a, stages_)) {
+        const double arrival = arrival_s_[InputKey(a.stage, a.pass, a.microbatch, a.chunk)];
+        if (arrival == kNotArrived) break;
+        now = std::max(now, arrival);
+      }
+      const double duration = costs_.Duration(a);
+      if (!CheckTime(duration, "duration", a)) break;
+      const MemoryEffect& effect = costs_.Memory(a);
+      Apply(r, effect.at_start, now);
+      const double end = now + duration;
+      out.busy_s += duration;
+      if (options_.record_timeline) out.slices.push_back({a, now, end});
+      // The action's end: its frees, then its output leaves.
+      Apply(r, effect.at_end, end);
+      ++result_.num_events;
+      now = end;
+      out.end_s = end;
+      if (const std::optional<int> to = schedule::OutputTo(a, stages_)) {
+        if (!Send(a, *to, end)) break;
+        ++result_.num_events;  // the arrival
+        if (!pending_[*to]) {
+          pending_[*to] = 1;
+          ready->push_back(*to);
+        }
+      }
     }
-    Push({now + duration, 0, Event::kActionEnd, r, 0});
-  }
-
-  void FinishAction(int r, double now) {
-    const Action& a = plan_.stage(r)[next_[r]];
-    Apply(r, *running_end_[r], now);
-    busy_until_[r] = -1.0;
-    ++next_[r];
-    result_.stages[r].end_s = now;
-    if (const std::optional<int> to = schedule::OutputTo(a, stages_)) Send(a, *to, now);
+    next_[r] = next;
+    free_s_[r] = now;
   }
 
   // Directed link r -> r + 1 is 2r, link r -> r - 1 is 2r + 1.
@@ -175,19 +131,21 @@ class Engine {
     return static_cast<std::size_t>(2 * from + (to < from ? 1 : 0));
   }
 
-  // Sends `a`'s output to stage `to` over the directed link between them.
-  void Send(const Action& a, int to, double now) {
+  // Sends `a`'s output to stage `to` over the directed link between them,
+  // whose only sender is a's stage (so its FIFO order is that stage's plan
+  // order). False on a bad time (error_ set).
+  bool Send(const Action& a, int to, double now) {
     const std::size_t link = LinkIndex(a.stage, to);
     const double start = std::max(now, link_free_s_[link]);
     const double occupancy = costs_.TransferOccupancy(a);
     const double latency = costs_.TransferLatency(a);
     if (!CheckTime(occupancy, "transfer occupancy", a) ||
         !CheckTime(latency, "transfer latency", a)) {
-      return;
+      return false;
     }
     link_free_s_[link] = start + occupancy;
-    const double arrival = start + latency;
-    Push({arrival, 0, Event::kArrival, to, InputKey(to, a.pass, a.microbatch, a.chunk)});
+    arrival_s_[InputKey(to, a.pass, a.microbatch, a.chunk)] = start + latency;
+    return true;
   }
 
   // Adds `delta` to stage r's live bytes, every class without a branch:
@@ -230,31 +188,16 @@ class Engine {
     }
   }
 
-  void Push(Event e) {
-    e.seq = seq_++;
-    if (top_popped_) {
-      queue_.Push(e);
-    } else {
-      queue_.ReplaceTop(e);
-      top_popped_ = true;
-    }
-  }
-
   const schedule::Plan& plan_;
   const CostSource& costs_;
   const EngineOptions options_;
   const int stages_;
-  std::vector<char> arrived_;         // (P * M * N * 2)
+  std::vector<double> arrival_s_;     // (P * M * N * 2) when each input arrives
   std::vector<std::size_t> next_;     // (P) index of the next action
-  std::vector<double> busy_until_;    // (P) < 0 when idle
-  std::vector<const MemoryDelta*> running_end_;  // (P) at_end of the running action
+  std::vector<double> free_s_;        // (P) when the stage's last action ended
+  std::vector<char> pending_;         // (P) on the list of stages to run
   std::vector<ClassBytes> live_;      // (P)
   std::vector<double> link_free_s_;   // (2P) directed links
-  EventQueue queue_;
-  // Whether the event being handled has left the queue (true outside the
-  // loop, so that the first actions are pushed).
-  bool top_popped_ = true;
-  std::uint64_t seq_ = 0;
   EngineResult result_;
   Status error_;  // the first bad time a cost source gave
 };

@@ -10,9 +10,20 @@
 // link run one at a time in FIFO order, each occupying it for bytes/bandwidth
 // and arriving latency + bytes/bandwidth after it starts.
 //
-// Determinism: events are ordered by (time, sequence number), the sequence
-// number being the order in which they were scheduled, so the same plan and
-// costs always give the same result, bit for bit.
+// How it runs: as a dataflow, not with an event queue. Every resource has
+// one owner (a stage's stream runs its plan order; a directed link carries
+// the sends of one stage, in that stage's order), so an action starts at
+// max(its stage's previous end, its input's arrival) and each time is a
+// function of times computed before it in some stage's order: the engine
+// runs each stage as far as its arrived inputs allow and revisits a stage
+// when an input reaches it, handling every action once (no heap; about twice
+// the speed of the event queue). This gives the same doubles, in the same
+// per-stage order, as a discrete-event simulation of the same rules
+// (RunPlanByEvents below, the reference: tests compare the two bit for bit).
+// A resource shared by several stages would need the event queue again.
+//
+// Determinism: the same plan and costs always give the same result, bit for
+// bit.
 //
 // Data parallelism: after a stage's last action it runs its gradient
 // all-reduce (CostSource::GradientSyncTime); the step ends when the last
@@ -84,5 +95,12 @@ struct EngineResult {
 // deadlocks (naming the stage and action it is stuck on).
 Result<EngineResult> RunPlan(const schedule::Plan& plan, const CostSource& costs,
                              const EngineOptions& options = {});
+
+// The reference: the same rules as a discrete-event simulation with one event
+// queue ordered by (time, order of scheduling). Same results as RunPlan, bit
+// for bit (num_events counts action ends and arrivals in both); slower. For
+// tests and benchmarks.
+Result<EngineResult> RunPlanByEvents(const schedule::Plan& plan, const CostSource& costs,
+                                     const EngineOptions& options = {});
 
 }  // namespace stateflow::sim
