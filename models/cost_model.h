@@ -216,6 +216,12 @@ class CostModel {
   bool Recomputed(int l) const;
 
   // ---- time in seconds on the cluster's device ----
+  // Whether layer l's pass times depend on where its chunk starts (c), not
+  // only on its length (s): softmax attention's, through the causal pairs
+  // the chunk attends to (and under CP their K/V ring). For every other
+  // kind ForwardTime(l, c, s) == ForwardTime(l, 0, s), bit for bit (and the
+  // backward's likewise; tested), which lets a memo key on the length alone.
+  bool TimeDependsOnStart(int l) const { return layers_[l] == LayerKind::kAttention; }
   double ForwardTime(int l, std::int64_t c, std::int64_t s) const;
   // Includes recompute under full recompute.
   double BackwardTime(int l, std::int64_t c, std::int64_t s) const;

@@ -36,8 +36,10 @@ Result<std::shared_ptr<const Placement>> Place(const ResolvedScenario& resolved,
   SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
                       models::AssignScenarioStages(cm, resolved.stages(), resolved.seq_len()));
   auto memory_cache = std::make_shared<models::ActionMemoryCache>(cm);
-  return std::make_shared<const Placement>(
-      Placement{std::move(cm), std::move(layers), std::move(memory_cache)});
+  auto time_cache = std::make_shared<models::LayerTimeCache>(cm);
+  return std::make_shared<const Placement>(Placement{std::move(cm), std::move(layers),
+                                                     std::move(memory_cache),
+                                                     std::move(time_cache)});
 }
 
 Result<Configuration> Configure(const ResolvedScenario& scenario,
@@ -48,10 +50,23 @@ Result<Configuration> Configure(const ResolvedScenario& scenario,
   return ConfigurePlaced(scenario, std::move(placement), schedule, options.plan);
 }
 
+Result<const schedule::Plan*> PlanCache::Get(const std::string& policy, int stages,
+                                             int microbatches, int chunks) {
+  const auto key = std::make_tuple(policy, stages, microbatches, chunks);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    SF_ASSIGN_OR_RETURN(schedule::Plan plan,
+                        schedule::MakePlan(policy, stages, microbatches, chunks));
+    SF_RETURN_IF_ERROR(schedule::ValidatePlan(plan));
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  return &it->second;
+}
+
 Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
                                       std::shared_ptr<const Placement> placement,
                                       const pb::ScheduleSpec& schedule,
-                                      const schedule::Plan* plan) {
+                                      const schedule::Plan* plan, PlanCache* plans) {
   const int stages = scenario.stages();
   const int microbatches = scenario.microbatches();
   const models::CostModel& cm = placement->cost_model;
@@ -84,11 +99,16 @@ Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
   if (plan != nullptr) {
     SF_RETURN_IF_ERROR(CheckPlanShape(*plan, stages, microbatches, chunks));
     config.plan = *plan;
+    SF_RETURN_IF_ERROR(schedule::ValidatePlan(config.plan));
+  } else if (plans != nullptr) {
+    SF_ASSIGN_OR_RETURN(const schedule::Plan* made,
+                        plans->Get(schedule.policy(), stages, microbatches, chunks));
+    config.plan = *made;
   } else {
     SF_ASSIGN_OR_RETURN(config.plan,
                         schedule::MakePlan(schedule.policy(), stages, microbatches, chunks));
+    SF_RETURN_IF_ERROR(schedule::ValidatePlan(config.plan));
   }
-  SF_RETURN_IF_ERROR(schedule::ValidatePlan(config.plan));
   config.schedule = schedule;
   config.placement = std::move(placement);
   return config;

@@ -12,11 +12,15 @@
 //   // c.plan, c.partition, c.placement->stage_layers, c.placement->cost_model
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
 #include "models/cost_model.h"
+#include "models/layer_time_cache.h"
 #include "models/memory_model.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
@@ -37,6 +41,9 @@ struct Placement {
   // every configuration made from this placement (a memo: filling it
   // changes no result; models/memory_model.h).
   std::shared_ptr<models::ActionMemoryCache> memory_cache;
+  // The layers' pass times per (kind, chunk shape), likewise (a memo;
+  // models/layer_time_cache.h).
+  std::shared_ptr<models::LayerTimeCache> time_cache;
 };
 
 struct Configuration {
@@ -66,15 +73,34 @@ Result<Configuration> Configure(const ResolvedScenario& scenario,
                                 const pb::ScheduleSpec& schedule,
                                 const ConfigureOptions& options = {});
 
+// A policy's plans, made and validated once per (policy, P, M, N) and
+// shared by the configurations that differ in nothing else (a sweep's alphas,
+// sequence lengths, ST settings): a memo, filling it changes no result.
+//
+//   PlanCache plans;
+//   Result<const schedule::Plan*> p = plans.Get("stateflow", 4, 8, 16);
+class PlanCache {
+ public:
+  // MakePlan's plan, validated; MakePlan's or ValidatePlan's error.
+  Result<const schedule::Plan*> Get(const std::string& policy, int stages, int microbatches,
+                                    int chunks);
+  std::size_t size() const { return plans_.size(); }
+
+ private:
+  std::map<std::tuple<std::string, int, int, int>, schedule::Plan> plans_;
+};
+
 // The partition and plan of `schedule` on a placement made by Place for the
 // same scenario's P and recompute mode (a different P or recompute mode is an
 // Internal error). Errors: a length that cannot be cut into N chunks, a plan
 // of another shape ("plan is for stages 2 microbatches 4 chunks 8 but the
-// scenario has ..."), a plan that breaks a precedence rule.
+// scenario has ..."), a plan that breaks a precedence rule. Without `plan`,
+// the policy's, from `plans` when given (a memo) or made here.
 Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
                                       std::shared_ptr<const Placement> placement,
                                       const pb::ScheduleSpec& schedule,
-                                      const schedule::Plan* plan = nullptr);
+                                      const schedule::Plan* plan = nullptr,
+                                      PlanCache* plans = nullptr);
 
 // The check ConfigurePlaced makes of a given plan's shape; the message names
 // both shapes.

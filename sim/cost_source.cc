@@ -46,17 +46,26 @@ struct KindTimes {
 
 // The cost model's times per (layer kind, chunk), each computed once and
 // shared by every stage holding a layer of that kind (the time depends on a
-// layer only through its kind).
+// layer only through its kind); from the shared memo when there is one.
 class ChunkTimes {
  public:
-  ChunkTimes(const models::CostModel& cm, const schedule::Partition& partition)
-      : cm_(cm), partition_(partition), times_(4 * static_cast<std::size_t>(partition.num_chunks())) {}
+  ChunkTimes(const models::CostModel& cm, const schedule::Partition& partition,
+             models::LayerTimeCache* shared)
+      : cm_(cm),
+        partition_(partition),
+        shared_(shared),
+        times_(4 * static_cast<std::size_t>(partition.num_chunks())) {}
   const KindTimes& Of(int l, int i) {
     std::optional<KindTimes>& t = times_[4 * static_cast<std::size_t>(i) +
                                          static_cast<std::size_t>(cm_.layers()[l])];
     if (!t) {
       const std::int64_t c = partition_.start(i), s = partition_.length(i);
-      t = KindTimes{cm_.ForwardTime(l, c, s), cm_.BackwardTime(l, c, s)};
+      if (shared_ != nullptr) {
+        const models::LayerTimeCache::Times& m = shared_->Get(l, c, s);
+        t = KindTimes{m.forward_s, m.backward_s};
+      } else {
+        t = KindTimes{cm_.ForwardTime(l, c, s), cm_.BackwardTime(l, c, s)};
+      }
     }
     return *t;
   }
@@ -64,6 +73,7 @@ class ChunkTimes {
  private:
   const models::CostModel& cm_;
   const schedule::Partition& partition_;
+  models::LayerTimeCache* shared_;  // may be null
   std::vector<std::optional<KindTimes>> times_;  // (N, 4 kinds)
 };
 
@@ -97,7 +107,9 @@ class TableCostSource : public CostSource {
     std::optional<models::ActionMemoryCache> own_cache;
     if (setup.memory_cache == nullptr) own_cache.emplace(cm);
     models::ActionMemoryCache& memory = setup.memory_cache ? *setup.memory_cache : *own_cache;
-    ChunkTimes times(cm, setup.partition);
+    assert(setup.time_cache == nullptr ||
+           setup.time_cache->cost_model().num_layers() == cm.num_layers());
+    ChunkTimes times(cm, setup.partition, setup.time_cache);
     const double overhead = cm.cluster().device().action_overhead_s();
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];

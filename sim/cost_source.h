@@ -28,6 +28,7 @@
 #include "common/buffer_class.h"
 #include "common/status.h"
 #include "models/cost_model.h"
+#include "models/layer_time_cache.h"
 #include "models/memory_model.h"
 #include "schedule/action.h"
 #include "schedule/partition.h"
@@ -79,6 +80,10 @@ struct SimSetup {
   // every action's memory with a cache of its own.
   // REQUIRES: made from *cost_model (or an equal copy of it).
   models::ActionMemoryCache* memory_cache = nullptr;
+  // Optional, not owned: the layers' pass times shared likewise
+  // (models/layer_time_cache.h). Null: computed for this source alone.
+  // REQUIRES: made from *cost_model (or an equal copy of it).
+  models::LayerTimeCache* time_cache = nullptr;
 };
 
 class CostSource {

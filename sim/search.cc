@@ -200,7 +200,7 @@ class PlacementCache {
 // `work` is the scenario at the configuration's T and M (changed here when
 // they differ from the previous configuration's).
 Result<pb::SweepRun> RunOne(const SweepConfig& config, scenario::ResolvedScenario* work,
-                            PlacementCache* cache,
+                            PlacementCache* cache, scenario::PlanCache* plans,
                             std::map<std::vector<std::int64_t>, int>* seen,
                             const CostTableIndex* costs, pb::SweepReport* report) {
   const pb::ScheduleSpec schedule = ScheduleFor(*work, config);
@@ -222,7 +222,8 @@ Result<pb::SweepRun> RunOne(const SweepConfig& config, scenario::ResolvedScenari
     return run;
   }
   SF_ASSIGN_OR_RETURN(scenario::Configuration configuration,
-                      scenario::ConfigurePlaced(*work, std::move(placement), schedule));
+                      scenario::ConfigurePlaced(*work, std::move(placement), schedule,
+                                                /*plan=*/nullptr, plans));
   SF_ASSIGN_OR_RETURN(Simulation sim,
                       SimulateConfigured(*work, std::move(configuration), {.costs = costs}));
   report->set_num_simulated(report->num_simulated() + 1);
@@ -381,6 +382,7 @@ Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
   for (std::string& note : grid.notes) report.add_notes(std::move(note));
   scenario::ResolvedScenario work = scenario;
   PlacementCache cache;
+  scenario::PlanCache plans;
   std::map<std::vector<std::int64_t>, int> seen;  // this cell, N and ST settings
   int cell_first = 0;
   const std::size_t total = grid.configs.size();
@@ -397,7 +399,7 @@ Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
         config.st_tile != grid.configs[k - 1].st_tile) {
       seen.clear();
     }
-    Result<pb::SweepRun> run = RunOne(config, &work, &cache, &seen, options.costs, &report);
+    Result<pb::SweepRun> run = RunOne(config, &work, &cache, &plans, &seen, options.costs, &report);
     if (!run.ok()) return run.status().WithPrefix("sweep run " + ConfigLabel(config));
     *report.add_runs() = std::move(run).value();
     if (options.progress) options.progress(k + 1, total);

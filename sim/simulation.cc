@@ -94,7 +94,8 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
   const schedule::Partition& partition = sim.config.partition;
 
   SimSetup setup{&cm, stage_layers, partition, microbatches,
-                 sim.config.placement->memory_cache.get()};
+                 sim.config.placement->memory_cache.get(),
+                 sim.config.placement->time_cache.get()};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
   if (options.stage_costs != nullptr) {

@@ -106,6 +106,42 @@ TEST(ConfigurePlaced, RefusesAPlacementForAnotherShape) {
   EXPECT_FALSE(ConfigurePlaced(*s.WithParallel(deeper), *placed, s.proto().schedule()).ok());
 }
 
+TEST(PlanCache, MakesEachPlanOnceAndGivesMakePlansPlan) {
+  PlanCache plans;
+  for (const std::string& policy : schedule::PolicyNames()) {
+    for (int n : {1, 3}) {
+      Result<schedule::Plan> made = schedule::MakePlan(policy, 3, 4, n);
+      Result<const schedule::Plan*> first = plans.Get(policy, 3, 4, n);
+      Result<const schedule::Plan*> again = plans.Get(policy, 3, 4, n);
+      ASSERT_EQ(made.ok(), first.ok()) << policy << " N=" << n;
+      if (!made.ok()) {
+        EXPECT_EQ(first.status().message(), made.status().message());
+        continue;
+      }
+      ASSERT_TRUE(again.ok());
+      EXPECT_EQ(*first, *again) << "made twice: " << policy;
+      EXPECT_EQ(**first, *made) << policy;
+    }
+  }
+  EXPECT_FALSE(plans.Get("no-such-policy", 2, 2, 2).ok());
+}
+
+TEST(PlanCache, ConfiguresWhatConfigurePlacedMakesForEveryAlpha) {
+  PlanCache plans;
+  for (double alpha : {0.0, 0.5, 1.0}) {
+    const ResolvedScenario s = MustResolve(Hybrid(2, 3, 4, alpha));
+    Result<std::shared_ptr<const Placement>> placed = Place(s, s.proto().schedule());
+    ASSERT_TRUE(placed.ok());
+    Result<Configuration> own = ConfigurePlaced(s, *placed, s.proto().schedule());
+    Result<Configuration> memo =
+        ConfigurePlaced(s, *placed, s.proto().schedule(), /*plan=*/nullptr, &plans);
+    ASSERT_TRUE(own.ok() && memo.ok());
+    EXPECT_EQ(memo->plan, own->plan);
+    EXPECT_EQ(memo->partition.boundaries(), own->partition.boundaries());
+  }
+  EXPECT_EQ(plans.size(), 1u);  // one (policy, P, M, N) for the three alphas
+}
+
 TEST(OneRoad, TheSimulatorAndTheBackendConfigureTheSameRun) {
   pb::Scenario raw = Hybrid(2, 3, 4, 0.5);
   raw.set_model_preset("gdn-tiny");
