@@ -173,6 +173,17 @@ class TableCostSource : public CostSource {
   }
 
  protected:
+  // The engine's view of the tables below (for the sources whose answers
+  // they are: not the uniform source's durations).
+  ChunkTables MakeTables() const {
+    return ChunkTables{.chunks = chunks_,
+                       .forward_s = forward_s_.data(),
+                       .backward_s = backward_s_.data(),
+                       .transfer_latency_s = transfer_latency_s_.data(),
+                       .transfer_occupancy_s = transfer_occupancy_s_.data(),
+                       .forward_memory = forward_memory_.data(),
+                       .backward_memory = backward_memory_.data()};
+  }
   int Key(int stage, int chunk) const { return stage * chunks_ + chunk; }
   std::size_t Size() const { return static_cast<std::size_t>(stages_) * chunks_; }
 
@@ -190,9 +201,13 @@ class TableCostSource : public CostSource {
 
 class AnalyticCostSource final : public TableCostSource {
  public:
-  using TableCostSource::TableCostSource;
+  explicit AnalyticCostSource(const SimSetup& setup) : TableCostSource(setup) {}
   std::string name() const override { return "analytic"; }
   double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
+  const ChunkTables* Tables() const override { return &tables_; }
+
+ private:
+  const ChunkTables tables_ = MakeTables();
 };
 
 class UniformCostSource final : public TableCostSource {
@@ -317,6 +332,7 @@ class ReplayCostSource final : public TableCostSource {
   }
 
   std::string name() const override { return "replay"; }
+  const ChunkTables* Tables() const override { return &tables_; }
   // The DP gradient sync: a ring all-reduce (or reduce-scatter and
   // all-gather) of the stage's bytes over the link the table measured.
   double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
@@ -324,6 +340,7 @@ class ReplayCostSource final : public TableCostSource {
 
  private:
   std::vector<double> optimizer_s_;  // (P)
+  const ChunkTables tables_ = MakeTables();  // Load fills what they point at
 };
 
 }  // namespace

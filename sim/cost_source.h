@@ -118,6 +118,21 @@ class CostSource {
   // What `action` does to its stage's memory (all zero for a W action). The
   // reference stays valid as long as the source.
   virtual const MemoryEffect& Memory(const schedule::Action& action) const = 0;
+
+  // The tables behind Duration, TransferLatency, TransferOccupancy and
+  // Memory when those depend on an F or B action only through (stage, pass,
+  // chunk) and give a W action 0 and nothing: the engine then reads them
+  // directly instead of asking per action. Null (the default) when not.
+  struct ChunkTables {
+    int chunks = 0;  // N; entry (stage, chunk) is stage * N + chunk
+    const double* forward_s = nullptr;
+    const double* backward_s = nullptr;
+    const double* transfer_latency_s = nullptr;
+    const double* transfer_occupancy_s = nullptr;
+    const MemoryEffect* forward_memory = nullptr;
+    const MemoryEffect* backward_memory = nullptr;
+  };
+  virtual const ChunkTables* Tables() const { return nullptr; }
 };
 
 // The analytic model. REQUIRES: setup.cost_model outlives the source.

@@ -101,9 +101,9 @@ class Engine {
         if (arrival == kNotArrived) break;
         now = std::max(now, arrival);
       }
-      const double duration = costs_.Duration(a);
+      const double duration = DurationOf(a);
       if (!CheckTime(duration, "duration", a)) break;
-      const MemoryEffect& effect = costs_.Memory(a);
+      const MemoryEffect& effect = MemoryOf(a);
       Apply(r, effect.at_start, now);
       const double end = now + duration;
       out.busy_s += duration;
@@ -114,9 +114,12 @@ class Engine {
       now = end;
       out.end_s = end;
       if (const std::optional<int> to = schedule::OutputTo(a, stages_)) {
-        if (!Send(a, *to, end)) break;
+        const std::size_t key = InputKey(*to, a.pass, a.microbatch, a.chunk);
+        if (!Send(a, *to, key, end)) break;
         ++result_.num_events;  // the arrival
-        if (!pending_[*to]) {
+        // A stage off the list waits for its next action's input: run it
+        // again only if this is that input.
+        if (!pending_[*to] && WaitsFor(*to, key)) {
           pending_[*to] = 1;
           ready->push_back(*to);
         }
@@ -126,25 +129,63 @@ class Engine {
     free_s_[r] = now;
   }
 
+  // The cost source's answers, from its tables when it has them (the same
+  // numbers: CostSource::Tables).
+  std::size_t TableKey(const Action& a) const {
+    return static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(tables_->chunks) +
+           static_cast<std::size_t>(a.chunk);
+  }
+  double DurationOf(const Action& a) const {
+    if (tables_ == nullptr) return costs_.Duration(a);
+    switch (a.pass) {
+      case Pass::kForward: return tables_->forward_s[TableKey(a)];
+      case Pass::kBackward: return tables_->backward_s[TableKey(a)];
+      case Pass::kWeight: break;
+    }
+    return 0.0;
+  }
+  const MemoryEffect& MemoryOf(const Action& a) const {
+    if (tables_ == nullptr) return costs_.Memory(a);
+    switch (a.pass) {
+      case Pass::kForward: return tables_->forward_memory[TableKey(a)];
+      case Pass::kBackward: return tables_->backward_memory[TableKey(a)];
+      case Pass::kWeight: break;
+    }
+    return kNothing;
+  }
+
+  // Whether stage r's next action is there and waits for the input `key`.
+  bool WaitsFor(int r, std::size_t key) const {
+    if (next_[r] >= plan_.stage(r).size()) return false;
+    const Action& a = plan_.stage(r)[next_[r]];
+    return schedule::InputFrom(a, stages_) && InputKey(r, a.pass, a.microbatch, a.chunk) == key;
+  }
+
   // Directed link r -> r + 1 is 2r, link r -> r - 1 is 2r + 1.
   static std::size_t LinkIndex(int from, int to) {
     return static_cast<std::size_t>(2 * from + (to < from ? 1 : 0));
   }
 
-  // Sends `a`'s output to stage `to` over the directed link between them,
-  // whose only sender is a's stage (so its FIFO order is that stage's plan
-  // order). False on a bad time (error_ set).
-  bool Send(const Action& a, int to, double now) {
+  // Sends `a`'s output to stage `to` (its input `key` there) over the
+  // directed link between them, whose only sender is a's stage (so its FIFO
+  // order is that stage's plan order). False on a bad time (error_ set).
+  bool Send(const Action& a, int to, std::size_t key, double now) {
     const std::size_t link = LinkIndex(a.stage, to);
     const double start = std::max(now, link_free_s_[link]);
-    const double occupancy = costs_.TransferOccupancy(a);
-    const double latency = costs_.TransferLatency(a);
+    double occupancy, latency;
+    if (tables_ != nullptr) {
+      occupancy = tables_->transfer_occupancy_s[TableKey(a)];
+      latency = tables_->transfer_latency_s[TableKey(a)];
+    } else {
+      occupancy = costs_.TransferOccupancy(a);
+      latency = costs_.TransferLatency(a);
+    }
     if (!CheckTime(occupancy, "transfer occupancy", a) ||
         !CheckTime(latency, "transfer latency", a)) {
       return false;
     }
     link_free_s_[link] = start + occupancy;
-    arrival_s_[InputKey(to, a.pass, a.microbatch, a.chunk)] = start + latency;
+    arrival_s_[key] = start + latency;
     return true;
   }
 
@@ -190,6 +231,8 @@ class Engine {
 
   const schedule::Plan& plan_;
   const CostSource& costs_;
+  const CostSource::ChunkTables* const tables_ = costs_.Tables();  // may be null
+  static constexpr MemoryEffect kNothing{};  // a W action's
   const EngineOptions options_;
   const int stages_;
   std::vector<double> arrival_s_;     // (P * M * N * 2) when each input arrives
