@@ -139,6 +139,12 @@ Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
   cm.options_ = options;
   cm.layers_ = LayerList(model);
   cm.FillTables();
+  for (bool backward : {false, true}) {
+    const Family& family = FamilyOfValid(model);
+    cm.attention_curve_[backward] = cm.rates_.SeqCurve("", model.attn_head_dim(), backward);
+    cm.recurrence_curve_[backward] =
+        cm.rates_.SeqCurve(family.kernel_name(), family.KernelHeadDim(model), backward);
+  }
   return cm;
 }
 
@@ -260,15 +266,17 @@ double CostModel::ComputeTime(int l, std::int64_t c, std::int64_t s, bool backwa
     }
   }
   const double pairs = options_.microbatch_size * Pairs(c, s);
+  // rates.Attention and rates.Recurrence at the model's head dims, their
+  // points chosen once (Make).
+  const auto at_length = [&](const KernelRates::Curve& curve) -> std::optional<double> {
+    if (curve.empty()) return std::nullopt;
+    return LogLogInterpolate(curve, static_cast<double>(s));
+  };
   if (layers_[l] == LayerKind::kAttention) {
-    add((backward ? table.bwd_pair : table.fwd_pair) * pairs,
-        rates.Attention(static_cast<double>(s), model_.attn_head_dim(), backward));
+    add((backward ? table.bwd_pair : table.fwd_pair) * pairs, at_length(attention_curve_[backward]));
   }
   if (layers_[l] == LayerKind::kRecurrence) {
-    const Family& family = FamilyOfValid(model_);
-    add((backward ? table.core.bwd : table.core.fwd) * t,
-        rates.Recurrence(family.kernel_name(), static_cast<double>(s),
-                         family.KernelHeadDim(model_), backward));
+    add((backward ? table.core.bwd : table.core.fwd) * t, at_length(recurrence_curve_[backward]));
   }
   return time + std::max(0.0, flops - covered) / rate;
 }

@@ -406,6 +406,9 @@ class CostModel {
   pb::PrecisionSpec precision_;
   pb::ClusterSpec cluster_;
   KernelRates rates_;  // cluster_.kernel_costs(), prepared once
+  // The attention and recurrence kernels' rate curves at the model's head
+  // dims, [backward]: rates_.SeqCurve chosen once (empty: no points).
+  std::array<KernelRates::Curve, 2> attention_curve_, recurrence_curve_;
   CostModelOptions options_;
   std::vector<LayerKind> layers_;
   std::array<KindTable, 4> tables_;  // indexed by LayerKind

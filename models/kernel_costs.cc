@@ -197,11 +197,18 @@ std::optional<double> KernelRates::Gemm(double m, double n, double k, double act
 // interpolated in seq_len.
 std::optional<double> KernelRates::SeqRate(std::string_view kernel, double seq_len,
                                            double head_dim, bool backward) const {
+  const Curve curve = SeqCurve(kernel, head_dim, backward);
+  if (curve.empty()) return std::nullopt;
+  return LogLogInterpolate(curve, seq_len);
+}
+
+KernelRates::Curve KernelRates::SeqCurve(std::string_view kernel, double head_dim,
+                                         bool backward) const {
   double best_dist = std::numeric_limits<double>::infinity();
   for (const SeqPoint& p : seq_points_) {
     if (p.kernel == kernel) best_dist = std::min(best_dist, std::abs(std::log(p.head_dim / head_dim)));
   }
-  if (!std::isfinite(best_dist)) return std::nullopt;
+  if (!std::isfinite(best_dist)) return {};
   const auto in_dim = [&](const SeqPoint& p) {
     return p.kernel == kernel && std::abs(std::log(p.head_dim / head_dim)) == best_dist;
   };
@@ -212,9 +219,9 @@ std::optional<double> KernelRates::SeqRate(std::string_view kernel, double seq_l
     for (const SeqPoint& p : seq_points_) {
       if (in_dim(p) && p.causal == any_causal && p.pass == pass) points.push_back({p.seq_len, p.rate});
     }
-    if (!points.empty()) return LogLogInterpolate(Sorted(std::move(points)), seq_len);
+    if (!points.empty()) return Sorted(std::move(points));
   }
-  return std::nullopt;
+  return {};
 }
 
 std::optional<double> KernelRates::Attention(double seq_len, double head_dim, bool backward) const {

@@ -59,6 +59,14 @@ class KernelRates {
   std::optional<double> Recurrence(std::string_view kernel, double seq_len, double head_dim,
                                    bool backward) const;
 
+  // The sorted (seq_len, rate) points that Attention (kernel "") or
+  // Recurrence interpolates for (kernel, head_dim, pass), chosen as they
+  // describe; empty when there are none. Attention(s, d, b) ==
+  // LogLogInterpolate(SeqCurve("", d, b), s) when not empty: a caller asking
+  // at many lengths chooses the points once (CostModel does).
+  using Curve = std::vector<std::pair<double, double>>;
+  Curve SeqCurve(std::string_view kernel, double head_dim, bool backward) const;
+
   // All-reduce bus bandwidth at `bytes` per rank: the points of the nearest
   // rank count (in log; the smaller on a tie), interpolated in bytes.
   std::optional<double> AllReduceBusBandwidth(double bytes, int ranks) const;

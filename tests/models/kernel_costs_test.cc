@@ -61,6 +61,28 @@ TEST(KernelCosts, AttentionPicksTheNearestHeadDimAndFallsBackToFwdBwdPoints) {
   EXPECT_FALSE(r.Recurrence("gdn", 2048, 64, false).has_value());
 }
 
+TEST(KernelCosts, ASeqCurveChosenOnceInterpolatesToTheSameRates) {
+  for (const char* preset : {"a100-80gb-nvlink", "h100-80gb-nvlink", "h200-141gb-nvlink"}) {
+    Result<pb::ClusterSpec> cluster = ClusterPreset(preset);
+    ASSERT_TRUE(cluster.ok()) << preset;
+    const KernelRates r(cluster->kernel_costs());
+    for (const char* kernel : {"", "gdn", "mamba3", "kda"}) {
+      for (double d : {64.0, 96.0, 128.0, 256.0}) {
+        for (bool backward : {false, true}) {
+          const KernelRates::Curve curve = r.SeqCurve(kernel, d, backward);
+          for (double s : {1.0, 700.0, 4096.0, 12345.0, 65536.0, 1e6}) {
+            const std::optional<double> want = r.Recurrence(kernel, s, d, backward);
+            ASSERT_EQ(curve.empty(), !want.has_value()) << preset << " " << kernel << " " << d;
+            if (want) {
+              EXPECT_EQ(LogLogInterpolate(curve, s), *want) << preset << " " << kernel;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelCosts, AllReduceInterpolatesBusBandwidthInBytes) {
   const pb::KernelCosts c = Costs(
       "all_reduce { ranks: 8 bytes: 1048576 bus_bandwidth_bytes_per_s: 40e9 }\n"
