@@ -380,6 +380,41 @@ double CostModel::DataParallelSyncTime(int first, int last, const pb::LinkSpec* 
   return 0.5 * all_reduce(gradient) + 0.5 * all_reduce(weight);
 }
 
+double CostModel::GradBucketSize() const {
+  if (options_.grad_bucket_size > 0) return static_cast<double>(options_.grad_bucket_size);
+  const double group = static_cast<double>(options_.data_size) * options_.context_size;
+  return std::max(40e6, 1e6 * group);  // megatron/training/training.py, get_model
+}
+
+double CostModel::OverlappedDataParallelSync(int first, int last,
+                                             const std::vector<double>& backward_s,
+                                             double lead_s, const pb::LinkSpec* link) const {
+  assert(0 <= first && first <= last && last <= num_layers());
+  assert(backward_s.size() == static_cast<std::size_t>(last - first));
+  const int dp = options_.data_size * options_.context_size;
+  if (dp <= 1) return 0.0;
+  auto all_reduce = [&](double bytes) {
+    return link != nullptr ? RingAllReduceTime(bytes, dp, *link)
+                           : AllReduceTime(bytes, dp, DataParallelLink());
+  };
+  // A reduce-scatter is half a ring all-reduce of the same bytes.
+  const double share = options_.distributed_optimizer ? 0.5 : 1.0;
+  const double bucket_size = GradBucketSize();
+  double ready = lead_s, comm_end = 0, params = 0, bytes = 0, weight = 0;
+  for (int l = last - 1; l >= first; --l) {
+    ready += backward_s[static_cast<std::size_t>(l - first)];
+    params += ParamCount(l);
+    bytes += GradientBytes(l);
+    weight += WeightBytes(l);
+    if (params >= bucket_size || l == first) {
+      comm_end = std::max(ready, comm_end) + share * all_reduce(bytes);
+      params = bytes = 0;
+    }
+  }
+  if (options_.distributed_optimizer) comm_end += 0.5 * all_reduce(weight);
+  return comm_end;
+}
+
 double CostModel::StageOptimizerParams(int first, int last) const {
   assert(0 <= first && first <= last && last <= num_layers());
   double params = 0;

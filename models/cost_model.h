@@ -101,6 +101,11 @@ struct CostModelOptions {
   // parallel.distributed_optimizer: optimizer state sharded over DP; the
   // gradient sync is a reduce-scatter of gradients and an all-gather of weights.
   bool distributed_optimizer = false;
+  // parallel.overlap_grad_reduce and grad_bucket_size (0: Megatron's
+  // default): the first stage's DP sync in buckets overlapped with its last
+  // backward (OverlappedDataParallelSync).
+  bool overlap_grad_reduce = false;
+  std::int64_t grad_bucket_size = 0;
   // parallel.context_size (CP) and its attention split (zig-zag unless
   // context_contiguous): docs/cost-model.md, "Context parallelism".
   int context_size = 1;
@@ -294,6 +299,26 @@ class CostModel {
   // all-reduce curve: a ring on that link (a replayed cost table's measured
   // link).
   double DataParallelSyncTime(int first, int last, const pb::LinkSpec* link = nullptr) const;
+  // The same sync overlapped with the backward that makes the gradients of
+  // layers [first, last) final (Megatron-Core's overlap_grad_reduce on
+  // pipeline rank 0): that backward starts at 0, spends `lead_s` before its
+  // first layer (the action's fixed overhead), then runs layers last - 1
+  // down to first, layer l taking backward_s[l - first]. Buckets are filled
+  // from the last layer down, a bucket closing once it holds at least
+  // GradBucketSize() parameters (at layer boundaries; Megatron closes them at
+  // parameter boundaries) or at the first layer; each is ready when its
+  // lowest layer's backward ends, and the buckets' all-reduces (reduce-
+  // scatters under the distributed optimizer) run one after another on the
+  // DP group, each starting when it is ready and the previous one is done.
+  // Returns the time from 0 until the last one ends, plus, under the
+  // distributed optimizer, the all-gather of the weights (not overlapped).
+  // 0 when DP x CP = 1. `link` as for DataParallelSyncTime.
+  // REQUIRES: backward_s.size() == last - first.
+  double OverlappedDataParallelSync(int first, int last, const std::vector<double>& backward_s,
+                                    double lead_s, const pb::LinkSpec* link = nullptr) const;
+  // Parameters per gradient bucket: options().grad_bucket_size, or
+  // Megatron-Core's default max(40,000,000, 1,000,000 x DP x CP).
+  double GradBucketSize() const;
   // The parameters of layers [first, last) one DP replica's optimizer
   // updates: all of them, or with the distributed optimizer (DP > 1)
   // replica 0's shard, ceil(params / DP).

@@ -11,6 +11,12 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
   options.tensor_size = par.tensor_size() == 0 ? 1 : static_cast<int>(par.tensor_size());
   options.data_size = par.data_size() == 0 ? 1 : static_cast<int>(par.data_size());
   options.distributed_optimizer = par.distributed_optimizer();
+  options.overlap_grad_reduce = par.overlap_grad_reduce();
+  if (par.grad_bucket_size() != 0) {
+    SF_RETURN_IF_ERROR(
+        CheckRange("parallel.grad_bucket_size", par.grad_bucket_size(), kGradBucketSize));
+    options.grad_bucket_size = static_cast<std::int64_t>(par.grad_bucket_size());
+  }
   options.context_size = par.context_size() == 0 ? 1 : static_cast<int>(par.context_size());
   options.context_contiguous = par.context_contiguous();
   options.microbatch_size =

@@ -103,7 +103,7 @@ bool IsFile(const std::string& path) {
 constexpr const char* kScenarioKeywords[] = {
     "model", "cluster", "policy", "N", "chunks", "alpha", "M", "microbatches", "B",
     "microbatch_size", "P", "stages", "TP", "tensor_parallel", "DP", "data_parallel", "CP",
-    "context_parallel", "distributed_optimizer", "T", "seq_len", "recompute", "system",
+    "context_parallel", "distributed_optimizer", "overlap_grad_reduce", "T", "seq_len", "recompute", "system",
     "cost_model", "st_overlap", "st_tile", "compute_units", "max_actions", "vary"};
 
 std::string KnownKeywords() {
@@ -163,6 +163,7 @@ tools::ScenarioFlags FlagsFrom(const py::dict& kw) {
     else if (key == "DP" || key == "data_parallel") f.data_size = IntArg(key, v);
     else if (key == "CP" || key == "context_parallel") f.context_size = IntArg(key, v);
     else if (key == "distributed_optimizer") f.distributed_optimizer = OnOff(key, v);
+    else if (key == "overlap_grad_reduce") f.overlap_grad_reduce = OnOff(key, v);
     else if (key == "T" || key == "seq_len") f.seq_len = IntArg(key, v);
     else if (key == "recompute") f.recompute = StrArg(key, v);
     else if (key == "system") f.system = StrArg(key, v);

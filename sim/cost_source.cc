@@ -99,7 +99,8 @@ class TableCostSource : public CostSource {
         forward_memory_(Size()),
         backward_memory_(Size()),
         static_(stages_),
-        sync_s_(stages_, 0.0) {
+        sync_s_(stages_, 0.0),
+        setup_cost_model_(setup.cost_model) {
     const models::CostModel& cm = *setup.cost_model;
     const pb::LinkSpec& link = cm.cluster().pipeline_link();
     assert(setup.memory_cache == nullptr ||
@@ -110,6 +111,7 @@ class TableCostSource : public CostSource {
     assert(setup.time_cache == nullptr ||
            setup.time_cache->cost_model().num_layers() == cm.num_layers());
     ChunkTimes times(cm, setup.partition, setup.time_cache);
+    first_layer_ = setup.stage_layers.empty() ? 0 : setup.stage_layers[0].first;
     const double overhead = cm.cluster().device().action_overhead_s();
     for (int r = 0; r < stages_; ++r) {
       const models::StageLayers& layers = setup.stage_layers[r];
@@ -128,6 +130,11 @@ class TableCostSource : public CostSource {
         // 0 in the presets). A replayed table's measured times hold it already.
         forward_s_[k] += overhead;
         backward_s_[k] += overhead;
+        if (r == 0) {  // the first stage's layers one by one (overlap_grad_reduce)
+          for (int l = layers.first; l < layers.last; ++l) {
+            first_stage_layer_backward_s_.push_back(times.Of(l, i).backward_s);
+          }
+        }
         const double bytes = cm.BoundaryActivationBytes(cm.LocalTokens(s));  // one CP device's
         transfer_occupancy_s_[k] = bytes / link.bandwidth_bytes_per_s();
         transfer_latency_s_[k] = link.latency_s() + transfer_occupancy_s_[k];
@@ -173,6 +180,28 @@ class TableCostSource : public CostSource {
   }
 
  protected:
+  // parallel.overlap_grad_reduce: the first stage's sync in buckets during
+  // its final backward (CostModel::OverlappedDataParallelSync), the time it
+  // runs past the stage's end; nullopt elsewhere, and when the gradients are
+  // final after a W (whose time is not modelled yet).
+  std::optional<double> Exposed(int stage, const Action& final_action, double final_start_s,
+                                double stage_end_s, double lead_s,
+                                const pb::LinkSpec* link) const {
+    const models::CostModel& cm = *setup_cost_model_;
+    if (!cm.options().overlap_grad_reduce || stage != 0 ||
+        final_action.pass != Pass::kBackward) {
+      return std::nullopt;
+    }
+    const std::size_t per_chunk = first_stage_layer_backward_s_.size() / chunks_;
+    const auto from = first_stage_layer_backward_s_.begin() +
+                      static_cast<std::ptrdiff_t>(per_chunk * final_action.chunk);
+    const std::vector<double> layers(from, from + static_cast<std::ptrdiff_t>(per_chunk));
+    const int first = first_layer_, last = first_layer_ + static_cast<int>(per_chunk);
+    const double done =
+        final_start_s + cm.OverlappedDataParallelSync(first, last, layers, lead_s, link);
+    return std::max(0.0, done - stage_end_s);
+  }
+
   // The engine's view of the tables below (for the sources whose answers
   // they are: not the uniform source's durations).
   ChunkTables MakeTables() const {
@@ -197,6 +226,10 @@ class TableCostSource : public CostSource {
   std::vector<MemoryEffect> backward_memory_; // (P * N)
   std::vector<ClassBytes> static_;            // (P)
   std::vector<double> sync_s_;                // (P) DP gradient all-reduce
+  const models::CostModel* setup_cost_model_;  // not owned
+  // (N, the first stage's layers) each layer's backward time on each chunk.
+  std::vector<double> first_stage_layer_backward_s_;
+  int first_layer_ = 0;  // of the first stage
 };
 
 class AnalyticCostSource final : public TableCostSource {
@@ -204,6 +237,12 @@ class AnalyticCostSource final : public TableCostSource {
   explicit AnalyticCostSource(const SimSetup& setup) : TableCostSource(setup) {}
   std::string name() const override { return "analytic"; }
   double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
+  std::optional<double> ExposedGradientSync(int stage, const Action& final_action,
+                                            double final_start_s,
+                                            double stage_end_s) const override {
+    return Exposed(stage, final_action, final_start_s, stage_end_s,
+                   setup_cost_model_->cluster().device().action_overhead_s(), nullptr);
+  }
   const ChunkTables* Tables() const override { return &tables_; }
 
  private:
@@ -291,6 +330,7 @@ class ReplayCostSource final : public TableCostSource {
       // The DP sync on the link the table measured (a ring over it); the TP
       // sums on the link fitted to the timed sums, else that link.
       sync_s_[r] = cm.DataParallelSyncTime(layers.first, layers.last, &table.link());
+      if (r == 0) sync_link_ = table.link();
       const pb::LinkSpec* tp_link = &table.tensor_link();
       for (int i = 0; i < chunks_; ++i) {
         const double c = static_cast<double>(setup.partition.start(i));
@@ -319,8 +359,16 @@ class ReplayCostSource final : public TableCostSource {
             b_overlap = *bo;
           }
           forward_s_[k] += *f + f_overlap + tp_forward;
-          backward_s_[k] += *b + b_overlap + cm.TensorParallelBackwardCommTime(l, len, tp_link) +
-                            (cm.Recomputed(l) ? tp_forward : 0.0);
+          const double layer_backward = *b + b_overlap +
+                                        cm.TensorParallelBackwardCommTime(l, len, tp_link) +
+                                        (cm.Recomputed(l) ? tp_forward : 0.0);
+          backward_s_[k] += layer_backward;
+          if (r == 0) {
+            first_stage_layer_backward_s_[static_cast<std::size_t>(i) *
+                                              static_cast<std::size_t>(layers.last - layers.first) +
+                                          static_cast<std::size_t>(l - layers.first)] =
+                layer_backward;
+          }
         }
         const double bytes =
             cm.BoundaryActivationBytes(cm.LocalTokens(setup.partition.length(i)));
@@ -337,9 +385,17 @@ class ReplayCostSource final : public TableCostSource {
   // all-gather) of the stage's bytes over the link the table measured.
   double GradientSyncTime(int stage) const override { return sync_s_[stage]; }
   double OptimizerTime(int stage) const override { return optimizer_s_[stage]; }
+  // The first stage's layers as the table timed them (they hold the fixed
+  // per-action cost), on the link the table measured.
+  std::optional<double> ExposedGradientSync(int stage, const Action& final_action,
+                                            double final_start_s,
+                                            double stage_end_s) const override {
+    return Exposed(stage, final_action, final_start_s, stage_end_s, 0.0, &sync_link_);
+  }
 
  private:
   std::vector<double> optimizer_s_;  // (P)
+  pb::LinkSpec sync_link_;  // the first stage's table's link
   const ChunkTables tables_ = MakeTables();  // Load fills what they point at
 };
 

@@ -22,6 +22,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,18 @@ class CostSource {
   // stage's last action (0 without data parallelism or when communication
   // is free).
   virtual double GradientSyncTime(int stage) const = 0;
+  // The sync when it overlaps the stage's compute (parallel.
+  // overlap_grad_reduce): the time it runs past the stage's last action
+  // (ended at `stage_end_s`), given the action after which the stage's
+  // gradients are final (its last B or W, `final_action`) started at
+  // `final_start_s`. nullopt (the default) when it does not overlap: then
+  // GradientSyncTime runs after the last action.
+  virtual std::optional<double> ExposedGradientSync(int /*stage*/,
+                                                    const schedule::Action& /*final_action*/,
+                                                    double /*final_start_s*/,
+                                                    double /*stage_end_s*/) const {
+    return std::nullopt;
+  }
   // The optimizer step of `stage`'s parameters, after the gradient sync
   // (0 unless measured: the analytic model leaves it out).
   virtual double OptimizerTime(int /*stage*/) const { return 0.0; }

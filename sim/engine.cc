@@ -61,7 +61,11 @@ class Engine {
                                 "); was the plan validated?");
       }
       StageResult& stage = result_.stages[r];
-      stage.sync_s = costs_.GradientSyncTime(r);
+      const std::optional<double> exposed =
+          has_final_[r] ? costs_.ExposedGradientSync(r, final_action_[r], final_start_s_[r],
+                                                     stage.end_s)
+                        : std::nullopt;
+      stage.sync_s = exposed ? *exposed : costs_.GradientSyncTime(r);
       stage.optimizer_s = costs_.OptimizerTime(r);
       result_.step_time_s =
           std::max(result_.step_time_s, stage.end_s + stage.sync_s + stage.optimizer_s);
@@ -104,6 +108,11 @@ class Engine {
       const double duration = DurationOf(a);
       if (!CheckTime(duration, "duration", a)) break;
       const MemoryEffect& effect = MemoryOf(a);
+      if (a.pass != Pass::kForward) {
+        final_action_[r] = a;
+        final_start_s_[r] = now;
+        has_final_[r] = 1;
+      }
       Apply(r, effect.at_start, now);
       const double end = now + duration;
       out.busy_s += duration;
@@ -241,6 +250,11 @@ class Engine {
   std::vector<char> pending_;         // (P) on the list of stages to run
   std::vector<ClassBytes> live_;      // (P)
   std::vector<double> link_free_s_;   // (2P) directed links
+  // (P) the last B or W started so far and when: the action after which the
+  // stage's gradients are final, once the stage is done.
+  std::vector<schedule::Action> final_action_ = std::vector<schedule::Action>(stages_);
+  std::vector<double> final_start_s_ = std::vector<double>(stages_, 0.0);
+  std::vector<char> has_final_ = std::vector<char>(stages_, 0);
   EngineResult result_;
   Status error_;  // the first bad time a cost source gave
 };

@@ -118,7 +118,11 @@ class Engine {
                                 "); was the plan validated?");
       }
       StageResult& stage = result_.stages[r];
-      stage.sync_s = costs_.GradientSyncTime(r);
+      const std::optional<double> exposed =
+          has_final_[r] ? costs_.ExposedGradientSync(r, final_action_[r], final_start_s_[r],
+                                                     stage.end_s)
+                        : std::nullopt;
+      stage.sync_s = exposed ? *exposed : costs_.GradientSyncTime(r);
       stage.optimizer_s = costs_.OptimizerTime(r);
       result_.step_time_s =
           std::max(result_.step_time_s, stage.end_s + stage.sync_s + stage.optimizer_s);
@@ -155,6 +159,11 @@ class Engine {
     const double duration = costs_.Duration(a);
     if (!CheckTime(duration, "duration", a)) return;
     const MemoryEffect& effect = costs_.Memory(a);
+    if (a.pass != Pass::kForward) {
+      final_action_[r] = a;
+      final_start_s_[r] = now;
+      has_final_[r] = 1;
+    }
     Apply(r, effect.at_start, now);
     running_end_[r] = &effect.at_end;
     busy_until_[r] = now + duration;
@@ -259,6 +268,11 @@ class Engine {
   // loop, so that the first actions are pushed).
   bool top_popped_ = true;
   std::uint64_t seq_ = 0;
+  // (P) the last B or W started so far and when: the action after which the
+  // stage's gradients are final, once the stage is done.
+  std::vector<schedule::Action> final_action_ = std::vector<schedule::Action>(stages_);
+  std::vector<double> final_start_s_ = std::vector<double>(stages_, 0.0);
+  std::vector<char> has_final_ = std::vector<char>(stages_, 0);
   EngineResult result_;
   Status error_;  // the first bad time a cost source gave
 };

@@ -175,6 +175,10 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("distributed-optimizer", po::value(&f->distributed_optimizer),
        "on or off: shard the optimizer state over the DP replicas "
        "(parallel.distributed_optimizer, ZeRO-1)")
+      ("overlap-grad-reduce", po::value(&f->overlap_grad_reduce),
+       "on or off: the first stage's DP gradient sync in buckets overlapped with its last "
+       "backward, as Megatron-Core's --overlap-grad-reduce (parallel.overlap_grad_reduce; "
+       "simulated only)")
       ("seq-len,T", Optional(&f->seq_len), Help("T, tokens per sequence", models::kSeqLen).c_str())
       ("recompute", po::value(&f->recompute), "none or full (every schedule)")
       ("system", po::value(&f->system),
@@ -262,6 +266,11 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
     return Status::Invalid("--distributed-optimizer: '" + f.distributed_optimizer +
                            "' is not on or off");
   }
+  if (!f.overlap_grad_reduce.empty() && f.overlap_grad_reduce != "on" &&
+      f.overlap_grad_reduce != "off") {
+    return Status::Invalid("--overlap-grad-reduce: '" + f.overlap_grad_reduce +
+                           "' is not on or off");
+  }
   SF_RETURN_IF_ERROR(CheckFlag("seq-len", f.seq_len, models::kSeqLen));
   if (f.alpha) SF_RETURN_IF_ERROR(models::CheckRange("--alpha", *f.alpha, models::kAlpha));
   pb::Scenario s;
@@ -333,6 +342,9 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   }
   if (!f.distributed_optimizer.empty()) {
     s.mutable_parallel()->set_distributed_optimizer(f.distributed_optimizer == "on");
+  }
+  if (!f.overlap_grad_reduce.empty()) {
+    s.mutable_parallel()->set_overlap_grad_reduce(f.overlap_grad_reduce == "on");
   }
   if (f.seq_len) s.set_seq_len(static_cast<std::uint64_t>(*f.seq_len));
   if (!f.cost_model.empty()) s.set_cost_model(f.cost_model);

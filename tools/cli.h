@@ -90,6 +90,7 @@ struct ScenarioFlags {
   std::optional<long long> data_size;
   std::optional<long long> context_size;
   std::string distributed_optimizer;  // "on" or "off"; empty: the scenario's
+  std::string overlap_grad_reduce;    // "on" or "off"; empty: the scenario's
   std::optional<long long> seq_len;
   std::string recompute;
   std::string system;  // --system: every schedule's ScheduleSpec.system

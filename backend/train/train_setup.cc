@@ -48,6 +48,11 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
     return Status::Invalid("parallel.context_size must be 1 for training (context parallelism "
                            "is simulated only)");
   }
+  if (scenario.parallel().overlap_grad_reduce()) {
+    return Status::Invalid("parallel.overlap_grad_reduce must be off for training (the "
+                           "backend's DP sync runs after the last backward; the overlap is "
+                           "simulated only)");
+  }
   setup.data_size = static_cast<int>(std::max(1u, scenario.parallel().data_size()));
   setup.distributed_optimizer = scenario.parallel().distributed_optimizer();
   if (!schedule.system().empty() && schedule.system() != "stateflow") {

@@ -70,7 +70,8 @@ def scenario(path: Optional[Union[str, os.PathLike]] = None, **fields: Any) -> S
     (``stages``), ``M`` (``microbatches``), ``N`` (``chunks``), ``B``
     (``microbatch_size``), ``T`` (``seq_len``), ``TP`` (``tensor_parallel``),
     ``DP`` (``data_parallel``), ``CP`` (``context_parallel``), ``alpha``,
-    ``distributed_optimizer`` (bool), ``recompute``, ``system``,
+    ``distributed_optimizer`` (bool), ``overlap_grad_reduce`` (bool),
+    ``recompute``, ``system``,
     ``cost_model``, ``st_overlap`` (bool), ``st_tile``, ``compute_units``,
     ``max_actions``, ``vary`` ({parameter: factor}). A ``policy`` drops the
     scenario's baselines, as ``--policy`` does.
