@@ -100,6 +100,9 @@ void AddPlanOptions(po::options_description* desc, PlanFlags* f) {
       ("distributed-optimizer", po::value(&f->scenario.distributed_optimizer),
        "on or off: shard the optimizer state over each split's DP (x CP) replicas "
        "(parallel.distributed_optimizer, ZeRO-1; default: the scenario's)")
+      ("overlap-grad-reduce", po::value(&f->scenario.overlap_grad_reduce),
+       "on or off: the first stage's DP gradient sync in buckets overlapped with its last "
+       "backward (parallel.overlap_grad_reduce; default: the scenario's)")
       ("context-parallel-list", po::value(&f->context_sizes),
        "CP degrees to try beside P, TP and DP (devices = P x TP x CP x DP), e.g. 1,2,4,8 "
        "(default: 1; docs/cost-model.md, Context parallelism)")
