@@ -13,6 +13,8 @@
 
 #include "models/model.h"
 #include "scenario/load.h"
+#include "sim/cost_source.h"
+#include "sim/engine.h"
 #include "sim/simulation.h"
 #include "tests/scenario_testing.h"
 
@@ -71,8 +73,8 @@ pb::ClusterSpec StartCluster() {
 
 // Runs over T, N, P, TP and DP (DP 2 in a node, DP 4 across two), their
 // step times simulated on the true cluster, as a CSV.
-std::string SynthesisedCsv() {
-  const scenario::ResolvedScenario truth = MustResolve(TinyScenario(TrueCluster()));
+std::string SynthesisedCsv(const pb::ClusterSpec& true_cluster = TrueCluster()) {
+  const scenario::ResolvedScenario truth = MustResolve(TinyScenario(true_cluster));
   std::string csv = "name,policy,P,M,N,T,tp,dp,step_time_s\n";
   struct Config { const char* policy; int p, m, n, t, tp, dp; };
   const std::vector<Config> configs = {
@@ -500,6 +502,206 @@ TEST(Calibrate, FitsThePerActionOverheadWhenAskedFor) {
               with->report.loo_rms_log_error(), latency_with, rms_start_small, transfer_without,
               transfer_with);
   EXPECT_LT(transfer_with, 0.75 * transfer_without);
+}
+
+// Runs from a model in which one layer kind is 30 % slower than the fitted
+// model says (issue 28): softmax attention, in the tiny GDN hybrid, whose
+// attention's share of a step grows with the tokens per chunk, so no
+// parameter of the fitted model can express it exactly. Each action's
+// "measured" duration is the true cluster's per-layer times, attention's
+// times `factor`, summed over the stage's layers; transfers, syncs and
+// memory are the model's. Returns the runs as a CSV and the start
+// cluster's rms log error on them.
+std::string KindSlowerCsv(const std::string& model, models::LayerKind kind, double factor,
+                          const pb::ClusterSpec& start, double* rms_start) {
+  pb::Scenario base = TinyScenario(TrueCluster());
+  base.set_model_preset(model);
+  const scenario::ResolvedScenario truth = MustResolve(base);
+  std::string csv = "name,policy,P,M,N,T,step_time_s\n";
+  struct Config { const char* policy; int p, m, n, t; };
+  const std::vector<Config> configs = {
+      {"1f1b", 1, 2, 1, 256},       {"1f1b", 1, 2, 1, 4096},      {"stateflow", 1, 2, 8, 1024},
+      {"stateflow", 1, 2, 16, 512}, {"1f1b", 2, 4, 1, 512},       {"1f1b", 2, 4, 1, 2048},
+      {"stateflow", 2, 4, 4, 512},  {"stateflow", 2, 4, 8, 4096}, {"stateflow", 4, 8, 2, 1024},
+      {"stateflow", 4, 4, 16, 2048}, {"stateflow", 2, 8, 4, 1024}, {"1f1b", 4, 8, 1, 2048}};
+  double sum = 0;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const Config& c = configs[i];
+    pb::Scenario s = truth.proto();
+    s.mutable_schedule()->set_policy(c.policy);
+    s.mutable_schedule()->set_chunks(c.n);
+    s.mutable_parallel()->set_pipeline_size(c.p);
+    s.mutable_parallel()->set_microbatches(c.m);
+    s.set_seq_len(c.t);
+    const scenario::ResolvedScenario r = MustResolve(s);
+    Result<Simulation> sim = Simulate(r, r.proto().schedule());
+    EXPECT_TRUE(sim.ok()) << sim.status().message();
+    const models::CostModel& cm = sim->config.placement->cost_model;
+    const std::vector<models::StageLayers>& layers = sim->config.placement->stage_layers;
+    const schedule::Partition& part = sim->config.partition;
+    MeasuredDurations measured;
+    measured.optimizer_s.assign(static_cast<std::size_t>(c.p), 0.0);
+    for (const std::vector<schedule::Action>& stage : sim->config.plan.per_stage()) {
+      for (const schedule::Action& a : stage) {
+        double d = 0;
+        for (int l = layers[a.stage].first; l < layers[a.stage].last; ++l) {
+          const double t = a.pass == schedule::Pass::kForward
+                               ? cm.ForwardTime(l, part.start(a.chunk), part.length(a.chunk))
+                               : cm.BackwardTime(l, part.start(a.chunk), part.length(a.chunk));
+          d += cm.layers()[l] == kind ? factor * t : t;
+        }
+        measured.action_s[a] = d;
+      }
+    }
+    SimSetup setup{&cm, layers, part, c.m};
+    Result<std::unique_ptr<CostSource>> source =
+        MakeMeasuredDurationSource(MakeAnalyticCostSource(setup), measured, sim->config.plan);
+    EXPECT_TRUE(source.ok()) << source.status().message();
+    Result<EngineResult> run = RunPlan(sim->config.plan, **source);
+    EXPECT_TRUE(run.ok()) << run.status().message();
+    const double step = run->step_time_s;
+    pb::Scenario at_start = s;
+    *at_start.mutable_cluster() = start;
+    const scenario::ResolvedScenario rs = MustResolve(at_start);
+    Result<Simulation> predicted = Simulate(rs, rs.proto().schedule());
+    EXPECT_TRUE(predicted.ok());
+    sum += std::pow(std::log(predicted->report.step_time_s() / step), 2);
+    char line[256];
+    std::snprintf(line, sizeof(line), "run%zu,%s,%d,%d,%d,%d,%.17g\n", i, c.policy, c.p, c.m, c.n,
+                  c.t, step);
+    csv += line;
+  }
+  *rms_start = std::sqrt(sum / static_cast<double>(configs.size()));
+  return csv;
+}
+
+// The fit on runs whose attention is 30 % slower than the model's: it must
+// end honestly (converged, every run's error and leave-one-out error
+// reported, the error not hidden), and the cluster it writes, carried to a
+// model without attention whose runs are exact (gdn-tiny), must predict
+// them with the error reported beside the start's.
+TEST(Calibrate, ALayerKindSlowerThanTheModelEndsHonestly) {
+  double rms_start = 0;
+  const std::string runs_csv =
+      KindSlowerCsv("gdn-hybrid-tiny", models::LayerKind::kAttention, 1.3, StartCluster(), &rms_start);
+  pb::Scenario base = TinyScenario(StartCluster());
+  base.set_model_preset("gdn-hybrid-tiny");
+  Result<std::vector<CalibrationRow>> rows = ParseCalibrationCsv(runs_csv, "runs.csv");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  Result<std::vector<CalibrationRun>> runs = ApplyRows(MustResolve(base), *rows, "runs.csv");
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  Result<Calibration> c = Calibrate(*runs, {.prior_weight = kDefaultPriorWeight});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  std::string notes;
+  for (const std::string& note : c->report.notes()) notes += note + "\n";
+  double worst = 0;
+  for (const pb::CalibrationRunResult& r : c->report.runs()) {
+    worst = std::max(worst, std::abs(r.step_time_rel_error()));
+    EXPECT_TRUE(r.has_loo_rel_error()) << "line " << r.line();
+  }
+  std::string fitted;
+  for (int k = 0; k < c->report.parameters_size(); ++k) {
+    const pb::CalibrationParameter& p = c->report.parameters(k);
+    if (p.status() != "fitted") continue;
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %s: %.4g -> %.4g (truth %.4g)\n", p.name().c_str(),
+                  p.initial(), p.fitted(), kTruth[static_cast<std::size_t>(k)]);
+    fitted += line;
+  }
+  // Transfer: gdn-tiny's runs (no attention) are the true cluster's exactly.
+  double rms_start_tiny = 0;
+  const std::string tiny_csv =
+      KindSlowerCsv("gdn-tiny", models::LayerKind::kAttention, 1.0, StartCluster(), &rms_start_tiny);
+  pb::Scenario tiny_base = TinyScenario(c->cluster);
+  Result<std::vector<CalibrationRow>> tiny_rows = ParseCalibrationCsv(tiny_csv, "tiny.csv");
+  ASSERT_TRUE(tiny_rows.ok()) << tiny_rows.status().message();
+  Result<std::vector<CalibrationRun>> tiny_runs =
+      ApplyRows(MustResolve(tiny_base), *tiny_rows, "tiny.csv");
+  ASSERT_TRUE(tiny_runs.ok()) << tiny_runs.status().message();
+  double sum = 0;
+  for (const CalibrationRun& run : *tiny_runs) {
+    Result<Simulation> sim = Simulate(run.scenario, run.scenario.proto().schedule());
+    ASSERT_TRUE(sim.ok()) << sim.status().message();
+    sum += std::pow(std::log(sim->report.step_time_s() / run.row.step_time_s), 2);
+  }
+  const double rms_transfer = std::sqrt(sum / static_cast<double>(tiny_runs->size()));
+  std::printf("attention 30 %% slower: gdn-hybrid-tiny rms log error %.4f at the start, %.4f "
+              "fitted (%d iterations), %.4f leave-one-out, worst run %.3f; gdn-tiny (transfer, "
+              "exact runs) %.4f at the start, %.4f with the fit\n%s%s",
+              rms_start, c->report.rms_log_error(), static_cast<int>(c->report.iterations()),
+              c->report.loo_rms_log_error(), worst, rms_start_tiny, rms_transfer, fitted.c_str(),
+              notes.c_str());
+  EXPECT_NE(notes.find("fit: converged"), std::string::npos) << notes;
+  EXPECT_LT(c->report.rms_log_error(), c->report.initial_rms_log_error());
+  EXPECT_GT(c->report.rms_log_error(), 0.02);  // no parameter expresses it: the error stays
+  EXPECT_LT(worst, 0.15);
+  EXPECT_GT(c->report.loo_rms_log_error(), c->report.rms_log_error());
+  // The missing term is absorbed by the compute parameters (the peak falls
+  // below its truth), which then mispredicts a model without attention: the
+  // fit improves on the start there too, but its error is not the fit's.
+  const double peak = c->report.parameters(static_cast<int>(CalibParam::kEfficiencyPeak)).fitted();
+  EXPECT_LT(peak, 0.95 * kTruth[0]);
+  EXPECT_LT(rms_transfer, rms_start_tiny);
+  EXPECT_GT(rms_transfer, c->report.rms_log_error());
+}
+
+// Runs whose TP and DP all-reduces are slower for small messages than a
+// link's latency and bandwidth say (issue 28): the true cluster's
+// intra-node all-reduces follow a measured-style bus bandwidth curve,
+// busbw(b) = B b / (b + h), h = 256 KiB (NCCL's curve has this shape:
+// latency-bound below a few hundred KiB), while the fitted model has the
+// link's alpha-beta form. A ring of n ranks then takes 2 (n - 1) / n (b + h)
+// / B: at n = 2 (these runs' TP and DP groups in a node) alpha-beta with
+// bandwidth B and latency h / (2 B), up to the curve's log-log
+// interpolation between its points. What the fit does with it: the step
+// times within 1 %, converged, and the small-message cost in the link's
+// latency (well above the link's own); but these runs' messages (64 KiB to
+// about 1 MiB, a small share of each step) pin the pair only along one
+// direction, the weakest the identifiability line reports (0.05 of the
+// largest singular value), so bandwidth and latency are not each within
+// 5 % of B and h / (2 B): the fitted pair trades one against the other.
+TEST(Calibrate, SlowSmallMessagesLandInTheLinksLatency) {
+  constexpr double kHalfBytes = 256.0 * 1024;
+  constexpr int kIntraBw = static_cast<int>(CalibParam::kIntraBandwidth);
+  constexpr int kIntraLat = static_cast<int>(CalibParam::kIntraLatency);
+  pb::ClusterSpec truth = TrueCluster();
+  pb::KernelCosts* costs = truth.mutable_kernel_costs();
+  costs->set_name("small messages slower");
+  costs->add_sources("synthetic: busbw = B b / (b + 256 KiB)");
+  const double bus = kTruth[kIntraBw];
+  for (double bytes = 1024; bytes <= 1024.0 * 1024 * 1024; bytes *= 2) {
+    pb::CollectivePoint* p = costs->add_all_reduce();
+    p->set_ranks(2);
+    p->set_bytes(bytes);
+    p->set_bus_bandwidth_bytes_per_s(bus * bytes / (bytes + kHalfBytes));
+  }
+  const std::vector<CalibrationRun> runs = MustApply(StartCluster(), SynthesisedCsv(truth));
+  Result<Calibration> c = Calibrate(runs, {.prior_weight = kDefaultPriorWeight});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  bool converged = false;
+  for (const std::string& note : c->report.notes()) converged |= note.rfind("fit: converged", 0) == 0;
+  EXPECT_TRUE(converged);
+  const double bw = c->report.parameters(kIntraBw).fitted();
+  const double lat = c->report.parameters(kIntraLat).fitted();
+  const double lat_equiv = kHalfBytes / (2 * bus);
+  std::printf("small messages slower: rms log error %.4f at the start, %.5f fitted (%d "
+              "iterations); intra-node bandwidth %.4g (B = %.4g), latency %.4g s (h / 2B = %.4g s, "
+              "the link's own %.4g s)\n",
+              c->report.initial_rms_log_error(), c->report.rms_log_error(),
+              static_cast<int>(c->report.iterations()), bw, bus, lat, lat_equiv,
+              kTruth[kIntraLat]);
+  EXPECT_LT(c->report.rms_log_error(), 0.01);
+  EXPECT_GT(lat, 1.5 * kTruth[kIntraLat]);  // the small messages' cost is in the latency
+  // The pair is right where the runs' messages are: a 64 KiB ring of two
+  // within 10 % of the curve.
+  const double b = 64.0 * 1024;
+  EXPECT_NEAR((b / bw + 2 * lat) / ((b + kHalfBytes) / bus), 1.0, 0.10);
+  // And the weakest direction is reported.
+  bool reported = false;
+  for (const std::string& note : c->report.notes()) {
+    reported |= note.rfind("identifiability: singular values", 0) == 0;
+  }
+  EXPECT_TRUE(reported);
 }
 
 TEST(Calibrate, ReserveIsTheLargestMeasuredOverhead) {
