@@ -2,6 +2,16 @@
 
 namespace stateflow::schedule {
 
+std::string_view StagePlacementName(StagePlacement placement) {
+  return placement == StagePlacement::kVShape ? "v" : "loop";
+}
+
+std::optional<StagePlacement> ParseStagePlacement(std::string_view name) {
+  if (name == "loop") return StagePlacement::kLoop;
+  if (name == "v") return StagePlacement::kVShape;
+  return std::nullopt;
+}
+
 std::size_t Plan::num_actions() const {
   std::size_t total = 0;
   for (const std::vector<Action>& actions : per_stage_) total += actions.size();

@@ -18,6 +18,8 @@
 //   for (const Action& a : plan->stage(1)) ...  // stage 1's actions in issue order
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,27 +29,63 @@
 
 namespace stateflow::schedule {
 
+// Virtual stages (issue 27): a pipeline stage (a rank, one list of the
+// plan) may hold v model stages, the model cut into P v consecutive pieces;
+// an action's `stage` is then its model stage (0 .. P v - 1), and the
+// precedence rules above run over model stages (rule 1: F(s-1,a,i) <
+// F(s,a,i), ...). Where the model stages sit:
+enum class StagePlacement : std::uint8_t {
+  kLoop,    // model stage s on rank s mod P: interleaved (Megatron's virtual pipeline)
+  kVShape,  // v = 2, model stage s on rank s for s < P and 2P - 1 - s after (ZBV)
+};
+// "loop" or "v", and back (nullopt for another word).
+std::string_view StagePlacementName(StagePlacement placement);
+std::optional<StagePlacement> ParseStagePlacement(std::string_view name);
+
 class Plan {
  public:
   Plan() = default;
   Plan(std::string policy, int stages, int microbatches, int chunks,
-       std::vector<std::vector<Action>> per_stage)
+       std::vector<std::vector<Action>> per_stage, int virtual_stages = 1,
+       StagePlacement placement = StagePlacement::kLoop)
       : policy_(std::move(policy)),
         stages_(stages),
         microbatches_(microbatches),
         chunks_(chunks),
+        virtual_stages_(virtual_stages),
+        placement_(placement),
         per_stage_(std::move(per_stage)) {}
 
   const std::string& policy() const { return policy_; }
-  int stages() const { return stages_; }              // P
+  int stages() const { return stages_; }              // P, the ranks (lists)
   int microbatches() const { return microbatches_; }  // M
   int chunks() const { return chunks_; }              // N
-  // The actions of stage r in issue order.
+  int virtual_stages() const { return virtual_stages_; }  // v (1: none)
+  StagePlacement placement() const { return placement_; }
+  int model_stages() const { return stages_ * virtual_stages_; }  // P v
+  // The rank holding model stage s, and the k-th model stage of rank r.
+  // REQUIRES: 0 <= s < model_stages(), 0 <= r < stages(), 0 <= k < v.
+  int RankOf(int s) const {
+    if (virtual_stages_ == 1) return s;
+    if (placement_ == StagePlacement::kVShape) return s < stages_ ? s : 2 * stages_ - 1 - s;
+    return s % stages_;
+  }
+  int ModelStageOf(int r, int k) const {
+    if (placement_ == StagePlacement::kVShape && k == 1) return 2 * stages_ - 1 - r;
+    return k * stages_ + r;
+  }
+  // k for model stage s: which of its rank's model stages it is.
+  int VirtualIndex(int s) const {
+    if (virtual_stages_ == 1) return 0;
+    if (placement_ == StagePlacement::kVShape) return s < stages_ ? 0 : 1;
+    return s / stages_;
+  }
+  // The actions of stage (rank) r in issue order.
   const std::vector<Action>& stage(int r) const { return per_stage_[r]; }
   const std::vector<std::vector<Action>>& per_stage() const { return per_stage_; }
   std::size_t num_actions() const;
 
-  // Same policy name, dimensions and per-stage lists.
+  // Same policy name, dimensions, placement and per-stage lists.
   bool operator==(const Plan&) const = default;
 
  private:
@@ -55,6 +93,8 @@ class Plan {
   int stages_ = 0;
   int microbatches_ = 0;
   int chunks_ = 0;
+  int virtual_stages_ = 1;
+  StagePlacement placement_ = StagePlacement::kLoop;
   std::vector<std::vector<Action>> per_stage_;  // (P) lists
 };
 

@@ -63,6 +63,8 @@ class PlanTextParser {
   int stages_ = 0;
   int microbatches_ = 0;
   int chunks_ = 0;
+  int virtual_stages_ = 1;
+  StagePlacement placement_ = StagePlacement::kLoop;
   std::vector<std::vector<Action>> per_stage_;  // stage lines read so far
 };
 
@@ -84,7 +86,8 @@ Result<Plan> PlanTextParser::Parse() {
                         std::to_string(stages_) + "), found " +
                         std::to_string(per_stage_.size()));
   }
-  return Plan(policy_, stages_, microbatches_, chunks_, std::move(per_stage_));
+  return Plan(policy_, stages_, microbatches_, chunks_, std::move(per_stage_), virtual_stages_,
+              placement_);
 }
 
 Status PlanTextParser::ParseHeader(const std::vector<Token>& tokens) {
@@ -115,12 +118,41 @@ Status PlanTextParser::ParseHeader(const std::vector<Token>& tokens) {
     }
     t += 2;
   }
+  // Optional: "virtual_stages <v> placement <loop|v>" (virtual stages).
+  if (t < tokens.size() && tokens[t].text == "virtual_stages") {
+    if (t + 1 >= tokens.size() || !ParseInt(tokens[t + 1].text, &virtual_stages_) ||
+        virtual_stages_ < 1) {
+      const std::size_t column = t + 1 < tokens.size()
+                                     ? tokens[t + 1].column
+                                     : tokens[t].column + tokens[t].text.size();
+      return Error(column, "virtual_stages must be an integer >= 1");
+    }
+    t += 2;
+    if (t < tokens.size() && tokens[t].text == "placement") {
+      const std::optional<StagePlacement> placement =
+          t + 1 < tokens.size() ? ParseStagePlacement(tokens[t + 1].text) : std::nullopt;
+      if (!placement) {
+        const std::size_t column = t + 1 < tokens.size()
+                                       ? tokens[t + 1].column
+                                       : tokens[t].column + tokens[t].text.size();
+        return Error(column, "placement must be loop or v");
+      }
+      placement_ = *placement;
+      t += 2;
+    }
+    if (placement_ == StagePlacement::kVShape && virtual_stages_ != 2) {
+      return Error(tokens[t - 1].column, "placement v needs virtual_stages 2");
+    }
+  }
   if (t < tokens.size()) {
     return Error(tokens[t].column, "unexpected '" + std::string(tokens[t].text) +
                                        "' after the header");
   }
-  if (static_cast<long long>(microbatches_) * chunks_ > kMaxUnitsPerStage) {
-    return Error(tokens[4].column, "microbatches * chunks exceeds the limit " +
+  if (static_cast<long long>(microbatches_) * chunks_ * virtual_stages_ > kMaxUnitsPerStage) {
+    return Error(tokens[4].column, std::string(virtual_stages_ == 1
+                                                   ? "microbatches * chunks"
+                                                   : "microbatches * chunks * virtual_stages") +
+                                       " exceeds the limit " +
                                        std::to_string(kMaxUnitsPerStage));
   }
   have_header_ = true;
@@ -171,8 +203,17 @@ Status PlanTextParser::ParseStageActions(const std::vector<Token>& tokens, std::
     if (!action.ok()) return Error(tokens[t].column, action.status().message());
     const Action& x = *action;
     std::string problem;
-    if (x.stage != stage) {
+    const Plan shape("", stages_, 1, 1, {}, virtual_stages_, placement_);
+    if (virtual_stages_ == 1 && x.stage != stage) {
       problem = "names stage " + std::to_string(x.stage) + " on the line of stage " +
+                std::to_string(stage);
+    } else if (x.stage >= shape.model_stages()) {
+      problem = "names model stage " + std::to_string(x.stage) + " but the header has " +
+                std::to_string(shape.model_stages()) + " (stages x virtual_stages)";
+    } else if (shape.RankOf(x.stage) != stage) {
+      problem = "names model stage " + std::to_string(x.stage) + ", which placement " +
+                std::string(StagePlacementName(placement_)) + " puts on stage " +
+                std::to_string(shape.RankOf(x.stage)) + ", on the line of stage " +
                 std::to_string(stage);
     } else if (x.microbatch >= microbatches_) {
       problem = "has microbatch " + std::to_string(x.microbatch) +
@@ -202,7 +243,12 @@ void AppendNumber(std::string* out, int value) {
 std::string PlanToText(const Plan& plan) {
   std::string out = "plan " + plan.policy() + " stages " + std::to_string(plan.stages()) +
                     " microbatches " + std::to_string(plan.microbatches()) + " chunks " +
-                    std::to_string(plan.chunks()) + "\n";
+                    std::to_string(plan.chunks());
+  if (plan.virtual_stages() != 1) {
+    out += " virtual_stages " + std::to_string(plan.virtual_stages()) + " placement " +
+           std::string(StagePlacementName(plan.placement()));
+  }
+  out += '\n';
   out.reserve(out.size() + 12 * plan.num_actions() + 16 * plan.per_stage().size());
   for (std::size_t r = 0; r < plan.per_stage().size(); ++r) {
     out += "stage ";

@@ -23,7 +23,11 @@ namespace stateflow::schedule {
 //   stage 0: 0F0.0 0F0.1 0F0.2 ...
 //   stage 1: ...
 // Every stage line lists that stage's actions in order. '#' starts a comment
-// anywhere on a line. REQUIRES: the policy name is one token (no whitespace
+// anywhere on a line. With virtual stages the header goes on with
+// "virtual_stages <v> placement <loop|v>" and each action names its model
+// stage (on stage 1 of P 4, v 2, loop: "1F0.0 ... 5F0.0 ..."); without, the
+// header stops at chunks (every plan written before virtual stages reads
+// as before). REQUIRES: the policy name is one token (no whitespace
 // or '#'), as MakePlan's names are.
 std::string PlanToText(const Plan& plan);
 

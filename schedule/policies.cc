@@ -40,6 +40,76 @@ std::vector<Action> OneForwardOneBackward(int stage, int microbatches, int chunk
   return actions;
 }
 
+// Interleaved 1F1B over chunk units with v model stages per rank, placed
+// in a loop (model stage c P + r on rank r): Megatron-Core's virtual
+// pipeline order (megatron/core/pipeline_parallel/schedules.py,
+// forward_backward_pipelining_with_interleaving, r0.12) with its
+// microbatches replaced by units. Forwards go in groups of P units: the
+// group's P units on the rank's model stage 0, then on its stage 1, ...,
+// stage v - 1, then the next group; backwards likewise from the last model
+// stage down, each microbatch's units last chunk first (the boundary-state
+// gradient's order). Rank r runs `warmup` forwards, then one backward and
+// one forward alternately, then the remaining backwards, where warmup is
+// Megatron's 2 (P - r - 1) + (v - 1) P + 1 when N = 1; with N > 1 the
+// backward order lags the forward order inside each microbatch, and the
+// (v - 1) P becomes the largest lag of the backward sequence behind the
+// forward it needs, so that each backward comes after its forward on its
+// rank. REQUIRES: M N a multiple of P (Megatron r0.12's rule for its
+// microbatches), v >= 2.
+std::vector<Action> Interleaved(int rank, int stages, int microbatches, int chunks, int v) {
+  const long long units = static_cast<long long>(microbatches) * chunks;
+  const long long per_group = static_cast<long long>(stages) * v;
+  const long long total = units * v;
+  struct Slot {
+    int chunk;  // the model stage's index on the rank, 0..v-1
+    long long unit;
+  };
+  const auto forward = [&](long long k) {
+    const long long within = k % per_group;
+    return Slot{static_cast<int>(within / stages), k / per_group * stages + within % stages};
+  };
+  const auto backward = [&](long long k) {
+    const long long within = k % per_group;
+    return Slot{v - 1 - static_cast<int>(within / stages), k / per_group * stages + within % stages};
+  };
+  // The backward unit u is (a, N - 1 - i) for u = a N + i: forward unit
+  // a N + N - 1 - i.
+  const auto forward_unit_of = [&](long long backward_unit) {
+    const long long a = backward_unit / chunks, i = backward_unit % chunks;
+    return a * chunks + (chunks - 1 - i);
+  };
+  const auto forward_index = [&](int chunk, long long unit) {
+    return unit / stages * per_group + static_cast<long long>(chunk) * stages + unit % stages;
+  };
+  long long lag = 0;
+  for (long long j = 0; j < total; ++j) {
+    const Slot b = backward(j);
+    lag = std::max(lag, forward_index(b.chunk, forward_unit_of(b.unit)) - j);
+  }
+  const long long warmup = std::min(total, 2LL * (stages - rank - 1) + lag + 1);
+  const auto action = [&](Pass pass, const Slot& slot, long long unit) {
+    return Make(slot.chunk * stages + rank, pass, static_cast<int>(unit / chunks),
+                static_cast<int>(unit % chunks));
+  };
+  std::vector<Action> actions;
+  actions.reserve(2 * total);
+  long long forwards = 0, backwards = 0;
+  const auto next_forward = [&] {
+    const Slot f = forward(forwards++);
+    actions.push_back(action(Pass::kForward, f, f.unit));
+  };
+  const auto next_backward = [&] {
+    const Slot b = backward(backwards++);
+    actions.push_back(action(Pass::kBackward, b, forward_unit_of(b.unit)));
+  };
+  while (forwards < warmup) next_forward();
+  while (backwards < total) {
+    next_backward();
+    if (forwards < total) next_forward();
+  }
+  return actions;
+}
+
 std::string KnownPolicies() {
   std::string known;
   for (const std::string& name : PolicyNames()) {
@@ -74,7 +144,7 @@ Status CheckPlanDimensions(int stages, int microbatches, int chunks) {
 
 
 const std::vector<std::string>& PolicyNames() {
-  static const std::vector<std::string> kNames = {"gpipe", "1f1b", "stateflow"};
+  static const std::vector<std::string> kNames = {"gpipe", "1f1b", "stateflow", "interleaved"};
   return kNames;
 }
 
@@ -98,16 +168,47 @@ Status CheckPolicyChunks(std::string_view policy, long long chunks, std::string_
                          "; policy stateflow runs 1F1B over chunks");
 }
 
-Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int chunks) {
+Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int chunks,
+                      int virtual_stages) {
   const bool gpipe = policy == "gpipe";
   const bool one_f_one_b = WholeSequencePolicy(policy);
-  if (!gpipe && !one_f_one_b && policy != "stateflow") {
+  const bool interleaved = policy == "interleaved";
+  if (!gpipe && !one_f_one_b && !interleaved && policy != "stateflow") {
     return Status::Invalid("schedule.policy '" + std::string(policy) +
                            "' is unknown (known: " + KnownPolicies() + ")");
   }
   SF_RETURN_IF_ERROR(CheckPlanDimensions(stages, microbatches, chunks));
   SF_RETURN_IF_ERROR(CheckPolicyChunks(policy, chunks, "schedule.chunks"));
+  if (virtual_stages < 1) {
+    return Status::Invalid("schedule.virtual_stages must be >= 1, got " +
+                           std::to_string(virtual_stages));
+  }
+  if (virtual_stages > 1 && !interleaved) {
+    return Status::Invalid("schedule.virtual_stages must be 1 for policy " + std::string(policy) +
+                           ", got " + std::to_string(virtual_stages) +
+                           " (policy interleaved places virtual stages)");
+  }
   const long long units = static_cast<long long>(microbatches) * chunks;
+  if (virtual_stages > 1) {
+    if (units % stages != 0) {
+      return Status::Invalid(
+          "policy interleaved needs parallel.microbatches * schedule.chunks (" +
+          std::to_string(units) + ") to be a multiple of parallel.pipeline_size (" +
+          std::to_string(stages) + "), as Megatron-Core's interleaved schedule needs for "
+          "its microbatches");
+    }
+    if (units * virtual_stages > kMaxUnitsPerStage) {
+      return Status::Invalid("microbatches * chunks * virtual_stages = " +
+                             std::to_string(units * virtual_stages) + " exceeds the limit " +
+                             std::to_string(kMaxUnitsPerStage));
+    }
+    std::vector<std::vector<Action>> per_stage(stages);
+    for (int r = 0; r < stages; ++r) {
+      per_stage[r] = Interleaved(r, stages, microbatches, chunks, virtual_stages);
+    }
+    return Plan(std::string(policy), stages, microbatches, chunks, std::move(per_stage),
+                virtual_stages, StagePlacement::kLoop);
+  }
   std::vector<std::vector<Action>> per_stage(stages);
   for (int r = 0; r < stages; ++r) {
     const long long warmup =

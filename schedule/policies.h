@@ -27,11 +27,17 @@ namespace stateflow::schedule {
 //                backward and one forward; forwards in (microbatch, chunk)
 //                order; backwards per microbatch from the last chunk to the
 //                first. With N = 1 it is 1f1b.
+//   "interleaved": interleaved 1F1B (Megatron-Core's virtual pipeline) over
+//                the M*N chunk units with `virtual_stages` v model stages
+//                per stage, placed in a loop (model stage c P + r on stage
+//                r; policies.cc says the order); needs M*N a multiple of P.
+//                With v = 1 it is stateflow's order.
 // Errors name the field: unknown policy (listing the known ones), stages,
 // microbatches or chunks < 1, microbatches * chunks > kMaxUnitsPerStage,
-// 1f1b with chunks != 1.
+// 1f1b with chunks != 1, virtual_stages != 1 for a policy but interleaved,
+// interleaved with M*N not a multiple of P.
 Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
-                      int chunks);
+                      int chunks, int virtual_stages = 1);
 
 // MakePlan's checks of the dimensions: stages, microbatches and chunks >= 1
 // and microbatches * chunks <= kMaxUnitsPerStage, the error naming the field

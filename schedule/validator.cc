@@ -34,6 +34,7 @@ std::string Where(int stage, long long step) {
   return "stage " + std::to_string(stage) + " step " + std::to_string(step);
 }
 
+
 std::string UnitOf(const Action& x) {
   return "microbatch " + std::to_string(x.microbatch) + ", chunk " + std::to_string(x.chunk);
 }
@@ -49,6 +50,8 @@ class Validator {
   explicit Validator(const Plan& plan)
       : plan_(plan),
         stages_(plan.stages()),
+        virtual_(plan.virtual_stages()),
+        model_stages_(plan.stages() * std::max(1, plan.virtual_stages())),
         microbatches_(plan.microbatches()),
         chunks_(plan.chunks()) {}
 
@@ -62,23 +65,30 @@ class Validator {
 
  private:
   long long units() const { return static_cast<long long>(microbatches_) * chunks_; }
-  long long per_stage() const { return passes_ * units(); }  // E: actions per stage
+  // E: actions per stage (rank): each of its v model stages' units' passes.
+  long long per_stage() const { return passes_ * units() * virtual_; }
+  int RankOf(int s) const { return plan_.RankOf(s); }
 
-  // Index of (a, i, pass) inside one stage's block of slots.
+  // Index of (k, a, i, pass) inside one rank's block of slots, k the model
+  // stage's index on its rank.
   long long KeyInStage(const Action& x) const {
-    return (static_cast<long long>(x.microbatch) * chunks_ + x.chunk) * passes_ +
+    return ((static_cast<long long>(plan_.VirtualIndex(x.stage)) * microbatches_ + x.microbatch) *
+                chunks_ +
+            x.chunk) *
+               passes_ +
            static_cast<int>(x.pass);
   }
   Action ActionOfKey(int stage, long long key) const {
     const long long unit = key / passes_;
-    return Action{.stage = stage,
+    const long long k = unit / units();
+    return Action{.stage = plan_.ModelStageOf(stage, static_cast<int>(k)),
                   .pass = static_cast<Pass>(key % passes_),
-                  .microbatch = static_cast<int>(unit / chunks_),
+                  .microbatch = static_cast<int>(unit % units() / chunks_),
                   .chunk = static_cast<int>(unit % chunks_)};
   }
-  // Step of x in its stage's list. REQUIRES: CheckMembership passed.
+  // Step of x in its rank's list. REQUIRES: CheckMembership passed.
   std::int32_t StepOf(const Action& x) const {
-    return step_of_[x.stage * per_stage() + KeyInStage(x)];
+    return step_of_[RankOf(x.stage) * per_stage() + KeyInStage(x)];
   }
 
   // The grid of +-kGridRadius steps and stages around (stage, step), with
@@ -108,7 +118,9 @@ class Validator {
   Status ReportDeadlock(const std::vector<long long>& head) const;
 
   const Plan& plan_;
-  const int stages_;        // P
+  const int stages_;        // P, the ranks (lists)
+  const int virtual_;       // v
+  const int model_stages_;  // P v
   const int microbatches_;  // M
   const int chunks_;        // N
   int passes_ = 2;          // 2 (F, B) or 3 (F, B, W)
@@ -124,7 +136,14 @@ Status Validator::CheckDimensions() {
                              std::to_string(value));
     }
   }
-  if (units() > kMaxUnitsPerStage) {
+  if (virtual_ < 1) {
+    return Status::Invalid("plan virtual_stages must be >= 1, got " + std::to_string(virtual_));
+  }
+  if (plan_.placement() == StagePlacement::kVShape && virtual_ != 2) {
+    return Status::Invalid("plan placement v needs virtual_stages 2, got " +
+                           std::to_string(virtual_));
+  }
+  if (units() * virtual_ > kMaxUnitsPerStage) {
     return Status::Invalid("plan microbatches * chunks = " + std::to_string(units()) +
                            " exceeds the limit " + std::to_string(kMaxUnitsPerStage));
   }
@@ -142,7 +161,8 @@ Status Validator::CheckActionsInRange() {
     for (std::size_t k = 0; k < actions.size(); ++k) {
       const Action& x = actions[k];
       const bool in_range = static_cast<int>(x.pass) <= static_cast<int>(Pass::kWeight) &&
-                            x.stage == r && x.microbatch >= 0 && x.microbatch < microbatches_ &&
+                            x.stage >= 0 && x.stage < model_stages_ && RankOf(x.stage) == r &&
+                            x.microbatch >= 0 && x.microbatch < microbatches_ &&
                             x.chunk >= 0 && x.chunk < chunks_;
       has_weight = has_weight || x.pass == Pass::kWeight;
       if (in_range) continue;
@@ -151,9 +171,20 @@ Status Validator::CheckActionsInRange() {
         return Status::Invalid(at + "has an invalid pass value " +
                                std::to_string(static_cast<int>(x.pass)));
       }
-      if (x.stage != r) {
+      if (virtual_ == 1 && x.stage != r) {
         return Located(at + ToString(x) + " names stage " + std::to_string(x.stage) +
                            " but is in the list of stage " + std::to_string(r), r, k);
+      }
+      if (x.stage < 0 || x.stage >= model_stages_) {
+        return Located(at + ToString(x) + " names model stage " + std::to_string(x.stage) +
+                           ", outside [0, " + std::to_string(model_stages_) + ")", r, k);
+      }
+      if (RankOf(x.stage) != r) {
+        return Located(at + ToString(x) + " names model stage " + std::to_string(x.stage) +
+                           ", which placement " +
+                           std::string(StagePlacementName(plan_.placement())) +
+                           " puts on stage " + std::to_string(RankOf(x.stage)) +
+                           ", but is in the list of stage " + std::to_string(r), r, k);
       }
       if (x.microbatch < 0 || x.microbatch >= microbatches_) {
         return Located(at + ToString(x) + " has microbatch " + std::to_string(x.microbatch) +
@@ -247,7 +278,9 @@ Status Validator::CheckStageBySorting(int r) {
                             " has distinct in-range actions but the wrong count");
   }
   const Action x = ActionOfKey(r, missing);
-  std::string why = " (each microbatch and chunk needs one F and one B on every stage";
+  std::string why = virtual_ > 1 ? " (each microbatch and chunk needs one F and one B on every "
+                                   "model stage"
+                                 : " (each microbatch and chunk needs one F and one B on every stage";
   why += passes_ == 3 ? ", and one W since the plan has W actions)" : ")";
   return Status::Invalid("stage " + std::to_string(r) + ": missing action " + ToString(x) +
                          " (" + UnitOf(x) + ")" + why);
@@ -283,8 +316,16 @@ Status Validator::CheckSameStageOrder() {
     const std::vector<Action>& actions = plan_.stage(r);
     for (std::size_t k = 0; k < actions.size(); ++k) {
       const Action& x = actions[k];
-      Dependency deps[2];
-      const int num_deps = SameStageDependencies(x, deps);
+      Dependency deps[3];
+      int num_deps = SameStageDependencies(x, deps);
+      // With virtual stages the action sending x its input may sit on x's
+      // own rank: then it must come first by position too.
+      if (const std::optional<int> from = InputFrom(x, model_stages_);
+          from && RankOf(*from) == r) {
+        deps[num_deps] = {x, x.pass == Pass::kForward ? kRule1 : kRule4};
+        deps[num_deps].action.stage = *from;
+        ++num_deps;
+      }
       for (int j = 0; j < num_deps; ++j) {
         const Dependency& dep = deps[j];
         const std::int32_t dep_step = StepOf(dep.action);
@@ -303,8 +344,8 @@ Status Validator::CheckSameStageOrder() {
 // The dependency of x on another stage, if any (rules 1 and 4).
 // The action that sends x its input (InputFrom) runs the same pass, microbatch and chunk.
 bool Validator::CrossStageDependency(const Action& x, Dependency* dep) const {
-  const std::optional<int> from = InputFrom(x, stages_);
-  if (!from) return false;
+  const std::optional<int> from = InputFrom(x, model_stages_);
+  if (!from || RankOf(*from) == RankOf(x.stage)) return false;  // same rank: by position
   *dep = {x, x.pass == Pass::kForward ? kRule1 : kRule4};
   dep->action.stage = *from;
   return true;
@@ -333,9 +374,11 @@ Status Validator::CheckDeadlockFree() {
     while (head[r] < static_cast<long long>(actions.size())) {
       const Action& x = actions[head[r]];
       Dependency dep;
-      if (CrossStageDependency(x, &dep) && StepOf(dep.action) >= head[dep.action.stage]) break;
+      if (CrossStageDependency(x, &dep) && StepOf(dep.action) >= head[RankOf(dep.action.stage)]) {
+        break;
+      }
       ++head[r];
-      if (const std::optional<int> to = OutputTo(x, stages_)) wake(*to);
+      if (const std::optional<int> to = OutputTo(x, model_stages_)) wake(RankOf(*to));
     }
   }
   for (int r = 0; r < stages_; ++r) {
@@ -356,7 +399,7 @@ Status Validator::ReportDeadlock(const std::vector<long long>& head) const {
     const bool has_dep = CrossStageDependency(plan_.stage(r)[head[r]], &dep);
     assert(has_dep && "a blocked head must wait on another stage");
     (void)has_dep;
-    return dep.action.stage;
+    return RankOf(dep.action.stage);
   };
   auto waits = [&](int r) {
     const Action& x = plan_.stage(r)[head[r]];
@@ -374,7 +417,18 @@ Status Validator::ReportDeadlock(const std::vector<long long>& head) const {
   }
   const int second = waited_stage(first);
   const int low = std::min(first, second), high = std::max(first, second);
-  const std::string message = "deadlock: " + waits(low) + ", but " + waits(high);
+  std::string message = "deadlock: " + waits(low) + ", but " + waits(high);
+  if (waited_stage(second) != first) {
+    // A longer cycle (virtual stages: the last rank waits on the first):
+    // name every stage of it, in the order they wait.
+    std::vector<int> cycle = {first};
+    for (int r = second; r != first; r = waited_stage(r)) cycle.push_back(r);
+    message = "deadlock: a cycle of " + std::to_string(cycle.size()) + " stages: ";
+    for (std::size_t j = 0; j < cycle.size(); ++j) {
+      if (j > 0) message += "; ";
+      message += waits(cycle[j]);
+    }
+  }
   std::string detail;
   std::vector<int> others;
   for (int r = 0; r < stages_; ++r) {

@@ -148,7 +148,8 @@ TEST(PoliciesTest, SmallPlansAgreeWithTheBruteForceChecker) {
 }
 
 TEST(PoliciesTest, PolicyNames) {
-  EXPECT_EQ(PolicyNames(), (std::vector<std::string>{"gpipe", "1f1b", "stateflow"}));
+  EXPECT_EQ(PolicyNames(),
+            (std::vector<std::string>{"gpipe", "1f1b", "stateflow", "interleaved"}));
   for (const std::string& name : PolicyNames()) {
     Result<Plan> plan = MakePlan(name, 2, 2, 1);
     ASSERT_TRUE(plan.ok()) << name;
@@ -159,6 +160,72 @@ TEST(PoliciesTest, PolicyNames) {
   }
 }
 
+// Interleaved 1F1B (virtual stages in a loop) over (P, M, N, v) with M N a
+// multiple of P: every plan validates, every model stage runs its units'
+// forwards in (microbatch, chunk) order and its backwards microbatch by
+// microbatch, last chunk first, and at N = 1 rank r runs Megatron-Core's
+// 2 (P - r - 1) + (v - 1) P + 1 forwards before its first backward.
+TEST(PoliciesTest, InterleavedOverShapesValidates) {
+  int checked = 0;
+  for (int P = 1; P <= 8; ++P) {
+    for (int v = 2; v <= 4; ++v) {
+      for (int M = 1; M <= 12; ++M) {
+        for (int N : {1, 2, 3, 5, 8}) {
+          if ((M * N) % P != 0) continue;
+          const std::string what = Describe("interleaved", P, M, N) + " v=" + std::to_string(v);
+          Result<Plan> plan = MakePlan("interleaved", P, M, N, v);
+          ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().message();
+          EXPECT_EQ(plan->virtual_stages(), v);
+          EXPECT_EQ(plan->placement(), StagePlacement::kLoop);
+          const Status valid = ValidatePlan(*plan);
+          ASSERT_TRUE(valid.ok()) << what << ": " << valid.message() << "\n" << valid.detail();
+          for (int s = 0; s < P * v; ++s) {
+            std::vector<Action> forwards, backwards;
+            for (const Action& x : plan->stage(plan->RankOf(s))) {
+              if (x.stage == s) (x.pass == Pass::kForward ? forwards : backwards).push_back(x);
+            }
+            ASSERT_EQ(forwards.size(), static_cast<std::size_t>(M * N)) << what;
+            ASSERT_EQ(backwards.size(), static_cast<std::size_t>(M * N)) << what;
+            for (int a = 0; a < M; ++a) {
+              for (int i = 0; i < N; ++i) {
+                EXPECT_EQ(forwards[a * N + i], (Action{s, Pass::kForward, a, i})) << what;
+                EXPECT_EQ(backwards[a * N + i], (Action{s, Pass::kBackward, a, N - 1 - i})) << what;
+              }
+            }
+          }
+          if (N == 1) {
+            for (int r = 0; r < P; ++r) {
+              const long long megatron = std::min<long long>(
+                  static_cast<long long>(M) * v, 2LL * (P - r - 1) + (v - 1) * P + 1);
+              EXPECT_EQ(LeadingForwards(plan->stage(r)), megatron) << what << " rank " << r;
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 300);
+}
+
+TEST(PoliciesTest, InterleavedRefusals) {
+  Result<Plan> odd = MakePlan("interleaved", 4, 3, 1, 2);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("a multiple of parallel.pipeline_size (4)"),
+            std::string::npos)
+      << odd.status().message();
+  Result<Plan> other = MakePlan("stateflow", 4, 4, 1, 2);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("schedule.virtual_stages must be 1 for policy stateflow"),
+            std::string::npos)
+      << other.status().message();
+  // v = 1: StateFlow's order under its own name.
+  Result<Plan> one = MakePlan("interleaved", 3, 4, 2, 1);
+  Result<Plan> stateflow = MakePlan("stateflow", 3, 4, 2);
+  ASSERT_TRUE(one.ok() && stateflow.ok());
+  EXPECT_EQ(one->per_stage(), stateflow->per_stage());
+}
+
 TEST(PoliciesTest, ErrorsNameTheField) {
   struct Case {
     const char* policy;
@@ -166,7 +233,8 @@ TEST(PoliciesTest, ErrorsNameTheField) {
     const char* field;
   };
   const Case cases[] = {
-      {"zb", 4, 4, 4, "schedule.policy 'zb' is unknown (known: gpipe, 1f1b, stateflow)"},
+      {"zb", 4, 4, 4,
+       "schedule.policy 'zb' is unknown (known: gpipe, 1f1b, stateflow, interleaved)"},
       {"", 4, 4, 4, "schedule.policy"},
       {"stateflow", 0, 4, 4, "stages"},
       {"stateflow", 4, 0, 4, "microbatches"},

@@ -323,3 +323,109 @@ TEST(ValidatorTest, GridMarksAndAligns) {
 
 }  // namespace
 }  // namespace stateflow::schedule
+
+// ---- virtual stages -------------------------------------------------------
+
+namespace stateflow::schedule {
+namespace {
+
+// An interleaved plan with its lists edited.
+Plan Edited(const Plan& plan, Lists lists) {
+  return Plan(plan.policy(), plan.stages(), plan.microbatches(), plan.chunks(), std::move(lists),
+              plan.virtual_stages(), plan.placement());
+}
+
+std::size_t IndexOf(const std::vector<Action>& list, const Action& x) {
+  return static_cast<std::size_t>(std::find(list.begin(), list.end(), x) - list.begin());
+}
+
+TEST(ValidatorVirtualStages, ABackwardBeforeItsForwardOnTheSameModelStage) {
+  Result<Plan> plan = MakePlan("interleaved", 2, 4, 1, 2);
+  ASSERT_TRUE(plan.ok());
+  Lists lists = plan->per_stage();
+  // Rank 1's first backward is of model stage 3 (its last); move it first.
+  std::vector<Action>& rank1 = lists[1];
+  const auto first_b = std::find_if(rank1.begin(), rank1.end(),
+                                    [](const Action& x) { return x.pass == Pass::kBackward; });
+  ASSERT_NE(first_b, rank1.end());
+  EXPECT_EQ(first_b->stage, 3);
+  std::rotate(rank1.begin(), first_b, first_b + 1);
+  const Status s = ValidatePlan(Edited(*plan, lists));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rule 3"), std::string::npos) << s.message();
+}
+
+TEST(ValidatorVirtualStages, AnActionOnTheWrongStageNamesThePlacement) {
+  Result<Plan> plan = MakePlan("interleaved", 2, 2, 1, 2);
+  ASSERT_TRUE(plan.ok());
+  Lists lists = plan->per_stage();
+  lists[0][0].stage = 1;  // model stage 1 sits on stage 1
+  const Status s = ValidatePlan(Edited(*plan, lists));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("names model stage 1, which placement loop puts on stage 1, but is "
+                             "in the list of stage 0"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(ValidatorVirtualStages, TwoModelStagesOnOneRankKeepRule1ByPosition) {
+  // P = 1, v = 2: model stages 0 and 1 both on stage 0.
+  Result<Plan> plan = MakePlan("interleaved", 1, 2, 1, 2);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_TRUE(ValidatePlan(*plan).ok());
+  Lists lists = plan->per_stage();
+  std::vector<Action>& only = lists[0];
+  const std::size_t f0 = IndexOf(only, {0, Pass::kForward, 0, 0});
+  const std::size_t f1 = IndexOf(only, {1, Pass::kForward, 0, 0});
+  ASSERT_LT(f0, f1);
+  std::swap(only[f0], only[f1]);
+  const Status s = ValidatePlan(Edited(*plan, lists));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rule 1"), std::string::npos) << s.message();
+}
+
+TEST(ValidatorVirtualStages, ACycleThroughTheLoopNamesEveryStageOfIt) {
+  // P = 3, v = 2: stage 0 starts with model stage 3's forward (waits for
+  // stage 2's model stage 2), stage 2 with model stage 2's (waits for stage
+  // 1), stage 1 with model stage 1's (waits for stage 0's model stage 0,
+  // which is behind model stage 3's on stage 0).
+  Result<Plan> plan = MakePlan("interleaved", 3, 3, 1, 2);
+  ASSERT_TRUE(plan.ok());
+  Lists lists = plan->per_stage();
+  std::vector<Action>& rank0 = lists[0];
+  const std::size_t f3 = IndexOf(rank0, {3, Pass::kForward, 0, 0});
+  ASSERT_LT(f3, rank0.size());
+  std::rotate(rank0.begin(), rank0.begin() + static_cast<std::ptrdiff_t>(f3),
+              rank0.begin() + static_cast<std::ptrdiff_t>(f3) + 1);
+  const Status s = ValidatePlan(Edited(*plan, lists));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("deadlock: a cycle of 3 stages"), std::string::npos) << s.message();
+}
+
+TEST(ValidatorVirtualStages, TheTextFormRoundTripsAndChecksThePlacement) {
+  Result<Plan> plan = MakePlan("interleaved", 2, 2, 2, 3);
+  ASSERT_TRUE(plan.ok());
+  const std::string text = PlanToText(*plan);
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "plan interleaved stages 2 microbatches 2 chunks 2 virtual_stages 3 placement loop");
+  Result<Plan> back = ParsePlanText(text, "p.plan");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, *plan);
+  // Model stage 1 on stage 0's line.
+  Result<Plan> wrong = ParsePlanText(
+      "plan x stages 2 microbatches 1 chunks 1 virtual_stages 2 placement loop\n"
+      "stage 0: 1F0.0\nstage 1: 1F0.0\n",
+      "w.plan");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().message(),
+            "w.plan:2:10: action 1F0.0 names model stage 1, which placement loop puts on stage 1, "
+            "on the line of stage 0");
+  Result<Plan> v3 = ParsePlanText(
+      "plan x stages 2 microbatches 1 chunks 1 virtual_stages 3 placement v\n", "v.plan");
+  ASSERT_FALSE(v3.ok());
+  EXPECT_NE(v3.status().message().find("placement v needs virtual_stages 2"), std::string::npos)
+      << v3.status().message();
+}
+
+}  // namespace
+}  // namespace stateflow::schedule
