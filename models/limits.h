@@ -62,6 +62,8 @@ inline constexpr IntRange kContextSize{1, 4096};
 inline constexpr IntRange kMicrobatchSize{1, 1 << 20};
 inline constexpr IntRange kMicrobatches{1, 1 << 20};
 inline constexpr IntRange kChunks{1, 1 << 20};
+// schedule.virtual_stages (v, model stages per pipeline stage) and its flag.
+inline constexpr IntRange kVirtualStages{1, 1 << 10};
 // schedule.st_tile (B_V, the state transition's tile of value rows), the
 // --st-tile flag and a sweep's st_tile list.
 inline constexpr IntRange kStTile{1, 4096};

@@ -103,7 +103,7 @@ bool IsFile(const std::string& path) {
 constexpr const char* kScenarioKeywords[] = {
     "model", "cluster", "policy", "N", "chunks", "alpha", "M", "microbatches", "B",
     "microbatch_size", "P", "stages", "TP", "tensor_parallel", "DP", "data_parallel", "CP",
-    "context_parallel", "distributed_optimizer", "overlap_grad_reduce", "T", "seq_len", "recompute", "system",
+    "context_parallel", "distributed_optimizer", "overlap_grad_reduce", "virtual_stages", "T", "seq_len", "recompute", "system",
     "cost_model", "st_overlap", "st_tile", "compute_units", "max_actions", "vary"};
 
 std::string KnownKeywords() {
@@ -164,6 +164,7 @@ tools::ScenarioFlags FlagsFrom(const py::dict& kw) {
     else if (key == "CP" || key == "context_parallel") f.context_size = IntArg(key, v);
     else if (key == "distributed_optimizer") f.distributed_optimizer = OnOff(key, v);
     else if (key == "overlap_grad_reduce") f.overlap_grad_reduce = OnOff(key, v);
+    else if (key == "virtual_stages") f.virtual_stages = IntArg(key, v);
     else if (key == "T" || key == "seq_len") f.seq_len = IntArg(key, v);
     else if (key == "recompute") f.recompute = StrArg(key, v);
     else if (key == "system") f.system = StrArg(key, v);
@@ -739,10 +740,12 @@ PYBIND11_MODULE(_stateflow, m) {
                std::to_string(p.plan.chunks()) + ")";
       });
 
-  m.def("make_plan", [](const std::string& policy, int P, int M, int N) {
-    return PyPlan{Take(schedule::MakePlan(policy, P, M, N))};
+  m.def("make_plan", [](const std::string& policy, int P, int M, int N, int virtual_stages) {
+    return PyPlan{Take(schedule::MakePlan(policy, P, M, N, virtual_stages))};
   }, py::arg("policy"), py::arg("P"), py::arg("M"), py::arg("N") = 1,
-        "The plan the schedule core makes for a policy by name (see policies()).");
+        py::arg("virtual_stages") = 1,
+        "The plan the schedule core makes for a policy by name (see policies()); "
+        "virtual_stages > 1 for policy interleaved.");
   m.def("validate_plan", &ValidatePlan, py::arg("plan"),
         "None, or PlanError naming the broken rule, stage and step (.detail: the grid).");
   m.def("plan_from_policy", &PlanFromPolicy, py::arg("choose"), py::arg("P"), py::arg("M"),

@@ -1,5 +1,6 @@
 #include "scenario/configure.h"
 
+#include <algorithm>
 #include <string>
 
 #include "models/placement.h"
@@ -8,10 +9,20 @@
 
 namespace stateflow::scenario {
 
-Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks) {
+int VirtualStagesOf(const pb::ScheduleSpec& schedule) {
+  return static_cast<int>(std::max(1u, schedule.virtual_stages()));
+}
+
+Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks,
+                      int virtual_stages) {
   if (plan.stages() == stages && plan.microbatches() == microbatches &&
-      plan.chunks() == chunks) {
+      plan.chunks() == chunks && plan.virtual_stages() == virtual_stages) {
     return Status::Ok();
+  }
+  if (plan.virtual_stages() != virtual_stages) {
+    return Status::Invalid("plan has virtual_stages " + std::to_string(plan.virtual_stages()) +
+                           " but the scenario has schedule.virtual_stages " +
+                           std::to_string(virtual_stages));
   }
   return Status::Invalid("plan is for stages " + std::to_string(plan.stages()) +
                          " microbatches " + std::to_string(plan.microbatches()) + " chunks " +
@@ -33,8 +44,17 @@ Result<std::shared_ptr<const Placement>> Place(const ResolvedScenario& resolved,
       models::CostModel::Make(scenario.model(),
                               precision != nullptr ? *precision : scenario.precision(),
                               scenario.cluster(), cost_options));
+  // With virtual stages the layers are cut into P v model stages.
+  const int v = VirtualStagesOf(schedule);
+  const long long model_stages = static_cast<long long>(resolved.stages()) * v;
+  if (v > 1 && model_stages > cm.num_layers() - 2) {
+    return Status::Invalid("parallel.pipeline_size * schedule.virtual_stages = " +
+                           std::to_string(model_stages) + " model stages exceed the model's " +
+                           std::to_string(cm.num_layers() - 2) + " blocks");
+  }
   SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
-                      models::AssignScenarioStages(cm, resolved.stages(), resolved.seq_len()));
+                      models::AssignScenarioStages(cm, static_cast<int>(model_stages),
+                                                   resolved.seq_len()));
   auto memory_cache = std::make_shared<models::ActionMemoryCache>(cm);
   auto time_cache = std::make_shared<models::LayerTimeCache>(cm);
   return std::make_shared<const Placement>(Placement{std::move(cm), std::move(layers),
@@ -51,12 +71,12 @@ Result<Configuration> Configure(const ResolvedScenario& scenario,
 }
 
 Result<const schedule::Plan*> PlanCache::Get(const std::string& policy, int stages,
-                                             int microbatches, int chunks) {
-  const auto key = std::make_tuple(policy, stages, microbatches, chunks);
+                                             int microbatches, int chunks, int virtual_stages) {
+  const auto key = std::make_tuple(policy, stages, microbatches, chunks, virtual_stages);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    SF_ASSIGN_OR_RETURN(schedule::Plan plan,
-                        schedule::MakePlan(policy, stages, microbatches, chunks));
+    SF_ASSIGN_OR_RETURN(schedule::Plan plan, schedule::MakePlan(policy, stages, microbatches,
+                                                                chunks, virtual_stages));
     SF_RETURN_IF_ERROR(schedule::ValidatePlan(plan));
     it = plans_.emplace(key, std::move(plan)).first;
   }
@@ -71,7 +91,8 @@ Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
   const int microbatches = scenario.microbatches();
   const models::CostModel& cm = placement->cost_model;
   SF_ASSIGN_OR_RETURN(models::Recompute recompute, models::ParseRecompute(schedule.recompute()));
-  if (static_cast<int>(placement->stage_layers.size()) != stages ||
+  const int v = VirtualStagesOf(schedule);
+  if (static_cast<int>(placement->stage_layers.size()) != stages * v ||
       recompute != cm.options().recompute) {
     return Status::Internal("ConfigurePlaced: placed for " +
                             std::to_string(placement->stage_layers.size()) +
@@ -97,16 +118,16 @@ Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
     }
   }
   if (plan != nullptr) {
-    SF_RETURN_IF_ERROR(CheckPlanShape(*plan, stages, microbatches, chunks));
+    SF_RETURN_IF_ERROR(CheckPlanShape(*plan, stages, microbatches, chunks, v));
     config.plan = *plan;
     SF_RETURN_IF_ERROR(schedule::ValidatePlan(config.plan));
   } else if (plans != nullptr) {
     SF_ASSIGN_OR_RETURN(const schedule::Plan* made,
-                        plans->Get(schedule.policy(), stages, microbatches, chunks));
+                        plans->Get(schedule.policy(), stages, microbatches, chunks, v));
     config.plan = *made;
   } else {
     SF_ASSIGN_OR_RETURN(config.plan,
-                        schedule::MakePlan(schedule.policy(), stages, microbatches, chunks));
+                        schedule::MakePlan(schedule.policy(), stages, microbatches, chunks, v));
     SF_RETURN_IF_ERROR(schedule::ValidatePlan(config.plan));
   }
   config.schedule = schedule;

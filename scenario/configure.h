@@ -36,7 +36,7 @@ namespace stateflow::scenario {
 // search places once and configures each candidate from the same Placement.
 struct Placement {
   models::CostModel cost_model;
-  std::vector<models::StageLayers> stage_layers;  // (P)
+  std::vector<models::StageLayers> stage_layers;  // (P v) per model stage
   // The memory of each distinct action shape, composed once and shared by
   // every configuration made from this placement (a memo: filling it
   // changes no result; models/memory_model.h).
@@ -73,7 +73,7 @@ Result<Configuration> Configure(const ResolvedScenario& scenario,
                                 const pb::ScheduleSpec& schedule,
                                 const ConfigureOptions& options = {});
 
-// A policy's plans, made and validated once per (policy, P, M, N) and
+// A policy's plans, made and validated once per (policy, P, M, N, v) and
 // shared by the configurations that differ in nothing else (a sweep's alphas,
 // sequence lengths, ST settings): a memo, filling it changes no result.
 //
@@ -83,11 +83,11 @@ class PlanCache {
  public:
   // MakePlan's plan, validated; MakePlan's or ValidatePlan's error.
   Result<const schedule::Plan*> Get(const std::string& policy, int stages, int microbatches,
-                                    int chunks);
+                                    int chunks, int virtual_stages = 1);
   std::size_t size() const { return plans_.size(); }
 
  private:
-  std::map<std::tuple<std::string, int, int, int>, schedule::Plan> plans_;
+  std::map<std::tuple<std::string, int, int, int, int>, schedule::Plan> plans_;
 };
 
 // The partition and plan of `schedule` on a placement made by Place for the
@@ -104,6 +104,10 @@ Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
 
 // The check ConfigurePlaced makes of a given plan's shape; the message names
 // both shapes.
-Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks);
+Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks,
+                      int virtual_stages = 1);
+
+// schedule.virtual_stages, 1 when unset.
+int VirtualStagesOf(const pb::ScheduleSpec& schedule);
 
 }  // namespace stateflow::scenario

@@ -113,6 +113,15 @@ Status ValidateSchedule(const pb::ScheduleSpec& schedule, std::string_view field
   SF_RETURN_IF_ERROR(schedule::CheckPolicyChunks(schedule.policy(), schedule.chunks(),
                                                  f + ".chunks"));
   SF_RETURN_IF_ERROR(models::CheckRange(f + ".alpha", schedule.alpha(), models::kAlpha));
+  if (schedule.virtual_stages() != 0) {
+    SF_RETURN_IF_ERROR(models::CheckRange(f + ".virtual_stages", schedule.virtual_stages(),
+                                          models::kVirtualStages));
+    if (schedule.virtual_stages() > 1 && schedule.policy() != "interleaved") {
+      return Status::Invalid(f + ".virtual_stages must be 1 for policy " + schedule.policy() +
+                             ", got " + std::to_string(schedule.virtual_stages()) +
+                             " (policy interleaved places virtual stages)");
+    }
+  }
   SF_RETURN_IF_ERROR(
       models::CheckRange(f + ".granularity", schedule.granularity(), models::kGranularity));
   if (schedule.recompute() != "none" && schedule.recompute() != "full") {

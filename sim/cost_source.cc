@@ -251,13 +251,15 @@ class AnalyticCostSource final : public TableCostSource {
 
 class UniformCostSource final : public TableCostSource {
  public:
-  using TableCostSource::TableCostSource;
   std::string name() const override { return "uniform"; }
   std::string time_unit() const override { return "units"; }
+  explicit UniformCostSource(const SimSetup& setup)
+      : TableCostSource(setup), parts_(chunks_ * std::max(1, setup.virtual_stages)) {}
+  // A stage's chunk takes 1 and 2 units over its v model stages.
   double Duration(const Action& a) const override {
     switch (a.pass) {
-      case Pass::kForward: return 1.0 / chunks_;
-      case Pass::kBackward: return 2.0 / chunks_;
+      case Pass::kForward: return 1.0 / parts_;
+      case Pass::kBackward: return 2.0 / parts_;
       case Pass::kWeight: return 0.0;
     }
     return 0.0;
@@ -265,6 +267,9 @@ class UniformCostSource final : public TableCostSource {
   double TransferLatency(const Action&) const override { return 0.0; }
   double TransferOccupancy(const Action&) const override { return 0.0; }
   double GradientSyncTime(int) const override { return 0.0; }
+
+ private:
+  int parts_;  // N v
 };
 
 // What a recurrence layer's measured `pass` time needs added when the

@@ -72,7 +72,7 @@ struct MemoryEffect {
 // Everything about a simulated configuration that a cost source needs.
 struct SimSetup {
   const models::CostModel* cost_model = nullptr;  // not owned
-  std::vector<models::StageLayers> stage_layers;  // (P)
+  std::vector<models::StageLayers> stage_layers;  // (P v) per model stage
   schedule::Partition partition;                  // N chunks of T tokens
   int microbatches = 1;                           // M
   // Optional, not owned: action memory shared by the configurations of one
@@ -85,6 +85,9 @@ struct SimSetup {
   // (models/layer_time_cache.h). Null: computed for this source alone.
   // REQUIRES: made from *cost_model (or an equal copy of it).
   models::LayerTimeCache* time_cache = nullptr;
+  // v: model stages per pipeline stage; stage_layers has P v entries, one per
+  // model stage, and every per-stage answer is per model stage.
+  int virtual_stages = 1;
 };
 
 class CostSource {

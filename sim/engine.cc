@@ -26,7 +26,8 @@ class Engine {
         costs_(costs),
         options_(options),
         stages_(plan.stages()),
-        arrival_s_(static_cast<std::size_t>(plan.stages()) * plan.microbatches() *
+        model_stages_(plan.model_stages()),
+        arrival_s_(static_cast<std::size_t>(plan.model_stages()) * plan.microbatches() *
                        plan.chunks() * 2,
                    kNotArrived),
         next_(stages_, 0),
@@ -36,7 +37,11 @@ class Engine {
         link_free_s_(static_cast<std::size_t>(stages_) * 2, 0.0) {
     result_.stages.resize(stages_);
     for (int r = 0; r < stages_; ++r) {
-      live_[r] = costs_.StaticBytes(r);
+      live_[r] = costs_.StaticBytes(plan_.ModelStageOf(r, 0));
+      for (int k = 1; k < plan_.virtual_stages(); ++k) {
+        const ClassBytes more = costs_.StaticBytes(plan_.ModelStageOf(r, k));
+        for (int c = 0; c < kNumBufferClasses; ++c) live_[r][c] += more[c];
+      }
       NoteMemory(r, 0.0);
     }
   }
@@ -62,11 +67,15 @@ class Engine {
       }
       StageResult& stage = result_.stages[r];
       const std::optional<double> exposed =
-          has_final_[r] ? costs_.ExposedGradientSync(r, final_action_[r], final_start_s_[r],
-                                                     stage.end_s)
-                        : std::nullopt;
-      stage.sync_s = exposed ? *exposed : costs_.GradientSyncTime(r);
-      stage.optimizer_s = costs_.OptimizerTime(r);
+          has_final_[r] && plan_.virtual_stages() == 1
+              ? costs_.ExposedGradientSync(r, final_action_[r], final_start_s_[r], stage.end_s)
+              : std::nullopt;
+      stage.sync_s = exposed ? *exposed : costs_.GradientSyncTime(plan_.ModelStageOf(r, 0));
+      stage.optimizer_s = costs_.OptimizerTime(plan_.ModelStageOf(r, 0));
+      for (int k = 1; k < plan_.virtual_stages(); ++k) {  // its other model stages'
+        stage.sync_s += costs_.GradientSyncTime(plan_.ModelStageOf(r, k));
+        stage.optimizer_s += costs_.OptimizerTime(plan_.ModelStageOf(r, k));
+      }
       result_.step_time_s =
           std::max(result_.step_time_s, stage.end_s + stage.sync_s + stage.optimizer_s);
       // Each time is finite, their sum may not be (absurd but finite inputs).
@@ -80,7 +89,7 @@ class Engine {
   }
 
  private:
-  // Index of "the input of action (r, a, i, F|B)".
+  // Index of "the input of action (s, a, i, F|B)", s its model stage.
   std::size_t InputKey(int stage, Pass pass, int microbatch, int chunk) const {
     const std::size_t per_stage =
         static_cast<std::size_t>(plan_.microbatches()) * plan_.chunks();
@@ -100,7 +109,7 @@ class Engine {
     double now = free_s_[r];
     for (; next < actions.size(); ++next) {
       const Action& a = actions[next];
-      if (schedule::InputFrom(a, stages_)) {
+      if (schedule::InputFrom(a, model_stages_)) {
         const double arrival = arrival_s_[InputKey(a.stage, a.pass, a.microbatch, a.chunk)];
         if (arrival == kNotArrived) break;
         now = std::max(now, arrival);
@@ -122,15 +131,20 @@ class Engine {
       ++result_.num_events;
       now = end;
       out.end_s = end;
-      if (const std::optional<int> to = schedule::OutputTo(a, stages_)) {
+      if (const std::optional<int> to = schedule::OutputTo(a, model_stages_)) {
         const std::size_t key = InputKey(*to, a.pass, a.microbatch, a.chunk);
-        if (!Send(a, *to, key, end)) break;
+        const int to_rank = plan_.RankOf(*to);
+        if (to_rank == r) {  // the next model stage on this stage: no link
+          arrival_s_[key] = end;
+          continue;
+        }
+        if (!Send(a, to_rank, key, end)) break;
         ++result_.num_events;  // the arrival
         // A stage off the list waits for its next action's input: run it
         // again only if this is that input.
-        if (!pending_[*to] && WaitsFor(*to, key)) {
-          pending_[*to] = 1;
-          ready->push_back(*to);
+        if (!pending_[to_rank] && WaitsFor(to_rank, key)) {
+          pending_[to_rank] = 1;
+          ready->push_back(to_rank);
         }
       }
     }
@@ -167,19 +181,22 @@ class Engine {
   bool WaitsFor(int r, std::size_t key) const {
     if (next_[r] >= plan_.stage(r).size()) return false;
     const Action& a = plan_.stage(r)[next_[r]];
-    return schedule::InputFrom(a, stages_) && InputKey(r, a.pass, a.microbatch, a.chunk) == key;
+    return schedule::InputFrom(a, model_stages_) &&
+           InputKey(a.stage, a.pass, a.microbatch, a.chunk) == key;
   }
 
-  // Directed link r -> r + 1 is 2r, link r -> r - 1 is 2r + 1.
-  static std::size_t LinkIndex(int from, int to) {
-    return static_cast<std::size_t>(2 * from + (to < from ? 1 : 0));
+  // Directed link r -> r + 1 (mod P) is 2r, any other r -> q (r - 1, or
+  // r + 1 at P = 2 going back) 2r + 1: a stage sends to its two neighbours
+  // only (with virtual stages in a loop, stage P - 1 to stage 0).
+  std::size_t LinkIndex(int from, int to) const {
+    return static_cast<std::size_t>(2 * from + (to == (from + 1) % stages_ ? 0 : 1));
   }
 
   // Sends `a`'s output to stage `to` (its input `key` there) over the
   // directed link between them, whose only sender is a's stage (so its FIFO
   // order is that stage's plan order). False on a bad time (error_ set).
   bool Send(const Action& a, int to, std::size_t key, double now) {
-    const std::size_t link = LinkIndex(a.stage, to);
+    const std::size_t link = LinkIndex(plan_.RankOf(a.stage), to);
     const double start = std::max(now, link_free_s_[link]);
     double occupancy, latency;
     if (tables_ != nullptr) {
@@ -243,8 +260,9 @@ class Engine {
   const CostSource::ChunkTables* const tables_ = costs_.Tables();  // may be null
   static constexpr MemoryEffect kNothing{};  // a W action's
   const EngineOptions options_;
-  const int stages_;
-  std::vector<double> arrival_s_;     // (P * M * N * 2) when each input arrives
+  const int stages_;        // P, the ranks
+  const int model_stages_;  // P v
+  std::vector<double> arrival_s_;     // (P v * M * N * 2) when each input arrives
   std::vector<std::size_t> next_;     // (P) index of the next action
   std::vector<double> free_s_;        // (P) when the stage's last action ended
   std::vector<char> pending_;         // (P) on the list of stages to run

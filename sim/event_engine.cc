@@ -77,7 +77,8 @@ class Engine {
         costs_(costs),
         options_(options),
         stages_(plan.stages()),
-        arrived_(static_cast<std::size_t>(plan.stages()) * plan.microbatches() *
+        model_stages_(plan.model_stages()),
+        arrived_(static_cast<std::size_t>(plan.model_stages()) * plan.microbatches() *
                      plan.chunks() * 2,
                  0),
         next_(stages_, 0),
@@ -87,7 +88,11 @@ class Engine {
         link_free_s_(static_cast<std::size_t>(stages_) * 2, 0.0) {
     result_.stages.resize(stages_);
     for (int r = 0; r < stages_; ++r) {
-      live_[r] = costs_.StaticBytes(r);
+      live_[r] = costs_.StaticBytes(plan_.ModelStageOf(r, 0));
+      for (int k = 1; k < plan_.virtual_stages(); ++k) {
+        const ClassBytes more = costs_.StaticBytes(plan_.ModelStageOf(r, k));
+        for (int c = 0; c < kNumBufferClasses; ++c) live_[r][c] += more[c];
+      }
       NoteMemory(r, 0.0);
     }
   }
@@ -119,11 +124,15 @@ class Engine {
       }
       StageResult& stage = result_.stages[r];
       const std::optional<double> exposed =
-          has_final_[r] ? costs_.ExposedGradientSync(r, final_action_[r], final_start_s_[r],
-                                                     stage.end_s)
-                        : std::nullopt;
-      stage.sync_s = exposed ? *exposed : costs_.GradientSyncTime(r);
-      stage.optimizer_s = costs_.OptimizerTime(r);
+          has_final_[r] && plan_.virtual_stages() == 1
+              ? costs_.ExposedGradientSync(r, final_action_[r], final_start_s_[r], stage.end_s)
+              : std::nullopt;
+      stage.sync_s = exposed ? *exposed : costs_.GradientSyncTime(plan_.ModelStageOf(r, 0));
+      stage.optimizer_s = costs_.OptimizerTime(plan_.ModelStageOf(r, 0));
+      for (int k = 1; k < plan_.virtual_stages(); ++k) {
+        stage.sync_s += costs_.GradientSyncTime(plan_.ModelStageOf(r, k));
+        stage.optimizer_s += costs_.OptimizerTime(plan_.ModelStageOf(r, k));
+      }
       result_.step_time_s =
           std::max(result_.step_time_s, stage.end_s + stage.sync_s + stage.optimizer_s);
       // Each time is finite, their sum may not be (absurd but finite inputs).
@@ -147,7 +156,7 @@ class Engine {
   }
 
   bool InputReady(const Action& a) const {
-    if (!schedule::InputFrom(a, stages_)) return true;  // no input crosses stages
+    if (!schedule::InputFrom(a, model_stages_)) return true;  // no input crosses stages
     return arrived_[InputKey(a.stage, a.pass, a.microbatch, a.chunk)] != 0;
   }
 
@@ -180,17 +189,24 @@ class Engine {
     busy_until_[r] = -1.0;
     ++next_[r];
     result_.stages[r].end_s = now;
-    if (const std::optional<int> to = schedule::OutputTo(a, stages_)) Send(a, *to, now);
+    if (const std::optional<int> to = schedule::OutputTo(a, model_stages_)) {
+      if (plan_.RankOf(*to) == r) {  // the next model stage on this stage: no link
+        arrived_[InputKey(*to, a.pass, a.microbatch, a.chunk)] = 1;
+      } else {
+        Send(a, *to, now);
+      }
+    }
   }
 
-  // Directed link r -> r + 1 is 2r, link r -> r - 1 is 2r + 1.
-  static std::size_t LinkIndex(int from, int to) {
-    return static_cast<std::size_t>(2 * from + (to < from ? 1 : 0));
+  // Directed link r -> r + 1 (mod P) is 2r, any other from r 2r + 1.
+  std::size_t LinkIndex(int from, int to) const {
+    return static_cast<std::size_t>(2 * from + (to == (from + 1) % stages_ ? 0 : 1));
   }
 
-  // Sends `a`'s output to stage `to` over the directed link between them.
+  // Sends `a`'s output to model stage `to` over the directed link between
+  // their stages.
   void Send(const Action& a, int to, double now) {
-    const std::size_t link = LinkIndex(a.stage, to);
+    const std::size_t link = LinkIndex(plan_.RankOf(a.stage), plan_.RankOf(to));
     const double start = std::max(now, link_free_s_[link]);
     const double occupancy = costs_.TransferOccupancy(a);
     const double latency = costs_.TransferLatency(a);
@@ -200,7 +216,8 @@ class Engine {
     }
     link_free_s_[link] = start + occupancy;
     const double arrival = start + latency;
-    Push({arrival, 0, Event::kArrival, to, InputKey(to, a.pass, a.microbatch, a.chunk)});
+    Push({arrival, 0, Event::kArrival, plan_.RankOf(to),
+          InputKey(to, a.pass, a.microbatch, a.chunk)});
   }
 
   // Adds `delta` to stage r's live bytes, every class without a branch:
@@ -256,7 +273,8 @@ class Engine {
   const schedule::Plan& plan_;
   const CostSource& costs_;
   const EngineOptions options_;
-  const int stages_;
+  const int stages_;        // P, the ranks
+  const int model_stages_;  // P v
   std::vector<char> arrived_;         // (P * M * N * 2)
   std::vector<std::size_t> next_;     // (P) index of the next action
   std::vector<double> busy_until_;    // (P) < 0 when idle

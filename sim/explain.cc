@@ -129,15 +129,19 @@ Result<pb::Explanation> Explain(const Simulation& sim) {
 
   // Each stage over the step: the plan's actions, as the engine ran them.
   const double step = sim.engine.step_time_s;
+  // The layer kinds of each model stage (a stage's own, or with virtual
+  // stages each of the model stages it holds).
+  std::vector<std::array<KindCount, kKinds>> model_stage_kinds;
+  for (const models::StageLayers& layers : sim.config.placement->stage_layers) {
+    model_stage_kinds.push_back(CountKinds(cm, layers.first, layers.last));
+  }
   for (int r = 0; r < plan.stages(); ++r) {
-    const models::StageLayers& layers = sim.config.placement->stage_layers[r];
-    const std::array<KindCount, kKinds> kinds = CountKinds(cm, layers.first, layers.last);
     pb::StageTerms* stage = out.add_stages();
     stage->set_stage(static_cast<std::uint32_t>(r));
     const double overhead = cm.cluster().device().action_overhead_s();
     for (const schedule::Action& a : plan.stage(r)) {
       if (a.pass == Pass::kWeight) continue;  // the analytic source's W is free
-      for (const KindCount& kind : kinds) {
+      for (const KindCount& kind : model_stage_kinds[static_cast<std::size_t>(a.stage)]) {
         if (kind.count > 0) Add(terms.Of(kind.layer, a.chunk, a.pass), kind.count, stage->mutable_busy());
       }
       pb::TimeTerms* busy = stage->mutable_busy();

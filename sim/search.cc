@@ -172,14 +172,16 @@ void FinishCell(const SweepConfig& config, int first, pb::SweepReport* report) {
 }
 
 // Placements (cost model and stage assignment), one per (sequence length,
-// recompute mode, system, ST overlap, ST tile): the cost model's options.
+// recompute mode, system, ST overlap, ST tile, virtual stages): the cost
+// model's options and the model stages.
 class PlacementCache {
  public:
   Result<std::shared_ptr<const scenario::Placement>> Get(
       const scenario::ResolvedScenario& scenario, const pb::ScheduleSpec& schedule) {
     const auto key = std::make_tuple(scenario.seq_len(), schedule.recompute(), schedule.system(),
                                      schedule.st_overlap(),
-                                     schedule.has_st_tile() ? schedule.st_tile() : 0u);
+                                     schedule.has_st_tile() ? schedule.st_tile() : 0u,
+                                     scenario::VirtualStagesOf(schedule));
     auto it = cache_.find(key);
     if (it == cache_.end()) {
       SF_ASSIGN_OR_RETURN(std::shared_ptr<const scenario::Placement> placement,
@@ -190,7 +192,7 @@ class PlacementCache {
   }
 
  private:
-  std::map<std::tuple<std::int64_t, std::string, std::string, bool, std::uint32_t>,
+  std::map<std::tuple<std::int64_t, std::string, std::string, bool, std::uint32_t, int>,
            std::shared_ptr<const scenario::Placement>>
       cache_;
 };

@@ -26,7 +26,7 @@ std::string Gib(double bytes) {
   return buf;
 }
 
-void FillStages(const EngineResult& engine,
+void FillStages(const EngineResult& engine, const schedule::Plan& plan,
                 const std::vector<models::StageLayers>& layers,
                 const pb::DeviceSpec& device, pb::Report* report) {
   const double usable = models::UsableMemoryBytes(device);
@@ -36,8 +36,17 @@ void FillStages(const EngineResult& engine,
     const StageResult& s = engine.stages[r];
     pb::StageReport* out = report->add_stages();
     out->set_stage(static_cast<std::uint32_t>(r));
-    out->set_first_layer(layers[r].first);
-    out->set_last_layer(layers[r].last);
+    const models::StageLayers& own = layers[static_cast<std::size_t>(
+        plan.ModelStageOf(static_cast<int>(r), 0))];
+    out->set_first_layer(own.first);
+    out->set_last_layer(own.last);
+    for (int k = 0; plan.virtual_stages() > 1 && k < plan.virtual_stages(); ++k) {
+      const int s = plan.ModelStageOf(static_cast<int>(r), k);
+      pb::LayerRange* range = out->add_model_stages();
+      range->set_model_stage(static_cast<std::uint32_t>(s));
+      range->set_first_layer(layers[static_cast<std::size_t>(s)].first);
+      range->set_last_layer(layers[static_cast<std::size_t>(s)].last);
+    }
     out->set_busy_s(s.busy_s);
     out->set_bubble_fraction(step > 0 ? 1.0 - s.busy_s / step : 0.0);
     out->set_peak_memory_bytes(s.peak_bytes);
@@ -95,7 +104,7 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
 
   SimSetup setup{&cm, stage_layers, partition, microbatches,
                  sim.config.placement->memory_cache.get(),
-                 sim.config.placement->time_cache.get()};
+                 sim.config.placement->time_cache.get(), plan.virtual_stages()};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
   if (options.stage_costs != nullptr) {
@@ -147,7 +156,7 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
   report.set_capacity_bytes(capacity);
   report.set_usable_bytes(models::UsableMemoryBytes(scenario.cluster().device()));
   report.set_system(std::string(models::SystemName(cost_options.system)));
-  FillStages(sim.engine, stage_layers, scenario.cluster().device(), &report);
+  FillStages(sim.engine, plan, stage_layers, scenario.cluster().device(), &report);
   return sim;
 }
 

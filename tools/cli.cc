@@ -159,6 +159,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
       ("policy", po::value(&f->policy),
        "schedule under study: gpipe, 1f1b or stateflow (drops the baselines)")
       ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
+      ("virtual-stages", Optional(&f->virtual_stages),
+       Help("v, model stages per pipeline stage (schedule.virtual_stages; policy interleaved; "
+            "simulated only)", models::kVirtualStages).c_str())
       ("alpha", Optional(&f->alpha), ("partition: 0 equal, 1 FLOP-balanced, >1 more, in " +
                                       models::RangeText(models::kAlpha)).c_str())
       ("microbatches,M", Optional(&f->microbatches), Help("M, microbatches per step", models::kMicrobatches).c_str())
@@ -255,6 +258,7 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) 
 Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, std::string_view default_text,
                                           std::string_view default_name) {
   SF_RETURN_IF_ERROR(CheckFlag("chunks", f.chunks, models::kChunks));
+  SF_RETURN_IF_ERROR(CheckFlag("virtual-stages", f.virtual_stages, models::kVirtualStages));
   SF_RETURN_IF_ERROR(CheckFlag("microbatches", f.microbatches, models::kMicrobatches));
   SF_RETURN_IF_ERROR(CheckFlag("microbatch-size", f.microbatch_size, models::kMicrobatchSize));
   SF_RETURN_IF_ERROR(CheckFlag("stages", f.stages, models::kPipelineSize));
@@ -302,6 +306,7 @@ Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f, 
   const std::optional<long long> chunks = schedule::ChunksFor(f.policy, f.chunks);
   if (chunks) primary->set_chunks(static_cast<std::uint32_t>(*chunks));
   if (f.alpha) primary->set_alpha(*f.alpha);
+  if (f.virtual_stages) primary->set_virtual_stages(static_cast<std::uint32_t>(*f.virtual_stages));
   if (!f.recompute.empty()) {
     primary->set_recompute(f.recompute);
     for (auto& b : *s.mutable_baselines()) b.set_recompute(f.recompute);

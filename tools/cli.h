@@ -82,6 +82,7 @@ struct ScenarioFlags {
   std::string cluster_preset;  // a preset name, or a ClusterSpec file (LoadResolvedScenario)
   std::string policy;
   std::optional<long long> chunks;
+  std::optional<long long> virtual_stages;
   std::optional<double> alpha;
   std::optional<long long> microbatches;
   std::optional<long long> microbatch_size;

@@ -67,7 +67,7 @@ class ScenarioTest(unittest.TestCase):
         p = sf.presets()
         self.assertIn("gdn-3b", p["models"])
         self.assertIn("a100-80gb-nvlink", p["clusters"])
-        self.assertEqual(sf.policies(), ["gpipe", "1f1b", "stateflow"])
+        self.assertEqual(sf.policies(), ["gpipe", "1f1b", "stateflow", "interleaved"])
 
     def test_default_scenario_simulates_as_the_command_line(self):
         report = sf.simulate(sf.scenario())
@@ -237,6 +237,23 @@ class PlanTest(unittest.TestCase):
         # An index into ready is a choice too.
         p = sf.plan_from_policy(lambda stage, ready: 0, 3, 2, 2)
         sf.validate_plan(p)
+
+
+class VirtualStagesTest(unittest.TestCase):
+    def test_interleaved_plan_and_its_closed_form(self):
+        plan = sf.make_plan("interleaved", 2, 4, 1, virtual_stages=2)
+        self.assertIn("virtual_stages 2 placement loop", plan.text().splitlines()[0])
+        sf.validate_plan(plan)
+        # Megatron's interleaved bubble with uniform costs: 3 (M + (P - 1) / v).
+        report = sf.simulate(sf.scenario(model="gdn-small", P=2, M=4, N=1, policy="interleaved",
+                                         virtual_stages=2, cost_model="uniform"))
+        self.assertAlmostEqual(report.step_time_s, 3 * (4 + 1 / 2), places=12)
+        ref = json.loads(cli("simulate", "--model", "gdn-small", "-P", "2", "-M", "4", "-N", "1",
+                             "--policy", "interleaved", "--virtual-stages", "2",
+                             "--cost-model", "uniform", "--json"))
+        self.assertEqual(report.step_time_s, ref["step_time_s"])
+        with self.assertRaises(sf.InputError):
+            sf.make_plan("stateflow", 2, 4, 1, virtual_stages=2)
 
 
 class SearchTest(unittest.TestCase):

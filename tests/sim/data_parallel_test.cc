@@ -195,6 +195,26 @@ TEST(DataParallel, TheBackendRefusesTheOverlapInOneLine) {
       << setup.status().message();
 }
 
+TEST(VirtualStages, TheBackendRefusesThemInOneLine) {
+  pb::Scenario s = Scenario(2, 2, 1);
+  *s.mutable_model() = *models::ModelPreset("gdn-small");
+  s.mutable_schedule()->set_policy("interleaved");
+  s.mutable_schedule()->set_virtual_stages(2);
+  Result<backend::TrainSetup> setup = backend::MakeTrainSetup(MustResolve(s), nullptr);
+  ASSERT_FALSE(setup.ok());
+  EXPECT_NE(setup.status().message().find("schedule.virtual_stages must be 1 for training"),
+            std::string::npos)
+      << setup.status().message();
+  // And a scenario asking for them with another policy is refused naming the field.
+  pb::Scenario other = s;
+  other.mutable_schedule()->set_policy("stateflow");
+  Result<scenario::ResolvedScenario> r = scenario::Resolve(other);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("schedule.virtual_stages must be 1 for policy stateflow"),
+            std::string::npos)
+      << r.status().message();
+}
+
 TEST(DataParallel, ABucketSizeOutOfRangeNamesTheField) {
   pb::Scenario s = Scenario(2, 2, 2);
   s.mutable_parallel()->set_overlap_grad_reduce(true);

@@ -1,6 +1,7 @@
 // The engine (a dataflow over the plan's per-stage orders) against the
 // reference discrete-event engine (RunPlanByEvents): same doubles, bit for
-// bit, for every policy over a grid of (P, M, N), with random durations,
+// bit, for every policy over a grid of (P, M, N) (and v for interleaved:
+// model stages on one stage hand over without a link), with random durations,
 // transfer times and memory effects, with and without the timeline; the same
 // error for a plan that deadlocks and for a bad time.
 #include <gtest/gtest.h>
@@ -27,7 +28,7 @@ bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 class RandomCosts final : public CostSource {
  public:
   RandomCosts(const schedule::Plan& plan, std::uint32_t seed)
-      : p_(plan.stages()), m_(plan.microbatches()), n_(plan.chunks()) {
+      : p_(plan.model_stages()), m_(plan.microbatches()), n_(plan.chunks()) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     const std::size_t size = static_cast<std::size_t>(p_) * m_ * n_ * 3;
@@ -119,13 +120,15 @@ TEST(EngineReference, EveryPolicyGivesTheEventEnginesDoublesBitForBit) {
     for (int p : {1, 2, 3, 4, 8}) {
       for (int m : {1, 2, 5, 8}) {
         for (int n : {1, 2, 4, 7}) {
-          Result<schedule::Plan> plan = schedule::MakePlan(policy, p, m, n);
-          if (!plan.ok()) continue;  // a whole-sequence policy at N > 1
+          for (int v : {1, 2, 3}) {
+          if (v > 1 && policy != "interleaved") continue;
+          Result<schedule::Plan> plan = schedule::MakePlan(policy, p, m, n, v);
+          if (!plan.ok()) continue;  // 1f1b at N > 1; interleaved with P not dividing M N
           const RandomCosts costs(*plan, seed++);
           for (bool timeline : {false, true}) {
             const std::string where = policy + " P=" + std::to_string(p) + " M=" +
                                       std::to_string(m) + " N=" + std::to_string(n) +
-                                      (timeline ? " timeline" : "");
+                                      " v=" + std::to_string(v) + (timeline ? " timeline" : "");
             Result<EngineResult> got = RunPlan(*plan, costs, {.record_timeline = timeline});
             Result<EngineResult> want =
                 RunPlanByEvents(*plan, costs, {.record_timeline = timeline});
@@ -134,11 +137,12 @@ TEST(EngineReference, EveryPolicyGivesTheEventEnginesDoublesBitForBit) {
             ExpectSameResult(*got, *want, where);
             ++compared;
           }
+          }
         }
       }
     }
   }
-  EXPECT_GT(compared, 200);
+  EXPECT_GT(compared, 300);
 }
 
 TEST(EngineReference, ADeadlockIsTheSameErrorNamingTheStuckStage) {

@@ -89,6 +89,81 @@ TEST(UniformCosts, StepTimeMatchesThePapersFormulas) {
   }
 }
 
+// Interleaved 1F1B with v model stages per stage (Megatron-Core's virtual
+// pipeline) over N chunk units, uniform costs (a stage's chunk takes 1 unit
+// forward, 2 backward, split evenly over its v model stages; free
+// communication; M N a multiple of P): the bubble is (P - 1) of one model
+// stage's units, (P - 1) 3 / (N v), so
+//   step = 3 (M + (P - 1) / (N v)),
+// Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+// Clusters Using Megatron-LM" (SC'21), section 2.2.2: bubble fraction
+// (p - 1) / (v m), with m microbatches of N units each here. v = 1 is
+// StateFlow's (M + (P - 1) / N) 3.
+TEST(UniformCosts, InterleavedStepTimeMatchesMegatronsBubble) {
+  int checked = 0;
+  for (int P : {1, 2, 3, 4, 8}) {
+    for (int v : {2, 3, 4}) {
+      if (P * v > 16) continue;  // the model's 16 blocks
+      for (int M : {1, 2, 4, 6, 8, 12}) {
+        for (int N : {1, 2, 3, 5}) {
+          if ((M * N) % P != 0) continue;
+          SCOPED_TRACE("P=" + std::to_string(P) + " M=" + std::to_string(M) +
+                       " N=" + std::to_string(N) + " v=" + std::to_string(v));
+          pb::ScheduleSpec spec = Schedule("interleaved", N, "none");
+          spec.set_virtual_stages(static_cast<std::uint32_t>(v));
+          Result<Simulation> sim = Simulate(MustResolve(UniformScenario(P, M, 128LL * N * 2)), spec);
+          ASSERT_TRUE(sim.ok()) << sim.status().message();
+          EXPECT_NEAR(sim->report.step_time_s(), 3.0 * (M + (P - 1.0) / (N * v)), 1e-9);
+          ASSERT_EQ(sim->report.stages_size(), P);
+          for (int r = 0; r < P; ++r) {
+            const pb::StageReport& stage = sim->report.stages(r);
+            EXPECT_NEAR(stage.busy_s(), 3.0 * M, 1e-9);
+            // Its model stages r, P + r, ..., in that order.
+            ASSERT_EQ(stage.model_stages_size(), v);
+            for (int k = 0; k < v; ++k) {
+              EXPECT_EQ(stage.model_stages(k).model_stage(), static_cast<std::uint32_t>(k * P + r));
+              const models::StageLayers& layers =
+                  sim->config.placement->stage_layers[static_cast<std::size_t>(k * P + r)];
+              EXPECT_EQ(stage.model_stages(k).first_layer(), static_cast<std::uint32_t>(layers.first));
+              EXPECT_EQ(stage.model_stages(k).last_layer(), static_cast<std::uint32_t>(layers.last));
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 50);
+}
+
+// With virtual stages a stage's memory is its model stages' static bytes and
+// each action's segment with its own model stage's layers, in the stage's
+// order (the models/memory_model.h composition, here by hand).
+TEST(UniformCosts, InterleavedStagePeaksAreTheirModelStagesComposed) {
+  for (const std::string recompute : {"none", "full"}) {
+    const int P = 3, M = 3, N = 2, v = 2;
+    pb::ScheduleSpec spec = Schedule("interleaved", N, recompute);
+    spec.set_virtual_stages(v);
+    Result<Simulation> sim = Simulate(MustResolve(UniformScenario(P, M, 128LL * N * 2)), spec);
+    ASSERT_TRUE(sim.ok()) << sim.status().message();
+    const models::CostModel& cm = sim->config.placement->cost_model;
+    const std::vector<models::StageLayers>& layers = sim->config.placement->stage_layers;
+    for (int r = 0; r < P; ++r) {
+      models::MemorySegment step;
+      for (int k = 0; k < v; ++k) {
+        const ClassBytes fixed = models::StaticStageBytes(cm, layers[static_cast<std::size_t>(k * P + r)]);
+        for (int c = 0; c < kNumBufferClasses; ++c) step.Add(static_cast<BufferClass>(c), fixed[c]);
+      }
+      for (const schedule::Action& a : sim->config.plan.stage(r)) {
+        step.Append(models::ActionMemory(cm, layers[static_cast<std::size_t>(a.stage)],
+                                         sim->config.partition, a));
+      }
+      const double peak = sim->report.stages(r).peak_memory_bytes();
+      EXPECT_NEAR(peak, step.peak_total(), 1e-9 * peak) << recompute << " stage " << r;
+    }
+  }
+}
+
 // The paper's Mem_SF(r) = min(MN, N + P - r - 1) (A_r / N + B_r) and
 // Mem_1F1B(r) = min(M, P - r) A_r. The activations term is exact. The
 // boundary term counts B_r per chunk in flight; the ledger (models/
