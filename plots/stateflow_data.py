@@ -231,7 +231,10 @@ def _add_event(path, index, event, processes):
         ts = _number(path, index, event, "ts") / _US_PER_S
         dur = _number(path, index, event, "dur") / _US_PER_S
         stage = int(event.get("tid", 0))
-        if action.stage != stage:
+        # With virtual stages ("v=2" in the process name) a stage's track
+        # holds its model stages' actions, which name their model stage.
+        virtual = re.search(r"\bv=([0-9]+)\b", _process(processes, event).name)
+        if action.stage != stage and virtual is None:
             raise DataError("%s: event %d: action %s on the track of stage %d"
                             % (path, index, name, stage))
         _process(processes, event).stages.setdefault(stage, []).append(

@@ -47,6 +47,14 @@ Result<std::shared_ptr<const Placement>> Place(const ResolvedScenario& resolved,
   // With virtual stages the layers are cut into P v model stages.
   const int v = VirtualStagesOf(schedule);
   const long long model_stages = static_cast<long long>(resolved.stages()) * v;
+  if (v > 1 && models::FrameworkLayerSplit(cm.options().system) &&
+      (cm.num_layers() - 2) % model_stages != 0) {
+    return Status::Invalid("parallel.pipeline_size * schedule.virtual_stages = " +
+                           std::to_string(model_stages) + " does not divide model.num_layers " +
+                           std::to_string(cm.num_layers() - 2) + " (" +
+                           std::string(models::SystemName(cm.options().system)) +
+                           " splits the layers evenly over the model stages)");
+  }
   if (v > 1 && model_stages > cm.num_layers() - 2) {
     return Status::Invalid("parallel.pipeline_size * schedule.virtual_stages = " +
                            std::to_string(model_stages) + " model stages exceed the model's " +

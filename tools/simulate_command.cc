@@ -45,9 +45,11 @@ constexpr char kExamples[] = R"(examples:
 )";
 
 void AddTrace(const Simulation& sim, int pid, TraceWriter* trace) {
-  trace->BeginProcess("simulate " + sim.report.policy() + " N=" +
-                          std::to_string(sim.report.chunks()),
-                      pid);
+  std::string name = "simulate " + sim.report.policy() + " N=" + std::to_string(sim.report.chunks());
+  if (sim.config.plan.virtual_stages() > 1) {
+    name += " v=" + std::to_string(sim.config.plan.virtual_stages());
+  }
+  trace->BeginProcess(name, pid);
   for (std::size_t r = 0; r < sim.engine.stages.size(); ++r) {
     const StageResult& stage = sim.engine.stages[r];
     for (const Slice& s : stage.slices) {
