@@ -732,6 +732,7 @@ PYBIND11_MODULE(_stateflow, m) {
       .def_property_readonly("P", [](const PyPlan& p) { return p.plan.stages(); })
       .def_property_readonly("M", [](const PyPlan& p) { return p.plan.microbatches(); })
       .def_property_readonly("N", [](const PyPlan& p) { return p.plan.chunks(); })
+      .def_property_readonly("virtual_stages", [](const PyPlan& p) { return p.plan.virtual_stages(); })
       .def_property_readonly("num_actions", [](const PyPlan& p) { return p.plan.num_actions(); })
       .def("__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; })
       .def("__repr__", [](const PyPlan& p) {

@@ -248,7 +248,7 @@ std::string SchedulePolicyFor(const schedule::Plan& plan) {
   for (const std::string& name : schedule::PolicyNames()) {
     if (name == plan.policy()) return name;
   }
-  return "stateflow";
+  return plan.virtual_stages() > 1 ? "interleaved" : "stateflow";
 }
 
 Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) {

@@ -99,6 +99,7 @@ int SimulateCommand(int argc, char** argv) {
     plan = std::move(loaded).value();
     // The plan decides the schedule's policy and chunk count; no baselines.
     if (!flags.chunks) flags.chunks = plan->chunks();
+    if (!flags.virtual_stages) flags.virtual_stages = plan->virtual_stages();
     if (flags.policy.empty()) flags.policy = SchedulePolicyFor(*plan);
   }
   // Before the simulation (issue 31): a trace path that cannot be written.

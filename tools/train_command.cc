@@ -300,6 +300,7 @@ Result<Prepared> Prepare(TrainFlags flags, int ranks_on_node, bool mpi) {
   if (!flags.plan_path.empty()) {
     SF_ASSIGN_OR_RETURN(plan, LoadPlanFile(flags.plan_path, flags.scenario.chunks));
     if (!flags.scenario.chunks) flags.scenario.chunks = plan->chunks();
+    if (!flags.scenario.virtual_stages) flags.scenario.virtual_stages = plan->virtual_stages();
     if (flags.scenario.policy.empty()) flags.scenario.policy = SchedulePolicyFor(*plan);
   }
   Prepared p;

@@ -243,6 +243,7 @@ class VirtualStagesTest(unittest.TestCase):
     def test_interleaved_plan_and_its_closed_form(self):
         plan = sf.make_plan("interleaved", 2, 4, 1, virtual_stages=2)
         self.assertIn("virtual_stages 2 placement loop", plan.text().splitlines()[0])
+        self.assertEqual(plan.virtual_stages, 2)
         sf.validate_plan(plan)
         # Megatron's interleaved bubble with uniform costs: 3 (M + (P - 1) / v).
         report = sf.simulate(sf.scenario(model="gdn-small", P=2, M=4, N=1, policy="interleaved",

@@ -221,6 +221,32 @@ TEST(Cli, TorchCsvPlansGoOutAndComeBack) {
   ExpectBadInput(Stateflow("plan-dump --format yaml"), "--format: 'yaml' is not text or torch-csv");
 }
 
+TEST(Cli, AnInterleavedPlanFileSimulatesAsThePolicy) {
+  // A plan with virtual stages carries them: simulate --plan takes them (and
+  // policy interleaved) from it; train refuses them in one line.
+  const std::string path = TempPath("interleaved.plan");
+  ASSERT_EQ(Stateflow("plan-dump --model gdn-small -P 2 -M 4 -N 1 --policy interleaved "
+                      "--virtual-stages 2 --out " + path).exit_code, 0);
+  EXPECT_NE(Slurp(path).find("virtual_stages 2 placement loop"), std::string::npos);
+  CliRun direct = Stateflow("simulate --model gdn-small -P 2 -M 4 -N 1 --policy interleaved "
+                            "--virtual-stages 2 --json");
+  CliRun replay = Stateflow("simulate --model gdn-small -P 2 -M 4 -N 1 --plan " + path + " --json");
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  stateflow::pb::Report a, b;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(direct.out, &a).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(replay.out, &b).ok());
+  EXPECT_EQ(a.step_time_s(), b.step_time_s());
+  ASSERT_EQ(b.stages_size(), 2);
+  EXPECT_EQ(b.stages(1).model_stages_size(), 2);
+  ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 -N 1 --virtual-stages 3 --plan " +
+                           path),
+                 "plan has virtual_stages 2 but the scenario has schedule.virtual_stages 3");
+  ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 --policy stateflow "
+                           "--virtual-stages 2"),
+                 "schedule.virtual_stages must be 1 for policy stateflow");
+}
+
 TEST(Cli, HandBrokenPlanIsRejectedWithTheRule) {
   const std::string path = TempPath("broken-plan.txt");
   ASSERT_EQ(Stateflow("plan-dump -P 2 -M 1 -N 2 --out " + path).exit_code, 0);
