@@ -239,6 +239,11 @@ TEST(Cli, AnInterleavedPlanFileSimulatesAsThePolicy) {
   EXPECT_EQ(a.step_time_s(), b.step_time_s());
   ASSERT_EQ(b.stages_size(), 2);
   EXPECT_EQ(b.stages(1).model_stages_size(), 2);
+  // The stage table lists each stage's model stages' layers.
+  CliRun table = Stateflow("simulate --model gdn-3b -P 4 -M 8 -N 4 --cost-model uniform "
+                           "--policy interleaved --virtual-stages 2");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("  0      0-4,17-20 "), std::string::npos) << table.out;
   ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 -N 1 --virtual-stages 3 --plan " +
                            path),
                  "plan has virtual_stages 2 but the scenario has schedule.virtual_stages 3");
