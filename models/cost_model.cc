@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <optional>
 
 #include "models/family.h"
 #include "models/kernel_costs.h"
@@ -617,6 +618,30 @@ double MeasuredStOverlapSaving(double pre_s, double st_s, double out_s, double c
 
 double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
   return BackwardTerms(l, c, s).total_s;
+}
+
+double CostModel::WeightGradTime(int l, std::int64_t c, std::int64_t s) const {
+  if (layers_[l] == LayerKind::kEmbedding) return BackwardTime(l, c, s);
+  const std::int64_t local = LocalTokens(s);  // one CP device's tokens
+  const double t = Tokens(local), act = precision_.activation_bytes();
+  const double rate = cluster_.device().peak_flops() * Efficiency(t);
+  double time = 0;
+  for (const Gemm& g : Table(l).gemms) {
+    const double flops = 2 * t * g.n * g.k;
+    std::optional<double> r;
+    if (cluster_.has_kernel_costs()) r = rates_.Gemm(g.k, g.n, t, act);
+    time += flops / (r ? *r : rate);
+  }
+  const PassTerms own = OwnTerms(l, c, s, /*backward=*/true);
+  return std::min(time, own.compute_s + own.memory_s);
+}
+
+double CostModel::WeightGradRetainedBytes(int l, std::int64_t s) const {
+  const double t = Tokens(s), act = precision_.activation_bytes();
+  if (layers_[l] == LayerKind::kEmbedding) return t * model_.hidden_size() * act;
+  double per_token = 0;
+  for (const Gemm& g : Table(l).gemms) per_token += g.k + g.n;
+  return t * per_token * act;
 }
 
 PassTerms CostModel::BackwardTerms(int l, std::int64_t c, std::int64_t s) const {

@@ -233,6 +233,28 @@ class CostModel {
   // The same times term by term (their total_s is the time above).
   PassTerms ForwardTerms(int l, std::int64_t c, std::int64_t s) const;
   PassTerms BackwardTerms(int l, std::int64_t c, std::int64_t s) const;
+  // The backward split in two (issue 27, the zero-bubble W pass): of
+  // BackwardTime, the part that computes weight gradients only and can run
+  // later (W), the rest being the input-gradient pass (I = BackwardTime -
+  // WeightGradTime), which carries everything the previous stage or chunk
+  // waits for: the input-gradient GEMMs, the recurrence or attention core
+  // and the boundary-state gradient, the norms' and convolutions' backward
+  // (their few elementwise weight-gradient FLOPs stay in I), the
+  // tensor-parallel all-reduces and any recompute replay (which I runs
+  // first). W is the weight-gradient GEMM of each linear, X^T dY: the same
+  // 2 t n k FLOPs as its forward, timed at the kernel table's [k, t] x
+  // [t, n] rate where there is one (ComputeTime's dW term); the embedding's
+  // whole backward (it has no input gradient). At most the own backward's
+  // kernel time, so that I >= 0.
+  double WeightGradTime(int l, std::int64_t c, std::int64_t s) const;
+  // What I leaves alive until W, in bytes, for s tokens (one CP device's, as
+  // the memory functions below take them): each linear's input X and output
+  // gradient dY (t (k + n) elements of activation precision per GEMM, after
+  // the TP split; one GEMM per distinct input, as LayerGemms groups them);
+  // the embedding's output gradient (t h). The backend's split keeps
+  // exactly these (the weight-gradient store of the zero-bubble
+  // implementations).
+  double WeightGradRetainedBytes(int l, std::int64_t s) const;
   // Tensor-parallel all-reduces of one pass of layer l over s tokens, on the
   // intra-node link (0 when TP = 1). Megatron-LM style: a block all-reduces
   // its [t, h] output twice in forward (after the mixer's and the MLP's

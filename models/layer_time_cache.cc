@@ -15,7 +15,8 @@ const LayerTimeCache::Times& LayerTimeCache::Get(int l, std::int64_t c, std::int
   const Key key{cm_.layers()[l], cm_.TimeDependsOnStart(l) ? c : 0, s};
   auto it = times_.find(key);
   if (it == times_.end()) {
-    it = times_.emplace(key, Times{cm_.ForwardTime(l, c, s), cm_.BackwardTime(l, c, s)}).first;
+    it = times_.emplace(key, Times{cm_.ForwardTime(l, c, s), cm_.BackwardTime(l, c, s),
+                                       cm_.WeightGradTime(l, c, s)}).first;
   }
   return it->second;
 }

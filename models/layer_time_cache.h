@@ -28,6 +28,7 @@ class LayerTimeCache {
   struct Times {
     double forward_s = 0;   // CostModel::ForwardTime(l, c, s)
     double backward_s = 0;  // CostModel::BackwardTime(l, c, s)
+    double weight_s = 0;    // CostModel::WeightGradTime(l, c, s)
   };
   // Layer l's times on the chunk [c, c + s). The reference stays valid as
   // long as the cache.

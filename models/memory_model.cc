@@ -5,6 +5,7 @@
 #include "models/memory_model.h"
 
 #include <array>
+#include <algorithm>
 #include <optional>
 
 namespace stateflow::models {
@@ -16,6 +17,7 @@ using schedule::Pass;
 constexpr BufferClass kWs = BufferClass::kWorkspace;
 constexpr BufferClass kStates = BufferClass::kBoundaryStates;
 constexpr BufferClass kKv = BufferClass::kKvBuffers;
+constexpr BufferClass kAct = BufferClass::kActivations;
 
 // Each layer kind's segment for one pass over s tokens, made once per action:
 // the cost model's per-layer events depend on a layer only through its kind.
@@ -128,20 +130,32 @@ ClassBytes StaticStageBytes(const CostModel& cm, const StageLayers& layers) {
   return bytes;
 }
 
+double SplitRetainedBytes(const CostModel& cm, const StageLayers& layers, std::int64_t s) {
+  double bytes = 0;
+  for (int l = layers.first; l < layers.last; ++l) bytes += cm.WeightGradRetainedBytes(l, s);
+  return bytes;
+}
+
 MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
-                           const schedule::Partition& partition, const Action& action) {
+                           const schedule::Partition& partition, const Action& action,
+                           bool split) {
+  const ChunkShape shape = ShapeOf(cm, partition, action.chunk);
   switch (action.pass) {
     case Pass::kForward: {
-      const ChunkShape shape = ShapeOf(cm, partition, action.chunk);
       KindSegments kinds(cm, shape.s, /*forward=*/true);
       return ForwardAction(cm, layers, shape, kinds);
     }
     case Pass::kBackward: {
-      const ChunkShape shape = ShapeOf(cm, partition, action.chunk);
       KindSegments kinds(cm, shape.s, /*forward=*/false);
-      return BackwardAction(cm, layers, shape, kinds);
+      MemorySegment seg = BackwardAction(cm, layers, shape, kinds);
+      if (split) seg.Add(kAct, SplitRetainedBytes(cm, layers, shape.s));
+      return seg;
     }
-    case Pass::kWeight: return {};
+    case Pass::kWeight: {
+      MemorySegment seg;
+      seg.Add(kAct, -SplitRetainedBytes(cm, layers, shape.s));
+      return seg;
+    }
   }
   return {};
 }
@@ -163,8 +177,8 @@ std::size_t ActionMemoryCache::KeyHash::operator()(const Key& k) const {
   for (std::uint64_t v : {static_cast<std::uint64_t>(k.seq_len),
                           static_cast<std::uint64_t>(k.first_layer),
                           static_cast<std::uint64_t>(k.last_layer),
-                          static_cast<std::uint64_t>(k.pass) * 4 + (k.first_chunk ? 2u : 0u) +
-                              (k.last_chunk ? 1u : 0u)}) {
+                          static_cast<std::uint64_t>(k.pass) * 8 + (k.split ? 4u : 0u) +
+                              (k.first_chunk ? 2u : 0u) + (k.last_chunk ? 1u : 0u)}) {
     h = (h ^ v) * 0x9E3779B97F4A7C15ull;  // a multiplicative mix (Fibonacci hashing)
     h ^= h >> 29;
   }
@@ -183,18 +197,23 @@ const MemorySegment& ActionMemoryCache::LayerSegment(int l, bool forward, std::i
 
 const MemorySegment& ActionMemoryCache::Get(const StageLayers& layers,
                                             const schedule::Partition& partition,
-                                            const Action& action) {
-  static const MemorySegment kNothing;  // a W action
-  if (action.pass == Pass::kWeight) return kNothing;
+                                            const Action& action, bool split) {
   const ChunkShape shape = ShapeOf(cm_, partition, action.chunk);
-  const Key key{layers.first, layers.last, action.pass, shape.first, shape.last, shape.s,
+  split = split && action.pass == Pass::kBackward;
+  const Key key{layers.first, layers.last, action.pass, shape.first, shape.last, split, shape.s,
                 shape.seq_len};
   auto it = actions_.find(key);
   if (it != actions_.end()) return it->second;
-  const bool forward = action.pass == Pass::kForward;
-  SharedKinds kinds(*this, shape.s, forward);
-  MemorySegment seg = forward ? ForwardAction(cm_, layers, shape, kinds)
-                              : BackwardAction(cm_, layers, shape, kinds);
+  MemorySegment seg;
+  if (action.pass == Pass::kWeight) {
+    seg.Add(kAct, -SplitRetainedBytes(cm_, layers, shape.s));
+  } else {
+    const bool forward = action.pass == Pass::kForward;
+    SharedKinds kinds(*this, shape.s, forward);
+    seg = forward ? ForwardAction(cm_, layers, shape, kinds)
+                  : BackwardAction(cm_, layers, shape, kinds);
+    if (split) seg.Add(kAct, SplitRetainedBytes(cm_, layers, shape.s));
+  }
   return actions_.emplace(key, seg).first->second;
 }
 
@@ -208,12 +227,13 @@ MemorySegment StageStepMemory(const CostModel& cm, const StageLayers& layers,
   }
   // Per (pass, chunk): an action's memory does not depend on its microbatch.
   const int N = partition.num_chunks();
-  std::vector<std::optional<MemorySegment>> cache(2 * static_cast<std::size_t>(N));
+  const bool split = std::any_of(actions.begin(), actions.end(),
+                                 [](const Action& a) { return a.pass == Pass::kWeight; });
+  std::vector<std::optional<MemorySegment>> cache(3 * static_cast<std::size_t>(N));
   for (const Action& a : actions) {
-    if (a.pass == Pass::kWeight) continue;
     std::optional<MemorySegment>& seg =
-        cache[2 * static_cast<std::size_t>(a.chunk) + (a.pass == Pass::kBackward ? 1 : 0)];
-    if (!seg) seg = ActionMemory(cm, layers, partition, a);
+        cache[3 * static_cast<std::size_t>(a.chunk) + static_cast<std::size_t>(a.pass)];
+    if (!seg) seg = ActionMemory(cm, layers, partition, a, split);
     step.Append(*seg);
   }
   return step;

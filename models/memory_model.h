@@ -47,12 +47,21 @@ namespace stateflow::models {
 ClassBytes StaticStageBytes(const CostModel& cm, const StageLayers& layers);
 
 // One action of the stage holding `layers` (the embedding if layers.first
-// is 0, the head if layers.last is cm.num_layers()). A W action (split
-// backward) does nothing to memory.
-// REQUIRES: action.chunk < partition.num_chunks().
+// is 0, the head if layers.last is cm.num_layers()).
+// The split backward (`split`: the plan has W actions): B is then the
+// input-gradient pass I, whose events are the whole backward's followed by
+// what it leaves alive until W (SplitRetainedBytes, in kActivations); W
+// frees those at its end and allocates nothing else (the weight-gradient
+// GEMMs accumulate into the gradients, which are static).
+// REQUIRES: action.chunk < partition.num_chunks(); split for a W action.
 MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
                            const schedule::Partition& partition,
-                           const schedule::Action& action);
+                           const schedule::Action& action, bool split = false);
+
+// What the I pass of a chunk of s tokens (one CP device's) leaves alive
+// until its W on the stage holding `layers`: the sum of the layers'
+// CostModel::WeightGradRetainedBytes.
+double SplitRetainedBytes(const CostModel& cm, const StageLayers& layers, std::int64_t s);
 
 // ActionMemory, memoised for one cost model: what a simulator needs for
 // every (stage, chunk) of many configurations of the same model (a sweep).
@@ -85,7 +94,7 @@ class ActionMemoryCache {
   // reference stays valid as long as the cache.
   // REQUIRES: action.chunk < partition.num_chunks().
   const MemorySegment& Get(const StageLayers& layers, const schedule::Partition& partition,
-                           const schedule::Action& action);
+                           const schedule::Action& action, bool split = false);
 
   const CostModel& cost_model() const { return cm_; }
   // Distinct actions computed so far.
@@ -96,6 +105,7 @@ class ActionMemoryCache {
     int first_layer = 0, last_layer = 0;
     schedule::Pass pass = schedule::Pass::kForward;
     bool first_chunk = false, last_chunk = false;
+    bool split = false;  // a B of a split backward (I)
     std::int64_t s = 0, seq_len = 0;
     bool operator==(const Key&) const = default;
   };
@@ -113,7 +123,8 @@ class ActionMemoryCache {
   std::unordered_map<std::uint64_t, MemorySegment> layers_;
 };
 
-// The whole step of the stage: the static bytes, then `actions` in order.
+// The whole step of the stage: the static bytes, then `actions` in order
+// (a split backward when they hold a W).
 // Its at_peak() and class_peak() are absolute: the predicted peak total, the
 // bytes per class at that moment, and each class's own peak.
 MemorySegment StageStepMemory(const CostModel& cm, const StageLayers& layers,

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <limits>
 
 #include "schedule/plan_text.h"
@@ -37,10 +38,11 @@ class Executor {
         fin_b_(fin_f_.size(), kNever),
         next_f_(static_cast<std::size_t>(stages) * microbatches, 0),
         next_b_(next_f_.size(), chunks - 1),
+        pending_w_(static_cast<std::size_t>(stages)),
         lists_(static_cast<std::size_t>(stages)) {}
 
   // Stage r's ready actions at time `now`: backwards, then forwards, each by
-  // (microbatch, chunk).
+  // (microbatch, chunk), then the W actions of its backwards in their order.
   void Ready(int r, double now, std::vector<Action>* ready) const {
     ready->clear();
     for (int a = 0; a < M_; ++a) {
@@ -58,16 +60,31 @@ class Executor {
         ready->push_back({.stage = r, .pass = Pass::kForward, .microbatch = a, .chunk = i});
       }
     }
+    for (const Action& w : pending_w_[static_cast<std::size_t>(r)]) ready->push_back(w);
   }
 
-  void Issue(const Action& x, double finish) {
+  // `split`: a backward leaves its W to be issued later.
+  void Issue(const Action& x, double finish, bool split) {
     lists_[static_cast<std::size_t>(x.stage)].push_back(x);
-    if (x.pass == Pass::kForward) {
-      fin_f_[U(x.stage, x.microbatch, x.chunk)] = finish;
-      ++next_f_[Su(x.stage, x.microbatch)];
-    } else {
-      fin_b_[U(x.stage, x.microbatch, x.chunk)] = finish;
-      --next_b_[Su(x.stage, x.microbatch)];
+    std::deque<Action>& pending = pending_w_[static_cast<std::size_t>(x.stage)];
+    switch (x.pass) {
+      case Pass::kForward:
+        fin_f_[U(x.stage, x.microbatch, x.chunk)] = finish;
+        ++next_f_[Su(x.stage, x.microbatch)];
+        break;
+      case Pass::kBackward:
+        fin_b_[U(x.stage, x.microbatch, x.chunk)] = finish;
+        --next_b_[Su(x.stage, x.microbatch)];
+        if (split) pending.push_back({x.stage, Pass::kWeight, x.microbatch, x.chunk});
+        break;
+      case Pass::kWeight:
+        for (auto it = pending.begin(); it != pending.end(); ++it) {
+          if (*it == x) {
+            pending.erase(it);
+            break;
+          }
+        }
+        break;
     }
   }
 
@@ -82,6 +99,7 @@ class Executor {
   std::vector<double> fin_f_, fin_b_;  // (P, M, N) finish times, kNever until issued
   std::vector<int> next_f_;            // (P, M) the next chunk to forward
   std::vector<int> next_b_;            // (P, M) the next chunk to backward, N-1 down to -1
+  std::vector<std::deque<Action>> pending_w_;  // (P) W actions not yet issued, in B order
   std::vector<std::vector<Action>> lists_;
 };
 
@@ -105,6 +123,7 @@ Result<Plan> PlanFromPolicy(int stages, int microbatches, int chunks, const Choo
   };
   SF_RETURN_IF_ERROR(check_time("forward_time", options.forward_time));
   SF_RETURN_IF_ERROR(check_time("backward_time", options.backward_time));
+  if (options.split_backward) SF_RETURN_IF_ERROR(check_time("weight_time", options.weight_time));
   const std::string& name = options.policy_name;
   if (name.empty() || name.find_first_of(" \t\r\n#") != std::string::npos) {
     return Status::Invalid("policy name '" + name +
@@ -114,7 +133,7 @@ Result<Plan> PlanFromPolicy(int stages, int microbatches, int chunks, const Choo
 
   Executor ex(stages, microbatches, chunks);
   std::vector<double> busy_until(static_cast<std::size_t>(stages), 0);
-  std::int64_t left = 2 * units;
+  std::int64_t left = (options.split_backward ? 3 : 2) * units;
   std::vector<Action> ready;
   double now = 0;
   std::string waited;  // "stage r at step k waited with ready: ..." of this round
@@ -139,9 +158,11 @@ Result<Plan> PlanFromPolicy(int stages, int microbatches, int chunks, const Choo
         return Status::Invalid("policy chose " + ToString(x) + " on " + where +
                                ", which is not ready there (ready: " + Join(ready) + ")");
       }
-      const double t = x.pass == Pass::kForward ? options.forward_time : options.backward_time;
+      const double t = x.pass == Pass::kForward    ? options.forward_time
+                       : x.pass == Pass::kBackward ? options.backward_time
+                                                   : options.weight_time;
       busy_until[static_cast<std::size_t>(r)] = now + t;
-      ex.Issue(x, now + t);
+      ex.Issue(x, now + t, options.split_backward);
       --left;
     }
     double next = kNever;

@@ -38,7 +38,8 @@ namespace stateflow::schedule {
 
 // The policy: stage r, the step its next action fills (0-based), and its
 // ready actions (never empty) in a fixed order: backwards before forwards,
-// each by (microbatch, chunk) ascending. Returns the chosen action, nullopt
+// each by (microbatch, chunk) ascending, then (with split_backward) the W
+// actions whose B has run, oldest B first. Returns the chosen action, nullopt
 // to wait, or an error (passed through, prefixed with the stage and step).
 using ChoosePolicy = std::function<Result<std::optional<Action>>(
     int stage, int step, const std::vector<Action>& ready)>;
@@ -49,6 +50,11 @@ struct GreedyOptions {
   // How long each pass holds its stage, in any unit (> 0).
   double forward_time = 1;
   double backward_time = 2;
+  // Split every backward into B (input gradient) and W (weight gradient):
+  // the plan then has a W for every B, each W ready once its B has run, and
+  // B holds its stage backward_time, W weight_time.
+  bool split_backward = false;
+  double weight_time = 1;
 };
 
 // Errors (kInvalidInput): stages, microbatches or chunks < 1 or too many

@@ -18,4 +18,13 @@ std::size_t Plan::num_actions() const {
   return total;
 }
 
+bool SplitsBackward(const Plan& plan) {
+  for (const std::vector<Action>& actions : plan.per_stage()) {
+    for (const Action& a : actions) {
+      if (a.pass == Pass::kWeight) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace stateflow::schedule

@@ -98,6 +98,10 @@ class Plan {
   std::vector<std::vector<Action>> per_stage_;  // (P) lists
 };
 
+// Whether the plan splits the backward: it has W actions (a valid plan has
+// one for every B or none), each B then the input-gradient pass I.
+bool SplitsBackward(const Plan& plan);
+
 // The largest microbatches * chunks a plan may have (so that every stage
 // list, up to 3 M N actions with W, is indexable by a 32-bit step).
 inline constexpr long long kMaxUnitsPerStage = 715'827'882;  // (2^31 - 1) / 3

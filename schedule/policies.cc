@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "schedule/greedy.h"
 #include "schedule/policies.h"
 
 namespace stateflow::schedule {
@@ -110,6 +111,74 @@ std::vector<Action> Interleaved(int rank, int stages, int microbatches, int chun
   return actions;
 }
 
+// ZB-H1 over chunk units: StateFlow's F and B order (1F1B over the M N
+// units, `warmup` forwards first) with each backward split into I (the B
+// action) and W, stage r holding back its first r W passes: in the steady
+// state one I, then the W of the backward r steps earlier, then one F; in
+// the cool-down one I and one W; the held-back W passes at the end. The
+// zero-bubble paper's ZB-H1 (Qi et al., ICLR 2024, figure 3) as InternEvo
+// runs it (internlm/core/scheduler/pipeline_scheduler_zb.py: the
+// WeightGradStore pops a W once the steady step reaches the stage's rank).
+// Stage r then holds at most warmup + r units whose W has not run, warmup +
+// r = N + P - 1: StateFlow-1F1B's first stage, so the peak is 1F1B's.
+std::vector<Action> ZeroBubbleH1(int stage, int microbatches, int chunks, long long warmup) {
+  const long long units = static_cast<long long>(microbatches) * chunks;
+  std::vector<Action> actions;
+  actions.reserve(3 * units);
+  long long forwards = 0, backwards = 0, weights = 0, step = 0;
+  const auto weight = [&] {
+    Action w = KthBackward(stage, chunks, weights++);
+    w.pass = Pass::kWeight;
+    actions.push_back(w);
+  };
+  while (forwards < warmup) actions.push_back(KthForward(stage, chunks, forwards++));
+  while (backwards < units) {
+    actions.push_back(KthBackward(stage, chunks, backwards++));
+    if (step++ >= stage) weight();
+    if (forwards < units) actions.push_back(KthForward(stage, chunks, forwards++));
+  }
+  while (weights < units) weight();
+  return actions;
+}
+
+// ZB-H2 over chunk units, made by the greedy executor (greedy.h) at the
+// paper's F = B = W (one unit each): an idle stage runs a ready B first,
+// else a ready F while fewer than `limit` of its units wait for their W,
+// else its oldest W. With limit = N + 2 (P - 1) (N = 1: the paper's 2P - 1
+// microbatches, twice 1F1B's activations) the warm-up runs the extra
+// forwards that the paper's ZB-H2 adds and the W passes fill what is left,
+// which makes each stage's span bubble-free at F = B = W (tested).
+Result<Plan> ZeroBubbleH2(int stages, int microbatches, int chunks) {
+  const long long limit = static_cast<long long>(chunks) + 2LL * (stages - 1);
+  std::vector<long long> waiting(static_cast<std::size_t>(stages), 0);  // F run, W not
+  const ChoosePolicy choose = [&](int r, int, const std::vector<Action>& ready)
+      -> Result<std::optional<Action>> {
+    long long& held = waiting[static_cast<std::size_t>(r)];
+    const Action* forward = nullptr;
+    const Action* weight = nullptr;
+    for (const Action& a : ready) {
+      if (a.pass == Pass::kBackward) return std::optional<Action>(a);
+      if (a.pass == Pass::kForward && forward == nullptr) forward = &a;
+      if (a.pass == Pass::kWeight && weight == nullptr) weight = &a;
+    }
+    if (forward != nullptr && held < limit) {
+      ++held;
+      return std::optional<Action>(*forward);
+    }
+    if (weight != nullptr) {
+      --held;
+      return std::optional<Action>(*weight);
+    }
+    return std::optional<Action>();
+  };
+  return PlanFromPolicy(stages, microbatches, chunks, choose,
+                        {.policy_name = "zb-h2",
+                         .forward_time = 1,
+                         .backward_time = 1,
+                         .split_backward = true,
+                         .weight_time = 1});
+}
+
 std::string KnownPolicies() {
   std::string known;
   for (const std::string& name : PolicyNames()) {
@@ -144,7 +213,8 @@ Status CheckPlanDimensions(int stages, int microbatches, int chunks) {
 
 
 const std::vector<std::string>& PolicyNames() {
-  static const std::vector<std::string> kNames = {"gpipe", "1f1b", "stateflow", "interleaved"};
+  static const std::vector<std::string> kNames = {"gpipe", "1f1b", "stateflow", "interleaved",
+                                                  "zb-h1", "zb-h2"};
   return kNames;
 }
 
@@ -173,7 +243,8 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int
   const bool gpipe = policy == "gpipe";
   const bool one_f_one_b = WholeSequencePolicy(policy);
   const bool interleaved = policy == "interleaved";
-  if (!gpipe && !one_f_one_b && !interleaved && policy != "stateflow") {
+  const bool zb_h1 = policy == "zb-h1", zb_h2 = policy == "zb-h2";
+  if (!gpipe && !one_f_one_b && !interleaved && !zb_h1 && !zb_h2 && policy != "stateflow") {
     return Status::Invalid("schedule.policy '" + std::string(policy) +
                            "' is unknown (known: " + KnownPolicies() + ")");
   }
@@ -209,11 +280,13 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int
     return Plan(std::string(policy), stages, microbatches, chunks, std::move(per_stage),
                 virtual_stages, StagePlacement::kLoop);
   }
+  if (zb_h2) return ZeroBubbleH2(stages, microbatches, chunks);
   std::vector<std::vector<Action>> per_stage(stages);
   for (int r = 0; r < stages; ++r) {
     const long long warmup =
         gpipe ? units : StateflowWarmupForwards(stages, microbatches, chunks, r);
-    per_stage[r] = OneForwardOneBackward(r, microbatches, chunks, warmup);
+    per_stage[r] = zb_h1 ? ZeroBubbleH1(r, microbatches, chunks, warmup)
+                         : OneForwardOneBackward(r, microbatches, chunks, warmup);
   }
   return Plan(std::string(policy), stages, microbatches, chunks, std::move(per_stage));
 }

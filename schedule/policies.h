@@ -1,5 +1,5 @@
 // Issue policies: the plans the schedule core makes by name (GPipe, 1F1B,
-// StateFlow's 1F1B over chunk units).
+// StateFlow's 1F1B over chunk units, interleaved, zero-bubble).
 //
 // Not the validator (validator.h): a policy's plan is valid by construction,
 // and the tests prove it against the precedence rules.
@@ -32,6 +32,18 @@ namespace stateflow::schedule {
 //                per stage, placed in a loop (model stage c P + r on stage
 //                r; policies.cc says the order); needs M*N a multiple of P.
 //                With v = 1 it is stateflow's order.
+//   "zb-h1":     the zero-bubble paper's ZB-H1 over the M*N chunk units:
+//                stateflow's F and B order, each backward split into B
+//                (input gradient, including the boundary-state gradient)
+//                and W (weight gradients), stage r holding back its first r
+//                W passes to the end (policies.cc). Peak: N + P - 1 units
+//                waiting for their W, stateflow's first stage's. At
+//                F = B = W each stage idles (P - 1) (F + B - W) inside its
+//                span (N = 1: the paper's, a third of 1F1B's).
+//   "zb-h2":     ZB-H2 over chunk units: up to N + 2 (P - 1) units waiting
+//                for their W (twice 1F1B's activations at N = 1), B first,
+//                W passes where no F may run; made by the greedy executor
+//                at F = B = W, where each stage's span has no bubble.
 // Errors name the field: unknown policy (listing the known ones), stages,
 // microbatches or chunks < 1, microbatches * chunks > kMaxUnitsPerStage,
 // 1f1b with chunks != 1, virtual_stages != 1 for a policy but interleaved,

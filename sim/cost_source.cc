@@ -38,10 +38,11 @@ std::vector<KindGroup> GroupByKind(const models::CostModel& cm,
   return groups;
 }
 
-// One layer's forward and backward time on one chunk.
+// One layer's forward, backward and weight-gradient time on one chunk.
 struct KindTimes {
   double forward_s = 0;
   double backward_s = 0;
+  double weight_s = 0;  // of backward_s: CostModel::WeightGradTime
 };
 
 // The cost model's times per (layer kind, chunk), each computed once and
@@ -62,9 +63,10 @@ class ChunkTimes {
       const std::int64_t c = partition_.start(i), s = partition_.length(i);
       if (shared_ != nullptr) {
         const models::LayerTimeCache::Times& m = shared_->Get(l, c, s);
-        t = KindTimes{m.forward_s, m.backward_s};
+        t = KindTimes{m.forward_s, m.backward_s, m.weight_s};
       } else {
-        t = KindTimes{cm_.ForwardTime(l, c, s), cm_.BackwardTime(l, c, s)};
+        t = KindTimes{cm_.ForwardTime(l, c, s), cm_.BackwardTime(l, c, s),
+                      cm_.WeightGradTime(l, c, s)};
       }
     }
     return *t;
@@ -94,10 +96,13 @@ class TableCostSource : public CostSource {
         chunks_(setup.partition.num_chunks()),
         forward_s_(Size()),
         backward_s_(Size()),
+        weight_s_(Size()),
         transfer_latency_s_(Size()),
         transfer_occupancy_s_(Size()),
         forward_memory_(Size()),
         backward_memory_(Size()),
+        weight_memory_(Size()),
+        split_(setup.split_backward),
         static_(stages_),
         sync_s_(stages_, 0.0),
         setup_cost_model_(setup.cost_model) {
@@ -125,11 +130,14 @@ class TableCostSource : public CostSource {
           const KindTimes& t = times.Of(g.layer, i);
           forward_s_[k] += g.count * t.forward_s;
           backward_s_[k] += g.count * t.backward_s;
+          if (split_) weight_s_[k] += g.count * t.weight_s;
         }
+        backward_s_[k] -= weight_s_[k];  // I, when the backward is split
         // The framework's fixed cost per action (DeviceSpec.action_overhead_s;
         // 0 in the presets). A replayed table's measured times hold it already.
         forward_s_[k] += overhead;
         backward_s_[k] += overhead;
+        if (split_) weight_s_[k] += overhead;
         if (r == 0) {  // the first stage's layers one by one (overlap_grad_reduce)
           for (int l = layers.first; l < layers.last; ++l) {
             first_stage_layer_backward_s_.push_back(times.Of(l, i).backward_s);
@@ -145,20 +153,23 @@ class TableCostSource : public CostSource {
         forward_memory_[k] =
             TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kForward, 0, i}));
         backward_memory_[k] =
-            TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kBackward, 0, i}));
+            TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kBackward, 0, i}, split_));
+        if (split_) {
+          weight_memory_[k] =
+              TwoPoints(memory.Get(layers, setup.partition, {r, Pass::kWeight, 0, i}, true));
+        }
       }
     }
   }
 
   ClassBytes StaticBytes(int stage) const override { return static_[stage]; }
 
-  // The per (stage, chunk) tables. A split W pass is not modelled yet: B
-  // carries the whole backward, W is free.
+  // The per (stage, chunk) tables.
   double Duration(const Action& a) const override {
     switch (a.pass) {
       case Pass::kForward: return forward_s_[Key(a.stage, a.chunk)];
       case Pass::kBackward: return backward_s_[Key(a.stage, a.chunk)];
-      case Pass::kWeight: return 0.0;
+      case Pass::kWeight: return weight_s_[Key(a.stage, a.chunk)];
     }
     return 0.0;
   }
@@ -170,13 +181,12 @@ class TableCostSource : public CostSource {
   }
 
   const MemoryEffect& Memory(const Action& a) const override {
-    static const MemoryEffect kNothing;  // W: B carries the whole backward
     switch (a.pass) {
       case Pass::kForward: return forward_memory_[Key(a.stage, a.chunk)];
       case Pass::kBackward: return backward_memory_[Key(a.stage, a.chunk)];
-      case Pass::kWeight: return kNothing;
+      case Pass::kWeight: return weight_memory_[Key(a.stage, a.chunk)];
     }
-    return kNothing;
+    return weight_memory_[Key(a.stage, a.chunk)];
   }
 
  protected:
@@ -208,10 +218,12 @@ class TableCostSource : public CostSource {
     return ChunkTables{.chunks = chunks_,
                        .forward_s = forward_s_.data(),
                        .backward_s = backward_s_.data(),
+                       .weight_s = weight_s_.data(),
                        .transfer_latency_s = transfer_latency_s_.data(),
                        .transfer_occupancy_s = transfer_occupancy_s_.data(),
                        .forward_memory = forward_memory_.data(),
-                       .backward_memory = backward_memory_.data()};
+                       .backward_memory = backward_memory_.data(),
+                       .weight_memory = weight_memory_.data()};
   }
   int Key(int stage, int chunk) const { return stage * chunks_ + chunk; }
   std::size_t Size() const { return static_cast<std::size_t>(stages_) * chunks_; }
@@ -219,11 +231,14 @@ class TableCostSource : public CostSource {
   int stages_;
   int chunks_;
   std::vector<double> forward_s_;             // (P * N)
-  std::vector<double> backward_s_;            // (P * N)
+  std::vector<double> backward_s_;            // (P * N) I when split
+  std::vector<double> weight_s_;              // (P * N) W, 0 unless split
   std::vector<double> transfer_latency_s_;    // (P * N)
   std::vector<double> transfer_occupancy_s_;  // (P * N)
   std::vector<MemoryEffect> forward_memory_;  // (P * N)
   std::vector<MemoryEffect> backward_memory_; // (P * N)
+  std::vector<MemoryEffect> weight_memory_;   // (P * N) nothing unless split
+  bool split_;
   std::vector<ClassBytes> static_;            // (P)
   std::vector<double> sync_s_;                // (P) DP gradient all-reduce
   const models::CostModel* setup_cost_model_;  // not owned
@@ -255,12 +270,13 @@ class UniformCostSource final : public TableCostSource {
   std::string time_unit() const override { return "units"; }
   explicit UniformCostSource(const SimSetup& setup)
       : TableCostSource(setup), parts_(chunks_ * std::max(1, setup.virtual_stages)) {}
-  // A stage's chunk takes 1 and 2 units over its v model stages.
+  // A stage's chunk takes 1 and 2 units over its v model stages; a split
+  // backward 1 (I) and 1 (W): the zero-bubble paper's F = B = W.
   double Duration(const Action& a) const override {
     switch (a.pass) {
       case Pass::kForward: return 1.0 / parts_;
-      case Pass::kBackward: return 2.0 / parts_;
-      case Pass::kWeight: return 0.0;
+      case Pass::kBackward: return (split_ ? 1.0 : 2.0) / parts_;
+      case Pass::kWeight: return 1.0 / parts_;
     }
     return 0.0;
   }
@@ -315,6 +331,11 @@ class ReplayCostSource final : public TableCostSource {
     const models::CostModel& cm = *setup.cost_model;
     const models::Recompute mode = cm.options().recompute;
     const int tp = cm.options().tensor_size;
+    if (setup.split_backward) {
+      return Status::Invalid(
+          "a measured cost table cannot replay a split backward (the plan's W actions): "
+          "profile times whole backwards; simulate the schedule with the analytic model");
+    }
     if (cm.options().context_size > 1) {
       return Status::Invalid("a measured cost table cannot replay parallel.context_size " +
                              std::to_string(cm.options().context_size) +

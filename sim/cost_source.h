@@ -88,6 +88,11 @@ struct SimSetup {
   // v: model stages per pipeline stage; stage_layers has P v entries, one per
   // model stage, and every per-stage answer is per model stage.
   int virtual_stages = 1;
+  // The plan splits each backward into B (the input-gradient pass I) and W
+  // (weight gradients): B then takes CostModel's backward less its
+  // WeightGradTime, W that time, and the memory is the split's
+  // (models::ActionMemory). Not for a replayed table (it has no W times).
+  bool split_backward = false;
 };
 
 class CostSource {
@@ -99,7 +104,8 @@ class CostSource {
   // "s", or "units" for the uniform source.
   virtual std::string time_unit() const { return "s"; }
 
-  // Compute time of one action on its stage.
+  // Compute time of one action on its stage (a B of a split backward: the
+  // input-gradient pass I).
   virtual double Duration(const schedule::Action& action) const = 0;
   // Time from the end of `action` until its output (activation after F,
   // activation gradient after B) has arrived at the neighbouring stage, not
@@ -131,22 +137,24 @@ class CostSource {
 
   // Bytes held for the whole step (weights, gradients, optimizer state).
   virtual ClassBytes StaticBytes(int stage) const = 0;
-  // What `action` does to its stage's memory (all zero for a W action). The
-  // reference stays valid as long as the source.
+  // What `action` does to its stage's memory. The reference stays valid as
+  // long as the source.
   virtual const MemoryEffect& Memory(const schedule::Action& action) const = 0;
 
   // The tables behind Duration, TransferLatency, TransferOccupancy and
-  // Memory when those depend on an F or B action only through (stage, pass,
-  // chunk) and give a W action 0 and nothing: the engine then reads them
-  // directly instead of asking per action. Null (the default) when not.
+  // Memory when those depend on an action only through (stage, pass, chunk)
+  // (a W sends nothing): the engine then reads them directly instead of
+  // asking per action. Null (the default) when not.
   struct ChunkTables {
     int chunks = 0;  // N; entry (stage, chunk) is stage * N + chunk
     const double* forward_s = nullptr;
-    const double* backward_s = nullptr;
+    const double* backward_s = nullptr;  // I when the backward is split
+    const double* weight_s = nullptr;    // W (0 unless split)
     const double* transfer_latency_s = nullptr;
     const double* transfer_occupancy_s = nullptr;
     const MemoryEffect* forward_memory = nullptr;
     const MemoryEffect* backward_memory = nullptr;
+    const MemoryEffect* weight_memory = nullptr;  // nothing unless split
   };
   virtual const ChunkTables* Tables() const { return nullptr; }
 };

@@ -163,7 +163,7 @@ class Engine {
     switch (a.pass) {
       case Pass::kForward: return tables_->forward_s[TableKey(a)];
       case Pass::kBackward: return tables_->backward_s[TableKey(a)];
-      case Pass::kWeight: break;
+      case Pass::kWeight: return tables_->weight_s[TableKey(a)];
     }
     return 0.0;
   }
@@ -172,7 +172,7 @@ class Engine {
     switch (a.pass) {
       case Pass::kForward: return tables_->forward_memory[TableKey(a)];
       case Pass::kBackward: return tables_->backward_memory[TableKey(a)];
-      case Pass::kWeight: break;
+      case Pass::kWeight: return tables_->weight_memory[TableKey(a)];
     }
     return kNothing;
   }

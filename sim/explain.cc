@@ -140,9 +140,12 @@ Result<pb::Explanation> Explain(const Simulation& sim) {
     stage->set_stage(static_cast<std::uint32_t>(r));
     const double overhead = cm.cluster().device().action_overhead_s();
     for (const schedule::Action& a : plan.stage(r)) {
-      if (a.pass == Pass::kWeight) continue;  // the analytic source's W is free
+      // A split backward's terms are the whole backward's, counted with its
+      // B (I + W add up to it); its W adds the fixed per-action cost only.
       for (const KindCount& kind : model_stage_kinds[static_cast<std::size_t>(a.stage)]) {
-        if (kind.count > 0) Add(terms.Of(kind.layer, a.chunk, a.pass), kind.count, stage->mutable_busy());
+        if (kind.count > 0 && a.pass != Pass::kWeight) {
+          Add(terms.Of(kind.layer, a.chunk, a.pass), kind.count, stage->mutable_busy());
+        }
       }
       pb::TimeTerms* busy = stage->mutable_busy();
       busy->set_overhead_s(busy->overhead_s() + overhead);

@@ -104,7 +104,8 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
 
   SimSetup setup{&cm, stage_layers, partition, microbatches,
                  sim.config.placement->memory_cache.get(),
-                 sim.config.placement->time_cache.get(), plan.virtual_stages()};
+                 sim.config.placement->time_cache.get(), plan.virtual_stages(),
+                 schedule::SplitsBackward(plan)};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
   if (options.stage_costs != nullptr) {

@@ -157,7 +157,9 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        "cluster preset (see `stateflow presets`), or a ClusterSpec file in text format "
        "(a name ending in .textproto or holding a '/', e.g. written by `stateflow calibrate`)")
       ("policy", po::value(&f->policy),
-       "schedule under study: gpipe, 1f1b or stateflow (drops the baselines)")
+       "schedule under study (drops the baselines): gpipe, 1f1b, stateflow, interleaved "
+       "(with --virtual-stages), zb-h1 or zb-h2 (zero-bubble: the backward split into B and W; "
+       "simulated only); docs/schedules.md")
       ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
       ("virtual-stages", Optional(&f->virtual_stages),
        Help("v, model stages per pipeline stage (schedule.virtual_stages; policy interleaved; "

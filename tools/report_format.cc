@@ -51,11 +51,11 @@ std::string AlignTable(const std::vector<std::vector<std::string>>& rows,
 }
 
 std::string ScheduleLabel(const pb::Report& r) {
-  if (r.policy() == "stateflow" || r.policy() == "gpipe") {
-    return r.policy() + " N=" + std::to_string(r.chunks()) +
-           (r.alpha() != 0 ? Printf(" a=%.2f", r.alpha()) : "");
-  }
-  return r.policy();
+  if (r.policy() == "1f1b") return r.policy();  // whole sequences
+  const int v = r.stages_size() > 0 ? r.stages(0).model_stages_size() : 0;
+  return r.policy() + " N=" + std::to_string(r.chunks()) +
+         (v > 1 ? " v=" + std::to_string(v) : "") +
+         (r.alpha() != 0 ? Printf(" a=%.2f", r.alpha()) : "");
 }
 
 std::string PeakWhere(const pb::Report& r) {

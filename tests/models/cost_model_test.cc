@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "models/cost_model.h"
+#include "models/layer_formulas.h"
 
 namespace stateflow::models {
 namespace {
@@ -321,6 +322,59 @@ TEST(CostModel, TimeIsFlopsOverEffectivePeakWhenComputeBound) {
                        d.memory_bandwidth_bytes_per_s();
   ASSERT_GT(compute, floor);
   EXPECT_DOUBLE_EQ(cm.ForwardTime(l, 0, s), compute);
+}
+
+// The backward split into I and W (issue 27): without kernel tables W is
+// the weight-gradient GEMMs' 2 t n k FLOPs per linear at the effective peak,
+// the embedding's W its whole backward; I = backward - W is never negative;
+// W is the same at any chunk start (it has no attention term); what I keeps
+// for W is each linear's input and output gradient, t (k + n) elements.
+TEST(CostModel, WeightGradientsAreTheLinearsDw) {
+  pb::ClusterSpec curve_only = *ClusterPreset("a100-80gb-nvlink");
+  curve_only.clear_kernel_costs();
+  for (const char* preset : {"gdn-3b", "mamba3-hybrid-32b", "gdn-hybrid-15b"}) {
+    for (int tp : {1, 2}) {
+      CostModelOptions o;
+      o.microbatch_size = 2;
+      o.tensor_size = tp;
+      const CostModel cm = *CostModel::Make(*ModelPreset(preset), {}, curve_only, o);
+      const std::int64_t s = 4096;
+      const double t = 2.0 * s;
+      const double rate = cm.cluster().device().peak_flops() * cm.Efficiency(t);
+      const double act = cm.precision().activation_bytes();
+      for (LayerKind kind : {LayerKind::kRecurrence, LayerKind::kAttention, LayerKind::kHead}) {
+        const int l = FirstLayerOf(cm, kind);
+        if (l < 0) continue;
+        SCOPED_TRACE(std::string(preset) + " tp " + std::to_string(tp) + " layer " +
+                     std::to_string(l));
+        double dw = 0, kept = 0;
+        for (Gemm g : LayerGemms(cm.model(), kind)) {
+          (g.row_parallel ? g.k : g.n) /= tp;
+          dw += 2 * t * g.n * g.k;
+          kept += t * (g.k + g.n) * act;
+        }
+        EXPECT_NEAR(cm.WeightGradTime(l, 0, s), dw / rate, 1e-12 * dw / rate);
+        EXPECT_LT(cm.WeightGradTime(l, 0, s), cm.BackwardTime(l, 0, s));
+        EXPECT_EQ(cm.WeightGradTime(l, 8192, s), cm.WeightGradTime(l, 0, s));
+        EXPECT_NEAR(cm.WeightGradRetainedBytes(l, s), kept, 1e-9 * kept);
+      }
+      const int e = FirstLayerOf(cm, LayerKind::kEmbedding);
+      EXPECT_EQ(cm.WeightGradTime(e, 0, s), cm.BackwardTime(e, 0, s));
+      EXPECT_EQ(cm.WeightGradRetainedBytes(e, s), t * cm.model().hidden_size() * act);
+    }
+  }
+  // With the kernel tables (H100) and under recompute, for every kind and a
+  // range of lengths: 0 <= W <= the backward.
+  for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
+    const CostModel cm = MakeModel("gdn-hybrid-3b", 1, 1, rc, "h100-80gb-nvlink");
+    for (int l = 0; l < cm.num_layers(); ++l) {
+      for (std::int64_t s : {1, 128, 4096, 65536}) {
+        const double w = cm.WeightGradTime(l, 0, s), b = cm.BackwardTime(l, 0, s);
+        EXPECT_GT(w, 0) << l << " " << s;
+        EXPECT_LE(w, b) << l << " " << s;
+      }
+    }
+  }
 }
 
 TEST(CostModel, TimeHasAWeightStreamingFloor) {

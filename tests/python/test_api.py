@@ -67,7 +67,7 @@ class ScenarioTest(unittest.TestCase):
         p = sf.presets()
         self.assertIn("gdn-3b", p["models"])
         self.assertIn("a100-80gb-nvlink", p["clusters"])
-        self.assertEqual(sf.policies(), ["gpipe", "1f1b", "stateflow", "interleaved"])
+        self.assertEqual(sf.policies(), ["gpipe", "1f1b", "stateflow", "interleaved", "zb-h1", "zb-h2"])
 
     def test_default_scenario_simulates_as_the_command_line(self):
         report = sf.simulate(sf.scenario())

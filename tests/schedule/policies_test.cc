@@ -148,8 +148,8 @@ TEST(PoliciesTest, SmallPlansAgreeWithTheBruteForceChecker) {
 }
 
 TEST(PoliciesTest, PolicyNames) {
-  EXPECT_EQ(PolicyNames(),
-            (std::vector<std::string>{"gpipe", "1f1b", "stateflow", "interleaved"}));
+  EXPECT_EQ(PolicyNames(), (std::vector<std::string>{"gpipe", "1f1b", "stateflow", "interleaved",
+                                                      "zb-h1", "zb-h2"}));
   for (const std::string& name : PolicyNames()) {
     Result<Plan> plan = MakePlan(name, 2, 2, 1);
     ASSERT_TRUE(plan.ok()) << name;
@@ -208,6 +208,84 @@ TEST(PoliciesTest, InterleavedOverShapesValidates) {
   EXPECT_GT(checked, 300);
 }
 
+// Most units whose forward has run and whose W has not (what a split
+// backward keeps alive: the activations until I, the W's inputs after).
+long long PeakAwaitingWeight(const std::vector<Action>& actions) {
+  long long now = 0, peak = 0;
+  for (const Action& x : actions) {
+    if (x.pass == Pass::kForward) peak = std::max(peak, ++now);
+    if (x.pass == Pass::kWeight) --now;
+  }
+  return peak;
+}
+
+// The zero-bubble policies over (P, M, N): every plan validates, splits
+// every backward (a W for every B, after it), runs StateFlow's orders
+// (forwards by (microbatch, chunk), backwards microbatch by microbatch, last
+// chunk first, W in its B's order), and keeps at most the documented units
+// waiting for their W: N + P - 1 for zb-h1 (StateFlow-1F1B's first stage,
+// so 1F1B's peak), N + 2 (P - 1) for zb-h2, reached once the step has that
+// many units.
+TEST(PoliciesTest, ZeroBubbleOverShapesValidates) {
+  int checked = 0;
+  for (const std::string policy : {"zb-h1", "zb-h2"}) {
+    for (int P = 1; P <= 7; ++P) {
+      for (int M = 1; M <= 9; ++M) {
+        for (int N : {1, 2, 3, 4, 7}) {
+          const std::string what = Describe(policy, P, M, N);
+          Result<Plan> plan = MakePlan(policy, P, M, N);
+          ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().message();
+          EXPECT_EQ(plan->policy(), policy);
+          EXPECT_TRUE(SplitsBackward(*plan)) << what;
+          const Status valid = ValidatePlan(*plan);
+          ASSERT_TRUE(valid.ok()) << what << ": " << valid.message() << "\n" << valid.detail();
+          const long long units = static_cast<long long>(M) * N;
+          const long long limit = policy == "zb-h1" ? N + P - 1 : N + 2LL * (P - 1);
+          long long highest = 0;
+          for (int r = 0; r < P; ++r) {
+            std::vector<Action> forwards, backwards, weights;
+            for (const Action& x : plan->stage(r)) {
+              (x.pass == Pass::kForward ? forwards
+               : x.pass == Pass::kBackward ? backwards : weights).push_back(x);
+            }
+            ASSERT_EQ(forwards.size(), static_cast<std::size_t>(units)) << what;
+            ASSERT_EQ(backwards.size(), static_cast<std::size_t>(units)) << what;
+            ASSERT_EQ(weights.size(), static_cast<std::size_t>(units)) << what;
+            for (int a = 0; a < M; ++a) {
+              for (int i = 0; i < N; ++i) {
+                EXPECT_EQ(forwards[a * N + i], (Action{r, Pass::kForward, a, i})) << what;
+                EXPECT_EQ(backwards[a * N + i], (Action{r, Pass::kBackward, a, N - 1 - i})) << what;
+                EXPECT_EQ(weights[a * N + i], (Action{r, Pass::kWeight, a, N - 1 - i})) << what;
+              }
+            }
+            const long long peak = PeakAwaitingWeight(plan->stage(r));
+            EXPECT_LE(peak, limit) << what << " stage " << r;
+            highest = std::max(highest, peak);
+          }
+          EXPECT_EQ(highest, std::min(units, limit)) << what;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 7 * 9 * 5);
+}
+
+// ZB-H1's order in full for P = 3, M = 3, N = 1 (stage r holds back its
+// first r W passes), as InternEvo's ZB-H1 runs it.
+TEST(PoliciesTest, ZeroBubbleH1Order) {
+  Result<Plan> plan = MakePlan("zb-h1", 3, 3, 1);
+  ASSERT_TRUE(plan.ok());
+  const auto text = [&](int r) {
+    std::string out;
+    for (const Action& x : plan->stage(r)) out += ToString(x) + " ";
+    return out;
+  };
+  EXPECT_EQ(text(0), "0F0.0 0F1.0 0F2.0 0B0.0 0W0.0 0B1.0 0W1.0 0B2.0 0W2.0 ");
+  EXPECT_EQ(text(1), "1F0.0 1F1.0 1B0.0 1F2.0 1B1.0 1W0.0 1B2.0 1W1.0 1W2.0 ");
+  EXPECT_EQ(text(2), "2F0.0 2B0.0 2F1.0 2B1.0 2F2.0 2B2.0 2W0.0 2W1.0 2W2.0 ");
+}
+
 TEST(PoliciesTest, InterleavedRefusals) {
   Result<Plan> odd = MakePlan("interleaved", 4, 3, 1, 2);
   ASSERT_FALSE(odd.ok());
@@ -234,7 +312,8 @@ TEST(PoliciesTest, ErrorsNameTheField) {
   };
   const Case cases[] = {
       {"zb", 4, 4, 4,
-       "schedule.policy 'zb' is unknown (known: gpipe, 1f1b, stateflow, interleaved)"},
+       "schedule.policy 'zb' is unknown (known: gpipe, 1f1b, stateflow, interleaved, zb-h1, "
+       "zb-h2)"},
       {"", 4, 4, 4, "schedule.policy"},
       {"stateflow", 0, 4, 4, "stages"},
       {"stateflow", 4, 0, 4, "microbatches"},

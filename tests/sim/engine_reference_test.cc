@@ -10,7 +10,10 @@
 #include <random>
 #include <string>
 
+#include "models/model.h"
+#include "schedule/partition.h"
 #include "schedule/policies.h"
+#include "sim/cost_source.h"
 #include "sim/engine.h"
 
 namespace stateflow::sim {
@@ -162,6 +165,49 @@ TEST(EngineReference, ADeadlockIsTheSameErrorNamingTheStuckStage) {
   EXPECT_EQ(got.status().message(), want.status().message());
   EXPECT_NE(got.status().message().find("stage 0 waits forever at step 1"), std::string::npos)
       << got.status().message();
+}
+
+// The analytic source's tables (which the engine reads directly) give what
+// its per-action answers give (which the reference engine asks), for a split
+// backward too: I and W durations and memory, bit for bit.
+TEST(EngineReference, TheAnalyticTablesOfASplitBackwardAreItsAnswers) {
+  models::CostModelOptions o;
+  o.recompute = models::Recompute::kNone;
+  Result<models::CostModel> cm = models::CostModel::Make(
+      *models::ModelPreset("gdn-hybrid-tiny"), {}, *models::ClusterPreset("h100-80gb-nvlink"), o);
+  ASSERT_TRUE(cm.ok()) << cm.status().message();
+  for (const std::string policy : {"zb-h1", "zb-h2", "stateflow"}) {
+    const int P = 3, M = 4, N = 3;
+    Result<schedule::Plan> plan = schedule::MakePlan(policy, P, M, N);
+    ASSERT_TRUE(plan.ok());
+    const int L = cm->num_layers();
+    std::vector<models::StageLayers> layers;
+    for (int r = 0; r < P; ++r) layers.push_back({r * L / P, (r + 1) * L / P});
+    Result<schedule::Partition> partition = schedule::MakeFromBoundaries({0, 256, 640, 768});
+    ASSERT_TRUE(partition.ok()) << partition.status().message();
+    SimSetup setup{&*cm, layers, *partition, M};
+    setup.split_backward = schedule::SplitsBackward(*plan);
+    EXPECT_EQ(setup.split_backward, policy != "stateflow");
+    const std::unique_ptr<CostSource> costs = MakeAnalyticCostSource(setup);
+    ASSERT_NE(costs->Tables(), nullptr);
+    // I + W is the whole backward (the preset has no fixed per-action cost).
+    setup.split_backward = false;
+    const std::unique_ptr<CostSource> whole = MakeAnalyticCostSource(setup);
+    for (int r = 0; r < P; ++r) {
+      for (int i = 0; i < N; ++i) {
+        const Action b{r, Pass::kBackward, 0, i}, w{r, Pass::kWeight, 0, i};
+        const double sum = costs->Duration(b) + costs->Duration(w);
+        EXPECT_NEAR(sum, whole->Duration(b), 1e-12 * whole->Duration(b)) << policy;
+        if (policy != "stateflow") EXPECT_GT(costs->Duration(w), 0) << policy;
+      }
+    }
+    for (bool timeline : {false, true}) {
+      Result<EngineResult> got = RunPlan(*plan, *costs, {.record_timeline = timeline});
+      Result<EngineResult> want = RunPlanByEvents(*plan, *costs, {.record_timeline = timeline});
+      ASSERT_TRUE(got.ok() && want.ok());
+      ExpectSameResult(*got, *want, policy);
+    }
+  }
 }
 
 TEST(EngineReference, ABadDurationIsTheSameErrorNamingTheAction) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 
+#include "models/memory_model.h"
 #include "models/model.h"
 #include "sim/simulation.h"
 #include "tests/scenario_testing.h"
@@ -134,6 +135,86 @@ TEST(UniformCosts, InterleavedStepTimeMatchesMegatronsBubble) {
     }
   }
   EXPECT_GT(checked, 50);
+}
+
+// The zero-bubble schedules at the zero-bubble paper's F = B = W (the
+// uniform source's split: a chunk's F, I and W each 1/N), once the step has
+// the units their warm-up needs (M N >= N + 2 (P - 1)):
+//   zb-h1: stage r idles (P - 1 - r)(F + B - W) = (P - 1 - r) / N between
+//          its first action and its last; the step is stage 0's span,
+//          3 M + (P - 1) / N (the paper's (p - 1)(T_F + T_B - T_W) bubble).
+//   zb-h2: no stage idles inside its span (the paper's (p - 1)(T_F + T_B -
+//          2 T_W) = 0); the step is 3 M + (P - 1) / N, the last stage's late
+//          start (the paper's ZB-H2 needs its optimizer post-validation to
+//          take that off, across steps).
+// The unsplit StateFlow-1F1B of the same shape takes 3 (M + (P - 1) / N).
+TEST(UniformCosts, ZeroBubbleReproducesThePapersBubbles) {
+  int checked = 0;
+  for (int P = 1; P <= 6; ++P) {
+    for (int M = 1; M <= 8; ++M) {
+      for (int N : {1, 2, 4}) {
+        if (M * N < N + 2 * (P - 1)) continue;
+        for (const std::string policy : {"zb-h1", "zb-h2"}) {
+          SCOPED_TRACE(policy + " P=" + std::to_string(P) + " M=" + std::to_string(M) +
+                       " N=" + std::to_string(N));
+          Result<Simulation> sim =
+              Simulate(MustResolve(UniformScenario(P, M, 128LL * N * 2)),
+                       Schedule(policy, N, "none"), {.record_timeline = true});
+          ASSERT_TRUE(sim.ok()) << sim.status().message();
+          EXPECT_NEAR(sim->report.step_time_s(), 3.0 * M + (P - 1.0) / N, 1e-9);
+          for (int r = 0; r < P; ++r) {
+            const StageResult& stage = sim->engine.stages[static_cast<std::size_t>(r)];
+            EXPECT_NEAR(stage.busy_s, 3.0 * M, 1e-9);
+            double first = std::numeric_limits<double>::infinity();
+            for (const Slice& slice : stage.slices) first = std::min(first, slice.start_s);
+            const double idle = stage.end_s - first - stage.busy_s;
+            EXPECT_NEAR(idle, policy == "zb-h1" ? (P - 1.0 - r) / N : 0.0, 1e-9) << "stage " << r;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+// A split backward's memory: each stage's simulated peak is the static bytes
+// and its actions' segments composed in plan order with the split (I keeps
+// SplitRetainedBytes until its W frees them), and the step ends where it
+// started.
+TEST(UniformCosts, ZeroBubbleStagePeaksAreTheSplitComposed) {
+  for (const std::string recompute : {"none", "full"}) {
+    for (const std::string policy : {"zb-h1", "zb-h2"}) {
+      const int P = 3, M = 4, N = 2;
+      Result<Simulation> sim = Simulate(MustResolve(UniformScenario(P, M, 128LL * N * 2)),
+                                        Schedule(policy, N, recompute), {.record_timeline = true});
+      ASSERT_TRUE(sim.ok()) << sim.status().message();
+      const models::CostModel& cm = sim->config.placement->cost_model;
+      for (int r = 0; r < P; ++r) {
+        const models::StageLayers& layers = sim->config.placement->stage_layers[r];
+        const models::MemorySegment step = models::StageStepMemory(
+            cm, layers, sim->config.partition, sim->config.plan.stage(r));
+        const double peak = sim->report.stages(r).peak_memory_bytes();
+        EXPECT_NEAR(peak, step.peak_total(), 1e-9 * peak) << policy << recompute << " stage " << r;
+        const ClassBytes fixed = models::StaticStageBytes(cm, layers);
+        for (int c = 0; c < kNumBufferClasses; ++c) {
+          EXPECT_NEAR(step.net()[c], fixed[c], 1e-6) << policy << recompute << " class " << c;
+        }
+        // What I keeps for W is more than nothing, and W frees it.
+        const std::int64_t s = sim->config.partition.length(0);
+        const double kept = models::SplitRetainedBytes(cm, layers, s);
+        EXPECT_GT(kept, 0);
+        const schedule::Action i{r, schedule::Pass::kBackward, 0, 0};
+        const schedule::Action w{r, schedule::Pass::kWeight, 0, 0};
+        const double whole =
+            models::ActionMemory(cm, layers, sim->config.partition, i).net()[kActivations];
+        EXPECT_NEAR(models::ActionMemory(cm, layers, sim->config.partition, i, true)
+                        .net()[kActivations], whole + kept, 1e-6);
+        EXPECT_NEAR(models::ActionMemory(cm, layers, sim->config.partition, w, true)
+                        .net()[kActivations], -kept, 1e-6);
+      }
+    }
+  }
 }
 
 // With virtual stages a stage's memory is its model stages' static bytes and
