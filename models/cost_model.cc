@@ -622,6 +622,7 @@ double CostModel::BackwardTime(int l, std::int64_t c, std::int64_t s) const {
 
 double CostModel::WeightGradTime(int l, std::int64_t c, std::int64_t s) const {
   if (layers_[l] == LayerKind::kEmbedding) return BackwardTime(l, c, s);
+  if (layers_[l] == LayerKind::kHead) return 0;  // in I: the loss path's slices
   const std::int64_t local = LocalTokens(s);  // one CP device's tokens
   const double t = Tokens(local), act = precision_.activation_bytes();
   const double rate = cluster_.device().peak_flops() * Efficiency(t);
@@ -639,6 +640,7 @@ double CostModel::WeightGradTime(int l, std::int64_t c, std::int64_t s) const {
 double CostModel::WeightGradRetainedBytes(int l, std::int64_t s) const {
   const double t = Tokens(s), act = precision_.activation_bytes();
   if (layers_[l] == LayerKind::kEmbedding) return t * model_.hidden_size() * act;
+  if (layers_[l] == LayerKind::kHead) return 0;
   double per_token = 0;
   for (const Gemm& g : Table(l).gemms) per_token += g.k + g.n;
   return t * per_token * act;

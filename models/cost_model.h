@@ -244,16 +244,18 @@ class CostModel {
   // first). W is the weight-gradient GEMM of each linear, X^T dY: the same
   // 2 t n k FLOPs as its forward, timed at the kernel table's [k, t] x
   // [t, n] rate where there is one (ComputeTime's dW term); the embedding's
-  // whole backward (it has no input gradient). At most the own backward's
-  // kernel time, so that I >= 0.
+  // whole backward (it has no input gradient); none of the head's: its
+  // output layer's weight gradient is made slice by slice inside the loss
+  // path, which never holds the whole logits gradient (so W keeps nothing
+  // of it). At most the own backward's kernel time, so that I >= 0.
   double WeightGradTime(int l, std::int64_t c, std::int64_t s) const;
   // What I leaves alive until W, in bytes, for s tokens (one CP device's, as
   // the memory functions below take them): each linear's input X and output
   // gradient dY (t (k + n) elements of activation precision per GEMM, after
   // the TP split; one GEMM per distinct input, as LayerGemms groups them);
-  // the embedding's output gradient (t h). The backend's split keeps
-  // exactly these (the weight-gradient store of the zero-bubble
-  // implementations).
+  // the embedding's output gradient (t h); nothing for the head. The
+  // backend's split keeps exactly these (the weight-gradient store of the
+  // zero-bubble implementations).
   double WeightGradRetainedBytes(int l, std::int64_t s) const;
   // Tensor-parallel all-reduces of one pass of layer l over s tokens, on the
   // intra-node link (0 when TP = 1). Megatron-LM style: a block all-reduces

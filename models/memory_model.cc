@@ -86,9 +86,11 @@ MemorySegment ForwardAction(const CostModel& cm, const StageLayers& layers,
   return seg;
 }
 
+// `split`: the input-gradient pass I of a split backward, each layer making
+// its W store (CostModel::WeightGradRetainedBytes) as it starts.
 template <typename Kinds>
 MemorySegment BackwardAction(const CostModel& cm, const StageLayers& layers,
-                             const ChunkShape& shape, Kinds& kinds) {
+                             const ChunkShape& shape, Kinds& kinds, bool split) {
   const double io = cm.BoundaryActivationBytes(shape.s);
   const double seq_len = static_cast<double>(shape.seq_len);
   const bool first = layers.first == 0, last = layers.last == cm.num_layers();
@@ -97,6 +99,7 @@ MemorySegment BackwardAction(const CostModel& cm, const StageLayers& layers,
   bool holds_input = false;     // whether the current output gradient is the stage's own
   for (int l = layers.last - 1; l >= layers.first; --l) {
     const LayerKind kind = cm.layers()[l];
+    if (split) seg.Add(kAct, cm.WeightGradRetainedBytes(l, shape.s));  // the W store
     if (kind == LayerKind::kEmbedding) break;  // a scatter-add: nothing allocated
     const double state = cm.BoundaryStateBytes(l);
     const double kv = cm.KvBytesPerToken(l) * seq_len, kv_grad = cm.KvGradBytesPerToken(l) * seq_len;
@@ -147,9 +150,7 @@ MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
     }
     case Pass::kBackward: {
       KindSegments kinds(cm, shape.s, /*forward=*/false);
-      MemorySegment seg = BackwardAction(cm, layers, shape, kinds);
-      if (split) seg.Add(kAct, SplitRetainedBytes(cm, layers, shape.s));
-      return seg;
+      return BackwardAction(cm, layers, shape, kinds, split);
     }
     case Pass::kWeight: {
       MemorySegment seg;
@@ -211,8 +212,7 @@ const MemorySegment& ActionMemoryCache::Get(const StageLayers& layers,
     const bool forward = action.pass == Pass::kForward;
     SharedKinds kinds(*this, shape.s, forward);
     seg = forward ? ForwardAction(cm_, layers, shape, kinds)
-                  : BackwardAction(cm_, layers, shape, kinds);
-    if (split) seg.Add(kAct, SplitRetainedBytes(cm_, layers, shape.s));
+                  : BackwardAction(cm_, layers, shape, kinds, split);
   }
   return actions_.emplace(key, seg).first->second;
 }

@@ -49,10 +49,12 @@ ClassBytes StaticStageBytes(const CostModel& cm, const StageLayers& layers);
 // One action of the stage holding `layers` (the embedding if layers.first
 // is 0, the head if layers.last is cm.num_layers()).
 // The split backward (`split`: the plan has W actions): B is then the
-// input-gradient pass I, whose events are the whole backward's followed by
-// what it leaves alive until W (SplitRetainedBytes, in kActivations); W
-// frees those at its end and allocates nothing else (the weight-gradient
-// GEMMs accumulate into the gradients, which are static).
+// input-gradient pass I, whose events are the whole backward's with each
+// layer making, as its backward starts, the W store it leaves alive until W
+// (CostModel::WeightGradRetainedBytes, in kActivations; the backend's split
+// must allocate it there); W frees the stage's (SplitRetainedBytes) at its
+// end and allocates nothing else (the weight-gradient GEMMs accumulate into
+// the gradients, which are static).
 // REQUIRES: action.chunk < partition.num_chunks(); split for a W action.
 MemorySegment ActionMemory(const CostModel& cm, const StageLayers& layers,
                            const schedule::Partition& partition,
