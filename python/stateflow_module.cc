@@ -303,7 +303,8 @@ py::list StageActions(const schedule::Plan& plan, int r) {
 void ValidatePlan(const PyPlan& p) { Check(schedule::ValidatePlan(p.plan), g_plan_error); }
 
 PyPlan PlanFromPolicy(const py::function& choose, int P, int M, int N, const std::string& name,
-                      double forward_time, double backward_time) {
+                      double forward_time, double backward_time, bool split_backward,
+                      double weight_time) {
   std::optional<py::error_already_set> raised;
   const schedule::ChoosePolicy policy =
       [&](int stage, int /*step*/, const std::vector<schedule::Action>& ready)
@@ -335,7 +336,11 @@ PyPlan PlanFromPolicy(const py::function& choose, int P, int M, int N, const std
   };
   Result<schedule::Plan> plan = schedule::PlanFromPolicy(
       P, M, N, policy,
-      {.policy_name = name, .forward_time = forward_time, .backward_time = backward_time});
+      {.policy_name = name,
+       .forward_time = forward_time,
+       .backward_time = backward_time,
+       .split_backward = split_backward,
+       .weight_time = weight_time});
   if (raised) throw std::move(*raised);
   return {Take(std::move(plan), g_plan_error)};
 }
@@ -752,11 +757,15 @@ PYBIND11_MODULE(_stateflow, m) {
   m.def("plan_from_policy", &PlanFromPolicy, py::arg("choose"), py::arg("P"), py::arg("M"),
         py::arg("N") = 1, py::kw_only(), py::arg("name") = "custom",
         py::arg("forward_time") = 1.0, py::arg("backward_time") = 2.0,
+        py::arg("split_backward") = false, py::arg("weight_time") = 1.0,
         "A plan made by an issue policy written in Python, run by the schedule core's greedy "
         "executor: whenever stage r is idle, choose(r, ready) gets the texts of its ready "
-        "actions (backwards first, then forwards, each by microbatch and chunk) and returns "
+        "actions (backwards first, then forwards, each by microbatch and chunk, then with "
+        "split_backward the W passes of its backwards, oldest first) and returns "
         "one of them (or its index), or None to wait until another action finishes. Passes "
-        "take forward_time and backward_time units. A choice not ready, or a policy that "
+        "take forward_time, backward_time and weight_time units; split_backward=True splits "
+        "each backward into B (input gradient) and W (weight gradients, any time after its "
+        "B: a zero-bubble schedule). A choice not ready, or a policy that "
         "deadlocks (every stage idle and waiting), raises PlanError naming the stage and step; "
         "an exception raised by choose propagates.");
   m.def("policies", [] { return schedule::PolicyNames(); });

@@ -238,6 +238,31 @@ class PlanTest(unittest.TestCase):
         p = sf.plan_from_policy(lambda stage, ready: 0, 3, 2, 2)
         sf.validate_plan(p)
 
+    def test_a_python_zero_bubble_policy_splits_the_backward(self):
+        # B first, then F, then W: every W after its B, one per B; at
+        # F = B = W its simulated step is no longer than StateFlow's.
+        def b_then_f_then_w(stage, ready):
+            for kind in "BFW":
+                for k, a in enumerate(ready):
+                    if as_tuple(a)[0] == kind:
+                        return k
+        p = sf.plan_from_policy(b_then_f_then_w, 3, 4, 2, name="mine", backward_time=1.0,
+                                split_backward=True, weight_time=1.0)
+        sf.validate_plan(p)
+        flat = [as_tuple(a) for stage in p.per_stage() for a in stage]
+        self.assertEqual(sum(1 for a in flat if a[0] == "W"), 3 * 4 * 2)
+        for stage in p.per_stage():
+            seen = set()
+            for a in stage:
+                kind, mb, chunk = as_tuple(a)
+                if kind == "B":
+                    seen.add((mb, chunk))
+                if kind == "W":
+                    self.assertIn((mb, chunk), seen)
+        s = sf.scenario(P=3, M=4, N=2, policy="stateflow", cost_model="uniform")
+        self.assertLessEqual(sf.simulate(s, plan=p).step_time_s, sf.simulate(s).step_time_s)
+        self.assertEqual(sf.make_plan("zb-h1", 3, 4, 2).policy, "zb-h1")
+
 
 class VirtualStagesTest(unittest.TestCase):
     def test_interleaved_plan_and_its_closed_form(self):

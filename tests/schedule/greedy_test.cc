@@ -160,5 +160,46 @@ TEST(PlanFromPolicy, PolicyErrorsAndBadArgumentsAreOneLine) {
             "policy name 'my policy' must be one token (no whitespace or '#')");
 }
 
+// With split_backward each B leaves its W ready on its stage, listed after
+// the forwards, oldest B first; taking the ready list's front (B, F, then W)
+// gives a valid split plan with one W per B; a policy that never runs W
+// deadlocks once only W passes are left.
+TEST(PlanFromPolicy, ASplitBackwardListsEachWAfterItsB) {
+  const GreedyOptions split{.backward_time = 1, .split_backward = true, .weight_time = 1};
+  int weights_seen = 0;
+  const ChoosePolicy first = [&](int r, int, const std::vector<Action>& ready) -> Choice {
+    bool after_forwards = false;
+    for (const Action& a : ready) {
+      EXPECT_EQ(a.stage, r);
+      if (a.pass == Pass::kWeight) {
+        after_forwards = true;
+        ++weights_seen;
+      } else {
+        EXPECT_FALSE(after_forwards) << ToString(a) << " after a W";
+      }
+    }
+    return std::optional<Action>(ready.front());
+  };
+  Result<Plan> plan = PlanFromPolicy(3, 4, 2, first, split);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_TRUE(SplitsBackward(*plan));
+  EXPECT_EQ(plan->num_actions(), 3u * 3 * 4 * 2);
+  EXPECT_TRUE(ValidatePlan(*plan).ok());
+  EXPECT_GT(weights_seen, 0);
+  const ChoosePolicy never_w = [](int, int, const std::vector<Action>& ready) -> Choice {
+    if (ready.front().pass == Pass::kWeight) return std::optional<Action>();
+    return std::optional<Action>(ready.front());
+  };
+  Result<Plan> stuck = PlanFromPolicy(2, 1, 1, never_w, split);
+  ASSERT_FALSE(stuck.ok());
+  EXPECT_NE(stuck.status().message().find("policy deadlocks"), std::string::npos)
+      << stuck.status().message();
+  EXPECT_NE(stuck.status().message().find("W0.0"), std::string::npos) << stuck.status().message();
+  EXPECT_EQ(PlanFromPolicy(1, 1, 1, first, {.split_backward = true, .weight_time = -1})
+                .status()
+                .message(),
+            "weight_time must be a finite number > 0, got -1.000000");
+}
+
 }  // namespace
 }  // namespace stateflow::schedule
