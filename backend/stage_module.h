@@ -88,6 +88,18 @@ class StageModule {
   // saved tensors and its input boundary state.
   virtual Result<Tensor<T>> Backward(int microbatch, int chunk, const Tensor<T>* dy) = 0;
 
+  // The weight-gradient pass W of chunk i of microbatch a, when the module
+  // splits its backward (StageModuleOptions::split_backward): its Backward
+  // is then the input-gradient pass, which leaves the weight gradients of
+  // the chunk's linears and embedding to this. Adds into the parameter
+  // gradients and frees what Backward kept for it. Error: a module that
+  // does not split, or a W before its B or run twice.
+  virtual Status Weight(int microbatch, int chunk) {
+    (void)microbatch;
+    (void)chunk;
+    return Status::Invalid("this stage module does not split its backward (no W pass)");
+  }
+
   // The step's loss so far (sum of scaled token losses; last stage only).
   virtual double loss() const = 0;
 

@@ -170,6 +170,7 @@ void CostModel::FillTables() {
       (g.row_parallel ? g.k : g.n) /= tp;
       t.gemms.push_back(g);
     }
+    t.w_store_per_token = WeightGradStoreElementsPerToken(model_, kind, tp);
     t.core = RecurrenceCoreFlops(model_, kind);
     t.core.fwd /= tp;
     t.core.bwd /= tp;
@@ -638,12 +639,7 @@ double CostModel::WeightGradTime(int l, std::int64_t c, std::int64_t s) const {
 }
 
 double CostModel::WeightGradRetainedBytes(int l, std::int64_t s) const {
-  const double t = Tokens(s), act = precision_.activation_bytes();
-  if (layers_[l] == LayerKind::kEmbedding) return t * model_.hidden_size() * act;
-  if (layers_[l] == LayerKind::kHead) return 0;
-  double per_token = 0;
-  for (const Gemm& g : Table(l).gemms) per_token += g.k + g.n;
-  return t * per_token * act;
+  return Tokens(s) * Table(l).w_store_per_token * precision_.activation_bytes();
 }
 
 PassTerms CostModel::BackwardTerms(int l, std::int64_t c, std::int64_t s) const {

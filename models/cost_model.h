@@ -77,6 +77,12 @@ std::string_view RecomputeName(Recompute recompute);  // "none" or "full"
 struct Gemm {
   double n = 0, k = 0;
   bool row_parallel = false;
+  // The distinct [t, k] inputs the group's linears read (1: one input
+  // shared, as q, k and v read one normalised x; 2: KDA's two low-rank up
+  // projections, each from its own rank-r factor). FLOPs and time take the
+  // group as one [t, k] x [k, n]; a split backward's W store keeps each
+  // input (layer_formulas.h, WeightGradStoreElementsPerToken).
+  double inputs = 1;
 };
 
 // The recurrence core's forward and backward FLOPs per token of one
@@ -431,6 +437,7 @@ class CostModel {
     double boundary_bytes = 0;
     double kv_per_token = 0;  // bytes, activation precision
     std::vector<Gemm> gemms;  // forward matmuls, n and k after the TP split
+    double w_store_per_token = 0;  // WeightGradStoreElementsPerToken
     CoreFlops core;           // recurrence core per token, after TP
   };
 

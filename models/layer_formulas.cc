@@ -360,6 +360,18 @@ std::vector<Gemm> LayerGemms(const pb::ModelSpec& model, LayerKind kind) {
   return out;
 }
 
+double WeightGradStoreElementsPerToken(const pb::ModelSpec& model, LayerKind kind,
+                                       int tensor_size) {
+  if (kind == LayerKind::kEmbedding) return static_cast<double>(model.hidden_size());
+  if (kind == LayerKind::kHead) return 0;
+  double per_token = 0;
+  for (Gemm g : LayerGemms(model, kind)) {
+    (g.row_parallel ? g.k : g.n) /= tensor_size;
+    per_token += g.inputs * g.k + g.n;
+  }
+  return per_token;
+}
+
 CoreFlops RecurrenceCoreFlops(const pb::ModelSpec& model, LayerKind kind) {
   if (kind != LayerKind::kRecurrence) return {};
   const Family& family = FamilyOfValid(model);

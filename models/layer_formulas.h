@@ -51,6 +51,17 @@ FlopCoeffs LayerFlopCoeffs(const pb::ModelSpec& model, LayerKind kind);
 // The matmuls of a layer's forward (Gemm, cost_model.h).
 std::vector<Gemm> LayerGemms(const pb::ModelSpec& model, LayerKind kind);
 
+// A split backward's W store (zero-bubble schedules), in elements of
+// activation precision per token on one TP rank: each GEMM's input and
+// output gradient, k + n after the TP split (LayerGemms groups the linears
+// that share an input into one GEMM; Gemm::inputs k for a group whose
+// linears read distinct inputs); the embedding's output gradient h;
+// nothing for the head (its output layer's weight gradient is made in the
+// loss path). The backend's store holds exactly this (backend/model/
+// weight_grad_store.h checks it).
+double WeightGradStoreElementsPerToken(const pb::ModelSpec& model, LayerKind kind,
+                                       int tensor_size);
+
 // The recurrence core's FLOPs per token (CoreFlops, cost_model.h).
 CoreFlops RecurrenceCoreFlops(const pb::ModelSpec& model, LayerKind kind);
 

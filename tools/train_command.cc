@@ -400,7 +400,8 @@ backend::StageModuleFactory<T> ModuleFactory(const Prepared& p, backend::TpShard
                                         .microbatch_size = p.setup.microbatch_size,
                                         .st_overlap = p.setup.st_overlap,
                                         .st_tile = p.setup.st_tile,
-                                        .tp = tp},
+                                        .tp = tp,
+                                        .split_backward = schedule::SplitsBackward(p.setup.plan)},
                                        alloc);
   };
 }
@@ -544,6 +545,12 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
                                 "(its sums are in host memory); not yet on cuda");
     }
     if (!refused.ok()) return FailOnce(rank, refused);
+  }
+  if (schedule::SplitsBackward(prepared->setup.plan) && prepared->options.device == "cuda") {
+    return FailOnce(rank, Status::Invalid(
+                              "the plan splits the backward (W actions, e.g. policy " +
+                              prepared->setup.plan.policy() +
+                              "): runs on the cpu and host-grid devices; not yet on cuda"));
   }
   backend::SetKernelThreads(prepared->options.threads > 0
                                 ? prepared->options.threads

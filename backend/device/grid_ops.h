@@ -75,6 +75,7 @@
 #include "backend/device/grid_kernels/math.h"
 #include "backend/device/grid_kernels/rows.h"
 #include "backend/device/ops.h"
+#include "backend/kernels/weight_grad_sink.h"
 
 namespace stateflow::backend {
 
@@ -124,10 +125,15 @@ class GridOps final : public Ops<T> {
   }
   void LinearBackward(T* dx, GradOf<T>* dw, GradOf<T>* db, const T* dy, const T* x,
                       const T* w, int64_t R, int64_t C, int64_t D) override {
+    if (WeightGradSink<T, GradOf<T>>* sink = ActiveWeightGradSink<T, GradOf<T>>();
+        sink != nullptr && dw != nullptr) {
+      sink->DeferLinear(dw, db, dy, x, R, C, D);  // a split backward's W
+      dw = db = nullptr;
+    }
     if (dx != nullptr) {
       Mm(exec_, false, false, R, C, D, dy, D, w, C, 0, dx, C);
     }
-    Mm(exec_, true, false, D, C, R, dy, D, x, C, 1, dw, C);
+    if (dw != nullptr) Mm(exec_, true, false, D, C, R, dy, D, x, C, 1, dw, C);
     if (db != nullptr) exec_.ForEach(D, grid::ColumnSumAddFn<T>{db, dy, R, D});
   }
   void RmsNormForward(T* y, StatOf<T>* rstd, const T* x, const T* w, int64_t R,

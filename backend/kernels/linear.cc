@@ -1,4 +1,5 @@
 #include "backend/kernels/linear.h"
+#include "backend/kernels/weight_grad_sink.h"
 
 #include "backend/kernels/eigen_types.h"
 
@@ -17,11 +18,14 @@ void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t R,
 template <typename T>
 void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                     int64_t R, int64_t C, int64_t D) {
+  if (WeightGradSink<T, T>* sink = ActiveWeightGradSink<T, T>(); sink != nullptr && dw != nullptr) {
+    sink->DeferLinear(dw, db, dy, x, R, C, D);  // a split backward's W
+    dw = db = nullptr;
+  }
   CMat<T> dY(dy, R, D);       // (R, D)
   CMat<T> X(x, R, C);         // (R, C)
-  CMat<T> Wt(w, D, C);        // (D, C)
-  if (dx != nullptr) Mat<T>(dx, R, C).noalias() = dY * Wt;
-  Mat<T>(dw, D, C).noalias() += dY.transpose() * X;
+  if (dx != nullptr) Mat<T>(dx, R, C).noalias() = dY * CMat<T>(w, D, C);
+  if (dw != nullptr) Mat<T>(dw, D, C).noalias() += dY.transpose() * X;
   if (db != nullptr) VecMap<T>(db, D) += dY.colwise().sum().transpose();
 }
 

@@ -22,8 +22,9 @@ template <typename T>
 void LinearForward(T* y, const T* x, const T* w, const T* b, int64_t R,
                    int64_t C, int64_t D);
 
-// dx (R, C) = dy w (written; nullptr skips it), dw (D, C) += dy^T x,
-// db (D) += column sums of dy (nullptr skips it).
+// dx (R, C) = dy w (written; nullptr skips it), dw (D, C) += dy^T x
+// (nullptr skips it), db (D) += column sums of dy (nullptr skips it). With a
+// weight-gradient sink active (weight_grad_sink.h) dw and db go to the sink.
 template <typename T>
 void LinearBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
                     int64_t R, int64_t C, int64_t D);

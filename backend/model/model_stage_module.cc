@@ -4,6 +4,7 @@
 // tokens of the chunk, C hidden size.
 #include "backend/model/model_stage_module.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,9 @@
 #include "backend/layers/embedding_layer.h"
 #include "backend/layers/head_layer.h"
 #include "backend/model/sequence_layer.h"
+#include "backend/model/weight_grad_store.h"
+#include "models/layer_formulas.h"
+#include "models/model.h"
 
 namespace stateflow::backend {
 namespace {
@@ -108,6 +112,7 @@ class ModelStageModule final : public StageModule<T> {
                    double loss_scale) override;
   Result<Tensor<T>> Forward(int microbatch, int chunk, const Tensor<T>* x) override;
   Result<Tensor<T>> Backward(int microbatch, int chunk, const Tensor<T>* dy) override;
+  Status Weight(int microbatch, int chunk) override;
   double loss() const override { return loss_; }
   std::vector<ParamRef<T>> Parameters() override;
   void ZeroGrads() override;
@@ -118,8 +123,17 @@ class ModelStageModule final : public StageModule<T> {
   // `head` exists from F(a, 0) to B(a, 0) (issue 31: a few bytes per
   // microbatch outside that, so host memory follows the microbatches in
   // flight, not M).
+  // What a split backward's B leaves for its W: the blocks' W store and
+  // the embedding's output gradient.
+  struct WeightPass {
+    explicit WeightPass(TrackingAllocator* alloc) : store(alloc) {}
+    WeightGradStore<T> store;
+    Tensor<T> embedding_dy;  // (B s, C) on the first stage
+  };
   struct MicrobatchContext {
     std::vector<HeadSaved<T>> head;  // (N) on the last stage, while in flight
+    // (N) with split_backward: chunk i's, from its B until its W.
+    std::vector<std::unique_ptr<WeightPass>> weight;
     int next_forward = 0;            // chunks [0, next_forward) ran F
     int next_backward = 0;           // the only chunk B may run next
   };
@@ -147,6 +161,9 @@ class ModelStageModule final : public StageModule<T> {
   std::vector<EmbeddingLayer<T>> embedding_;                // 0 or 1
   std::vector<std::unique_ptr<SequenceLayer<T>>> blocks_;  // in layer order
   std::vector<HeadLayer<T>> head_;                          // 0 or 1
+  // Per block: its W store's elements per token (split_backward).
+  std::vector<double> store_per_token_;
+  double embedding_store_per_token_ = 0;
 
   const Batch* batch_ = nullptr;
   const schedule::Partition* partition_ = nullptr;
@@ -176,8 +193,12 @@ Status ModelStageModule<T>::Init(const pb::ModelSpec& model) {
                                                         .st_tile = options_.st_tile,
                                                         .tp = options_.tp}));
       blocks_.push_back(std::move(b));
+      store_per_token_.push_back(models::WeightGradStoreElementsPerToken(
+          model, models::LayerList(model)[static_cast<std::size_t>(l)], options_.tp.size));
     }
   }
+  embedding_store_per_token_ =
+      models::WeightGradStoreElementsPerToken(model, models::LayerKind::kEmbedding, options_.tp.size);
   return Status::Ok();
 }
 
@@ -191,6 +212,13 @@ bool ModelStageModule<T>::StepComplete(int* a, int* i) const {
       *i = mb_[m].next_backward;
       return false;
     }
+    for (std::size_t k = 0; k < mb_[m].weight.size(); ++k) {
+      if (mb_[m].weight[k] != nullptr) {  // its W has not run
+        *a = static_cast<int>(m);
+        *i = static_cast<int>(k);
+        return false;
+      }
+    }
   }
   return true;
 }
@@ -201,7 +229,9 @@ Status ModelStageModule<T>::BeginStep(const Batch* batch,
                                     double loss_scale) {
   int a = 0, i = 0;
   if (!step_failed_ && !StepComplete(&a, &i)) {
-    return Status::Invalid(Where(a, i) + " has not run backward; a new step cannot begin");
+    return Status::Invalid(Where(a, i) + " has not run backward" +
+                           (options_.split_backward ? " and W" : "") +
+                           "; a new step cannot begin");
   }
   SF_RETURN_IF_ERROR(CheckBatch("stage " + std::to_string(alloc_->stage()), batch,
                                 partition, is_first() || is_last() ? vocab_ : 0,
@@ -214,7 +244,10 @@ Status ModelStageModule<T>::BeginStep(const Batch* batch,
   step_failed_ = false;
   mb_.clear();
   mb_.resize(M);
-  for (MicrobatchContext& m : mb_) m.next_backward = partition->num_chunks() - 1;
+  for (MicrobatchContext& m : mb_) {
+    m.next_backward = partition->num_chunks() - 1;
+    if (options_.split_backward) m.weight.resize(static_cast<std::size_t>(partition->num_chunks()));
+  }
   for (auto& b : blocks_) b->BeginStep(M, options_.microbatch_size, partition);
   return Status::Ok();
 }
@@ -377,19 +410,71 @@ Status ModelStageModule<T>::RunBackward(Tensor<T>* out, int a, int i,
     if (i == 0) std::vector<HeadSaved<T>>().swap(mb_[a].head);  // its last backward
     cur = &d;
   }
+  std::unique_ptr<WeightPass> weight;
+  if (options_.split_backward) weight = std::make_unique<WeightPass>(alloc_);
+  const std::int64_t rows =
+      static_cast<std::int64_t>(options_.microbatch_size) * partition_->length(i);  // B s
   for (std::size_t b = blocks_.size(); b-- > 0;) {
     Tensor<T> dx;  // (B s, C)
-    SF_RETURN_IF_ERROR(blocks_[b]->Backward(&dx, a, i, *cur));
+    if (weight != nullptr) {  // B: the block's W store first (models::ActionMemory's order)
+      SF_RETURN_IF_ERROR(weight->store.BeginLayer(
+          Where(a, i) + ": block " + std::to_string(blocks_[b]->layer()) + " (" +
+              blocks_[b]->kind_name() + ")",
+          rows * static_cast<std::int64_t>(store_per_token_[b])));
+      ScopedWeightGradSink<T> sink(&weight->store);
+      SF_RETURN_IF_ERROR(blocks_[b]->Backward(&dx, a, i, *cur));
+      SF_RETURN_IF_ERROR(weight->store.EndLayer());
+    } else {
+      SF_RETURN_IF_ERROR(blocks_[b]->Backward(&dx, a, i, *cur));
+    }
     d = std::move(dx);
     cur = &d;
   }
+  if (weight != nullptr && is_first()) {  // the embedding's W store: its output gradient
+    if (static_cast<std::int64_t>(embedding_store_per_token_) != C_) {
+      return Status::Internal("the embedding's W store is not its output gradient");
+    }
+    SF_ASSIGN_OR_RETURN(weight->embedding_dy, cur->CloneAs(BufferClass::kActivations));
+  }
   for (auto& b : blocks_) b->FinishBackward(a, i);
+  if (weight != nullptr) {
+    mb_[a].weight[static_cast<std::size_t>(i)] = std::move(weight);
+    if (is_first()) return Status::Ok();  // the embedding's backward is its W
+  }
   if (is_first()) {
     SF_ASSIGN_OR_RETURN(DeviceIds ids, DeviceIds::Make(alloc_->memory(),
                                                        ChunkTokens(a, i, /*targets=*/false)));
     return embedding_[0].Backward(*cur, ids.data());
   }
   *out = std::move(d);  // not empty: a stage after the first holds a block or the head
+  return Status::Ok();
+}
+
+template <typename T>
+Status ModelStageModule<T>::Weight(int a, int i) {
+  SF_RETURN_IF_ERROR(CheckUnit("W", a, i));
+  if (!options_.split_backward) {
+    return Status::Invalid(Where(a, i) + ": W, but this stage does not split its backward");
+  }
+  std::unique_ptr<WeightPass>& slot = mb_[a].weight[static_cast<std::size_t>(i)];
+  if (slot == nullptr) {
+    return Status::Invalid(Where(a, i) + ": W before its B (or twice)");
+  }
+  ScopedWeightGradSink<T> none(nullptr);
+  slot->store.Weight(alloc_->device().template ops<T>());
+  if (is_first()) {
+    Result<DeviceIds> ids =
+        DeviceIds::Make(alloc_->memory(), ChunkTokens(a, i, /*targets=*/false));
+    if (!ids.ok()) {
+      step_failed_ = true;
+      return ids.status();
+    }
+    if (Status s = embedding_[0].Backward(slot->embedding_dy, ids->data()); !s.ok()) {
+      step_failed_ = true;
+      return s;
+    }
+  }
+  slot.reset();
   return Status::Ok();
 }
 

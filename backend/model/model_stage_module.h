@@ -66,6 +66,11 @@ struct StageModuleOptions {
   // Tensor parallelism (tensor_parallel.h): this rank's heads, MLP columns
   // and vocabulary rows of every layer of the stage.
   TpShard tp{};
+  // Split each backward into B (Backward: input gradients, each block's
+  // linears' weight gradients deferred into a W store, weight_grad_store.h)
+  // and W (Weight: those weight gradients and the embedding's), as a plan
+  // with W actions runs it (zero-bubble schedules).
+  bool split_backward = false;
 };
 
 

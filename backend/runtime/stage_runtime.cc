@@ -119,9 +119,14 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
     if (!copy.ok()) return During(copy.status(), a);
     input = std::move(copy).value();  // frees the receive buffer
   }
-  Result<Tensor<T>> out = a.pass == Pass::kForward
-                              ? module_->Forward(a.microbatch, a.chunk, in)
-                              : module_->Backward(a.microbatch, a.chunk, in);
+  Result<Tensor<T>> out = Tensor<T>();
+  switch (a.pass) {
+    case Pass::kForward: out = module_->Forward(a.microbatch, a.chunk, in); break;
+    case Pass::kBackward: out = module_->Backward(a.microbatch, a.chunk, in); break;
+    case Pass::kWeight:
+      if (Status w = module_->Weight(a.microbatch, a.chunk); !w.ok()) out = w;
+      break;
+  }
   if (!out.ok()) return During(out.status(), a);
   // The action ends when its device has finished it (a GPU runs the
   // module's kernels asynchronously; on the CPU this returns at once), so

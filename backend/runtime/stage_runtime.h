@@ -79,7 +79,8 @@ struct MemorySample {
 template <typename T>
 class StageRuntime {
  public:
-  // REQUIRES: `plan` validated and without W actions; `partition` has
+  // REQUIRES: `plan` validated (W actions: the module splits its backward,
+  // StageModuleOptions::split_backward); `partition` has
   // plan->chunks() chunks; every pointer outlives the runtime; `transport`
   // (may be null: messages on `alloc`) outlives the comm's buffers too.
   StageRuntime(const schedule::Plan* plan, int stage, const schedule::Partition* partition,

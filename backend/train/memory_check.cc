@@ -38,7 +38,7 @@ Result<std::vector<StagePeaks>> MeasureTyped(const TrainSetup& setup, const Trai
                                              const TextData& text) {
   StageModuleFactory<T> factory = [&](int, const models::StageLayers& layers,
                                       TrackingAllocator* alloc) {
-    return MakeStageModule<T>(setup.model, layers, {.recompute = setup.recompute, .seed = options.seed, .microbatch_size = setup.microbatch_size, .st_overlap = setup.st_overlap, .st_tile = setup.st_tile}, alloc);
+    return MakeStageModule<T>(setup.model, layers, {.recompute = setup.recompute, .seed = options.seed, .microbatch_size = setup.microbatch_size, .st_overlap = setup.st_overlap, .st_tile = setup.st_tile, .split_backward = schedule::SplitsBackward(setup.plan)}, alloc);
   };
   SF_ASSIGN_OR_RETURN(Transport<T> transport, MakeSingleProcessTransport<T>(setup.stages, setup.data_size));
   SF_ASSIGN_OR_RETURN(std::unique_ptr<Trainer<T>> trainer,

@@ -12,18 +12,6 @@ namespace {
 
 constexpr int kByteVocab = 256;
 
-Status CheckNoWeightPass(const schedule::Plan& plan) {
-  for (int r = 0; r < plan.stages(); ++r) {
-    for (const schedule::Action& a : plan.stage(r)) {
-      if (a.pass == schedule::Pass::kWeight) {
-        return Status::Invalid("plan has W actions (split backward, e.g. " + ToString(a) +
-                               "), which the backend does not run");
-      }
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
@@ -73,7 +61,6 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
                       scenario::ForBackendRun(resolved, scenario.train().dtype(), ""));
   SF_ASSIGN_OR_RETURN(scenario::Configuration config,
                       scenario::Configure(run, schedule, {.plan = plan}));
-  SF_RETURN_IF_ERROR(CheckNoWeightPass(config.plan));
   setup.recompute = config.placement->cost_model.options().recompute;
   setup.st_overlap = schedule.st_overlap();
   setup.st_tile = schedule.has_st_tile() ? static_cast<int64_t>(schedule.st_tile()) : 0;

@@ -29,7 +29,7 @@ namespace stateflow::backend {
 struct TrainSetup {
   std::string scenario_name;
   pb::ModelSpec model;
-  schedule::Plan plan;                            // validated, no W actions
+  schedule::Plan plan;                            // validated (W actions: a split backward)
   schedule::Partition partition;                  // N chunks of T tokens
   std::vector<models::StageLayers> stage_layers;  // (P) layers of the layer list
   models::Recompute recompute = models::Recompute::kNone;
@@ -57,7 +57,7 @@ struct TrainSetup {
 // scenario's precision describes a simulated run). `plan`, if given,
 // replaces the policy's plan (Configure checks its shape and validity).
 // Other errors: a byte-level vocabulary below 256 (model.vocab_size), TP
-// above 1, W actions in the plan, an unknown train.dtype.
+// above 1, an unknown train.dtype.
 Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& scenario,
                                   const schedule::Plan* plan);
 

@@ -250,7 +250,7 @@ class KdaFamily final : public Family {
   std::vector<Gemm> MixerGemms(const pb::ModelSpec& model) const override {
     const KdaDims x(model);
     return {{x.n * (2 * x.dk + x.dv + 1) + 2 * x.r, x.h, false},
-            {x.n * (x.dk + x.dv), x.r, false},  // a and z from their ranks
+            {x.n * (x.dk + x.dv), x.r, false, 2},  // a and z, each from its own rank
             {x.h, x.n * x.dv, true}};           // o_proj
   }
 

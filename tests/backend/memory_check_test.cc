@@ -97,6 +97,33 @@ std::vector<MemoryCase> DataParallelCases() {
 INSTANTIATE_TEST_SUITE_P(DataParallel, StepMemory, ::testing::ValuesIn(DataParallelCases()),
                          [](const auto& info) { return CaseName(info.param); });
 
+// A split backward (zero-bubble plans, issue 27): each block's B makes its W
+// store (each linear's input and output gradient) where models::ActionMemory
+// says, the first stage keeps the embedding's output gradient, and W frees
+// them; the ledger is the model's byte for byte. Every family (its two tiny
+// presets, the hybrids with attention), both zero-bubble policies, both
+// recompute modes, float32 and float64 on the CPU, bf16 and float32 on
+// host-grid.
+std::vector<MemoryCase> ZeroBubbleCases() {
+  std::vector<MemoryCase> cases;
+  int k = 0;
+  for (const std::string& preset : MemoryFamilyPresets()) {
+    for (const char* device : {"cpu", "host-grid"}) {
+      MemoryCase c{preset.c_str(), k % 2 ? "zb-h2" : "zb-h1", 2 + k % 2, 3, 1 + k % 3,
+                   (k / 2) % 2 ? "full" : "none",
+                   std::string(device) == "cpu" ? (k % 3 ? "float32" : "float64")
+                                                : (k % 3 ? "bf16" : "float32"),
+                   192};
+      c.device = device;
+      cases.push_back(c);
+      ++k;
+    }
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(ZeroBubble, StepMemory, ::testing::ValuesIn(ZeroBubbleCases()),
+                         [](const auto& info) { return CaseName(info.param); });
+
 // The sanitizer's share of the host-grid product is a covering array: every
 // pair of values of any two factors occurs in one of its cases, and the two
 // subsets split the product without overlap.

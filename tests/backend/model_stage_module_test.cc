@@ -26,6 +26,7 @@
 #include "schedule/plan.h"
 #include "schedule/policies.h"
 #include "tests/backend/layer_test_util.h"
+#include "tests/family_presets.h"
 
 namespace stateflow::backend {
 namespace {
@@ -84,13 +85,15 @@ class PipelineHarness {
   using Hook = std::function<void(int stage, const Action& action)>;
 
   Status Init(const pb::ModelSpec& model, const std::vector<StageLayers>& stages,
-              Recompute recompute, double perturb, int microbatch_size = 1) {
+              Recompute recompute, double perturb, int microbatch_size = 1,
+              bool split_backward = false) {
     for (size_t r = 0; r < stages.size(); ++r) {
       allocs_.push_back(std::make_unique<TrackingAllocator>(static_cast<int>(r)));
       SF_ASSIGN_OR_RETURN(auto m, MakeStageModule<T>(model, stages[r],
                                                      {.recompute = recompute,
                                                       .seed = kSeed,
-                                                      .microbatch_size = microbatch_size},
+                                                      .microbatch_size = microbatch_size,
+                                                      .split_backward = split_backward},
                                                      allocs_.back().get()));
       if (perturb > 0) testing::PerturbParams(m.get(), perturb);
       modules_.push_back(std::move(m));
@@ -145,6 +148,10 @@ class PipelineHarness {
 
   Result<bool> TryRun(int r, const Action& act) {
     const int P = static_cast<int>(modules_.size());
+    if (act.pass == Pass::kWeight) {  // nothing in, nothing out
+      SF_RETURN_IF_ERROR(modules_[r]->Weight(act.microbatch, act.chunk));
+      return true;
+    }
     const bool fwd = act.pass == Pass::kForward;
     auto& inbox = fwd ? acts_ : grads_;
     const int from = fwd ? r - 1 : r + 1;
@@ -189,13 +196,14 @@ struct StepResult {
 template <typename T>
 StepResult RunStep(const pb::ModelSpec& model, const std::vector<StageLayers>& stages,
                    Recompute recompute, const Batch& batch, const Partition& partition,
-                   double perturb = 0.3) {
+                   double perturb = 0.3, const std::string& policy = "stateflow") {
   PipelineHarness<T> h;
-  Status st = h.Init(model, stages, recompute, perturb, batch.microbatch_size);
-  EXPECT_TRUE(st.ok()) << st.message();
-  Result<Plan> plan = schedule::MakePlan("stateflow", static_cast<int>(stages.size()),
+  Result<Plan> plan = schedule::MakePlan(policy, static_cast<int>(stages.size()),
                                          batch.microbatches, partition.num_chunks());
   EXPECT_TRUE(plan.ok()) << plan.status().message();
+  Status st = h.Init(model, stages, recompute, perturb, batch.microbatch_size,
+                     schedule::SplitsBackward(*plan));
+  EXPECT_TRUE(st.ok()) << st.message();
   st = h.Step(batch, partition, *plan);
   EXPECT_TRUE(st.ok()) << st.message();
   return {h.loss(), h.Grads()};
@@ -409,6 +417,85 @@ INSTANTIATE_TEST_SUITE_P(Issue11, FamilyTest, ::testing::ValuesIn(Families()),
                            for (char& c : name) c = c == '-' ? '_' : c;
                            return name;
                          });
+
+// ---- the split backward (issue 27) ---------------------------------------------
+
+// The zero-bubble plans split each backward into B and W; W runs each
+// deferred weight gradient through the same kernel with the same inputs,
+// in B's order, so the step is the fused backward's bit for bit: loss and
+// every gradient EXPECT_EQ against StateFlow-1F1B, every family (the tiny
+// presets, attention hybrids and KDA included): float64 at P = 1 to 3 and
+// both recompute modes, float32 at P = 2 without recompute.
+template <typename T>
+void ExpectSplitEqualsFused(const std::string& preset, const std::vector<int>& stage_counts,
+                            const std::vector<Recompute>& modes) {
+  const pb::ModelSpec model = *models::ModelPreset(preset);
+  const std::int64_t T_len = 96;
+  const Batch batch = RandomBatch(3, T_len, model.vocab_size(), 41);
+  const Partition p = EqualPartition(T_len, 3);
+  const int L = static_cast<int>(models::LayerList(model).size());
+  for (int P : stage_counts) {
+    Result<std::vector<StageLayers>> split =
+        models::AssignStages(std::vector<double>(static_cast<std::size_t>(L), 1.0), P);
+    ASSERT_TRUE(split.ok()) << split.status().message();
+    for (Recompute mode : modes) {
+      const StepResult fused = RunStep<T>(model, *split, mode, batch, p, 0.3, "stateflow");
+      for (const char* policy : {"zb-h1", "zb-h2"}) {
+        SCOPED_TRACE(preset + " P " + std::to_string(P) + " " + policy + " recompute " +
+                     std::string(models::RecomputeName(mode)));
+        const StepResult zb = RunStep<T>(model, *split, mode, batch, p, 0.3, policy);
+        EXPECT_EQ(zb.loss, fused.loss);
+        EXPECT_EQ(zb.grads, fused.grads);
+      }
+    }
+  }
+}
+
+TEST(SplitBackward, EqualsTheFusedBackwardBitForBitFloat64) {
+  for (const std::string& preset : ::stateflow::testing::TinyFamilyPresets()) {
+    ExpectSplitEqualsFused<double>(preset, {1, 2, 3}, {Recompute::kNone, Recompute::kFull});
+  }
+}
+
+TEST(SplitBackward, EqualsTheFusedBackwardBitForBitFloat32) {
+  for (const std::string& preset : ::stateflow::testing::TinyFamilyPresets()) {
+    ExpectSplitEqualsFused<float>(preset, {2}, {Recompute::kNone});
+  }
+}
+
+// Misuse of the split: W on a module that does not split, W before its B
+// or twice, and a step that ends with a W not run: one-line errors.
+TEST(SplitBackward, MisuseIsAnError) {
+  const pb::ModelSpec model = SmallModel("gdn");
+  const Batch batch = RandomBatch(1, 32, model.vocab_size(), 42);
+  const Partition p = EqualPartition(32, 2);
+  for (bool split : {false, true}) {
+    PipelineHarness<double> h;
+    ASSERT_TRUE(h.Init(model, SingleStage(model), Recompute::kNone, 0.0, 1, split).ok());
+    StageModule<double>& m = h.module(0);
+    ASSERT_TRUE(m.BeginStep(&batch, &p, 1.0).ok());
+    ASSERT_TRUE(m.Forward(0, 0, nullptr).ok());
+    ASSERT_TRUE(m.Forward(0, 1, nullptr).ok());
+    ASSERT_TRUE(m.Backward(0, 1, nullptr).ok());
+    const Status w = m.Weight(0, 1);
+    if (!split) {
+      ASSERT_FALSE(w.ok());
+      EXPECT_NE(w.message().find("does not split its backward"), std::string::npos)
+          << w.message();
+      continue;
+    }
+    ASSERT_TRUE(w.ok()) << w.message();
+    const Status twice = m.Weight(0, 1);
+    ASSERT_FALSE(twice.ok());
+    EXPECT_NE(twice.message().find("W before its B (or twice)"), std::string::npos)
+        << twice.message();
+    ASSERT_TRUE(m.Backward(0, 0, nullptr).ok());
+    const Status early = m.BeginStep(&batch, &p, 1.0);  // 0W0.0 has not run
+    ASSERT_FALSE(early.ok());
+    EXPECT_NE(early.message().find("has not run backward and W"), std::string::npos)
+        << early.message();
+  }
+}
 
 // ---- split stages ---------------------------------------------------------------
 

@@ -76,7 +76,10 @@ std::unique_ptr<OneProcess> MakeOneProcess(const TrainSetup& setup, int stages, 
   if (!factory) {
     factory = [&setup](int, const models::StageLayers& layers, TrackingAllocator* alloc) {
       return MakeStageModule<double>(setup.model, layers,
-                                     {.recompute = setup.recompute, .seed = 11}, alloc);
+                                     {.recompute = setup.recompute,
+                                      .seed = 11,
+                                      .split_backward = schedule::SplitsBackward(setup.plan)},
+                                     alloc);
     };
   }
   auto one = std::make_unique<OneProcess>(Take(TextData::Load(kDefaultTextPath)));
@@ -130,7 +133,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Config{"toy", 4, 2, 3, 25, "stateflow", 3},
                       Config{"toy", 4, 3, 1, 24, "1f1b", 2},
                       Config{"gdn", 2, 2, 3, 40, "stateflow", 2},
-                      Config{"gdn", 4, 2, 2, 40, "stateflow", 2}));
+                      Config{"gdn", 4, 2, 2, 40, "stateflow", 2},
+                      // Zero-bubble plans: a split backward, B and W.
+                      Config{"gdn", 2, 3, 2, 40, "zb-h1", 2},
+                      Config{"gdn", 3, 2, 2, 40, "zb-h2", 2}));
 
 // A P x D grid under mpirun (world rank r D + d is stage r of replica d)
 // equals the D replicas in one process: the same losses and the same

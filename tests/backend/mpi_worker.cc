@@ -55,7 +55,11 @@ StageModuleFactory<double> Factory(const Args& args, const TrainSetup& setup, Tp
   if ((args.count("module") && args.at("module") == "gdn") || args.count("model")) {
     return [&setup, tp](int, const models::StageLayers& layers, TrackingAllocator* alloc) {
       return MakeStageModule<double>(setup.model, layers,
-                                     {.recompute = setup.recompute, .seed = 11, .tp = tp}, alloc);
+                                     {.recompute = setup.recompute,
+                                      .seed = 11,
+                                      .tp = tp,
+                                      .split_backward = schedule::SplitsBackward(setup.plan)},
+                                     alloc);
     };
   }
   return ToyFactory<double>(setup, 11);

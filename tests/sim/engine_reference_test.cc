@@ -198,7 +198,9 @@ TEST(EngineReference, TheAnalyticTablesOfASplitBackwardAreItsAnswers) {
         const Action b{r, Pass::kBackward, 0, i}, w{r, Pass::kWeight, 0, i};
         const double sum = costs->Duration(b) + costs->Duration(w);
         EXPECT_NEAR(sum, whole->Duration(b), 1e-12 * whole->Duration(b)) << policy;
-        if (policy != "stateflow") EXPECT_GT(costs->Duration(w), 0) << policy;
+        if (policy != "stateflow") {
+          EXPECT_GT(costs->Duration(w), 0) << policy;
+        }
       }
     }
     for (bool timeline : {false, true}) {
