@@ -29,8 +29,9 @@ Status CheckSample(const pb::CostSample& s, const std::string& where) {
     return Status::Invalid(where + ".layer_kind: unknown '" + s.layer_kind() +
                            "' (known: embedding, recurrence, attention, head)");
   }
-  if (!Known(s.pass(), {"forward", "backward"})) {
-    return Status::Invalid(where + ".pass: unknown '" + s.pass() + "' (known: forward, backward)");
+  if (!Known(s.pass(), {"forward", "backward", "input", "weight"})) {
+    return Status::Invalid(where + ".pass: unknown '" + s.pass() +
+                           "' (known: forward, backward, input, weight)");
   }
   if (!Known(s.recompute(), {"none", "full"})) {
     return Status::Invalid(where + ".recompute: unknown '" + s.recompute() +

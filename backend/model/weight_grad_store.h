@@ -7,8 +7,9 @@
 // allocation models::ActionMemory puts there. While the layer's backward
 // runs, the store is the active weight-gradient sink (backend/kernels/
 // weight_grad_sink.h): each linear's output gradient dy is copied in, and
-// its input x unless a linear of the layer read the same x before (the
-// projections that share one input, as the model's GEMMs group them). When
+// its input x unless a linear of the layer read those rows before (the
+// projections that share one input, as the model's GEMMs group them, or
+// one sequence's rows of it). When
 // the layer's backward has ended, End checks that it filled the buffer
 // exactly: a family whose backward defers other linears than the model's
 // GEMMs is an error naming the layer, never a silent difference between
@@ -64,11 +65,15 @@ class WeightGradStore final : public WeightGradSink<T, GradOf<T>> {
     Tensor<T>& buffer = buffers_.back();
     Entry e{dw, db, 0, 0, R, C, D};
     e.dy = Put(buffer, dy, R * D);
+    // Rows of an input stored already: a linear of the layer read them
+    // (the same input, or one sequence's rows of it, as attention's k and v
+    // projections run per sequence).
     const auto same = std::find_if(inputs_.begin(), inputs_.end(), [&](const Input& in) {
-      return in.x == x && in.rows == R && in.cols == C;
+      return in.cols == C && x >= in.x && x + R * C <= in.x + in.rows * in.cols &&
+             (x - in.x) % C == 0;
     });
     if (same != inputs_.end()) {
-      e.x = same->at;  // a linear of the layer read this input already
+      e.x = same->at + (x - same->x);
     } else {
       e.x = Put(buffer, x, R * C);
       inputs_.push_back({x, R, C, e.x});

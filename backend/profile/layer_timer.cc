@@ -64,7 +64,8 @@ Result<std::vector<Tensor<T>>> ChunkInputs(TrackingAllocator& alloc, bool needed
 template <typename T>
 Status RunRepetition(Device& device, StageModule<T>& module, const Batch& batch,
                      const schedule::Partition& partition, int timed, std::vector<Tensor<T>>& xs,
-                     std::vector<Tensor<T>>& dys, double* forward_s, double* backward_s) {
+                     std::vector<Tensor<T>>& dys, double* forward_s, double* backward_s,
+                     double* weight_s = nullptr) {
   auto input = [](std::vector<Tensor<T>>& v, int i) { return v.empty() ? nullptr : &v[i]; };
   const int N = partition.num_chunks();
   module.ZeroGrads();
@@ -83,6 +84,12 @@ Status RunRepetition(Device& device, StageModule<T>& module, const Batch& batch,
     if (!dx.ok()) return dx.status();
     SF_ASSIGN_OR_RETURN(const double seconds, device.TimerStop());
     if (i == timed) *backward_s = seconds;
+    if (weight_s != nullptr) {  // a split backward: its W right after its B
+      SF_RETURN_IF_ERROR(device.TimerStart());
+      SF_RETURN_IF_ERROR(module.Weight(0, i));
+      SF_ASSIGN_OR_RETURN(const double w, device.TimerStop());
+      if (i == timed) *weight_s = w;
+    }
   }
   return Status::Ok();
 }
@@ -115,6 +122,7 @@ struct LayerTimer<T>::State {
   std::unique_ptr<TensorGroup> tp_group;
   TrackingAllocator alloc;
   std::unique_ptr<StageModule<T>> module;
+  std::unique_ptr<StageModule<T>> split_module;  // the same, its backward split
   std::int64_t vocab = 0;
   models::LayerKind kind = models::LayerKind::kRecurrence;
   // A recurrence layer's family (TimePhasesOnce applies), or nullptr.
@@ -150,6 +158,16 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
                                           .st_tile = st_tile,
                                           .tp = tp},
                                          &timer->state_->alloc));
+  SF_ASSIGN_OR_RETURN(timer->state_->split_module,
+                      MakeStageModule<T>(model, layers,
+                                         {.recompute = recompute,
+                                          .seed = kSeed,
+                                          .microbatch_size = microbatch_size,
+                                          .st_overlap = st_overlap,
+                                          .st_tile = st_tile,
+                                          .tp = tp,
+                                          .split_backward = true},
+                                         &timer->state_->alloc));
   timer->state_->vocab = model.vocab_size();
   timer->state_->kind = kind;
   timer->state_->model = model;
@@ -162,15 +180,30 @@ Result<std::unique_ptr<LayerTimer<T>>> LayerTimer<T>::Make(const pb::ModelSpec& 
 
 template <typename T>
 LayerTimer<T>::~LayerTimer() {
-  if (state_) state_->module.reset();  // before the allocator
+  if (state_) {  // before the allocator
+    state_->module.reset();
+    state_->split_module.reset();
+  }
 }
 
 template <typename T>
 Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens,
                                                           std::int64_t prefix) {
+  return Time(tokens, prefix, /*split=*/false);
+}
+
+template <typename T>
+Result<std::pair<double, double>> LayerTimer<T>::TimeSplitOnce(std::int64_t tokens,
+                                                               std::int64_t prefix) {
+  return Time(tokens, prefix, /*split=*/true);
+}
+
+template <typename T>
+Result<std::pair<double, double>> LayerTimer<T>::Time(std::int64_t tokens, std::int64_t prefix,
+                                                      bool split) {
   if (tokens < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
   if (prefix < 0) return Status::Invalid("profile: a chunk's prefix must be >= 0 tokens");
-  StageModule<T>& module = *state_->module;
+  StageModule<T>& module = split ? *state_->split_module : *state_->module;
   const int B = module.microbatch_size();
   const std::int64_t s = tokens, C = module.hidden_size();
   // Attention: [prefix | timed chunk | one token], or [timed | one token]
@@ -207,8 +240,14 @@ Result<std::pair<double, double>> LayerTimer<T>::TimeOnce(std::int64_t tokens,
                       ChunkInputs<T>(state_->alloc, !module.is_last(), partition, B, C,
                                      1.0 / (static_cast<double>(s) * B), 23));
   std::pair<double, double> seconds;
-  SF_RETURN_IF_ERROR(RunRepetition(state_->alloc.device(), module, batch, partition, timed, xs, dys, &seconds.first,
-                                   &seconds.second));
+  double forward_s = 0;
+  if (split) {  // (B, W)
+    SF_RETURN_IF_ERROR(RunRepetition(state_->alloc.device(), module, batch, partition, timed, xs,
+                                     dys, &forward_s, &seconds.first, &seconds.second));
+  } else {  // (F, B)
+    SF_RETURN_IF_ERROR(RunRepetition(state_->alloc.device(), module, batch, partition, timed, xs,
+                                     dys, &seconds.first, &seconds.second));
+  }
   return seconds;
 }
 

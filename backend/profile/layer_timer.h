@@ -96,6 +96,10 @@ class LayerTimer {
   // (attention only; other kinds ignore it): the timed chunk's forward and
   // backward seconds. Error: tokens < 1, prefix < 0, the module's.
   Result<std::pair<double, double>> TimeOnce(std::int64_t tokens, std::int64_t prefix = 0);
+  // The same repetition with the backward split (a zero-bubble plan's B and
+  // W: StageModuleOptions::split_backward, on a second module with the same
+  // parameters): the timed chunk's input-gradient pass B and its W seconds.
+  Result<std::pair<double, double>> TimeSplitOnce(std::int64_t tokens, std::int64_t prefix = 0);
 
   // Whether TimePhasesOnce applies: a recurrence layer of a GDN or Mamba-3
   // model (a hybrid's recurrence layers included).
@@ -112,6 +116,8 @@ class LayerTimer {
 
  private:
   LayerTimer() = default;
+  // TimeOnce (split: TimeSplitOnce): the first pair's and second's seconds.
+  Result<std::pair<double, double>> Time(std::int64_t tokens, std::int64_t prefix, bool split);
   struct State;
   std::unique_ptr<State> state_;
 };
@@ -120,6 +126,8 @@ class LayerTimer {
 struct PassSamples {
   std::vector<double> forward_s;   // (repetitions)
   std::vector<double> backward_s;  // (repetitions)
+  std::vector<double> input_s;     // (repetitions) the split backward's B
+  std::vector<double> weight_s;    // (repetitions) its W
 };
 
 // The layers [l, l + 1) of the first layer of `kind` in

@@ -85,6 +85,9 @@ Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& pro
         if (rep < request.timing.warmup) continue;
         t.by_point[j].forward_s.push_back(seconds.first);
         t.by_point[j].backward_s.push_back(seconds.second);
+        SF_ASSIGN_OR_RETURN(auto split, t.timer->TimeSplitOnce(t.points[j].tokens, t.points[j].prefix));
+        t.by_point[j].input_s.push_back(split.first);
+        t.by_point[j].weight_s.push_back(split.second);
         if (t.timer->has_phases()) {
           SF_ASSIGN_OR_RETURN(CorePhaseSeconds phases, t.timer->TimePhasesOnce(t.points[j].tokens));
           t.phases[j].push_back(phases);
@@ -122,6 +125,11 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
       *backward =
           MakeSample(t.kind, "backward", t.mode, p.tokens, p.prefix, t.by_point[j].backward_s);
       SetPhases(forward, backward, t.phases[j]);
+      // The split backward's B and W (zero-bubble plans replay these).
+      *table->add_samples() =
+          MakeSample(t.kind, "input", t.mode, p.tokens, p.prefix, t.by_point[j].input_s);
+      *table->add_samples() =
+          MakeSample(t.kind, "weight", t.mode, p.tokens, p.prefix, t.by_point[j].weight_s);
     }
   }
   SF_ASSIGN_OR_RETURN(std::vector<double> per_param,

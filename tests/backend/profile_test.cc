@@ -266,7 +266,9 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
   // One call per repetition (warm-up included), then the optimizer.
   EXPECT_EQ(calls, kQuick.warmup + kQuick.repetitions + 1);
   EXPECT_EQ(last_total, calls);
-  ASSERT_EQ(table->samples_size(), 3 * 2 * 2 * 2);
+  // kinds x passes (forward, backward, and the split backward's input and
+  // weight) x modes x lengths.
+  ASSERT_EQ(table->samples_size(), 3 * 4 * 2 * 2);
   std::set<std::tuple<std::string, std::string, std::string, double>> keys;
   for (const pb::CostSample& s : table->samples()) {
     keys.insert({s.layer_kind(), s.pass(), s.recompute(), s.tokens()});
@@ -274,13 +276,14 @@ TEST(Profiler, TableHasEverySampleAndReplays) {
     EXPECT_LE(s.median_s(), s.p90_s());
     EXPECT_EQ(s.repetitions(), 3u);
   }
-  EXPECT_EQ(keys.size(), 24u);
+  EXPECT_EQ(keys.size(), 48u);
   EXPECT_GT(table->optimizer_s_per_param(), 0);
   EXPECT_EQ(table->dtype(), "float32");
   EXPECT_FALSE(table->st_overlap());
-  // The recurrence samples carry the core's phases, the others none.
+  // The recurrence's forward and backward samples carry the core's phases,
+  // the others none.
   for (const pb::CostSample& s : table->samples()) {
-    if (s.layer_kind() == "recurrence") {
+    if (s.layer_kind() == "recurrence" && (s.pass() == "forward" || s.pass() == "backward")) {
       EXPECT_GT(s.pre_s(), 0) << sim::CostSampleKey(s);
       EXPECT_GT(s.st_s(), 0) << sim::CostSampleKey(s);
       EXPECT_GT(s.out_s(), 0) << sim::CostSampleKey(s);
@@ -353,7 +356,7 @@ TEST(Profiler, Mamba3TableReplaysWithEitherOverlapMode) {
   const double u = 0.5;
   int phased = 0;
   for (const pb::CostSample& s : table->samples()) {
-    if (s.layer_kind() != "recurrence") {
+    if (s.layer_kind() != "recurrence" || s.pass() == "input" || s.pass() == "weight") {
       EXPECT_EQ(s.pre_s() + s.st_s() + s.out_s(), 0) << sim::CostSampleKey(s);
       continue;
     }
@@ -421,6 +424,10 @@ TEST(Profiler, AttentionIsTimedByLengthAndPrefix) {
   std::set<std::tuple<std::string, double, double>> attention;
   int others = 0;
   for (const pb::CostSample& s : table->samples()) {
+    if (s.pass() == "input" || s.pass() == "weight") {  // the split backward's
+      EXPECT_GE(s.median_s(), 0) << s.layer_kind();
+      continue;
+    }
     EXPECT_GT(s.median_s(), 0) << s.layer_kind();
     if (s.layer_kind() == "attention") {
       attention.insert({s.pass(), s.tokens(), s.prefix()});
@@ -431,6 +438,9 @@ TEST(Profiler, AttentionIsTimedByLengthAndPrefix) {
   }
   EXPECT_EQ(attention.size(), 2u * 3u);  // forward and backward at each chunk
   EXPECT_EQ(others, 3 * 2 * 2);          // embedding, recurrence, head x passes x lengths
+  int split = 0;  // the split backward's input and weight, every kind and point
+  for (const pb::CostSample& s : table->samples()) split += s.pass() == "input" || s.pass() == "weight";
+  EXPECT_EQ(split, 2 * (3 + 3 * 2));
   EXPECT_FALSE(sim::CheckCostTableModel(*table, hybrid, "profiled", 1).ok());
   ASSERT_TRUE(sim::CheckCostTableModel(*table, hybrid, "profiled", 2).ok());
   table->mutable_link()->set_latency_s(1e-6);

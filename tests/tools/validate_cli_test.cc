@@ -373,7 +373,7 @@ TEST(ProfileCli, WritesEveryLengthOfTheRangeAndSimulateReplaysIt) {
   for (int n : chunk_counts) lengths.insert(static_cast<double>(kSeqLen / n));
   std::set<std::tuple<std::string, std::string, std::string, double>> want, have;
   for (const char* kind : {"embedding", "recurrence", "head"}) {
-    for (const char* pass : {"forward", "backward"}) {
+    for (const char* pass : {"forward", "backward", "input", "weight"}) {
       for (const char* mode : {"none", "full"}) {
         for (double s : lengths) want.insert({kind, pass, mode, s});
       }
