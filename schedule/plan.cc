@@ -18,8 +18,8 @@ std::size_t Plan::num_actions() const {
   return total;
 }
 
-bool SplitsBackward(const Plan& plan) {
-  for (const std::vector<Action>& actions : plan.per_stage()) {
+bool Plan::HasWeightPass(const std::vector<std::vector<Action>>& per_stage) {
+  for (const std::vector<Action>& actions : per_stage) {
     for (const Action& a : actions) {
       if (a.pass == Pass::kWeight) return true;
     }

@@ -54,7 +54,8 @@ class Plan {
         chunks_(chunks),
         virtual_stages_(virtual_stages),
         placement_(placement),
-        per_stage_(std::move(per_stage)) {}
+        per_stage_(std::move(per_stage)),
+        splits_backward_(HasWeightPass(per_stage_)) {}
 
   const std::string& policy() const { return policy_; }
   int stages() const { return stages_; }              // P, the ranks (lists)
@@ -84,6 +85,8 @@ class Plan {
   const std::vector<Action>& stage(int r) const { return per_stage_[r]; }
   const std::vector<std::vector<Action>>& per_stage() const { return per_stage_; }
   std::size_t num_actions() const;
+  // Whether the plan has W actions (SplitsBackward), found once when made.
+  bool splits_backward() const { return splits_backward_; }
 
   // Same policy name, dimensions, placement and per-stage lists.
   bool operator==(const Plan&) const = default;
@@ -96,11 +99,14 @@ class Plan {
   int virtual_stages_ = 1;
   StagePlacement placement_ = StagePlacement::kLoop;
   std::vector<std::vector<Action>> per_stage_;  // (P) lists
+  bool splits_backward_ = false;
+
+  static bool HasWeightPass(const std::vector<std::vector<Action>>& per_stage);
 };
 
 // Whether the plan splits the backward: it has W actions (a valid plan has
 // one for every B or none), each B then the input-gradient pass I.
-bool SplitsBackward(const Plan& plan);
+inline bool SplitsBackward(const Plan& plan) { return plan.splits_backward(); }
 
 // The largest microbatches * chunks a plan may have (so that every stage
 // list, up to 3 M N actions with W, is indexable by a 32-bit step).

@@ -96,12 +96,12 @@ class TableCostSource : public CostSource {
         chunks_(setup.partition.num_chunks()),
         forward_s_(Size()),
         backward_s_(Size()),
-        weight_s_(Size()),
+        weight_s_(setup.split_backward ? Size() : 0),
         transfer_latency_s_(Size()),
         transfer_occupancy_s_(Size()),
         forward_memory_(Size()),
         backward_memory_(Size()),
-        weight_memory_(Size()),
+        weight_memory_(setup.split_backward ? Size() : 0),
         split_(setup.split_backward),
         static_(stages_),
         sync_s_(stages_, 0.0),
@@ -132,7 +132,7 @@ class TableCostSource : public CostSource {
           backward_s_[k] += g.count * t.backward_s;
           if (split_) weight_s_[k] += g.count * t.weight_s;
         }
-        backward_s_[k] -= weight_s_[k];  // I, when the backward is split
+        if (split_) backward_s_[k] -= weight_s_[k];  // I
         // The framework's fixed cost per action (DeviceSpec.action_overhead_s;
         // 0 in the presets). A replayed table's measured times hold it already.
         forward_s_[k] += overhead;
@@ -169,7 +169,7 @@ class TableCostSource : public CostSource {
     switch (a.pass) {
       case Pass::kForward: return forward_s_[Key(a.stage, a.chunk)];
       case Pass::kBackward: return backward_s_[Key(a.stage, a.chunk)];
-      case Pass::kWeight: return weight_s_[Key(a.stage, a.chunk)];
+      case Pass::kWeight: return split_ ? weight_s_[Key(a.stage, a.chunk)] : 0.0;
     }
     return 0.0;
   }
@@ -184,9 +184,10 @@ class TableCostSource : public CostSource {
     switch (a.pass) {
       case Pass::kForward: return forward_memory_[Key(a.stage, a.chunk)];
       case Pass::kBackward: return backward_memory_[Key(a.stage, a.chunk)];
-      case Pass::kWeight: return weight_memory_[Key(a.stage, a.chunk)];
+      case Pass::kWeight: break;
     }
-    return weight_memory_[Key(a.stage, a.chunk)];
+    static const MemoryEffect kNothing;  // a W of a plan that does not split
+    return split_ ? weight_memory_[Key(a.stage, a.chunk)] : kNothing;
   }
 
  protected:
@@ -218,12 +219,12 @@ class TableCostSource : public CostSource {
     return ChunkTables{.chunks = chunks_,
                        .forward_s = forward_s_.data(),
                        .backward_s = backward_s_.data(),
-                       .weight_s = weight_s_.data(),
+                       .weight_s = split_ ? weight_s_.data() : nullptr,
                        .transfer_latency_s = transfer_latency_s_.data(),
                        .transfer_occupancy_s = transfer_occupancy_s_.data(),
                        .forward_memory = forward_memory_.data(),
                        .backward_memory = backward_memory_.data(),
-                       .weight_memory = weight_memory_.data()};
+                       .weight_memory = split_ ? weight_memory_.data() : nullptr};
   }
   int Key(int stage, int chunk) const { return stage * chunks_ + chunk; }
   std::size_t Size() const { return static_cast<std::size_t>(stages_) * chunks_; }
@@ -232,12 +233,12 @@ class TableCostSource : public CostSource {
   int chunks_;
   std::vector<double> forward_s_;             // (P * N)
   std::vector<double> backward_s_;            // (P * N) I when split
-  std::vector<double> weight_s_;              // (P * N) W, 0 unless split
+  std::vector<double> weight_s_;              // (P * N) W; empty unless split
   std::vector<double> transfer_latency_s_;    // (P * N)
   std::vector<double> transfer_occupancy_s_;  // (P * N)
   std::vector<MemoryEffect> forward_memory_;  // (P * N)
   std::vector<MemoryEffect> backward_memory_; // (P * N)
-  std::vector<MemoryEffect> weight_memory_;   // (P * N) nothing unless split
+  std::vector<MemoryEffect> weight_memory_;   // (P * N) W; empty unless split
   bool split_;
   std::vector<ClassBytes> static_;            // (P)
   std::vector<double> sync_s_;                // (P) DP gradient all-reduce
@@ -357,7 +358,8 @@ class ReplayCostSource final : public TableCostSource {
         const double c = static_cast<double>(setup.partition.start(i));
         const double s = static_cast<double>(setup.partition.length(i));
         const int k = Key(r, i);
-        forward_s_[k] = backward_s_[k] = weight_s_[k] = 0;
+        forward_s_[k] = backward_s_[k] = 0;
+        if (split_) weight_s_[k] = 0;
         for (int l = layers.first; l < layers.last; ++l) {
           const models::LayerKind kind = cm.layers()[l];
           Result<double> f = table.Time(kind, "forward", mode, s, c);

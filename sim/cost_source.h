@@ -149,12 +149,12 @@ class CostSource {
     int chunks = 0;  // N; entry (stage, chunk) is stage * N + chunk
     const double* forward_s = nullptr;
     const double* backward_s = nullptr;  // I when the backward is split
-    const double* weight_s = nullptr;    // W (0 unless split)
+    const double* weight_s = nullptr;    // W (null unless split)
     const double* transfer_latency_s = nullptr;
     const double* transfer_occupancy_s = nullptr;
     const MemoryEffect* forward_memory = nullptr;
     const MemoryEffect* backward_memory = nullptr;
-    const MemoryEffect* weight_memory = nullptr;  // nothing unless split
+    const MemoryEffect* weight_memory = nullptr;  // null unless split
   };
   virtual const ChunkTables* Tables() const { return nullptr; }
 };
