@@ -61,7 +61,7 @@ std::string Summary(const pb::CostTable& table, const std::string& path, double 
   }
   char line[512];
   std::snprintf(line, sizeof(line),
-                "wrote %s: %d samples (%zu layer kinds x 2 passes, %zu chunk lengths %.0f..%.0f "
+                "wrote %s: %d samples (%zu layer kinds x 4 passes, %zu chunk lengths %.0f..%.0f "
                 "tokens), optimizer %.3g ns/param, link %.3g us + %s/s, %.1f s\n",
                 path.c_str(), table.samples_size(), kinds.size(), tokens.size(), *tokens.begin(),
                 *tokens.rbegin(), table.optimizer_s_per_param() * 1e9,
