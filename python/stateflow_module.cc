@@ -304,7 +304,12 @@ void ValidatePlan(const PyPlan& p) { Check(schedule::ValidatePlan(p.plan), g_pla
 
 PyPlan PlanFromPolicy(const py::function& choose, int P, int M, int N, const std::string& name,
                       double forward_time, double backward_time, bool split_backward,
-                      double weight_time) {
+                      double weight_time, int virtual_stages, const std::string& placement) {
+  const std::optional<schedule::StagePlacement> where = schedule::ParseStagePlacement(placement);
+  if (!where) {
+    Check(Status::Invalid("placement: unknown '" + placement + "' (known: loop, v)"),
+          g_plan_error);
+  }
   std::optional<py::error_already_set> raised;
   const schedule::ChoosePolicy policy =
       [&](int stage, int /*step*/, const std::vector<schedule::Action>& ready)
@@ -340,7 +345,9 @@ PyPlan PlanFromPolicy(const py::function& choose, int P, int M, int N, const std
        .forward_time = forward_time,
        .backward_time = backward_time,
        .split_backward = split_backward,
-       .weight_time = weight_time});
+       .weight_time = weight_time,
+       .virtual_stages = virtual_stages,
+       .placement = *where});
   if (raised) throw std::move(*raised);
   return {Take(std::move(plan), g_plan_error)};
 }
@@ -738,6 +745,9 @@ PYBIND11_MODULE(_stateflow, m) {
       .def_property_readonly("M", [](const PyPlan& p) { return p.plan.microbatches(); })
       .def_property_readonly("N", [](const PyPlan& p) { return p.plan.chunks(); })
       .def_property_readonly("virtual_stages", [](const PyPlan& p) { return p.plan.virtual_stages(); })
+      .def_property_readonly("placement", [](const PyPlan& p) {
+        return std::string(schedule::StagePlacementName(p.plan.placement()));
+      })
       .def_property_readonly("num_actions", [](const PyPlan& p) { return p.plan.num_actions(); })
       .def("__eq__", [](const PyPlan& a, const PyPlan& b) { return a.plan == b.plan; })
       .def("__repr__", [](const PyPlan& p) {
@@ -746,18 +756,21 @@ PYBIND11_MODULE(_stateflow, m) {
                std::to_string(p.plan.chunks()) + ")";
       });
 
-  m.def("make_plan", [](const std::string& policy, int P, int M, int N, int virtual_stages) {
-    return PyPlan{Take(schedule::MakePlan(policy, P, M, N, virtual_stages))};
+  m.def("make_plan", [](const std::string& policy, int P, int M, int N,
+                        std::optional<int> virtual_stages) {
+    const int v = virtual_stages.value_or(schedule::DefaultVirtualStages(policy));
+    return PyPlan{Take(schedule::MakePlan(policy, P, M, N, v))};
   }, py::arg("policy"), py::arg("P"), py::arg("M"), py::arg("N") = 1,
-        py::arg("virtual_stages") = 1,
+        py::arg("virtual_stages") = py::none(),
         "The plan the schedule core makes for a policy by name (see policies()); "
-        "virtual_stages > 1 for policy interleaved.");
+        "virtual_stages > 1 for policy interleaved; zbv has 2 (its V) unless told.");
   m.def("validate_plan", &ValidatePlan, py::arg("plan"),
         "None, or PlanError naming the broken rule, stage and step (.detail: the grid).");
   m.def("plan_from_policy", &PlanFromPolicy, py::arg("choose"), py::arg("P"), py::arg("M"),
         py::arg("N") = 1, py::kw_only(), py::arg("name") = "custom",
         py::arg("forward_time") = 1.0, py::arg("backward_time") = 2.0,
         py::arg("split_backward") = false, py::arg("weight_time") = 1.0,
+        py::arg("virtual_stages") = 1, py::arg("placement") = "loop",
         "A plan made by an issue policy written in Python, run by the schedule core's greedy "
         "executor: whenever stage r is idle, choose(r, ready) gets the texts of its ready "
         "actions (backwards first, then forwards, each by microbatch and chunk, then with "
@@ -765,7 +778,10 @@ PYBIND11_MODULE(_stateflow, m) {
         "one of them (or its index), or None to wait until another action finishes. Passes "
         "take forward_time, backward_time and weight_time units; split_backward=True splits "
         "each backward into B (input gradient) and W (weight gradients, any time after its "
-        "B: a zero-bubble schedule). A choice not ready, or a policy that "
+        "B: a zero-bubble schedule). virtual_stages=v puts v model stages on each stage, "
+        "placed 'loop' (model stage s on stage s mod P) or 'v' (v = 2, ZBV's V); actions then "
+        "name their model stage and each stage's ready list runs its model stages from the "
+        "last in the layer order to the first. A choice not ready, or a policy that "
         "deadlocks (every stage idle and waiting), raises PlanError naming the stage and step; "
         "an exception raised by choose propagates.");
   m.def("policies", [] { return schedule::PolicyNames(); });

@@ -10,7 +10,8 @@
 namespace stateflow::scenario {
 
 int VirtualStagesOf(const pb::ScheduleSpec& schedule) {
-  return static_cast<int>(std::max(1u, schedule.virtual_stages()));
+  if (schedule.virtual_stages() == 0) return schedule::DefaultVirtualStages(schedule.policy());
+  return static_cast<int>(schedule.virtual_stages());
 }
 
 Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks,

@@ -107,7 +107,7 @@ Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
 Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks,
                       int virtual_stages = 1);
 
-// schedule.virtual_stages, 1 when unset.
+// schedule.virtual_stages; when unset, the policy's own (2 for zbv, else 1).
 int VirtualStagesOf(const pb::ScheduleSpec& schedule);
 
 }  // namespace stateflow::scenario

@@ -116,10 +116,16 @@ Status ValidateSchedule(const pb::ScheduleSpec& schedule, std::string_view field
   if (schedule.virtual_stages() != 0) {
     SF_RETURN_IF_ERROR(models::CheckRange(f + ".virtual_stages", schedule.virtual_stages(),
                                           models::kVirtualStages));
-    if (schedule.virtual_stages() > 1 && schedule.policy() != "interleaved") {
+    if (schedule.policy() == "zbv" && schedule.virtual_stages() != 2) {
+      return Status::Invalid(f + ".virtual_stages must be 2 for policy zbv (its V places two "
+                             "model stages on each stage), got " +
+                             std::to_string(schedule.virtual_stages()));
+    }
+    if (schedule.virtual_stages() > 1 && schedule.policy() != "interleaved" &&
+        schedule.policy() != "zbv") {
       return Status::Invalid(f + ".virtual_stages must be 1 for policy " + schedule.policy() +
                              ", got " + std::to_string(schedule.virtual_stages()) +
-                             " (policy interleaved places virtual stages)");
+                             " (policies interleaved and zbv place virtual stages)");
     }
   }
   SF_RETURN_IF_ERROR(

@@ -17,6 +17,7 @@ namespace {
 constexpr double kNever = std::numeric_limits<double>::infinity();
 // P M N units tracked (two finish times each): 2^26 is 1 GiB of times.
 constexpr std::int64_t kMaxGreedyUnits = std::int64_t{1} << 26;
+constexpr int kMaxGreedyVirtualStages = 64;
 
 std::string Join(const std::vector<Action>& actions, std::size_t at_most = 8) {
   std::string out;
@@ -30,34 +31,45 @@ std::string Join(const std::vector<Action>& actions, std::size_t at_most = 8) {
 
 class Executor {
  public:
-  Executor(int stages, int microbatches, int chunks)
-      : P_(stages),
-        M_(microbatches),
-        N_(chunks),
-        fin_f_(static_cast<std::size_t>(stages) * microbatches * chunks, kNever),
+  // `layout`: a plan with no actions that says where model stages sit.
+  Executor(const Plan& layout)
+      : layout_(layout),
+        S_(layout.model_stages()),
+        M_(layout.microbatches()),
+        N_(layout.chunks()),
+        fin_f_(static_cast<std::size_t>(S_) * M_ * N_, kNever),
         fin_b_(fin_f_.size(), kNever),
-        next_f_(static_cast<std::size_t>(stages) * microbatches, 0),
-        next_b_(next_f_.size(), chunks - 1),
-        pending_w_(static_cast<std::size_t>(stages)),
-        lists_(static_cast<std::size_t>(stages)) {}
+        next_f_(static_cast<std::size_t>(S_) * M_, 0),
+        next_b_(next_f_.size(), N_ - 1),
+        pending_w_(static_cast<std::size_t>(layout.stages())),
+        lists_(static_cast<std::size_t>(layout.stages())) {}
 
-  // Stage r's ready actions at time `now`: backwards, then forwards, each by
-  // (microbatch, chunk), then the W actions of its backwards in their order.
+  // Stage r's ready actions at time `now`: backwards, then forwards, each
+  // over r's model stages from the last in the layer order to the first,
+  // each by (microbatch, chunk); then the W actions of its backwards in their
+  // order. (A stage is idle at `now`, so whatever it issued has finished.)
   void Ready(int r, double now, std::vector<Action>* ready) const {
     ready->clear();
-    for (int a = 0; a < M_; ++a) {
-      const int j = next_b_[Su(r, a)];
-      // Rule 3 (its forward ran: issued on this stage, so finished by the time
-      // the stage is idle), rule 5 by next_b_'s order, rule 4 across stages.
-      if (j >= 0 && next_f_[Su(r, a)] > j && (r + 1 == P_ || fin_b_[U(r + 1, a, j)] <= now)) {
-        ready->push_back({.stage = r, .pass = Pass::kBackward, .microbatch = a, .chunk = j});
+    const int v = layout_.virtual_stages();
+    for (int k = v - 1; k >= 0; --k) {
+      const int s = layout_.ModelStageOf(r, k);
+      for (int a = 0; a < M_; ++a) {
+        const int j = next_b_[Su(s, a)];
+        // Rule 3 (its forward ran), rule 5 by next_b_'s order, rule 4 from
+        // the next model stage.
+        if (j >= 0 && next_f_[Su(s, a)] > j && (s + 1 == S_ || fin_b_[U(s + 1, a, j)] <= now)) {
+          ready->push_back({.stage = s, .pass = Pass::kBackward, .microbatch = a, .chunk = j});
+        }
       }
     }
-    for (int a = 0; a < M_; ++a) {
-      const int i = next_f_[Su(r, a)];
-      // Rule 2 by next_f_'s order, rule 1 across stages.
-      if (i < N_ && (r == 0 || fin_f_[U(r - 1, a, i)] <= now)) {
-        ready->push_back({.stage = r, .pass = Pass::kForward, .microbatch = a, .chunk = i});
+    for (int k = v - 1; k >= 0; --k) {
+      const int s = layout_.ModelStageOf(r, k);
+      for (int a = 0; a < M_; ++a) {
+        const int i = next_f_[Su(s, a)];
+        // Rule 2 by next_f_'s order, rule 1 from the previous model stage.
+        if (i < N_ && (s == 0 || fin_f_[U(s - 1, a, i)] <= now)) {
+          ready->push_back({.stage = s, .pass = Pass::kForward, .microbatch = a, .chunk = i});
+        }
       }
     }
     for (const Action& w : pending_w_[static_cast<std::size_t>(r)]) ready->push_back(w);
@@ -65,8 +77,9 @@ class Executor {
 
   // `split`: a backward leaves its W to be issued later.
   void Issue(const Action& x, double finish, bool split) {
-    lists_[static_cast<std::size_t>(x.stage)].push_back(x);
-    std::deque<Action>& pending = pending_w_[static_cast<std::size_t>(x.stage)];
+    const auto r = static_cast<std::size_t>(layout_.RankOf(x.stage));
+    lists_[r].push_back(x);
+    std::deque<Action>& pending = pending_w_[r];
     switch (x.pass) {
       case Pass::kForward:
         fin_f_[U(x.stage, x.microbatch, x.chunk)] = finish;
@@ -92,15 +105,16 @@ class Executor {
   std::vector<std::vector<Action>> TakeLists() { return std::move(lists_); }
 
  private:
-  std::size_t Su(int r, int a) const { return static_cast<std::size_t>(r) * M_ + a; }
-  std::size_t U(int r, int a, int i) const { return Su(r, a) * N_ + i; }
+  std::size_t Su(int s, int a) const { return static_cast<std::size_t>(s) * M_ + a; }
+  std::size_t U(int s, int a, int i) const { return Su(s, a) * N_ + i; }
 
-  int P_, M_, N_;
-  std::vector<double> fin_f_, fin_b_;  // (P, M, N) finish times, kNever until issued
-  std::vector<int> next_f_;            // (P, M) the next chunk to forward
-  std::vector<int> next_b_;            // (P, M) the next chunk to backward, N-1 down to -1
+  const Plan& layout_;
+  int S_, M_, N_;                      // model stages, microbatches, chunks
+  std::vector<double> fin_f_, fin_b_;  // (S, M, N) finish times, kNever until issued
+  std::vector<int> next_f_;            // (S, M) the next chunk to forward
+  std::vector<int> next_b_;            // (S, M) the next chunk to backward, N-1 down to -1
   std::vector<std::deque<Action>> pending_w_;  // (P) W actions not yet issued, in B order
-  std::vector<std::vector<Action>> lists_;
+  std::vector<std::vector<Action>> lists_;     // (P)
 };
 
 }  // namespace
@@ -108,9 +122,18 @@ class Executor {
 Result<Plan> PlanFromPolicy(int stages, int microbatches, int chunks, const ChoosePolicy& choose,
                             const GreedyOptions& options) {
   SF_RETURN_IF_ERROR(CheckPlanDimensions(stages, microbatches, chunks));
-  const std::int64_t units = std::int64_t{stages} * microbatches * chunks;
-  if (units > kMaxGreedyUnits) {
-    return Status::Invalid("stages * microbatches * chunks = " + std::to_string(units) +
+  const int v = options.virtual_stages;
+  if (v < 1 || v > kMaxGreedyVirtualStages) {
+    return Status::Invalid("virtual_stages must be in [1, " +
+                           std::to_string(kMaxGreedyVirtualStages) + "], got " + std::to_string(v));
+  }
+  if (options.placement == StagePlacement::kVShape && v != 2) {
+    return Status::Invalid("placement v needs virtual_stages 2, got " + std::to_string(v));
+  }
+  const std::int64_t units = std::int64_t{stages} * v * microbatches * chunks;
+  if (units > kMaxGreedyUnits || std::int64_t{microbatches} * chunks * v > kMaxUnitsPerStage) {
+    return Status::Invalid("stages * virtual_stages * microbatches * chunks = " +
+                           std::to_string(units) +
                            " exceeds the greedy executor's limit " +
                            std::to_string(kMaxGreedyUnits));
   }
@@ -131,7 +154,8 @@ Result<Plan> PlanFromPolicy(int stages, int microbatches, int chunks, const Choo
   }
   if (!choose) return Status::Invalid("no policy function given");
 
-  Executor ex(stages, microbatches, chunks);
+  const Plan layout(name, stages, microbatches, chunks, {}, v, options.placement);
+  Executor ex(layout);
   std::vector<double> busy_until(static_cast<std::size_t>(stages), 0);
   std::int64_t left = (options.split_backward ? 3 : 2) * units;
   std::vector<Action> ready;
@@ -178,7 +202,7 @@ Result<Plan> PlanFromPolicy(int stages, int microbatches, int chunks, const Choo
     }
     now = next;
   }
-  Plan plan(name, stages, microbatches, chunks, ex.TakeLists());
+  Plan plan(name, stages, microbatches, chunks, ex.TakeLists(), v, options.placement);
   // Valid by construction; checked again so that a defect here cannot
   // reach an executor.
   if (Status s = ValidatePlan(plan); !s.ok()) {

@@ -38,8 +38,9 @@ namespace stateflow::schedule {
 
 // The policy: stage r, the step its next action fills (0-based), and its
 // ready actions (never empty) in a fixed order: backwards before forwards,
-// each by (microbatch, chunk) ascending, then (with split_backward) the W
-// actions whose B has run, oldest B first. Returns the chosen action, nullopt
+// each over the stage's model stages from the last in the layer order to the
+// first (with virtual stages) and by (microbatch, chunk) ascending, then
+// (with split_backward) the W actions whose B has run, oldest B first. Returns the chosen action, nullopt
 // to wait, or an error (passed through, prefixed with the stage and step).
 using ChoosePolicy = std::function<Result<std::optional<Action>>(
     int stage, int step, const std::vector<Action>& ready)>;
@@ -55,10 +56,16 @@ struct GreedyOptions {
   // B holds its stage backward_time, W weight_time.
   bool split_backward = false;
   double weight_time = 1;
+  // v model stages per stage (virtual stages, plan.h) and where they sit;
+  // actions then name their model stage, the policy is still asked per
+  // stage (rank). kVShape needs v = 2.
+  int virtual_stages = 1;
+  StagePlacement placement = StagePlacement::kLoop;
 };
 
 // Errors (kInvalidInput): stages, microbatches or chunks < 1 or too many
-// units (as MakePlan's, naming the field); a bad duration or policy name; a
+// units (as MakePlan's, naming the field); virtual_stages out of [1, 64] or
+// not 2 for placement v; a bad duration or policy name; a
 // choice not in the ready list ("policy chose 1B0.2 on stage 1 at step 5,
 // which is not ready there (ready: 1F1.0 1F2.0)"); a deadlock ("policy
 // deadlocks: every stage is idle and waits, 12 actions left; stage 0 at step

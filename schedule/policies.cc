@@ -179,6 +179,62 @@ Result<Plan> ZeroBubbleH2(int stages, int microbatches, int chunks) {
                          .weight_time = 1});
 }
 
+// ZBV over chunk units: the zero-bubble paper's V schedule (Qi et al.,
+// ICLR 2024, section 6; torch.distributed.pipelining's ScheduleZBVZeroBubble
+// for whole microbatches): v = 2 model stages per stage placed in a V (model
+// stages r and 2P - 1 - r on stage r, so the first and the last sit on stage
+// 0 and the turn needs no link), every backward split into B and W. Made by
+// the greedy executor at F = B = W (one unit each, a model stage's unit
+// being half a stage's). An idle stage runs, in this order:
+//   - a ready B (its second model stage's first);
+//   - a ready F of its second model stage (the one that leads to the loss,
+//     and so to the backwards that free memory) while fewer than `limit` of
+//     its units wait for their W;
+//   - a ready F of its first model stage while fewer than limit - 1 do (the
+//     one slot kept free for the second leg is what keeps the V from
+//     deadlocking: a stage full of first-leg forwards could never take the
+//     second-leg forward its first backward needs);
+//   - its oldest W.
+// limit = 2 (N + P - 1) model-stage units is StateFlow-1F1B's first stage's
+// N + P - 1 whole-stage units: the paper's ZBV holds 1F1B's activations, and
+// so does this one, on every stage (tested, with its step at F = B = W).
+Result<Plan> ZeroBubbleV(int stages, int microbatches, int chunks) {
+  const long long limit = 2LL * (static_cast<long long>(chunks) + stages - 1);
+  std::vector<long long> waiting(static_cast<std::size_t>(stages), 0);  // F run, W not
+  const ChoosePolicy choose = [&](int r, int, const std::vector<Action>& ready)
+      -> Result<std::optional<Action>> {
+    long long& held = waiting[static_cast<std::size_t>(r)];
+    const Action* first_leg = nullptr;
+    const Action* weight = nullptr;
+    for (const Action& a : ready) {
+      if (a.pass == Pass::kBackward) return std::optional<Action>(a);
+      if (a.pass == Pass::kForward && a.stage >= stages && held < limit) {  // the V's second leg
+        ++held;
+        return std::optional<Action>(a);
+      }
+      if (a.pass == Pass::kForward && first_leg == nullptr) first_leg = &a;
+      if (a.pass == Pass::kWeight && weight == nullptr) weight = &a;
+    }
+    if (first_leg != nullptr && held + 1 < limit) {
+      ++held;
+      return std::optional<Action>(*first_leg);
+    }
+    if (weight != nullptr) {
+      --held;
+      return std::optional<Action>(*weight);
+    }
+    return std::optional<Action>();
+  };
+  return PlanFromPolicy(stages, microbatches, chunks, choose,
+                        {.policy_name = "zbv",
+                         .forward_time = 1,
+                         .backward_time = 1,
+                         .split_backward = true,
+                         .weight_time = 1,
+                         .virtual_stages = 2,
+                         .placement = StagePlacement::kVShape});
+}
+
 std::string KnownPolicies() {
   std::string known;
   for (const std::string& name : PolicyNames()) {
@@ -214,7 +270,7 @@ Status CheckPlanDimensions(int stages, int microbatches, int chunks) {
 
 const std::vector<std::string>& PolicyNames() {
   static const std::vector<std::string> kNames = {"gpipe", "1f1b", "stateflow", "interleaved",
-                                                  "zb-h1", "zb-h2"};
+                                                  "zb-h1", "zb-h2", "zbv"};
   return kNames;
 }
 
@@ -225,6 +281,8 @@ int StateflowWarmupForwards(int stages, int microbatches, int chunks, int stage)
 }
 
 bool WholeSequencePolicy(std::string_view policy) { return policy == "1f1b"; }
+
+int DefaultVirtualStages(std::string_view policy) { return policy == "zbv" ? 2 : 1; }
 
 std::optional<long long> ChunksFor(std::string_view policy, std::optional<long long> requested) {
   if (!requested && WholeSequencePolicy(policy)) return 1;
@@ -243,8 +301,9 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int
   const bool gpipe = policy == "gpipe";
   const bool one_f_one_b = WholeSequencePolicy(policy);
   const bool interleaved = policy == "interleaved";
-  const bool zb_h1 = policy == "zb-h1", zb_h2 = policy == "zb-h2";
-  if (!gpipe && !one_f_one_b && !interleaved && !zb_h1 && !zb_h2 && policy != "stateflow") {
+  const bool zb_h1 = policy == "zb-h1", zb_h2 = policy == "zb-h2", zbv = policy == "zbv";
+  if (!gpipe && !one_f_one_b && !interleaved && !zb_h1 && !zb_h2 && !zbv &&
+      policy != "stateflow") {
     return Status::Invalid("schedule.policy '" + std::string(policy) +
                            "' is unknown (known: " + KnownPolicies() + ")");
   }
@@ -254,10 +313,23 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int
     return Status::Invalid("schedule.virtual_stages must be >= 1, got " +
                            std::to_string(virtual_stages));
   }
+  if (zbv) {
+    if (virtual_stages != 2) {
+      return Status::Invalid("schedule.virtual_stages must be 2 for policy zbv (its V places "
+                             "two model stages on each stage), got " +
+                             std::to_string(virtual_stages));
+    }
+    if (static_cast<long long>(microbatches) * chunks * 2 > kMaxUnitsPerStage) {
+      return Status::Invalid("microbatches * chunks * virtual_stages = " +
+                             std::to_string(static_cast<long long>(microbatches) * chunks * 2) +
+                             " exceeds the limit " + std::to_string(kMaxUnitsPerStage));
+    }
+    return ZeroBubbleV(stages, microbatches, chunks);
+  }
   if (virtual_stages > 1 && !interleaved) {
     return Status::Invalid("schedule.virtual_stages must be 1 for policy " + std::string(policy) +
                            ", got " + std::to_string(virtual_stages) +
-                           " (policy interleaved places virtual stages)");
+                           " (policies interleaved and zbv place virtual stages)");
   }
   const long long units = static_cast<long long>(microbatches) * chunks;
   if (virtual_stages > 1) {

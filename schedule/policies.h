@@ -44,9 +44,17 @@ namespace stateflow::schedule {
 //                for their W (twice 1F1B's activations at N = 1), B first,
 //                W passes where no F may run; made by the greedy executor
 //                at F = B = W, where each stage's span has no bubble.
+//   "zbv":       the zero-bubble paper's ZBV over chunk units: two model
+//                stages per stage placed in a V (model stages r and 2P-1-r
+//                on stage r), the backward split; made by the greedy
+//                executor at F = B = W with at most 2 (N + P - 1)
+//                model-stage units waiting for their W on any stage
+//                (1F1B's activations; policies.cc states the rule). Needs
+//                virtual_stages = 2.
 // Errors name the field: unknown policy (listing the known ones), stages,
 // microbatches or chunks < 1, microbatches * chunks > kMaxUnitsPerStage,
-// 1f1b with chunks != 1, virtual_stages != 1 for a policy but interleaved,
+// 1f1b with chunks != 1, virtual_stages != 1 for a policy but interleaved
+// and zbv, virtual_stages != 2 for zbv,
 // interleaved with M*N not a multiple of P.
 Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
                       int chunks, int virtual_stages = 1);
@@ -69,6 +77,9 @@ const std::vector<std::string>& PolicyNames();
 //   CheckPolicyChunks: Ok, or "<field> must be 1 for policy 1f1b
 //     (whole-sequence microbatches), got N; ..." naming `field`.
 bool WholeSequencePolicy(std::string_view policy);
+// The virtual stages a policy runs when none are asked for: 2 for "zbv"
+// (its V), else 1.
+int DefaultVirtualStages(std::string_view policy);
 std::optional<long long> ChunksFor(std::string_view policy, std::optional<long long> requested);
 Status CheckPolicyChunks(std::string_view policy, long long chunks, std::string_view field);
 

@@ -158,12 +158,12 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        "(a name ending in .textproto or holding a '/', e.g. written by `stateflow calibrate`)")
       ("policy", po::value(&f->policy),
        "schedule under study (drops the baselines): gpipe, 1f1b, stateflow, interleaved "
-       "(with --virtual-stages), zb-h1 or zb-h2 (zero-bubble: the backward split into B and W; "
-       "simulated only); docs/schedules.md")
+       "(with --virtual-stages), zb-h1, zb-h2 or zbv (zero-bubble: the backward split into B and "
+       "W; zbv places two model stages per stage in a V and is simulated only); docs/schedules.md")
       ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
       ("virtual-stages", Optional(&f->virtual_stages),
-       Help("v, model stages per pipeline stage (schedule.virtual_stages; policy interleaved; "
-            "simulated only)", models::kVirtualStages).c_str())
+       Help("v, model stages per pipeline stage (schedule.virtual_stages; policy interleaved, "
+            "and zbv's 2; simulated only)", models::kVirtualStages).c_str())
       ("alpha", Optional(&f->alpha), ("partition: 0 equal, 1 FLOP-balanced, >1 more, in " +
                                       models::RangeText(models::kAlpha)).c_str())
       ("microbatches,M", Optional(&f->microbatches), Help("M, microbatches per step", models::kMicrobatches).c_str())
@@ -250,6 +250,7 @@ std::string SchedulePolicyFor(const schedule::Plan& plan) {
   for (const std::string& name : schedule::PolicyNames()) {
     if (name == plan.policy()) return name;
   }
+  if (plan.placement() == schedule::StagePlacement::kVShape) return "zbv";
   return plan.virtual_stages() > 1 ? "interleaved" : "stateflow";
 }
 

@@ -132,7 +132,8 @@ Result<schedule::Plan> LoadPlanFile(const std::string& path, std::optional<long 
 
 // The schedule policy a run of `plan` is configured with: the plan's own
 // name when the schedule core knows it, else "stateflow" (the most general:
-// any chunk count), or "interleaved" for a plan with virtual stages; the
+// any chunk count), or "interleaved" for a plan with virtual stages ("zbv"
+// for one placed in a V); the
 // plan's name then names the run in its report. (A run of a plan also takes
 // its chunks and virtual stages unless the flags say otherwise.)
 std::string SchedulePolicyFor(const schedule::Plan& plan);

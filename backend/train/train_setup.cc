@@ -36,10 +36,10 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
     return Status::Invalid("parallel.context_size must be 1 for training (context parallelism "
                            "is simulated only)");
   }
-  if (schedule.virtual_stages() > 1) {
+  if (const int v = scenario::VirtualStagesOf(schedule); v > 1) {
     return Status::Invalid("schedule.virtual_stages must be 1 for training (virtual stages, "
-                           "policy interleaved, are simulated only), got " +
-                           std::to_string(schedule.virtual_stages()));
+                           "policies interleaved and zbv, are simulated only), got " +
+                           std::to_string(v) + " (policy " + schedule.policy() + ")");
   }
   if (scenario.parallel().overlap_grad_reduce()) {
     return Status::Invalid("parallel.overlap_grad_reduce must be off for training (the "

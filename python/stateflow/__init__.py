@@ -71,7 +71,7 @@ def scenario(path: Optional[Union[str, os.PathLike]] = None, **fields: Any) -> S
     (``microbatch_size``), ``T`` (``seq_len``), ``TP`` (``tensor_parallel``),
     ``DP`` (``data_parallel``), ``CP`` (``context_parallel``), ``alpha``,
     ``distributed_optimizer`` (bool), ``overlap_grad_reduce`` (bool),
-    ``virtual_stages`` (v, with ``policy="interleaved"``),
+    ``virtual_stages`` (v, with ``policy="interleaved"``; ``"zbv"`` has 2),
     ``recompute``, ``system``,
     ``cost_model``, ``st_overlap`` (bool), ``st_tile``, ``compute_units``,
     ``max_actions``, ``vary`` ({parameter: factor}). A ``policy`` drops the

@@ -67,7 +67,8 @@ class ScenarioTest(unittest.TestCase):
         p = sf.presets()
         self.assertIn("gdn-3b", p["models"])
         self.assertIn("a100-80gb-nvlink", p["clusters"])
-        self.assertEqual(sf.policies(), ["gpipe", "1f1b", "stateflow", "interleaved", "zb-h1", "zb-h2"])
+        self.assertEqual(sf.policies(),
+                         ["gpipe", "1f1b", "stateflow", "interleaved", "zb-h1", "zb-h2", "zbv"])
 
     def test_default_scenario_simulates_as_the_command_line(self):
         report = sf.simulate(sf.scenario())
@@ -280,6 +281,27 @@ class VirtualStagesTest(unittest.TestCase):
         self.assertEqual(report.step_time_s, ref["step_time_s"])
         with self.assertRaises(sf.InputError):
             sf.make_plan("stateflow", 2, 4, 1, virtual_stages=2)
+
+    def test_zbv_is_a_v_and_a_python_policy_can_place_one(self):
+        plan = sf.make_plan("zbv", 2, 4, 2)  # v = 2 unless told
+        self.assertEqual((plan.virtual_stages, plan.placement), (2, "v"))
+        self.assertIn("virtual_stages 2 placement v", plan.text().splitlines()[0])
+        # Stage 0 holds model stages 0 and 3, stage 1 model stages 1 and 2.
+        self.assertEqual({int(a.split("F")[0]) for a in plan.actions(0) if "F" in a}, {0, 3})
+        self.assertEqual({int(a.split("F")[0]) for a in plan.actions(1) if "F" in a}, {1, 2})
+        with self.assertRaises(sf.InputError):
+            sf.make_plan("zbv", 2, 4, 2, virtual_stages=1)
+        # The fill of the V at half-size passes: 3 M + (P - 1) / (2 N).
+        report = sf.simulate(sf.scenario(model="gdn-small", P=2, M=4, N=2, policy="zbv",
+                                         cost_model="uniform"))
+        self.assertAlmostEqual(report.step_time_s, 3 * 4 + 1 / 4, places=12)
+        first = sf.plan_from_policy(lambda stage, ready: 0, 2, 3, 2, split_backward=True,
+                                    backward_time=1.0, virtual_stages=2, placement="v")
+        sf.validate_plan(first)
+        self.assertEqual((first.virtual_stages, first.placement), (2, "v"))
+        self.assertEqual(first.num_actions, 3 * 2 * 2 * 3 * 2)
+        with self.assertRaises(sf.PlanError):
+            sf.plan_from_policy(lambda stage, ready: 0, 2, 3, 2, placement="w")
 
 
 class SearchTest(unittest.TestCase):

@@ -201,5 +201,60 @@ TEST(PlanFromPolicy, ASplitBackwardListsEachWAfterItsB) {
             "weight_time must be a finite number > 0, got -1.000000");
 }
 
+// With virtual stages the executor plays every model stage: a random choice
+// among the ready actions gives a valid plan in either placement, each
+// stage listing only its own model stages (loop: s mod P; v: r and 2P-1-r),
+// and a ready list runs the stage's model stages from the last in the layer
+// order to the first: at P = 1 in a V the second model stage's forward of a
+// unit is ready as soon as the first's has run, and listed before it.
+TEST(PlanFromPolicy, VirtualStagesInALoopOrAV) {
+  std::mt19937 rng(27);
+  const ChoosePolicy random = [&rng](int, int, const std::vector<Action>& ready) -> Choice {
+    return std::optional<Action>(ready[rng() % ready.size()]);
+  };
+  for (const StagePlacement placement : {StagePlacement::kLoop, StagePlacement::kVShape}) {
+    for (int P : {1, 2, 3}) {
+      for (int M : {1, 3}) {
+        for (int N : {1, 2}) {
+          for (const bool split : {false, true}) {
+            const int v = placement == StagePlacement::kVShape ? 2 : 3;
+            Result<Plan> plan = PlanFromPolicy(
+                P, M, N, random,
+                {.split_backward = split, .virtual_stages = v, .placement = placement});
+            ASSERT_TRUE(plan.ok()) << plan.status().message();
+            EXPECT_EQ(plan->virtual_stages(), v);
+            EXPECT_EQ(plan->placement(), placement);
+            EXPECT_EQ(plan->num_actions(), (split ? 3u : 2u) * P * v * M * N);
+            EXPECT_TRUE(ValidatePlan(*plan).ok()) << ValidatePlan(*plan).message();
+            for (int r = 0; r < P; ++r) {
+              for (const Action& a : plan->stage(r)) EXPECT_EQ(plan->RankOf(a.stage), r);
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<std::string> seen;
+  const ChoosePolicy watch = [&seen](int, int step, const std::vector<Action>& ready) -> Choice {
+    if (step == 1) {
+      for (const Action& a : ready) seen.push_back(ToString(a));
+    }
+    return std::optional<Action>(ready.back());
+  };
+  ASSERT_TRUE(PlanFromPolicy(1, 2, 1, watch,
+                             {.virtual_stages = 2, .placement = StagePlacement::kVShape})
+                  .ok());
+  // Step 0 took the last ready action, 0F1.0; then model stage 1 may run
+  // microbatch 1, model stage 0 microbatch 0.
+  EXPECT_EQ(seen, (std::vector<std::string>{"1F1.0", "0F0.0"}));
+  EXPECT_EQ(PlanFromPolicy(2, 1, 1, random, {.virtual_stages = 3,
+                                             .placement = StagePlacement::kVShape})
+                .status()
+                .message(),
+            "placement v needs virtual_stages 2, got 3");
+  EXPECT_EQ(PlanFromPolicy(2, 1, 1, random, {.virtual_stages = 0}).status().message(),
+            "virtual_stages must be in [1, 64], got 0");
+}
+
 }  // namespace
 }  // namespace stateflow::schedule

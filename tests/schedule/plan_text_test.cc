@@ -36,7 +36,8 @@ TEST(PlanTextTest, PolicyPlansRoundTrip) {
     const int M = std::uniform_int_distribution<int>(1, 16)(rng);
     const int N = std::uniform_int_distribution<int>(1, 12)(rng);
     for (const std::string& policy : PolicyNames()) {
-      Result<Plan> plan = MakePlan(policy, P, M, policy == "1f1b" ? 1 : N);
+      Result<Plan> plan =
+          MakePlan(policy, P, M, policy == "1f1b" ? 1 : N, DefaultVirtualStages(policy));
       ASSERT_TRUE(plan.ok());
       ExpectRoundTrip(*plan);
     }

@@ -138,6 +138,9 @@ TEST(PoliciesTest, SmallPlansAgreeWithTheBruteForceChecker) {
       for (int M = 1; M <= 3; ++M) {
         for (int N = 1; N <= 3; ++N) {
           if (policy == "1f1b" && N != 1) continue;
+          // The brute-force checker knows one model stage per stage; zbv's
+          // V is checked by ValidatePlan (ZbvOverShapesValidates).
+          if (DefaultVirtualStages(policy) > 1) continue;
           Result<Plan> plan = MakePlan(policy, P, M, N);
           ASSERT_TRUE(plan.ok());
           EXPECT_TRUE(testing::BruteForceValid(*plan)) << Describe(policy, P, M, N);
@@ -149,9 +152,9 @@ TEST(PoliciesTest, SmallPlansAgreeWithTheBruteForceChecker) {
 
 TEST(PoliciesTest, PolicyNames) {
   EXPECT_EQ(PolicyNames(), (std::vector<std::string>{"gpipe", "1f1b", "stateflow", "interleaved",
-                                                      "zb-h1", "zb-h2"}));
+                                                      "zb-h1", "zb-h2", "zbv"}));
   for (const std::string& name : PolicyNames()) {
-    Result<Plan> plan = MakePlan(name, 2, 2, 1);
+    Result<Plan> plan = MakePlan(name, 2, 2, 1, DefaultVirtualStages(name));
     ASSERT_TRUE(plan.ok()) << name;
     EXPECT_EQ(plan->policy(), name);
     EXPECT_EQ(plan->stages(), 2);
@@ -286,6 +289,72 @@ TEST(PoliciesTest, ZeroBubbleH1Order) {
   EXPECT_EQ(text(2), "2F0.0 2B0.0 2F1.0 2B1.0 2F2.0 2B2.0 2W0.0 2W1.0 2W2.0 ");
 }
 
+// ZBV (two model stages per stage in a V, the backward split) over (P, M,
+// N): every plan validates, stage r holds model stages r and 2P - 1 - r and
+// runs each one's F and B in the documented orders, and no stage holds more
+// than 2 (N + P - 1) model-stage units awaiting their W (1F1B's
+// activations), the most stage 0 holds once M N is large enough.
+TEST(PoliciesTest, ZbvOverShapesValidates) {
+  int checked = 0;
+  for (int P = 1; P <= 6; ++P) {
+    for (int M = 1; M <= 8; ++M) {
+      for (int N : {1, 2, 3, 4, 7}) {
+        const std::string what = Describe("zbv", P, M, N);
+        Result<Plan> plan = MakePlan("zbv", P, M, N, 2);
+        ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().message();
+        EXPECT_EQ(plan->policy(), "zbv");
+        EXPECT_EQ(plan->virtual_stages(), 2);
+        EXPECT_EQ(plan->placement(), StagePlacement::kVShape);
+        EXPECT_TRUE(SplitsBackward(*plan)) << what;
+        const Status valid = ValidatePlan(*plan);
+        ASSERT_TRUE(valid.ok()) << what << ": " << valid.message() << "\n" << valid.detail();
+        const long long units = static_cast<long long>(M) * N;
+        const long long limit = 2LL * (N + P - 1);
+        long long highest = 0;
+        for (int r = 0; r < P; ++r) {
+          for (const int s : {r, 2 * P - 1 - r}) {
+            std::vector<Action> forwards, backwards, weights;
+            for (const Action& x : plan->stage(r)) {
+              if (x.stage != s) continue;
+              (x.pass == Pass::kForward ? forwards
+               : x.pass == Pass::kBackward ? backwards : weights).push_back(x);
+            }
+            ASSERT_EQ(forwards.size(), static_cast<std::size_t>(units)) << what << " s " << s;
+            ASSERT_EQ(backwards.size(), static_cast<std::size_t>(units)) << what << " s " << s;
+            ASSERT_EQ(weights.size(), static_cast<std::size_t>(units)) << what << " s " << s;
+            for (int a = 0; a < M; ++a) {
+              for (int i = 0; i < N; ++i) {
+                EXPECT_EQ(forwards[a * N + i], (Action{s, Pass::kForward, a, i})) << what;
+                EXPECT_EQ(backwards[a * N + i], (Action{s, Pass::kBackward, a, N - 1 - i})) << what;
+              }
+            }
+          }
+          EXPECT_EQ(plan->stage(r).size(), static_cast<std::size_t>(6 * units)) << what;
+          const long long peak = PeakAwaitingWeight(plan->stage(r));
+          EXPECT_LE(peak, limit) << what << " stage " << r;
+          highest = std::max(highest, peak);
+        }
+        EXPECT_EQ(highest, std::min(2 * units, limit)) << what;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6 * 8 * 5);
+}
+
+TEST(PoliciesTest, ZbvRefusals) {
+  for (const int v : {1, 3}) {
+    Result<Plan> plan = MakePlan("zbv", 4, 4, 1, v);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_NE(plan.status().message().find("schedule.virtual_stages must be 2 for policy zbv"),
+              std::string::npos)
+        << plan.status().message();
+  }
+  EXPECT_EQ(DefaultVirtualStages("zbv"), 2);
+  EXPECT_EQ(DefaultVirtualStages("interleaved"), 1);
+  EXPECT_EQ(DefaultVirtualStages("stateflow"), 1);
+}
+
 TEST(PoliciesTest, InterleavedRefusals) {
   Result<Plan> odd = MakePlan("interleaved", 4, 3, 1, 2);
   ASSERT_FALSE(odd.ok());
@@ -313,7 +382,7 @@ TEST(PoliciesTest, ErrorsNameTheField) {
   const Case cases[] = {
       {"zb", 4, 4, 4,
        "schedule.policy 'zb' is unknown (known: gpipe, 1f1b, stateflow, interleaved, zb-h1, "
-       "zb-h2)"},
+       "zb-h2, zbv)"},
       {"", 4, 4, 4, "schedule.policy"},
       {"stateflow", 0, 4, 4, "stages"},
       {"stateflow", 4, 0, 4, "microbatches"},

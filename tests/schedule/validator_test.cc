@@ -59,7 +59,7 @@ void ExpectLocated(const Status& status, const std::string& rule) {
 
 TEST(ValidatorTest, PoliciesPass) {
   for (const std::string& policy : PolicyNames()) {
-    Result<Plan> plan = MakePlan(policy, 4, 3, policy == "1f1b" ? 1 : 3);
+    Result<Plan> plan = MakePlan(policy, 4, 3, policy == "1f1b" ? 1 : 3, DefaultVirtualStages(policy));
     ASSERT_TRUE(plan.ok());
     const Status status = ValidatePlan(*plan);
     EXPECT_TRUE(status.ok()) << policy << ": " << status.message();

@@ -250,6 +250,28 @@ TEST(Cli, AnInterleavedPlanFileSimulatesAsThePolicy) {
   ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 --policy stateflow "
                            "--virtual-stages 2"),
                  "schedule.virtual_stages must be 1 for policy stateflow");
+  // zbv: its V, written and read back (the plan's placement names the
+  // policy), refused at another v and by train.
+  const std::string v_path = TempPath("zbv.plan");
+  ASSERT_EQ(Stateflow("plan-dump --model gdn-small -P 2 -M 4 -N 2 --policy zbv --out " + v_path)
+                .exit_code,
+            0);
+  EXPECT_NE(Slurp(v_path).find("virtual_stages 2 placement v"), std::string::npos);
+  CliRun zbv = Stateflow("simulate --model gdn-small -P 2 -M 4 -N 2 --cost-model uniform "
+                         "--policy zbv --json");
+  CliRun zbv_plan = Stateflow("simulate --model gdn-small -P 2 -M 4 --cost-model uniform "
+                              "--json --plan " + v_path);
+  ASSERT_EQ(zbv.exit_code, 0) << zbv.err;
+  ASSERT_EQ(zbv_plan.exit_code, 0) << zbv_plan.err;
+  stateflow::pb::Report from_policy, from_plan;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(zbv.out, &from_policy).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(zbv_plan.out, &from_plan).ok());
+  EXPECT_EQ(from_policy.step_time_s(), from_plan.step_time_s());
+  EXPECT_EQ(from_policy.step_time_s(), 3.0 * 4 + 1.0 / 4);  // 3 M + (P - 1) / (2 N)
+  ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 --policy zbv --virtual-stages 3"),
+                 "schedule.virtual_stages must be 2 for policy zbv");
+  ExpectBadInput(Stateflow("train --model gdn-tiny -P 1 -M 2 --policy zbv --steps 1"),
+                 "schedule.virtual_stages must be 1 for training");
 }
 
 TEST(Cli, HandBrokenPlanIsRejectedWithTheRule) {
