@@ -35,13 +35,16 @@ SWEEP_COLUMNS = ("scenario", "model", "policy", "seq_len", "global_batch",
                  "tokens_per_s", "bubble_fraction", "peak_memory_bytes",
                  "capacity_bytes", "oom", "peak_stage", "peak_class", "best")
 _SWEEP_INTS = ("seq_len", "global_batch", "microbatches", "pipeline_size",
-               "tensor_size", "data_size", "chunks", "peak_stage", "st_tile")
+               "tensor_size", "data_size", "chunks", "peak_stage", "st_tile",
+               "virtual_stages")
 _SWEEP_FLOATS = ("alpha", "step_time_s", "tokens_per_s", "bubble_fraction",
                  "peak_memory_bytes", "capacity_bytes", "usable_bytes")
 _SWEEP_FLAGS = ("oom", "best", "st_overlap")
 # Columns newer sweeps add after "best"; read when present: the system the
-# run's schedule ran in and the OOM threshold (capacity less the reserve).
-SWEEP_OPTIONAL_COLUMNS = ("system", "usable_bytes", "st_overlap", "st_tile")
+# run's schedule ran in and the OOM threshold (capacity less the reserve),
+# the state-transition settings, and v (model stages per stage).
+SWEEP_OPTIONAL_COLUMNS = ("system", "usable_bytes", "st_overlap", "st_tile",
+                          "virtual_stages")
 
 _US_PER_S = 1e6
 # An action's one text form (schedule/action.h): "<stage><pass><microbatch>.<chunk>".

@@ -477,7 +477,8 @@ void Range(const py::dict& kw, const char* key, Add add) {
 
 pb::SweepSpec SweepFrom(const pb::SweepSpec& base, const py::dict& kw) {
   static const char* kKnown[] = {"policies", "seq_len", "global_batch", "microbatches",
-                                 "chunks",   "alpha",   "st_overlap",   "st_tile"};
+                                 "chunks",   "alpha",   "st_overlap",   "st_tile",
+                                 "virtual_stages"};
   for (const auto& [k, v] : kw) {
     const std::string key = py::str(k);
     bool known = false;
@@ -485,7 +486,7 @@ pb::SweepSpec SweepFrom(const pb::SweepSpec& base, const py::dict& kw) {
     if (!known) {
       Raise(Status::Invalid("unknown sweep range '" + key +
                             "' (known: policies, seq_len, global_batch, microbatches, chunks, "
-                            "alpha, st_overlap, st_tile)"));
+                            "alpha, st_overlap, st_tile, virtual_stages)"));
     }
   }
   pb::SweepSpec s = base;
@@ -502,6 +503,7 @@ pb::SweepSpec SweepFrom(const pb::SweepSpec& base, const py::dict& kw) {
   if (given("alpha")) s.clear_alpha();
   if (given("st_overlap")) s.clear_st_overlap();
   if (given("st_tile")) s.clear_st_tile();
+  if (given("virtual_stages")) s.clear_virtual_stages();
   auto checked_u32 = [](const std::string& key, long long v) {
     if (v < 0 || v > 0xffffffffLL) {
       Raise(Status::Invalid(key + ": " + std::to_string(v) + " is out of range"));
@@ -522,6 +524,9 @@ pb::SweepSpec SweepFrom(const pb::SweepSpec& base, const py::dict& kw) {
   Range(kw, "alpha", [&](py::handle h) { s.add_alpha(FloatArg("alpha", h)); });
   Range(kw, "st_overlap", [&](py::handle h) { s.add_st_overlap(OnOff("st_overlap", h) == "on"); });
   Range(kw, "st_tile", [&](py::handle h) { s.add_st_tile(checked_u32("st_tile", IntArg("st_tile", h))); });
+  Range(kw, "virtual_stages", [&](py::handle h) {
+    s.add_virtual_stages(checked_u32("virtual_stages", IntArg("virtual_stages", h)));
+  });
   return s;
 }
 
@@ -537,6 +542,7 @@ py::dict RunRecord(const pb::SweepRun& run) {
   d["system"] = run.system();
   d["st_overlap"] = run.st_overlap();
   d["st_tile"] = run.st_tile();
+  d["virtual_stages"] = std::max(1u, run.virtual_stages());
   d["step_time_s"] = run.step_time_s();
   d["tokens_per_s"] = run.tokens_per_s();
   d["bubble_fraction"] = run.bubble_fraction();

@@ -34,6 +34,28 @@ Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, 
                          std::to_string(chunks));
 }
 
+Status CheckModelStages(const ResolvedScenario& resolved, const pb::ScheduleSpec& schedule) {
+  const int v = VirtualStagesOf(schedule);
+  if (v == 1) return Status::Ok();
+  SF_ASSIGN_OR_RETURN(models::CostModelOptions cost_options,
+                      models::CostOptionsFor(resolved.proto(), schedule));
+  const long long blocks = resolved.proto().model().num_layers();
+  const long long model_stages = static_cast<long long>(resolved.stages()) * v;
+  if (models::FrameworkLayerSplit(cost_options.system) && blocks % model_stages != 0) {
+    return Status::Invalid("parallel.pipeline_size * schedule.virtual_stages = " +
+                           std::to_string(model_stages) + " does not divide model.num_layers " +
+                           std::to_string(blocks) + " (" +
+                           std::string(models::SystemName(cost_options.system)) +
+                           " splits the layers evenly over the model stages)");
+  }
+  if (model_stages > blocks) {
+    return Status::Invalid("parallel.pipeline_size * schedule.virtual_stages = " +
+                           std::to_string(model_stages) + " model stages exceed the model's " +
+                           std::to_string(blocks) + " blocks");
+  }
+  return Status::Ok();
+}
+
 Result<std::shared_ptr<const Placement>> Place(const ResolvedScenario& resolved,
                                                const pb::ScheduleSpec& schedule,
                                                const pb::PrecisionSpec* precision) {
@@ -46,21 +68,8 @@ Result<std::shared_ptr<const Placement>> Place(const ResolvedScenario& resolved,
                               precision != nullptr ? *precision : scenario.precision(),
                               scenario.cluster(), cost_options));
   // With virtual stages the layers are cut into P v model stages.
-  const int v = VirtualStagesOf(schedule);
-  const long long model_stages = static_cast<long long>(resolved.stages()) * v;
-  if (v > 1 && models::FrameworkLayerSplit(cm.options().system) &&
-      (cm.num_layers() - 2) % model_stages != 0) {
-    return Status::Invalid("parallel.pipeline_size * schedule.virtual_stages = " +
-                           std::to_string(model_stages) + " does not divide model.num_layers " +
-                           std::to_string(cm.num_layers() - 2) + " (" +
-                           std::string(models::SystemName(cm.options().system)) +
-                           " splits the layers evenly over the model stages)");
-  }
-  if (v > 1 && model_stages > cm.num_layers() - 2) {
-    return Status::Invalid("parallel.pipeline_size * schedule.virtual_stages = " +
-                           std::to_string(model_stages) + " model stages exceed the model's " +
-                           std::to_string(cm.num_layers() - 2) + " blocks");
-  }
+  SF_RETURN_IF_ERROR(CheckModelStages(resolved, schedule));
+  const long long model_stages = static_cast<long long>(resolved.stages()) * VirtualStagesOf(schedule);
   SF_ASSIGN_OR_RETURN(std::vector<models::StageLayers> layers,
                       models::AssignScenarioStages(cm, static_cast<int>(model_stages),
                                                    resolved.seq_len()));

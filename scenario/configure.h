@@ -107,6 +107,11 @@ Result<Configuration> ConfigurePlaced(const ResolvedScenario& scenario,
 Status CheckPlanShape(const schedule::Plan& plan, int stages, int microbatches, int chunks,
                       int virtual_stages = 1);
 
+// Whether the P v model stages of `schedule` can be placed: at most one per
+// block, and P v dividing the blocks for a framework system's even split.
+// Ok at v = 1; else the error Place gives, naming both fields.
+Status CheckModelStages(const ResolvedScenario& scenario, const pb::ScheduleSpec& schedule);
+
 // schedule.virtual_stages; when unset, the policy's own (2 for zbv, else 1).
 int VirtualStagesOf(const pb::ScheduleSpec& schedule);
 

@@ -264,14 +264,28 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
                    std::to_string(options.costs->tensor_size()));
     }
   }
-  // Every legal split sweeps the same grid, so progress can count them all.
-  pb::SweepSpec shape = spec;  // the batch does not change the grid's shape
-  shape.clear_global_batch();
-  SF_ASSIGN_OR_RETURN(const SweepGrid grid, ExpandSweep(resolved, shape));
-  int legal = 0;
-  for (const pb::PlanCandidate& c : report.candidates()) legal += c.verdict().empty();
-  const std::size_t per_split = grid.configs.size(), total = legal * per_split;
-  std::size_t offset = 0;
+  // Every legal split sweeps the same ranges; its grid's size (interleaved
+  // shapes are skipped where P does not divide M N) counts its progress.
+  const auto split_of = [&](const pb::PlanCandidate& c) {
+    pb::ParallelSpec parallel = scenario.parallel();
+    parallel.set_pipeline_size(c.pipeline_size());
+    parallel.set_tensor_size(c.tensor_size());
+    parallel.set_data_size(c.data_size());
+    parallel.set_context_size(std::max(1u, c.context_size()));
+    parallel.set_microbatches(c.microbatches());
+    return resolved.WithParallel(parallel);
+  };
+  std::vector<std::size_t> sizes;  // per legal split, in order
+  std::size_t total = 0;
+  for (const pb::PlanCandidate& c : report.candidates()) {
+    if (!c.verdict().empty()) continue;
+    Result<scenario::ResolvedScenario> split = split_of(c);
+    Result<SweepGrid> grid = split.ok() ? ExpandSweep(*split, spec) : Result<SweepGrid>(split.status());
+    sizes.push_back(grid.ok() ? grid->configs.size() : 0);
+    total += sizes.back();
+  }
+  std::size_t offset = 0, legal = 0;
+  std::vector<std::string> notes;  // the splits' sweeps' notes, each once
   SweepOptions split_options;
   split_options.costs = options.costs;
   if (options.progress) {
@@ -281,13 +295,7 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
   }
   for (pb::PlanCandidate& c : *report.mutable_candidates()) {
     if (!c.verdict().empty()) continue;
-    pb::ParallelSpec parallel = scenario.parallel();
-    parallel.set_pipeline_size(c.pipeline_size());
-    parallel.set_tensor_size(c.tensor_size());
-    parallel.set_data_size(c.data_size());
-    parallel.set_context_size(std::max(1u, c.context_size()));
-    parallel.set_microbatches(c.microbatches());
-    Result<scenario::ResolvedScenario> split = resolved.WithParallel(parallel);
+    Result<scenario::ResolvedScenario> split = split_of(c);
     Result<pb::SweepReport> sweep =
         split.ok() ? RunSweep(*split, spec, split_options) : Result<pb::SweepReport>(split.status());
     if (!sweep.ok()) {
@@ -298,11 +306,14 @@ Result<pb::CapacityPlanReport> PlanCapacity(const scenario::ResolvedScenario& re
                                             ? " CP " + std::to_string(c.context_size())
                                             : std::string()));
     }
-    offset += per_split;
+    offset += sizes[legal++];
     report.set_num_simulated(report.num_simulated() + sweep->num_simulated());
+    for (const std::string& note : sweep->notes()) {
+      if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+    }
     Judge(*sweep, &c);
   }
-  for (const std::string& note : grid.notes) report.add_notes(note);
+  for (const std::string& note : notes) report.add_notes(note);
   Rank(&report);
   report.set_elapsed_s(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -10,6 +10,7 @@
 #include "models/limits.h"
 #include "models/model.h"
 #include "models/placement.h"
+#include "scenario/configure.h"
 #include "schedule/plan.h"
 #include "schedule/policies.h"
 #include "sim/simulation.h"
@@ -132,6 +133,7 @@ pb::SweepRun RunFromReport(const SweepConfig& config, const pb::ScheduleSpec& sc
   run.set_alpha(config.alpha);
   run.set_st_overlap(report.st_overlap());
   run.set_st_tile(report.st_tile());
+  run.set_virtual_stages(static_cast<std::uint32_t>(config.virtual_stages));
   run.set_recompute(schedule.recompute());
   run.set_system(report.system());
   run.set_step_time_s(report.step_time_s());
@@ -252,7 +254,8 @@ std::string ConfigLabel(const SweepConfig& c) {
   return c.policy + " T=" + std::to_string(c.seq_len) + " GBS=" +
          std::to_string(c.global_batch) + " N=" + std::to_string(c.chunks) +
          " alpha=" + Num(c.alpha) + (c.st_overlap ? " st_overlap=on" : "") +
-         (c.st_tile > 0 ? " st_tile=" + std::to_string(c.st_tile) : "");
+         (c.st_tile > 0 ? " st_tile=" + std::to_string(c.st_tile) : "") +
+         (c.virtual_stages > 1 ? " v=" + std::to_string(c.virtual_stages) : "");
 }
 
 Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::SweepSpec& sweep) {
@@ -285,6 +288,7 @@ Status ValidateSweep(const scenario::ResolvedScenario& resolved, const pb::Sweep
   SF_RETURN_IF_ERROR(InRange("seq_len", sweep.seq_len(), models::kSeqLen));
   SF_RETURN_IF_ERROR(InRange("st_tile", sweep.st_tile(), models::kStTile));
   SF_RETURN_IF_ERROR(NoRepeats("st_overlap", sweep.st_overlap()));
+  SF_RETURN_IF_ERROR(InRange("virtual_stages", sweep.virtual_stages(), models::kVirtualStages));
   return ValidatePolicies(sweep);
 }
 
@@ -295,6 +299,7 @@ pb::ScheduleSpec ScheduleFor(const scenario::ResolvedScenario& scenario, const S
   spec.set_alpha(config.alpha);
   spec.set_st_overlap(config.st_overlap);
   if (config.st_tile > 0) spec.set_st_tile(static_cast<std::uint32_t>(config.st_tile));
+  spec.set_virtual_stages(static_cast<std::uint32_t>(config.virtual_stages));
   return spec;
 }
 
@@ -308,6 +313,8 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
   const bool alpha_matters = HasAttention(s.model());
   const bool st_matters = s.cluster().device().compute_units() > 0;
   bool collapsed = false, st_collapsed = false;
+  const int stages = static_cast<int>(std::max(1u, s.parallel().pipeline_size()));
+  long long skipped = 0;  // interleaved configurations with M N not a multiple of P
   for (const std::string& policy : PoliciesOf(s, sweep)) {
     const pb::ScheduleSpec& tmpl = TemplateFor(s, policy);
     std::vector<int> chunks(sweep.chunks().begin(), sweep.chunks().end());
@@ -330,13 +337,39 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
       tiles.resize(1);
       st_collapsed = true;
     }
+    // v: swept for interleaved (the range, else the template's), the
+    // policy's own for the others.
+    std::vector<int> vs = {scenario::VirtualStagesOf(tmpl)};
+    if (policy == "interleaved" && sweep.virtual_stages_size() > 0) {
+      vs.assign(sweep.virtual_stages().begin(), sweep.virtual_stages().end());
+    } else if (policy != "interleaved") {
+      vs = {schedule::DefaultVirtualStages(policy)};
+    }
+    // A v whose P v model stages cannot be placed is skipped, noted once.
+    std::vector<int> placed;
+    for (int v : vs) {
+      pb::ScheduleSpec spec = tmpl;
+      spec.set_policy(policy);
+      spec.set_virtual_stages(static_cast<std::uint32_t>(v));
+      if (Status ok = scenario::CheckModelStages(resolved, spec); !ok.ok()) {
+        grid.notes.push_back(policy + " at v = " + std::to_string(v) + " skipped: " + ok.message());
+      } else {
+        placed.push_back(v);
+      }
+    }
     for (std::int64_t seq_len : seq_lens) {
       for (const auto& [gb, m] : BatchesOf(s, sweep)) {
-        for (int n : chunks) {
-          for (bool overlap : overlaps) {
-            for (int tile : tiles) {
-              for (double alpha : alphas) {
-                grid.configs.push_back({policy, seq_len, gb, m, n, alpha, overlap, tile});
+        for (int v : placed) {
+          for (int n : chunks) {
+            if (policy == "interleaved" && v > 1 && (static_cast<long long>(m) * n) % stages != 0) {
+              skipped += static_cast<long long>(overlaps.size() * tiles.size() * alphas.size());
+              continue;
+            }
+            for (bool overlap : overlaps) {
+              for (int tile : tiles) {
+                for (double alpha : alphas) {
+                  grid.configs.push_back({policy, seq_len, gb, m, n, alpha, overlap, tile, v});
+                }
               }
             }
           }
@@ -350,6 +383,19 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
                          "equal one), so alpha = " + Num(sweep.alpha(0)) +
                          " was simulated for all " + std::to_string(sweep.alpha_size()) +
                          " values of the range");
+  }
+  const std::vector<std::string> policies = PoliciesOf(s, sweep);
+  if (sweep.virtual_stages_size() > 0 &&
+      std::find(policies.begin(), policies.end(), "interleaved") == policies.end()) {
+    grid.notes.push_back(
+        "virtual_stages applies to policy interleaved only: the other policies ran at their "
+        "own (zbv 2, else 1)");
+  }
+  if (skipped > 0) {
+    grid.notes.push_back(
+        std::to_string(skipped) + " interleaved configuration" + (skipped == 1 ? " was" : "s were") +
+        " skipped: with v > 1, M N must be a multiple of P = " + std::to_string(stages) +
+        " (Megatron-Core's rule for its microbatches)");
   }
   if (st_collapsed) {
     grid.notes.push_back(
@@ -368,6 +414,7 @@ bool BetterRun(const pb::SweepRun& a, const pb::SweepRun& b) {
   if (a.alpha() != b.alpha()) return a.alpha() < b.alpha();
   if (a.st_overlap() != b.st_overlap()) return !a.st_overlap();
   if (a.st_tile() != b.st_tile()) return a.st_tile() < b.st_tile();
+  if (a.virtual_stages() != b.virtual_stages()) return a.virtual_stages() < b.virtual_stages();
   return a.policy() < b.policy();
 }
 
@@ -397,6 +444,7 @@ Result<pb::SweepReport> RunSweep(const scenario::ResolvedScenario& scenario,
     // Reuse is by rounded boundaries, which alpha alone changes.
     if (k == 0 || !SameCell(config, grid.configs[k - 1]) ||
         config.chunks != grid.configs[k - 1].chunks ||
+        config.virtual_stages != grid.configs[k - 1].virtual_stages ||
         config.st_overlap != grid.configs[k - 1].st_overlap ||
         config.st_tile != grid.configs[k - 1].st_tile) {
       seen.clear();

@@ -35,12 +35,14 @@ struct SweepConfig {
   double alpha = 0;
   bool st_overlap = false;   // split-and-overlap of the recurrence core
   int st_tile = 0;           // B_V; 0 keeps the schedule's (64 when it has none)
+  int virtual_stages = 1;    // v (interleaved: swept; zbv: 2; else 1)
 };
 
 // The configurations of a sweep in run order (policy, then sequence length,
-// then global batch, then N, then ST overlap, then ST tile, then alpha, each
-// in the order listed), so that each cell's runs are contiguous; and a sentence for each thing the
-// expansion decided on its own.
+// then global batch, then v, then N, then ST overlap, then ST tile, then
+// alpha, each in the order listed), so that each cell's runs are contiguous;
+// and a sentence for each thing the expansion decided on its own (ranges
+// collapsed, interleaved shapes skipped because M N is not a multiple of P).
 struct SweepGrid {
   std::vector<SweepConfig> configs;
   std::vector<std::string> notes;

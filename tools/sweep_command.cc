@@ -37,6 +37,9 @@ examples:
   stateflow sweep --json > sweep.json
   stateflow sweep --compute-units 108 --tensor-parallel 4 --st-overlap-list off,on --st-tile-list 16,32,64
       the state transition's split-and-overlap and tile B_V as swept dimensions
+  stateflow sweep -P 4 -M 8 --policies stateflow,interleaved,zb-h1,zbv --virtual-stages-list 2,4
+      schedules side by side, interleaved at v = 2 and 4 (configurations with M N not a
+      multiple of P skipped, with a note)
 )";
 
 // Scalar overrides fix a field, so they clear the scenario's range for it.
@@ -51,6 +54,7 @@ void ClearOverriddenRanges(const ScenarioFlags& f, pb::SweepSpec* sweep) {
   if (!f.policy.empty()) sweep->clear_policies();
   if (!f.st_overlap.empty()) sweep->clear_st_overlap();
   if (f.st_tile) sweep->clear_st_tile();
+  if (f.virtual_stages) sweep->clear_virtual_stages();
 }
 
 Result<pb::SweepReport> Run(const ScenarioFlags& flags, const SweepFlags& sweep_flags,

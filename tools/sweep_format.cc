@@ -12,6 +12,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "common/files.h"
+#include "sim/search.h"
 #include "tools/report_format.h"
 
 namespace stateflow::tools {
@@ -74,9 +75,19 @@ std::string StLabel(const pb::SweepRun& run) {
          std::to_string(run.st_tile());
 }
 
-// "N=4 alpha=0.5", with " ST overlap on B_V=32" when `st`.
+// True if a run has virtual stages (v > 1): only then do the tables name v.
+bool VSwept(const pb::SweepReport& r) {
+  for (const pb::SweepRun& run : r.runs()) {
+    if (run.virtual_stages() > 1) return true;
+  }
+  return false;
+}
+
+// "N=4 alpha=0.5", with " v=2" for a run with virtual stages and
+// " ST overlap on B_V=32" when `st`.
 std::string NAlpha(const pb::SweepRun& run, bool st) {
   return "N=" + std::to_string(run.chunks()) + " alpha=" + Printf("%g", run.alpha()) +
+         (run.virtual_stages() > 1 ? " v=" + std::to_string(run.virtual_stages()) : "") +
          (st ? std::string(" ST overlap ") + (run.st_overlap() ? "on" : "off") +
                    " B_V=" + std::to_string(run.st_tile())
              : "");
@@ -156,7 +167,9 @@ std::string ResultsTable(const pb::SweepReport& r) {
   }
   for (const std::string& policy : policies) {
     std::vector<std::string> row = {policy},
-                             chosen = {st ? "  best N, alpha; ST" : "  best N, alpha"},
+                             chosen = {std::string(VSwept(r) ? "  best N, alpha, v"
+                                                             : "  best N, alpha") +
+                                       (st ? "; ST" : "")},
                              speedup = {"  speed-up vs " + policies[0]};
     for (const auto& col : columns) {
       const pb::SweepRun* run = best_of(policy, col);
@@ -167,6 +180,9 @@ std::string ResultsTable(const pb::SweepReport& r) {
       chosen.push_back(run == nullptr ? "-"
                                       : std::to_string(run->chunks()) + ", " +
                                             Printf("%g", run->alpha()) +
+                                            (VSwept(r) ? ", " + std::to_string(std::max(
+                                                                    1u, run->virtual_stages()))
+                                                       : "") +
                                             (st ? "; " + StLabel(*run) : ""));
       speedup.push_back(run == nullptr || base == nullptr
                             ? "-"
@@ -175,6 +191,21 @@ std::string ResultsTable(const pb::SweepReport& r) {
     rows.push_back(row);
     if (policy != "1f1b") rows.push_back(chosen);
     if (policy != policies[0]) rows.push_back(speedup);
+  }
+  if (policies.size() > 1) {  // the fastest feasible schedule of each column
+    std::vector<std::string> row = {"best schedule"};
+    for (const auto& col : columns) {
+      const pb::SweepRun* top = nullptr;
+      for (const std::string& policy : policies) {
+        const pb::SweepRun* run = best_of(policy, col);
+        if (run != nullptr && (top == nullptr || sim::BetterRun(*run, *top))) top = run;
+      }
+      row.push_back(top == nullptr ? "-"
+                                   : top->policy() + (top->virtual_stages() > 1 && top->policy() == "interleaved"
+                                                          ? " v=" + std::to_string(top->virtual_stages())
+                                                          : ""));
+    }
+    rows.push_back(row);
   }
   const std::string unit = r.time_unit() == "units" ? "tokens/unit / 1e3" : "K tokens/s";
   return "cells: throughput (" + unit +
@@ -223,7 +254,7 @@ const char kSweepCsvHeader[] =
     "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
     "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
     "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes,"
-    "st_overlap,st_tile";
+    "st_overlap,st_tile,virtual_stages";
 
 std::string TokensLabel(double tokens) {
   const auto t = static_cast<long long>(tokens);
@@ -246,7 +277,7 @@ std::string SweepCsv(const pb::SweepReport& r) {
         Printf("%.0f", r.capacity_bytes()), run.oom() ? "1" : "0",
         std::to_string(run.peak_stage()), CsvField(run.peak_class()), run.best() ? "1" : "0",
         CsvField(run.system()), Printf("%.0f", r.usable_bytes()), run.st_overlap() ? "1" : "0",
-        std::to_string(run.st_tile())};
+        std::to_string(run.st_tile()), std::to_string(std::max(1u, run.virtual_stages()))};
     for (std::size_t k = 0; k < fields.size(); ++k) out += (k ? "," : "") + fields[k];
     out += "\n";
   }

@@ -23,8 +23,9 @@ namespace stateflow::tools {
 // scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,
 // tensor_size,data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,
 // bubble_fraction,peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,
-// system,usable_bytes,st_overlap,st_tile (the last four read by the plots
-// when present; st_overlap as 0/1, st_tile the B_V simulated)
+// system,usable_bytes,st_overlap,st_tile,virtual_stages (the last five read
+// by the plots when present; st_overlap as 0/1, st_tile the B_V simulated,
+// virtual_stages v, 1 for none)
 extern const char kSweepCsvHeader[];
 
 // Header line plus one line per run (oom and best as 0/1).

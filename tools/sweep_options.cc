@@ -87,7 +87,10 @@ void AddSweepOptions(po::options_description* desc, SweepFlags* f, bool batches_
       ("policies", Optional(&f->policies), "policies to sweep, e.g. 1f1b,stateflow")
       ("st-overlap-list", Optional(&f->st_overlap),
        "ST split-and-overlap settings to sweep: on, off or both, e.g. off,on")
-      ("st-tile-list", Optional(&f->st_tile), "ST tiles B_V to sweep, e.g. 16,32,64");
+      ("st-tile-list", Optional(&f->st_tile), "ST tiles B_V to sweep, e.g. 16,32,64")
+      ("virtual-stages-list", Optional(&f->virtual_stages),
+       "v values to sweep for policy interleaved, e.g. 1,2,4 (the other policies run at their "
+       "own: zbv 2, else 1)");
   if (!batches_and_lengths) return;
   desc->add_options()
       ("seq-len-list", Optional(&f->seq_len), "sequence lengths, e.g. 65536,131072,262144")
@@ -129,6 +132,10 @@ Status ApplySweepFlags(const SweepFlags& f, pb::SweepSpec* sweep) {
   }
   if (f.st_tile) {
     SF_RETURN_IF_ERROR(WholeNumbers("st-tile-list", *f.st_tile, sweep->mutable_st_tile()));
+  }
+  if (f.virtual_stages) {
+    SF_RETURN_IF_ERROR(WholeNumbers("virtual-stages-list", *f.virtual_stages,
+                                    sweep->mutable_virtual_stages()));
   }
   return Status::Ok();
 }

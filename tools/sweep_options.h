@@ -31,10 +31,11 @@ struct SweepFlags {
   std::optional<std::string> policies;
   std::optional<std::string> st_overlap;  // "on,off"
   std::optional<std::string> st_tile;     // "16,32,64"
+  std::optional<std::string> virtual_stages;  // "1,2,4" (policy interleaved)
 };
 
-// Adds --chunks-list, --alpha-list, --policies, --st-overlap-list and
-// --st-tile-list; with `batches_and_lengths`
+// Adds --chunks-list, --alpha-list, --policies, --st-overlap-list,
+// --st-tile-list and --virtual-stages-list; with `batches_and_lengths`
 // also --seq-len-list, --global-batch-list and --microbatches-list.
 void AddSweepOptions(boost::program_options::options_description* desc, SweepFlags* flags,
                      bool batches_and_lengths = true);

@@ -113,7 +113,7 @@ class SweepResult(list):
     """The sweep's runs, one dict per configuration (a list), with its notes.
 
     Each record: policy, seq_len, global_batch, microbatches, chunks, alpha,
-    recompute, system, st_overlap, st_tile, step_time_s, tokens_per_s,
+    recompute, system, st_overlap, st_tile, virtual_stages, step_time_s, tokens_per_s,
     bubble_fraction, peak_memory_bytes, oom, peak_stage, peak_class, best
     (the best feasible run of its cell), reused, num_tasks.
     """
@@ -148,7 +148,8 @@ def sweep(scenario: Scenario, costs: Optional[Union[str, os.PathLike]] = None,
     Ranges (a value or a list; a range given replaces the scenario's sweep
     block's, one not given keeps it): ``policies``, ``seq_len``,
     ``global_batch`` or ``microbatches``, ``chunks``, ``alpha``,
-    ``st_overlap``, ``st_tile``. Runs the command line's sweep
+    ``st_overlap``, ``st_tile``, ``virtual_stages`` (v for policy
+    ``"interleaved"``; the others run at their own). Runs the command line's sweep
     (``stateflow sweep``) in one call.
     """
     records, notes, report_json = _core._sweep(

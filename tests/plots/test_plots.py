@@ -260,6 +260,7 @@ class SweepCellTest(TempDirTest):
             r["usable_bytes"] = 75 << 30
             r["st_overlap"] = 1
             r["st_tile"] = 32
+            r["virtual_stages"] = 2
         path = write_csv(self.path("optional.csv"), rows,
                          columns=data.SWEEP_COLUMNS + data.SWEEP_OPTIONAL_COLUMNS)
         back = data.load_sweep(path)
@@ -267,6 +268,7 @@ class SweepCellTest(TempDirTest):
         self.assertEqual(back[0]["usable_bytes"], float(75 << 30))
         self.assertIs(back[0]["st_overlap"], True)
         self.assertEqual(back[0]["st_tile"], 32)
+        self.assertEqual(back[0]["virtual_stages"], 2)
         # Older CSVs without them still load, without the keys.
         old = data.load_sweep(write_csv(self.path("old.csv"), rows))
         self.assertNotIn("usable_bytes", old[0])

@@ -305,6 +305,20 @@ class VirtualStagesTest(unittest.TestCase):
 
 
 class SearchTest(unittest.TestCase):
+    def test_a_sweep_over_virtual_stages_equals_the_command_line(self):
+        s = sf.scenario(model="gdn-3b", P=4, M=4, T=32768)
+        rows = sf.sweep(s, policies=["interleaved", "zbv"], virtual_stages=[1, 2], chunks=[2])
+        ref = json.loads(cli("sweep", "--json", "--model", "gdn-3b", "-P", "4", "-M", "4",
+                             "-T", "32768", "--policies", "interleaved,zbv",
+                             "--virtual-stages-list", "1,2", "--chunks-list", "2"))
+        self.assertEqual([(r["policy"], r["virtual_stages"]) for r in rows],
+                         [("interleaved", 1), ("interleaved", 2), ("zbv", 2)])
+        for mine, theirs in zip(rows, ref["runs"]):
+            self.assertEqual(mine["virtual_stages"], theirs["virtual_stages"])
+            self.assertEqual(mine["step_time_s"], theirs["step_time_s"])
+        with self.assertRaises(sf.InputError):
+            sf.sweep(s, virtual_stages=[0])
+
     def test_sweep_equals_the_command_line(self):
         s = sf.scenario(model="gdn-hybrid-3b", P=4, M=4, T=32768)
         rows = sf.sweep(s, chunks=[2, 4], alpha=[0, 1], policies=["1f1b", "stateflow"])

@@ -289,6 +289,95 @@ TEST(Sweep, StOverlapAndTileMatchSimulatingEachCandidateByHand) {
   EXPECT_EQ(&report->runs(report->cells(0).best_run()), best);
 }
 
+// v as a swept dimension: interleaved runs each v of the range (v = 1 is
+// StateFlow's order), shapes with M N not a multiple of P are skipped with a
+// note, the other policies run at their own v (zbv 2), each run equals
+// simulating it by hand, and the best of the interleaved cell is over v too.
+TEST(Sweep, VirtualStagesAreSweptForInterleavedOnly) {
+  pb::Scenario s = HybridScenario();
+  *s.mutable_model() = *models::ModelPreset("gdn-3b");
+  s.clear_baselines();
+  pb::SweepSpec sweep;
+  for (const char* p : {"stateflow", "interleaved", "zbv"}) sweep.add_policies(p);
+  for (int v : {1, 2, 4}) sweep.add_virtual_stages(v);
+  for (int n : {1, 2}) sweep.add_chunks(n);
+  sweep.add_microbatches(2);  // M N = 2: P = 4 divides it at N = 2 only
+  const scenario::ResolvedScenario resolved = MustResolve(s);
+  Result<SweepGrid> grid = ExpandSweep(resolved, sweep);
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  std::vector<std::string> got;
+  for (const SweepConfig& c : grid->configs) {
+    got.push_back(c.policy + " v=" + std::to_string(c.virtual_stages) + " N=" +
+                  std::to_string(c.chunks));
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"stateflow v=1 N=1", "stateflow v=1 N=2",
+                                           "interleaved v=1 N=1", "interleaved v=1 N=2",
+                                           "interleaved v=2 N=2", "interleaved v=4 N=2",
+                                           "zbv v=2 N=1", "zbv v=2 N=2"}));
+  ASSERT_EQ(grid->notes.size(), 1u);
+  EXPECT_NE(grid->notes[0].find("2 interleaved configurations were skipped"), std::string::npos)
+      << grid->notes[0];
+  Result<pb::SweepReport> report = RunSweep(resolved, sweep);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_EQ(report->runs_size(), 8);
+  for (int k = 0; k < report->runs_size(); ++k) {
+    const pb::SweepRun& run = report->runs(k);
+    const SweepConfig& c = grid->configs[static_cast<std::size_t>(k)];
+    SCOPED_TRACE(ConfigLabel(c));
+    EXPECT_EQ(run.virtual_stages(), static_cast<std::uint32_t>(c.virtual_stages));
+    Result<scenario::ResolvedScenario> at_m = resolved.WithMicrobatches(c.microbatches);
+    ASSERT_TRUE(at_m.ok());
+    Result<Simulation> sim = Simulate(*at_m, ScheduleFor(*at_m, c));
+    ASSERT_TRUE(sim.ok()) << sim.status().message();
+    EXPECT_EQ(run.step_time_s(), sim->report.step_time_s());
+    EXPECT_EQ(run.peak_memory_bytes(), sim->report.peak_memory_bytes());
+  }
+  // v = 2 and 4 are not StateFlow's order: the dimension is not ignored.
+  EXPECT_NE(report->runs(3).step_time_s(), report->runs(4).step_time_s());
+  // Interleaved at v = 1 is StateFlow's plan.
+  EXPECT_EQ(report->runs(2).step_time_s(), report->runs(0).step_time_s());
+  ASSERT_EQ(report->cells_size(), 3);
+  const pb::SweepCell& interleaved = report->cells(1);
+  EXPECT_EQ(interleaved.policy(), "interleaved");
+  int best = -1;
+  for (int k = 2; k < 6; ++k) {
+    if (!report->runs(k).oom() && (best < 0 || BetterRun(report->runs(k), report->runs(best)))) {
+      best = k;
+    }
+  }
+  EXPECT_EQ(interleaved.best_run(), best);
+  // A range that no policy of the sweep takes is noted, not an error.
+  pb::SweepSpec alone;
+  alone.add_policies("stateflow");
+  alone.add_virtual_stages(2);
+  grid = ExpandSweep(resolved, alone);
+  ASSERT_TRUE(grid.ok());
+  ASSERT_EQ(grid->configs.size(), 1u);
+  EXPECT_EQ(grid->configs[0].virtual_stages, 1);
+  ASSERT_EQ(grid->notes.size(), 1u);
+  EXPECT_NE(grid->notes[0].find("interleaved only"), std::string::npos) << grid->notes[0];
+  // A v whose model stages cannot be placed (4 x 16 > the 3B's 32 blocks) is
+  // skipped, noted, and the sweep goes on.
+  pb::SweepSpec deep;
+  deep.add_policies("interleaved");
+  deep.add_virtual_stages(2);
+  deep.add_virtual_stages(16);
+  deep.add_chunks(2);
+  grid = ExpandSweep(resolved, deep);
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  ASSERT_EQ(grid->configs.size(), 1u);
+  EXPECT_EQ(grid->configs[0].virtual_stages, 2);
+  ASSERT_EQ(grid->notes.size(), 1u);
+  EXPECT_NE(grid->notes[0].find("interleaved at v = 16 skipped: parallel.pipeline_size * "
+                                "schedule.virtual_stages = 64 model stages exceed"),
+            std::string::npos)
+      << grid->notes[0];
+  alone.add_virtual_stages(0);
+  EXPECT_NE(ExpandSweep(resolved, alone).status().message().find("sweep.virtual_stages[1]"),
+            std::string::npos)
+      << ExpandSweep(resolved, alone).status().message();
+}
+
 // Without compute units the ST model is off: one value of each range, a note.
 TEST(Sweep, StRangesCollapseWithoutComputeUnits) {
   pb::Scenario s = HybridScenario();

@@ -29,7 +29,7 @@ constexpr char kCsvHeader[] =
     "scenario,model,policy,seq_len,global_batch,microbatches,pipeline_size,tensor_size,"
     "data_size,chunks,alpha,recompute,step_time_s,tokens_per_s,bubble_fraction,"
     "peak_memory_bytes,capacity_bytes,oom,peak_stage,peak_class,best,system,usable_bytes,"
-    "st_overlap,st_tile";
+    "st_overlap,st_tile,virtual_stages";
 
 TEST(SweepCli, DefaultSweepTableCsvAndJsonAgree) {
   const std::string csv = TempPath("sweep.csv");
@@ -116,9 +116,10 @@ TEST(SweepCli, StOverlapAndTileAreSweptDimensions) {
   ASSERT_EQ(lines.size(), 5u);
   for (int i = 0; i < 4; ++i) {
     const std::vector<std::string> row = Split(lines[i + 1], ',');
-    ASSERT_GE(row.size(), 2u);
-    EXPECT_EQ(row[row.size() - 2], order[i].first ? "1" : "0");
-    EXPECT_EQ(row.back(), std::to_string(order[i].second));
+    ASSERT_GE(row.size(), 3u);  // ..., st_overlap, st_tile, virtual_stages
+    EXPECT_EQ(row[row.size() - 3], order[i].first ? "1" : "0");
+    EXPECT_EQ(row[row.size() - 2], std::to_string(order[i].second));
+    EXPECT_EQ(row.back(), "1");
   }
   // A scenario whose sweep block lists both overlaps: --st-overlap on fixes it.
   std::string text = Slurp(std::string(SF_SOURCE_DIR) + "/scenarios/default.textproto");
