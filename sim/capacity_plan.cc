@@ -94,6 +94,10 @@ Result<pb::SweepSpec> SplitSweep(const pb::Scenario& s, const CapacityPlanReques
     spec.add_policies("1f1b");
     spec.add_policies("stateflow");
   }
+  // The other ranges as given (none: each schedule's own).
+  *spec.mutable_st_overlap() = req.sweep.st_overlap();
+  *spec.mutable_st_tile() = req.sweep.st_tile();
+  *spec.mutable_virtual_stages() = req.sweep.virtual_stages();
   spec.add_seq_len(static_cast<std::uint64_t>(req.seq_len));
   spec.add_global_batch(static_cast<std::uint32_t>(req.global_batch));
   return spec;
@@ -102,6 +106,18 @@ Result<pb::SweepSpec> SplitSweep(const pb::Scenario& s, const CapacityPlanReques
 // Fills `candidate` from a swept split: its best feasible run, or why none fits.
 void Judge(const pb::SweepReport& sweep, pb::PlanCandidate* candidate) {
   candidate->set_num_runs(sweep.runs_size());
+  if (sweep.runs_size() == 0) {  // every configuration skipped (its notes say why)
+    std::string why = "the sweep's ranges give no configuration on this split";
+    for (const std::string& note : sweep.notes()) {
+      if (note.find("skipped") != std::string::npos) {
+        why = note;
+        break;
+      }
+    }
+    candidate->set_verdict("illegal");
+    candidate->set_reason("nothing to simulate: " + why);
+    return;
+  }
   const pb::SweepRun* best = nullptr;
   for (const pb::SweepCell& cell : sweep.cells()) {
     if (cell.best_run() < 0) continue;

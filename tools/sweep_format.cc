@@ -374,7 +374,9 @@ std::string FormatPlanTable(const pb::CapacityPlanReport& r, int top) {
     if (c.verdict() != "feasible" || (top > 0 && static_cast<int>(c.rank()) > top)) continue;
     const pb::SweepRun& b = c.best();
     ranked.push_back({std::to_string(c.rank()), SplitLabel(c), std::to_string(c.microbatches()),
-                      b.policy(), std::to_string(b.chunks()), Printf("%g", b.alpha()),
+                      b.policy() + (b.virtual_stages() > 1 ? " v=" + std::to_string(b.virtual_stages())
+                                                           : std::string()),
+                      std::to_string(b.chunks()), Printf("%g", b.alpha()),
                       Throughput(b.tokens_per_s(), "s"), FormatTime(b.step_time_s(), "s"),
                       Printf("%.1f %%", 100.0 * b.bubble_fraction()), PeakWhere(b)});
   }

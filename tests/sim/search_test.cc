@@ -743,6 +743,47 @@ TEST(CapacityPlan, FeasibleSplitsAreRankedByThroughput) {
   EXPECT_GE(rank, 2u);
 }
 
+std::string SplitName(const pb::PlanCandidate& c) {
+  return std::to_string(c.pipeline_size()) + " x " + std::to_string(c.tensor_size()) + " x " +
+         std::to_string(c.data_size());
+}
+
+// The capacity plan takes the sweep's v for interleaved (and its ST ranges)
+// to every split: each legal split's interleaved runs are at each v that
+// places, the best named with its v, and the unplaceable v noted, once.
+TEST(CapacityPlan, VirtualStagesReachEverySplit) {
+  CapacityPlanRequest req = TinyRequest(4, 4);
+  req.sweep.clear_policies();
+  req.sweep.add_policies("interleaved");
+  req.sweep.add_virtual_stages(2);
+  req.sweep.add_virtual_stages(64);  // more model stages than any split can place
+  Result<pb::CapacityPlanReport> r = PlanCapacity(MustResolve(TinyScenario()), req);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  int feasible = 0;
+  for (const pb::PlanCandidate& c : r->candidates()) {
+    if (c.verdict() != "feasible") continue;
+    ++feasible;
+    EXPECT_EQ(c.best().virtual_stages(), 2u) << c.pipeline_size();
+  }
+  EXPECT_GE(feasible, 1);
+  int noted = 0;
+  for (const std::string& note : r->notes()) {
+    noted += note.find("interleaved at v = 64 skipped") != std::string::npos;
+  }
+  EXPECT_GE(noted, 1);
+  // A split where no v places is illegal, saying why, not OOM.
+  req.sweep.clear_virtual_stages();
+  req.sweep.add_virtual_stages(64);
+  r = PlanCapacity(MustResolve(TinyScenario()), req);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  int nothing = 0;
+  for (const pb::PlanCandidate& c : r->candidates()) {
+    EXPECT_EQ(c.verdict(), "illegal") << SplitName(c) << ": " << c.reason();
+    nothing += c.reason().find("nothing to simulate: interleaved at v = 64 skipped") == 0;
+  }
+  EXPECT_GE(nothing, 1);
+}
+
 TEST(CapacityPlan, BadRequestsNameTheField) {
   const pb::Scenario s = TinyScenario();
   auto error = [&](const CapacityPlanRequest& req) {
