@@ -12,7 +12,9 @@
 //
 // CI runs kDefaultInputs inputs per kind; SF_FUZZ_INPUTS=N runs N per kind
 // (the long run in docs/reliability.md), SF_FUZZ_SEED another seed. Flags
-// go through the binary: 300 inputs, SF_FUZZ_FLAG_INPUTS=N for more.
+// go through the binary: 300 inputs, SF_FUZZ_FLAG_INPUTS=N for more. Under a
+// sanitizer the slowest kinds (flags through the binary, calibration) run a
+// third and a tenth of that by default (tests/sanitized.h).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -40,6 +42,7 @@
 #include "tools/work_bounds.h"
 #include "tests/backend/subprocess_util.h"
 #include "tests/family_presets.h"
+#include "tests/sanitized.h"
 
 namespace stateflow::tools {
 namespace {
@@ -448,9 +451,11 @@ Status RunCalibration(const scenario::ResolvedScenario& base, const std::string&
 }
 
 // Mutated runs CSVs through calibrate's path. CI runs a fifth of the other
-// kinds' count (a fit simulates every run for each of up to 20 iterations).
+// kinds' count (a fit simulates every run for each of up to 20 iterations),
+// a fiftieth under a sanitizer.
 TEST(Fuzz, CalibrationCsvsEndInAResultOrAnError) {
-  const long inputs = EnvOr("SF_FUZZ_INPUTS", kDefaultInputs) / 5;
+  const long inputs =
+      EnvOr("SF_FUZZ_INPUTS", kDefaultInputs) / (::stateflow::testing::kSanitized ? 50 : 5);
   Mutator mutator(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 3000017);
   const scenario::ResolvedScenario base = TinyTrain();
   const Status valid = RunCalibration(base, kRunsSeed);
@@ -554,7 +559,7 @@ bool OneError(const std::string& err) {
 // its deadline. `--max-actions` comes first and is not in the pool, so no
 // input simulates more than 100,000 actions.
 TEST(Fuzz, FlagsEndInExitZeroOrOneLineAndExitTwo) {
-  const long inputs = EnvOr("SF_FUZZ_FLAG_INPUTS", 300);
+  const long inputs = EnvOr("SF_FUZZ_FLAG_INPUTS", ::stateflow::testing::kSanitized ? 100 : 300);
   std::mt19937_64 rng(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 3000017);
   auto pick = [&rng](const auto& pool) { return pool[rng() % pool.size()]; };
   const std::vector<std::string> commands = {"simulate", "plan-dump", "sweep", "capacity"};
@@ -786,7 +791,8 @@ MpiFlagFiles MakeMpiFlagFiles() {
 }
 
 TEST(Fuzz, MpiCommandFlagsEndInExitZeroOrOneLineAndExitTwo) {
-  const long inputs = EnvOr("SF_FUZZ_MPI_FLAG_INPUTS", 300);
+  const long inputs =
+      EnvOr("SF_FUZZ_MPI_FLAG_INPUTS", ::stateflow::testing::kSanitized ? 100 : 300);
   std::mt19937_64 rng(static_cast<std::uint64_t>(EnvOr("SF_FUZZ_SEED", 1)) + 4000037);
   auto pick = [&rng](const auto& pool) { return pool[rng() % pool.size()]; };
   const MpiFlagFiles files = MakeMpiFlagFiles();
