@@ -1,6 +1,7 @@
 // torch.distributed.pipelining's schedule CSV (torch_csv.h).
 #include "schedule/torch_csv.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <optional>
@@ -68,6 +69,64 @@ std::optional<TorchAction> ParseCell(std::string_view cell) {
   return std::nullopt;
 }
 
+// A compute cell: its row (rank), the model stage it names, where it is.
+struct Cell {
+  int row = 0;
+  int stage = 0;
+  std::string where;  // "<source>:<row>:<cell>"
+  std::string text;
+};
+
+struct Placement {
+  int virtual_stages = 1;
+  StagePlacement placement = StagePlacement::kLoop;
+};
+
+// The placement the cells' stages imply (torch's multi-stage schedules: a
+// rank holds several model stages). With P rows and S = the highest stage
+// named + 1 model stages, v = S / P, and either stage s is on rank s mod P
+// (a loop: torch's interleaved schedules) or, at v = 2, stages r and
+// 2P - 1 - r are on rank r (a V: torch's ZBV and DualPipeV). A loop is taken
+// where both fit (P = 1). Errors name the first cell that fits neither.
+Result<Placement> PlacementOf(const std::vector<Cell>& cells, int P) {
+  int highest = 0;
+  const Cell* top = nullptr;
+  for (const Cell& c : cells) {
+    if (top == nullptr || c.stage > highest) {
+      highest = c.stage;
+      top = &c;
+    }
+  }
+  const int S = std::max(highest + 1, P);  // a rank may hold no action at all
+  if (S % P != 0) {
+    return Status::Invalid(top->where + ": action " + top->text + " names stage " +
+                           std::to_string(highest) + ", so the plan has " + std::to_string(S) +
+                           " model stages: not the same number on each of its " +
+                           std::to_string(P) + " ranks (rows)");
+  }
+  const int v = S / P;
+  const Cell* off_loop = nullptr;
+  const Cell* off_v = nullptr;
+  for (const Cell& c : cells) {
+    if (off_loop == nullptr && c.stage % P != c.row) off_loop = &c;
+    if (off_v == nullptr && (c.stage < P ? c.stage : 2 * P - 1 - c.stage) != c.row) off_v = &c;
+  }
+  if (off_loop == nullptr) return Placement{.virtual_stages = v, .placement = StagePlacement::kLoop};
+  if (v == 2 && off_v == nullptr) {
+    return Placement{.virtual_stages = 2, .placement = StagePlacement::kVShape};
+  }
+  // Report the first cell off the placement the cells before it fit.
+  const Cell& bad = v == 2 && off_v > off_loop ? *off_v : *off_loop;
+  std::string rule = "with " + std::to_string(P) + " ranks and " + std::to_string(S) +
+                     " model stages, stage s runs on rank s mod " + std::to_string(P);
+  if (v == 2) {
+    rule += " (a loop) or, in a V, stages r and " + std::to_string(2 * P - 1) + " - r on rank r";
+  }
+  return Status::Invalid(bad.where + ": action " + bad.text + " is on stage " +
+                         std::to_string(bad.stage) + " but its row is rank " +
+                         std::to_string(bad.row) + ": " + rule);
+}
+
 }  // namespace
 
 std::string PlanToTorchCsv(const Plan& plan) {
@@ -104,7 +163,8 @@ Result<Plan> ParseTorchCsv(std::string_view text, std::string_view source, int c
   if (lines.empty()) return Status::Invalid(src + ": no rows (one row of actions per rank)");
   std::vector<std::vector<Action>> per_stage(lines.size());
   std::int64_t units = 0;
-  std::string full_at, split_at;  // where a full (B) and a split (I, W) backward first appear
+  std::string b_at, i_at;  // where a backward written B and one written I first appear
+  std::vector<Cell> cells;        // every compute cell, for the placement
   for (std::size_t row = 0; row < lines.size(); ++row) {
     std::size_t column = 0;
     for (std::size_t at = 0; at <= lines[row].size(); ++column) {
@@ -119,27 +179,22 @@ Result<Plan> ParseTorchCsv(std::string_view text, std::string_view source, int c
                                "' is not a torch action (<stage><F|I|B|W><microbatch>, e.g. 0F3)");
       }
       if (a->type.size() > 1) continue;  // communication and sharding: implied by our plans
-      if (a->stage != static_cast<std::int64_t>(row)) {
-        return Status::Invalid(where + ": action " + std::string(cell) + " is on stage " +
-                               std::to_string(a->stage) + " but its row is rank " +
-                               std::to_string(row) +
-                               ": one model stage per rank only (virtual stages: issue 27)");
-      }
       if (!a->microbatch) {
         return Status::Invalid(where + ": action " + std::string(cell) + " names no microbatch");
       }
       const char type = a->type[0];
-      if (type == 'B' && full_at.empty()) full_at = where;
-      if ((type == 'I' || type == 'W') && split_at.empty()) split_at = where;
-      if (!full_at.empty() && !split_at.empty()) {
-        return Status::Invalid(src + ": mixes full backwards (B, first at " + full_at +
-                               ") with split ones (I and W, first at " + split_at +
+      if (type == 'B' && b_at.empty()) b_at = where;
+      if (type == 'I' && i_at.empty()) i_at = where;
+      if (!b_at.empty() && !i_at.empty()) {
+        return Status::Invalid(src + ": mixes backwards written B (first at " + b_at +
+                               ") with backwards written I (first at " + i_at +
                                "): a plan splits every backward or none");
       }
       const std::int64_t m = *a->microbatch;
       units = std::max(units, m + 1);
+      cells.push_back({static_cast<int>(row), static_cast<int>(a->stage), where, std::string(cell)});
       per_stage[row].push_back(Action{
-          .stage = static_cast<int>(row),
+          .stage = static_cast<int>(a->stage),
           .pass = type == 'F' ? Pass::kForward : type == 'W' ? Pass::kWeight : Pass::kBackward,
           .microbatch = static_cast<int>(m / chunks),
           .chunk = static_cast<int>(m % chunks)});
@@ -157,7 +212,14 @@ Result<Plan> ParseTorchCsv(std::string_view text, std::string_view source, int c
     return Status::Invalid("policy name '" + name + "' must be one token");
   }
   const int P = static_cast<int>(per_stage.size());
-  return Plan(name, P, M, chunks, std::move(per_stage));
+  SF_ASSIGN_OR_RETURN(const Placement placement, PlacementOf(cells, P));
+  if (static_cast<long long>(M) * chunks * placement.virtual_stages > kMaxUnitsPerStage) {
+    return Status::Invalid(src + ": " + std::to_string(placement.virtual_stages) +
+                           " model stages per rank of " + std::to_string(units) +
+                           " units each are too many for one rank");
+  }
+  return Plan(name, P, M, chunks, std::move(per_stage), placement.virtual_stages,
+              placement.placement);
 }
 
 bool LooksLikeTorchCsv(std::string_view text) {

@@ -163,19 +163,6 @@ int SimulateCommand(int argc, char** argv) {
     }
   }
   if (want_trace && !vm.count("json")) std::cout << "\ntrace written to " << trace_path << "\n";
-  bool split = false;
-  if (plan) {
-    for (const auto& list : plan->per_stage()) {
-      for (const schedule::Action& a : list) split = split || a.pass == schedule::Pass::kWeight;
-    }
-  }
-  if (split) {
-    // Not a silent approximation: the simulator does not split a backward's
-    // cost and memory between B (I) and W yet (issue 27).
-    std::cerr << "stateflow simulate: note: the plan splits backwards into I (B) and W; the "
-                 "simulator charges each B the whole backward and each W nothing (the I/W "
-                 "split is not modelled yet)\n";
-  }
   return kExitOk;
 }
 

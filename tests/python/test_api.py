@@ -182,9 +182,14 @@ class PlanTest(unittest.TestCase):
         self.assertEqual(sf.simulate(s, plan=sf.Plan.from_torch_csv(csv_text, chunks=2)).step_time_s,
                          sf.simulate(s).step_time_s)
         with self.assertRaises(sf.PlanError) as e:
-            sf.Plan.from_torch_csv("0F0,1F0\n")
-        self.assertIn("<torch csv>:1:2: action 1F0 is on stage 1 but its row is rank 0",
+            sf.Plan.from_torch_csv("0F0,0B0\n1F0,0F0\n")
+        self.assertIn("<torch csv>:2:2: action 0F0 is on stage 0 but its row is rank 1",
                       str(e.exception))
+        # Torch's multi-stage layouts: a V (zbv) comes back with its v and placement.
+        v = sf.make_plan("zbv", 2, 4, 1)
+        back = sf.Plan.from_torch_csv(v.to_torch_csv(), policy="zbv")
+        self.assertEqual((back.virtual_stages, back.placement), (2, "v"))
+        self.assertEqual(back, v)
 
     def test_a_broken_plan_names_the_rule_stage_and_step(self):
         p = sf.make_plan("1f1b", 2, 2, 1)

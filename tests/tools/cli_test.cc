@@ -206,11 +206,25 @@ TEST(Cli, TorchCsvPlansGoOutAndComeBack) {
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(replay.out, &b).ok());
   EXPECT_EQ(a.step_time_s(), b.step_time_s());
   EXPECT_EQ(b.policy(), "torch");  // an imported plan keeps its own name
-  // A zero-bubble CSV (I and W) simulates, with a note that W is not costed.
-  const std::string zb = WriteFile("zb.csv", "0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n");
-  CliRun split = Stateflow("simulate -P 2 -M 2 --plan " + zb);
-  EXPECT_EQ(split.exit_code, 0) << split.err;
-  EXPECT_NE(split.err.find("the I/W split is not modelled yet"), std::string::npos) << split.err;
+  // A zero-bubble CSV (I and W) simulates as the policy's own plan: B and W
+  // each charged their part of the backward. So do torch's multi-stage
+  // layouts: a loop (interleaved) and a V (zbv), v from the CSV.
+  for (const char* flags : {"--policy zb-h1", "--policy interleaved --virtual-stages 2",
+                            "--policy zbv"}) {
+    SCOPED_TRACE(flags);
+    const std::string csv = TempPath("multi.csv");
+    const std::string shape = std::string("--model gdn-small -P 2 -M 4 -N 2 ") + flags;
+    ASSERT_EQ(Stateflow("plan-dump " + shape + " --format torch-csv --out " + csv).exit_code, 0);
+    CliRun policy = Stateflow("simulate " + shape + " --json");
+    CliRun file = Stateflow("simulate --model gdn-small -P 2 -M 4 -N 2 --plan " + csv + " --json");
+    ASSERT_EQ(file.exit_code, 0) << file.err;
+    EXPECT_EQ(file.err, "");
+    stateflow::pb::Report p, f;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(policy.out, &p).ok());
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(file.out, &f).ok());
+    EXPECT_EQ(f.step_time_s(), p.step_time_s());
+    EXPECT_EQ(f.peak_memory_bytes(), p.peak_memory_bytes());
+  }
   // Bad cells name file, row and cell; a bad order names the rule.
   const std::string bad = WriteFile("bad.csv", "0F0,0B0\n1F0,1Q0\n");
   ExpectBadInput(Stateflow("simulate -P 2 -M 1 --plan " + bad), bad + ":2:2: '1Q0' is not a torch action");
