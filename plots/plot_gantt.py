@@ -10,6 +10,10 @@ What it is not: a trace viewer (open the trace in ui.perfetto.dev for that).
 
 Forward boxes are blue, backward red-orange (weight-gradient green); the
 intensity is the chunk's position along the sequence (light = first chunk).
+With virtual stages (a stage holding v model stages: interleaved, zbv) a
+box's hatching is which of its stage's model stages it runs, in layer order:
+none for the first, then diagonal lines, the other diagonal, crosses, dots
+(repeating past five).
 A box is labelled "M1C3" (microbatch 1, chunk 3; "M1" when N = 1) only when
 the label fits inside it, so dense schedules stay legible.
 """
@@ -27,6 +31,7 @@ _PANEL_EXTRA_IN = 0.62              # title and gap above each panel
 _TOP_IN, _BOTTOM_IN = 1.05, 0.55    # suptitle + legend; time axis
 _BAR = 0.78                         # box height, fraction of a row
 _PT_PER_IN = 72.0
+_HATCHES = ("", "///", "\\\\\\", "xxx", "...")  # a stage's 1st, 2nd, ... model stage
 
 
 def draw(trace, out, time_unit="s", dpi=110, context=""):
@@ -81,13 +86,26 @@ def _draw_process(ax, proc, pt_per_s):
                linestyle=(0, (4, 2)))
 
 
+def model_stage_index(slices):
+    """For each slice of one stage's track, which of the stage's model
+    stages it runs: 0 for the first in layer order, 1 for the next, ..."""
+    order = sorted({s.model_stage for s in slices if s.model_stage is not None})
+    return [order.index(s.model_stage) if s.model_stage is not None else 0
+            for s in slices]
+
+
 def _draw_stage(ax, row, slices, n_chunks, pt_per_s, bar_pt):
     colors = [style.pass_color(s.pass_, s.chunk, n_chunks) for s in slices]
     narrowest_pt = min(s.duration for s in slices) * pt_per_s
     edge = 0.6 if narrowest_pt >= 4 else 0.0
-    ax.broken_barh([(s.start, s.duration) for s in slices],
-                   (row - _BAR / 2, _BAR), facecolors=colors,
-                   edgecolor="white", linewidth=edge)
+    index = model_stage_index(slices)
+    for k in sorted(set(index)):
+        mine = [j for j, i in enumerate(index) if i == k]
+        ax.broken_barh([(slices[j].start, slices[j].duration) for j in mine],
+                       (row - _BAR / 2, _BAR),
+                       facecolors=[colors[j] for j in mine],
+                       edgecolor="white", linewidth=edge,
+                       hatch=_HATCHES[k % len(_HATCHES)] or None)
     for s, color in zip(slices, colors):
         fitted = fit_label(s, n_chunks, s.duration * pt_per_s, bar_pt)
         if fitted is not None:
@@ -157,6 +175,14 @@ def _legend(fig, procs):
                       if n > 1 else words[pass_])
     handles.append(Patch(facecolor=style.IDLE_COLOR))
     labels.append("idle (bubble)")
+    v = max(max(model_stage_index(ss), default=0) + 1
+            for p in procs for ss in p.stages.values())
+    for k in range(min(v, len(_HATCHES)) if v > 1 else 0):
+        handles.append(Patch(facecolor="#9a9a9a", edgecolor="white",
+                             hatch=_HATCHES[k] or None))
+        labels.append("model stage %d of a stage%s"
+                      % (k + 1, " (and %d, ...)" % (k + 1 + len(_HATCHES))
+                         if v > k + len(_HATCHES) else ""))
     fig.legend(handles, labels, loc="upper right", ncol=len(handles),
                bbox_to_anchor=(_RIGHT, 1 - 0.5 / fig.get_figheight()),
                handler_map={tuple: HandlerTuple(ndivide=None, pad=0)},

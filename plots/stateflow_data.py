@@ -71,12 +71,15 @@ class Action:
 
 @dataclass(frozen=True)
 class Slice:
-    """One action on one stage: pass F/B/W of (microbatch, chunk)."""
+    """One action on one stage: pass F/B/W of (microbatch, chunk), of model
+    stage `model_stage` (the stage itself without virtual stages; with v of
+    them, the one of the stage's model stages the action names)."""
     pass_: str
     microbatch: int
     chunk: int
     start: float       # s from the start of the step
     duration: float    # s
+    model_stage: int = None
 
     @property
     def end(self):
@@ -241,7 +244,8 @@ def _add_event(path, index, event, processes):
             raise DataError("%s: event %d: action %s on the track of stage %d"
                             % (path, index, name, stage))
         _process(processes, event).stages.setdefault(stage, []).append(
-            Slice(action.pass_, action.microbatch, action.chunk, ts, dur))
+            Slice(action.pass_, action.microbatch, action.chunk, ts, dur,
+                  action.stage))
     elif ph == "C" and name.startswith("memory stage"):
         _add_counter(path, index, event, processes)
 

@@ -422,6 +422,31 @@ class RealTraceTest(TempDirTest):
             self.assertEqual((code, err), (0, ""))
             self.assert_png(out)
 
+    def test_virtual_stages_are_hatched_by_model_stage(self):
+        # zbv: stage r runs model stages r and 2P - 1 - r; interleaved v=3:
+        # r, r + P, r + 2P. Each box's hatching is its model stage's place.
+        import plot_gantt
+        binary = os.path.join(os.environ["SF_BINARY_DIR"], "stateflow")
+        for flags, v in ((["--policy", "zbv"], 2),
+                         (["--policy", "interleaved", "--virtual-stages", "3"], 3)):
+            trace = self.path("v.json")
+            subprocess.run([binary, "simulate", "--model", "gdn-small", "-P", "2",
+                            "-M", "4", "-N", "2", "--cost-model", "uniform",
+                            "--trace", trace] + flags, check=True,
+                           stdout=subprocess.DEVNULL)
+            proc = data.load_trace(trace).drawing_order()[-1]
+            for stage, slices in proc.stages.items():
+                index = plot_gantt.model_stage_index(slices)
+                self.assertEqual(sorted(set(index)), list(range(v)))
+                for s, k in zip(slices, index):
+                    want = ((stage, 3 - stage)[k] if v == 2
+                            else stage + 2 * k)
+                    self.assertEqual(s.model_stage, want, (flags, stage, s))
+            out = self.path("v.png")
+            code, _, err = run_cli("gantt", "--trace", trace, "--out", out)
+            self.assertEqual((code, err), (0, ""))
+            self.assert_png(out)
+
     def test_real_sweep_csv_when_sweep_exists(self):
         binary = os.path.join(os.environ["SF_BINARY_DIR"], "stateflow")
         probe = subprocess.run([binary, "sweep", "--help"],
