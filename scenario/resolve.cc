@@ -121,11 +121,12 @@ Status ValidateSchedule(const pb::ScheduleSpec& schedule, std::string_view field
                              "model stages on each stage), got " +
                              std::to_string(schedule.virtual_stages()));
     }
-    if (schedule.virtual_stages() > 1 && schedule.policy() != "interleaved" &&
+    if (schedule.virtual_stages() > 1 && !schedule::VirtualStagesFree(schedule.policy()) &&
         schedule.policy() != "zbv") {
       return Status::Invalid(f + ".virtual_stages must be 1 for policy " + schedule.policy() +
                              ", got " + std::to_string(schedule.virtual_stages()) +
-                             " (policies interleaved and zbv place virtual stages)");
+                             " (policies interleaved, zb-interleaved and zbv place virtual "
+                             "stages)");
     }
   }
   SF_RETURN_IF_ERROR(

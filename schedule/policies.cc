@@ -235,6 +235,57 @@ Result<Plan> ZeroBubbleV(int stages, int microbatches, int chunks) {
                          .placement = StagePlacement::kVShape});
 }
 
+// Interleaved zero bubble over chunk units: virtual stages in a loop (model
+// stage s on stage s mod P, v of them per stage, as policy interleaved and
+// Megatron-Core's virtual pipeline place them) with every backward split
+// into B and W (torch.distributed.pipelining's ScheduleInterleavedZeroBubble
+// for whole microbatches; the zero-bubble paper's idea, section 3, on the
+// interleaved layout). Made by the greedy executor at F = B = W (one unit
+// each, a model stage's unit being 1/v of a stage's). An idle stage runs,
+// in this order:
+//   - a ready B (the deepest model stage's first: the ready list's order);
+//   - a ready F of its model stage k (k = 0 the first in layer order) while
+//     fewer than limit - (v - 1 - k) of its units wait for their W, the
+//     deepest such F first: each shallower leg leaves one more slot free
+//     for the legs after it, as zbv's first leg leaves one for its second
+//     (without it a stage full of first-leg forwards could never take the
+//     deeper forward its first backward needs);
+//   - its oldest W.
+// limit = v (N + P - 1) model-stage units is StateFlow-1F1B's first stage's
+// N + P - 1 whole-stage units (zbv's limit at v = 2): this schedule holds
+// 1F1B's activations where policy interleaved holds more (Megatron's
+// warm-up, (v - 1) P + 2 (P - 1) + 1 microbatch units at N = 1).
+Result<Plan> InterleavedZeroBubble(int stages, int microbatches, int chunks, int v) {
+  const long long limit = static_cast<long long>(v) * (static_cast<long long>(chunks) + stages - 1);
+  std::vector<long long> waiting(static_cast<std::size_t>(stages), 0);  // F run, W not
+  const ChoosePolicy choose = [&](int r, int, const std::vector<Action>& ready)
+      -> Result<std::optional<Action>> {
+    long long& held = waiting[static_cast<std::size_t>(r)];
+    const Action* weight = nullptr;
+    for (const Action& a : ready) {
+      if (a.pass == Pass::kBackward) return std::optional<Action>(a);
+      if (a.pass == Pass::kForward && held + (v - 1 - a.stage / stages) < limit) {
+        ++held;
+        return std::optional<Action>(a);
+      }
+      if (a.pass == Pass::kWeight && weight == nullptr) weight = &a;
+    }
+    if (weight != nullptr) {
+      --held;
+      return std::optional<Action>(*weight);
+    }
+    return std::optional<Action>();
+  };
+  return PlanFromPolicy(stages, microbatches, chunks, choose,
+                        {.policy_name = "zb-interleaved",
+                         .forward_time = 1,
+                         .backward_time = 1,
+                         .split_backward = true,
+                         .weight_time = 1,
+                         .virtual_stages = v,
+                         .placement = StagePlacement::kLoop});
+}
+
 std::string KnownPolicies() {
   std::string known;
   for (const std::string& name : PolicyNames()) {
@@ -270,7 +321,7 @@ Status CheckPlanDimensions(int stages, int microbatches, int chunks) {
 
 const std::vector<std::string>& PolicyNames() {
   static const std::vector<std::string> kNames = {"gpipe", "1f1b", "stateflow", "interleaved",
-                                                  "zb-h1", "zb-h2", "zbv"};
+                                                  "zb-h1", "zb-h2", "zbv", "zb-interleaved"};
   return kNames;
 }
 
@@ -282,7 +333,13 @@ int StateflowWarmupForwards(int stages, int microbatches, int chunks, int stage)
 
 bool WholeSequencePolicy(std::string_view policy) { return policy == "1f1b"; }
 
-int DefaultVirtualStages(std::string_view policy) { return policy == "zbv" ? 2 : 1; }
+int DefaultVirtualStages(std::string_view policy) {
+  return policy == "zbv" || policy == "zb-interleaved" ? 2 : 1;
+}
+
+bool VirtualStagesFree(std::string_view policy) {
+  return policy == "interleaved" || policy == "zb-interleaved";
+}
 
 std::optional<long long> ChunksFor(std::string_view policy, std::optional<long long> requested) {
   if (!requested && WholeSequencePolicy(policy)) return 1;
@@ -302,7 +359,8 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int
   const bool one_f_one_b = WholeSequencePolicy(policy);
   const bool interleaved = policy == "interleaved";
   const bool zb_h1 = policy == "zb-h1", zb_h2 = policy == "zb-h2", zbv = policy == "zbv";
-  if (!gpipe && !one_f_one_b && !interleaved && !zb_h1 && !zb_h2 && !zbv &&
+  const bool zb_interleaved = policy == "zb-interleaved";
+  if (!gpipe && !one_f_one_b && !interleaved && !zb_h1 && !zb_h2 && !zbv && !zb_interleaved &&
       policy != "stateflow") {
     return Status::Invalid("schedule.policy '" + std::string(policy) +
                            "' is unknown (known: " + KnownPolicies() + ")");
@@ -326,12 +384,20 @@ Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches, int
     }
     return ZeroBubbleV(stages, microbatches, chunks);
   }
-  if (virtual_stages > 1 && !interleaved) {
+  if (virtual_stages > 1 && !VirtualStagesFree(policy)) {
     return Status::Invalid("schedule.virtual_stages must be 1 for policy " + std::string(policy) +
                            ", got " + std::to_string(virtual_stages) +
-                           " (policies interleaved and zbv place virtual stages)");
+                           " (policies interleaved, zb-interleaved and zbv place virtual stages)");
   }
   const long long units = static_cast<long long>(microbatches) * chunks;
+  if (zb_interleaved) {
+    if (units * virtual_stages > kMaxUnitsPerStage) {
+      return Status::Invalid("microbatches * chunks * virtual_stages = " +
+                             std::to_string(units * virtual_stages) + " exceeds the limit " +
+                             std::to_string(kMaxUnitsPerStage));
+    }
+    return InterleavedZeroBubble(stages, microbatches, chunks, virtual_stages);
+  }
   if (virtual_stages > 1) {
     if (units % stages != 0) {
       return Status::Invalid(

@@ -51,10 +51,16 @@ namespace stateflow::schedule {
 //                model-stage units waiting for their W on any stage
 //                (1F1B's activations; policies.cc states the rule). Needs
 //                virtual_stages = 2.
+//   "zb-interleaved": interleaved zero bubble over chunk units: v model
+//                stages per stage in a loop (as "interleaved"), the
+//                backward split; made by the greedy executor at F = B = W
+//                with at most v (N + P - 1) model-stage units waiting for
+//                their W on any stage (1F1B's activations; policies.cc
+//                states the rule). Any M and N; v >= 1 (default 2).
 // Errors name the field: unknown policy (listing the known ones), stages,
 // microbatches or chunks < 1, microbatches * chunks > kMaxUnitsPerStage,
-// 1f1b with chunks != 1, virtual_stages != 1 for a policy but interleaved
-// and zbv, virtual_stages != 2 for zbv,
+// 1f1b with chunks != 1, virtual_stages != 1 for a policy but interleaved,
+// zb-interleaved and zbv, virtual_stages != 2 for zbv,
 // interleaved with M*N not a multiple of P.
 Result<Plan> MakePlan(std::string_view policy, int stages, int microbatches,
                       int chunks, int virtual_stages = 1);
@@ -78,8 +84,11 @@ const std::vector<std::string>& PolicyNames();
 //     (whole-sequence microbatches), got N; ..." naming `field`.
 bool WholeSequencePolicy(std::string_view policy);
 // The virtual stages a policy runs when none are asked for: 2 for "zbv"
-// (its V), else 1.
+// (its V) and "zb-interleaved", else 1.
 int DefaultVirtualStages(std::string_view policy);
+// Whether a policy takes any v (a sweep's range applies to it):
+// "interleaved" and "zb-interleaved". zbv's is fixed at 2, the others' at 1.
+bool VirtualStagesFree(std::string_view policy);
 std::optional<long long> ChunksFor(std::string_view policy, std::optional<long long> requested);
 Status CheckPolicyChunks(std::string_view policy, long long chunks, std::string_view field);
 

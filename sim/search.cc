@@ -337,13 +337,14 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
       tiles.resize(1);
       st_collapsed = true;
     }
-    // v: swept for interleaved (the range, else the template's), the
-    // policy's own for the others.
-    std::vector<int> vs = {scenario::VirtualStagesOf(tmpl)};
-    if (policy == "interleaved" && sweep.virtual_stages_size() > 0) {
+    // v: swept for interleaved and zb-interleaved (the range, else the
+    // template's), the policy's own for the others.
+    const bool free_v = schedule::VirtualStagesFree(policy);
+    std::vector<int> vs = {free_v && tmpl.virtual_stages() != 0
+                               ? scenario::VirtualStagesOf(tmpl)
+                               : schedule::DefaultVirtualStages(policy)};
+    if (free_v && sweep.virtual_stages_size() > 0) {
       vs.assign(sweep.virtual_stages().begin(), sweep.virtual_stages().end());
-    } else if (policy != "interleaved") {
-      vs = {schedule::DefaultVirtualStages(policy)};
     }
     // A v whose P v model stages cannot be placed is skipped, noted once.
     std::vector<int> placed;
@@ -386,10 +387,10 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
   }
   const std::vector<std::string> policies = PoliciesOf(s, sweep);
   if (sweep.virtual_stages_size() > 0 &&
-      std::find(policies.begin(), policies.end(), "interleaved") == policies.end()) {
+      std::none_of(policies.begin(), policies.end(), schedule::VirtualStagesFree)) {
     grid.notes.push_back(
-        "virtual_stages applies to policy interleaved only: the other policies ran at their "
-        "own (zbv 2, else 1)");
+        "virtual_stages applies to policies interleaved and zb-interleaved only: the other "
+        "policies ran at their own (zbv 2, else 1)");
   }
   if (skipped > 0) {
     grid.notes.push_back(

@@ -158,12 +158,14 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        "(a name ending in .textproto or holding a '/', e.g. written by `stateflow calibrate`)")
       ("policy", po::value(&f->policy),
        "schedule under study (drops the baselines): gpipe, 1f1b, stateflow, interleaved "
-       "(with --virtual-stages), zb-h1, zb-h2 or zbv (zero-bubble: the backward split into B and "
-       "W; zbv places two model stages per stage in a V and is simulated only); docs/schedules.md")
+       "(with --virtual-stages), zb-h1, zb-h2, zbv or zb-interleaved (zero-bubble: the backward "
+       "split into B and W; zbv places two model stages per stage in a V, zb-interleaved v in a "
+       "loop; both simulated only); docs/schedules.md")
       ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
       ("virtual-stages", Optional(&f->virtual_stages),
-       Help("v, model stages per pipeline stage (schedule.virtual_stages; policy interleaved, "
-            "and zbv's 2; simulated only)", models::kVirtualStages).c_str())
+       Help("v, model stages per pipeline stage (schedule.virtual_stages; policies interleaved "
+            "and zb-interleaved (default 2), and zbv's 2; simulated only)",
+            models::kVirtualStages).c_str())
       ("alpha", Optional(&f->alpha), ("partition: 0 equal, 1 FLOP-balanced, >1 more, in " +
                                       models::RangeText(models::kAlpha)).c_str())
       ("microbatches,M", Optional(&f->microbatches), Help("M, microbatches per step", models::kMicrobatches).c_str())
@@ -251,7 +253,13 @@ std::string SchedulePolicyFor(const schedule::Plan& plan) {
     if (name == plan.policy()) return name;
   }
   if (plan.placement() == schedule::StagePlacement::kVShape) return "zbv";
-  return plan.virtual_stages() > 1 ? "interleaved" : "stateflow";
+  if (plan.virtual_stages() == 1) return "stateflow";
+  for (const auto& list : plan.per_stage()) {
+    for (const schedule::Action& a : list) {
+      if (a.pass == schedule::Pass::kWeight) return "zb-interleaved";
+    }
+  }
+  return "interleaved";
 }
 
 Result<scenario::ResolvedScenario> LoadResolvedScenario(const ScenarioFlags& f) {

@@ -132,8 +132,9 @@ Result<schedule::Plan> LoadPlanFile(const std::string& path, std::optional<long 
 
 // The schedule policy a run of `plan` is configured with: the plan's own
 // name when the schedule core knows it, else "stateflow" (the most general:
-// any chunk count), or "interleaved" for a plan with virtual stages ("zbv"
-// for one placed in a V); the
+// any chunk count), or for a plan with virtual stages "interleaved"
+// ("zb-interleaved" when it splits its backwards, "zbv" when placed in a
+// V); the
 // plan's name then names the run in its report. (A run of a plan also takes
 // its chunks and virtual stages unless the flags say otherwise.)
 std::string SchedulePolicyFor(const schedule::Plan& plan);

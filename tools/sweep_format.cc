@@ -12,6 +12,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "common/files.h"
+#include "schedule/policies.h"
 #include "sim/search.h"
 #include "tools/report_format.h"
 
@@ -201,7 +202,7 @@ std::string ResultsTable(const pb::SweepReport& r) {
         if (run != nullptr && (top == nullptr || sim::BetterRun(*run, *top))) top = run;
       }
       row.push_back(top == nullptr ? "-"
-                                   : top->policy() + (top->virtual_stages() > 1 && top->policy() == "interleaved"
+                                   : top->policy() + (top->virtual_stages() > 1 && schedule::VirtualStagesFree(top->policy())
                                                           ? " v=" + std::to_string(top->virtual_stages())
                                                           : ""));
     }

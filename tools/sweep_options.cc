@@ -89,8 +89,8 @@ void AddSweepOptions(po::options_description* desc, SweepFlags* f, bool batches_
        "ST split-and-overlap settings to sweep: on, off or both, e.g. off,on")
       ("st-tile-list", Optional(&f->st_tile), "ST tiles B_V to sweep, e.g. 16,32,64")
       ("virtual-stages-list", Optional(&f->virtual_stages),
-       "v values to sweep for policy interleaved, e.g. 1,2,4 (the other policies run at their "
-       "own: zbv 2, else 1)");
+       "v values to sweep for policies interleaved and zb-interleaved, e.g. 1,2,4 (the other "
+       "policies run at their own: zbv 2, else 1)");
   if (!batches_and_lengths) return;
   desc->add_options()
       ("seq-len-list", Optional(&f->seq_len), "sequence lengths, e.g. 65536,131072,262144")

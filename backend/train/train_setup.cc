@@ -38,7 +38,7 @@ Result<TrainSetup> MakeTrainSetup(const scenario::ResolvedScenario& resolved,
   }
   if (const int v = scenario::VirtualStagesOf(schedule); v > 1) {
     return Status::Invalid("schedule.virtual_stages must be 1 for training (virtual stages, "
-                           "policies interleaved and zbv, are simulated only), got " +
+                           "policies interleaved, zb-interleaved and zbv, are simulated only), got " +
                            std::to_string(v) + " (policy " + schedule.policy() + ")");
   }
   if (scenario.parallel().overlap_grad_reduce()) {

@@ -71,7 +71,8 @@ def scenario(path: Optional[Union[str, os.PathLike]] = None, **fields: Any) -> S
     (``microbatch_size``), ``T`` (``seq_len``), ``TP`` (``tensor_parallel``),
     ``DP`` (``data_parallel``), ``CP`` (``context_parallel``), ``alpha``,
     ``distributed_optimizer`` (bool), ``overlap_grad_reduce`` (bool),
-    ``virtual_stages`` (v, with ``policy="interleaved"``; ``"zbv"`` has 2),
+    ``virtual_stages`` (v, with ``policy="interleaved"`` or
+    ``"zb-interleaved"``, whose default is 2; ``"zbv"`` has 2),
     ``recompute``, ``system``,
     ``cost_model``, ``st_overlap`` (bool), ``st_tile``, ``compute_units``,
     ``max_actions``, ``vary`` ({parameter: factor}). A ``policy`` drops the
@@ -148,8 +149,8 @@ def sweep(scenario: Scenario, costs: Optional[Union[str, os.PathLike]] = None,
     Ranges (a value or a list; a range given replaces the scenario's sweep
     block's, one not given keeps it): ``policies``, ``seq_len``,
     ``global_batch`` or ``microbatches``, ``chunks``, ``alpha``,
-    ``st_overlap``, ``st_tile``, ``virtual_stages`` (v for policy
-    ``"interleaved"``; the others run at their own). Runs the command line's sweep
+    ``st_overlap``, ``st_tile``, ``virtual_stages`` (v for policies
+    ``"interleaved"`` and ``"zb-interleaved"``; the others run at their own). Runs the command line's sweep
     (``stateflow sweep``) in one call.
     """
     records, notes, report_json = _core._sweep(

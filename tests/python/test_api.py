@@ -68,7 +68,8 @@ class ScenarioTest(unittest.TestCase):
         self.assertIn("gdn-3b", p["models"])
         self.assertIn("a100-80gb-nvlink", p["clusters"])
         self.assertEqual(sf.policies(),
-                         ["gpipe", "1f1b", "stateflow", "interleaved", "zb-h1", "zb-h2", "zbv"])
+                         ["gpipe", "1f1b", "stateflow", "interleaved", "zb-h1", "zb-h2", "zbv",
+                          "zb-interleaved"])
 
     def test_default_scenario_simulates_as_the_command_line(self):
         report = sf.simulate(sf.scenario())

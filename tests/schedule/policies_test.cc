@@ -152,7 +152,7 @@ TEST(PoliciesTest, SmallPlansAgreeWithTheBruteForceChecker) {
 
 TEST(PoliciesTest, PolicyNames) {
   EXPECT_EQ(PolicyNames(), (std::vector<std::string>{"gpipe", "1f1b", "stateflow", "interleaved",
-                                                      "zb-h1", "zb-h2", "zbv"}));
+                                                      "zb-h1", "zb-h2", "zbv", "zb-interleaved"}));
   for (const std::string& name : PolicyNames()) {
     Result<Plan> plan = MakePlan(name, 2, 2, 1, DefaultVirtualStages(name));
     ASSERT_TRUE(plan.ok()) << name;
@@ -342,6 +342,61 @@ TEST(PoliciesTest, ZbvOverShapesValidates) {
   EXPECT_EQ(checked, 6 * 8 * 5);
 }
 
+// Interleaved zero bubble over (P, M, N, v): every plan validates (any M
+// and N), places its model stages in a loop (model stage s on stage s mod
+// P), splits every backward, runs each model stage's forwards in (microbatch,
+// chunk) order and its backwards microbatch by microbatch, last chunk first,
+// and keeps at most v (N + P - 1) model-stage units waiting for their W on
+// any stage: StateFlow-1F1B's first stage's N + P - 1 whole-stage units.
+TEST(PoliciesTest, ZbInterleavedOverShapesValidates) {
+  int checked = 0;
+  for (int P = 1; P <= 5; ++P) {
+    for (int v = 1; v <= 4; ++v) {
+      for (int M = 1; M <= 6; ++M) {
+        for (int N : {1, 2, 3, 5}) {
+          const std::string what = Describe("zb-interleaved", P, M, N) + " v=" + std::to_string(v);
+          Result<Plan> plan = MakePlan("zb-interleaved", P, M, N, v);
+          ASSERT_TRUE(plan.ok()) << what << ": " << plan.status().message();
+          EXPECT_EQ(plan->virtual_stages(), v);
+          EXPECT_EQ(plan->placement(), StagePlacement::kLoop);
+          EXPECT_TRUE(SplitsBackward(*plan)) << what;
+          const Status valid = ValidatePlan(*plan);
+          ASSERT_TRUE(valid.ok()) << what << ": " << valid.message() << "\n" << valid.detail();
+          const long long units = static_cast<long long>(M) * N;
+          const long long limit = static_cast<long long>(v) * (N + P - 1);
+          long long highest = 0;
+          for (int r = 0; r < P; ++r) {
+            for (int k = 0; k < v; ++k) {
+              const int s = k * P + r;
+              std::vector<Action> forwards, backwards;
+              for (const Action& x : plan->stage(r)) {
+                if (x.stage != s) continue;
+                if (x.pass == Pass::kForward) forwards.push_back(x);
+                if (x.pass == Pass::kBackward) backwards.push_back(x);
+              }
+              ASSERT_EQ(forwards.size(), static_cast<std::size_t>(units)) << what << " s " << s;
+              ASSERT_EQ(backwards.size(), static_cast<std::size_t>(units)) << what << " s " << s;
+              for (int a = 0; a < M; ++a) {
+                for (int i = 0; i < N; ++i) {
+                  EXPECT_EQ(forwards[a * N + i], (Action{s, Pass::kForward, a, i})) << what;
+                  EXPECT_EQ(backwards[a * N + i], (Action{s, Pass::kBackward, a, N - 1 - i}))
+                      << what;
+                }
+              }
+            }
+            const long long peak = PeakAwaitingWeight(plan->stage(r));
+            EXPECT_LE(peak, limit) << what << " stage " << r;
+            highest = std::max(highest, peak);
+          }
+          EXPECT_LE(highest, std::min(limit, v * units)) << what;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 5 * 4 * 6 * 4);
+}
+
 TEST(PoliciesTest, ZbvRefusals) {
   for (const int v : {1, 3}) {
     Result<Plan> plan = MakePlan("zbv", 4, 4, 1, v);
@@ -351,6 +406,10 @@ TEST(PoliciesTest, ZbvRefusals) {
         << plan.status().message();
   }
   EXPECT_EQ(DefaultVirtualStages("zbv"), 2);
+  EXPECT_EQ(DefaultVirtualStages("zb-interleaved"), 2);
+  EXPECT_TRUE(VirtualStagesFree("zb-interleaved"));
+  EXPECT_TRUE(VirtualStagesFree("interleaved"));
+  EXPECT_FALSE(VirtualStagesFree("zbv"));
   EXPECT_EQ(DefaultVirtualStages("interleaved"), 1);
   EXPECT_EQ(DefaultVirtualStages("stateflow"), 1);
 }
@@ -382,7 +441,7 @@ TEST(PoliciesTest, ErrorsNameTheField) {
   const Case cases[] = {
       {"zb", 4, 4, 4,
        "schedule.policy 'zb' is unknown (known: gpipe, 1f1b, stateflow, interleaved, zb-h1, "
-       "zb-h2, zbv)"},
+       "zb-h2, zbv, zb-interleaved)"},
       {"", 4, 4, 4, "schedule.policy"},
       {"stateflow", 0, 4, 4, "stages"},
       {"stateflow", 4, 0, 4, "microbatches"},

@@ -293,12 +293,12 @@ TEST(Sweep, StOverlapAndTileMatchSimulatingEachCandidateByHand) {
 // StateFlow's order), shapes with M N not a multiple of P are skipped with a
 // note, the other policies run at their own v (zbv 2), each run equals
 // simulating it by hand, and the best of the interleaved cell is over v too.
-TEST(Sweep, VirtualStagesAreSweptForInterleavedOnly) {
+TEST(Sweep, VirtualStagesAreSweptForTheInterleavedPoliciesOnly) {
   pb::Scenario s = HybridScenario();
   *s.mutable_model() = *models::ModelPreset("gdn-3b");
   s.clear_baselines();
   pb::SweepSpec sweep;
-  for (const char* p : {"stateflow", "interleaved", "zbv"}) sweep.add_policies(p);
+  for (const char* p : {"stateflow", "interleaved", "zbv", "zb-interleaved"}) sweep.add_policies(p);
   for (int v : {1, 2, 4}) sweep.add_virtual_stages(v);
   for (int n : {1, 2}) sweep.add_chunks(n);
   sweep.add_microbatches(2);  // M N = 2: P = 4 divides it at N = 2 only
@@ -313,13 +313,17 @@ TEST(Sweep, VirtualStagesAreSweptForInterleavedOnly) {
   EXPECT_EQ(got, (std::vector<std::string>{"stateflow v=1 N=1", "stateflow v=1 N=2",
                                            "interleaved v=1 N=1", "interleaved v=1 N=2",
                                            "interleaved v=2 N=2", "interleaved v=4 N=2",
-                                           "zbv v=2 N=1", "zbv v=2 N=2"}));
+                                           "zbv v=2 N=1", "zbv v=2 N=2",
+                                           // any M N: nothing skipped
+                                           "zb-interleaved v=1 N=1", "zb-interleaved v=1 N=2",
+                                           "zb-interleaved v=2 N=1", "zb-interleaved v=2 N=2",
+                                           "zb-interleaved v=4 N=1", "zb-interleaved v=4 N=2"}));
   ASSERT_EQ(grid->notes.size(), 1u);
   EXPECT_NE(grid->notes[0].find("2 interleaved configurations were skipped"), std::string::npos)
       << grid->notes[0];
   Result<pb::SweepReport> report = RunSweep(resolved, sweep);
   ASSERT_TRUE(report.ok()) << report.status().message();
-  ASSERT_EQ(report->runs_size(), 8);
+  ASSERT_EQ(report->runs_size(), 14);
   for (int k = 0; k < report->runs_size(); ++k) {
     const pb::SweepRun& run = report->runs(k);
     const SweepConfig& c = grid->configs[static_cast<std::size_t>(k)];
@@ -336,7 +340,7 @@ TEST(Sweep, VirtualStagesAreSweptForInterleavedOnly) {
   EXPECT_NE(report->runs(3).step_time_s(), report->runs(4).step_time_s());
   // Interleaved at v = 1 is StateFlow's plan.
   EXPECT_EQ(report->runs(2).step_time_s(), report->runs(0).step_time_s());
-  ASSERT_EQ(report->cells_size(), 3);
+  ASSERT_EQ(report->cells_size(), 4);
   const pb::SweepCell& interleaved = report->cells(1);
   EXPECT_EQ(interleaved.policy(), "interleaved");
   int best = -1;
@@ -355,7 +359,8 @@ TEST(Sweep, VirtualStagesAreSweptForInterleavedOnly) {
   ASSERT_EQ(grid->configs.size(), 1u);
   EXPECT_EQ(grid->configs[0].virtual_stages, 1);
   ASSERT_EQ(grid->notes.size(), 1u);
-  EXPECT_NE(grid->notes[0].find("interleaved only"), std::string::npos) << grid->notes[0];
+  EXPECT_NE(grid->notes[0].find("interleaved and zb-interleaved only"), std::string::npos)
+      << grid->notes[0];
   // A v whose model stages cannot be placed (4 x 16 > the 3B's 32 blocks) is
   // skipped, noted, and the sweep goes on.
   pb::SweepSpec deep;

@@ -210,7 +210,7 @@ TEST(Cli, TorchCsvPlansGoOutAndComeBack) {
   // each charged their part of the backward. So do torch's multi-stage
   // layouts: a loop (interleaved) and a V (zbv), v from the CSV.
   for (const char* flags : {"--policy zb-h1", "--policy interleaved --virtual-stages 2",
-                            "--policy zbv"}) {
+                            "--policy zbv", "--policy zb-interleaved --virtual-stages 3"}) {
     SCOPED_TRACE(flags);
     const std::string csv = TempPath("multi.csv");
     const std::string shape = std::string("--model gdn-small -P 2 -M 4 -N 2 ") + flags;
@@ -286,6 +286,10 @@ TEST(Cli, AnInterleavedPlanFileSimulatesAsThePolicy) {
                  "schedule.virtual_stages must be 2 for policy zbv");
   ExpectBadInput(Stateflow("train --model gdn-tiny -P 1 -M 2 --policy zbv --steps 1"),
                  "schedule.virtual_stages must be 1 for training");
+  ExpectBadInput(Stateflow("train --model gdn-tiny -P 1 -M 2 --policy zb-interleaved --steps 1"),
+                 "schedule.virtual_stages must be 1 for training");
+  ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 --policy zb-h1 --virtual-stages 2"),
+                 "(policies interleaved, zb-interleaved and zbv place virtual stages)");
 }
 
 TEST(Cli, HandBrokenPlanIsRejectedWithTheRule) {
