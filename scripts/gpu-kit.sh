@@ -25,7 +25,8 @@
 #     3. one- and two-rank training on the GPU (their reports, JSON);
 #     4. profile --device cuda of the tiny models;
 #     5. validate --device cuda at P = 1 (replayed prediction vs measured);
-#     6. the kernel table (scripts/gpu_kernel_table.py: cuBLAS GEMMs at the
+#     6. the GPU's ceilings (scripts/gpu_ceilings.py: copy bandwidth, GEMM
+#        rate) and the kernel table (scripts/gpu_kernel_table.py: cuBLAS GEMMs at the
 #        paper layers' shapes and PyTorch's causal SDPA through PyTorch, our
 #        cores from the profiled phases);
 #     7. profile --device cuda of one layer of each paper family at the
@@ -108,7 +109,7 @@ build() {
   cp -r "$src/scenarios" "$kit/scenarios"
   cp /usr/share/common-licenses/GPL-3 "$kit/text/GPL-3"
   cp "$src/scripts/gpu-kit.sh" "$src/scripts/gpu-check.sh" "$src/scripts/gpu_kernel_table.py" \
-     "$kit/scripts/"
+     "$src/scripts/gpu_ceilings.py" "$kit/scripts/"
   {
     echo "commit: $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
       [ -n "$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)" ] && echo -dirty)"
@@ -297,6 +298,8 @@ run() {
   done
   local small=()
   [ $dry -eq 1 ] && small=(--small --gemm-lengths 128 --torch-device cpu --reps 3)
+  # The GPU's two ceilings (copy bandwidth, GEMM rate), measured here.
+  [ $dry -eq 0 ] && want kernels && step ceilings 90 "$py" "$KIT/scripts/gpu_ceilings.py" --out "$OUT"
   want kernels && step kernel-table 240 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
     "${small[@]}" --sdpa-lengths 4096,8192,16384,32768 "${specs[@]}" "$OUT"/costs-*.textproto
 
@@ -345,6 +348,7 @@ run() {
       echo "$(basename "$x"): $(grep -o '<testsuites [^>]*' "$x" | grep -o 'tests="[0-9]*"\|failures="[0-9]*"\|disabled="[0-9]*"\|errors="[0-9]*"' | tr '\n' ' ')skipped: $(grep -c '<skipped' "$x")"
       grep -o '<testcase name="[^"]*"[^>]*>\s*<failure' "$x" | sed 's/<testcase name="\([^"]*\)".*/  FAILED: \1/'
     done
+    [ -f "$OUT/ceilings.md" ] && { echo; cat "$OUT/ceilings.md"; }
     [ -f "$OUT/kernel-table.md" ] && { echo; cat "$OUT/kernel-table.md"; }
     [ -f "$OUT/kernel-table-layers.md" ] && { echo; cat "$OUT/kernel-table-layers.md"; }
   } > "$OUT/summary.md"
