@@ -325,7 +325,7 @@ run() {
       -T "$tl" --chunks-list "$nl" --repetitions 1 --warmup 1 --link in-process \
       --out "$OUT/layer-$m.textproto"
   done
-  if want kernels && compgen -G "$OUT/layer-*.textproto" >/dev/null; then
+  if want layers && compgen -G "$OUT/layer-*.textproto" >/dev/null; then
     step kernel-table-layers 60 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
       --no-torch --name kernel-table-layers "$OUT"/layer-*.textproto
   fi

@@ -43,8 +43,9 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
   }
 
   // ---- the GDN core (grid_kernels/gdn_*.h) ----
-  // st_tile: B_V, the ST passes' tile of value rows (StTiles; 0: Dv). Every
-  // tile size gives the same bits: a row's arithmetic does not depend on it.
+  // st_tile (B_V) shapes no launch here: ST's products are GEMMs over every
+  // value row of every head (DeltaStForward), so any st_tile gives the same
+  // bits.
   int64_t GdnCoreForwardWorkspaceSize(int64_t T_len, int64_t H, int64_t Dk,
                                       int64_t Dv,
                                       int64_t block_size) override {
@@ -231,8 +232,14 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
   struct GdnArgs {
     const T *q, *k, *v, *g, *beta, *S_in;
     grid::GdnShape s;
-    grid::StTiles st;
   };
+  // ST's decay of a state across block b (DeltaStForward's carry).
+  static auto Carry(const T* G, const grid::GdnShape& s) {
+    return [G, s](int64_t b, T* dst, int64_t dst_stride, const T* src,
+                  int64_t src_stride, bool accumulate) {
+      return grid::GdnCarryFn<T>{dst, dst_stride, src, src_stride, G, s, b, accumulate};
+    };
+  }
   // The forward's passes over blocks [b0, b1), each on executor e.
   // Pre: G, KG, W, U.
   void GdnPre(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
@@ -276,10 +283,11 @@ template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnST(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
                              T* Vn, StatOf<T>* S_out, const GdnArgs& a, int64_t b0,
                              int64_t b1) {
-  // Heads x tiles of value rows, blocks in order.
-  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
-                grid::GdnSTFn<T>{ws.S, Vn, S_out, ws.U, ws.W, a.k, ws.G, a.S_in,
-                                 a.s, a.st, b0, b1});
+  using namespace grid;
+  const GdnShape& s = a.s;
+  ForTokens(e, s.H * s.Dk, b0, b1, s, GdnDecayedKeyFn<T>{ws.Kd, a.k, ws.G, s});
+  DeltaStForward(e, ws.S, Vn, S_out, ws.U, ws.W, ws.Kd, a.S_in, s, b0, b1,
+                       Carry(ws.G, s));
 }
 
 template <typename T, typename Exec>
@@ -298,9 +306,9 @@ void GridGdnOps<T, Exec>::GdnCoreForwardNative(T* o, StatOf<T>* S_out, StatOf<T>
                                       const T* g, const T* beta,
                                       const StatOf<T>* S_in, int64_t T_len, int64_t H,
                                       int64_t Dk, int64_t Dv,
-                                      int64_t block_size, int64_t st_tile) {
+                                      int64_t block_size, int64_t /*st_tile*/) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
   GdnPre(exec_, ws, a, 0, s.nb);
   GdnST(exec_, ws, /*Vn=*/ws.U, S_out, a, 0, s.nb);
@@ -319,7 +327,7 @@ void GridGdnOps<T, Exec>::GdnCoreForwardOverlappedNative(
                    Dv, block_size, st_tile);
     return;
   }
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
   auto bound = [&](int seg) { return seg * s.nb / segs; };
   Exec& main = exec_;
@@ -369,10 +377,11 @@ template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnSTBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
                                  StatOf<T>* dS_in, const StatOf<T>* dS_out, const GdnArgs& a,
                                  int64_t b0, int64_t b1) {
-  // Heads x tiles of value rows, blocks in reverse.
-  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
-                grid::GdnSTBackwardFn<T>{ws.dS, ws.Z, dS_in, dS_out, a.k, ws.f.W,
-                                         ws.f.G, a.s, a.st, b0, b1});
+  using namespace grid;
+  const GdnShape& s = a.s;
+  ForTokens(e, s.H * s.Dk, b0, b1, s, GdnDecayedKeyFn<T>{ws.f.Kd, a.k, ws.f.G, s});
+  DeltaStBackward(e, ws.dS, ws.Z, /*accumulate_z=*/false, dS_in, dS_out, ws.f.W,
+                        ws.f.Kd, s, b0, b1, Carry(ws.f.G, s));
 }
 
 template <typename T, typename Exec>
@@ -406,9 +415,9 @@ void GridGdnOps<T, Exec>::GdnCoreBackwardNative(
     T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in, StatOf<T>* workspace,
     const T* dO, const StatOf<T>* dS_out, const T* q, const T* k, const T* v,
     const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len, int64_t H,
-    int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
+    int64_t Dk, int64_t Dv, int64_t block_size, int64_t /*st_tile*/) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnBackwardWorkspace<T> ws(workspace, s);
   // The replay of Pre and ST (U and V_new kept apart: Pre's backward needs U).
   GdnPre(exec_, ws.f, a, 0, s.nb);
@@ -431,7 +440,7 @@ void GridGdnOps<T, Exec>::GdnCoreBackwardOverlappedNative(
                     v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
     return;
   }
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnBackwardWorkspace<T> ws(workspace, s);
   auto bound = [&](int seg) { return seg * s.nb / segs; };
   Exec& main = exec_;
@@ -475,9 +484,9 @@ void GridGdnOps<T, Exec>::GdnCoreForwardPhaseNative(CorePhase phase, T* o, StatO
                                            const T* beta, const StatOf<T>* S_in,
                                            int64_t T_len, int64_t H,
                                            int64_t Dk, int64_t Dv,
-                                           int64_t block_size, int64_t st_tile) {
+                                           int64_t block_size, int64_t /*st_tile*/) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
   switch (phase) {
     case CorePhase::kPre: GdnPre(exec_, ws, a, 0, s.nb); break;
@@ -491,9 +500,9 @@ void GridGdnOps<T, Exec>::GdnCoreBackwardPhaseNative(
     CorePhase phase, T* dq, T* dk, T* dv, T* dg, T* dbeta, StatOf<T>* dS_in,
     StatOf<T>* workspace, const T* dO, const StatOf<T>* dS_out, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const StatOf<T>* S_in, int64_t T_len,
-    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
+    int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t /*st_tile*/) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
-  const GdnArgs a{q, k, v, g, beta, S_in, s, grid::StTiles::Make(Dv, st_tile)};
+  const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnBackwardWorkspace<T> ws(workspace, s);
   switch (phase) {
     case CorePhase::kPre:  // the replay and Out's backward

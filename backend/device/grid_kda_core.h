@@ -9,19 +9,20 @@
 // outputs in the forward too (a pass hands the next its results there).
 //
 // The passes have GDN's structure (GridGdnOps' GDN core): Pre and Out run every
-// block of every head at once, ST is the one sequential pass (heads x StTiles
-// rows, blocks in order); the backward replays Pre and ST, then Out's
+// block of every head at once, ST is the one sequential pass (blocks in
+// order, each block's products GEMMs over every head: DeltaStForward,
+// grid_recurrent.h); the backward replays Pre and ST, then Out's
 // backward, ST's backward (the state gradient, blocks last to first), and
-// the rest (ST's and Pre's gradient rows). Every tile of ST rows (st_tile)
-// gives the same bits: a state row never meets another in ST. The
+// the rest (ST's and Pre's gradient rows). st_tile shapes no launch: any
+// gives the same bits. The
 // overlapped versions cut the blocks into StreamSegments(nb) segments on
 // two streams exactly as GridGdnOps' overlapped GDN cores do, with the same
 // passes on the same elements: the same bits as the sequential ones. The
 // phases are the sequential passes in three groups (core_phase.h's roles):
 // run in order, the same bits as the whole core.
 //
-// Of the executor it uses ForEach, ForEachTile (the ST passes),
-// GemmStridedBatched (the per-block products with a dimension of Dk or Dv:
+// Of the executor it uses ForEach,
+// GemmStridedBatched (ST's products and the per-block ones with a dimension of Dk or Dv:
 // o = Qh S_b^T + P V_new; backward P^T dO, dO V_new^T, dO S_b, dO^T Qh,
 // V_new dS', -d(V_new) S_b) and, overlapped, Stream, Record and Wait.
 // KK and P are per-entry functors (a per-channel decay is no mask on a GEMM).
@@ -65,7 +66,7 @@ struct GridKdaCore {
   }
   // o (T, H, Dv) written; S_out (H, Dv, Dk) written unless nullptr; S_in
   // nullptr: zeros. T_len >= 0 (0 hands S_in on as S_out); block_size >= 1;
-  // st_tile: B_V, ST's tile of state rows (0 or >= Dv: one tile of Dv).
+  // st_tile: ignored (B_V of a per-row ST; ST's products are GEMMs).
   static void Forward(const Exec& exec, T* o, T* S_out, T* workspace,
                       const T* q, const T* k, const T* v, const T* g,
                       const T* beta, const T* S_in, int64_t T_len, int64_t H,
@@ -141,14 +142,18 @@ struct GridKdaCore {
   struct Args {
     const T *q, *k, *v, *g, *beta, *S_in;
     Shape s;
-    grid::StTiles st;
   };
   static Args MakeArgs(const T* q, const T* k, const T* v, const T* g,
                        const T* beta, const T* S_in, int64_t T_len, int64_t H,
-                       int64_t Dk, int64_t Dv, int64_t block_size,
-                       int64_t st_tile) {
-    return {q, k, v, g, beta, S_in, Shape::Make(T_len, H, Dk, Dv, block_size),
-            grid::StTiles::Make(Dv, st_tile)};
+                       int64_t Dk, int64_t Dv, int64_t block_size) {
+    return {q, k, v, g, beta, S_in, Shape::Make(T_len, H, Dk, Dv, block_size)};
+  }
+  // ST's per-channel decay of a state across block b (DeltaStForward's carry).
+  static auto Carry(const T* G, const Shape& s) {
+    return [G, s](int64_t b, T* dst, int64_t dst_stride, const T* src,
+                  int64_t src_stride, bool accumulate) {
+      return grid::KdaCarryFn<T>{dst, dst_stride, src, src_stride, G, s, b, accumulate};
+    };
   }
 
   // Events of the overlapped cores, one id per use within a call.
@@ -284,10 +289,8 @@ void GridKdaCore<T, Exec>::Pre(const Exec& e, const FwdWs& ws, const Args& a,
 template <typename T, class Exec>
 void GridKdaCore<T, Exec>::ST(const Exec& e, const FwdWs& ws, T* Vn, T* S_out,
                               const Args& a, int64_t b0, int64_t b1) {
-  // Heads x tiles of value rows, blocks in order.
-  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
-                grid::KdaSTFn<T>{ws.S, Vn, S_out, ws.U, ws.W, ws.Kt, ws.G,
-                                 a.S_in, a.s, a.st, b0, b1});
+  DeltaStForward(e, ws.S, Vn, S_out, ws.U, ws.W, ws.Kt, a.S_in, a.s, b0, b1,
+                 Carry(ws.G, a.s));
 }
 
 template <typename T, class Exec>
@@ -313,8 +316,8 @@ void GridKdaCore<T, Exec>::Forward(const Exec& exec, T* o, T* S_out,
                                    const T* v, const T* g, const T* beta,
                                    const T* S_in, int64_t T_len, int64_t H,
                                    int64_t Dk, int64_t Dv, int64_t block_size,
-                                   int64_t st_tile) {
-  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+                                   int64_t /*st_tile*/) {
+  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
   const FwdWs ws(workspace, a.s);
   Pre(exec, ws, a, 0, a.s.nb);
   ST(exec, ws, /*Vn=*/ws.U, S_out, a, 0, a.s.nb);
@@ -326,7 +329,7 @@ void GridKdaCore<T, Exec>::ForwardOverlapped(
     const Exec& exec, T* o, T* S_out, T* workspace, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const T* S_in, int64_t T_len,
     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
-  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
   const int segs = StreamSegments(a.s.nb);
   if (segs < 2) {
     Forward(exec, o, S_out, workspace, q, k, v, g, beta, S_in, T_len, H, Dk,
@@ -361,8 +364,8 @@ void GridKdaCore<T, Exec>::ForwardPhase(
     const Exec& exec, CorePhase phase, T* o, T* S_out, T* workspace, const T* q,
     const T* k, const T* v, const T* g, const T* beta, const T* S_in,
     int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size,
-    int64_t st_tile) {
-  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    int64_t /*st_tile*/) {
+  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
   const FwdWs ws(workspace, a.s);
   switch (phase) {
     case CorePhase::kPre: Pre(exec, ws, a, 0, a.s.nb); break;
@@ -404,10 +407,8 @@ template <typename T, class Exec>
 void GridKdaCore<T, Exec>::STBack(const Exec& e, const BwdWs& ws, T* dS_in,
                                   const T* dS_out, const Args& a, int64_t b0,
                                   int64_t b1) {
-  // Heads x tiles of value rows, blocks in reverse.
-  e.ForEachTile(a.st.tiles(a.s.H), a.st.tile,
-                grid::KdaSTBackwardFn<T>{ws.dS, ws.dVn, dS_in, dS_out, ws.f.Kt,
-                                         ws.f.W, ws.f.G, a.s, a.st, b0, b1});
+  DeltaStBackward(e, ws.dS, ws.dVn, /*accumulate_z=*/true, dS_in, dS_out, ws.f.W,
+                  ws.f.Kt, a.s, b0, b1, Carry(ws.f.G, a.s));
 }
 
 template <typename T, class Exec>
@@ -449,8 +450,8 @@ void GridKdaCore<T, Exec>::Backward(const Exec& exec, T* dq, T* dk, T* dv,
                                     const T* beta, const T* S_in,
                                     int64_t T_len, int64_t H, int64_t Dk,
                                     int64_t Dv, int64_t block_size,
-                                    int64_t st_tile) {
-  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+                                    int64_t /*st_tile*/) {
+  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
   const BwdWs ws(workspace, a.s);
   const int64_t nb = a.s.nb;
   Pre(exec, ws.f, a, 0, nb);
@@ -466,7 +467,7 @@ void GridKdaCore<T, Exec>::BackwardOverlapped(
     T* workspace, const T* dO, const T* dS_out, const T* q, const T* k,
     const T* v, const T* g, const T* beta, const T* S_in, int64_t T_len,
     int64_t H, int64_t Dk, int64_t Dv, int64_t block_size, int64_t st_tile) {
-  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
   const int segs = StreamSegments(a.s.nb);
   if (segs < 2) {
     Backward(exec, dq, dk, dv, dg, dbeta, dS_in, workspace, dO, dS_out, q, k,
@@ -512,8 +513,8 @@ void GridKdaCore<T, Exec>::BackwardPhase(
     T* dS_in, T* workspace, const T* dO, const T* dS_out, const T* q,
     const T* k, const T* v, const T* g, const T* beta, const T* S_in,
     int64_t T_len, int64_t H, int64_t Dk, int64_t Dv, int64_t block_size,
-    int64_t st_tile) {
-  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size, st_tile);
+    int64_t /*st_tile*/) {
+  const Args a = MakeArgs(q, k, v, g, beta, S_in, T_len, H, Dk, Dv, block_size);
   const BwdWs ws(workspace, a.s);
   const int64_t nb = a.s.nb;
   switch (phase) {

@@ -33,6 +33,84 @@ inline int StreamSegments(int64_t nb) {
   return nb < kMaxStreamSegments ? static_cast<int>(nb) : kMaxStreamSegments;
 }
 
+// The state chain (ST) of the delta-rule cores (GDN, KDA) over blocks
+// [b0, b1) in order, each block's products GEMMs batched over the heads
+// (head h's matrices a fixed stride apart in every buffer):
+//   V_new_b = U_b - W_b S_b^T               (over U when Vn == U)
+//   S_{b+1} = carry_b(S_b) + V_new_b^T X_b,
+// X the keys as the leaving state sees them ((T, H, Dk): GDN's decayed
+// keys, KDA's Kt). states (H, nb, Dv, Dk): slot 0 filled from S_in (zeros
+// for nullptr) when b0 = 0, a later segment's first slot written by the
+// segment before; the last block's S_{b+1} into S_out (skipped when
+// nullptr). carry(b, dst, dst_stride, src, src_stride, accumulate) gives
+// the ForEach functor over H Dv Dk that writes dst = decay_b o src (+ dst).
+template <typename T, class Exec, class Carry>
+void DeltaStForward(const Exec& e, T* states, T* Vn, T* S_out, const T* U,
+                    const T* W, const T* X, const T* S_in, const grid::GdnShape& s,
+                    int64_t b0, int64_t b1, Carry carry) {
+  const int64_t n = s.Dv * s.Dk, stride = s.nb * n;  // a state; a head's slots
+  const int64_t ldk = s.H * s.Dk, ldv = s.H * s.Dv;
+  if (b0 == 0) {  // block 0's entering state (no block: S_out = S_in)
+    T* first = s.nb > 0 ? states : S_out;
+    if (first != nullptr) {
+      e.ForEach(s.H * n, grid::StateCopyFn<T>{first, s.nb > 0 ? stride : n, S_in, n, n});
+    }
+  }
+  if (Vn != U) {
+    const int64_t t0 = b0 * s.bs, t1 = b1 * s.bs < s.T ? b1 * s.bs : s.T;
+    e.ForEach((t1 - t0) * s.H * s.Dv,
+              grid::CopyFn<T>{Vn + s.Row(t0, 0, s.Dv), U + s.Row(t0, 0, s.Dv)});
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t t0 = b * s.bs, L = s.L(b);
+    T* Sb = states + b * n;
+    T* Vb = Vn + s.Row(t0, 0, s.Dv);
+    e.GemmStridedBatched(false, true, L, s.Dv, s.Dk, T(-1), W + s.Row(t0, 0, s.Dk), ldk,
+                         s.Dk, Sb, s.Dk, stride, T(1), Vb, ldv, s.Dv, s.H);
+    const bool last = b + 1 == s.nb;
+    T* next = last ? S_out : Sb + n;
+    if (next == nullptr) continue;
+    const int64_t next_stride = last ? n : stride;
+    e.ForEach(s.H * n, carry(b, next, next_stride, Sb, stride, false));
+    e.GemmStridedBatched(true, false, s.Dv, s.Dk, L, T(1), Vb, ldv, s.Dv,
+                         X + s.Row(t0, 0, s.Dk), ldk, s.Dk, T(1), next, s.Dk,
+                         next_stride, s.H);
+  }
+}
+
+// Its transpose over blocks [b0, b1) in reverse, dS (H, nb + 1, Dv, Dk):
+// slot nb filled from dS_out (zeros for nullptr) when b1 = nb; for each
+// block, with dS' = slot b + 1 (the gradient of the state leaving it),
+//   Z_b  = X_b dS'^T   (accumulate_z: Z_b += X_b dS'^T)
+//   slot b = slot b (the block's own share) + carry_b^T(dS') - Z_b^T W_b;
+// slot 0 copied into dS_in (unless nullptr) when b0 = 0.
+template <typename T, class Exec, class Carry>
+void DeltaStBackward(const Exec& e, T* dS, T* Z, bool accumulate_z, T* dS_in,
+                     const T* dS_out, const T* W, const T* X, const grid::GdnShape& s,
+                     int64_t b0, int64_t b1, Carry carry) {
+  const int64_t n = s.Dv * s.Dk, stride = (s.nb + 1) * n;
+  const int64_t ldk = s.H * s.Dk, ldv = s.H * s.Dv;
+  if (b1 == s.nb) {
+    e.ForEach(s.H * n, grid::StateCopyFn<T>{dS + s.nb * n, stride, dS_out, n, n});
+  }
+  for (int64_t b = b1 - 1; b >= b0; --b) {
+    const int64_t t0 = b * s.bs, L = s.L(b);
+    T* cur = dS + b * n;
+    const T* next = cur + n;
+    T* Zb = Z + s.Row(t0, 0, s.Dv);
+    const T* Wb = W + s.Row(t0, 0, s.Dk);
+    e.GemmStridedBatched(false, true, L, s.Dv, s.Dk, T(1), X + s.Row(t0, 0, s.Dk), ldk,
+                         s.Dk, next, s.Dk, stride, accumulate_z ? T(1) : T(0), Zb, ldv,
+                         s.Dv, s.H);
+    e.ForEach(s.H * n, carry(b, cur, stride, next, stride, true));
+    e.GemmStridedBatched(true, false, s.Dv, s.Dk, L, T(-1), Zb, ldv, s.Dv, Wb, ldk, s.Dk,
+                         T(1), cur, s.Dk, stride, s.H);
+  }
+  if (dS_in != nullptr && b0 == 0) {
+    e.ForEach(s.H * n, grid::StateCopyFn<T>{dS_in, n, dS, stride, n});
+  }
+}
+
 template <typename T, typename Exec>
 class GridRecurrentCore {
  public:

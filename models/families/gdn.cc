@@ -69,7 +69,7 @@ void GdnMixerInputsForward(const GdnSizes& d, BufferClass saved, Events* ev) {
 // device's GdnCore*WorkspaceSize elements): on the CPU no forward scratch and
 // the backward's entering states H nb Dv Dk (gdn_core.h); on a grid device
 // (GdnForwardWorkspace / GdnBackwardWorkspace, grid_kernels/gdn_common.h)
-//   forward  = T H (1 + Dk + Dv) + H nb bs^2 + H nb Dv Dk
+//   forward  = T H (1 + 2 Dk + Dv) + H nb bs^2 + H nb Dv Dk
 //   backward = forward + 2 H nb bs^2 + T H (3 Dv + Dk + 1) + H (nb + 1) Dv Dk,
 // nb = ceil(s / bs), bs = T_C. Neither depends on st_tile or st_overlap.
 struct GdnCoreWorkspaceBytes {
@@ -82,7 +82,7 @@ struct GdnCoreWorkspaceBytes {
       return;
     }
     const double tiles = d.H * nb * bs * bs, tokens = T * d.H;
-    const double fwd = tokens * (1 + x.dk + x.dv) + tiles + states;
+    const double fwd = tokens * (1 + 2 * x.dk + x.dv) + tiles + states;
     // bf16 (activations narrower than statistics): the float passes run on
     // float copies of the inputs and outputs after the float scratch
     // (GridGdnOps' kWide): q, k, v, g, beta, o; and dO, q, k, v, g, beta, dq,

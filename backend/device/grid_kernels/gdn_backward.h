@@ -8,9 +8,9 @@
 //        GdnOutValueGradFn    (T, H, Dv)       d(V_new) from Out = P^T dO
 //        GdnStateShareFn      (H, nb, Dv, Dk)  each block's own share of dS:
 //                                              dOg^T Q - dV_new(Out)^T W
-//   ST   GdnSTBackwardFn      (H, tiles, B_V)  one state-gradient row: blocks
-//                                              in reverse; ST's share of
-//                                              d(V_new) into Z
+//   ST   per block in reverse, batched over heads (DeltaStBackward):
+//        GEMM Z = Kd dS'^T (ST's share of d(V_new)); GdnCarryFn
+//        dS_b += gam dS'; GEMM dS_b -= Z^T W
 //        GdnSTRowGradFn       (T, H)           dk from ST, e_r
 //        GdnSTDecayGradFn     (H, nb)          dG from ST
 //        GdnWGradFn           (T, H, Dk)       dW = -d(V_new) S_b
@@ -20,7 +20,7 @@
 //        GdnPreRowGradFn      (T, H)           dbeta (written), dG from Pre
 //        GdnPreKeyGradFn      (T, H, Dk)       dk from Pre
 //        GdnDecayCumsumFn     (H, nb)          dg = reverse cumsum of dG
-// Only the ST passes walk the blocks in order. Every pass writes disjoint
+// Only the ST passes walk the blocks in order (their products GEMMs). Every pass writes disjoint
 // elements (an accumulation into a gradient is by the one call that owns
 // the element), so each is race-free in any order and deterministic.
 //
@@ -171,61 +171,6 @@ struct GdnStateShareFn {
       st += dVn[s.Row(t, h, s.Dv) + i] * W[s.Row(t, h, s.Dk) + k];
     }
     dS[s.State(h, b, i, s.nb + 1) + k] = out - st;
-  }
-};
-
-// (h, i): row i of the state gradient through blocks [b0, b1) in reverse
-// (StTiles decodes the index). Slot nb starts as d(S_out) (zeros for
-// nullptr) when b1 = nb; otherwise slot b1 was written by the ST backward of
-// the blocks after. For b = b1-1..b0, with dS' = slot b+1 (the gradient of
-// the state leaving block b):
-//   Z[r, i]  = sum_k d_r k_rk dS'_k            (ST's share of d(V_new))
-//   slot b   = slot b (block b's own share) + gam_{L-1} dS' - sum_r Z_ri W_r.
-// Slot 0 ends as d(S_in), copied out unless dS_in is nullptr.
-template <typename T>
-struct GdnSTBackwardFn {
-  T* dS;            // (H, nb + 1, Dv, Dk)
-  T* Z;             // (T, H, Dv), written
-  T* dS_in;         // (H, Dv, Dk) or nullptr
-  const T* dS_out;  // (H, Dv, Dk) or nullptr
-  const T* k;
-  const T* W;
-  const T* G;
-  GdnShape s;
-  StTiles st;
-  int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1), walked from b1 - 1 down
-  SF_HD void operator()(int64_t idx) const {
-    int64_t h, i;
-    if (!st.Decode(idx, s.Dv, &h, &i)) return;
-    if (b1 == s.nb) {
-      T* last = dS + s.State(h, s.nb, i, s.nb + 1);
-      const T* dso = dS_out != nullptr ? dS_out + (h * s.Dv + i) * s.Dk : nullptr;
-      for (int64_t c = 0; c < s.Dk; ++c) last[c] = dso != nullptr ? dso[c] : T(0);
-    }
-    for (int64_t b = b1 - 1; b >= b0; --b) {
-      const int64_t t0 = b * s.bs, L = s.L(b);
-      const T* next = dS + s.State(h, b + 1, i, s.nb + 1);
-      T* cur = dS + s.State(h, b, i, s.nb + 1);
-      const T G_last = G[(t0 + L - 1) * s.H + h];
-      for (int64_t r = 0; r < L; ++r) {
-        const T d = Exp(-(G[(t0 + r) * s.H + h] - G_last));
-        const T* kr = k + s.Row(t0 + r, h, s.Dk);
-        T z = 0;
-        for (int64_t c = 0; c < s.Dk; ++c) z += (d * kr[c]) * next[c];
-        Z[s.Row(t0 + r, h, s.Dv) + i] = z;
-      }
-      const T gam_last = Exp(G_last);
-      for (int64_t c = 0; c < s.Dk; ++c) {
-        T zw = 0;
-        for (int64_t r = 0; r < L; ++r) {
-          zw += Z[s.Row(t0 + r, h, s.Dv) + i] * W[s.Row(t0 + r, h, s.Dk) + c];
-        }
-        cur[c] = (cur[c] + gam_last * next[c]) - zw;
-      }
-    }
-    if (dS_in == nullptr || b0 != 0) return;
-    const T* first = dS + s.State(h, 0, i, s.nb + 1);
-    for (int64_t c = 0; c < s.Dk; ++c) dS_in[(h * s.Dv + i) * s.Dk + c] = first[c];
   }
 };
 

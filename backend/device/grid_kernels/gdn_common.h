@@ -67,7 +67,8 @@ struct BlockRangeFn {
   }
 };
 
-// The ST passes' grid (GdnSTFn, GdnSTBackwardFn): heads x tiles of B_V
+// The Mamba-3 ST passes' grid (Mamba3STFn, Mamba3STGradFn; the delta-rule
+// cores' ST is GEMMs, grid_recurrent.h): heads x tiles of B_V
 // value rows x the rows of a tile, ceil(Dv / B_V) tiles per head, the last
 // one partial when B_V does not divide Dv (its spare indices do nothing).
 // Row i of the state never meets another row in ST (S_{b+1}[i] and
@@ -90,6 +91,22 @@ struct StTiles {
   int64_t tiles(int64_t H) const { return H * per_head; }
 };
 
+// Element (h, j) of H per-head matrices of n elements (a state's Dv Dk):
+// dst[h dst_stride + j] = src[h src_stride + j], or 0 when src is nullptr
+// (a state slot filled from S_in or d(S_out), or copied out of one).
+template <typename T>
+struct StateCopyFn {
+  T* dst;
+  int64_t dst_stride;
+  const T* src;  // or nullptr: zeros
+  int64_t src_stride;
+  int64_t n;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t h = i / n, j = i % n;
+    dst[h * dst_stride + j] = src != nullptr ? src[h * src_stride + j] : T(0);
+  }
+};
+
 // Gam_rs = exp(G_r - G_s) for s <= r, else 0 (G of head h, block start t0).
 template <typename T>
 SF_HD inline T Decay(const T* G, const GdnShape& sh, int64_t h, int64_t t0,
@@ -105,11 +122,12 @@ SF_HD inline T Decay(const T* G, const GdnShape& sh, int64_t h, int64_t t0,
 //   U      (T, H, Dv)        (I + A)^{-1} diag(beta) V               [Pre]
 //                            then V_new = U - W S^T in place         [ST]
 //   S      (H, nb, Dv, Dk)   the state entering each block           [ST]
+//   Kd     (T, H, Dk)        d_r k_r, the decayed keys of ST's GEMMs  [ST]
 template <typename T>
 struct GdnForwardWorkspace {
-  T *G, *KG, *W, *U, *S;
+  T *G, *KG, *W, *U, *S, *Kd;
   static int64_t Size(const GdnShape& s) {
-    return s.tokens() + s.tiles() + s.tokens() * (s.Dk + s.Dv) + s.states(s.nb);
+    return s.tokens() + s.tiles() + s.tokens() * (2 * s.Dk + s.Dv) + s.states(s.nb);
   }
   GdnForwardWorkspace(T* ws, const GdnShape& s) {
     G = ws;
@@ -117,6 +135,7 @@ struct GdnForwardWorkspace {
     W = KG + s.tiles();
     U = W + s.tokens() * s.Dk;
     S = U + s.tokens() * s.Dv;
+    Kd = S + s.states(s.nb);
   }
 };
 

@@ -3,13 +3,17 @@
 //        GEMMs, GdnMaskDecayFn (H, nb, bs, bs) KG_rs = (k_r . k_s) Gam_rs, s < r
 //        GdnPreSolveFn   (H, nb, Dv + Dk)    one column of U or W by forward
 //                                            substitution with (I + A)
-//   ST   GdnSTFn         (H, tiles, B_V)     one state row: blocks in order
+//   ST   GdnDecayedKeyFn (T, H, Dk)          Kd_r = d_r k_r
+//        per block in order, batched over heads (DeltaStForward):
+//        GEMM V_new = U - W S_b^T; GdnCarryFn (H, Dv, Dk) S_{b+1} = gam S_b;
+//        GEMM S_{b+1} += V_new^T Kd
 //   Out  GEMMs, GdnMaskDecayFn (H, nb, bs, bs) P_rs = (q_r . k_s) Gam_rs, s <= r
 //        GdnOutFn        (T, H, Dv)          o = gam Q S_b^T + P V_new
 // The (L, L) Gram matrices K K^T and Q K^T of every block are batched GEMMs
 // (the executor's; cuBLAS on a GPU). Pre and Out run every block of every
 // head at once; ST is the only pass
-// that walks the blocks in order, over heads x value rows. A pass reads what
+// that walks the blocks in order, each block's products GEMMs over all
+// heads (grid_recurrent.h). A pass reads what
 // the earlier ones wrote into the workspace (gdn_common.h) and writes
 // disjoint elements, so each is race-free in any order.
 //
@@ -115,60 +119,43 @@ struct GdnPreSolveFn {
   }
 };
 
-// (h, i): row i of head h's state through blocks [b0, b1) in order (StTiles
-// decodes the index). Block b's entering row S_b[i] is in the states buffer
-// (block 0's copied there from S_in; a later segment's written by the ST of
-// the blocks before it); then
-//   V_new[r, i] = U[r, i] - W_r . S_b[i]         (written over U when Vn == U)
-//   S_{b+1}[i]  = sum_r V_new[r, i] d_r K_r + gam_{L-1} S_b[i],
-//   d_r = exp(G_{L-1} - G_r),
-// the last block's into S_out (skipped when nullptr). S_in nullptr: zeros.
+// Element (t, h, c): Kd = d_r k_r, d_r = exp(G_{L-1} - G_r) over the
+// token's block: the keys as the state leaving the block sees them (ST's
+// GEMMs, GridRecurrentCore::DeltaStForward / DeltaStBackward).
 template <typename T>
-struct GdnSTFn {
-  T* states;      // (H, nb, Dv, Dk)
-  T* Vn;          // (T, H, Dv), may be U
-  T* S_out;       // (H, Dv, Dk) or nullptr
-  const T* U;     // (T, H, Dv)
-  const T* W;     // (T, H, Dk)
-  const T* k;     // (T, H, Dk)
-  const T* G;     // (T, H)
-  const T* S_in;  // (H, Dv, Dk) or nullptr
+struct GdnDecayedKeyFn {
+  T* Kd;         // (T, H, Dk)
+  const T* k;    // (T, H, Dk)
+  const T* G;    // (T, H)
   GdnShape s;
-  StTiles st;
-  int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1)
-  SF_HD void operator()(int64_t idx) const {
-    int64_t h, i;
-    if (!st.Decode(idx, s.Dv, &h, &i)) return;
-    if (b0 == 0) {
-      const T* in = S_in != nullptr ? S_in + (h * s.Dv + i) * s.Dk : nullptr;
-      T* first = s.nb > 0 ? states + s.State(h, 0, i, s.nb)
-                          : (S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk
-                                              : nullptr);
-      if (first == nullptr) return;
-      for (int64_t c = 0; c < s.Dk; ++c) first[c] = in != nullptr ? in[c] : T(0);
-    }
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t t0 = b * s.bs, L = s.L(b);
-      const T* Sb = states + s.State(h, b, i, s.nb);
-      for (int64_t r = 0; r < L; ++r) {
-        const int64_t row = s.Row(t0 + r, h, s.Dv) + i;
-        Vn[row] = U[row] - Dot(W + s.Row(t0 + r, h, s.Dk), Sb, s.Dk);
-      }
-      T* next = b + 1 < s.nb ? states + s.State(h, b + 1, i, s.nb)
-                             : (S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk
-                                                 : nullptr);
-      if (next == nullptr) continue;
-      const T G_last = G[(t0 + L - 1) * s.H + h];
-      for (int64_t c = 0; c < s.Dk; ++c) next[c] = T(0);
-      for (int64_t r = 0; r < L; ++r) {
-        const T d = Exp(-(G[(t0 + r) * s.H + h] - G_last));
-        const T vr = Vn[s.Row(t0 + r, h, s.Dv) + i];
-        const T* kr = k + s.Row(t0 + r, h, s.Dk);
-        for (int64_t c = 0; c < s.Dk; ++c) next[c] += vr * (d * kr[c]);
-      }
-      const T gam_last = Exp(G_last);
-      for (int64_t c = 0; c < s.Dk; ++c) next[c] += gam_last * Sb[c];
-    }
+  SF_HD void operator()(int64_t i) const {
+    const int64_t t = i / (s.H * s.Dk), h = (i / s.Dk) % s.H;
+    const int64_t b = t / s.bs, last = b * s.bs + s.L(b) - 1;
+    const T d = Exp(-(G[t * s.H + h] - G[last * s.H + h]));
+    Kd[i] = d * k[i];
+  }
+};
+
+// Element (h, j) of a state (Dv Dk per head) across block b:
+// dst = gam_{L-1} src (+ dst when accumulate), gam_{L-1} = exp(G_{L-1}):
+// the decay that ST applies to the state entering block b (forward), and
+// its transpose on the gradient of the state leaving it (backward).
+template <typename T>
+struct GdnCarryFn {
+  T* dst;
+  int64_t dst_stride;  // per head
+  const T* src;
+  int64_t src_stride;
+  const T* G;          // (T, H)
+  GdnShape s;
+  int64_t b;
+  bool accumulate;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t n = s.Dv * s.Dk, h = i / n, j = i % n;
+    const int64_t last = b * s.bs + s.L(b) - 1;
+    const T v = Exp(G[last * s.H + h]) * src[h * src_stride + j];
+    T& out = dst[h * dst_stride + j];
+    out = accumulate ? out + v : v;
   }
 };
 

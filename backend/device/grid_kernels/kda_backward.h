@@ -9,9 +9,9 @@
 //        KdaOutQueryGradFn   (T, H, Dk)       dq, dG from Out's queries (written)
 //        KdaOutKeyGradFn     (T, H, Dk)       dk (written), dG from P's keys
 //        GEMM                                 slot b of dS = dO^T Qh
-//   ST   KdaSTBackwardFn     (H, tiles, B_V)  one state-gradient row: blocks
-//                                             in reverse; ST's share of
-//                                             d(V_new) added
+//   ST   per block in reverse, batched over heads (DeltaStBackward):
+//        GEMM d(V_new) += Kt dS'^T (ST's share); KdaCarryFn
+//        dS_b += exp(G_{L-1}) o dS'; GEMM dS_b -= d(V_new)^T W
 //   rest GEMM                                 dKt = V_new dS'
 //        KdaSTKeyGradFn      (T, H, Dk)       dk, dG from Kt; e = dKt o Kt
 //        KdaSTDecayGradFn    (H, nb, Dk)      dG_{L-1} from ST
@@ -115,55 +115,6 @@ struct KdaOutKeyGradFn {
     }
     dk[i] = acc;
     dG[i] -= k[i] * acc;
-  }
-};
-
-// (h, i): row i of the state gradient through blocks [b0, b1) in reverse
-// (StTiles decodes the index). Slot nb starts as d(S_out) (zeros for
-// nullptr) when b1 = nb; otherwise slot b1 was written by the ST backward of
-// the blocks after. For b = b1-1..b0, with dS' = slot b+1:
-//   d(V_new)[r, i] += Kt_r . dS'                 (ST's share)
-//   slot b = slot b (Out's share) + exp(G_{L-1}) o dS' - sum_r d(V_new)[r, i] W_r.
-// Slot 0 ends as d(S_in), copied out unless dS_in is nullptr.
-template <typename T>
-struct KdaSTBackwardFn {
-  T* dS;            // (H, nb + 1, Dv, Dk)
-  T* dVn;           // (T, H, Dv), accumulated
-  T* dS_in;         // (H, Dv, Dk) or nullptr
-  const T* dS_out;  // (H, Dv, Dk) or nullptr
-  const T* Kt;
-  const T* W;
-  const T* G;
-  KdaShape s;
-  StTiles st;
-  int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1), walked from b1 - 1 down
-  SF_HD void operator()(int64_t idx) const {
-    int64_t h, i;
-    if (!st.Decode(idx, s.Dv, &h, &i)) return;
-    if (b1 == s.nb) {
-      T* last = dS + s.State(h, s.nb, i, s.nb + 1);
-      const T* dso = dS_out != nullptr ? dS_out + (h * s.Dv + i) * s.Dk : nullptr;
-      for (int64_t c = 0; c < s.Dk; ++c) last[c] = dso != nullptr ? dso[c] : T(0);
-    }
-    for (int64_t b = b1 - 1; b >= b0; --b) {
-      const int64_t t0 = b * s.bs, L = s.L(b);
-      const T* next = dS + s.State(h, b + 1, i, s.nb + 1);
-      T* cur = dS + s.State(h, b, i, s.nb + 1);
-      for (int64_t r = 0; r < L; ++r) {
-        dVn[s.Row(t0 + r, h, s.Dv) + i] += Dot(Kt + s.Row(t0 + r, h, s.Dk), next, s.Dk);
-      }
-      const T* G_last = G + s.Row(t0 + L - 1, h, s.Dk);
-      for (int64_t c = 0; c < s.Dk; ++c) {
-        T vw = 0;
-        for (int64_t r = 0; r < L; ++r) {
-          vw += dVn[s.Row(t0 + r, h, s.Dv) + i] * W[s.Row(t0 + r, h, s.Dk) + c];
-        }
-        cur[c] = (cur[c] + Exp(G_last[c]) * next[c]) - vw;
-      }
-    }
-    if (dS_in == nullptr || b0 != 0) return;
-    const T* first = dS + s.State(h, 0, i, s.nb + 1);
-    for (int64_t c = 0; c < s.Dk; ++c) dS_in[(h * s.Dv + i) * s.Dk + c] = first[c];
   }
 };
 

@@ -5,15 +5,17 @@
 //        KdaEndDecayFn   (T, H, Dk)          Kt = k o exp(G_{L-1} - G)
 //        KdaPreSolveFn   (H, nb, Dv + Dk)    one column of U or W by forward
 //                                            substitution with M
-//   ST   KdaSTFn         (H, tiles, B_V)     one state row: blocks in order
+//   ST   per block in order, batched over heads (DeltaStForward):
+//        GEMM V_new = U - W S_b^T; KdaCarryFn (H, Dv, Dk)
+//        S_{b+1} = exp(G_{L-1}) o S_b; GEMM S_{b+1} += V_new^T Kt
 //   Out  KdaScaleByDecayFn (T, H, Dk)        Qh = q o exp(G)
 //        KdaGramFn       (H, nb, bs, bs)     P_rs = sum_c q_rc k_sc E_rsc, s <= r
 //        GEMMs                               o = Qh S_b^T + P V_new
 // Unlike GDN's, the decay is per channel, so KK and P are not a Gram matrix
 // times a decay mask: one call per tile entry sums over the channels with
 // one exponential of a difference each. Pre and Out run every block of every
-// head at once; ST is the only pass that walks the blocks in order, over
-// heads x value rows (StTiles). A pass reads what the earlier ones wrote
+// head at once; ST is the only pass that walks the blocks in order (its
+// products GEMMs over every head, grid_recurrent.h). A pass reads what the earlier ones wrote
 // into the workspace and writes disjoint elements, so each is race-free in
 // any order.
 //
@@ -134,53 +136,26 @@ struct KdaPreSolveFn {
   }
 };
 
-// (h, i): row i of head h's state through blocks [b0, b1) in order (StTiles
-// decodes the index). Block b's entering row S_b[i] is in the states buffer
-// (block 0's copied there from S_in; a later segment's written by the ST of
-// the blocks before it); then
-//   V_new[r, i]  = U[r, i] - W_r . S_b[i]          (over U when Vn == U)
-//   S_{b+1}[i]_c = exp(G_{L-1,c}) S_b[i]_c + sum_r V_new[r, i] Kt_rc,
-// the last block's into S_out (skipped when nullptr). S_in nullptr: zeros.
+// Element (h, j) of a state (Dv Dk per head, j = i Dk + c) across block b:
+// dst = exp(G_{L-1, c}) src (+ dst when accumulate): ST's per-channel decay
+// of the state entering block b (forward), and of the gradient of the state
+// leaving it (backward; the decay is diagonal).
 template <typename T>
-struct KdaSTFn {
-  T* states;      // (H, nb, Dv, Dk)
-  T* Vn;          // (T, H, Dv), may be U
-  T* S_out;       // (H, Dv, Dk) or nullptr
-  const T* U;     // (T, H, Dv)
-  const T* W;     // (T, H, Dk)
-  const T* Kt;    // (T, H, Dk)
-  const T* G;     // (T, H, Dk)
-  const T* S_in;  // (H, Dv, Dk) or nullptr
+struct KdaCarryFn {
+  T* dst;
+  int64_t dst_stride;  // per head
+  const T* src;
+  int64_t src_stride;
+  const T* G;          // (T, H, Dk)
   KdaShape s;
-  StTiles st;
-  int64_t b0 = 0, b1 = 0;  // the blocks [b0, b1)
-  SF_HD void operator()(int64_t idx) const {
-    int64_t h, i;
-    if (!st.Decode(idx, s.Dv, &h, &i)) return;
-    T* out = S_out != nullptr ? S_out + (h * s.Dv + i) * s.Dk : nullptr;
-    if (b0 == 0) {
-      const T* in = S_in != nullptr ? S_in + (h * s.Dv + i) * s.Dk : nullptr;
-      T* first = s.nb > 0 ? states + s.State(h, 0, i, s.nb) : out;
-      if (first == nullptr) return;
-      for (int64_t c = 0; c < s.Dk; ++c) first[c] = in != nullptr ? in[c] : T(0);
-    }
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t t0 = b * s.bs, L = s.L(b);
-      const T* Sb = states + s.State(h, b, i, s.nb);
-      for (int64_t r = 0; r < L; ++r) {
-        const int64_t row = s.Row(t0 + r, h, s.Dv) + i;
-        Vn[row] = U[row] - Dot(W + s.Row(t0 + r, h, s.Dk), Sb, s.Dk);
-      }
-      T* next = b + 1 < s.nb ? states + s.State(h, b + 1, i, s.nb) : out;
-      if (next == nullptr) continue;
-      const T* G_last = G + s.Row(t0 + L - 1, h, s.Dk);
-      for (int64_t c = 0; c < s.Dk; ++c) next[c] = Exp(G_last[c]) * Sb[c];
-      for (int64_t r = 0; r < L; ++r) {
-        const T vr = Vn[s.Row(t0 + r, h, s.Dv) + i];
-        const T* kt = Kt + s.Row(t0 + r, h, s.Dk);
-        for (int64_t c = 0; c < s.Dk; ++c) next[c] += vr * kt[c];
-      }
-    }
+  int64_t b;
+  bool accumulate;
+  SF_HD void operator()(int64_t i) const {
+    const int64_t n = s.Dv * s.Dk, h = i / n, j = i % n;
+    const int64_t last = b * s.bs + s.L(b) - 1;
+    const T v = Exp(G[s.Row(last, h, s.Dk) + j % s.Dk]) * src[h * src_stride + j];
+    T& out = dst[h * dst_stride + j];
+    out = accumulate ? out + v : v;
   }
 };
 
