@@ -32,7 +32,8 @@
 #     7. profile --device cuda of one layer of each paper family at the
 #        paper's shortest chunk, each bounded in time, and their cores' table;
 #   SF_KIT_STEPS="tests check train profiles validate kernels layers" picks
-#   groups (default all); SF_KIT_PROFILE_BUDGET the seconds of step 7;
+#   groups (default all); SF_KIT_PROFILE_BUDGET the seconds of step 7,
+#   SF_KIT_LAYERS="gdn-15b:131072:32 ..." its layers (MODEL:T:N, in order);
 #   and OUTDIR/summary.md last.
 # run --dry-run OUTDIR: the same steps from the same folder with the
 #   host-grid device and small sizes, under `env -i` with only the kit's
@@ -309,9 +310,14 @@ run() {
   # untiled (issue 29, item 5), so on the first lent H100 (2026-11-27) a
   # 15B GDN layer did not finish in 80 s and Mamba-3's workspace ran out of
   # memory; they come last so that they cannot crowd out the rest.
-  local jobs=("gdn-15b 131072 32" "mamba3-15b 131072 32" "gdn-3b 131072 32" "gdn-32b 131072 32")
+  local job jobs=("gdn-15b 131072 32" "mamba3-15b 131072 32" "gdn-3b 131072 32" "gdn-32b 131072 32")
   [ $dry -eq 1 ] && jobs=("gdn-tiny 512 4" "kda-hybrid-tiny 512 4")
-  local job tl nl budget=${SF_KIT_PROFILE_BUDGET:-170}
+  # SF_KIT_LAYERS="MODEL:T:N ...": other layers, in this order.
+  if [ -n "${SF_KIT_LAYERS:-}" ]; then
+    jobs=()
+    for job in $SF_KIT_LAYERS; do jobs+=("${job//:/ }"); done
+  fi
+  local tl nl budget=${SF_KIT_PROFILE_BUDGET:-170}
   local p_start
   p_start=$(date +%s)
   for job in "${jobs[@]}"; do
