@@ -33,7 +33,9 @@
 #        paper's shortest chunk, each bounded in time, and their cores' table;
 #   SF_KIT_STEPS="tests check train profiles validate kernels layers" picks
 #   groups (default all); SF_KIT_PROFILE_BUDGET the seconds of step 7,
-#   SF_KIT_LAYERS="gdn-15b:131072:32 ..." its layers (MODEL:T:N, in order);
+#   SF_KIT_LAYERS="gdn-15b:131072:32 ..." its layers (MODEL:T:N, in order),
+#   SF_KIT_LAYER_LIMIT the seconds of each (default 80; its log has every
+#   timing step's wall time: profile --verbose);
 #   and OUTDIR/summary.md last.
 # run --dry-run OUTDIR: the same steps from the same folder with the
 #   host-grid device and small sizes, under `env -i` with only the kit's
@@ -327,9 +329,9 @@ run() {
       echo "| layer-$m | skipped (the profiles' ${budget} s were spent) | 0 |" >> "$OUT/steps.md"
       continue
     fi
-    step "layer-$m" 80 "${wrap[@]}" "$sf" profile --model "$m" --device "$dev" -P 1 -M 1 \
-      -T "$tl" --chunks-list "$nl" --repetitions 1 --warmup 1 --link in-process \
-      --out "$OUT/layer-$m.textproto"
+    step "layer-$m" "${SF_KIT_LAYER_LIMIT:-80}" "${wrap[@]}" "$sf" profile --model "$m" \
+      --device "$dev" -P 1 -M 1 -T "$tl" --chunks-list "$nl" --repetitions 1 --warmup 1 \
+      --link in-process --verbose --out "$OUT/layer-$m.textproto"
   done
   if want layers && compgen -G "$OUT/layer-*.textproto" >/dev/null; then
     step kernel-table-layers 60 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \

@@ -154,7 +154,10 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
       "concurrent", Optional(&flags->concurrent),
       "time the layers in K processes at once (mpirun -n K, one per core), so that every core "
       "is as busy as in a K-stage run; each sample the mean of their medians (default 1: this "
-      "process; validate: the runs' P)");
+      "process; validate: the runs' P)")(
+      "verbose", po::bool_switch(&flags->verbose),
+      "print each timing step (a layer module built, one repetition's forward and backward, its "
+      "split backward, the core's phases, the optimizer) and its wall seconds to stderr");
 }
 
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags) {
@@ -232,7 +235,8 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
       .device = device,
       .st_overlap = first.st_overlap(),
       .st_tile = static_cast<int>(first.st_tile()),
-      .tensor_size = static_cast<int>(std::max(1u, scenario.parallel().tensor_size()))};
+      .tensor_size = static_cast<int>(std::max(1u, scenario.parallel().tensor_size())),
+      .trace = nullptr};
   SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(scenario.model(), request.tensor_size));
   for (const std::string& mode : needs.modes)
     request.recompute.push_back(*models::ParseRecompute(mode));
@@ -257,6 +261,11 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
     concurrency_note = std::move(layers.note);
     workers = std::move(layers.per_process);
   } else {
+    if (flags.verbose) {
+      request.trace = [](const std::string& line) {
+        std::cerr << "stateflow profile: " << line << std::endl;
+      };
+    }
     SF_ASSIGN_OR_RETURN(table, backend::ProfileLayers(request, [&bar](int done, int total) {
                           bar.Update(static_cast<std::size_t>(done),
                                      static_cast<std::size_t>(total));

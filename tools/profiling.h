@@ -39,6 +39,9 @@ struct ProfileFlags {
   // Processes timing the layers at once (mpirun -n K of this program, each
   // bound to its own hardware thread when there are enough); 1: this one.
   std::optional<long long> concurrent;
+  // One line per timing step on stderr, with its wall seconds: a long
+  // profile's progress, and where its time goes.
+  bool verbose = false;
 };
 void AddProfileOptions(boost::program_options::options_description* desc, ProfileFlags* flags);
 

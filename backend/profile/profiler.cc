@@ -1,12 +1,40 @@
 #include "backend/profile/profiler.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 
 #include "backend/profile/spread.h"
 
 namespace stateflow::backend {
 namespace {
+
+// --verbose: one line per timing step, with the wall seconds since `start`.
+class Tracer {
+ public:
+  explicit Tracer(const ProfileRequest& request) : trace_(request.trace) {}
+  bool on() const { return static_cast<bool>(trace_); }
+  void Start() { start_ = std::chrono::steady_clock::now(); }
+  void Done(const std::string& what) const {
+    if (!trace_) return;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), ": %.3f s", s);
+    trace_(what + buf);
+  }
+
+ private:
+  std::function<void(const std::string&)> trace_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+std::string StepName(models::LayerKind kind, std::int64_t tokens, std::int64_t prefix, int rep) {
+  std::string name = std::string(models::LayerKindName(kind)) + " s " + std::to_string(tokens);
+  if (prefix > 0) name += " prefix " + std::to_string(prefix);
+  return name + " repetition " + std::to_string(rep);
+}
 
 pb::CostSample MakeSample(models::LayerKind kind, const char* pass, models::Recompute mode,
                           std::int64_t tokens, std::int64_t prefix,
@@ -78,18 +106,29 @@ template <typename T>
 Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& progress,
                        std::vector<Timed<T>>* timed) {
   const int reps = request.timing.warmup + request.timing.repetitions;
+  Tracer tracer(request);
   for (int rep = 0; rep < reps; ++rep) {
     for (Timed<T>& t : *timed) {
       for (std::size_t j = 0; j < t.points.size(); ++j) {
+        const std::string step =
+            tracer.on() ? StepName(t.kind, t.points[j].tokens, t.points[j].prefix, rep) : "";
+        tracer.Start();
         SF_ASSIGN_OR_RETURN(auto seconds, t.timer->TimeOnce(t.points[j].tokens, t.points[j].prefix));
+        tracer.Done(step + " (" + (rep < request.timing.warmup ? "warm-up, " : "") +
+                    "forward " + std::to_string(seconds.first) + " s, backward " +
+                    std::to_string(seconds.second) + " s timed)");
         if (rep < request.timing.warmup) continue;
         t.by_point[j].forward_s.push_back(seconds.first);
         t.by_point[j].backward_s.push_back(seconds.second);
+        tracer.Start();
         SF_ASSIGN_OR_RETURN(auto split, t.timer->TimeSplitOnce(t.points[j].tokens, t.points[j].prefix));
+        tracer.Done(step + ", split backward");
         t.by_point[j].input_s.push_back(split.first);
         t.by_point[j].weight_s.push_back(split.second);
         if (t.timer->has_phases()) {
+          tracer.Start();
           SF_ASSIGN_OR_RETURN(CorePhaseSeconds phases, t.timer->TimePhasesOnce(t.points[j].tokens));
+          tracer.Done(step + ", core phases");
           t.phases[j].push_back(phases);
         }
       }
@@ -102,12 +141,16 @@ Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& pro
 template <typename T>
 Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::CostTable* table) {
   std::vector<Timed<T>> timed;
+  Tracer tracer(request);
   for (models::LayerKind kind : LayerKindsOf(request.model)) {
     for (models::Recompute mode : request.recompute) {
+      tracer.Start();
       SF_ASSIGN_OR_RETURN(auto timer,
                           LayerTimer<T>::Make(request.model, kind, mode, request.microbatch_size,
                                               request.device, request.st_overlap,
                                               request.st_tile, request.tensor_size));
+      tracer.Done(std::string(models::LayerKindName(kind)) + " layer built (recompute " +
+                  std::string(models::RecomputeName(mode)) + ")");
       std::vector<Point> points = PointsOf(request, kind);
       const std::size_t n = points.size();
       timed.push_back(Timed<T>{kind, mode, std::move(timer), std::move(points),
@@ -132,8 +175,10 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
           MakeSample(t.kind, "weight", t.mode, p.tokens, p.prefix, t.by_point[j].weight_s);
     }
   }
+  tracer.Start();
   SF_ASSIGN_OR_RETURN(std::vector<double> per_param,
                       TimeOptimizerPerParam<T>(request.model, request.timing, request.device));
+  tracer.Done("optimizer timed (its layers built, every repetition)");
   table->set_optimizer_s_per_param(Quantile(per_param, 0.5));
   const int reps = request.timing.warmup + request.timing.repetitions;
   if (progress) progress(reps + 1, reps + 1);

@@ -47,6 +47,10 @@ struct ProfileRequest {
   // parallel.tensor_size: one tensor rank's share of each layer, its sums
   // left out (LayerTimer); recorded in CostTable.tensor_size.
   int tensor_size = 1;
+  // When set, called with one line per timing step (a layer module built,
+  // one repetition's passes, split, phases; the optimizer) and its wall
+  // seconds, as each ends (the profile command's --verbose).
+  std::function<void(const std::string&)> trace;
 };
 
 // Called after each repetition and after the optimizer, with the count done
