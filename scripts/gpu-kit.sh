@@ -34,7 +34,7 @@
 #   SF_KIT_STEPS="tests check train profiles validate kernels layers" picks
 #   groups (default all); SF_KIT_PROFILE_BUDGET the seconds of step 7,
 #   SF_KIT_LAYERS="gdn-15b:131072:32 ..." its layers (MODEL:T:N, in order),
-#   SF_KIT_LAYER_LIMIT the seconds of each (default 80; its log has every
+#   SF_KIT_LAYER_LIMIT the seconds of each (default 120; its log has every
 #   timing step's wall time: profile --verbose);
 #   and OUTDIR/summary.md last.
 # run --dry-run OUTDIR: the same steps from the same folder with the
@@ -308,11 +308,15 @@ run() {
 
   # 7. One layer of each paper family at the paper's shortest chunk: T =
   # 128K in N = 32 chunks (s = 4K), P = 1, full (TP 1) layers, float32, one
-  # repetition after one warm-up, each bounded in time: the grid kernels are
-  # untiled (issue 29, item 5), so on the first lent H100 (2026-11-27) a
-  # 15B GDN layer did not finish in 80 s and Mamba-3's workspace ran out of
-  # memory; they come last so that they cannot crowd out the rest.
-  local job jobs=("gdn-15b 131072 32" "mamba3-15b 131072 32" "gdn-3b 131072 32" "gdn-32b 131072 32")
+  # repetition after one warm-up, each bounded in time (the grid kernels
+  # are not all tiled: issue 29, item 5). On the first lent H100
+  # (2026-11-27) a 15B GDN layer did not finish in 80 s and Mamba-3's
+  # workspace ran out of memory; on the H200 (2026-11-28) gdn-3b took 87 s
+  # and gdn-15b over 150 s, half of it building the modules on one host
+  # thread (since drawn on every core). They come last so that they cannot
+  # crowd out the rest.
+  local job jobs=("gdn-3b 131072 32" "gdn-15b 131072 32" "mamba3-15b 131072 32"
+                  "kda-hybrid-15b 131072 32" "gdn-32b 131072 32")
   [ $dry -eq 1 ] && jobs=("gdn-tiny 512 4" "kda-hybrid-tiny 512 4")
   # SF_KIT_LAYERS="MODEL:T:N ...": other layers, in this order.
   if [ -n "${SF_KIT_LAYERS:-}" ]; then
@@ -329,7 +333,7 @@ run() {
       echo "| layer-$m | skipped (the profiles' ${budget} s were spent) | 0 |" >> "$OUT/steps.md"
       continue
     fi
-    step "layer-$m" "${SF_KIT_LAYER_LIMIT:-80}" "${wrap[@]}" "$sf" profile --model "$m" \
+    step "layer-$m" "${SF_KIT_LAYER_LIMIT:-120}" "${wrap[@]}" "$sf" profile --model "$m" \
       --device "$dev" -P 1 -M 1 -T "$tl" --chunks-list "$nl" --repetitions 1 --warmup 1 \
       --link in-process --verbose --out "$OUT/layer-$m.textproto"
   done

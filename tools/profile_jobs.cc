@@ -205,8 +205,7 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
                                   .device = *device,
                                   .st_overlap = spec->st_overlap(),
                                   .st_tile = static_cast<int>(spec->st_tile()),
-                                  .tensor_size = static_cast<int>(std::max(1u, spec->tensor_size())),
-                                  .trace = nullptr};
+                                  .tensor_size = static_cast<int>(std::max(1u, spec->tensor_size()))};
   for (const pb::CostSample& c : spec->samples()) {
     request.attention_chunks.emplace_back(static_cast<std::int64_t>(c.tokens()),
                                           static_cast<std::int64_t>(c.prefix()));

@@ -157,7 +157,8 @@ void AddProfileOptions(po::options_description* desc, ProfileFlags* flags) {
       "process; validate: the runs' P)")(
       "verbose", po::bool_switch(&flags->verbose),
       "print each timing step (a layer module built, one repetition's forward and backward, its "
-      "split backward, the core's phases, the optimizer) and its wall seconds to stderr");
+      "split backward, the core's phases, the optimizer) and its wall seconds to stderr (the "
+      "layers timed in this process: not with --concurrent)");
 }
 
 Result<Precision> PrecisionFor(const pb::Scenario& scenario, const ProfileFlags& flags) {
@@ -235,8 +236,7 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
       .device = device,
       .st_overlap = first.st_overlap(),
       .st_tile = static_cast<int>(first.st_tile()),
-      .tensor_size = static_cast<int>(std::max(1u, scenario.parallel().tensor_size())),
-      .trace = nullptr};
+      .tensor_size = static_cast<int>(std::max(1u, scenario.parallel().tensor_size()))};
   SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(scenario.model(), request.tensor_size));
   for (const std::string& mode : needs.modes)
     request.recompute.push_back(*models::ParseRecompute(mode));
@@ -261,15 +261,19 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
     concurrency_note = std::move(layers.note);
     workers = std::move(layers.per_process);
   } else {
+    backend::ProfileTrace trace;
     if (flags.verbose) {
-      request.trace = [](const std::string& line) {
+      trace = [](const std::string& line) {
         std::cerr << "stateflow profile: " << line << std::endl;
       };
     }
-    SF_ASSIGN_OR_RETURN(table, backend::ProfileLayers(request, [&bar](int done, int total) {
-                          bar.Update(static_cast<std::size_t>(done),
-                                     static_cast<std::size_t>(total));
-                        }));
+    SF_ASSIGN_OR_RETURN(table, backend::ProfileLayers(
+                                   request,
+                                   [&bar](int done, int total) {
+                                     bar.Update(static_cast<std::size_t>(done),
+                                                static_cast<std::size_t>(total));
+                                   },
+                                   trace));
   }
   // After the layers, so that a model the backend cannot run fails first.
   SF_ASSIGN_OR_RETURN(

@@ -297,7 +297,12 @@ void GridGdnOps<T, Exec>::GdnOut(Exec& e, const grid::GdnForwardWorkspace<T>& ws
   const GdnShape& s = a.s;
   BlockGram(e, ws.KG, a.q, a.k, s.Dk, s, b0, b1);
   ForBlocks(e, s.H, s.bs * s.bs, b0, b1, s, GdnMaskDecayFn<T>{ws.KG, ws.G, s, false});
-  ForTokens(e, s.H * s.Dv, b0, b1, s, GdnOutFn<T>{o, a.q, ws.KG, ws.U, ws.S, ws.G, s});
+  // o = gam (Q S_b^T) + P V_new (V_new in U after ST).
+  BlockGemm(e, s, b0, b1, false, true, kL, s.Dv, s.Dk, T(1), TokenRows(a.q, s.Dk, s),
+            States(ws.S, s.nb, 0, s), T(0), TokenRows(o, s.Dv, s));
+  ForTokens(e, s.H * s.Dv, b0, b1, s, GdnScaleByDecayFn<T>{o, ws.G, s, s.Dv});
+  BlockGemm(e, s, b0, b1, false, false, kL, s.Dv, kL, T(1), Tiles(ws.KG, s),
+            TokenRows(ws.U, s.Dv, s), T(1), TokenRows(o, s.Dv, s));
 }
 
 template <typename T, typename Exec>
@@ -363,10 +368,11 @@ void GridGdnOps<T, Exec>::GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T
   ForBlocks(e, s.H, tile, b0, b1, s, GdnMaskDecayFn<T>{ws.P, f.G, s, false});
   BlockGram(e, ws.dP, dO, ws.Vn, Dv, s, b0, b1);
   ForBlocks(e, s.H, tile, b0, b1, s, GdnMaskBlockFn<T>{ws.dP, s});
-  ForTokens(e, s.H, b0, b1, s,
-            GdnOutDecayGradFn<T>{dg, ws.P, ws.dP, a.q, dO, f.S, f.G, s});
-  ForTokens(e, s.H * Dk, b0, b1, s,
-            GdnOutQueryGradFn<T>{dq, ws.dP, a.k, dO, f.S, f.G, s});
+  // dO S_b into dq: the decay gradient reads it, then dq is finished over it.
+  BlockGemm(e, s, b0, b1, false, false, kL, Dk, Dv, T(1), TokenRows(dO, Dv, s),
+            States(f.S, s.nb, 0, s), T(0), TokenRows(dq, Dk, s));
+  ForTokens(e, s.H, b0, b1, s, GdnOutDecayGradFn<T>{dg, ws.P, ws.dP, a.q, dq, f.G, s});
+  ForTokens(e, s.H * Dk, b0, b1, s, GdnOutQueryGradFn<T>{dq, ws.dP, a.k, f.G, s});
   ForTokens(e, s.H * Dk, b0, b1, s, GdnOutKeyGradFn<T>{dk, ws.dP, a.q, f.G, s});
   ForTokens(e, s.H * Dv, b0, b1, s, GdnOutValueGradFn<T>{ws.dVn, ws.P, dO, s});
   ForBlocks(e, s.H, Dv * Dk, b0, b1, s,
@@ -393,9 +399,14 @@ void GridGdnOps<T, Exec>::GdnRestBack(Exec& e, const grid::GdnBackwardWorkspace<
   const GdnForwardWorkspace<T>& f = ws.f;
   const int64_t Dk = s.Dk, Dv = s.Dv;
   ForTokens(e, s.H * Dv, b0, b1, s, AddFn<T>{ws.dVn, ws.Z});
-  ForTokens(e, s.H, b0, b1, s, GdnSTRowGradFn<T>{dk, ws.e, ws.Vn, ws.dS, a.k, f.G, s});
+  // dKd = V_new dS' (dS' the state leaving the block: slot b + 1) in dW,
+  // which the GEMM after ST's gradients overwrites with dW = -d(V_new) S_b.
+  BlockGemm(e, s, b0, b1, false, false, kL, Dk, Dv, T(1), TokenRows(ws.Vn, Dv, s),
+            States(ws.dS, s.nb + 1, 1, s), T(0), TokenRows(ws.dW, Dk, s));
+  ForTokens(e, s.H, b0, b1, s, GdnSTRowGradFn<T>{dk, ws.e, ws.dW, a.k, f.G, s});
   ForBlocks(e, s.H, 1, b0, b1, s, GdnSTDecayGradFn<T>{dg, ws.e, ws.dS, f.S, f.G, s});
-  ForTokens(e, s.H * Dk, b0, b1, s, GdnWGradFn<T>{ws.dW, ws.dVn, f.S, s});
+  BlockGemm(e, s, b0, b1, false, false, kL, Dk, Dv, T(-1), TokenRows(ws.dVn, Dv, s),
+            States(f.S, s.nb, 0, s), T(0), TokenRows(ws.dW, Dk, s));
   // Pre's backward.
   ForBlocks(e, s.H, Dv + Dk, b0, b1, s,
             GdnPreBackSolveFn<T>{ws.dVn, ws.dW, f.KG, a.beta, s});

@@ -178,53 +178,6 @@ struct GridKdaCore {
     e.ForEach(n, grid::BlockRangeFn<F>{f, s.bs * per_token, s.nb, b0, n});
   }
 
-  // One operand of a per-block GEMM: head h's block b is the row-major
-  // matrix at p + h * head + b * block, rows ld apart.
-  template <typename P>
-  struct Blocks {
-    P* p;
-    int64_t head, block, ld;
-    P* At(int64_t h, int64_t b) const { return p + h * head + b * block; }
-  };
-  // A (T, H, D) buffer's block rows (L, D).
-  template <typename P>
-  static Blocks<P> TokenRows(P* x, int64_t D, const Shape& s) {
-    return {x, D, s.bs * s.H * D, s.H * D};
-  }
-  // An (H, nb, bs, bs) buffer's blocks.
-  template <typename P>
-  static Blocks<P> Tiles(P* x, const Shape& s) {
-    return {x, s.nb * s.bs * s.bs, s.bs * s.bs, s.bs};
-  }
-  // An (H, slots, Dv, Dk) buffer's (Dv, Dk) states, block b at slot b + shift.
-  template <typename P>
-  static Blocks<P> States(P* x, int64_t slots, int64_t shift, const Shape& s) {
-    return {x + shift * s.Dv * s.Dk, slots * s.Dv * s.Dk, s.Dv * s.Dk, s.Dk};
-  }
-  // A GEMM dimension: a size, or kL for the block's token count.
-  static constexpr int64_t kL = -1;
-  // C_b = alpha op(A_b) op(B_b) + beta C_b (row-major, (M, N), op(A) (M, K))
-  // for every head and block b in [b0, b1): per head, one strided-batched
-  // GEMM over the full blocks and one for a partial last block.
-  template <class PA, class PB>
-  static void BlockGemm(const Exec& e, const Shape& s, int64_t b0, int64_t b1,
-                        bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                        T alpha, Blocks<PA> A, Blocks<PB> B, T beta,
-                        Blocks<T> C) {
-    const int64_t full_end = s.T / s.bs < b1 ? s.T / s.bs : b1;
-    for (int64_t h = 0; h < s.H; ++h) {
-      auto run = [&](int64_t b, int64_t count, int64_t L) {
-        auto dim = [L](int64_t x) { return x == kL ? L : x; };
-        e.GemmStridedBatched(ta, tb, dim(M), dim(N), dim(K), alpha,
-                             static_cast<const T*>(A.At(h, b)), A.ld, A.block,
-                             static_cast<const T*>(B.At(h, b)), B.ld, B.block,
-                             beta, C.At(h, b), C.ld, C.block, count);
-      };
-      if (full_end > b0) run(b0, full_end - b0, s.bs);
-      if (full_end < b1) run(full_end, 1, s.L(full_end));  // the partial last
-    }
-  }
-
   // The forward's passes over blocks [b0, b1), each on executor e.
   // Pre: G, KK, Kt, W, U.
   static void Pre(const Exec& e, const FwdWs& ws, const Args& a, int64_t b0,

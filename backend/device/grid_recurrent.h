@@ -33,6 +33,56 @@ inline int StreamSegments(int64_t nb) {
   return nb < kMaxStreamSegments ? static_cast<int>(nb) : kMaxStreamSegments;
 }
 
+namespace grid {
+
+// One operand of a per-block GEMM: head h's block b is the row-major
+// matrix at p + h * head + b * block, rows ld apart.
+template <typename P>
+struct Blocks {
+  P* p;
+  int64_t head, block, ld;
+  P* At(int64_t h, int64_t b) const { return p + h * head + b * block; }
+};
+// A (T, H, D) buffer's block rows (L, D).
+template <typename P>
+Blocks<P> TokenRows(P* x, int64_t D, const GdnShape& s) {
+  return {x, D, s.bs * s.H * D, s.H * D};
+}
+// An (H, nb, bs, bs) buffer's blocks.
+template <typename P>
+Blocks<P> Tiles(P* x, const GdnShape& s) {
+  return {x, s.nb * s.bs * s.bs, s.bs * s.bs, s.bs};
+}
+// An (H, slots, Dv, Dk) buffer's (Dv, Dk) states, block b at slot b + shift.
+template <typename P>
+Blocks<P> States(P* x, int64_t slots, int64_t shift, const GdnShape& s) {
+  return {x + shift * s.Dv * s.Dk, slots * s.Dv * s.Dk, s.Dv * s.Dk, s.Dk};
+}
+// A GEMM dimension: a size, or kL for the block's token count.
+inline constexpr int64_t kL = -1;
+// C_b = alpha op(A_b) op(B_b) + beta C_b (row-major, (M, N), op(A) (M, K))
+// for every head and block b in [b0, b1): per head, one strided-batched
+// GEMM over the full blocks and one for a partial last block.
+template <typename T, class Exec, class PA, class PB>
+void BlockGemm(const Exec& e, const GdnShape& s, int64_t b0, int64_t b1, bool ta, bool tb,
+               int64_t M, int64_t N, int64_t K, T alpha, Blocks<PA> A, Blocks<PB> B, T beta,
+               Blocks<T> C) {
+  const int64_t full_end = s.T / s.bs < b1 ? s.T / s.bs : b1;
+  for (int64_t h = 0; h < s.H; ++h) {
+    auto run = [&](int64_t b, int64_t count, int64_t L) {
+      auto dim = [L](int64_t x) { return x == kL ? L : x; };
+      e.GemmStridedBatched(ta, tb, dim(M), dim(N), dim(K), alpha,
+                           static_cast<const T*>(A.At(h, b)), A.ld, A.block,
+                           static_cast<const T*>(B.At(h, b)), B.ld, B.block, beta,
+                           C.At(h, b), C.ld, C.block, count);
+    };
+    if (full_end > b0) run(b0, full_end - b0, s.bs);
+    if (full_end < b1) run(full_end, 1, s.L(full_end));  // the partial last
+  }
+}
+
+}  // namespace grid
+
 // The state chain (ST) of the delta-rule cores (GDN, KDA) over blocks
 // [b0, b1) in order, each block's products GEMMs batched over the heads
 // (head h's matrices a fixed stride apart in every buffer):
@@ -214,24 +264,11 @@ class GridRecurrentCore {
 
 template <typename T, typename Exec>
 void GridRecurrentCore<T, Exec>::BlockGram(Exec& e, T* tile, const T* X, const T* Y,
-                                 int64_t D, const grid::GdnShape& s,
-                                 int64_t b0, int64_t b1) {
-  const int64_t full_end = s.T / s.bs < b1 ? s.T / s.bs : b1;  // full blocks end
-  const int64_t ld = s.H * D;
-  for (int64_t h = 0; h < s.H; ++h) {
-    if (full_end > b0) {
-      const int64_t off = s.Row(b0 * s.bs, h, D);
-      e.GemmStridedBatched(false, true, s.bs, s.bs, D, T(1), X + off, ld,
-                           s.bs * ld, Y + off, ld, s.bs * ld, T(0),
-                           tile + s.Tile(h, b0, 0, 0), s.bs, s.bs * s.bs,
-                           full_end - b0);
-    }
-    if (full_end < b1) {  // the partial last block
-      const int64_t L = s.L(full_end), off = s.Row(full_end * s.bs, h, D);
-      e.Gemm(false, true, L, L, D, T(1), X + off, ld, Y + off, ld, T(0),
-             tile + s.Tile(h, full_end, 0, 0), s.bs);
-    }
-  }
+                                           int64_t D, const grid::GdnShape& s, int64_t b0,
+                                           int64_t b1) {
+  grid::BlockGemm(e, s, b0, b1, false, true, grid::kL, grid::kL, D, T(1),
+                  grid::TokenRows(X, D, s), grid::TokenRows(Y, D, s), T(0),
+                  grid::Tiles(tile, s));
 }
 
 }  // namespace stateflow::backend

@@ -13,7 +13,7 @@ namespace {
 // --verbose: one line per timing step, with the wall seconds since `start`.
 class Tracer {
  public:
-  explicit Tracer(const ProfileRequest& request) : trace_(request.trace) {}
+  explicit Tracer(const ProfileTrace& trace) : trace_(trace) {}
   bool on() const { return static_cast<bool>(trace_); }
   void Start() { start_ = std::chrono::steady_clock::now(); }
   void Done(const std::string& what) const {
@@ -26,7 +26,7 @@ class Tracer {
   }
 
  private:
-  std::function<void(const std::string&)> trace_;
+  ProfileTrace trace_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -104,9 +104,10 @@ std::vector<Point> PointsOf(const ProfileRequest& request, models::LayerKind kin
 // samples of each are spread over the whole profile.
 template <typename T>
 Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& progress,
+                       const ProfileTrace& trace,
                        std::vector<Timed<T>>* timed) {
   const int reps = request.timing.warmup + request.timing.repetitions;
-  Tracer tracer(request);
+  Tracer tracer(trace);
   for (int rep = 0; rep < reps; ++rep) {
     for (Timed<T>& t : *timed) {
       for (std::size_t j = 0; j < t.points.size(); ++j) {
@@ -139,9 +140,10 @@ Status TimeInterleaved(const ProfileRequest& request, const ProfileProgress& pro
 }
 
 template <typename T>
-Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::CostTable* table) {
+Status Fill(const ProfileRequest& request, const ProfileProgress& progress,
+            const ProfileTrace& trace, pb::CostTable* table) {
   std::vector<Timed<T>> timed;
-  Tracer tracer(request);
+  Tracer tracer(trace);
   for (models::LayerKind kind : LayerKindsOf(request.model)) {
     for (models::Recompute mode : request.recompute) {
       tracer.Start();
@@ -158,7 +160,7 @@ Status Fill(const ProfileRequest& request, const ProfileProgress& progress, pb::
                                std::vector<std::vector<CorePhaseSeconds>>(n)});
     }
   }
-  SF_RETURN_IF_ERROR(TimeInterleaved(request, progress, &timed));
+  SF_RETURN_IF_ERROR(TimeInterleaved(request, progress, trace, &timed));
   for (const Timed<T>& t : timed) {
     for (std::size_t j = 0; j < t.points.size(); ++j) {
       const Point& p = t.points[j];
@@ -196,7 +198,8 @@ std::vector<models::LayerKind> LayerKindsOf(const pb::ModelSpec& model) {
 }
 
 Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
-                                    const ProfileProgress& progress) {
+                                    const ProfileProgress& progress,
+                                    const ProfileTrace& trace) {
   if (request.tokens.empty()) return Status::Invalid("profile: no chunk lengths to time");
   for (std::int64_t s : request.tokens) {
     if (s < 1) return Status::Invalid("profile: a chunk must have >= 1 tokens");
@@ -231,9 +234,9 @@ Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
   table.set_st_overlap(request.st_overlap);
   table.set_st_tile(static_cast<std::uint32_t>(std::max(0, request.st_tile)));
   table.set_tensor_size(static_cast<std::uint32_t>(std::max(1, request.tensor_size)));
-  const Status filled = request.dtype == "float64" ? Fill<double>(request, progress, &table)
-                        : request.dtype == "bf16"  ? Fill<bf16>(request, progress, &table)
-                                                   : Fill<float>(request, progress, &table);
+  const Status filled = request.dtype == "float64" ? Fill<double>(request, progress, trace, &table)
+                        : request.dtype == "bf16"  ? Fill<bf16>(request, progress, trace, &table)
+                                                   : Fill<float>(request, progress, trace, &table);
   SF_RETURN_IF_ERROR(filled);
   return table;
 }

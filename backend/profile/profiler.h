@@ -47,15 +47,15 @@ struct ProfileRequest {
   // parallel.tensor_size: one tensor rank's share of each layer, its sums
   // left out (LayerTimer); recorded in CostTable.tensor_size.
   int tensor_size = 1;
-  // When set, called with one line per timing step (a layer module built,
-  // one repetition's passes, split, phases; the optimizer) and its wall
-  // seconds, as each ends (the profile command's --verbose).
-  std::function<void(const std::string&)> trace;
 };
 
 // Called after each repetition and after the optimizer, with the count done
 // and the total.
 using ProfileProgress = std::function<void(int done, int total)>;
+// Called with one line per timing step (a layer module built, one
+// repetition's passes, split, phases; the optimizer) and its wall seconds,
+// as each ends (the profile command's --verbose).
+using ProfileTrace = std::function<void(const std::string& line)>;
 
 // A CostTable with `model`, `dtype`, `microbatch_size`, one CostSample per
 // (layer kind, pass, mode, length; attention: length and prefix) -- median,
@@ -71,7 +71,8 @@ using ProfileProgress = std::function<void(int done, int total)>;
 // Errors: no lengths or modes, a length < 1, an unknown dtype (names
 // --dtype), and the timer's (an unsupported model names its field).
 Result<pb::CostTable> ProfileLayers(const ProfileRequest& request,
-                                    const ProfileProgress& progress);
+                                    const ProfileProgress& progress,
+                                    const ProfileTrace& trace = nullptr);
 
 // The distinct layer kinds of the model's layer list, in list order.
 std::vector<models::LayerKind> LayerKindsOf(const pb::ModelSpec& model);

@@ -24,6 +24,7 @@
 #include <thread>
 #include <sstream>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -351,6 +352,46 @@ TEST(ProfileCli, ConcurrentProcessesPoolTheirRepetitions) {
   EXPECT_EQ(sim.exit_code, 0) << sim.err;
 }
 
+// --verbose: one stderr line per timing step with its wall seconds, in the
+// order they ran: every layer built, then each repetition's steps (the
+// warm-up marked), the optimizer last; the table is the same kind of table.
+TEST(ProfileCli, VerboseNamesEveryTimingStepAndItsSeconds) {
+  const std::string scenario = WriteFile("verbose.textproto", kScenario);
+  const std::string costs = Temp("verbose-costs.textproto");
+  const Finished p =
+      RunCli({"profile", "--scenario", scenario, "-N", "2", "--repetitions", "1", "--warmup",
+              "1", "--link", "in-process", "--verbose", "--out", costs},
+             "verbose");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  std::vector<std::string> lines;
+  std::istringstream err(p.err);
+  for (std::string line; std::getline(err, line);) {
+    if (line.rfind("stateflow profile: ", 0) == 0) lines.push_back(line);
+  }
+  const std::regex seconds(R"(: [0-9]+\.[0-9]{3} s$)");
+  for (const std::string& line : lines) EXPECT_TRUE(std::regex_search(line, seconds)) << line;
+  auto first = [&](const std::string& what) {
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].find(what) != std::string::npos) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int built = first("head layer built");
+  const int warm = first("recurrence s 32 repetition 0 (warm-up, forward ");
+  const int timed = first("recurrence s 32 repetition 1 (forward ");
+  const int phases = first("recurrence s 32 repetition 1, core phases");
+  const int split = first("head s 32 repetition 1, split backward");
+  const int optimizer = first("optimizer timed");
+  ASSERT_GE(first("embedding layer built"), 0) << p.err;
+  EXPECT_GT(built, first("recurrence layer built")) << p.err;
+  EXPECT_GT(warm, built) << p.err;
+  EXPECT_GT(timed, warm) << p.err;
+  EXPECT_GT(phases, timed) << p.err;
+  EXPECT_GT(split, phases) << p.err;
+  EXPECT_EQ(optimizer, static_cast<int>(lines.size()) - 1) << p.err;
+  EXPECT_EQ(first("repetition 0, split"), -1) << "the warm-up times no split\n" << p.err;
+  EXPECT_GT(ReadTable(costs).samples_size(), 0);
+}
 
 TEST(ProfileCli, WritesEveryLengthOfTheRangeAndSimulateReplaysIt) {
   const std::string scenario = WriteFile("profile.textproto", kScenario);

@@ -2,6 +2,7 @@
 // after a replay of the forward's Pre and ST (gdn_forward.h) that leaves G,
 // KG, W, U, V_new and every block's entering state S_b in the workspace:
 //   Out  GEMMs + masks         (H, nb, bs, bs)  P = (Q K^T) o Gam, dP = dO V_new^T
+//        GEMM                                  dO S_b (over dq)
 //        GdnOutDecayGradFn    (T, H)           dG from Out (written)
 //        GdnOutQueryGradFn    (T, H, Dk)       dq (written)
 //        GdnOutKeyGradFn      (T, H, Dk)       dk from Out (written)
@@ -11,16 +12,17 @@
 //   ST   per block in reverse, batched over heads (DeltaStBackward):
 //        GEMM Z = Kd dS'^T (ST's share of d(V_new)); GdnCarryFn
 //        dS_b += gam dS'; GEMM dS_b -= Z^T W
-//        GdnSTRowGradFn       (T, H)           dk from ST, e_r
+//        GEMM dKd = V_new dS' (over dW); GdnSTRowGradFn (T, H) dk from ST, e_r
 //        GdnSTDecayGradFn     (H, nb)          dG from ST
-//        GdnWGradFn           (T, H, Dk)       dW = -d(V_new) S_b
+//        GEMM                                  dW = -d(V_new) S_b
 //   Pre  GdnPreBackSolveFn    (H, nb, Dv + Dk) (I + A)^{-T} on one column
 //        GdnDAFn              (H, nb, bs, bs)  dA (strictly lower)
 //        GdnScaleByBetaFn     (T, H, Dv)       dv (written)
 //        GdnPreRowGradFn      (T, H)           dbeta (written), dG from Pre
 //        GdnPreKeyGradFn      (T, H, Dk)       dk from Pre
 //        GdnDecayCumsumFn     (H, nb)          dg = reverse cumsum of dG
-// Only the ST passes walk the blocks in order (their products GEMMs). Every pass writes disjoint
+// Only the ST passes walk the blocks in order. Products with a dimension of
+// Dk or Dv over a block are GEMMs (grid::BlockGemm). Every pass writes disjoint
 // elements (an accumulation into a gradient is by the one call that owns
 // the element), so each is race-free in any order and deterministic.
 //
@@ -49,26 +51,16 @@ struct TokenIndex {
   }
 };
 
-// (dO gam_r S_b)_rk = sum_j dO_rj gam_r S_b[j, k]: Out's dq through the
-// entering state.
-template <typename T>
-SF_HD inline T DOgS(const T* dO_r, T gam, const T* Sb, int64_t k,
-                    const GdnShape& s) {
-  T acc = 0;
-  for (int64_t j = 0; j < s.Dv; ++j) acc += (dO_r[j] * gam) * Sb[j * s.Dk + k];
-  return acc;
-}
-
 // Entry (t, h): dG_r = sum_c E_rc - sum_c E_cr (E = dP o P)
-//                      + sum_k (dO gam S_b)_rk q_rk.
+//                      + gam_r (dO S_b)_r . q_r,
+// (dO S_b) the GEMM's, waiting in dq (GdnOutQueryGradFn then overwrites it).
 template <typename T>
 struct GdnOutDecayGradFn {
   T* dG;            // (T, H), written
   const T* P;
   const T* dP;
   const T* q;
-  const T* dO;
-  const T* states;  // (H, nb, Dv, Dk)
+  const T* dOS;     // (T, H, Dk): dO S_b
   const T* G;
   GdnShape s;
   SF_HD void operator()(int64_t i) const {
@@ -79,24 +71,18 @@ struct GdnOutDecayGradFn {
       rows += dP[s.Tile(x.h, x.b, x.r, c)] * P[s.Tile(x.h, x.b, x.r, c)];
       cols += dP[s.Tile(x.h, x.b, c, x.r)] * P[s.Tile(x.h, x.b, c, x.r)];
     }
-    const T gam = Exp(G[i]);
-    const T* Sb = states + s.State(x.h, x.b, 0, s.nb);
-    const T* dO_r = dO + s.Row(x.t, x.h, s.Dv);
-    const T* q_r = q + s.Row(x.t, x.h, s.Dk);
-    T qterm = 0;
-    for (int64_t k = 0; k < s.Dk; ++k) qterm += DOgS(dO_r, gam, Sb, k, s) * q_r[k];
-    dG[i] = (rows - cols) + qterm;
+    const T qterm = Dot(dOS + s.Row(x.t, x.h, s.Dk), q + s.Row(x.t, x.h, s.Dk), s.Dk);
+    dG[i] = (rows - cols) + Exp(G[i]) * qterm;
   }
 };
 
-// Element (t, h, k): dq = sum_c (dP_rc Gam_rc) k_c + (dO gam S_b)_rk.
+// Element (t, h, k): dq = sum_c (dP_rc Gam_rc) k_c + gam_r (dO S_b)_rk, dq
+// holding (dO S_b) (the GEMM's) on entry.
 template <typename T>
 struct GdnOutQueryGradFn {
-  T* dq;            // (T, H, Dk), written
+  T* dq;            // (T, H, Dk): in dO S_b, out dq
   const T* dP;
   const T* k;
-  const T* dO;
-  const T* states;
   const T* G;
   GdnShape s;
   SF_HD void operator()(int64_t i) const {
@@ -106,8 +92,7 @@ struct GdnOutQueryGradFn {
       acc += (dP[s.Tile(x.h, x.b, x.r, c)] * Decay(G, s, x.h, x.t0, x.r, c)) *
              k[s.Row(x.t0 + c, x.h, s.Dk) + x.j];
     }
-    dq[i] = acc + DOgS(dO + s.Row(x.t, x.h, s.Dv), Exp(G[x.t * s.H + x.h]),
-                       states + s.State(x.h, x.b, 0, s.nb), x.j, s);
+    dq[i] = acc + Exp(G[x.t * s.H + x.h]) * dq[i];
   }
 };
 
@@ -179,10 +164,9 @@ struct GdnStateShareFn {
 // e_r = d_r (dKd_r . k_r).
 template <typename T>
 struct GdnSTRowGradFn {
-  T* dk;         // (T, H, Dk), accumulated
-  T* e;          // (T, H), written
-  const T* Vn;
-  const T* dS;   // (H, nb + 1, Dv, Dk)
+  T* dk;          // (T, H, Dk), accumulated
+  T* e;           // (T, H), written
+  const T* dKd;   // (T, H, Dk): V_new dS' (the GEMM's)
   const T* k;
   const T* G;
   GdnShape s;
@@ -190,16 +174,13 @@ struct GdnSTRowGradFn {
     const TokenIndex x(i, 1, s);
     const int64_t L = s.L(x.b);
     const T d = Exp(-(G[i] - G[(x.t0 + L - 1) * s.H + x.h]));
-    const T* next = dS + s.State(x.h, x.b + 1, 0, s.nb + 1);
-    const T* vr = Vn + s.Row(x.t, x.h, s.Dv);
+    const T* dkd = dKd + s.Row(x.t, x.h, s.Dk);
     const T* kr = k + s.Row(x.t, x.h, s.Dk);
     T* dkr = dk + s.Row(x.t, x.h, s.Dk);
     T ek = 0;
     for (int64_t c = 0; c < s.Dk; ++c) {
-      T dkd = 0;
-      for (int64_t j = 0; j < s.Dv; ++j) dkd += vr[j] * next[j * s.Dk + c];
-      dkr[c] += d * dkd;
-      ek += dkd * kr[c];
+      dkr[c] += d * dkd[c];
+      ek += dkd[c] * kr[c];
     }
     e[i] = ek * d;
   }
@@ -225,23 +206,6 @@ struct GdnSTDecayGradFn {
     dG[last] += Exp(G[last]) * ip;
     dG[last] += esum;
     for (int64_t r = 0; r < L; ++r) dG[(t0 + r) * s.H + h] -= e[(t0 + r) * s.H + h];
-  }
-};
-
-// Element (t, h, k): dW_rk = -(d(V_new)_r . S_b[:, k]).
-template <typename T>
-struct GdnWGradFn {
-  T* dW;            // (T, H, Dk), written
-  const T* dVn;
-  const T* states;
-  GdnShape s;
-  SF_HD void operator()(int64_t i) const {
-    const TokenIndex x(i, s.Dk, s);
-    const T* Sb = states + s.State(x.h, x.b, 0, s.nb);
-    const T* dv = dVn + s.Row(x.t, x.h, s.Dv);
-    T acc = 0;
-    for (int64_t j = 0; j < s.Dv; ++j) acc += dv[j] * Sb[j * s.Dk + x.j];
-    dW[i] = -acc;
   }
 };
 

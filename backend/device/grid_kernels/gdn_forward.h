@@ -8,9 +8,11 @@
 //        GEMM V_new = U - W S_b^T; GdnCarryFn (H, Dv, Dk) S_{b+1} = gam S_b;
 //        GEMM S_{b+1} += V_new^T Kd
 //   Out  GEMMs, GdnMaskDecayFn (H, nb, bs, bs) P_rs = (q_r . k_s) Gam_rs, s <= r
-//        GdnOutFn        (T, H, Dv)          o = gam Q S_b^T + P V_new
-// The (L, L) Gram matrices K K^T and Q K^T of every block are batched GEMMs
-// (the executor's; cuBLAS on a GPU). Pre and Out run every block of every
+//        GEMM o = Q S_b^T; GdnScaleByDecayFn (T, H, Dv) o *= gam;
+//        GEMM o += P V_new
+// Every product with a dimension of L, Dk or Dv (the Gram matrices K K^T and
+// Q K^T, Out's products) is a batched GEMM per head over the blocks (the
+// executor's; cuBLAS on a GPU: grid::BlockGemm, grid_recurrent.h). Pre and Out run every block of every
 // head at once; ST is the only pass
 // that walks the blocks in order, each block's products GEMMs over all
 // heads (grid_recurrent.h). A pass reads what
@@ -159,27 +161,15 @@ struct GdnCarryFn {
   }
 };
 
-// Element (t, h, j): o = gam_r (q_r . S_b[j]) + sum_{s <= r} P_rs V_new[s, j].
+// Element (t, h, j) of a (T, H, D) buffer: x *= gam_t = exp(G_t) (Out's
+// scaling of Q S_b^T, row by row).
 template <typename T>
-struct GdnOutFn {
-  T* o;             // (T, H, Dv)
-  const T* q;       // (T, H, Dk)
-  const T* P;       // (H, nb, bs, bs)
-  const T* Vn;      // (T, H, Dv)
-  const T* states;  // (H, nb, Dv, Dk)
-  const T* G;       // (T, H)
+struct GdnScaleByDecayFn {
+  T* x;          // (T, H, D)
+  const T* G;    // (T, H)
   GdnShape s;
-  SF_HD void operator()(int64_t i) const {
-    const int64_t j = i % s.Dv, h = (i / s.Dv) % s.H, t = i / (s.Dv * s.H);
-    const int64_t b = t / s.bs, t0 = b * s.bs, r = t - t0;
-    T acc = Dot(q + s.Row(t, h, s.Dk), states + s.State(h, b, j, s.nb), s.Dk) *
-            Exp(G[t * s.H + h]);
-    T intra = 0;
-    for (int64_t c = 0; c <= r; ++c) {
-      intra += P[s.Tile(h, b, r, c)] * Vn[s.Row(t0 + c, h, s.Dv) + j];
-    }
-    o[i] = acc + intra;
-  }
+  int64_t D;
+  SF_HD void operator()(int64_t i) const { x[i] *= Exp(G[i / D]); }
 };
 
 }  // namespace stateflow::backend::grid
