@@ -1,6 +1,7 @@
 #include "common/text.h"
 
 #include <cstdint>
+#include <cstdio>
 
 namespace stateflow {
 namespace {
@@ -77,6 +78,12 @@ bool IsUtf8(std::string_view text) {
     i += n;
   }
   return true;
+}
+
+std::string FormatG(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
 }  // namespace stateflow

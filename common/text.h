@@ -26,4 +26,8 @@ std::string Printable(std::string_view text);
 // for their JSON and binary forms.
 bool IsUtf8(std::string_view text);
 
+// `v` as printf's %g writes it (six significant digits, no trailing zeros):
+// 0.25, 1e+06, 3.14159. For numbers echoed in messages and labels.
+std::string FormatG(double v);
+
 }  // namespace stateflow

@@ -1,3 +1,4 @@
+#include "common/text.h"
 #include "sim/capacity_plan.h"
 
 #include <algorithm>
@@ -25,12 +26,6 @@ std::vector<int> Divisors(int n) {
 std::string Gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
   return buf;
 }
 
@@ -138,7 +133,7 @@ void Judge(const pb::SweepReport& sweep, pb::PlanCandidate* candidate) {
   *candidate->mutable_best() = *least;
   candidate->set_reason("OOM at every N and alpha; the smallest peak, at " + least->policy() +
                         " N=" + std::to_string(least->chunks()) + " alpha=" +
-                        Num(least->alpha()) + ", is " + Gib(least->peak_memory_bytes()) +
+                        FormatG(least->alpha()) + ", is " + Gib(least->peak_memory_bytes()) +
                         " on stage " + std::to_string(least->peak_stage()) + " (largest: " +
                         least->peak_class() + ") > usable " + Gib(sweep.usable_bytes()) +
                         " (capacity " + Gib(sweep.capacity_bytes()) + " less the reserve)");

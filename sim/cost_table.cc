@@ -1,3 +1,4 @@
+#include "common/text.h"
 #include "sim/cost_table.h"
 
 #include <algorithm>
@@ -13,12 +14,6 @@
 
 namespace stateflow::sim {
 namespace {
-
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
 
 bool Known(std::string_view v, std::initializer_list<std::string_view> allowed) {
   return std::find(allowed.begin(), allowed.end(), v) != allowed.end();
@@ -38,20 +33,20 @@ Status CheckSample(const pb::CostSample& s, const std::string& where) {
                            "' (known: none, full)");
   }
   if (!(s.tokens() >= 1) || !std::isfinite(s.tokens())) {
-    return Status::Invalid(where + ".tokens must be >= 1 (got " + Num(s.tokens()) + ")");
+    return Status::Invalid(where + ".tokens must be >= 1 (got " + FormatG(s.tokens()) + ")");
   }
   if (!(s.prefix() >= 0) || !std::isfinite(s.prefix())) {
-    return Status::Invalid(where + ".prefix must be >= 0 (got " + Num(s.prefix()) + ")");
+    return Status::Invalid(where + ".prefix must be >= 0 (got " + FormatG(s.prefix()) + ")");
   }
   if (!(s.median_s() >= 0) || !std::isfinite(s.median_s())) {
-    return Status::Invalid(where + ".median_s is negative or not finite (" + Num(s.median_s()) +
+    return Status::Invalid(where + ".median_s is negative or not finite (" + FormatG(s.median_s()) +
                            ")");
   }
   const std::pair<const char*, double> phases[] = {
       {"pre_s", s.pre_s()}, {"st_s", s.st_s()}, {"out_s", s.out_s()}};
   for (const auto& [name, value] : phases) {
     if (!(value >= 0) || !std::isfinite(value)) {
-      return Status::Invalid(where + "." + name + " is negative or not finite (" + Num(value) +
+      return Status::Invalid(where + "." + name + " is negative or not finite (" + FormatG(value) +
                              ")");
     }
     if (value > 0 && s.layer_kind() != "recurrence") {
@@ -171,7 +166,7 @@ Result<CostTableIndex> CostTableIndex::Make(const pb::CostTable& table,
     for (const Point& p : curve) {
       if (p.tokens == s.tokens()) {
         return Status::Invalid(src + "samples[" + std::to_string(k) + "] repeats " +
-                               s.layer_kind() + " " + s.pass() + " at " + Num(s.tokens()) +
+                               s.layer_kind() + " " + s.pass() + " at " + FormatG(s.tokens()) +
                                " tokens");
       }
     }
@@ -226,13 +221,13 @@ Result<CostTableIndex::Bracket> CostTableIndex::Find(models::LayerKind kind,
   auto curve_it = it->second.find(prefix);
   if (curve_it == it->second.end()) {
     return Status::Invalid(source_ + ": no " + kind_name + " " + std::string(pass) +
-                           " samples at prefix " + Num(prefix));
+                           " samples at prefix " + FormatG(prefix));
   }
   const Curve& curve = curve_it->second;
   if (tokens < curve.front().tokens || tokens > curve.back().tokens) {
     return Status::Invalid(source_ + ": " + kind_name + " " + std::string(pass) + " at " +
-                           Num(tokens) + " tokens is outside the measured range [" +
-                           Num(curve.front().tokens) + ", " + Num(curve.back().tokens) +
+                           FormatG(tokens) + " tokens is outside the measured range [" +
+                           FormatG(curve.front().tokens) + ", " + FormatG(curve.back().tokens) +
                            "] (recompute " + mode + ")");
   }
   Point key;

@@ -69,9 +69,9 @@ class EventQueue {
   std::vector<Event> heap_;
 };
 
-class Engine {
+class EventEngine {
  public:
-  Engine(const schedule::Plan& plan, const CostSource& costs,
+  EventEngine(const schedule::Plan& plan, const CostSource& costs,
          const EngineOptions& options)
       : plan_(plan),
         costs_(costs),
@@ -299,7 +299,7 @@ class Engine {
 
 Result<EngineResult> RunPlanByEvents(const schedule::Plan& plan, const CostSource& costs,
                                      const EngineOptions& options) {
-  Engine engine(plan, costs, options);
+  EventEngine engine(plan, costs, options);
   return engine.Run();
 }
 

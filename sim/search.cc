@@ -1,3 +1,4 @@
+#include "common/text.h"
 #include "sim/search.h"
 
 #include <algorithm>
@@ -18,12 +19,6 @@
 namespace stateflow::sim {
 namespace {
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
 std::string Field(const char* name, int index) {
   return std::string("sweep.") + name + "[" + std::to_string(index) + "]";
 }
@@ -34,7 +29,7 @@ Status NoRepeats(const char* name, const List& values) {
   for (int i = 0; i < values.size(); ++i) {
     for (int j = 0; j < i; ++j) {
       if (values[j] == values[i]) {
-        return Status::Invalid(Field(name, i) + " repeats " + Num(values[i]) + " (also " +
+        return Status::Invalid(Field(name, i) + " repeats " + FormatG(values[i]) + " (also " +
                                Field(name, j) + ")");
       }
     }
@@ -253,7 +248,7 @@ void FillHeader(const pb::Scenario& s, pb::SweepReport* report) {
 std::string ConfigLabel(const SweepConfig& c) {
   return c.policy + " T=" + std::to_string(c.seq_len) + " GBS=" +
          std::to_string(c.global_batch) + " N=" + std::to_string(c.chunks) +
-         " alpha=" + Num(c.alpha) + (c.st_overlap ? " st_overlap=on" : "") +
+         " alpha=" + FormatG(c.alpha) + (c.st_overlap ? " st_overlap=on" : "") +
          (c.st_tile > 0 ? " st_tile=" + std::to_string(c.st_tile) : "") +
          (c.virtual_stages > 1 ? " v=" + std::to_string(c.virtual_stages) : "");
 }
@@ -381,7 +376,7 @@ Result<SweepGrid> ExpandSweep(const scenario::ResolvedScenario& resolved,
   if (collapsed) {
     grid.notes.push_back("alpha has no effect on " + s.model().name() +
                          " (no softmax-attention layers: the FLOP-balanced partition is the "
-                         "equal one), so alpha = " + Num(sweep.alpha(0)) +
+                         "equal one), so alpha = " + FormatG(sweep.alpha(0)) +
                          " was simulated for all " + std::to_string(sweep.alpha_size()) +
                          " values of the range");
   }

@@ -21,9 +21,9 @@
 namespace stateflow::tools {
 namespace {
 
-constexpr char kName[] = "capacity";
+constexpr char kCapacityName[] = "capacity";
 
-constexpr char kExamples[] = R"(Every split of --devices into P x TP x DP is checked: TP within a node
+constexpr char kCapacityExamples[] = R"(Every split of --devices into P x TP x DP is checked: TP within a node
 (TP <= devices per node and divides it), heads (recurrence, attention, K/V)
 divisible by TP, P <= layers, global batch divisible by DP x microbatch size.
 Each legal split is swept with M = global batch / (DP x microbatch size) over
@@ -198,13 +198,13 @@ int CapacityPlanCommand(int argc, char** argv) {
   AddPlanOptions(&desc, &flags);
   AddSweepOptions(&desc, &flags.sweep, /*batches_and_lengths=*/false);
   po::variables_map vm;
-  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kCapacityName, s);
   if (vm.count("help")) {
-    std::cout << desc << "\n" << kExamples;
+    std::cout << desc << "\n" << kCapacityExamples;
     return kExitOk;
   }
   Result<pb::CapacityPlanReport> report = Run(flags);
-  if (!report.ok()) return Fail(kName, report.status());
+  if (!report.ok()) return Fail(kCapacityName, report.status());
   std::cout << (vm.count("json") ? MessageToJson(*report) : FormatPlanTable(*report, flags.top));
   return kExitOk;
 }

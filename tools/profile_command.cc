@@ -26,9 +26,9 @@
 namespace stateflow::tools {
 namespace {
 
-constexpr char kName[] = "profile";
+constexpr char kProfileName[] = "profile";
 
-constexpr char kExamples[] = R"(examples:
+constexpr char kProfileExamples[] = R"(examples:
   stateflow profile --out costs.textproto
       the tiny-train scenario (scenarios/tiny-train.textproto): gdn-tiny,
       its schedule's chunk lengths, recompute none
@@ -74,14 +74,14 @@ int Profile(const CommandFlags& flags) {
   const auto start = std::chrono::steady_clock::now();
   Result<scenario::ResolvedScenario> scenario = LoadResolvedScenario(
       flags.scenario, scenario::TinyTrainScenarioText(), "<tiny-train scenario>");
-  if (!scenario.ok()) return Fail(kName, scenario.status());
+  if (!scenario.ok()) return Fail(kProfileName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, true);
-  if (!configs.ok()) return Fail(kName, configs.status());
+  if (!configs.ok()) return Fail(kProfileName, configs.status());
   Result<pb::CostTable> table = ProfileForConfigs(*scenario, *configs, flags.profile,
                                                   isatty(STDERR_FILENO) ? &std::cerr : nullptr);
-  if (!table.ok()) return Fail(kName, table.status());
+  if (!table.ok()) return Fail(kProfileName, table.status());
   if (Status written = WriteCostTableFile(flags.out_path, *table); !written.ok()) {
-    return Fail(kName, written);
+    return Fail(kProfileName, written);
   }
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -112,9 +112,9 @@ int ProfileCommand(int argc, char** argv) {
   po::options_description all;
   all.add(desc).add(hidden);
   po::variables_map vm;
-  if (Status s = ParseOptions(argc, argv, all, &vm); !s.ok()) return Fail(kName, s);
+  if (Status s = ParseOptions(argc, argv, all, &vm); !s.ok()) return Fail(kProfileName, s);
   if (vm.count("help")) {
-    std::cout << desc << "\n" << kExamples;
+    std::cout << desc << "\n" << kProfileExamples;
     return kExitOk;
   }
   if (!flags.link_worker.empty()) {
@@ -125,15 +125,15 @@ int ProfileCommand(int argc, char** argv) {
                            flags.profile);
   }
   if (backend::LaunchedByMpirun()) {
-    return FailOnRankZero(kName, Status::Invalid("run profile without mpirun: it starts "
+    return FailOnRankZero(kProfileName, Status::Invalid("run profile without mpirun: it starts "
                                                  "`mpirun -n 2` itself to time the link"));
   }
-  if (flags.out_path.empty()) return Fail(kName, Status::Invalid("--out is required"));
-  if (Status s = CheckOutputPath("--out", flags.out_path); !s.ok()) return Fail(kName, s);
+  if (flags.out_path.empty()) return Fail(kProfileName, Status::Invalid("--out is required"));
+  if (Status s = CheckOutputPath("--out", flags.out_path); !s.ok()) return Fail(kProfileName, s);
   if (vm.count("mpirun")) {
-    if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kName, s);
+    if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kProfileName, s);
   }
-  return WithInterruptForwarding(kName, [&] { return Profile(flags); });
+  return WithInterruptForwarding(kProfileName, [&] { return Profile(flags); });
 }
 
 }  // namespace stateflow::tools

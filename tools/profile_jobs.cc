@@ -34,7 +34,7 @@ int WithInterruptForwarding(const std::string& command, const std::function<int(
 }
 namespace {
 
-constexpr char kName[] = "profile";
+constexpr char kProfileJobsName[] = "profile";
 
 std::string JoinNumbers(const std::vector<std::int64_t>& values) {
   std::string out;
@@ -154,9 +154,9 @@ Result<std::vector<pb::LinkSample>> TensorSumsByMpirun(const std::vector<std::in
 int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
                   const ProfileFlags& flags, bool tensor_sums) {
   Result<std::vector<std::int64_t>> elements = ParseCounts(elements_text, "--link-elements");
-  if (!elements.ok()) return Fail(kName, elements.status());
+  if (!elements.ok()) return Fail(kProfileJobsName, elements.status());
   backend::MpiSession session(nullptr, nullptr);
-  if (!session.status().ok()) return Fail(kName, session.status());
+  if (!session.status().ok()) return Fail(kProfileJobsName, session.status());
   const backend::TimingOptions timing = Timing(flags);
   Result<std::vector<pb::LinkSample>> samples =
       tensor_sums
@@ -166,13 +166,13 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
       : flags.dtype == "float64" ? backend::PingPongMpi<double>(*elements, timing)
       : flags.dtype == "bf16"    ? backend::PingPongMpi<backend::bf16>(*elements, timing)
                                  : backend::PingPongMpi<float>(*elements, timing);
-  if (!samples.ok()) return Fail(kName, samples.status());
+  if (!samples.ok()) return Fail(kProfileJobsName, samples.status());
   if (session.rank() != 0) return kExitOk;
   pb::CostTable table;
   for (const pb::LinkSample& s : *samples) *table.add_link_samples() = s;
   if (Status written = WriteCostTableFile(out_path, table, /*samples_only=*/true);
       !written.ok()) {
-    return Fail(kName, written);
+    return Fail(kProfileJobsName, written);
   }
   return kExitOk;
 }
@@ -184,17 +184,17 @@ int RunLinkWorker(const std::string& out_path, const std::string& elements_text,
 int RunLayersWorker(const std::string& job, const std::string& tokens_text,
                     const std::string& modes_text, const ProfileFlags& flags) {
   const int rank = EnvironmentRank();
-  if (rank < 0) return Fail(kName, Status::Invalid("--layers-worker runs under mpirun only"));
+  if (rank < 0) return Fail(kProfileJobsName, Status::Invalid("--layers-worker runs under mpirun only"));
   Result<std::vector<std::int64_t>> tokens = ParseCounts(tokens_text, "--worker-tokens");
-  if (!tokens.ok()) return FailOnRankZero(kName, tokens.status());
+  if (!tokens.ok()) return FailOnRankZero(kProfileJobsName, tokens.status());
   Result<std::vector<std::string>> modes = RecomputeModes(modes_text);
-  if (!modes.ok()) return FailOnRankZero(kName, modes.status());
+  if (!modes.ok()) return FailOnRankZero(kProfileJobsName, modes.status());
   Result<pb::CostTable> spec = scenario::LoadCostTableFile(job);
-  if (!spec.ok()) return FailOnRankZero(kName, spec.status());
+  if (!spec.ok()) return FailOnRankZero(kProfileJobsName, spec.status());
   backend::SetKernelThreads(static_cast<int>(flags.threads.value_or(1)));
   Result<backend::Device*> device =
       backend::GetDevice(flags.device.empty() ? "cpu" : flags.device, rank);
-  if (!device.ok()) return Fail(kName, device.status());
+  if (!device.ok()) return Fail(kProfileJobsName, device.status());
   backend::ProfileRequest request{.model = spec->model(),
                                   .tokens = *tokens,
                                   .attention_chunks = {},
@@ -214,10 +214,10 @@ int RunLayersWorker(const std::string& job, const std::string& tokens_text,
   Result<pb::CostTable> table = backend::ProfileLayers(request, nullptr);
   // Every rank says why: mpirun ends the job when the first rank exits, so
   // rank 0 may be killed before it prints; the parent keeps the first line.
-  if (!table.ok()) return Fail(kName, table.status());
+  if (!table.ok()) return Fail(kProfileJobsName, table.status());
   if (Status written = WriteFile(RankTablePath(job, rank), sim::CostTableText(*table));
       !written.ok()) {
-    return Fail(kName, written.WithPrefix("rank " + std::to_string(rank)));
+    return Fail(kProfileJobsName, written.WithPrefix("rank " + std::to_string(rank)));
   }
   return kExitOk;
 }

@@ -24,9 +24,9 @@ using sim::Simulate;
 using sim::Slice;
 using sim::StageResult;
 
-constexpr char kName[] = "simulate";
+constexpr char kSimulateName[] = "simulate";
 
-constexpr char kExamples[] = R"(examples:
+constexpr char kSimulateExamples[] = R"(examples:
   stateflow simulate
       the default scenario: 3B GDN, 64K tokens, 8 A100s, StateFlow N=8 beside 1F1B
   stateflow simulate --scenario scenarios/default.textproto --chunks 16 --json
@@ -87,15 +87,15 @@ int SimulateCommand(int argc, char** argv) {
        ("replay per-chunk costs measured by `stateflow profile` (a CostTable file, at most " + LimitText(kMaxTextFileBytes) + ")").c_str());
   AddScenarioOptions(&desc, &flags);
   po::variables_map vm;
-  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kSimulateName, s);
   if (vm.count("help")) {
-    std::cout << desc << "\n" << kExamples;
+    std::cout << desc << "\n" << kSimulateExamples;
     return kExitOk;
   }
   std::optional<schedule::Plan> plan;
   if (!plan_path.empty()) {
     Result<schedule::Plan> loaded = LoadPlan(plan_path, flags.chunks);
-    if (!loaded.ok()) return Fail(kName, loaded.status());
+    if (!loaded.ok()) return Fail(kSimulateName, loaded.status());
     plan = std::move(loaded).value();
     // The plan decides the schedule's policy and chunk count; no baselines.
     if (!flags.chunks) flags.chunks = plan->chunks();
@@ -103,15 +103,15 @@ int SimulateCommand(int argc, char** argv) {
     if (flags.policy.empty()) flags.policy = SchedulePolicyFor(*plan);
   }
   // Before the simulation (issue 31): a trace path that cannot be written.
-  if (Status s = CheckOutputPath("--trace", trace_path); !s.ok()) return Fail(kName, s);
+  if (Status s = CheckOutputPath("--trace", trace_path); !s.ok()) return Fail(kSimulateName, s);
   Result<scenario::ResolvedScenario> resolved = LoadResolvedScenario(flags);
-  if (!resolved.ok()) return Fail(kName, resolved.status());
+  if (!resolved.ok()) return Fail(kSimulateName, resolved.status());
   const pb::Scenario& scenario = resolved->proto();
 
   std::optional<sim::CostTableIndex> costs;
   if (!costs_path.empty()) {
     Result<sim::CostTableIndex> index = LoadCostsFor(costs_path, scenario);
-    if (!index.ok()) return Fail(kName, index.status());
+    if (!index.ok()) return Fail(kSimulateName, index.status());
     costs = std::move(index).value();
   }
   const bool want_trace = !trace_path.empty();
@@ -126,29 +126,29 @@ int SimulateCommand(int argc, char** argv) {
     return Status::Ok();
   };
   Result<Simulation> primary = Simulate(*resolved, scenario.schedule(), options);
-  if (!primary.ok()) return Fail(kName, primary.status());
+  if (!primary.ok()) return Fail(kSimulateName, primary.status());
   TraceWriter trace("simulate");
   if (want_trace) AddTrace(*primary, 0, &trace);
 
   pb::Report report = primary->report;
   if (plan) report.set_policy(plan->policy());  // a plan imported or made elsewhere keeps its name
-  if (Status s = add_explanation(*primary, &report); !s.ok()) return Fail(kName, s);
+  if (Status s = add_explanation(*primary, &report); !s.ok()) return Fail(kSimulateName, s);
   for (int b = 0; b < scenario.baselines_size(); ++b) {
     Result<Simulation> base =
         Simulate(*resolved, scenario.baselines(b),
                  {.record_timeline = want_trace, .costs = options.costs});
     if (!base.ok()) {
-      return Fail(kName, base.status().WithPrefix("baselines[" + std::to_string(b) + "]"));
+      return Fail(kSimulateName, base.status().WithPrefix("baselines[" + std::to_string(b) + "]"));
     }
     *report.add_comparisons() = base->report;
     if (Status s = add_explanation(*base, report.mutable_comparisons(b)); !s.ok()) {
-      return Fail(kName, s.WithPrefix("baselines[" + std::to_string(b) + "]"));
+      return Fail(kSimulateName, s.WithPrefix("baselines[" + std::to_string(b) + "]"));
     }
     if (want_trace) AddTrace(*base, b + 1, &trace);
   }
   FillProvenance(1, &report);
   if (want_trace) {
-    if (Status s = trace.WriteFile(trace_path); !s.ok()) return Fail(kName, s);
+    if (Status s = trace.WriteFile(trace_path); !s.ok()) return Fail(kSimulateName, s);
   }
   if (vm.count("json")) {
     std::cout << MessageToJson(report);

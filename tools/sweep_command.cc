@@ -15,9 +15,9 @@
 namespace stateflow::tools {
 namespace {
 
-constexpr char kName[] = "sweep";
+constexpr char kSweepName[] = "sweep";
 
-constexpr char kExamples[] = R"(The ranges come from the scenario's `sweep { ... }` block, replaced by the
+constexpr char kSweepExamples[] = R"(The ranges come from the scenario's `sweep { ... }` block, replaced by the
 --*-list flags; an empty range keeps the scenario's own value. 1f1b is always
 simulated with N = 1 and alpha = 0. A scalar flag (-N, --alpha, -M, -T,
 --policy, --st-overlap, --st-tile) fixes that field: it clears the scenario's
@@ -98,17 +98,17 @@ int SweepCommand(int argc, char** argv) {
   AddSweepOptions(&desc, &sweep_flags);
   AddScenarioOptions(&desc, &flags);
   po::variables_map vm;
-  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kSweepName, s);
   if (vm.count("help")) {
-    std::cout << desc << "\n" << kExamples;
+    std::cout << desc << "\n" << kSweepExamples;
     return kExitOk;
   }
   // Before the sweep (issue 31): a CSV path that cannot be written.
-  if (Status s = CheckOutputPath("--csv", csv_path); !s.ok()) return Fail(kName, s);
+  if (Status s = CheckOutputPath("--csv", csv_path); !s.ok()) return Fail(kSweepName, s);
   Result<pb::SweepReport> report = Run(flags, sweep_flags, costs_path);
-  if (!report.ok()) return Fail(kName, report.status());
+  if (!report.ok()) return Fail(kSweepName, report.status());
   if (!csv_path.empty()) {
-    if (Status s = WriteSweepCsv(*report, csv_path); !s.ok()) return Fail(kName, s);
+    if (Status s = WriteSweepCsv(*report, csv_path); !s.ok()) return Fail(kSweepName, s);
   }
   if (vm.count("json")) {
     std::cout << MessageToJson(*report);

@@ -23,7 +23,7 @@ using Rows = std::vector<std::vector<std::string>>;
 
 constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
 
-std::string Printf(const char* format, double value) {
+std::string SweepPrintf(const char* format, double value) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), format, value);
   return buf;
@@ -50,8 +50,8 @@ std::string Align(const Rows& rows, const std::string& indent = "") {
 }
 
 std::string Throughput(double tokens_per_s, const std::string& unit) {
-  if (unit == "units") return Printf("%.4g tok/unit", tokens_per_s);
-  return Printf("%.2f K tok/s", tokens_per_s / 1e3);
+  if (unit == "units") return SweepPrintf("%.4g tok/unit", tokens_per_s);
+  return SweepPrintf("%.2f K tok/s", tokens_per_s / 1e3);
 }
 
 std::string PeakWhere(const pb::SweepRun& run) {
@@ -87,7 +87,7 @@ bool VSwept(const pb::SweepReport& r) {
 // "N=4 alpha=0.5", with " v=2" for a run with virtual stages and
 // " ST overlap on B_V=32" when `st`.
 std::string NAlpha(const pb::SweepRun& run, bool st) {
-  return "N=" + std::to_string(run.chunks()) + " alpha=" + Printf("%g", run.alpha()) +
+  return "N=" + std::to_string(run.chunks()) + " alpha=" + SweepPrintf("%g", run.alpha()) +
          (run.virtual_stages() > 1 ? " v=" + std::to_string(run.virtual_stages()) : "") +
          (st ? std::string(" ST overlap ") + (run.st_overlap() ? "on" : "off") +
                    " B_V=" + std::to_string(run.st_tile())
@@ -131,7 +131,7 @@ std::string SweepHeader(const pb::SweepReport& r) {
                     FormatBytes(r.usable_bytes()) + " usable), cost model " + r.cost_model() +
                     SweepSystems(r) + "\n";
   const int reused = r.runs_size() - static_cast<int>(r.num_simulated());
-  out += std::to_string(r.runs_size()) + " configurations in " + Printf("%.3f s", r.elapsed_s());
+  out += std::to_string(r.runs_size()) + " configurations in " + SweepPrintf("%.3f s", r.elapsed_s());
   if (reused > 0) {
     out += " (" + std::to_string(reused) +
            " reused the result of another alpha that rounds to the same chunks)";
@@ -176,18 +176,18 @@ std::string ResultsTable(const pb::SweepReport& r) {
       const pb::SweepRun* run = best_of(policy, col);
       const pb::SweepRun* base = best_of(policies[0], col);
       row.push_back(run == nullptr ? (cells.count({policy, col.first, col.second}) ? "OOM" : "-")
-                                   : Printf("%.1f", run->tokens_per_s() / 1e3) + " / " +
-                                         Printf("%.1f", run->peak_memory_bytes() / kGib));
+                                   : SweepPrintf("%.1f", run->tokens_per_s() / 1e3) + " / " +
+                                         SweepPrintf("%.1f", run->peak_memory_bytes() / kGib));
       chosen.push_back(run == nullptr ? "-"
                                       : std::to_string(run->chunks()) + ", " +
-                                            Printf("%g", run->alpha()) +
+                                            SweepPrintf("%g", run->alpha()) +
                                             (VSwept(r) ? ", " + std::to_string(std::max(
                                                                     1u, run->virtual_stages()))
                                                        : "") +
                                             (st ? "; " + StLabel(*run) : ""));
       speedup.push_back(run == nullptr || base == nullptr
                             ? "-"
-                            : Printf("%.2fx", run->tokens_per_s() / base->tokens_per_s()));
+                            : SweepPrintf("%.2fx", run->tokens_per_s() / base->tokens_per_s()));
     }
     rows.push_back(row);
     if (policy != "1f1b") rows.push_back(chosen);
@@ -223,7 +223,7 @@ std::string BestList(const pb::SweepReport& r) {
       const pb::SweepRun& run = r.runs(c.best_run());
       row.insert(row.end(), {NAlpha(run, st), "step " + FormatTime(run.step_time_s(), r.time_unit()),
                              Throughput(run.tokens_per_s(), r.time_unit()),
-                             Printf("bubble %.1f %%", 100.0 * run.bubble_fraction()),
+                             SweepPrintf("bubble %.1f %%", 100.0 * run.bubble_fraction()),
                              "peak " + PeakWhere(run)});
     } else {
       const pb::SweepRun* least = nullptr;
@@ -269,15 +269,15 @@ std::string SweepCsv(const pb::SweepReport& r) {
   for (const pb::SweepRun& run : r.runs()) {
     const std::vector<std::string> fields = {
         CsvField(r.scenario()), CsvField(r.model()), CsvField(run.policy()),
-        Printf("%.0f", run.seq_len()), std::to_string(run.global_batch()),
+        SweepPrintf("%.0f", run.seq_len()), std::to_string(run.global_batch()),
         std::to_string(run.microbatches()), std::to_string(r.pipeline_size()),
         std::to_string(r.tensor_size()), std::to_string(r.data_size()),
-        std::to_string(run.chunks()), Printf("%.17g", run.alpha()), CsvField(run.recompute()),
-        Printf("%.17g", run.step_time_s()), Printf("%.17g", run.tokens_per_s()),
-        Printf("%.17g", run.bubble_fraction()), Printf("%.0f", run.peak_memory_bytes()),
-        Printf("%.0f", r.capacity_bytes()), run.oom() ? "1" : "0",
+        std::to_string(run.chunks()), SweepPrintf("%.17g", run.alpha()), CsvField(run.recompute()),
+        SweepPrintf("%.17g", run.step_time_s()), SweepPrintf("%.17g", run.tokens_per_s()),
+        SweepPrintf("%.17g", run.bubble_fraction()), SweepPrintf("%.0f", run.peak_memory_bytes()),
+        SweepPrintf("%.0f", r.capacity_bytes()), run.oom() ? "1" : "0",
         std::to_string(run.peak_stage()), CsvField(run.peak_class()), run.best() ? "1" : "0",
-        CsvField(run.system()), Printf("%.0f", r.usable_bytes()), run.st_overlap() ? "1" : "0",
+        CsvField(run.system()), SweepPrintf("%.0f", r.usable_bytes()), run.st_overlap() ? "1" : "0",
         std::to_string(run.st_tile()), std::to_string(std::max(1u, run.virtual_stages()))};
     for (std::size_t k = 0; k < fields.size(); ++k) out += (k ? "," : "") + fields[k];
     out += "\n";
@@ -366,7 +366,7 @@ std::string FormatPlanTable(const pb::CapacityPlanReport& r, int top) {
          (cp ? " (and CP: devices = P x TP x CP x DP)" : "") + ": " +
          std::to_string(feasible) + " feasible, " + std::to_string(oom) + " OOM, " +
          std::to_string(illegal) + " illegal; " + std::to_string(r.num_simulated()) +
-         " configurations simulated in " + Printf("%.3f s", r.elapsed_s()) + "\n";
+         " configurations simulated in " + SweepPrintf("%.3f s", r.elapsed_s()) + "\n";
   for (const std::string& note : r.notes()) out += "note: " + note + "\n";
 
   Rows ranked = {{"rank", "P x TP x DP", "M", "policy", "N", "alpha", "throughput", "step time",
@@ -377,9 +377,9 @@ std::string FormatPlanTable(const pb::CapacityPlanReport& r, int top) {
     ranked.push_back({std::to_string(c.rank()), SplitLabel(c), std::to_string(c.microbatches()),
                       b.policy() + (b.virtual_stages() > 1 ? " v=" + std::to_string(b.virtual_stages())
                                                            : std::string()),
-                      std::to_string(b.chunks()), Printf("%g", b.alpha()),
+                      std::to_string(b.chunks()), SweepPrintf("%g", b.alpha()),
                       Throughput(b.tokens_per_s(), "s"), FormatTime(b.step_time_s(), "s"),
-                      Printf("%.1f %%", 100.0 * b.bubble_fraction()), PeakWhere(b)});
+                      SweepPrintf("%.1f %%", 100.0 * b.bubble_fraction()), PeakWhere(b)});
   }
   out += "\nfeasible, fastest first";
   out += (top > 0 && feasible > top) ? " (top " + std::to_string(top) + " of " +

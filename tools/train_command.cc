@@ -46,13 +46,13 @@ using backend::StepResult;
 using backend::TrainOptions;
 using backend::TrainSetup;
 
-constexpr char kName[] = "train";
+constexpr char kTrainName[] = "train";
 
 // When set, each rank writes its pid to <dir>/rank<r>.pid before the first
 // step (for tests that kill one rank in the middle of a run).
 constexpr char kPidDirEnv[] = "SF_TRAIN_PID_DIR";
 
-constexpr char kExamples[] = R"(examples:
+constexpr char kTrainExamples[] = R"(examples:
   stateflow train --steps 20
       the default scenario (scenarios/tiny-train.textproto) in one process:
       tiny GDN, P = 2 stages, M = 4, T = 256, StateFlow N = 4, on GPL-3
@@ -370,7 +370,7 @@ void PrintSummary(const pb::Report& r) {
 
 // Prints on rank 0 only and returns the exit code of `status`.
 int FailOnce(int rank, const Status& status) {
-  if (rank == 0) return Fail(kName, status);
+  if (rank == 0) return Fail(kTrainName, status);
   return status.code() == Status::Code::kInvalidInput ? kExitBadInput : kExitFailure;
 }
 
@@ -424,7 +424,7 @@ int Finish(backend::Trainer<T>& trainer, const Prepared& p, const TrainFlags& fl
     backend::AddTrainTrace(*timelines,
                            "train " + report.policy() + " N=" + std::to_string(report.chunks()),
                            0, &trace);
-    if (Status s = trace.WriteFile(flags.trace_path); !s.ok()) return Fail(kName, s);
+    if (Status s = trace.WriteFile(flags.trace_path); !s.ok()) return Fail(kTrainName, s);
   }
   if (flags.json) {
     std::cout << MessageToJson(report);
@@ -486,7 +486,7 @@ int TrainTyped(const Prepared& p, const TrainFlags& flags, int rank, bool mpi) {
       loop);
   if (!run.status.ok()) {
     if (!run.on_every_rank && mpi) {
-      Fail(kName, run.status);  // the failing rank knows; the others are blocked
+      Fail(kTrainName, run.status);  // the failing rank knows; the others are blocked
       backend::AbortMpiJob(kExitFailure);
     }
     return FailOnce(rank, run.status);
@@ -502,7 +502,7 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
   po::variables_map vm;
   if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return FailOnce(rank, s);
   if (vm.count("help")) {
-    if (rank == 0) std::cout << desc << "\n" << kExamples;
+    if (rank == 0) std::cout << desc << "\n" << kTrainExamples;
     return kExitOk;
   }
   if (flags.watchdog) {
@@ -565,7 +565,7 @@ int RunTrainRanked(int argc, char** argv, int rank, int ranks_on_node, bool mpi)
 int TrainCommand(int argc, char** argv) {
   if (!backend::LaunchedByMpirun()) return RunTrainRanked(argc, argv, 0, 1, false);
   backend::MpiSession session(nullptr, nullptr);
-  if (!session.status().ok()) return Fail(kName, session.status());
+  if (!session.status().ok()) return Fail(kTrainName, session.status());
   return RunTrainRanked(argc, argv, session.rank(), session.ranks_on_node(), true);
 }
 

@@ -41,9 +41,9 @@
 namespace stateflow::tools {
 namespace {
 
-constexpr char kName[] = "validate";
+constexpr char kValidateName[] = "validate";
 
-constexpr char kExamples[] = R"(examples:
+constexpr char kValidateExamples[] = R"(examples:
   stateflow validate
       the tiny-train scenario: profile, simulate, run under mpirun -n 2, compare
   stateflow validate --costs costs.textproto -M 2 -N 2 -T 64 --steps 3 --json
@@ -162,20 +162,20 @@ int Validate(const ValidateFlags& flags) {
   const double load_before = LoadAverage();
   Result<scenario::ResolvedScenario> scenario = LoadResolvedScenario(
       flags.scenario, scenario::TinyTrainScenarioText(), "<tiny-train scenario>");
-  if (!scenario.ok()) return Fail(kName, scenario.status());
+  if (!scenario.ok()) return Fail(kValidateName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, false);
-  if (!configs.ok()) return Fail(kName, configs.status());
+  if (!configs.ok()) return Fail(kValidateName, configs.status());
   Result<Precision> precision = PrecisionFor(scenario->proto(), flags.profile);
-  if (!precision.ok()) return Fail(kName, precision.status());
+  if (!precision.ok()) return Fail(kValidateName, precision.status());
   const bool profiling = flags.costs_path.empty();
   Costs costs;
   std::optional<sim::CostTableIndex> given;
   if (!profiling) {
     Result<Costs> loaded = LoadCosts(scenario->proto(), flags, *precision);
-    if (!loaded.ok()) return Fail(kName, loaded.status());
+    if (!loaded.ok()) return Fail(kValidateName, loaded.status());
     costs = std::move(loaded).value();
     Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(costs.table, costs.label);
-    if (!index.ok()) return Fail(kName, index.status());
+    if (!index.ok()) return Fail(kValidateName, index.status());
     given.emplace(std::move(index).value());
   }
   const int rounds = static_cast<int>(flags.rounds.value_or(1));
@@ -184,17 +184,17 @@ int Validate(const ValidateFlags& flags) {
                               flags.profile.mpirun};
   Result<Observations> seen = Observe(*scenario, *configs, flags.profile, train, *precision,
                                       given ? &*given : nullptr, rounds, Log());
-  if (!seen.ok()) return Fail(kName, seen.status());
+  if (!seen.ok()) return Fail(kValidateName, seen.status());
   if (profiling) {
     costs = Costs{MergeProfiles(seen->tables), "profiled"};
-    if (Status s = WriteCostsOut(costs.table, flags); !s.ok()) return Fail(kName, s);
+    if (Status s = WriteCostsOut(costs.table, flags); !s.ok()) return Fail(kValidateName, s);
   }
   pb::ValidationReport report = NewReport(scenario->proto(), costs, *precision, rounds);
   std::vector<std::string> names;
   for (std::size_t k = 0; k < configs->size(); ++k) {
     Result<pb::ValidationRun> run = CompareConfig(*scenario, (*configs)[k], k, configs->size(),
                                                   *seen, *precision, given ? &*given : nullptr);
-    if (!run.ok()) return Fail(kName, run.status());
+    if (!run.ok()) return Fail(kValidateName, run.status());
     *report.add_runs() = std::move(run).value();
     names.push_back(ConfigName((*configs)[k]));
   }
@@ -203,7 +203,7 @@ int Validate(const ValidateFlags& flags) {
   std::cout << (flags.json ? MessageToJson(report) : FormatValidationReport(report, names));
   if (!flags.plot_path.empty()) {
     Status drawn = DrawValidationPlot(report, flags.python, flags.plot_path);
-    if (!drawn.ok()) return Fail(kName, drawn);
+    if (!drawn.ok()) return Fail(kValidateName, drawn);
     if (!flags.json) std::cout << "figure written to " << flags.plot_path << "\n";
   }
   return kExitOk;
@@ -234,36 +234,36 @@ int ValidateCommand(int argc, char** argv) {
       "stateflow validate [options] (without --scenario: scenarios/tiny-train.textproto)");
   AddValidateOptions(&desc, &flags);
   po::variables_map vm;
-  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kValidateName, s);
   if (vm.count("help")) {
-    std::cout << desc << "\n" << kExamples;
+    std::cout << desc << "\n" << kValidateExamples;
     return kExitOk;
   }
   if (backend::LaunchedByMpirun()) {
-    return FailOnRankZero(kName, Status::Invalid("run validate without mpirun: it starts "
+    return FailOnRankZero(kValidateName, Status::Invalid("run validate without mpirun: it starts "
                                                  "`mpirun -n P` for each real run itself"));
   }
   if (flags.steps && (*flags.steps < 1 || *flags.steps > 100000)) {
-    return Fail(kName, Status::Invalid("--steps must be in [1, 100000]"));
+    return Fail(kValidateName, Status::Invalid("--steps must be in [1, 100000]"));
   }
   if (flags.rounds && (*flags.rounds < 1 || *flags.rounds > 1000)) {
-    return Fail(kName, Status::Invalid("--rounds must be in [1, 1000]"));
+    return Fail(kValidateName, Status::Invalid("--rounds must be in [1, 1000]"));
   }
   if (flags.timeout_s && *flags.timeout_s < 1) {
-    return Fail(kName, Status::Invalid("--timeout must be >= 1"));
+    return Fail(kValidateName, Status::Invalid("--timeout must be >= 1"));
   }
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--costs-out", flags.costs_out},
                                    {"--plot", flags.plot_path}}) {
-    if (Status s = CheckOutputPath(flag, path); !s.ok()) return Fail(kName, s);
+    if (Status s = CheckOutputPath(flag, path); !s.ok()) return Fail(kValidateName, s);
   }
-  if (Status s = CheckPictureFormat("--plot", flags.plot_path); !s.ok()) return Fail(kName, s);
+  if (Status s = CheckPictureFormat("--plot", flags.plot_path); !s.ok()) return Fail(kValidateName, s);
   if (vm.count("mpirun")) {
-    if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kName, s);
+    if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kValidateName, s);
   }
   if (vm.count("python")) {
-    if (Status s = CheckProgram("--python", flags.python); !s.ok()) return Fail(kName, s);
+    if (Status s = CheckProgram("--python", flags.python); !s.ok()) return Fail(kValidateName, s);
   }
-  return WithInterruptForwarding(kName, [&] { return Validate(flags); });
+  return WithInterruptForwarding(kValidateName, [&] { return Validate(flags); });
 }
 
 }  // namespace stateflow::tools

@@ -7,23 +7,12 @@
 
 namespace stateflow::backend {
 
-namespace {
-
-// log(1 + e^x) without overflow (for x > 20 it equals x in float and double
-// to within rounding of log1p(e^-x)).
-template <typename T>
-T Softplus(T x) {
-  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
-}  // namespace
-
 template <typename T>
 void GdnGateForward(T* g, const T* a, const T* A_log, const T* dt_bias,
                     int64_t T_len, int64_t H) {
   for (int64_t t = 0; t < T_len; ++t) {
     for (int64_t h = 0; h < H; ++h) {
-      g[t * H + h] = -std::exp(A_log[h]) * Softplus(a[t * H + h] + dt_bias[h]);
+      g[t * H + h] = -std::exp(A_log[h]) * StableSoftplus(a[t * H + h] + dt_bias[h]);
     }
   }
 }
@@ -41,7 +30,7 @@ void GdnGateBackward(T* da, T* dA_log, T* ddt_bias, const T* dg, const T* a,
       const T d = -dg[t * H + h] * decay_rate * StableSigmoid(u);
       da[t * H + h] = d;
       sum_da += d;
-      sum_dalog += -dg[t * H + h] * decay_rate * Softplus(u);
+      sum_dalog += -dg[t * H + h] * decay_rate * StableSoftplus(u);
     }
     ddt_bias[h] += sum_da;
     dA_log[h] += sum_dalog;

@@ -8,17 +8,6 @@
 
 namespace stateflow::backend {
 
-namespace {
-
-// log(1 + e^x) without overflow (gdn_prep.cc's form: for x > 20 it equals x
-// in float and double to within rounding of log1p(e^-x)).
-template <typename T>
-T Softplus(T x) {
-  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
-}  // namespace
-
 template <typename T>
 void KdaGateForward(T* g, const T* a, const T* A_log, const T* dt_bias,
                     int64_t T_len, int64_t H, int64_t Dk) {
@@ -27,7 +16,7 @@ void KdaGateForward(T* g, const T* a, const T* A_log, const T* dt_bias,
       const T decay_rate = std::exp(A_log[h]);
       for (int64_t c = 0; c < Dk; ++c) {
         const int64_t i = (t * H + h) * Dk + c;
-        g[i] = -decay_rate * Softplus(a[i] + dt_bias[h * Dk + c]);
+        g[i] = -decay_rate * StableSoftplus(a[i] + dt_bias[h * Dk + c]);
       }
     }
   }
@@ -50,7 +39,7 @@ void KdaGateBackward(T* da, T* dA_log, T* ddt_bias, const T* dg, const T* a,
         const T d = -dg[i] * decay_rate * StableSigmoid(u);
         da[i] = d;
         sum_da[c] += d;
-        sum_dalog += -dg[i] * decay_rate * Softplus(u);
+        sum_dalog += -dg[i] * decay_rate * StableSoftplus(u);
       }
     }
     for (int64_t c = 0; c < Dk; ++c) ddt_bias[h * Dk + c] += sum_da[c];

@@ -13,11 +13,6 @@ namespace stateflow::backend {
 namespace {
 constexpr double kPi = std::numbers::pi;
 constexpr double kTwoPi = 2 * std::numbers::pi;
-
-template <typename T>
-T Softplus(T x) {
-  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
 }  // namespace
 
 template <typename T>
@@ -39,7 +34,7 @@ void Mamba3GatesForward(T* dt, T* lam, T* theta, const T* dt_bias, int64_t S,
   for (int64_t t = 0; t < S; ++t) {
     for (int64_t h = 0; h < H; ++h) {
       T& d = dt[t * H + h];
-      d = Softplus(d + dt_bias[h]);
+      d = StableSoftplus(d + dt_bias[h]);
       T& l = lam[t * H + h];
       l = StableSigmoid(l);
     }

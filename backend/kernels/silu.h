@@ -21,6 +21,14 @@ inline T StableSigmoid(T x) {
   return e / (T(1) + e);
 }
 
+// log(1 + e^x) without overflow (for x > 20 it equals x in float and double
+// to within rounding of log1p(e^-x)); the gates' softplus (GDN, KDA,
+// Mamba-3).
+template <typename T>
+inline T StableSoftplus(T x) {
+  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
 // s (n) = sigmoid(x), as StableSigmoid, with the exponentials vectorised
 // (Eigen's exp): the form the elementwise kernels use. s must not alias x.
 // Callers go over long buffers in spans of kSigmoidSpan elements kept on
