@@ -3,6 +3,7 @@
 # and the run that uses it there.
 #
 #   bash scripts/gpu-kit.sh build [BUILD_DIR [KIT_DIR]]   # here: builds, packs gpu-kit/
+#   SF_KIT_PREBUILT=1 bash scripts/gpu-kit.sh build ...   # packs, builds nothing
 #   bash gpu-kit/scripts/gpu-kit.sh run OUTDIR    # there: from the folder alone
 #   bash gpu-kit/scripts/gpu-kit.sh run --dry-run OUTDIR   # here, host-grid
 #
@@ -65,8 +66,13 @@ build() {
      [ ! -f "$build_dir/stateflow-cuda" ]; then
     echo "gpu-kit build: $build_dir has no CUDA backend (SF_CUDA found no nvcc/NCCL?)" >&2
   fi
-  cmake --build "$build_dir" -j "$(nproc)" --target stateflow-cuda sf_tests_cuda_grid_ops \
-    sf_tests_cuda_train >/dev/null || { echo "gpu-kit build: the build failed" >&2; exit 1; }
+  # SF_KIT_PREBUILT=1: pack what BUILD_DIR already holds, building nothing
+  # (the CTest, which runs after the build and beside other tests that use
+  # the same binaries).
+  if [ "${SF_KIT_PREBUILT:-0}" != 1 ]; then
+    cmake --build "$build_dir" -j "$(nproc)" --target stateflow-cuda sf_tests_cuda_grid_ops \
+      sf_tests_cuda_train >/dev/null || { echo "gpu-kit build: the build failed" >&2; exit 1; }
+  fi
   local cuda_tests=$build_dir/tests/backend/cuda
   for f in "$build_dir/stateflow-cuda" "$cuda_tests/sf_tests_cuda_grid_ops" \
            "$cuda_tests/sf_tests_cuda_train"; do

@@ -34,6 +34,7 @@
 #include "backend/device/host_exec.h"
 #include "tests/backend/gdn_test_inputs.h"
 #include "tests/backend/mamba3_test_inputs.h"
+#include "tests/sanitized.h"
 
 namespace stateflow::backend {
 namespace {
@@ -390,9 +391,12 @@ TEST(GridStreams, OverlappedEqualsSequentialInEveryOrder) {
 }
 
 // Every wait the overlapped cores issue is needed: without it some allowed
-// order reads an element before it is written.
+// order reads an element before it is written. Under a sanitizer
+// (tests/sanitized.h), the two shorter cases: several blocks with a partial
+// last one, and one block (the ST ignores the tile, so the first case's
+// waits are the second's, more of them).
 TEST(GridStreams, EveryDroppedWaitIsCaught) {
-  for (const Case& k : kCases) {
+  for (const Case& k : stateflow::testing::SanitizedOr(kCases, {kCases[1], kCases[2]})) {
     for (bool backward : {false, true}) {
       const CoreCall c = MakeCall(k.s, k.block, k.tile, backward, 32);
       const std::string what = k.Name() + (backward ? " backward" : " forward");
