@@ -39,21 +39,16 @@ constexpr std::array<std::string_view, kNumCalibParams> kParamNames = {
     "device.action_overhead_s",
 };
 
-// Each parameter's range (the fit clamps its steps into it): the knee
-// between 0.01 and 2^40 tokens (below 0.01 the curve is flat at every chunk
-// a run can have), the rest the limits of models/limits.h or wider.
-constexpr std::array<std::pair<double, double>, kNumCalibParams> kParamRanges = {{
-    {1e-6, 1e6}, {1e-2, 1.1e12}, {1, 1e30}, {1, 1e30}, {1e-12, 3600},
-    {1, 1e30}, {1e-12, 3600}, {1, 1e30}, {1e-12, 3600}, {1e-3, 1e3}, {1e-3, 1e3},
-    {1e-9, 1},  // the action overhead: DeviceSpec's limit of 1 s
-}};
-
 constexpr int kCurvePoints = 31;     // 2^0 .. 2^30 tokens
 // A direction of the log-Jacobian whose singular value is below this share
 // of the largest is one the runs do not determine (its parameter is held).
 constexpr double kMinRelativeSingular = 1e-3;
 // Leave-one-out refits the runs this many times at most (one per fitted run).
 constexpr std::size_t kMaxLooRuns = 50;
+// A parameter on a bound is implausible when the runs pull it past the bound
+// by more than this many standard errors (a Gauss-Newton step from the fit,
+// bounds ignored); within it, the runs barely see it.
+constexpr double kBoundSignificance = 2;
 // Residuals all of one sign beyond this relative error make a fit implausible.
 constexpr double kOneSignThreshold = 0.02;
 constexpr double kMinLatencyS = 1e-9;
@@ -65,6 +60,35 @@ std::string Fmt(const char* format, double value) {
   std::snprintf(buf, sizeof(buf), format, value);
   return buf;
 }
+
+using CalibRanges = std::array<std::pair<double, double>, kNumCalibParams>;
+
+// Each parameter's physical range (the fit clamps its steps into it), from
+// the starting cluster's values taken as the datasheet's figures; the
+// sources are in docs/cost-model.md, "Calibration", and sim/calibrate.h.
+CalibRanges PhysicalRanges(const CalibValues& start) {
+  CalibRanges r{};
+  auto at = [&r](CalibParam p) -> std::pair<double, double>& { return r[Index(p)]; };
+  at(CalibParam::kEfficiencyPeak) = {kMinEfficiency, 1.0};
+  // Below 0.01 tokens the curve is flat at every chunk a run can have.
+  at(CalibParam::kEfficiencyKnee) = {1e-2, 0x1p40};
+  const double memory = start[Index(CalibParam::kMemoryBandwidth)];
+  at(CalibParam::kMemoryBandwidth) = {memory / kMemoryFloorFactor,
+                                      memory * kBandwidthCeilingFactor};
+  for (CalibParam bw : {CalibParam::kPipelineBandwidth, CalibParam::kIntraBandwidth,
+                        CalibParam::kInterBandwidth}) {
+    at(bw) = {start[Index(bw)] / kLinkFloorFactor, start[Index(bw)] * kBandwidthCeilingFactor};
+  }
+  for (CalibParam lat : {CalibParam::kPipelineLatency, CalibParam::kIntraLatency,
+                         CalibParam::kInterLatency}) {
+    at(lat) = {kMinLinkLatencyS, kMaxLinkLatencyS};
+  }
+  at(CalibParam::kKernelComputeScale) = {kMinKernelScale, kMaxKernelScale};
+  at(CalibParam::kKernelAllReduceScale) = {kMinKernelScale, kMaxKernelScale};
+  at(CalibParam::kActionOverhead) = {1e-9, kMaxActionOverheadS};
+  return r;
+}
+
 
 // ------------------------------------------------------------------ CSV ----
 
@@ -222,11 +246,13 @@ class LogFit {
   // `prior_weight` w > 0 adds a ridge toward `prior` (the starting cluster)
   // in log space: rows sqrt(w) (log p_k - log prior_k), one per free
   // parameter.
+  // Each free parameter's steps stay inside `ranges` (PhysicalRanges).
   LogFit(const std::vector<CalibrationRun>& runs, std::vector<int> fitted_runs,
-         pb::ClusterSpec base, CalibValues start, std::vector<int> free,
+         pb::ClusterSpec base, CalibValues start, std::vector<int> free, CalibRanges ranges,
          double prior_weight = 0, CalibValues prior = {})
       : runs_(runs), fitted_runs_(std::move(fitted_runs)), base_(std::move(base)),
-        values_(start), free_(std::move(free)), prior_weight_(prior_weight), prior_(prior) {}
+        values_(start), free_(std::move(free)), ranges_(ranges), prior_weight_(prior_weight),
+        prior_(prior) {}
 
   // log(predicted / measured) of the fitted runs at log-parameters x (and
   // the prior's rows); an error when the cluster they make is invalid or a
@@ -275,16 +301,26 @@ class LogFit {
   // x with every coordinate clamped into its parameter's range (log).
   Eigen::VectorXd Clamp(Eigen::VectorXd x) const {
     for (std::size_t k = 0; k < free_.size(); ++k) {
-      const auto [lo, hi] = kParamRanges[free_[k]];
+      const auto [lo, hi] = ranges_[free_[k]];
       x[k] = std::clamp(x[k], std::log(lo), std::log(hi));
     }
     return x;
   }
+  // Whether free coordinate k sits on a bound of its range that the
+  // descent direction -g[k] points beyond: it stays there this step.
+  bool PinnedAtBound(const Eigen::VectorXd& x, const Eigen::VectorXd& g, int k) const {
+    const auto [lo, hi] = ranges_[free_[static_cast<std::size_t>(k)]];
+    return (x[k] >= std::log(hi) - 1e-12 && g[k] < 0) ||
+           (x[k] <= std::log(lo) + 1e-12 && g[k] > 0);
+  }
+  // The starting values, in range.
   Eigen::VectorXd Start() const {
     Eigen::VectorXd x(free_.size());
     for (std::size_t k = 0; k < free_.size(); ++k) x[k] = std::log(values_[free_[k]]);
-    return x;
+    return Clamp(std::move(x));
   }
+  // Rows of the fitted runs (the prior's rows come after them).
+  std::size_t RunRows() const { return fitted_runs_.size(); }
 
  private:
   std::vector<CalibrationRun> Subset() const {
@@ -298,6 +334,7 @@ class LogFit {
   pb::ClusterSpec base_;
   CalibValues values_;
   std::vector<int> free_;
+  CalibRanges ranges_;
   double prior_weight_ = 0;
   CalibValues prior_{};
 };
@@ -339,13 +376,26 @@ Result<LmResult> LevenbergMarquardt(const LogFit& fit, int max_iterations) {
     SF_ASSIGN_OR_RETURN(Eigen::MatrixXd j, fit.Jacobian(out.x, 1e-5));
     const Eigen::MatrixXd a = j.transpose() * j;
     const Eigen::VectorXd g = j.transpose() * r;
+    // The active set: a coordinate on a bound that the descent pushes
+    // beyond is held there for this step (its row and column left out), so
+    // the others take a full step instead of one bent by the clamp.
+    std::vector<bool> pinned(static_cast<std::size_t>(a.rows()), false);
+    for (int k = 0; k < a.rows(); ++k) pinned[k] = fit.PinnedAtBound(out.x, g, k);
     bool accepted = false;
     double step = 0;
     bool small_fall = false;
     while (lambda < 1e12) {
       Eigen::MatrixXd damped = a;
+      Eigen::VectorXd rhs = -g;
       for (int k = 0; k < a.rows(); ++k) damped(k, k) += lambda * std::max(a(k, k), 1e-12);
-      Eigen::VectorXd delta = damped.ldlt().solve(-g);
+      for (int k = 0; k < a.rows(); ++k) {
+        if (!pinned[k]) continue;
+        damped.row(k).setZero();
+        damped.col(k).setZero();
+        damped(k, k) = 1;
+        rhs[k] = 0;
+      }
+      Eigen::VectorXd delta = damped.ldlt().solve(rhs);
       const double longest = delta.cwiseAbs().maxCoeff();
       if (longest > kLmMaxLogStep) delta *= kLmMaxLogStep / longest;
       const Eigen::VectorXd trial = fit.Clamp(out.x + delta);
@@ -747,7 +797,8 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
   // Sensitivities at the start, of every parameter, to choose the free ones.
   std::vector<int> all(kNumCalibParams);
   for (int k = 0; k < kNumCalibParams; ++k) all[k] = k;
-  const LogFit probe(runs, fitted_runs, base, start, all);
+  const CalibRanges ranges = PhysicalRanges(start);
+  const LogFit probe(runs, fitted_runs, base, start, all, ranges);
   SF_ASSIGN_OR_RETURN(Eigen::MatrixXd sens, probe.Jacobian(probe.Start(), 1e-4));
 
   Calibration out;
@@ -836,7 +887,7 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
   // The prior's centre: the starting cluster, except a seeded term (none).
   CalibValues prior = start;
   if (seeded) prior[action_overhead] = 0;
-  const LogFit fit(runs, fitted_runs, base, start, free, options.prior_weight, prior);
+  const LogFit fit(runs, fitted_runs, base, start, free, ranges, options.prior_weight, prior);
   Eigen::VectorXd x = fit.Start();
   if (!free.empty()) {
     SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(fit, options.max_iterations));
@@ -853,14 +904,70 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     report.add_notes("no parameter is constrained by the runs: the cluster is unchanged");
   }
   const CalibValues fitted = fit.ValuesAt(x);
-  for (int k : free) {
-    const auto [lo, hi] = kParamRanges[k];
+  // Uncertainty: one standard error of each fitted log-parameter, from the
+  // Gauss-Newton covariance s^2 (J^T J)^-1 at the fit (J: the runs' rows and
+  // the prior's; s^2: the runs' squared log errors summed over n - k degrees
+  // of freedom). It reads the runs' errors as independent noise and the model
+  // as right: a missing term shows in the residuals and the notes, not here.
+  // With it, the Gauss-Newton step the runs ask for from the fit, bounds
+  // ignored: how far past a bound they pull a parameter that ended on one.
+  const std::size_t n_fit = fitted_runs.size(), n_free = free.size();
+  Eigen::VectorXd std_error, wanted;
+  if (n_free > 0 && n_fit > n_free) {
+    SF_ASSIGN_OR_RETURN(Eigen::MatrixXd j, fit.Jacobian(x, 1e-5));
+    SF_ASSIGN_OR_RETURN(Eigen::VectorXd r, fit.Residuals(x));
+    const double s2 = r.head(static_cast<Eigen::Index>(n_fit)).squaredNorm() /
+                      static_cast<double>(n_fit - n_free);
+    const Eigen::MatrixXd inverse =
+        Eigen::CompleteOrthogonalDecomposition<Eigen::MatrixXd>(j.transpose() * j).pseudoInverse();
+    std_error = (s2 * inverse.diagonal()).cwiseMax(0).cwiseSqrt();
+    wanted = -inverse * (j.transpose() * r);
+  }
+  // A parameter on a bound of its physical range: implausible when the runs
+  // pull it past the bound by more than kBoundSignificance standard errors
+  // (or when there is no standard error); else the runs barely see it and
+  // it rests on the bound within their noise.
+  std::vector<bool> at_bound(n_free, false);
+  for (std::size_t f = 0; f < n_free; ++f) {
+    const int k = free[f];
+    const auto [lo, hi] = ranges[k];
     const double v = fitted[k];
-    if (std::abs(std::log(v / lo)) < 1e-6 || std::abs(std::log(v / hi)) < 1e-6) {
-      report.add_notes("implausible: " + std::string(kParamNames[k]) + " ended at its bound " +
-                       Fmt("%.3g", v) + " (range " + Fmt("%.3g", lo) + " to " + Fmt("%.3g", hi) +
-                       "): the runs pull it past what the model allows");
+    if (std::abs(std::log(v / lo)) >= 1e-6 && std::abs(std::log(v / hi)) >= 1e-6) continue;
+    at_bound[f] = true;
+    const std::string where = std::string(kParamNames[k]) + " ended at its bound " +
+                              Fmt("%.3g", v) + " (physical range " + Fmt("%.3g", lo) + " to " +
+                              Fmt("%.3g", hi) + ")";
+    const auto e = static_cast<Eigen::Index>(f);
+    if (std_error.size() > 0 && std::isfinite(std_error[e]) && std::isfinite(wanted[e]) &&
+        std::abs(wanted[e]) <= kBoundSignificance * std_error[e]) {
+      report.add_notes(where + ", within " + Fmt("%g", kBoundSignificance) +
+                       " standard errors of where the runs put it (" +
+                       Fmt("%.3g", std::exp(std::log(v) + wanted[e])) + " +/-" +
+                       Fmt("%.0f", 100 * std::expm1(std_error[e])) +
+                       "%): the runs barely see it");
+    } else {
+      report.add_notes("implausible: " + where + ": the runs pull it past what the hardware "
+                       "allows");
     }
+  }
+  // No standard error for a parameter on its bound (the linearisation does
+  // not hold there).
+  if (std_error.size() > 0) {
+    for (std::size_t f = 0; f < n_free; ++f) {
+      const double se = std_error[static_cast<Eigen::Index>(f)];
+      if (!at_bound[f] && std::isfinite(se)) {
+        report.mutable_parameters(free[f])->set_log_std_error(se);
+      }
+    }
+    report.add_notes("uncertainty: one standard error per fitted parameter (the +/- column: "
+                     "x/ e^se), from the fit's Jacobian and its residuals over " +
+                     std::to_string(n_fit - n_free) +
+                     " degrees of freedom; it reads the runs' errors as noise and the model "
+                     "as right");
+  } else if (n_free > 0) {
+    report.add_notes("uncertainty: not estimated: " + std::to_string(n_fit) +
+                     " fitted runs for " + std::to_string(n_free) +
+                     " free parameters (it needs more runs than parameters)");
   }
   for (int k = 0; k < kNumCalibParams; ++k) report.mutable_parameters(k)->set_fitted(fitted[k]);
   out.cluster = WithCalibValues(base, fitted);
@@ -939,7 +1046,7 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     for (std::size_t i = 0; i < fitted_runs.size(); ++i) {
       std::vector<int> others = fitted_runs;
       others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
-      const LogFit sub(runs, others, base, fitted, free, options.prior_weight, prior);
+      const LogFit sub(runs, others, base, fitted, free, ranges, options.prior_weight, prior);
       SF_ASSIGN_OR_RETURN(LmResult lm, LevenbergMarquardt(sub, options.max_iterations));
       const int run = fitted_runs[i];
       SF_ASSIGN_OR_RETURN(Prediction p, PredictAll({runs[run]}, sub.ClusterAt(lm.x)));

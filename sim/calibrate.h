@@ -69,6 +69,41 @@ inline constexpr int kNumCalibParams = 12;
 inline constexpr double kActionOverheadSeedShare = 0.01;
 using CalibValues = std::array<double, kNumCalibParams>;
 
+// The free parameters' physical ranges: the fit stays inside them, and a
+// parameter that ends on a bound is reported implausible (the runs pull it
+// past what the hardware allows, so a term is missing or wrong). Bandwidths
+// are ranged around the starting cluster's figure, read as the datasheet's;
+// the rest are absolute. Sources: docs/cost-model.md, "Calibration".
+//   efficiency.peak         [kMinEfficiency, 1]: no kernel runs above the
+//                           device's peak FLOP/s.
+//   efficiency.knee_tokens  [0.01, 2^40] tokens (the form's own limits).
+//   memory bandwidth        [start / kMemoryFloorFactor, start x kBandwidthCeilingFactor]
+//   link bandwidths         [start / kLinkFloorFactor, start x kBandwidthCeilingFactor]
+//   link latencies          [kMinLinkLatencyS, kMaxLinkLatencyS]
+//   kernel-cost scales      [kMinKernelScale, kMaxKernelScale]
+//   action overhead         [1e-9 s (none), kMaxActionOverheadS]
+inline constexpr double kMinEfficiency = 0.01;
+// Achieved bandwidth is at most the datasheet's (a copy on the H200 reached
+// 87.5 % of its 4.8 TB/s, scenarios/measured/h200-2026-11-28; nccl-tests'
+// bus bandwidth on NVLink stays below the link's figure); 25 % above it
+// admits a preset that states an achieved rather than a datasheet figure.
+inline constexpr double kBandwidthCeilingFactor = 1.25;
+inline constexpr double kMemoryFloorFactor = 10;
+// A link's bandwidth down to 1/20 of its figure: host-staged transfers and
+// PCIe without peer-to-peer stay above that.
+inline constexpr double kLinkFloorFactor = 20;
+// A message's fixed cost: from 0.1 us (below any NIC or NVLink round trip)
+// to 10 ms (beyond that it is a framework's cost per action, not a link's).
+inline constexpr double kMinLinkLatencyS = 1e-7;
+inline constexpr double kMaxLinkLatencyS = 1e-2;
+// The kernel-cost tables are rates measured on the device kind: a framework
+// runs the same kernels at no more than 1.5x and no less than 0.1x of them.
+inline constexpr double kMinKernelScale = 0.1;
+inline constexpr double kMaxKernelScale = 1.5;
+// A framework's fixed time per F or B action (launches, dispatch): above
+// 0.1 s it would be a step's worth of the runs this project models.
+inline constexpr double kMaxActionOverheadS = 0.1;
+
 std::string_view CalibParamName(CalibParam p);
 // Comma-separated names ("efficiency.peak,pipeline_link.latency_s"); the
 // error names the unknown one and lists the known.

@@ -23,9 +23,9 @@
 namespace stateflow::tools {
 namespace {
 
-constexpr char kName[] = "calibrate";
+constexpr char kCalibrateName[] = "calibrate";
 
-constexpr char kExamples[] = R"(The runs CSV: a header line, then one line per measured run ('#' lines are
+constexpr char kCalibrateExamples[] = R"(The runs CSV: a header line, then one line per measured run ('#' lines are
 comments). Columns, any order, empty cell = the scenario's value:
   name                     a label for the table
   policy P M N T alpha B tp dp recompute system
@@ -77,15 +77,24 @@ std::string Aligned(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+// A parameter's standard error as a relative one, "+/-2.30%" (the fit's
+// value times or divided by e^se, written as e^se - 1), or "-" when none.
+std::string StdErrorText(const pb::CalibrationParameter& p) {
+  if (!p.has_log_std_error()) return "-";
+  return "+/-" + Fmt("%.2f%%", 100 * std::expm1(p.log_std_error()));
+}
+
 std::string FormatReport(const pb::CalibrationReport& r) {
   std::string out = "calibrate: " + std::to_string(r.runs_size()) + " runs of " + r.runs_path() +
                     ", model " + r.model() + ", starting from cluster " + r.cluster() + "\n\n";
   std::vector<std::vector<std::string>> params = {
-      {"parameter", "initial", "fitted", "change", "max |dlog t/dlog p|", "at line", "status"}};
+      {"parameter", "initial", "fitted", "change", "+/- (1 s.e.)", "max |dlog t/dlog p|",
+       "at line", "status"}};
   for (const pb::CalibrationParameter& p : r.parameters()) {
     params.push_back({p.name(), Fmt("%.4g", p.initial()), Fmt("%.4g", p.fitted()),
-                      Percent(p.fitted() / p.initial() - 1), Fmt("%.3g", p.max_sensitivity()),
-                      std::to_string(p.most_sensitive_line()), p.status()});
+                      Percent(p.fitted() / p.initial() - 1), StdErrorText(p),
+                      Fmt("%.3g", p.max_sensitivity()), std::to_string(p.most_sensitive_line()),
+                      p.status()});
   }
   out += "parameters:\n" + Aligned(params) + "\n";
   std::vector<std::vector<std::string>> runs = {
@@ -177,23 +186,23 @@ int CalibrateCommand(int argc, char** argv) {
       ("json", "print the CalibrationReport as JSON on stdout instead of the tables");
   AddScenarioOptions(&desc, &flags);
   po::variables_map vm;
-  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kName, s);
+  if (Status s = ParseOptions(argc, argv, desc, &vm); !s.ok()) return Fail(kCalibrateName, s);
   if (vm.count("help")) {
-    std::cout << desc << "\n" << kExamples;
+    std::cout << desc << "\n" << kCalibrateExamples;
     return kExitOk;
   }
   // Before the fit (issue 31): a preset path that cannot be written is
   // refused before any work.
-  if (Status s = CheckOutputPath("--out", out_path); !s.ok()) return Fail(kName, s);
+  if (Status s = CheckOutputPath("--out", out_path); !s.ok()) return Fail(kCalibrateName, s);
   if (!std::isfinite(prior_weight) || prior_weight < 0) {
-    return Fail(kName, Status::Invalid("--prior-weight must be finite and >= 0"));
+    return Fail(kCalibrateName, Status::Invalid("--prior-weight must be finite and >= 0"));
   }
   if (max_iterations < 1 || max_iterations > 100000) {
-    return Fail(kName, Status::Invalid("--max-iterations must be in [1, 100000]"));
+    return Fail(kCalibrateName, Status::Invalid("--max-iterations must be in [1, 100000]"));
   }
   Result<pb::CalibrationReport> report = Run(flags, runs_path, fit_list, out_path, dtype,
                                              prior_weight, static_cast<int>(max_iterations));
-  if (!report.ok()) return Fail(kName, report.status());
+  if (!report.ok()) return Fail(kCalibrateName, report.status());
   std::cout << (vm.count("json") ? MessageToJson(*report) : FormatReport(*report));
   return kExitOk;
 }

@@ -2,6 +2,7 @@
 #include "tools/calibrate_run.h"
 
 #include <cstdio>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -91,11 +92,17 @@ Result<CalibrateResult> CalibrateRunsCsv(const scenario::ResolvedScenario& scena
           " before, " + Fmt("%.4f", report.rms_log_error()) + " after."};
   for (const pb::CalibrationParameter& p : report.parameters()) {
     header.push_back(p.name() + ": " + Fmt("%.6g", p.initial()) + " -> " +
-                     Fmt("%.6g", p.fitted()) + " (" + p.status() + ")");
+                     Fmt("%.6g", p.fitted()) + " (" + p.status() +
+                     (p.has_log_std_error()
+                          ? ", +/-" + Fmt("%.2f", 100 * std::expm1(p.log_std_error())) +
+                                "% at one standard error"
+                          : std::string()) +
+                     ")");
   }
   // How the fit ended and whether it is plausible travel with the preset.
   for (const std::string& note : report.notes()) {
-    if (note.rfind("fit: ", 0) == 0 || note.rfind("implausible: ", 0) == 0) {
+    if (note.rfind("fit: ", 0) == 0 || note.rfind("implausible: ", 0) == 0 ||
+        note.rfind("uncertainty: ", 0) == 0) {
       header.push_back(note);
     }
   }

@@ -97,6 +97,9 @@ TEST(KernelCosts, AllReduceInterpolatesBusBandwidthInBytes) {
 CostModel Tiny(const pb::KernelCosts* costs, int tp = 1) {
   pb::ClusterSpec cluster = *ClusterPreset("cpu");
   cluster.mutable_device()->clear_efficiency();  // efficiency 1: the fallback is peak
+  // The figures below are written for a 10 GFLOP/s peak (the CPU preset's
+  // rate, which it now states as 0.04 of a 250 GFLOP/s bound).
+  cluster.mutable_device()->set_peak_flops(10e9);
   if (costs != nullptr) *cluster.mutable_kernel_costs() = *costs;
   CostModelOptions o;
   o.tensor_size = tp;
