@@ -89,7 +89,6 @@ CalibRanges PhysicalRanges(const CalibValues& start) {
   return r;
 }
 
-
 // ------------------------------------------------------------------ CSV ----
 
 enum class Column {
@@ -319,8 +318,6 @@ class LogFit {
     for (std::size_t k = 0; k < free_.size(); ++k) x[k] = std::log(values_[free_[k]]);
     return Clamp(std::move(x));
   }
-  // Rows of the fitted runs (the prior's rows come after them).
-  std::size_t RunRows() const { return fitted_runs_.size(); }
 
  private:
   std::vector<CalibrationRun> Subset() const {
