@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 
 #include "models/family.h"
@@ -116,6 +117,52 @@ std::string_view SystemName(System system) {
   return "stateflow";
 }
 
+Status FrameworkSettingsFor(System system, const pb::FrameworkSpec& spec,
+                            CostModelOptions* options) {
+  options->vocab_divisible_by = 1;
+  options->hidden_dropout = 0;
+  options->attention_mask = false;
+  // Checked whatever the system, so that a bad value never passes unseen.
+  if (spec.has_vocab_divisible_by()) {
+    SF_RETURN_IF_ERROR(
+        CheckRange("framework.vocab_divisible_by", spec.vocab_divisible_by(), kVocabDivisibleBy));
+  }
+  if (spec.has_hidden_dropout() && !(spec.hidden_dropout() >= 0 && spec.hidden_dropout() < 1)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", spec.hidden_dropout());
+    return Status::Invalid(std::string("framework.hidden_dropout must be in [0, 1), got ") + got);
+  }
+  if (system == System::kStateFlow) return Status::Ok();
+  // Megatron-Core r0.12, megatron/training/arguments.py:
+  // --make-vocab-size-divisible-by 128, --hidden-dropout 0.1, and
+  // --no-create-attention-mask-in-dataloader (store_false: the mask is made
+  // unless it is given). ms-swift 3.6 (swift/megatron/argument/megatron_args.py):
+  // hidden_dropout 0, no_create_attention_mask_in_dataloader True, and the
+  // model's vocab_size unpadded.
+  const bool megatron = system == System::kMegatronCore;
+  options->vocab_divisible_by =
+      spec.has_vocab_divisible_by() ? static_cast<int>(spec.vocab_divisible_by()) : megatron ? 128 : 1;
+  options->hidden_dropout = spec.has_hidden_dropout() ? spec.hidden_dropout() : megatron ? 0.1 : 0;
+  options->attention_mask = spec.has_attention_mask() ? spec.attention_mask() : megatron;
+  return Status::Ok();
+}
+
+std::string FrameworkSettingsText(const CostModel& cm) {
+  const CostModelOptions& o = cm.options();
+  if (o.system == System::kStateFlow) return "";
+  std::string text = "vocabulary " + std::to_string(cm.model().vocab_size());
+  if (o.vocab_divisible_by > 1) text += " (" + std::to_string(o.vocab_divisible_by) + " x TP)";
+  if (o.hidden_dropout > 0) {
+    char p[32];
+    std::snprintf(p, sizeof p, "%g", o.hidden_dropout);
+    text += std::string(", hidden dropout ") + p;
+  } else {
+    text += ", no dropout";
+  }
+  text += o.attention_mask ? ", attention mask" : ", no attention mask";
+  return text;
+}
+
 Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
                                   const pb::PrecisionSpec& precision,
                                   const pb::ClusterSpec& cluster,
@@ -134,6 +181,14 @@ Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
   SF_RETURN_IF_ERROR(ValidateCluster(cluster));
   CostModel cm;
   cm.model_ = model;
+  if (options.vocab_divisible_by < 1) {
+    return Status::Invalid("framework.vocab_divisible_by must be >= 1");
+  }
+  if (options.vocab_divisible_by > 1) {  // Megatron's _vocab_size_with_padding
+    const std::uint64_t multiple =
+        static_cast<std::uint64_t>(options.vocab_divisible_by) * options.tensor_size;
+    cm.model_.set_vocab_size((model.vocab_size() + multiple - 1) / multiple * multiple);
+  }
   cm.precision_ = std::move(filled);
   cm.cluster_ = cluster;
   cm.rates_ = KernelRates(cluster.kernel_costs());
@@ -674,11 +729,29 @@ double CostModel::OptimizerBytes(int l) const {
 }
 
 double CostModel::StoredActivationBytes(int l, std::int64_t s) const {
-  if (layers_[l] == LayerKind::kEmbedding) return 0;
+  if (layers_[l] == LayerKind::kEmbedding) return Tokens(s) * DropoutMaskBytesPerToken(l);
   if (Recomputed(l)) {  // only the layer's input
     return Tokens(s) * model_.hidden_size() * precision_.activation_bytes();
   }
-  return Tokens(s) * Table(l).stored_per_token;
+  return Tokens(s) * (Table(l).stored_per_token + DropoutMaskBytesPerToken(l));
+}
+
+double CostModel::DropoutMaskBytesPerToken(int l) const {
+  if (options_.hidden_dropout <= 0) return 0;
+  const double h = static_cast<double>(model_.hidden_size());
+  switch (layers_[l]) {
+    case LayerKind::kEmbedding: return h;
+    case LayerKind::kHead: return 0;
+    case LayerKind::kRecurrence:
+    case LayerKind::kAttention: return 2 * h;
+  }
+  return 0;
+}
+
+double CostModel::AttentionMaskBytes(std::int64_t seq_len) const {
+  if (!options_.attention_mask) return 0;
+  return static_cast<double>(options_.microbatch_size) *
+         static_cast<double>(LocalTokens(seq_len)) * static_cast<double>(seq_len);
 }
 
 double CostModel::BoundaryStateBytes(int l) const {
@@ -727,18 +800,27 @@ TensorBytes SizesOf(double tokens, std::int64_t s, double act, const CostModelOp
 MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
   const TensorBytes b = SizesOf(Tokens(s), s, precision_.activation_bytes(),
                                 options_);
+  // The framework's dropout masks: saved by the forward, or (recompute)
+  // made again by the backward's replay.
+  const double masks = Tokens(s) * DropoutMaskBytesPerToken(l);
   switch (layers_[l]) {
     case LayerKind::kEmbedding: {
       MemorySegment seg;  // the gathered rows
       seg.Add(BufferClass::kWorkspace, BoundaryActivationBytes(s));
+      if (masks > 0) seg.Add(BufferClass::kActivations, masks);  // never recomputed
       return seg;
     }
     case LayerKind::kHead:
       return FullLogitsLoss(options_.system) ? HeadFullLogitsForwardMemory(model_, b)
                                              : HeadForwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      return RecurrenceLayerForwardMemory(model_, b, Recomputed(l));
-    case LayerKind::kAttention: return AttentionLayerForwardMemory(model_, b, Recomputed(l));
+    case LayerKind::kAttention: {
+      MemorySegment seg = layers_[l] == LayerKind::kRecurrence
+                              ? RecurrenceLayerForwardMemory(model_, b, Recomputed(l))
+                              : AttentionLayerForwardMemory(model_, b, Recomputed(l));
+      if (masks > 0 && !Recomputed(l)) seg.Add(BufferClass::kActivations, masks);
+      return seg;
+    }
   }
   return {};
 }
@@ -746,14 +828,28 @@ MemorySegment CostModel::ForwardMemory(int l, std::int64_t s) const {
 MemorySegment CostModel::BackwardMemory(int l, std::int64_t s) const {
   const TensorBytes b = SizesOf(Tokens(s), s, precision_.activation_bytes(),
                                 options_);
+  const double masks = Tokens(s) * DropoutMaskBytesPerToken(l);
   switch (layers_[l]) {
-    case LayerKind::kEmbedding: return {};  // a scatter-add into its gradient
+    case LayerKind::kEmbedding: {  // a scatter-add into its gradient
+      MemorySegment seg;
+      if (masks > 0) seg.Add(BufferClass::kActivations, -masks);
+      return seg;
+    }
     case LayerKind::kHead:
       return FullLogitsLoss(options_.system) ? HeadFullLogitsBackwardMemory(model_, b)
                                              : HeadBackwardMemory(model_, b);
     case LayerKind::kRecurrence:
-      return RecurrenceLayerBackwardMemory(model_, b, Recomputed(l));
-    case LayerKind::kAttention: return AttentionLayerBackwardMemory(model_, b, Recomputed(l));
+    case LayerKind::kAttention: {
+      MemorySegment layer = layers_[l] == LayerKind::kRecurrence
+                                ? RecurrenceLayerBackwardMemory(model_, b, Recomputed(l))
+                                : AttentionLayerBackwardMemory(model_, b, Recomputed(l));
+      if (masks <= 0) return layer;
+      MemorySegment seg;
+      if (Recomputed(l)) seg.Add(BufferClass::kActivations, masks);  // the replay's
+      seg.Append(layer);
+      seg.Add(BufferClass::kActivations, -masks);
+      return seg;
+    }
   }
   return {};
 }

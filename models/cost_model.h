@@ -58,6 +58,24 @@ inline bool FullLogitsLoss(System system) { return system != System::kStateFlow;
 // their cost (StateFlow's runtime: models::AssignStages).
 inline bool FrameworkLayerSplit(System system) { return system != System::kStateFlow; }
 
+// The framework settings of `system` from `spec` (Scenario.framework): each
+// unset field takes the system's default (Megatron-Core: vocabulary padded to
+// a multiple of 128 * TP, hidden dropout 0.1, the data loader's attention
+// mask; ms-swift: none of them); under kStateFlow all are off whatever
+// `spec` says. Writes vocab_divisible_by, hidden_dropout and attention_mask
+// of `options`. Error (one line naming the field): vocab_divisible_by
+// outside [1, 4096], hidden_dropout outside [0, 1).
+struct CostModelOptions;
+Status FrameworkSettingsFor(System system, const pb::FrameworkSpec& spec,
+                            CostModelOptions* options);
+
+// What FrameworkSettingsFor decided, in words, for `cm`'s model (its padded
+// vocabulary): "vocabulary 50688 (128 x TP), hidden dropout 0.1, attention
+// mask", "vocabulary 50304, no dropout, no attention mask"; "" under
+// kStateFlow.
+class CostModel;
+std::string FrameworkSettingsText(const CostModel& cm);
+
 // StateFlow's sliced loss: the head computes logits and the cross-entropy over
 // vocabulary slices of this many columns, so only one (t, slice) block of
 // logits exists at a time, within one forward or backward (the backend's
@@ -119,6 +137,18 @@ struct CostModelOptions {
   int microbatch_size = 1;
   Recompute recompute = Recompute::kNone;
   System system = System::kStateFlow;
+  // The framework's settings (Scenario.framework, FrameworkSettingsFor;
+  // docs/cost-model.md, "Systems"); their values under kStateFlow are these
+  // defaults, which change nothing.
+  //   vocab_divisible_by  the vocabulary padded to a multiple of this * TP
+  //                       (CostModel::Make pads model().vocab_size());
+  //   hidden_dropout      > 0: the dropout masks (DropoutMaskBytesPerToken);
+  //   attention_mask      the data loader's bool [B, 1, T, T] mask on the
+  //                       stages holding the embedding or the head
+  //                       (AttentionMaskBytes).
+  int vocab_divisible_by = 1;
+  double hidden_dropout = 0;
+  bool attention_mask = false;
   // The recurrence core's state transition (docs/cost-model.md, section 2,
   // "State transition"): B_V, the tile of the value dimension, and
   // split-and-overlap.
@@ -392,6 +422,17 @@ class CostModel {
   double LogitsBytes(int l, std::int64_t s) const;
   // Bytes of the activation (or its gradient) sent between stages for s tokens.
   double BoundaryActivationBytes(std::int64_t s) const;
+  // The framework's dropout masks of layer l per token (options().hidden_dropout
+  // > 0; else 0): one byte per element of each [t, h] dropout, as
+  // torch.nn.functional.dropout saves its mask. The embedding's dropout (h),
+  // kept from its forward to its backward; a block's two bias-dropout-adds
+  // (2 h), stored with its activations, or within its backward's replay under
+  // recompute; the head: none.
+  double DropoutMaskBytesPerToken(int l) const;
+  // The data loader's causal mask of one microbatch (options().attention_mask;
+  // else 0): bool [B, 1, T / CP, T], on a stage holding the embedding or the
+  // head (memory_model.h says when it lives).
+  double AttentionMaskBytes(std::int64_t seq_len) const;
 
   // ---- memory events of one pass of one layer (memory_segment.h) ----
   // Layer l's forward over a chunk of s tokens, in the order the backend

@@ -71,6 +71,8 @@ inline constexpr IntRange kGranularity{1, 1 << 20};
 // parallel.grad_bucket_size (parameters; 0 in the scenario: Megatron's default).
 inline constexpr IntRange kGradBucketSize{1, std::int64_t{1} << 50};
 inline constexpr RealRange kAlpha{0.0, 100.0};
+// framework.vocab_divisible_by (Megatron's --make-vocab-size-divisible-by).
+inline constexpr IntRange kVocabDivisibleBy{1, 4096};
 inline constexpr IntRange kSeqLen{1, std::int64_t{1} << 40};
 // Global batch = M * microbatch_size * data_size (sequences per step).
 inline constexpr IntRange kGlobalBatch{1, INT32_MAX};

@@ -64,6 +64,13 @@ MemorySegment ForwardAction(const CostModel& cm, const StageLayers& layers,
   const double seq_len = static_cast<double>(shape.seq_len);
   const bool first = layers.first == 0, last = layers.last == cm.num_layers();
   MemorySegment seg;
+  // The framework's attention mask (a stage with the embedding or the
+  // head): under recompute the checkpoints save it, from the microbatch's
+  // first forward to its first chunk's backward; else it lives in each
+  // forward (the attention kernels, causal, do not keep it).
+  const double mask = first || last ? cm.AttentionMaskBytes(shape.seq_len) : 0;
+  const bool mask_kept = cm.options().recompute == Recompute::kFull;
+  if (mask > 0 && (shape.first || !mask_kept)) seg.Add(mask_kept ? kAct : kWs, mask);
   if (!first) seg.Add(kWs, io);  // the activation received from stage r-1
   for (int l = layers.first; l < layers.last && shape.first; ++l) {
     if (cm.layers()[l] == LayerKind::kRecurrence) seg.Add(kStates, cm.BoundaryStateBytes(l));
@@ -83,6 +90,7 @@ MemorySegment ForwardAction(const CostModel& cm, const StageLayers& layers,
   if (last && holds_input) seg.Add(kWs, -io);  // the head's input
   if (!first) seg.Add(kWs, -io);               // the received activation
   if (!last) seg.Add(kWs, -io);                // the output, handed to the transport
+  if (mask > 0 && !mask_kept) seg.Add(kWs, -mask);
   return seg;
 }
 
@@ -117,6 +125,10 @@ MemorySegment BackwardAction(const CostModel& cm, const StageLayers& layers,
   if (first && holds_input) seg.Add(kWs, -io);  // the first block's input gradient
   if (!last) seg.Add(kWs, -io);                 // the received gradient
   if (!first) seg.Add(kWs, -io);                // the output, handed to the transport
+  const double mask = first || last ? cm.AttentionMaskBytes(shape.seq_len) : 0;
+  if (mask > 0 && shape.first && cm.options().recompute == Recompute::kFull) {
+    seg.Add(kAct, -mask);  // the checkpoints' mask
+  }
   return seg;
 }
 

@@ -23,6 +23,7 @@ Result<CostModelOptions> CostOptionsFor(const pb::Scenario& scenario,
       par.microbatch_size() == 0 ? 1 : static_cast<int>(par.microbatch_size());
   SF_ASSIGN_OR_RETURN(options.recompute, ParseRecompute(schedule.recompute()));
   SF_ASSIGN_OR_RETURN(options.system, ParseSystem(schedule.system()));
+  SF_RETURN_IF_ERROR(FrameworkSettingsFor(options.system, scenario.framework(), &options));
   options.st_overlap = schedule.st_overlap();
   // The backend's memory events count the scratch of the device it runs on
   // (the grid devices share one layout); a scenario without train.device

@@ -55,7 +55,13 @@ def sweep(stateflow, scenario, extra):
 def cells(stateflow, extra=()):
     """{(model, T, GBS): {policy: (best row or None, smallest-peak row)}}."""
     out = {}
-    for scenario in sorted(glob.glob("scenarios/paper/*.textproto")):
+    scenarios = sorted(glob.glob("scenarios/paper/*.textproto"))
+    if not scenarios:
+        # Run from the repository root: with no scenarios the tables would
+        # be empty, and a check of them would pass having checked nothing.
+        sys.exit(f"paper-grid.py: no scenarios/paper/*.textproto under {os.getcwd()} "
+                 "(run it from the repository root)")
+    for scenario in scenarios:
         for row in sweep(stateflow, scenario, list(extra)):
             key = (row["model"], int(float(row["seq_len"])), int(row["global_batch"]))
             policy = row["policy"]

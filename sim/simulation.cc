@@ -157,6 +157,7 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
   report.set_capacity_bytes(capacity);
   report.set_usable_bytes(models::UsableMemoryBytes(scenario.cluster().device()));
   report.set_system(std::string(models::SystemName(cost_options.system)));
+  report.set_framework(models::FrameworkSettingsText(cm));
   FillStages(sim.engine, plan, stage_layers, scenario.cluster().device(), &report);
   return sim;
 }

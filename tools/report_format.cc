@@ -267,6 +267,9 @@ std::string FormatSimulateTable(const pb::Report& report) {
   };
   row("", [](const pb::Report& r) { return ScheduleLabel(r); });
   row("system", [](const pb::Report& r) { return r.system().empty() ? std::string("stateflow") : r.system(); });
+  if (std::any_of(all.begin(), all.end(), [](const pb::Report* r) { return !r->framework().empty(); })) {
+    row("framework", [](const pb::Report& r) { return r.framework().empty() ? std::string("-") : r.framework(); });
+  }
   const pb::Report* base = all.front();
   row("step time", [&](const pb::Report& r) {
     std::string s = FormatTime(r.step_time_s(), r.time_unit());

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/cost_model.h"
+#include "models/memory_model.h"
 #include "models/model.h"
 #include "sim/search.h"
 #include "sim/simulation.h"
@@ -29,7 +31,9 @@ Result<Simulation> SimulateOwn(const pb::Scenario& s) {
 }
 
 // The 3B GDN (h = 2560, V = 50304) on P stages at TP `tp`, 1F1B over 8192
-// tokens, bf16 activations, full recompute, in `system`.
+// tokens, bf16 activations, full recompute, in `system`, with the
+// frameworks' settings off (no vocabulary padding, no dropout, no mask:
+// their tests set them), so that a framework differs only by its head.
 pb::Scenario Gdn3b(int tp, const std::string& system) {
   pb::Scenario s;
   s.set_name("system-test");
@@ -43,6 +47,10 @@ pb::Scenario Gdn3b(int tp, const std::string& system) {
   spec->set_policy("1f1b");
   spec->set_recompute("full");
   spec->set_system(system);
+  pb::FrameworkSpec* framework = s.mutable_framework();
+  framework->set_vocab_divisible_by(1);
+  framework->set_hidden_dropout(0);
+  framework->set_attention_mask(false);
   return s;
 }
 
@@ -188,6 +196,223 @@ TEST(SystemField, UnknownSystemIsAnErrorNamingTheField) {
             std::string::npos)
       << r.status().message();
   EXPECT_EQ(MustResolve(Gdn3b(1, "")).proto().schedule().system(), "stateflow");
+}
+
+// ---- the frameworks' settings (Scenario.framework) ----
+
+models::CostModelOptions SettingsOf(models::System system, const pb::FrameworkSpec& spec) {
+  models::CostModelOptions options;
+  options.system = system;
+  const Status status = models::FrameworkSettingsFor(system, spec, &options);
+  EXPECT_TRUE(status.ok()) << status.message();
+  return options;
+}
+
+// Each framework's defaults as its code sets them; a set field overrides
+// it; system stateflow has none of them, whatever the scenario says.
+TEST(FrameworkSettings, DefaultsFollowEachFramework) {
+  const pb::FrameworkSpec empty;
+  const models::CostModelOptions mc = SettingsOf(models::System::kMegatronCore, empty);
+  EXPECT_EQ(mc.vocab_divisible_by, 128);
+  EXPECT_DOUBLE_EQ(mc.hidden_dropout, 0.1);
+  EXPECT_TRUE(mc.attention_mask);
+  const models::CostModelOptions swift = SettingsOf(models::System::kMsSwift, empty);
+  EXPECT_EQ(swift.vocab_divisible_by, 1);
+  EXPECT_DOUBLE_EQ(swift.hidden_dropout, 0.0);
+  EXPECT_FALSE(swift.attention_mask);
+
+  pb::FrameworkSpec set;
+  set.set_vocab_divisible_by(64);
+  set.set_hidden_dropout(0.0);
+  set.set_attention_mask(false);
+  const models::CostModelOptions mc_set = SettingsOf(models::System::kMegatronCore, set);
+  EXPECT_EQ(mc_set.vocab_divisible_by, 64);
+  EXPECT_DOUBLE_EQ(mc_set.hidden_dropout, 0.0);
+  EXPECT_FALSE(mc_set.attention_mask);
+  set.set_hidden_dropout(0.2);
+  set.set_attention_mask(true);
+  const models::CostModelOptions swift_set = SettingsOf(models::System::kMsSwift, set);
+  EXPECT_EQ(swift_set.vocab_divisible_by, 64);
+  EXPECT_DOUBLE_EQ(swift_set.hidden_dropout, 0.2);
+  EXPECT_TRUE(swift_set.attention_mask);
+  const models::CostModelOptions sf = SettingsOf(models::System::kStateFlow, set);
+  EXPECT_EQ(sf.vocab_divisible_by, 1);
+  EXPECT_DOUBLE_EQ(sf.hidden_dropout, 0.0);
+  EXPECT_FALSE(sf.attention_mask);
+}
+
+TEST(FrameworkSettings, OutOfRangeFieldsAreOneLineErrors) {
+  struct Case {
+    pb::FrameworkSpec spec;
+    std::string message;
+  };
+  std::vector<Case> cases(5);
+  cases[0].spec.set_vocab_divisible_by(0);
+  cases[0].message = "framework.vocab_divisible_by";
+  cases[1].spec.set_vocab_divisible_by(5000);
+  cases[1].message = "framework.vocab_divisible_by";
+  cases[2].spec.set_hidden_dropout(1.0);
+  cases[2].message = "framework.hidden_dropout must be in [0, 1), got 1";
+  cases[3].spec.set_hidden_dropout(-0.1);
+  cases[3].message = "framework.hidden_dropout must be in [0, 1), got -0.1";
+  cases[4].spec.set_hidden_dropout(std::nan(""));
+  cases[4].message = "framework.hidden_dropout must be in [0, 1)";
+  // Checked under every system, stateflow too (which ignores the values).
+  for (models::System system : {models::System::kMsSwift, models::System::kStateFlow}) {
+    for (const Case& c : cases) {
+      models::CostModelOptions options;
+      const Status status = models::FrameworkSettingsFor(system, c.spec, &options);
+      ASSERT_FALSE(status.ok()) << c.message;
+      EXPECT_NE(status.message().find(c.message), std::string::npos) << status.message();
+      EXPECT_EQ(status.message().find('\n'), std::string::npos) << status.message();
+    }
+  }
+  // Through a scenario: simulate names the field too.
+  pb::Scenario s = Gdn3b(1, "megatron-core");
+  s.mutable_framework()->set_hidden_dropout(2);
+  Result<Simulation> sim = SimulateOwn(s);
+  ASSERT_FALSE(sim.ok());
+  EXPECT_NE(sim.status().message().find("framework.hidden_dropout"), std::string::npos)
+      << sim.status().message();
+}
+
+// Megatron's _vocab_size_with_padding: V rounded up to a multiple of
+// 128 * TP. V = 50304 = 393 * 128:
+//   TP 1: 50304; TP 2 (256): 197 * 256 = 50432; TP 4 (512): 99 * 512 = 50688;
+//   TP 8 (1024): 50 * 1024 = 51200.
+// The head's logits follow: at TP 4 and s = 8192, 8192 * 50688 / 4 * (2 + 4)
+// = 622,854,144 bytes in the forward (ms-swift, unpadded: 12576 columns,
+// 618,135,552).
+TEST(FrameworkSettings, MegatronPadsTheVocabularyToTpTimes128) {
+  for (const auto& [tp, padded] :
+       std::map<int, int>{{1, 50304}, {2, 50432}, {4, 50688}, {8, 51200}}) {
+    SCOPED_TRACE("TP " + std::to_string(tp));
+    models::CostModelOptions options = SettingsOf(models::System::kMegatronCore, {});
+    options.tensor_size = tp;
+    // gdn-3b's 20 heads do not split over 8 ranks: TP 8 on gdn-15b (40
+    // heads, h = 5120), the same vocabulary.
+    const std::string preset = tp == 8 ? "gdn-15b" : "gdn-3b";
+    const double hidden = tp == 8 ? 5120 : 2560;
+    Result<models::CostModel> cm = models::CostModel::Make(
+        *models::ModelPreset(preset), pb::PrecisionSpec(),
+        *models::ClusterPreset("a100-80gb-nvlink"), options);
+    ASSERT_TRUE(cm.ok()) << cm.status().message();
+    EXPECT_EQ(cm->model().vocab_size(), static_cast<unsigned>(padded));
+    const int head = cm->num_layers() - 1;
+    EXPECT_DOUBLE_EQ(cm->LogitsBytes(head, 8192), 8192.0 * padded / tp * 6);
+    // Both ends grow by the padded rows: the embedding's and the output
+    // layer's V x h weights.
+    EXPECT_DOUBLE_EQ(cm->ParamCount(0) * tp, static_cast<double>(padded) * hidden);
+  }
+  pb::Scenario s = Gdn3b(4, "megatron-core");
+  s.mutable_framework()->clear_vocab_divisible_by();
+  Result<Simulation> mc = SimulateOwn(s);
+  ASSERT_TRUE(mc.ok()) << mc.status().message();
+  EXPECT_DOUBLE_EQ(ClassAtPeak(mc->report.stages(1), "logits"), 622854144.0);
+  s.mutable_schedule()->set_system("ms-swift");
+  Result<Simulation> swift = SimulateOwn(s);
+  ASSERT_TRUE(swift.ok()) << swift.status().message();
+  EXPECT_DOUBLE_EQ(ClassAtPeak(swift->report.stages(1), "logits"), 618135552.0);
+}
+
+// Dropout masks, one byte per element, t = 8192 tokens, h = 2560:
+//   the embedding's: t h = 20,971,520, from its forward to its backward;
+//   a block's two bias-dropout-adds: 2 t h = 41,943,040, stored with its
+//   activations, or (full recompute) made by its backward's replay and
+//   freed at its end.
+TEST(FrameworkSettings, DropoutKeepsOneByteMasks) {
+  constexpr double kEmbeddingMask = 20971520.0, kBlockMasks = 41943040.0;
+  for (models::Recompute recompute : {models::Recompute::kNone, models::Recompute::kFull}) {
+    SCOPED_TRACE(std::string(models::RecomputeName(recompute)));
+    models::CostModelOptions options;
+    options.system = models::System::kMegatronCore;
+    options.recompute = recompute;
+    Result<models::CostModel> off = models::CostModel::Make(
+        *models::ModelPreset("gdn-3b"), pb::PrecisionSpec(),
+        *models::ClusterPreset("a100-80gb-nvlink"), options);
+    options.hidden_dropout = 0.1;
+    Result<models::CostModel> on = models::CostModel::Make(
+        *models::ModelPreset("gdn-3b"), pb::PrecisionSpec(),
+        *models::ClusterPreset("a100-80gb-nvlink"), options);
+    ASSERT_TRUE(off.ok() && on.ok());
+    constexpr BufferClass kAct = BufferClass::kActivations;
+    EXPECT_DOUBLE_EQ(on->ForwardMemory(0, 8192).net(kAct) - off->ForwardMemory(0, 8192).net(kAct),
+                     kEmbeddingMask);
+    EXPECT_DOUBLE_EQ(on->BackwardMemory(0, 8192).net(kAct), -kEmbeddingMask);
+    const bool full = recompute == models::Recompute::kFull;
+    EXPECT_DOUBLE_EQ(on->ForwardMemory(1, 8192).net(kAct) - off->ForwardMemory(1, 8192).net(kAct),
+                     full ? 0.0 : kBlockMasks);
+    EXPECT_DOUBLE_EQ(on->StoredActivationBytes(1, 8192) - off->StoredActivationBytes(1, 8192),
+                     full ? 0.0 : kBlockMasks);
+    // Under recompute the replay makes them again in the backward (its
+    // activations' peak rises by them); without, the backward only frees.
+    EXPECT_DOUBLE_EQ(
+        on->BackwardMemory(1, 8192).class_peak(kAct) - off->BackwardMemory(1, 8192).class_peak(kAct),
+        full ? kBlockMasks : 0.0);
+    // A pass's net is what the layer keeps: forward + backward frees it all.
+    EXPECT_DOUBLE_EQ(on->ForwardMemory(1, 8192).net(kAct) + on->BackwardMemory(1, 8192).net(kAct),
+                     0.0);
+    // The head has no dropout.
+    const int head = on->num_layers() - 1;
+    EXPECT_DOUBLE_EQ(on->ForwardMemory(head, 8192).net(kAct),
+                     off->ForwardMemory(head, 8192).net(kAct));
+  }
+}
+
+// The data loader's mask, bool [1, 1, T, T] = 8192^2 = 67,108,864 bytes per
+// microbatch, on the stages with the embedding or the head. Full recompute:
+// the checkpoints keep it from F(a, 0) to B(a, 0), so 1F1B's first stage
+// (P = 2: two microbatches in flight) holds two, the last one; a stage in
+// the middle none. Without recompute it lives within each forward only.
+TEST(FrameworkSettings, AttentionMaskOnTheEndStages) {
+  constexpr double kMask = 67108864.0;
+  auto activation_peaks = [](const pb::Scenario& s) {
+    Result<Simulation> sim = SimulateOwn(s);
+    EXPECT_TRUE(sim.ok()) << sim.status().message();
+    std::vector<double> peaks;
+    for (const pb::StageReport& stage : sim->report.stages()) {
+      peaks.push_back(stage.peak_memory_bytes());
+    }
+    return peaks;
+  };
+  for (int stages : {2, 4}) {
+    SCOPED_TRACE("P " + std::to_string(stages));
+    pb::Scenario s = Gdn3b(1, "megatron-core");
+    s.mutable_parallel()->set_pipeline_size(stages);
+    s.mutable_parallel()->set_microbatches(4);
+    const std::vector<double> off = activation_peaks(s);
+    s.mutable_framework()->set_attention_mask(true);
+    const std::vector<double> on = activation_peaks(s);
+    ASSERT_EQ(on.size(), static_cast<std::size_t>(stages));
+    EXPECT_DOUBLE_EQ(on[0] - off[0], stages * kMask);  // 1F1B: P microbatches in flight
+    EXPECT_DOUBLE_EQ(on[stages - 1] - off[stages - 1], kMask);
+    for (int r = 1; r + 1 < stages; ++r) EXPECT_DOUBLE_EQ(on[r], off[r]) << "stage " << r;
+  }
+  // Without recompute the mask is within each forward: the stage ends its
+  // forward without it.
+  models::CostModelOptions options;
+  options.system = models::System::kMegatronCore;
+  options.attention_mask = true;
+  Result<models::CostModel> cm = models::CostModel::Make(
+      *models::ModelPreset("gdn-3b"), pb::PrecisionSpec(),
+      *models::ClusterPreset("a100-80gb-nvlink"), options);
+  ASSERT_TRUE(cm.ok());
+  const schedule::Partition whole({0, 8192});
+  const models::StageLayers first{0, 17};
+  const models::MemorySegment f =
+      models::ActionMemory(*cm, first, whole, {0, schedule::Pass::kForward, 0, 0});
+  EXPECT_DOUBLE_EQ(f.net(BufferClass::kWorkspace), 0.0);
+  EXPECT_GE(f.class_peak(BufferClass::kWorkspace), kMask);
+  const models::StageLayers middle{17, 20};
+  options.attention_mask = false;
+  Result<models::CostModel> no_mask = models::CostModel::Make(
+      *models::ModelPreset("gdn-3b"), pb::PrecisionSpec(),
+      *models::ClusterPreset("a100-80gb-nvlink"), options);
+  ASSERT_TRUE(no_mask.ok());
+  EXPECT_DOUBLE_EQ(
+      models::ActionMemory(*cm, middle, whole, {0, schedule::Pass::kForward, 0, 0}).peak_total(),
+      models::ActionMemory(*no_mask, middle, whole, {0, schedule::Pass::kForward, 0, 0})
+          .peak_total());
 }
 
 TEST(SystemField, SweepRunsSayTheirSystem) {
