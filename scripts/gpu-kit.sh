@@ -29,7 +29,9 @@
 #     6. the GPU's ceilings (scripts/gpu_ceilings.py: copy bandwidth, GEMM
 #        rate) and the kernel table (scripts/gpu_kernel_table.py: cuBLAS GEMMs at the
 #        paper layers' shapes and PyTorch's causal SDPA through PyTorch, our
-#        cores from the profiled phases);
+#        cores from the profiled phases); the frameworks' output layer and
+#        loss replayed at T = 64K with its peak memory beside the simulator's
+#        (scripts/gpu_head_memory.py);
 #     7. profile --device cuda of one layer of each paper family at the
 #        paper's shortest chunk, each bounded in time, and their cores' table;
 #   SF_KIT_STEPS="tests check train profiles validate kernels layers" picks
@@ -118,7 +120,7 @@ build() {
   cp -r "$src/scenarios" "$kit/scenarios"
   cp /usr/share/common-licenses/GPL-3 "$kit/text/GPL-3"
   cp "$src/scripts/gpu-kit.sh" "$src/scripts/gpu-check.sh" "$src/scripts/gpu_kernel_table.py" \
-     "$src/scripts/gpu_ceilings.py" "$kit/scripts/"
+     "$src/scripts/gpu_ceilings.py" "$src/scripts/gpu_head_memory.py" "$kit/scripts/"
   {
     echo "commit: $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
       [ -n "$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)" ] && echo -dirty)"
@@ -311,6 +313,13 @@ run() {
   [ $dry -eq 0 ] && want kernels && step ceilings 90 "$py" "$KIT/scripts/gpu_ceilings.py" --out "$OUT"
   want kernels && step kernel-table 240 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
     "${small[@]}" --sdpa-lengths 4096,8192,16384,32768 "${specs[@]}" "$OUT"/costs-*.textproto
+  # The frameworks' output layer and loss at T = 64K, V = 50,304 (the 3B's
+  # h): torch.cuda.max_memory_allocated beside the simulator's table
+  # (issue 28 item 3); the dry run checks the replay's arithmetic only.
+  local head_args=(--tokens 65536 --vocab 50304 --hidden 2560)
+  [ $dry -eq 1 ] && head_args=(--small --device cpu)
+  want kernels && step head-memory 60 "$py" "$KIT/scripts/gpu_head_memory.py" --out "$OUT" \
+    "${head_args[@]}"
 
   # 7. One layer of each paper family at the paper's shortest chunk: T =
   # 128K in N = 32 chunks (s = 4K), P = 1, full (TP 1) layers, float32, one
