@@ -20,7 +20,11 @@
 //     B(a, i) each recurrence layer makes d(state in) (i > 0) and then frees
 //     the d(state out) B(a, i+1) made (i < N-1);
 //   - K/V buffers of attention layers: the sequence-wide buffer from F(a, 0),
-//     its gradient accumulator from B(a, N-1), both freed by B(a, 0).
+//     its gradient accumulator from B(a, N-1), both freed by B(a, 0);
+//   - under a framework with its attention mask (CostModel::AttentionMaskBytes),
+//     on a stage holding the embedding or the head: the mask, kept from
+//     F(a, 0) to the end of B(a, 0) under full recompute (the checkpoints
+//     save it), else within each forward.
 // Weights, gradients and optimizer state are static (StaticStageBytes).
 //
 // Depends only on the stage's own order: nothing here depends on when a
@@ -73,7 +77,7 @@ double SplitRetainedBytes(const CostModel& cm, const StageLayers& layers, std::i
 //   - its pass,
 //   - its chunk's length s,
 //   - whether its chunk is the sequence's first (i == 0) and last (i == N-1),
-//   - the sequence length T (the K/V buffers' size);
+//   - the sequence length T (the K/V buffers' and the attention mask's size);
 // not on its microbatch, its chunk's start or N otherwise. The cache is keyed
 // on all of these, so Get returns, bit for bit, what ActionMemory computes.
 // The layers' own segments (CostModel::ForwardMemory / BackwardMemory) are

@@ -3,6 +3,7 @@
 
     scripts/paper-grid.py BUILD/stateflow table        # the GBS 8 table and the all-GBS one
     scripts/paper-grid.py BUILD/stateflow sensitivity  # each free parameter at -20 % and +20 %
+    scripts/paper-grid.py BUILD/stateflow systems      # GBS 8 peaks in megatron-core and ms-swift
 
 Every scenario of scenarios/paper/ is swept (its own ranges of T, global
 batch, N and alpha, both policies) and each cell (model, T, GBS) shows the
@@ -15,7 +16,12 @@ shown).
 for each parameter and reports, over the GBS 8 cells, how the headline
 outputs move: the throughput ratio and the peak ratio (median and extreme
 relative change over the cells where both policies fit), and the cells whose
-OOM verdict (of either policy) flips. Run from the repository root.
+OOM verdict (of either policy) flips.
+
+`systems` sweeps the grid twice, every schedule in `--system megatron-core`
+and then in `--system ms-swift` (each with its framework's defaults for what
+the scenario's `framework` block leaves unset), and shows each GBS 8 cell's
+peak of both policies in both systems. Run from the repository root.
 """
 import csv
 import glob
@@ -163,8 +169,31 @@ def sensitivity(stateflow):
     return "\n".join(lines)
 
 
+def systems(stateflow):
+    grids = {name: cells(stateflow, ["--system", name]) for name in ("megatron-core", "ms-swift")}
+    lines = ["| model | T | 1F1B peak GiB, megatron-core | 1F1B, ms-swift | "
+             "StateFlow peak GiB, megatron-core | StateFlow, ms-swift |",
+             "| --- | --- | --- | --- | --- | --- |"]
+
+    def peak(cell, policy):
+        best, smallest = cell[policy]
+        row = best if best is not None else smallest
+        text = "%.1f" % (float(row["peak_memory_bytes"]) / GIB)
+        return text if best is not None else "OOM (%s)" % text
+
+    for key in sorted(grids["megatron-core"], key=order):
+        model, t, gbs = key
+        if gbs != 8:
+            continue
+        cols = [model, length(t)]
+        for policy in ("1f1b", "stateflow"):
+            cols += [peak(grids[name][key], policy) for name in ("megatron-core", "ms-swift")]
+        lines.append("| " + " | ".join(cols) + " |")
+    return "\n".join(lines)
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in ("table", "sensitivity"):
+    if len(sys.argv) != 3 or sys.argv[2] not in ("table", "sensitivity", "systems"):
         sys.exit(__doc__)
     stateflow = os.path.abspath(sys.argv[1])
     if sys.argv[2] == "table":
@@ -172,6 +201,8 @@ def main():
         print(table(grid, 8))
         print()
         print(table(grid, None))
+    elif sys.argv[2] == "systems":
+        print(systems(stateflow))
     else:
         print(sensitivity(stateflow))
 
