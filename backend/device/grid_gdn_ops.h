@@ -254,7 +254,8 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
   // The backward's passes over blocks [b0, b1) (GdnCoreBackward's order):
   // Out's backward (dq, dk, dg written, d(V_new) from Out, each block's own
   // share of dS); ST's backward; the rest (ST's row and decay gradients, dW,
-  // Pre's backward: dv, dbeta written, dk, dg completed).
+  // Pre's backward: dv, dbeta written, dk, dg completed). ST's backward
+  // reads the decayed keys the replay's GdnST left in the workspace.
   void GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws, T* dq,
                   T* dk, T* dg, const T* dO, const GdnArgs& a, int64_t b0,
                   int64_t b1);
@@ -269,7 +270,7 @@ class GridGdnOps final : public GdnOps<T>, public GridRecurrentCore<T, Exec> {
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnPre(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
-                              const GdnArgs& a, int64_t b0, int64_t b1) {
+                                 const GdnArgs& a, int64_t b0, int64_t b1) {
   using namespace grid;
   const GdnShape& s = a.s;
   ForTokens(e, s.H, b0, b1, s, GdnCumDecayFn<T>{ws.G, a.g, s});
@@ -281,18 +282,17 @@ void GridGdnOps<T, Exec>::GdnPre(Exec& e, const grid::GdnForwardWorkspace<T>& ws
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnST(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
-                             T* Vn, StatOf<T>* S_out, const GdnArgs& a, int64_t b0,
-                             int64_t b1) {
+                                T* Vn, StatOf<T>* S_out, const GdnArgs& a, int64_t b0,
+                                int64_t b1) {
   using namespace grid;
   const GdnShape& s = a.s;
   ForTokens(e, s.H * s.Dk, b0, b1, s, GdnDecayedKeyFn<T>{ws.Kd, a.k, ws.G, s});
-  DeltaStForward(e, ws.S, Vn, S_out, ws.U, ws.W, ws.Kd, a.S_in, s, b0, b1,
-                       Carry(ws.G, s));
+  DeltaStForward(e, ws.S, Vn, S_out, ws.U, ws.W, ws.Kd, a.S_in, s, b0, b1, Carry(ws.G, s));
 }
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnOut(Exec& e, const grid::GdnForwardWorkspace<T>& ws,
-                              T* o, const GdnArgs& a, int64_t b0, int64_t b1) {
+                                 T* o, const GdnArgs& a, int64_t b0, int64_t b1) {
   using namespace grid;
   const GdnShape& s = a.s;
   BlockGram(e, ws.KG, a.q, a.k, s.Dk, s, b0, b1);
@@ -307,11 +307,11 @@ void GridGdnOps<T, Exec>::GdnOut(Exec& e, const grid::GdnForwardWorkspace<T>& ws
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnCoreForwardNative(T* o, StatOf<T>* S_out, StatOf<T>* workspace,
-                                      const T* q, const T* k, const T* v,
-                                      const T* g, const T* beta,
-                                      const StatOf<T>* S_in, int64_t T_len, int64_t H,
-                                      int64_t Dk, int64_t Dv,
-                                      int64_t block_size, int64_t /*st_tile*/) {
+                                               const T* q, const T* k, const T* v,
+                                               const T* g, const T* beta,
+                                               const StatOf<T>* S_in, int64_t T_len, int64_t H,
+                                               int64_t Dk, int64_t Dv,
+                                               int64_t block_size, int64_t /*st_tile*/) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
   const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
@@ -358,8 +358,8 @@ void GridGdnOps<T, Exec>::GdnCoreForwardOverlappedNative(
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
-                                  T* dq, T* dk, T* dg, const T* dO,
-                                  const GdnArgs& a, int64_t b0, int64_t b1) {
+                                     T* dq, T* dk, T* dg, const T* dO,
+                                     const GdnArgs& a, int64_t b0, int64_t b1) {
   using namespace grid;
   const GdnShape& s = a.s;
   const GdnForwardWorkspace<T>& f = ws.f;
@@ -381,19 +381,21 @@ void GridGdnOps<T, Exec>::GdnOutBack(Exec& e, const grid::GdnBackwardWorkspace<T
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnSTBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
-                                 StatOf<T>* dS_in, const StatOf<T>* dS_out, const GdnArgs& a,
-                                 int64_t b0, int64_t b1) {
+                                    StatOf<T>* dS_in, const StatOf<T>* dS_out, const GdnArgs& a,
+                                    int64_t b0, int64_t b1) {
   using namespace grid;
   const GdnShape& s = a.s;
-  ForTokens(e, s.H * s.Dk, b0, b1, s, GdnDecayedKeyFn<T>{ws.f.Kd, a.k, ws.f.G, s});
-  DeltaStBackward(e, ws.dS, ws.Z, /*accumulate_z=*/false, dS_in, dS_out, ws.f.W,
-                        ws.f.Kd, s, b0, b1, Carry(ws.f.G, s));
+  // The decayed keys Kd of blocks [b0, b1): the replay's GdnST made them in
+  // this workspace (every caller runs it first, on this stream or before
+  // this one waits), and nothing since writes them.
+  DeltaStBackward(e, ws.dS, ws.Z, /*accumulate_z=*/false, dS_in, dS_out, ws.f.W, ws.f.Kd, s,
+                  b0, b1, Carry(ws.f.G, s));
 }
 
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnRestBack(Exec& e, const grid::GdnBackwardWorkspace<T>& ws,
-                                   T* dk, T* dv, T* dg, T* dbeta,
-                                   const GdnArgs& a, int64_t b0, int64_t b1) {
+                                      T* dk, T* dv, T* dg, T* dbeta,
+                                      const GdnArgs& a, int64_t b0, int64_t b1) {
   using namespace grid;
   const GdnShape& s = a.s;
   const GdnForwardWorkspace<T>& f = ws.f;
@@ -490,12 +492,12 @@ void GridGdnOps<T, Exec>::GdnCoreBackwardOverlappedNative(
 // three phases in order give the whole core's bits).
 template <typename T, typename Exec>
 void GridGdnOps<T, Exec>::GdnCoreForwardPhaseNative(CorePhase phase, T* o, StatOf<T>* S_out,
-                                           StatOf<T>* workspace, const T* q,
-                                           const T* k, const T* v, const T* g,
-                                           const T* beta, const StatOf<T>* S_in,
-                                           int64_t T_len, int64_t H,
-                                           int64_t Dk, int64_t Dv,
-                                           int64_t block_size, int64_t /*st_tile*/) {
+                                                    StatOf<T>* workspace, const T* q,
+                                                    const T* k, const T* v, const T* g,
+                                                    const T* beta, const StatOf<T>* S_in,
+                                                    int64_t T_len, int64_t H,
+                                                    int64_t Dk, int64_t Dv,
+                                                    int64_t block_size, int64_t /*st_tile*/) {
   const grid::GdnShape s = grid::GdnShape::Make(T_len, H, Dk, Dv, block_size);
   const GdnArgs a{q, k, v, g, beta, S_in, s};
   const grid::GdnForwardWorkspace<T> ws(workspace, s);
