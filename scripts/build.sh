@@ -34,6 +34,18 @@ if [ "$sanitize" = 1 ]; then
         # The Python module is built once, in build/ (a sanitized module cannot
         # load into the unsanitized interpreter).
         -DSF_PYTHON=OFF)
+  # Compiled by clang when it is there (scripts/install-deps.sh installs it):
+  # the same sanitizers, in about two thirds of GCC's time for this build
+  # (its -O0 test code in under half; docs/performance.md, "Build and test
+  # time (CI)"), with LLVM's OpenMP runtime.
+  if command -v clang++ > /dev/null; then
+    args+=(-DCMAKE_CXX_COMPILER=clang++)
+    # A build-asan/ configured with another compiler is configured afresh.
+    if [ -f "$dir/CMakeCache.txt" ] &&
+       ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' "$dir/CMakeCache.txt"; then
+      rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+    fi
+  fi
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$dir" "${args[@]}" >/dev/null

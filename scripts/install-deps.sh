@@ -11,6 +11,9 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  # the sanitizer build's compiler (scripts/build.sh --sanitize) and its
+  # OpenMP runtime
+  clang libomp-dev
   python3 python3-matplotlib
   # `import stateflow` (python/): the module's headers and pybind11
   python3-dev pybind11-dev

@@ -61,6 +61,15 @@ std::string Fmt(const char* format, double value) {
   return buf;
 }
 
+// A byte count in a message: its integer digits, or, beyond what a 64-bit
+// integer holds (a CSV may give 1e308), as %g writes it.
+std::string ByteText(double bytes) {
+  if (std::isfinite(bytes) && std::fabs(bytes) < 9e18) {
+    return std::to_string(static_cast<long long>(bytes));
+  }
+  return FormatG(bytes);
+}
+
 using CalibRanges = std::array<std::pair<double, double>, kNumCalibParams>;
 
 // Each parameter's physical range (the fit clamps its steps into it), from
@@ -985,9 +994,9 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
       return Status::Invalid(
           "line " + std::to_string(row.line) + " (run '" + Printable(row.name) +
           "'): used_bytes - peak_bytes = " +
-          std::to_string(static_cast<long long>(*row.used_bytes - peak)) +
+          ByteText(*row.used_bytes - peak) +
           " bytes is not below the device's memory_capacity_bytes (" +
-          std::to_string(static_cast<long long>(device->memory_capacity_bytes())) +
+          ByteText(device->memory_capacity_bytes()) +
           "): the memory reserve it implies leaves no memory");
     }
     overhead = std::max(overhead, *row.used_bytes - peak);

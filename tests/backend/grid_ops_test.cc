@@ -191,6 +191,9 @@ Outputs RunLinear(Impl impl, const Buffers& in, const Buffer& dy_d, int64_t N,
           {"db", ToDouble(db)}};
 }
 
+// The lambdas below copy their loop's structured bindings (N = N, ...):
+// clang before 16 cannot capture a binding, and the sanitizer build is
+// clang's (scripts/build.sh).
 TEST(GridOps, Linear) {
   for (auto [N, C, D, bias, want_dx] :
        {std::tuple{5, 7, 3, true, true}, {1, 1, 1, false, true},
@@ -200,7 +203,7 @@ TEST(GridOps, Linear) {
                         RandomVector(rng, D, -1, 1)};
     const Buffer dy = RandomVector(rng, N * D, -1, 1);
     CheckAll("linear" + Dims({{"N", N}, {"C", C}, {"D", D}, {"bias", bias}, {"dx", want_dx}}),
-             [&](Impl impl, bool f64) {
+             [&, N = N, C = C, D = D, bias = bias, want_dx = want_dx](Impl impl, bool f64) {
                return f64 ? RunLinear<double>(impl, in, dy, N, C, D, bias, want_dx)
                           : RunLinear<float>(impl, in, dy, N, C, D, bias, want_dx);
              },
@@ -227,7 +230,7 @@ TEST(GridOps, RmsNorm) {
     const Buffers in = {RandomVector(rng, N * C, -2, 2), RandomVector(rng, C, 0.5, 1.5)};
     const Buffer dy = RandomVector(rng, N * C, -1, 1);
     CheckAll("rmsnorm" + Dims({{"N", N}, {"C", C}}),
-             [&](Impl impl, bool f64) {
+             [&, N = N, C = C](Impl impl, bool f64) {
                return f64 ? RunRmsNorm<double>(impl, in, dy, N, C)
                           : RunRmsNorm<float>(impl, in, dy, N, C);
              },
@@ -266,7 +269,7 @@ TEST(GridOps, LayerNorm) {
     const Buffer dy = RandomVector(rng, N * C, -1, 1);
     CheckAll("layer_norm" + Dims({{"N", N}, {"C", C}, {"bias", bias}}) +
                  " offset=" + std::to_string(offset),
-             [&](Impl impl, bool f64) {
+             [&, N = N, C = C, bias = bias](Impl impl, bool f64) {
                return f64 ? RunLayerNorm<double>(impl, in, dy, N, C, bias)
                           : RunLayerNorm<float>(impl, in, dy, N, C, bias);
              },
@@ -347,7 +350,7 @@ TEST(GridOps, ShortConv) {
                        RandomVector(rng, (W - 1) * C, -1, 1)};
     CheckAll("short_conv" + Dims({{"T", T_len}, {"C", C}, {"W", W}, {"tail", tail},
                                   {"dtail", dtail}}),
-             [&](Impl impl, bool f64) {
+             [&, T_len = T_len, C = C, W = W, tail = tail, dtail = dtail](Impl impl, bool f64) {
                return f64 ? RunShortConv<double>(impl, in, d, T_len, C, W, tail, dtail)
                           : RunShortConv<float>(impl, in, d, T_len, C, W, tail, dtail);
              },
@@ -388,7 +391,7 @@ TEST(GridOps, GdnPrep) {
     const Buffers d = {RandomVector(rng, R * D, -1, 1), RandomVector(rng, T_len * H, -1, 1),
                        RandomVector(rng, T_len * H, -1, 1)};
     CheckAll("gdn_prep" + Dims({{"R", R}, {"D", D}, {"T", T_len}, {"H", H}}),
-             [&](Impl impl, bool f64) {
+             [&, R = R, D = D, T_len = T_len, H = H](Impl impl, bool f64) {
                return f64 ? RunGdnPrep<double>(impl, in, d, R, D, T_len, H)
                           : RunGdnPrep<float>(impl, in, d, R, D, T_len, H);
              },
@@ -422,7 +425,7 @@ TEST(GridOps, SwigluMlp) {
                         RandomVector(rng, F * C, -0.5, 0.5), RandomVector(rng, C * F, -0.5, 0.5)};
     const Buffer dy = RandomVector(rng, N * C, -1, 1);
     CheckAll("swiglu" + Dims({{"N", N}, {"C", C}, {"F", F}}),
-             [&](Impl impl, bool f64) {
+             [&, N = N, C = C, F = F](Impl impl, bool f64) {
                return f64 ? RunSwiglu<double>(impl, in, dy, N, C, F)
                           : RunSwiglu<float>(impl, in, dy, N, C, F);
              },
@@ -497,7 +500,8 @@ TEST(GridOps, OutputLoss) {
     const Buffer dl(N, N > 0 ? 1.0 / static_cast<double>(N) : 0.0);
     CheckAll("output_loss" + Dims({{"N", N}, {"C", C}, {"V", V}, {"Vs", Vs},
                                    {"losses", want_losses}, {"dx", want_dx}}),
-             [&](Impl impl, bool f64) {
+             [&, C = C, V = V, Vs = Vs, want_losses = want_losses,
+              want_dx = want_dx](Impl impl, bool f64) {
                return f64 ? RunOutputLoss<double>(impl, in, targets, dl, C, V, Vs,
                                                   want_losses, want_dx)
                           : RunOutputLoss<float>(impl, in, targets, dl, C, V, Vs,

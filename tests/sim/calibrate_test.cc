@@ -879,6 +879,29 @@ TEST(Calibrate, ReserveIsTheLargestMeasuredOverhead) {
               c->report.runs(1).predicted_peak_bytes() / 2000000 - 1, 1e-12);
 }
 
+// A reserve that would take the whole device is refused in one line, its
+// bytes printed whatever their size (1e308 is no 64-bit integer: the
+// message once cast it to one, undefined behaviour that clang's sanitizer
+// caught in the calibration fuzzer).
+TEST(Calibrate, ReserveOfTheWholeDeviceIsRefusedWhateverItsSize) {
+  const pb::ClusterSpec cluster = TrueCluster();
+  struct Case {
+    const char* used;
+    const char* bytes;  // used - peak as the message prints it
+  };
+  for (const Case& k : {Case{"1e308", "1e+308"}, Case{"1000001000000", "1000000000000"}}) {
+    const std::string csv = std::string("T,step_time_s,peak_bytes,used_bytes\n") +
+                            "512,0.1,1000000," + k.used + "\n" + "1024,0.2,2000000,2700000\n";
+    const std::vector<CalibrationRun> runs = MustApply(cluster, csv);
+    Result<Calibration> c = Calibrate(runs, {.fit = {CalibParam::kEfficiencyPeak}});
+    ASSERT_FALSE(c.ok()) << k.used;
+    const std::string want = std::string("used_bytes - peak_bytes = ") + k.bytes + " bytes";
+    EXPECT_NE(c.status().message().find(want), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find("line 2 (run "), std::string::npos)
+        << c.status().message();
+  }
+}
+
 TEST(Calibrate, KneeFormRoundTripsThroughTheCurvePoints) {
   pb::ClusterSpec c = *models::ClusterPreset("cpu");
   SetKneeEfficiency({0.45, 300}, c.mutable_device());
