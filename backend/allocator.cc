@@ -1,5 +1,9 @@
 #include "backend/allocator.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <cassert>
 #include <cstdio>
 #include <new>
@@ -118,6 +122,14 @@ void TrackingAllocator::ResetPeaks() {
   stats_.peak_bytes = stats_.live_bytes;
   stats_.peak_total_bytes = stats_.live_total_bytes;
   stats_.at_total_peak_bytes = stats_.live_bytes;
+}
+
+void KeepFreedHostMemory() {
+#if defined(__GLIBC__)
+  // glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX).
+  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);  // never, short of 1 GiB free at the top
+#endif
 }
 
 }  // namespace stateflow::backend

@@ -16,6 +16,7 @@
 
 #include <google/protobuf/stubs/common.h>
 
+#include "backend/allocator.h"
 #include "backend/comm/mpi.h"
 #include "common/text.h"
 #include "sf_git_commit.h"  // SF_GIT_COMMIT, stamped at build time
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   // (backend/profile/launch.cc). An MPI rank keeps the default: its stdout
   // is mpirun's forwarding, and its transports stay as they were.
   if (!stateflow::backend::LaunchedByMpirun()) std::signal(SIGPIPE, SIG_IGN);
+  stateflow::backend::KeepFreedHostMemory();
   if (argc < 2) {
     PrintUsage(std::cerr);
     return kExitBadInput;
