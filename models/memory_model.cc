@@ -251,4 +251,34 @@ MemorySegment StageStepMemory(const CostModel& cm, const StageLayers& layers,
   return step;
 }
 
+MemorySegment StageStepMemory(const CostModel& cm, const std::vector<StageLayers>& layers,
+                              const std::vector<int>& model_stages,
+                              const schedule::Partition& partition,
+                              const std::vector<Action>& actions) {
+  MemorySegment step;
+  for (int s : model_stages) {
+    const ClassBytes fixed = StaticStageBytes(cm, layers[static_cast<std::size_t>(s)]);
+    for (int c = 0; c < kNumBufferClasses; ++c) {
+      step.Add(static_cast<BufferClass>(c), fixed[c]);
+    }
+  }
+  const int N = partition.num_chunks();
+  const bool split = std::any_of(actions.begin(), actions.end(),
+                                 [](const Action& a) { return a.pass == Pass::kWeight; });
+  // Per (model stage, pass, chunk).
+  std::vector<std::optional<MemorySegment>> cache(layers.size() * 3 *
+                                                  static_cast<std::size_t>(N));
+  for (const Action& a : actions) {
+    std::optional<MemorySegment>& seg =
+        cache[(static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(N) +
+               static_cast<std::size_t>(a.chunk)) * 3 +
+              static_cast<std::size_t>(a.pass)];
+    if (!seg) {
+      seg = ActionMemory(cm, layers[static_cast<std::size_t>(a.stage)], partition, a, split);
+    }
+    step.Append(*seg);
+  }
+  return step;
+}
+
 }  // namespace stateflow::models

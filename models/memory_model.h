@@ -137,4 +137,15 @@ MemorySegment StageStepMemory(const CostModel& cm, const StageLayers& layers,
                               const schedule::Partition& partition,
                               const std::vector<schedule::Action>& actions);
 
+// The same for a stage holding several model stages (virtual stages,
+// schedule/plan.h): the static bytes of each of `model_stages` (the stage's
+// own, Plan::ModelStageOf(r, 0 .. v - 1)), then `actions` in order, each
+// with its model stage's layers, `layers[action.stage]` -- as the
+// simulator's engine composes them.
+// REQUIRES: every action's stage, and each of model_stages, indexes `layers`.
+MemorySegment StageStepMemory(const CostModel& cm, const std::vector<StageLayers>& layers,
+                              const std::vector<int>& model_stages,
+                              const schedule::Partition& partition,
+                              const std::vector<schedule::Action>& actions);
+
 }  // namespace stateflow::models

@@ -42,6 +42,14 @@ enum class StagePlacement : std::uint8_t {
 std::string_view StagePlacementName(StagePlacement placement);
 std::optional<StagePlacement> ParseStagePlacement(std::string_view name);
 
+// The rank holding model stage s of P stages with v model stages each
+// placed by `placement` (Plan::RankOf).
+inline int RankOfModelStage(int s, int stages, int virtual_stages, StagePlacement placement) {
+  if (virtual_stages == 1) return s;
+  if (placement == StagePlacement::kVShape) return s < stages ? s : 2 * stages - 1 - s;
+  return s % stages;
+}
+
 class Plan {
  public:
   Plan() = default;
@@ -66,11 +74,7 @@ class Plan {
   int model_stages() const { return stages_ * virtual_stages_; }  // P v
   // The rank holding model stage s, and the k-th model stage of rank r.
   // REQUIRES: 0 <= s < model_stages(), 0 <= r < stages(), 0 <= k < v.
-  int RankOf(int s) const {
-    if (virtual_stages_ == 1) return s;
-    if (placement_ == StagePlacement::kVShape) return s < stages_ ? s : 2 * stages_ - 1 - s;
-    return s % stages_;
-  }
+  int RankOf(int s) const { return RankOfModelStage(s, stages_, virtual_stages_, placement_); }
   int ModelStageOf(int r, int k) const {
     if (placement_ == StagePlacement::kVShape && k == 1) return 2 * stages_ - 1 - r;
     return k * stages_ + r;

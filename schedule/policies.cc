@@ -337,6 +337,10 @@ int DefaultVirtualStages(std::string_view policy) {
   return policy == "zbv" || policy == "zb-interleaved" ? 2 : 1;
 }
 
+StagePlacement PolicyPlacement(std::string_view policy) {
+  return policy == "zbv" ? StagePlacement::kVShape : StagePlacement::kLoop;
+}
+
 bool VirtualStagesFree(std::string_view policy) {
   return policy == "interleaved" || policy == "zb-interleaved";
 }

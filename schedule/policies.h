@@ -89,6 +89,8 @@ int DefaultVirtualStages(std::string_view policy);
 // Whether a policy takes any v (a sweep's range applies to it):
 // "interleaved" and "zb-interleaved". zbv's is fixed at 2, the others' at 1.
 bool VirtualStagesFree(std::string_view policy);
+// Where a policy places its model stages: the V for "zbv", else the loop.
+StagePlacement PolicyPlacement(std::string_view policy);
 std::optional<long long> ChunksFor(std::string_view policy, std::optional<long long> requested);
 Status CheckPolicyChunks(std::string_view policy, long long chunks, std::string_view field);
 

@@ -469,8 +469,11 @@ namespace {
 
 class MeasuredDurationSource final : public CostSource {
  public:
-  MeasuredDurationSource(std::unique_ptr<CostSource> base, const MeasuredDurations& measured)
-      : base_(std::move(base)), measured_(measured) {}
+  // `optimizer_s`: per model stage (a stage's measured optimizer step, which
+  // updates all its model stages, on its first; 0 on the others).
+  MeasuredDurationSource(std::unique_ptr<CostSource> base, const MeasuredDurations& measured,
+                         std::vector<double> optimizer_s)
+      : base_(std::move(base)), measured_(measured), optimizer_s_(std::move(optimizer_s)) {}
   std::string name() const override { return "measured-run"; }
   std::string time_unit() const override { return base_->time_unit(); }
   double Duration(const schedule::Action& action) const override {
@@ -484,7 +487,7 @@ class MeasuredDurationSource final : public CostSource {
   }
   double GradientSyncTime(int stage) const override { return base_->GradientSyncTime(stage); }
   double OptimizerTime(int stage) const override {
-    return measured_.optimizer_s[static_cast<std::size_t>(stage)];
+    return optimizer_s_[static_cast<std::size_t>(stage)];
   }
   ClassBytes StaticBytes(int stage) const override { return base_->StaticBytes(stage); }
   const MemoryEffect& Memory(const schedule::Action& a) const override {
@@ -494,6 +497,7 @@ class MeasuredDurationSource final : public CostSource {
  private:
   std::unique_ptr<CostSource> base_;
   MeasuredDurations measured_;
+  std::vector<double> optimizer_s_;  // (P v)
 };
 
 }  // namespace
@@ -515,7 +519,13 @@ Result<std::unique_ptr<CostSource>> MakeMeasuredDurationSource(std::unique_ptr<C
       }
     }
   }
-  return std::unique_ptr<CostSource>(new MeasuredDurationSource(std::move(base), measured));
+  std::vector<double> optimizer_s(static_cast<std::size_t>(plan.model_stages()), 0.0);
+  for (int r = 0; r < plan.stages(); ++r) {
+    optimizer_s[static_cast<std::size_t>(plan.ModelStageOf(r, 0))] =
+        measured.optimizer_s[static_cast<std::size_t>(r)];
+  }
+  return std::unique_ptr<CostSource>(
+      new MeasuredDurationSource(std::move(base), measured, std::move(optimizer_s)));
 }
 
 }  // namespace stateflow::sim

@@ -108,7 +108,17 @@ Result<Simulation> SimulateConfigured(const scenario::ResolvedScenario& resolved
                  schedule::SplitsBackward(plan)};
   std::unique_ptr<CostSource> costs;
   const std::string& cost_model = scenario.cost_model();
-  if (options.stage_costs != nullptr) {
+  if (options.stage_costs != nullptr && options.stage_costs->size() ==
+                                            static_cast<std::size_t>(plan.stages()) &&
+      plan.virtual_stages() > 1) {
+    // One table per stage (a process profiled per rank, as validate takes
+    // them): each model stage is timed by its stage's.
+    std::vector<const CostTableIndex*> per_model_stage;
+    for (int s = 0; s < plan.model_stages(); ++s) {
+      per_model_stage.push_back((*options.stage_costs)[static_cast<std::size_t>(plan.RankOf(s))]);
+    }
+    SF_ASSIGN_OR_RETURN(costs, MakeReplayCostSource(setup, per_model_stage));
+  } else if (options.stage_costs != nullptr) {
     SF_ASSIGN_OR_RETURN(costs, MakeReplayCostSource(setup, *options.stage_costs));
   } else if (options.costs != nullptr) {
     SF_ASSIGN_OR_RETURN(costs, MakeReplayCostSource(setup, *options.costs));

@@ -31,7 +31,8 @@ struct SimulationOptions {
   const schedule::Plan* plan = nullptr;
   // Replay these measured costs instead of the scenario's cost model.
   const CostTableIndex* costs = nullptr;
-  // Or these, stage r's from stage_costs[r] (one per stage).
+  // Or these, stage r's from stage_costs[r] (one per stage; with virtual
+  // stages one per model stage, or one per stage for all its model stages).
   const std::vector<const CostTableIndex*>* stage_costs = nullptr;
   // And then take every action's and optimizer step's time from a real run
   // (cost_source.h, MakeMeasuredDurationSource).

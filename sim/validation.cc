@@ -100,6 +100,8 @@ pb::ValidationRun Compare(const pb::Report& predicted, const std::vector<Measure
   const double step = Quantile(times, 0.5);
   pb::ValidationRun run;
   run.set_policy(predicted.policy());
+  run.set_virtual_stages(static_cast<std::uint32_t>(
+      predicted.stages_size() > 0 ? std::max(1, predicted.stages(0).model_stages_size()) : 1));
   run.set_pipeline_size(predicted.pipeline_size());
   run.set_microbatches(static_cast<std::uint32_t>(shape.microbatches));
   run.set_chunks(predicted.chunks());
@@ -150,7 +152,9 @@ void Summarize(pb::ValidationReport* report) {
   }
 }
 
-Result<MeasuredDurations> DurationsFromTrace(const pb::Trace& trace, int stages) {
+Result<MeasuredDurations> DurationsFromTrace(const pb::Trace& trace, int stages,
+                                             int virtual_stages,
+                                             schedule::StagePlacement placement) {
   std::map<schedule::Action, std::vector<double>> actions;
   std::vector<std::vector<double>> optimizer(static_cast<std::size_t>(stages));
   for (const pb::TraceEvent& e : trace.trace_events()) {
@@ -162,7 +166,8 @@ Result<MeasuredDurations> DurationsFromTrace(const pb::Trace& trace, int stages)
     }
     Result<schedule::Action> action = schedule::ParseAction(e.name());
     if (!action.ok()) continue;
-    if (action->stage != stage) {
+    if (action->stage < 0 || action->stage >= stages * virtual_stages ||
+        schedule::RankOfModelStage(action->stage, stages, virtual_stages, placement) != stage) {
       return Status::Internal("trace: action " + e.name() + " on the track of stage " +
                               std::to_string(stage));
     }

@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "proto/stateflow.pb.h"
+#include "schedule/plan.h"
 #include "sim/cost_source.h"
 
 namespace stateflow::sim {
@@ -89,6 +90,10 @@ void Summarize(pb::ValidationReport* report);
 // the median over the steps after the first, when there are two or more.
 // Slices of other phases or names, or on other tracks, are ignored. Errors:
 // an action on the track of another stage; a stage with no optimizer slice.
-Result<MeasuredDurations> DurationsFromTrace(const pb::Trace& trace, int stages);
+// With virtual stages, `virtual_stages` model stages per stage placed by
+// `placement`: an action's track is its model stage's rank.
+Result<MeasuredDurations> DurationsFromTrace(
+    const pb::Trace& trace, int stages, int virtual_stages = 1,
+    schedule::StagePlacement placement = schedule::StagePlacement::kLoop);
 
 }  // namespace stateflow::sim

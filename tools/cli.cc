@@ -160,11 +160,12 @@ void AddScenarioOptions(po::options_description* desc, ScenarioFlags* f) {
        "schedule under study (drops the baselines): gpipe, 1f1b, stateflow, interleaved "
        "(with --virtual-stages), zb-h1, zb-h2, zbv or zb-interleaved (zero-bubble: the backward "
        "split into B and W; zbv places two model stages per stage in a V, zb-interleaved v in a "
-       "loop; both simulated only); docs/schedules.md")
+       "loop; train runs every one on the cpu and host-grid devices); docs/schedules.md")
       ("chunks,N", Optional(&f->chunks), Help("N, sequence chunks per microbatch", models::kChunks).c_str())
       ("virtual-stages", Optional(&f->virtual_stages),
        Help("v, model stages per pipeline stage (schedule.virtual_stages; policies interleaved "
-            "and zb-interleaved (default 2), and zbv's 2; simulated only)",
+            "and zb-interleaved (default 2), and zbv's 2; train runs them on the cpu and host-grid "
+            "devices, each model stage its own module and optimizer on its stage)",
             models::kVirtualStages).c_str())
       ("alpha", Optional(&f->alpha), ("partition: 0 equal, 1 FLOP-balanced, >1 more, in " +
                                       models::RangeText(models::kAlpha)).c_str())

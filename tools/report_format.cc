@@ -17,6 +17,21 @@
 #endif
 
 namespace stateflow::tools {
+
+std::string StageLayersText(const pb::StageReport& s) {
+  std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1);
+  if (s.model_stages_size() > 0) {
+    layers.clear();
+    for (const pb::LayerRange& m : s.model_stages()) {
+      if (!layers.empty()) layers += ',';
+      layers += std::to_string(m.first_layer());
+      layers += '-';
+      layers += std::to_string(m.last_layer() - 1);
+    }
+  }
+  return layers;
+}
+
 namespace {
 
 std::string Printf(const char* format, double value) {
@@ -80,18 +95,7 @@ std::string StageTable(const pb::Report& r) {
   std::vector<std::vector<std::string>> rows = {
       {"stage", "layers", "busy", "bubble", "peak memory", "largest at peak", ""}};
   for (const auto& s : r.stages()) {
-    // With virtual stages, each model stage's layers: "0-4,17-20".
-    std::string layers = std::to_string(s.first_layer()) + "-" + std::to_string(s.last_layer() - 1);
-    if (s.model_stages_size() > 0) {
-      layers.clear();
-      for (const pb::LayerRange& m : s.model_stages()) {
-        if (!layers.empty()) layers += ',';
-        layers += std::to_string(m.first_layer());
-        layers += '-';
-        layers += std::to_string(m.last_layer() - 1);
-      }
-    }
-    rows.push_back({std::to_string(s.stage()), layers,
+    rows.push_back({std::to_string(s.stage()), StageLayersText(s),
                     FormatTime(s.busy_s(), r.time_unit()),
                     Printf("%.1f %%", 100.0 * s.bubble_fraction()),
                     FormatBytes(s.peak_memory_bytes()), s.peak_dominant_class(),

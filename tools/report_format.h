@@ -29,6 +29,9 @@ std::string FormatSimulateTable(const pb::Report& report);
 // time term by term beside its sync, optimizer and idle time.
 std::string FormatExplanation(const pb::Report& report);
 
+// A stage's layers, "0-4", or with virtual stages each model stage's, "0-4,17-20".
+std::string StageLayersText(const pb::StageReport& stage);
+
 // "61.23 GiB", "512.0 MiB", ...
 std::string FormatBytes(double bytes);
 // "12.35 s", "812.4 ms", or "7.000 units" for the uniform cost model.

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "models/cost_model.h"
+#include "scenario/configure.h"
 #include "sim/search.h"
 #include "tools/cli.h"
 
@@ -69,6 +70,7 @@ Result<std::vector<std::string>> RecomputeModes(const std::string& text) {
 std::string ConfigName(const RunConfig& c) {
   std::string name = c.schedule.policy() + " N=" + std::to_string(c.schedule.chunks()) +
                      " M=" + std::to_string(c.microbatches) + " T=" + std::to_string(c.seq_len);
+  if (const int v = scenario::VirtualStagesOf(c.schedule); v > 1) name += " v=" + std::to_string(v);
   if (c.schedule.alpha() != 0) {
     char alpha[32];
     std::snprintf(alpha, sizeof(alpha), " alpha=%g", c.schedule.alpha());

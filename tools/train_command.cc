@@ -361,8 +361,8 @@ void PrintSummary(const pb::Report& r) {
                     : "");
   std::cout << line;
   for (const pb::StageReport& s : r.stages()) {
-    std::snprintf(line, sizeof(line), "  stage %u (layers %u-%u): busy %.2f ms, peak %s (%s)\n",
-                  s.stage(), s.first_layer(), s.last_layer() - 1, s.busy_s() * 1e3,
+    std::snprintf(line, sizeof(line), "  stage %u (layers %s): busy %.2f ms, peak %s (%s)\n",
+                  s.stage(), StageLayersText(s).c_str(), s.busy_s() * 1e3,
                   FormatBytes(s.peak_memory_bytes()).c_str(), s.peak_dominant_class().c_str());
     std::cout << line;
   }
@@ -387,7 +387,7 @@ Result<backend::Transport<T>> MakeTransport(const TrainSetup& setup, bool mpi) {
   if (!mpi) return backend::MakeSingleProcessTransport<T>(setup.stages, setup.data_size);
   return backend::MakeMpiTransport<T>(setup.stages, setup.microbatches,
                                       setup.partition.num_chunks(), setup.data_size,
-                                      setup.tensor_size);
+                                      setup.tensor_size, setup.plan.virtual_stages());
 }
 
 // `tp`: this rank's tensor-parallel place (Transport::shard()).

@@ -11,6 +11,8 @@
 #include "backend/profile/launch.h"
 #include "common/files.h"
 #include "models/cost_model.h"
+#include "scenario/configure.h"
+#include "schedule/policies.h"
 #include "sim/simulation.h"
 #include "tools/cli.h"
 
@@ -59,7 +61,8 @@ std::vector<std::string> TrainArgv(const pb::Scenario& s, const std::string& pat
 
 // Every action's and optimizer step's time from train's trace
 // (sim::DurationsFromTrace).
-Result<sim::MeasuredDurations> DurationsFromTraceFile(const std::string& path, int stages) {
+Result<sim::MeasuredDurations> DurationsFromTraceFile(const std::string& path,
+                                                      const pb::Scenario& scenario) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -69,7 +72,10 @@ Result<sim::MeasuredDurations> DurationsFromTraceFile(const std::string& path, i
   if (!in || !google::protobuf::util::JsonStringToMessage(text.str(), &trace, options).ok()) {
     return Status::Internal("stateflow train wrote no readable trace to " + path);
   }
-  return sim::DurationsFromTrace(trace, stages);
+  const pb::ScheduleSpec& schedule = scenario.schedule();
+  return sim::DurationsFromTrace(trace, static_cast<int>(scenario.parallel().pipeline_size()),
+                                 scenario::VirtualStagesOf(schedule),
+                                 schedule::PolicyPlacement(schedule.policy()));
 }
 
 // The profile taken right before one configuration's run: its chunk
@@ -149,7 +155,7 @@ Result<sim::MeasuredRun> RunMeasuredTrain(const pb::Scenario& scenario, const Tr
       options.timeout_s);
   const int stages = static_cast<int>(scenario.parallel().pipeline_size());
   Result<sim::MeasuredDurations> durations =
-      run.ok() && run->exit_code == 0 ? DurationsFromTraceFile(trace_file.path(), stages)
+      run.ok() && run->exit_code == 0 ? DurationsFromTraceFile(trace_file.path(), scenario)
                                       : Status::Internal("no run");
   if (!run.ok()) return run.status();
   if (run->exit_code != 0) {

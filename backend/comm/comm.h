@@ -7,9 +7,14 @@
 //
 // Nonblocking: PostRecv and Send return at once; Arrived tests a receive,
 // Wait blocks on it, Progress completes finished sends, Flush waits for all.
-// A message is named by its MessageKey (microbatch, chunk, pass); within one
-// step each key is received at most once per stage (activations come only
-// from r - 1, gradients only from r + 1), so the key alone names it.
+// A message is named by its MessageKey (microbatch, chunk, pass, and with
+// virtual stages the receiving model stage's index on its rank); within one
+// step each key is received at most once per stage, so the key alone names
+// it. Without virtual stages activations come only from r - 1 and gradients
+// only from r + 1; with them (schedule/plan.h) a loop's last stage sends to
+// stage 0 and back, and a model stage may send to the next one on its own
+// rank (P = 1, the V's turn): the peers a comm accepts are r - 1, r and
+// r + 1 modulo P.
 //
 // Not a collective library (group.h) and not a scheduler: the runtime
 // decides what to post and when. Not thread-safe: one stage, one thread.
@@ -29,11 +34,14 @@
 namespace stateflow::backend {
 
 // Which message: pass kForward is the activation of (microbatch, chunk),
-// pass kBackward its gradient.
+// pass kBackward its gradient; `virtual_index` is k of the model stage that
+// receives it (Plan::VirtualIndex, 0 without virtual stages): the two model
+// stages of a loop's rank receive the same (a, i, pass) from the same peer.
 struct MessageKey {
   int microbatch = 0;  // a
   int chunk = 0;       // i
   schedule::Pass pass = schedule::Pass::kForward;
+  int virtual_index = 0;  // k, 0 .. v - 1
 
   auto operator<=>(const MessageKey&) const = default;
 };
@@ -41,13 +49,24 @@ struct MessageKey {
 // "activation of microbatch 2 chunk 5" / "gradient of microbatch 2 chunk 5".
 std::string ToString(const MessageKey& key);
 
-// The MPI tag of `key`: (microbatch * chunks + chunk) * 2 + (pass is B).
-// REQUIRES: 0 <= chunk < chunks, microbatch >= 0.
-long long MessageTag(const MessageKey& key, int chunks);
+// The MPI tag of `key`: ((microbatch * v + virtual_index) * chunks + chunk) * 2
+// + (pass is B), v = `virtual_stages`.
+// REQUIRES: 0 <= chunk < chunks, microbatch >= 0, 0 <= virtual_index < v.
+long long MessageTag(const MessageKey& key, int chunks, int virtual_stages = 1);
 
-// Ok if every tag of M microbatches and N chunks, up to 2 M N - 1, fits
-// `tag_upper_bound` (MPI_TAG_UB); else an error naming M, N and the bound.
-Status CheckTagRange(int microbatches, int chunks, long long tag_upper_bound);
+// Ok if every tag of M microbatches, N chunks and v virtual stages, up to
+// 2 M N v - 1, fits `tag_upper_bound` (MPI_TAG_UB); else an error naming M,
+// N, v and the bound.
+Status CheckTagRange(int microbatches, int chunks, long long tag_upper_bound,
+                     int virtual_stages = 1);
+
+// Whether stage `other` is a peer of stage `stage` among `stages`: r - 1, r
+// or r + 1 modulo P (see the header comment).
+inline bool IsPeer(int stage, int other, int stages) {
+  if (other < 0 || other >= stages) return false;
+  const int d = ((other - stage) % stages + stages) % stages;
+  return d == 0 || d == 1 || d == stages - 1;
+}
 
 template <typename T>
 class Comm {
@@ -60,7 +79,7 @@ class Comm {
   // Posts the receive of `key` from stage `from`; the message fills
   // `buffer`, which must have exactly the sent number of elements. The comm
   // holds the buffer until Wait hands it back. Error: `from` is not a
-  // neighbour, the key is already posted, or the transport failed.
+  // peer (r - 1, r or r + 1 modulo P), the key is already posted, or the transport failed.
   virtual Status PostRecv(int from, const MessageKey& key, Tensor<T> buffer) = 0;
 
   // Whether the posted receive of `key` has completed (never blocks).

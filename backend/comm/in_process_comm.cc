@@ -142,9 +142,7 @@ class InProcessComm final : public Comm<T> {
 
  private:
   Status CheckNeighbour(int other, const char* what) const {
-    if (other == stage_ - 1 || other == stage_ + 1) {
-      if (other >= 0 && other < stages()) return Status::Ok();
-    }
+    if (IsPeer(stage_, other, stages())) return Status::Ok();
     return Status::Internal("stage " + std::to_string(stage_) + ": cannot " + what +
                             " stage " + std::to_string(other) + " (not a neighbour among " +
                             std::to_string(stages()) + " stages)");

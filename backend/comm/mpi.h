@@ -60,11 +60,12 @@ class MpiSession {
 // (replica_sync.h: world rank GridRank(r, d, D) = r D + d is stage r of
 // data-parallel replica d; with one replica, stage = rank). A replica's
 // messages travel on a communicator of its own P ranks. Error: the tags of
-// M microbatches and N chunks do not fit MPI_TAG_UB. REQUIRES: an
+// M microbatches, N chunks and v virtual stages do not fit MPI_TAG_UB. REQUIRES: an
 // MpiSession is alive; the world's size is a multiple of `replicas`; the
 // allocators of the tensors handed to it outlive it.
 template <typename T>
-Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int replicas = 1);
+Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int replicas = 1,
+                                             int virtual_stages = 1);
 
 // This rank's replica sync (replica_sync.h): the `replicas` ranks of its
 // stage and tensor rank (a job of P x `replicas` x `tensors` ranks, laid out

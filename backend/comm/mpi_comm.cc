@@ -33,8 +33,9 @@ template <typename T>
 class MpiComm final : public Comm<T> {
  public:
   // `comm`: the P ranks of this rank's pipeline (replica), stage = rank in it.
-  MpiComm(MPI_Comm comm, int stage, int stages, int chunks)
-      : comm_(comm), stage_(stage), stages_(stages), chunks_(chunks) {}
+  MpiComm(MPI_Comm comm, int stage, int stages, int chunks, int virtual_stages)
+      : comm_(comm), stage_(stage), stages_(stages), chunks_(chunks),
+        virtual_stages_(virtual_stages) {}
 
   // Pending requests would be unsafe to free: the runtime flushes every
   // step, and after a failure the job is aborted.
@@ -155,12 +156,12 @@ class MpiComm final : public Comm<T> {
   std::string Where() const { return "stage " + std::to_string(stage_) + ": "; }
 
   MPI_Comm comm_;
-  int Tag(const MessageKey& key) const { return static_cast<int>(MessageTag(key, chunks_)); }
+  int Tag(const MessageKey& key) const {
+    return static_cast<int>(MessageTag(key, chunks_, virtual_stages_));
+  }
 
   Status CheckPeer(int other, const char* what) const {
-    if ((other == stage_ - 1 || other == stage_ + 1) && other >= 0 && other < stages_) {
-      return Status::Ok();
-    }
+    if (IsPeer(stage_, other, stages_)) return Status::Ok();
     return Status::Internal(Where() + "cannot " + what + " stage " + std::to_string(other) +
                             " (not a neighbour among " + std::to_string(stages_) + " stages)");
   }
@@ -184,6 +185,7 @@ class MpiComm final : public Comm<T> {
   int stage_;
   int stages_;
   int chunks_;
+  int virtual_stages_;
   std::map<MessageKey, Recv> recvs_;  // node-based: requests keep their address
   std::vector<SendSlot> sends_;       // MPI_Isend's request is copied out, so moves are safe
 };
@@ -220,7 +222,8 @@ MpiSession::~MpiSession() {
 }
 
 template <typename T>
-Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int replicas) {
+Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int replicas,
+                                             int virtual_stages) {
   int rank = 0, size = 1, flag = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -232,7 +235,7 @@ Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int r
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
   // The standard guarantees at least 32767 when the attribute is missing.
   const long long bound = flag != 0 ? *static_cast<int*>(tag_ub) : 32767;
-  SF_RETURN_IF_ERROR(CheckTagRange(microbatches, chunks, bound));
+  SF_RETURN_IF_ERROR(CheckTagRange(microbatches, chunks, bound, virtual_stages));
   const int stage = rank / replicas, replica = rank % replicas;
   MPI_Comm pipeline = MPI_COMM_WORLD;
   if (replicas > 1) {
@@ -242,12 +245,12 @@ Result<std::unique_ptr<Comm<T>>> MakeMpiComm(int microbatches, int chunks, int r
     MPI_Comm_set_errhandler(pipeline, MPI_ERRORS_RETURN);
   }
   return std::unique_ptr<Comm<T>>(
-      std::make_unique<MpiComm<T>>(pipeline, stage, size / replicas, chunks));
+      std::make_unique<MpiComm<T>>(pipeline, stage, size / replicas, chunks, virtual_stages));
 }
 
-template Result<std::unique_ptr<Comm<float>>> MakeMpiComm<float>(int, int, int);
-template Result<std::unique_ptr<Comm<double>>> MakeMpiComm<double>(int, int, int);
-template Result<std::unique_ptr<Comm<bf16>>> MakeMpiComm<bf16>(int, int, int);
+template Result<std::unique_ptr<Comm<float>>> MakeMpiComm<float>(int, int, int, int);
+template Result<std::unique_ptr<Comm<double>>> MakeMpiComm<double>(int, int, int, int);
+template Result<std::unique_ptr<Comm<bf16>>> MakeMpiComm<bf16>(int, int, int, int);
 
 void AbortMpiJob(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);

@@ -31,11 +31,21 @@ StageRuntime<T>::StageRuntime(const schedule::Plan* plan, int stage,
                               const schedule::Partition* partition, StageModule<T>* module,
                               Comm<T>* comm, TrackingAllocator* alloc, const RunClock* clock,
                               TrackingAllocator* transport)
+    : StageRuntime(plan, stage, partition, std::vector<StageModule<T>*>{module}, comm, alloc,
+                   clock, transport) {}
+
+template <typename T>
+StageRuntime<T>::StageRuntime(const schedule::Plan* plan, int stage,
+                              const schedule::Partition* partition,
+                              std::vector<StageModule<T>*> modules, Comm<T>* comm,
+                              TrackingAllocator* alloc, const RunClock* clock,
+                              TrackingAllocator* transport)
     : plan_(plan),
       actions_(&plan->stage(stage)),
       stage_(stage),
       partition_(partition),
-      module_(module),
+      modules_(std::move(modules)),
+      module_(modules_.front()),
       comm_(comm),
       alloc_(alloc),
       clock_(clock),
@@ -54,12 +64,12 @@ void StageRuntime<T>::BeginStep() {
 
 template <typename T>
 bool StageRuntime<T>::NeedsInput(const Action& a) const {
-  return schedule::InputFrom(a, plan_->stages()).has_value();
+  return schedule::InputFrom(a, plan_->model_stages()).has_value();
 }
 
 template <typename T>
 MessageKey StageRuntime<T>::KeyOf(const Action& a) const {
-  return MessageKey{a.microbatch, a.chunk, a.pass};
+  return MessageKey{a.microbatch, a.chunk, a.pass, plan_->VirtualIndex(a.stage)};
 }
 
 // Posts the receives of the next action and the one after it (lookahead 1).
@@ -71,8 +81,9 @@ Status StageRuntime<T>::PostAhead() {
   const std::int64_t hidden = module_->hidden_size();
   for (; posted_until_ < limit; ++posted_until_) {
     const Action& a = (*actions_)[posted_until_];
-    const std::optional<int> from = schedule::InputFrom(a, plan_->stages());
-    if (!from) continue;
+    const std::optional<int> from_stage = schedule::InputFrom(a, plan_->model_stages());
+    if (!from_stage) continue;
+    const std::optional<int> from = plan_->RankOf(*from_stage);
     const std::int64_t rows = module_->microbatch_size() * partition_->length(a.chunk);  // B s
     SF_ASSIGN_OR_RETURN(Tensor<T> buffer, Tensor<T>::Uninitialized(
                                               MessageAlloc(), BufferClass::kWorkspace, {rows, hidden}));
@@ -120,11 +131,12 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
     input = std::move(copy).value();  // frees the receive buffer
   }
   Result<Tensor<T>> out = Tensor<T>();
+  StageModule<T>* module = ModuleOf(a);
   switch (a.pass) {
-    case Pass::kForward: out = module_->Forward(a.microbatch, a.chunk, in); break;
-    case Pass::kBackward: out = module_->Backward(a.microbatch, a.chunk, in); break;
+    case Pass::kForward: out = module->Forward(a.microbatch, a.chunk, in); break;
+    case Pass::kBackward: out = module->Backward(a.microbatch, a.chunk, in); break;
     case Pass::kWeight:
-      if (Status w = module_->Weight(a.microbatch, a.chunk); !w.ok()) out = w;
+      if (Status w = module->Weight(a.microbatch, a.chunk); !w.ok()) out = w;
       break;
   }
   if (!out.ok()) return During(out.status(), a);
@@ -134,7 +146,9 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
   if (Status done = alloc_->device().Synchronize(); !done.ok()) return During(done, a);
   const double end = clock_->Now();
   input = Tensor<T>();  // the receive buffer ends with its action
-  if (const std::optional<int> to = schedule::OutputTo(a, plan_->stages())) {
+  if (const std::optional<int> to_stage = schedule::OutputTo(a, plan_->model_stages())) {
+    const int to = plan_->RankOf(*to_stage);
+    const MessageKey key{a.microbatch, a.chunk, a.pass, plan_->VirtualIndex(*to_stage)};
     const std::int64_t rows = module_->microbatch_size() * partition_->length(a.chunk);  // B s
     if (out->numel() != rows * module_->hidden_size()) {
       return Status::Internal(ToString(a) + ": the module returned " + ShapeString(out->shape()) +
@@ -146,7 +160,7 @@ Status StageRuntime<T>::Execute(Tensor<T> input, double wait_s) {
       if (!message.ok()) return During(message.status(), a);
       out = std::move(message).value();
     }
-    SF_RETURN_IF_ERROR(comm_->Send(*to, KeyOf(a), std::move(out).value()));
+    SF_RETURN_IF_ERROR(comm_->Send(to, key, std::move(out).value()));
   }
   SF_RETURN_IF_ERROR(comm_->Progress());
   records_.push_back(ActionRecord{a, start, end, wait_s});

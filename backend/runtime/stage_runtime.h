@@ -27,6 +27,15 @@
 // Not the step: the trainer starts the module's step (BeginStep) and steps
 // the optimizer. Not a scheduler: the order is the plan's.
 //
+// Virtual stages (schedule/plan.h): a stage holding v model stages has one
+// module per model stage (the k-th runs its rank's model stage
+// Plan::ModelStageOf(r, k)); an action runs on its model stage's module, its
+// input comes from the rank of the model stage before (forward) or after
+// (backward), that rank's own when both are here (P = 1, the V's turn): the
+// message then goes through the comm to itself, so the stage's ledger is
+// the same as for a message from a neighbour. Messages name the receiving
+// model stage's index (MessageKey::virtual_index).
+//
 // Two ways to drive it: one rank per stage (RunStepAlone blocks for inputs),
 // or one process for all stages (RunStepInProcess sweeps them).
 //
@@ -86,6 +95,12 @@ class StageRuntime {
   StageRuntime(const schedule::Plan* plan, int stage, const schedule::Partition* partition,
                StageModule<T>* module, Comm<T>* comm, TrackingAllocator* alloc,
                const RunClock* clock, TrackingAllocator* transport = nullptr);
+  // With virtual stages: `modules[k]` runs model stage plan->ModelStageOf(stage, k).
+  // REQUIRES: modules.size() == plan->virtual_stages(), all of one hidden and
+  // microbatch size.
+  StageRuntime(const schedule::Plan* plan, int stage, const schedule::Partition* partition,
+               std::vector<StageModule<T>*> modules, Comm<T>* comm, TrackingAllocator* alloc,
+               const RunClock* clock, TrackingAllocator* transport = nullptr);
 
   StageRuntime(const StageRuntime&) = delete;
   StageRuntime& operator=(const StageRuntime&) = delete;
@@ -113,10 +128,14 @@ class StageRuntime {
   double peak_time_s() const { return peak_time_s_; }
 
  private:
-  // Whether action k needs an input message (from schedule::InputFrom), and
-  // its key.
+  // Whether action k needs an input message (from schedule::InputFrom over
+  // model stages), and its key.
   bool NeedsInput(const schedule::Action& a) const;
   MessageKey KeyOf(const schedule::Action& a) const;
+  // The module of the action's model stage.
+  StageModule<T>* ModuleOf(const schedule::Action& a) const {
+    return modules_[static_cast<std::size_t>(plan_->VirtualIndex(a.stage))];
+  }
   Status PostAhead();
   Status Execute(Tensor<T> input, double wait_s);
   // Where receive and send buffers live: `transport` if given, else `alloc`.
@@ -126,7 +145,8 @@ class StageRuntime {
   const std::vector<schedule::Action>* actions_;
   int stage_;
   const schedule::Partition* partition_;
-  StageModule<T>* module_;
+  std::vector<StageModule<T>*> modules_;  // (v) by virtual index
+  StageModule<T>* module_;                // modules_[0]: sizes
   Comm<T>* comm_;
   TrackingAllocator* alloc_;
   const RunClock* clock_;

@@ -67,7 +67,14 @@ Result<std::vector<StagePeaks>> PredictStageMemory(const scenario::ResolvedScena
   const models::CostModel& cm = placement->cost_model;
   std::vector<StagePeaks> peaks;
   for (int r = 0; r < setup.stages; ++r) {
-    peaks.push_back(FromSegment(models::StageStepMemory(cm, setup.stage_layers[r],
+    if (setup.plan.virtual_stages() == 1) {
+      peaks.push_back(FromSegment(models::StageStepMemory(cm, setup.stage_layers[r],
+                                                          setup.partition, setup.plan.stage(r))));
+      continue;
+    }
+    std::vector<int> own;  // the stage's model stages
+    for (int k = 0; k < setup.plan.virtual_stages(); ++k) own.push_back(setup.plan.ModelStageOf(r, k));
+    peaks.push_back(FromSegment(models::StageStepMemory(cm, setup.stage_layers, own,
                                                         setup.partition, setup.plan.stage(r))));
   }
   return peaks;

@@ -23,8 +23,17 @@ const StageStepStats* PeakStep(const std::vector<StepResult>& steps, int stage) 
 void FillStage(const std::vector<StepResult>& steps, const std::vector<StepResult>& measured,
                const TrainSetup& setup, double step_time_s, int r, pb::StageReport* out) {
   out->set_stage(r);
-  out->set_first_layer(setup.stage_layers[r].first);
-  out->set_last_layer(setup.stage_layers[r].last);
+  const models::StageLayers& own =
+      setup.stage_layers[static_cast<std::size_t>(setup.plan.ModelStageOf(r, 0))];
+  out->set_first_layer(own.first);
+  out->set_last_layer(own.last);
+  for (int k = 0; setup.plan.virtual_stages() > 1 && k < setup.plan.virtual_stages(); ++k) {
+    const int s = setup.plan.ModelStageOf(r, k);
+    pb::LayerRange* range = out->add_model_stages();
+    range->set_model_stage(static_cast<std::uint32_t>(s));
+    range->set_first_layer(setup.stage_layers[static_cast<std::size_t>(s)].first);
+    range->set_last_layer(setup.stage_layers[static_cast<std::size_t>(s)].last);
+  }
   double busy = 0;
   for (const StepResult& s : measured) busy += s.stages[r].busy_s;
   busy /= static_cast<double>(measured.size());

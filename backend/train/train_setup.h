@@ -31,7 +31,7 @@ struct TrainSetup {
   pb::ModelSpec model;
   schedule::Plan plan;                            // validated (W actions: a split backward)
   schedule::Partition partition;                  // N chunks of T tokens
-  std::vector<models::StageLayers> stage_layers;  // (P) layers of the layer list
+  std::vector<models::StageLayers> stage_layers;  // (P v) layers of each model stage
   models::Recompute recompute = models::Recompute::kNone;
   // schedule.st_overlap: the GDN and Mamba-3 cores' forward and backward split and overlapped
   // (StageModuleOptions::st_overlap).

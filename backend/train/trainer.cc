@@ -52,8 +52,9 @@ void AppendTimeline(const StageTimeline& t, std::vector<double>* out) {
   out->push_back(t.stage);
   out->push_back(static_cast<double>(t.actions.size()));
   for (const ActionRecord& r : t.actions) {
-    out->insert(out->end(), {static_cast<double>(r.action.pass), double(r.action.microbatch),
-                             double(r.action.chunk), r.start_s, r.end_s, r.wait_s});
+    out->insert(out->end(), {double(r.action.stage), static_cast<double>(r.action.pass),
+                             double(r.action.microbatch), double(r.action.chunk), r.start_s,
+                             r.end_s, r.wait_s});
   }
   out->push_back(static_cast<double>(t.memory.size()));
   for (const MemorySample& m : t.memory) {
@@ -71,10 +72,10 @@ StageTimeline ReadTimeline(const double*& p) {
   StageTimeline t;
   t.stage = static_cast<int>(*p++);
   const auto actions = static_cast<std::size_t>(*p++);
-  for (std::size_t k = 0; k < actions; ++k, p += 6) {
-    schedule::Action a{t.stage, static_cast<schedule::Pass>(static_cast<int>(p[0])),
-                       static_cast<int>(p[1]), static_cast<int>(p[2])};
-    t.actions.push_back(ActionRecord{a, p[3], p[4], p[5]});
+  for (std::size_t k = 0; k < actions; ++k, p += 7) {
+    schedule::Action a{static_cast<int>(p[0]), static_cast<schedule::Pass>(static_cast<int>(p[1])),
+                       static_cast<int>(p[2]), static_cast<int>(p[3])};
+    t.actions.push_back(ActionRecord{a, p[4], p[5], p[6]});
   }
   const auto samples = static_cast<std::size_t>(*p++);
   for (std::size_t k = 0; k < samples; ++k) {
@@ -109,7 +110,7 @@ Result<Transport<T>> MakeSingleProcessTransport(int stages, int replicas) {
 
 template <typename T>
 Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks, int replicas,
-                                      int tensors) {
+                                      int tensors, int virtual_stages) {
   Transport<T> t;
   t.group = MakeMpiGroup();
   if (t.group->size() != stages * replicas * tensors) {
@@ -125,7 +126,7 @@ Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks, 
                            " ranks but the scenario has " + grid);
   }
   SF_ASSIGN_OR_RETURN(std::unique_ptr<Comm<T>> comm,
-                      MakeMpiComm<T>(microbatches, chunks, replicas * tensors));
+                      MakeMpiComm<T>(microbatches, chunks, replicas * tensors, virtual_stages));
   t.comms.push_back(std::move(comm));
   SF_ASSIGN_OR_RETURN(t.replicas, MakeMpiReplicaSync(replicas, tensors));
   if (tensors > 1) {
@@ -134,11 +135,14 @@ Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks, 
   return t;
 }
 
-// Declared in this order so that destruction runs runtime, comm, optimizer,
-// module and only then the allocator that all their tensors came from.
+// One local (stage, replica): its device memory, messages and runtime.
+// Declared in this order so that destruction runs runtime and comm before
+// the allocators their tensors came from (the trainer's destructor resets
+// runtimes and comms first; the model stages' modules and optimizers,
+// LocalStage, go before any Endpoint).
 template <typename T>
-struct Trainer<T>::LocalStage {
-  int stage = 0;
+struct Trainer<T>::Endpoint {
+  int stage = 0;  // r, the rank in its pipeline
   int replica = 0;
   std::unique_ptr<TrackingAllocator> alloc;
   // Receive buffers posted ahead and sends in flight (stage_runtime.h).
@@ -146,11 +150,20 @@ struct Trainer<T>::LocalStage {
   // Host copies of messages when the device's memory goes through the host
   // (staged_comm.h); not the device's memory, so outside its peak.
   std::unique_ptr<TrackingAllocator> staging;
-  std::unique_ptr<StageModule<T>> module;
-  std::optional<AdamW<T>> optimizer;
   std::unique_ptr<Comm<T>> comm;
   std::unique_ptr<StageRuntime<T>> runtime;
   StageTimeline timeline;
+};
+
+// One local (model stage, replica): its layers' module and their optimizer,
+// on its endpoint's allocator. Without virtual stages one per endpoint.
+template <typename T>
+struct Trainer<T>::LocalStage {
+  int stage = 0;  // s, the model stage (the stage itself without virtual stages)
+  int replica = 0;
+  Endpoint* endpoint = nullptr;
+  std::unique_ptr<StageModule<T>> module;
+  std::optional<AdamW<T>> optimizer;
 };
 
 template <typename T>
@@ -166,20 +179,22 @@ Trainer<T>::Trainer(const TrainSetup& setup, const TrainOptions& options, const 
   const std::size_t per_replica =
       std::max<std::size_t>(1, transport.comms.size() / replica_sync_->local_count());
   for (std::size_t k = 0; k < transport.comms.size(); ++k) {
-    auto local = std::make_unique<LocalStage>();
-    local->stage = transport.comms[k]->stage();
-    local->replica = replica_sync_->first_local() + static_cast<int>(k / per_replica);
-    local->comm = std::move(transport.comms[k]);
-    stages_.push_back(std::move(local));
+    auto endpoint = std::make_unique<Endpoint>();
+    endpoint->stage = transport.comms[k]->stage();
+    endpoint->replica = replica_sync_->first_local() + static_cast<int>(k / per_replica);
+    endpoint->comm = std::move(transport.comms[k]);
+    endpoints_.push_back(std::move(endpoint));
   }
 }
 
 // In one process the comms share one network holding tensors of every
-// stage's allocator: all runtimes and comms go before any allocator.
+// stage's allocator: all runtimes and comms go before any allocator, and
+// the modules and optimizers (stages_) before the endpoints_ that hold them.
 template <typename T>
 Trainer<T>::~Trainer() {
-  for (std::unique_ptr<LocalStage>& local : stages_) local->runtime.reset();
-  for (std::unique_ptr<LocalStage>& local : stages_) local->comm.reset();
+  for (std::unique_ptr<Endpoint>& e : endpoints_) e->runtime.reset();
+  for (std::unique_ptr<Endpoint>& e : endpoints_) e->comm.reset();
+  stages_.clear();
 }
 
 template <typename T>
@@ -212,7 +227,7 @@ int Trainer<T>::local_stage(int local) const {
 
 template <typename T>
 MemoryStats Trainer<T>::local_memory(int local) const {
-  return stages_.at(static_cast<std::size_t>(local))->alloc->Stats();
+  return stages_.at(static_cast<std::size_t>(local))->endpoint->alloc->Stats();
 }
 
 template <typename T>
@@ -269,14 +284,21 @@ Result<bool> UseNccl(Device& device, int ranks, const std::string& link) {
 template <typename T>
 Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
   const int P = setup_.stages, D = setup_.data_size;
+  const int v = setup_.plan.virtual_stages(), S = setup_.plan.model_stages();
   if (replica_sync_->replicas() != D ||
-      static_cast<int>(stages_.size()) != replica_sync_->local_count() * (group_->size() == 1 ? P : 1)) {
-    return Status::Internal("a transport of " + std::to_string(stages_.size()) +
+      static_cast<int>(endpoints_.size()) !=
+          replica_sync_->local_count() * (group_->size() == 1 ? P : 1)) {
+    return Status::Internal("a transport of " + std::to_string(endpoints_.size()) +
                             " endpoints and " + std::to_string(replica_sync_->replicas()) +
                             " replicas for " + std::to_string(P) + " stages x " +
                             std::to_string(D) + " replicas");
   }
-  for (std::unique_ptr<LocalStage>& local : stages_) {
+  if (static_cast<int>(setup_.stage_layers.size()) != S) {
+    return Status::Internal("the setup has the layers of " +
+                            std::to_string(setup_.stage_layers.size()) +
+                            " model stages, the plan " + std::to_string(S));
+  }
+  for (std::unique_ptr<Endpoint>& local : endpoints_) {
     const int r = local->stage;
     if (r < 0 || r >= P || local->comm->stages() != P) {
       return Status::Internal("stage " + std::to_string(r) + " of a transport with " +
@@ -288,6 +310,12 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
       return Status::Invalid("parallel.data_size " + std::to_string(D) +
                              " on the cuda device: the replicas' gradient sync runs on host "
                              "memory (cpu, host-grid); NCCL's is not built yet");
+    }
+    if (device->kind() == DeviceKind::kCuda && v > 1) {
+      return Status::Invalid("schedule.virtual_stages " + std::to_string(v) +
+                             " on the cuda device: virtual stages run on the cpu and host-grid "
+                             "devices; not yet on cuda (its NCCL links order messages by "
+                             "neighbour)");
     }
     if constexpr (std::is_same_v<T, bf16>) {
       if (!device->has_bf16()) {
@@ -326,24 +354,38 @@ Status Trainer<T>::MakeStages(const StageModuleFactory<T>& factory) {
                       return rows_per_token * partition->length(key.chunk) * C;
                     }));
     }
-    SF_ASSIGN_OR_RETURN(local->module, factory(r, setup_.stage_layers[r], local->alloc.get()));
-    if (local->module->is_first() != (r == 0) || local->module->is_last() != (r == P - 1)) {
-      return Status::Internal("stage " + std::to_string(r) +
-                              ": the module's first/last flags do not match its place");
+    // The stage's model stages (one without virtual stages), each its module
+    // and optimizer on the stage's allocator.
+    std::vector<StageModule<T>*> modules;
+    for (int k = 0; k < v; ++k) {
+      const int s = setup_.plan.ModelStageOf(r, k);
+      auto part = std::make_unique<LocalStage>();
+      part->stage = s;
+      part->replica = local->replica;
+      part->endpoint = local.get();
+      SF_ASSIGN_OR_RETURN(part->module,
+                          factory(s, setup_.stage_layers[static_cast<std::size_t>(s)],
+                                  local->alloc.get()));
+      if (part->module->is_first() != (s == 0) || part->module->is_last() != (s == S - 1)) {
+        return Status::Internal((v > 1 ? "model stage " : "stage ") + std::to_string(s) +
+                                ": the module's first/last flags do not match its place");
+      }
+      std::vector<ParamRef<T>> params = part->module->Parameters();
+      ParamRange range;  // whole
+      if (setup_.distributed_optimizer && D > 1) {
+        std::int64_t total = 0;
+        for (const ParamRef<T>& p : params) total += p.value->numel();
+        const models::Shard shard = models::ShardOf(total, D, local->replica);
+        range = ParamRange{shard.begin, shard.count};
+      }
+      SF_ASSIGN_OR_RETURN(AdamW<T> opt, AdamW<T>::Make(std::move(params), *local->alloc,
+                                                       options_.adamw, range));
+      part->optimizer.emplace(std::move(opt));
+      modules.push_back(part->module.get());
+      stages_.push_back(std::move(part));
     }
-    std::vector<ParamRef<T>> params = local->module->Parameters();
-    ParamRange range;  // whole
-    if (setup_.distributed_optimizer && D > 1) {
-      std::int64_t total = 0;
-      for (const ParamRef<T>& p : params) total += p.value->numel();
-      const models::Shard shard = models::ShardOf(total, D, local->replica);
-      range = ParamRange{shard.begin, shard.count};
-    }
-    SF_ASSIGN_OR_RETURN(AdamW<T> opt, AdamW<T>::Make(std::move(params), *local->alloc,
-                                                     options_.adamw, range));
-    local->optimizer.emplace(std::move(opt));
     local->runtime = std::make_unique<StageRuntime<T>>(
-        &setup_.plan, r, &setup_.partition, local->module.get(), local->comm.get(),
+        &setup_.plan, r, &setup_.partition, std::move(modules), local->comm.get(),
         local->alloc.get(), &clock_, local->transport.get());
     local->timeline.stage = r;
   }
@@ -373,17 +415,19 @@ Status Trainer<T>::BeginStep(int step) {
     SF_RETURN_IF_ERROR(local->module->BeginStep(
         &replica_batches_[static_cast<std::size_t>(local->replica)], &setup_.partition,
         loss_scale));
-    local->alloc->ResetPeaks();
-    local->runtime->BeginStep();
+  }
+  for (std::unique_ptr<Endpoint>& e : endpoints_) {
+    e->alloc->ResetPeaks();
+    e->runtime->BeginStep();
   }
   return Status::Ok();
 }
 
 template <typename T>
-std::vector<typename Trainer<T>::LocalStage*> Trainer<T>::Replicas(int r) {
+std::vector<typename Trainer<T>::LocalStage*> Trainer<T>::Replicas(int s) {
   std::vector<LocalStage*> out;
   for (std::unique_ptr<LocalStage>& local : stages_) {
-    if (local->stage == r) out.push_back(local.get());  // replica-major: in replica order
+    if (local->stage == s) out.push_back(local.get());  // replica-major: in replica order
   }
   return out;
 }
@@ -459,22 +503,27 @@ Status Trainer<T>::SyncAndUpdate(const std::vector<LocalStage*>& replicas) {
 template <typename T>
 Status Trainer<T>::RunOptimizers() {
   for (int r = 0; r < setup_.stages; ++r) {
-    std::vector<LocalStage*> replicas = Replicas(r);
-    if (replicas.empty()) continue;
+    std::vector<Endpoint*> endpoints;  // stage r's local replicas, in replica order
+    for (std::unique_ptr<Endpoint>& e : endpoints_) {
+      if (e->stage == r) endpoints.push_back(e.get());
+    }
+    if (endpoints.empty()) continue;
     std::vector<std::int64_t> peaks_before;
-    for (LocalStage* local : replicas) peaks_before.push_back(local->alloc->PeakTotalBytes());
+    for (Endpoint* e : endpoints) peaks_before.push_back(e->alloc->PeakTotalBytes());
     const double start = clock_.Now();
-    SF_RETURN_IF_ERROR(SyncAndUpdate(replicas));
-    for (LocalStage* local : replicas) {
-      SF_RETURN_IF_ERROR(local->alloc->device().Synchronize());  // a GPU's update, done
+    for (int k = 0; k < setup_.plan.virtual_stages(); ++k) {  // each model stage's own
+      SF_RETURN_IF_ERROR(SyncAndUpdate(Replicas(setup_.plan.ModelStageOf(r, k))));
+    }
+    for (Endpoint* e : endpoints) {
+      SF_RETURN_IF_ERROR(e->alloc->device().Synchronize());  // a GPU's update, done
     }
     const double end = clock_.Now();
-    for (std::size_t k = 0; k < replicas.size(); ++k) {
-      LocalStage* local = replicas[k];
-      local->timeline.optimizer_start_s.push_back(start);
-      local->timeline.optimizer_end_s.push_back(end);
-      if (local->alloc->PeakTotalBytes() != peaks_before[k]) {
-        return Status::Internal("stage " + std::to_string(local->stage) +
+    for (std::size_t k = 0; k < endpoints.size(); ++k) {
+      Endpoint* e = endpoints[k];
+      e->timeline.optimizer_start_s.push_back(start);
+      e->timeline.optimizer_end_s.push_back(end);
+      if (e->alloc->PeakTotalBytes() != peaks_before[k]) {
+        return Status::Internal("stage " + std::to_string(e->stage) +
                                 ": the optimizer step allocated memory");
       }
     }
@@ -484,7 +533,7 @@ Status Trainer<T>::RunOptimizers() {
 
 template <typename T>
 Result<double> Trainer<T>::ShareLoss() {
-  const int last = setup_.stages - 1;
+  const int last = setup_.plan.model_stages() - 1;
   // Each replica's last stage holds its share of the mean, summed in
   // replica order in one process; every other stage passes 0.
   // Under TP every tensor rank of the last stage holds the same loss: rank 0's.
@@ -507,18 +556,18 @@ Result<StepResult> Trainer<T>::Step(int step) {
   if (group_->size() == 1) {
     for (int d = 0; d < setup_.data_size; ++d) {  // one replica after another
       std::vector<StageRuntime<T>*> runtimes;
-      for (std::unique_ptr<LocalStage>& local : stages_) {
-        if (local->replica == d) runtimes.push_back(local->runtime.get());
+      for (std::unique_ptr<Endpoint>& e : endpoints_) {
+        if (e->replica == d) runtimes.push_back(e->runtime.get());
       }
       SF_RETURN_IF_ERROR(RunStepInProcess(runtimes));
     }
   } else {
-    SF_RETURN_IF_ERROR(RunStepAlone(*stages_.front()->runtime));
+    SF_RETURN_IF_ERROR(RunStepAlone(*endpoints_.front()->runtime));
   }
   SF_RETURN_IF_ERROR(RunOptimizers());
   SF_ASSIGN_OR_RETURN(double loss, ShareLoss());
   const double end = clock_.Now();
-  for (std::unique_ptr<LocalStage>& local : stages_) {
+  for (std::unique_ptr<Endpoint>& local : endpoints_) {
     StageTimeline& t = local->timeline;
     t.actions.insert(t.actions.end(), local->runtime->records().begin(),
                      local->runtime->records().end());
@@ -532,7 +581,7 @@ template <typename T>
 Result<StepResult> Trainer<T>::GatherStepStats(int step, double loss, double start_s,
                                                double end_s) {
   std::vector<double> local = {start_s, end_s};
-  for (const std::unique_ptr<LocalStage>& s : stages_) {
+  for (const std::unique_ptr<Endpoint>& s : endpoints_) {
     if (s->replica != 0 || tensor_group_->rank() != 0) continue;  // replica 0, tensor rank 0 report
     const double peak = s->runtime->peak_time_s();
     AppendStats(StageStepStats{s->stage, s->alloc->Stats(), s->runtime->busy_s(),
@@ -624,7 +673,7 @@ CheckpointPart Trainer<T>::CheckpointPartOf(const LocalStage& local) const {
 template <typename T>
 Result<std::vector<StageTimeline>> Trainer<T>::GatherTimelines() {
   std::vector<double> local = {0};
-  for (const std::unique_ptr<LocalStage>& s : stages_) {
+  for (const std::unique_ptr<Endpoint>& s : endpoints_) {
     if (s->replica != 0 || tensor_group_->rank() != 0) continue;  // replica 0, tensor rank 0
     AppendTimeline(s->timeline, &local);
     ++local[0];
@@ -686,8 +735,8 @@ template class Trainer<float>;
 template class Trainer<double>;
 template Result<Transport<float>> MakeSingleProcessTransport<float>(int, int);
 template Result<Transport<double>> MakeSingleProcessTransport<double>(int, int);
-template Result<Transport<float>> MakeMpiTransport<float>(int, int, int, int, int);
-template Result<Transport<double>> MakeMpiTransport<double>(int, int, int, int, int);
+template Result<Transport<float>> MakeMpiTransport<float>(int, int, int, int, int, int);
+template Result<Transport<double>> MakeMpiTransport<double>(int, int, int, int, int, int);
 template TrainRun Train<float>(Trainer<float>&, int,
                                const std::function<void(const StepResult&)>&, const TrainLoop&);
 template TrainRun Train<double>(Trainer<double>&, int,
@@ -695,7 +744,7 @@ template TrainRun Train<double>(Trainer<double>&, int,
                                 const TrainLoop&);
 template class Trainer<bf16>;
 template Result<Transport<bf16>> MakeSingleProcessTransport<bf16>(int, int);
-template Result<Transport<bf16>> MakeMpiTransport<bf16>(int, int, int, int, int);
+template Result<Transport<bf16>> MakeMpiTransport<bf16>(int, int, int, int, int, int);
 template TrainRun Train<bf16>(Trainer<bf16>&, int,
                                 const std::function<void(const StepResult&)>&,
                                 const TrainLoop&);

@@ -58,8 +58,10 @@
 
 namespace stateflow::backend {
 
-// Makes stage `stage`'s module (layers setup.stage_layers[stage]) with its
-// tensors on `alloc`.
+// Makes model stage `stage`'s module (layers setup.stage_layers[stage]) with
+// its tensors on `alloc` (without virtual stages the model stage is the
+// stage; with them, schedule/plan.h, a stage's v model stages each get one,
+// on the stage's allocator).
 template <typename T>
 using StageModuleFactory = std::function<Result<std::unique_ptr<StageModule<T>>>(
     int stage, const models::StageLayers& layers, TrackingAllocator* alloc)>;
@@ -94,7 +96,8 @@ Result<Transport<T>> MakeSingleProcessTransport(int stages, int replicas = 1);
 // not fit MPI_TAG_UB. REQUIRES: an MpiSession is alive.
 template <typename T>
 Result<Transport<T>> MakeMpiTransport(int stages, int microbatches, int chunks,
-                                      int replicas = 1, int tensors = 1);
+                                      int replicas = 1, int tensors = 1,
+                                      int virtual_stages = 1);
 
 // One stage in one step.
 struct StageStepStats {
@@ -159,17 +162,21 @@ class Trainer {
   int rank() const { return group_->rank(); }
   int num_ranks() const { return group_->size(); }
   const TrainSetup& setup() const { return setup_; }
-  // The local stages' modules (tests read parameters).
+  // The local model stages' modules (tests read parameters): without
+  // virtual stages one per local (stage, replica); with v of them, v per
+  // local stage, in their rank's order (Plan::ModelStageOf(r, 0 .. v - 1)).
   StageModule<T>& module(int local);
   int num_local_stages() const { return static_cast<int>(stages_.size()); }
-  // Which stage and data-parallel replica local endpoint `local` runs.
+  // Which model stage and data-parallel replica local module `local` runs.
   int local_stage(int local) const;
   int local_replica(int local) const;
-  // Local endpoint `local`'s memory: peaks within the last step (reset at
-  // each step's start). Every rank's own, whatever its replica or tensor rank.
+  // The memory of the stage (rank) that runs local module `local`: peaks
+  // within the last step (reset at each step's start). Every rank's own,
+  // whatever its replica or tensor rank.
   MemoryStats local_memory(int local) const;
 
  private:
+  struct Endpoint;
   struct LocalStage;
 
   Trainer(const TrainSetup& setup, const TrainOptions& options, const TextData& text,
@@ -179,8 +186,8 @@ class Trainer {
   CheckpointPart CheckpointPartOf(const LocalStage& local) const;
   Status MakeStages(const StageModuleFactory<T>& factory);
   Status BeginStep(int step);
-  // The local replicas of stage r (replica order), all D in one process.
-  std::vector<LocalStage*> Replicas(int r);
+  // The local replicas of model stage s (replica order), all D in one process.
+  std::vector<LocalStage*> Replicas(int s);
   Status SyncAndUpdate(const std::vector<LocalStage*>& replicas);
   Status RunOptimizers();
   Result<double> ShareLoss();
@@ -192,7 +199,9 @@ class Trainer {
   std::unique_ptr<Group> group_;
   std::unique_ptr<ReplicaSync> replica_sync_;
   std::unique_ptr<TensorGroup> tensor_group_;  // solo at TP = 1
-  std::vector<std::unique_ptr<LocalStage>> stages_;
+  // Destroyed after stages_ (their modules' tensors are on its allocators).
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;  // local (stage, replica)s
+  std::vector<std::unique_ptr<LocalStage>> stages_;   // local (model stage, replica)s
   RunClock clock_;
   Batch batch_;                       // the step's M D microbatches
   std::vector<Batch> replica_batches_;  // (D) each replica's M

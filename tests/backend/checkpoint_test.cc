@@ -97,25 +97,33 @@ void ExpectResumeIsBitIdentical() {
 }
 
 // A zero-bubble plan (a split backward: the W stores never outlive a step)
-// on the real GDN stage module: resuming is bit-identical too.
-TEST(Checkpoint, ResumedZeroBubbleRunIsBitIdentical) {
+// on the real GDN stage module, and plans with virtual stages (each model
+// stage its own file, stage-<s>, s the model stage): resuming is
+// bit-identical too.
+class CheckpointPolicy : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CheckpointPolicy, ResumedRunIsBitIdentical) {
+  const std::string policy = GetParam();
   const TrainSetup setup = ToySetup(
-      {.stages = 2, .microbatches = 3, .chunks = 3, .seq_len = 18, .policy = "zb-h1"});
-  ASSERT_TRUE(schedule::SplitsBackward(setup.plan));
+      {.stages = 2, .microbatches = policy == "zb-h1" ? 3 : 2, .chunks = 3, .seq_len = 18,
+       .policy = policy, .virtual_stages = policy == "zb-h1" ? 0 : 2});
+  ASSERT_EQ(schedule::SplitsBackward(setup.plan), policy != "interleaved");
+  ASSERT_EQ(setup.plan.virtual_stages(), policy == "zb-h1" ? 1 : 2);
   const auto make = [&setup](std::uint64_t seed) {
     TrainOptions options;
     options.seed = 9;
     StageModuleFactory<double> factory = [&setup, seed](int, const models::StageLayers& layers,
                                                         TrackingAllocator* alloc) {
-      return MakeStageModule<double>(setup.model, layers,
-                                     {.seed = seed, .split_backward = true}, alloc);
+      return MakeStageModule<double>(
+          setup.model, layers,
+          {.seed = seed, .split_backward = schedule::SplitsBackward(setup.plan)}, alloc);
     };
     return Take(Trainer<double>::Make(setup, options, Text(), factory,
                                       Take(MakeSingleProcessTransport<double>(setup.stages))));
   };
   auto straight = make(5);
   const RunResult full = Finish(*straight, 4, {});
-  CheckpointDir dir("zb");
+  CheckpointDir dir(policy);
   auto first = make(5);
   Finish(*first, 2, Loop(0, dir.path(), 1));
   auto second = make(77);
@@ -128,6 +136,13 @@ TEST(Checkpoint, ResumedZeroBubbleRunIsBitIdentical) {
     EXPECT_EQ(resumed.params.at(name), values) << name;  // bit for bit
   }
 }
+INSTANTIATE_TEST_SUITE_P(Policies, CheckpointPolicy,
+                         ::testing::Values("zb-h1", "interleaved", "zbv", "zb-interleaved"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 TEST(Checkpoint, ResumedRunIsBitIdenticalFloat64) { ExpectResumeIsBitIdentical<double>(); }
 TEST(Checkpoint, ResumedRunIsBitIdenticalFloat32) { ExpectResumeIsBitIdentical<float>(); }

@@ -127,6 +127,44 @@ std::vector<MemoryCase> ZeroBubbleCases() {
 INSTANTIATE_TEST_SUITE_P(ZeroBubble, StepMemory, ::testing::ValuesIn(ZeroBubbleCases()),
                          [](const auto& info) { return CaseName(info.param); });
 
+// Virtual stages (issue 27): a stage holds v model stages, each its own
+// module and optimizer on the stage's allocator; the ledger is the sum of
+// their static bytes and each action's segment with its own model stage's
+// layers (models::StageStepMemory over model stages), byte for byte, with
+// the messages between model stages of one stage (P = 1, the V's turn)
+// counted as from a neighbour. Every family, the three policies with
+// virtual stages, both recompute modes, cpu and host-grid, P = 1 and 2.
+std::vector<MemoryCase> VirtualStageCases() {
+  std::vector<MemoryCase> cases;
+  const char* const policies[] = {"interleaved", "zbv", "zb-interleaved"};
+  int k = 0;
+  for (const std::string& preset : MemoryFamilyPresets()) {
+    for (const char* device : {"cpu", "host-grid"}) {
+      const int P = k % 4 == 3 ? 1 : 2;
+      MemoryCase c{preset.c_str(), policies[k % 3], P, 2, 1 + (k / 3) % 2,
+                   (k / 2) % 2 ? "full" : "none",
+                   std::string(device) == "cpu" ? (k % 2 ? "float32" : "float64")
+                                                : (k % 2 ? "bf16" : "float32"),
+                   128};
+      c.device = device;
+      c.v = 2;
+      cases.push_back(c);
+      ++k;
+    }
+  }
+  // Data parallelism beside them: each model stage's own shard of the
+  // distributed optimizer (ShardOf over its parameters, as the simulator's
+  // static bytes per model stage have it).
+  MemoryCase dp{"gdn-tiny", "interleaved", 2, 2, 2, "none", "float64", 128};
+  dp.v = 2;
+  dp.dp = 3;
+  dp.distributed = true;
+  cases.push_back(dp);
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(VirtualStages, StepMemory, ::testing::ValuesIn(VirtualStageCases()),
+                         [](const auto& info) { return CaseName(info.param); });
+
 // The sanitizer's share of the host-grid product is a covering array: every
 // pair of values of any two factors occurs in one of its cases, and the two
 // subsets split the product without overlap.

@@ -37,6 +37,7 @@ struct MemoryCase {
   const char* device = "cpu";  // train.device: the measured step's device
   int dp = 1;                  // parallel.data_size (replicas in one process)
   bool distributed = false;    // parallel.distributed_optimizer
+  int v = 0;                   // schedule.virtual_stages (0: the policy's default)
 };
 
 inline std::string CaseName(const MemoryCase& c) {
@@ -48,6 +49,7 @@ inline std::string CaseName(const MemoryCase& c) {
   if (std::string(c.device) != "cpu") name += std::string("_") + c.device;
   if (c.dp != 1) name += "_dp" + std::to_string(c.dp);
   if (c.distributed) name += "_distopt";
+  if (c.v != 0) name += "_v" + std::to_string(c.v);
   for (char& ch : name) {
     if (ch == '-') ch = '_';
   }
@@ -119,6 +121,7 @@ inline pb::Scenario ScenarioOf(const MemoryCase& c) {
   sched->set_alpha(c.alpha);
   sched->set_granularity(1);
   sched->set_recompute(c.recompute);
+  if (c.v != 0) sched->set_virtual_stages(static_cast<std::uint32_t>(c.v));
   *s.mutable_precision() = *models::PrecisionForDtype(c.dtype);
   if (std::string(c.device) != "cpu") s.mutable_train()->set_device(c.device);
   return s;

@@ -55,6 +55,7 @@ struct Config {
   std::int64_t seq_len;
   const char* policy;
   int steps;
+  int virtual_stages = 0;  // 0: the policy's default
 };
 
 void PrintTo(const Config& c, std::ostream* os) {
@@ -92,7 +93,8 @@ std::unique_ptr<OneProcess> MakeOneProcess(const TrainSetup& setup, int stages, 
 }
 
 Outcome RunOneProcess(const Config& c) {
-  const TrainSetup setup = ToySetup({c.stages, c.microbatches, c.chunks, c.seq_len, c.policy});
+  const TrainSetup setup =
+      ToySetup({c.stages, c.microbatches, c.chunks, c.seq_len, c.policy, c.virtual_stages});
   const bool gdn = std::string(c.module) == "gdn";
   auto reference = MakeOneProcess(setup, c.stages, 1, gdn ? nullptr : ToyFactory<double>(setup, 11));
   Trainer<double>* trainer = reference->trainer.get();
@@ -109,14 +111,15 @@ class MpiEqualsOneProcess : public ::testing::TestWithParam<Config> {};
 TEST_P(MpiEqualsOneProcess, LossesAndFinalParameters) {
   const Config& c = GetParam();
   const std::string prefix = TempPrefix(std::string(c.module) + "-" + std::to_string(c.stages) +
-                                        "-" + std::to_string(c.chunks));
+                                        "-" + std::to_string(c.chunks) + "-" + c.policy);
   const Finished f = RunFor(
       Mpirun(c.stages, {SF_MPI_WORKER, std::string("module=") + c.module,
                         "stages=" + std::to_string(c.stages),
                         "microbatches=" + std::to_string(c.microbatches),
                         "chunks=" + std::to_string(c.chunks),
                         "seq_len=" + std::to_string(c.seq_len), std::string("policy=") + c.policy,
-                        "steps=" + std::to_string(c.steps), "out=" + prefix}),
+                        "steps=" + std::to_string(c.steps),
+                        "virtual_stages=" + std::to_string(c.virtual_stages), "out=" + prefix}),
       prefix);
   ASSERT_EQ(f.exit_code, 0) << f.err;
   const Outcome mpi = ReadWorkerFiles(prefix, c.stages);
@@ -136,7 +139,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Config{"gdn", 4, 2, 2, 40, "stateflow", 2},
                       // Zero-bubble plans: a split backward, B and W.
                       Config{"gdn", 2, 3, 2, 40, "zb-h1", 2},
-                      Config{"gdn", 3, 2, 2, 40, "zb-h2", 2}));
+                      Config{"gdn", 3, 2, 2, 40, "zb-h2", 2},
+                      // Virtual stages: two model stages per rank, in a loop
+                      // (rank 1 sends to rank 0 and back) and in a V (rank 1
+                      // sends to itself), the backward split in a loop.
+                      Config{"gdn", 2, 2, 2, 40, "interleaved", 2, 2},
+                      Config{"gdn", 2, 2, 3, 40, "zbv", 2},
+                      Config{"gdn", 2, 2, 1, 40, "zb-interleaved", 2}));
 
 // A P x D grid under mpirun (world rank r D + d is stage r of replica d)
 // equals the D replicas in one process: the same losses and the same

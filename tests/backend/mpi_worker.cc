@@ -115,7 +115,8 @@ void WriteResults(Trainer<double>& trainer, const TrainRun& run, const std::stri
 int Run(const Args& args) {
   const ToyShape shape{Int(args, "stages", 2), Int(args, "microbatches", 2),
                        Int(args, "chunks", 1), Int(args, "seq_len", 24),
-                       args.count("policy") ? args.at("policy") : "stateflow"};
+                       args.count("policy") ? args.at("policy") : "stateflow",
+                       Int(args, "virtual_stages", 0)};
   pb::Scenario scenario = ToyScenario(shape);
   if (args.count("model")) {
     *scenario.mutable_model() = *models::ModelPreset(args.at("model"));
@@ -138,7 +139,8 @@ int Run(const Args& args) {
   options.seed = 3;
   if (args.count("device")) options.device = args.at("device");
   auto transport = MakeMpiTransport<double>(shape.stages, shape.microbatches,
-                                            setup->partition.num_chunks(), replicas, tensors);
+                                            setup->partition.num_chunks(), replicas, tensors,
+                                            setup->plan.virtual_stages());
   if (!transport.ok()) return std::cerr << transport.status().message() << "\n", 1;
   const TpShard tp = transport->shard();
   auto trainer = Trainer<double>::Make(*setup, options, *text, Factory(args, *setup, tp),

@@ -57,7 +57,7 @@ TEST(InProcessComm, DeliversWhicheverSideComesFirst) {
 
 TEST(InProcessComm, ErrorsInsteadOfHangs) {
   TrackingAllocator a0(0), a1(1), a2(2);
-  auto comms = MakeInProcessComms<double>(3);
+  auto comms = MakeInProcessComms<double>(4);
   const MessageKey key{1, 2, Pass::kBackward};
   // Waiting for a message nobody sent can never end in one process.
   ASSERT_TRUE(comms[1]->PostRecv(2, key, Filled(a1, 2, 0)).ok());
@@ -69,11 +69,40 @@ TEST(InProcessComm, ErrorsInsteadOfHangs) {
   Status bad = comms[2]->Send(1, key, Filled(a2, 5, 0));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("5 elements"), std::string::npos) << bad.message();
-  // Not a neighbour.
-  EXPECT_FALSE(comms[0]->Send(2, key, Filled(a0, 2, 0)).ok());
+  // Not a peer: two stages away (r - 1, r and r + 1 modulo P are).
+  Status far = comms[0]->Send(2, key, Filled(a0, 2, 0));
+  ASSERT_FALSE(far.ok());
+  EXPECT_NE(far.message().find("not a neighbour among 4 stages"), std::string::npos)
+      << far.message();
   // A send nobody receives is reported by Flush.
   ASSERT_TRUE(comms[1]->Send(0, key, Filled(a1, 2, 0)).ok());
   EXPECT_FALSE(comms[1]->Flush().ok());
+}
+
+// Virtual stages (issue 27): a loop's last stage sends to stage 0 and back,
+// and a model stage to the next one on its own stage; the key's
+// virtual_index keeps apart the two model stages of one stage that receive
+// the same (a, i, pass) from the same peer.
+TEST(InProcessComm, RingAndSelfMessagesWithVirtualIndices) {
+  TrackingAllocator a0(0), a2(2);
+  auto comms = MakeInProcessComms<double>(3);
+  const MessageKey k0{0, 1, Pass::kForward, 0}, k1{0, 1, Pass::kForward, 1};
+  ASSERT_TRUE(comms[0]->PostRecv(2, k1, Filled(a0, 2, 0)).ok());  // from the last stage
+  ASSERT_TRUE(comms[0]->PostRecv(0, k0, Filled(a0, 2, 0)).ok());  // from itself
+  ASSERT_TRUE(comms[2]->Send(0, k1, Filled(a2, 2, 7)).ok());
+  ASSERT_TRUE(comms[0]->Send(0, k0, Filled(a0, 2, 3)).ok());
+  Result<Tensor<double>> ring = comms[0]->Wait(k1);
+  Result<Tensor<double>> self = comms[0]->Wait(k0);
+  ASSERT_TRUE(ring.ok()) << ring.status().message();
+  ASSERT_TRUE(self.ok()) << self.status().message();
+  EXPECT_EQ(ring->data()[0], 7);
+  EXPECT_EQ(self->data()[0], 3);
+  EXPECT_TRUE(comms[0]->Flush().ok());
+  EXPECT_TRUE(comms[2]->Flush().ok());
+  EXPECT_TRUE(IsPeer(0, 2, 3));
+  EXPECT_TRUE(IsPeer(1, 1, 3));
+  EXPECT_FALSE(IsPeer(0, 2, 5));
+  EXPECT_FALSE(IsPeer(0, 3, 3));
 }
 
 TEST(MessageTag, UniquePerMessageAndChecked) {
@@ -94,6 +123,25 @@ TEST(MessageTag, UniquePerMessageAndChecked) {
   Status s = CheckTagRange(M, N, 2LL * M * N - 2);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("MPI_TAG_UB"), std::string::npos);
+  // With v virtual stages: 2 M N v tags, one per (microbatch, index, chunk, pass).
+  const int v = 3;
+  std::set<long long> virtual_tags;
+  for (int a = 0; a < M; ++a) {
+    for (int k = 0; k < v; ++k) {
+      for (int i = 0; i < N; ++i) {
+        for (Pass p : {Pass::kForward, Pass::kBackward}) {
+          const long long tag = MessageTag({a, i, p, k}, N, v);
+          EXPECT_LE(tag, 2LL * M * N * v - 1);
+          virtual_tags.insert(tag);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(virtual_tags.size(), static_cast<std::size_t>(2 * M * N * v));
+  EXPECT_TRUE(CheckTagRange(M, N, 2LL * M * N * v - 1, v).ok());
+  Status sv = CheckTagRange(M, N, 2LL * M * N * v - 2, v);
+  ASSERT_FALSE(sv.ok());
+  EXPECT_NE(sv.message().find("x virtual stages 3"), std::string::npos) << sv.message();
 }
 
 // ---------------------------------------------------------- toy module ----

@@ -39,6 +39,7 @@ struct ToyShape {
   int chunks = 1;
   std::int64_t seq_len = 24;
   std::string policy = "stateflow";
+  int virtual_stages = 0;  // schedule.virtual_stages (0: the policy's default)
 };
 
 inline pb::Scenario ToyScenario(const ToyShape& shape) {
@@ -56,6 +57,9 @@ inline pb::Scenario ToyScenario(const ToyShape& shape) {
   pb::ScheduleSpec* sched = s.mutable_schedule();
   sched->set_policy(shape.policy);
   sched->set_chunks(shape.chunks);
+  if (shape.virtual_stages > 0) {
+    sched->set_virtual_stages(static_cast<std::uint32_t>(shape.virtual_stages));
+  }
   sched->set_granularity(1);
   sched->set_recompute("none");
   return s;

@@ -195,16 +195,17 @@ TEST(DataParallel, TheBackendRefusesTheOverlapInOneLine) {
       << setup.status().message();
 }
 
-TEST(VirtualStages, TheBackendRefusesThemInOneLine) {
+TEST(VirtualStages, TheBackendSetupHasEveryModelStagesLayers) {
   pb::Scenario s = Scenario(2, 2, 1);
   *s.mutable_model() = *models::ModelPreset("gdn-small");
   s.mutable_schedule()->set_policy("interleaved");
   s.mutable_schedule()->set_virtual_stages(2);
   Result<backend::TrainSetup> setup = backend::MakeTrainSetup(MustResolve(s), nullptr);
-  ASSERT_FALSE(setup.ok());
-  EXPECT_NE(setup.status().message().find("schedule.virtual_stages must be 1 for training"),
-            std::string::npos)
-      << setup.status().message();
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  ASSERT_EQ(setup->stage_layers.size(), 4u);  // P v model stages, in layer order
+  for (std::size_t k = 1; k < 4; ++k) {
+    EXPECT_EQ(setup->stage_layers[k].first, setup->stage_layers[k - 1].last);
+  }
   // And a scenario asking for them with another policy is refused naming the field.
   pb::Scenario other = s;
   other.mutable_schedule()->set_policy("stateflow");

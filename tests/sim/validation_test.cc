@@ -234,6 +234,25 @@ TEST(ValidationTest, DurationsFromTraceRefuseAnActionOnAnotherStagesTrack) {
       << d.status().message();
 }
 
+// With virtual stages an action's track is its model stage's rank: model
+// stage 3 of P 2 is on stage 1 in a loop and on stage 0 in the V.
+TEST(ValidationTest, DurationsFromTraceFollowTheModelStagesPlacement) {
+  pb::Trace trace;
+  AddSlice(&trace, 0, "optimizer", 10);
+  AddSlice(&trace, 1, "optimizer", 10);
+  AddSlice(&trace, 1, "3F0.0", 10);
+  Result<MeasuredDurations> loop = DurationsFromTrace(trace, 2, 2, schedule::StagePlacement::kLoop);
+  ASSERT_TRUE(loop.ok()) << loop.status().message();
+  EXPECT_EQ(loop->action_s.size(), 1u);
+  Result<MeasuredDurations> v = DurationsFromTrace(trace, 2, 2, schedule::StagePlacement::kVShape);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("action 3F0.0 on the track of stage 1"), std::string::npos)
+      << v.status().message();
+  pb::Trace beyond;  // model stage 4 of P 2, v 2 does not exist
+  AddSlice(&beyond, 0, "4F0.0", 10);
+  EXPECT_FALSE(DurationsFromTrace(beyond, 2, 2, schedule::StagePlacement::kLoop).ok());
+}
+
 TEST(ValidationTest, DurationsFromTraceNeedAnOptimizerStepPerStage) {
   pb::Trace trace;
   AddSlice(&trace, 0, "optimizer", 10);

@@ -284,10 +284,17 @@ TEST(Cli, AnInterleavedPlanFileSimulatesAsThePolicy) {
   EXPECT_EQ(from_policy.step_time_s(), 3.0 * 4 + 1.0 / 4);  // 3 M + (P - 1) / (2 N)
   ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 --policy zbv --virtual-stages 3"),
                  "schedule.virtual_stages must be 2 for policy zbv");
-  ExpectBadInput(Stateflow("train --model gdn-tiny -P 1 -M 2 --policy zbv --steps 1"),
-                 "schedule.virtual_stages must be 1 for training");
-  ExpectBadInput(Stateflow("train --model gdn-tiny -P 1 -M 2 --policy zb-interleaved --steps 1"),
-                 "schedule.virtual_stages must be 1 for training");
+  // The backend trains them (P = 1: every message from the stage to itself);
+  // its report lists the stage's model stages as simulate's does.
+  for (const char* policy : {"zbv", "zb-interleaved"}) {
+    CliRun train = Stateflow(std::string("train --model gdn-tiny -P 1 -M 2 -T 64 --policy ") +
+                             policy + " --steps 1 --json");
+    ASSERT_EQ(train.exit_code, 0) << train.err;
+    stateflow::pb::Report report;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(train.out, &report).ok());
+    ASSERT_EQ(report.stages_size(), 1);
+    EXPECT_EQ(report.stages(0).model_stages_size(), 2) << policy;
+  }
   ExpectBadInput(Stateflow("simulate --model gdn-small -P 2 -M 4 --policy zb-h1 --virtual-stages 2"),
                  "(policies interleaved, zb-interleaved and zbv place virtual stages)");
 }
