@@ -221,6 +221,10 @@ void CostModel::FillTables() {
     t.params = LayerParamCountPerTensorRank(model_, kind, tp);
     t.stored_per_token = StoredBytesPerTokenNoRecompute(model_, kind, act, tp);
     t.boundary_bytes = BoundaryStateBytesPerSequence(model_, kind, act, tp);
+    // Times: every column of a column-parallel group / TP, the replicated
+    // ones too (Gemm::replicated: a slight undercount of Mamba-3's and KDA's
+    // input projections at TP > 1, kept so far; the W store below counts
+    // them whole, as the backend allocates it).
     for (Gemm g : LayerGemms(model_, kind)) {
       (g.row_parallel ? g.k : g.n) /= tp;
       t.gemms.push_back(g);

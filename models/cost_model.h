@@ -101,7 +101,23 @@ struct Gemm {
   // group as one [t, k] x [k, n]; a split backward's W store keeps each
   // input (layer_formulas.h, WeightGradStoreElementsPerToken).
   double inputs = 1;
+  // Of a column-parallel group's n, the columns every tensor rank computes
+  // whole (Mamba-3's B, C and angle projections, KDA's low-rank downs): not
+  // split by TP.
+  double replicated = 0;
 };
+
+// One tensor rank's share of `g` under tensor parallelism `tensor_size`:
+// k / TP for a row-parallel linear, the split columns / TP plus the
+// replicated ones for a column-parallel group.
+inline Gemm TensorShard(Gemm g, int tensor_size) {
+  if (g.row_parallel) {
+    g.k /= tensor_size;
+  } else {
+    g.n = (g.n - g.replicated) / tensor_size + g.replicated;
+  }
+  return g;
+}
 
 // The recurrence core's forward and backward FLOPs per token of one
 // sequence, all heads, before TP (the chunked kernel's share of

@@ -365,8 +365,8 @@ double WeightGradStoreElementsPerToken(const pb::ModelSpec& model, LayerKind kin
   if (kind == LayerKind::kEmbedding) return static_cast<double>(model.hidden_size());
   if (kind == LayerKind::kHead) return 0;
   double per_token = 0;
-  for (Gemm g : LayerGemms(model, kind)) {
-    (g.row_parallel ? g.k : g.n) /= tensor_size;
+  for (const Gemm& whole : LayerGemms(model, kind)) {
+    const Gemm g = TensorShard(whole, tensor_size);
     per_token += g.inputs * g.k + g.n;
   }
   return per_token;

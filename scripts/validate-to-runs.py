@@ -7,7 +7,8 @@ and the largest measured peak of its stages (the backend's tracking
 allocator: allocated bytes). `--stat min` takes the fastest round's step
 time instead of the median (on a shared machine, the least disturbed). `--holdout K` marks every K-th run (the 2nd,
 (K+1)-th, ...: K >= 2) as `holdout`, so that calibrate fits the others and
-predicts those.
+predicts those. `--holdout-above T` marks every run longer than T tokens
+instead (fit on the short, predict the long).
 
     stateflow validate --json ... > v.json
     scripts/validate-to-runs.py v.json --holdout 3 > runs.csv
@@ -24,6 +25,9 @@ def main():
     ap.add_argument("report", help="ValidationReport JSON (stateflow validate --json)")
     ap.add_argument("--holdout", type=int, default=0,
                     help="mark every K-th run as held out (K >= 2; 0: none)")
+    ap.add_argument("--holdout-above", type=int, default=0,
+                    help="mark every run of more than this many tokens (T) as held out "
+                         "(0: none)")
     ap.add_argument("--stat", choices=("median", "min"), default="median",
                     help="step time: the median over rounds of each round's median step "
                          "(measured_step_time_s), or the smallest round's "
@@ -49,7 +53,8 @@ def main():
     for i, run in enumerate(report["runs"]):
         peak = max((s.get("measured_peak_memory_bytes", 0) for s in run.get("stages", [])),
                    default=0)
-        held = args.holdout >= 2 and i % args.holdout == 1
+        held = (args.holdout >= 2 and i % args.holdout == 1) or \
+            (args.holdout_above > 0 and run["seq_len"] > args.holdout_above)
         out.write("%s,%s,%d,%d,%d,%d,%g,%s,%.9g,%s,%s\n" % (
             "run%d" % i, run["policy"], run["pipeline_size"], run["microbatches"],
             run["chunks"], int(run["seq_len"]), run.get("alpha", 0),

@@ -770,15 +770,24 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
   for (std::size_t i = 0; i < runs.size(); ++i) {
     if (!runs[i].row.holdout) fitted_runs.push_back(static_cast<int>(i));
   }
-  if (fitted_runs.empty()) {
-    return Status::Invalid("calibrate: every run is held out (set = holdout): nothing to fit");
+  if (fitted_runs.empty() && !options.evaluate_only) {
+    return Status::Invalid("calibrate: every run is held out (set = holdout): nothing to fit "
+                           "(--fit none predicts them with the cluster as given)");
+  }
+  // The runs whose sensitivities choose the free parameters: the fitted
+  // ones, or every run when nothing is fitted.
+  std::vector<int> probe_runs = fitted_runs;
+  if (probe_runs.empty()) {
+    for (std::size_t i = 0; i < runs.size(); ++i) probe_runs.push_back(static_cast<int>(i));
   }
   const pb::ClusterSpec& base = runs[0].scenario.proto().cluster();
   CalibValues start = ReadCalibValues(base);
   const int action_overhead = Index(CalibParam::kActionOverhead);
   const bool has_overhead = base.device().action_overhead_s() > 0;
   std::vector<int> asked;
-  if (options.fit.empty()) {
+  if (options.evaluate_only) {
+    // Nothing asked for: every parameter held.
+  } else if (options.fit.empty()) {
     // A term the cluster does not have is fitted only when asked for.
     for (int k = 0; k < kNumCalibParams; ++k) {
       if (k != action_overhead || has_overhead) asked.push_back(k);
@@ -804,7 +813,7 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
   std::vector<int> all(kNumCalibParams);
   for (int k = 0; k < kNumCalibParams; ++k) all[k] = k;
   const CalibRanges ranges = PhysicalRanges(start);
-  const LogFit probe(runs, fitted_runs, base, start, all, ranges);
+  const LogFit probe(runs, probe_runs, base, start, all, ranges);
   SF_ASSIGN_OR_RETURN(Eigen::MatrixXd sens, probe.Jacobian(probe.Start(), 1e-4));
 
   Calibration out;
@@ -823,9 +832,11 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
     Eigen::Index row = 0;
     const double s = sens.col(k).cwiseAbs().maxCoeff(&row);
     p->set_max_sensitivity(s);
-    p->set_most_sensitive_line(runs[fitted_runs[row]].row.line);
+    p->set_most_sensitive_line(runs[probe_runs[row]].row.line);
     const bool wanted = std::find(asked.begin(), asked.end(), k) != asked.end();
-    if (!wanted && k == action_overhead && !has_overhead) {
+    if (options.evaluate_only) {
+      p->set_status("held: --fit none");
+    } else if (!wanted && k == action_overhead && !has_overhead) {
       p->set_status("held: the cluster has none (--fit " + std::string(kParamNames[k]) +
                     " fits it)");
     } else if (!wanted) {
@@ -906,6 +917,9 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
                        Fmt("%g", options.prior_weight) +
                        " per parameter (--prior-weight; 0: none)");
     }
+  } else if (options.evaluate_only) {
+    report.add_notes("--fit none: nothing fitted; every run is predicted with the cluster as "
+                     "given");
   } else {
     report.add_notes("no parameter is constrained by the runs: the cluster is unchanged");
   }
@@ -1080,7 +1094,12 @@ Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
       under += e < -kOneSignThreshold;
       ++n;
     }
-    if (n >= 3 && (over == n || under == n)) {
+    if (n >= 3 && (over == n || under == n) && options.evaluate_only) {
+      report.add_notes("every run is predicted " +
+                       std::string(over == n ? "slower" : "faster") + " than measured by more than " +
+                       Fmt("%.0f", 100 * kOneSignThreshold) +
+                       " %: the cluster misses what these runs have (a term or a scale)");
+    } else if (n >= 3 && (over == n || under == n)) {
       report.add_notes("implausible: every fitted run is predicted " +
                        std::string(over == n ? "slower" : "faster") + " than measured by more than " +
                        Fmt("%.0f", 100 * kOneSignThreshold) +

@@ -185,6 +185,11 @@ Result<std::vector<CalibrationRun>> ApplyRows(
 struct CalibrationOptions {
   // Parameters to fit; empty: every parameter the runs constrain.
   std::vector<CalibParam> fit{};
+  // Fit nothing (`--fit none`): every run, fitted or held out, predicted
+  // with the cluster as given (a preset fitted elsewhere, evaluated on other
+  // runs: another model, other lengths). The report is a fit's, with every
+  // parameter held and the predictions before and after equal.
+  bool evaluate_only = false;
   // A parameter is constrained when some fitted run's
   // |d log(step time) / d log(parameter)| reaches this.
   double min_sensitivity = 1e-3;
@@ -208,8 +213,8 @@ struct Calibration {
   pb::CalibrationReport report;  // runs_path, cluster, provenance left to the caller
 };
 
-// Fits the runs not held out (at least one). Deterministic: the same runs
-// give the same fit.
+// Fits the runs not held out (at least one, unless options.evaluate_only).
+// Deterministic: the same runs give the same fit.
 Result<Calibration> Calibrate(const std::vector<CalibrationRun>& runs,
                               const CalibrationOptions& options);
 

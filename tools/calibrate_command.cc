@@ -49,6 +49,8 @@ examples:
   stateflow sweep --scenario scenarios/paper/gdn-3b.textproto --cluster my-a100.textproto
   stateflow calibrate --runs cpu-runs.csv --scenario scenarios/tiny-train.textproto \
       --fit efficiency.peak,efficiency.knee_tokens --json
+  stateflow calibrate --runs gdn-small-runs.csv --model gdn-small --cluster my-cpu.textproto --fit none
+      (a preset fitted on gdn-tiny's runs, judged on gdn-small's: nothing fitted)
 )";
 
 std::string Fmt(const char* format, double value) {
@@ -171,7 +173,9 @@ int CalibrateCommand(int argc, char** argv) {
        ("the measured runs, a CSV (columns below; at most " + LimitText(kMaxTextFileBytes) + ")").c_str())
       ("fit", po::value(&fit_list),
        "comma-separated parameters to fit (default: every one the runs constrain; "
-       "device.action_overhead_s only when named here or when the cluster has one)")
+       "device.action_overhead_s only when named here or when the cluster has one), or none: "
+       "fit nothing and predict every run with the cluster as given (a preset fitted on "
+       "other runs)")
       ("out", po::value(&out_path), "write the fitted cluster preset (text format) here")
       ("max-iterations", po::value(&max_iterations),
        "Levenberg-Marquardt iterations at most (default 100); a fit stopped by it says "

@@ -68,7 +68,9 @@ Result<CalibrateResult> CalibrateRunsCsv(const scenario::ResolvedScenario& scena
   sim::CalibrationOptions options;
   options.prior_weight = request.prior_weight;
   options.max_iterations = request.max_iterations;
-  if (!request.fit_list.empty()) {
+  if (request.fit_list == "none") {
+    options.evaluate_only = true;
+  } else if (!request.fit_list.empty()) {
     SF_ASSIGN_OR_RETURN(options.fit, sim::ParseCalibParams(request.fit_list));
   }
   CalibrateResult result;

@@ -244,12 +244,12 @@ class KdaFamily final : public Family {
     return f;
   }
 
-  // The input projections as one GEMM (q k v b, and the low-rank pairs'
-  // down projections, whose r columns are in fact replicated under TP: a
-  // slight undercount at TP > 1), the pairs' up projections, o_proj.
+  // The input projections as one GEMM (q k v b split by heads, and the
+  // low-rank pairs' down projections, whose 2 r columns every tensor rank
+  // computes whole), the pairs' up projections, o_proj.
   std::vector<Gemm> MixerGemms(const pb::ModelSpec& model) const override {
     const KdaDims x(model);
-    return {{x.n * (2 * x.dk + x.dv + 1) + 2 * x.r, x.h, false},
+    return {{x.n * (2 * x.dk + x.dv + 1) + 2 * x.r, x.h, false, 1, 2 * x.r},
             {x.n * (x.dk + x.dv), x.r, false, 2},  // a and z, each from its own rank
             {x.h, x.n * x.dv, true}};           // o_proj
   }

@@ -257,7 +257,9 @@ class Mamba3Family final : public Family {
 
   std::vector<Gemm> MixerGemms(const pb::ModelSpec& model) const override {
     const MambaDims x(model);
-    return {{2 * x.d_in + 2 * x.ds + 3 * x.n + x.na, x.h, false},
+    // in_proj: z and x, dt, A and the trapezoid split by heads; B, C (one
+    // group) and the angles replicated on every tensor rank.
+    return {{2 * x.d_in + 2 * x.ds + 3 * x.n + x.na, x.h, false, 1, 2 * x.ds + x.na},
             {x.h, x.d_in, true}};
   }
 

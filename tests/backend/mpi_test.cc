@@ -235,14 +235,17 @@ struct TpConfig {
   // (its code compiled otherwise: the sums' order and rounding alone; every
   // other family within 1e-12 in both).
   double tolerance = 1e-12;
+  const char* policy = "stateflow";
+  int virtual_stages = 0;  // 0: the policy's default
 };
 
 void PrintTo(const TpConfig& c, std::ostream* os) {
-  *os << c.model << " TP=" << c.tensors << " P=" << c.stages << " N=" << c.chunks;
+  *os << c.model << " TP=" << c.tensors << " P=" << c.stages << " N=" << c.chunks << " "
+      << c.policy;
 }
 
 pb::Scenario TpScenario(const TpConfig& c) {
-  pb::Scenario s = ToyScenario({c.stages, 2, c.chunks, 24, "stateflow"});
+  pb::Scenario s = ToyScenario({c.stages, 2, c.chunks, 24, c.policy, c.virtual_stages});
   *s.mutable_model() = *models::ModelPreset(c.model);
   if (c.heads > 0) s.mutable_model()->set_num_heads(c.heads);
   if (c.attn_heads > 0) s.mutable_model()->set_attn_heads(c.attn_heads);
@@ -356,11 +359,14 @@ TEST_P(MpiTensorParallel, EqualsTheWholeModelInOneProcess) {
   // parameters near zero: KDA's dt_bias, 5e-12 relative at TP 4).
   const int steps = 1;
   const std::string prefix = TempPrefix(std::string("tp-") + c.model + "-" +
-                                        std::to_string(c.tensors) + "-" + std::to_string(c.chunks));
+                                        std::to_string(c.tensors) + "-" + std::to_string(c.chunks) +
+                                        "-" + c.policy);
   std::vector<std::string> argv = {SF_MPI_WORKER, std::string("model=") + c.model,
                                    "tensors=" + std::to_string(c.tensors),
                                    "stages=" + std::to_string(c.stages), "microbatches=2",
                                    "chunks=" + std::to_string(c.chunks), "seq_len=24",
+                                   std::string("policy=") + c.policy,
+                                   "virtual_stages=" + std::to_string(c.virtual_stages),
                                    "steps=" + std::to_string(steps), "out=" + prefix};
   if (c.heads > 0) argv.push_back("heads=" + std::to_string(c.heads));
   if (c.attn_heads > 0) argv.push_back("attn_heads=" + std::to_string(c.attn_heads));
@@ -411,7 +417,15 @@ INSTANTIATE_TEST_SUITE_P(
                       TpConfig{"deltanet-tiny", 2, 2, 3},
                       TpConfig{"mamba3-tiny", 4, 1, 3},
                       TpConfig{"gdn-hybrid-tiny", 4, 1, 3, 4, 4, 1},
-                      TpConfig{"kda-tiny", 4, 1, 1, 4, 0, 0, 1e-10}));
+                      TpConfig{"kda-tiny", 4, 1, 1, 4, 0, 0, 1e-10},
+                      // Virtual stages under TP: each model stage's heads
+                      // split, its TP sums in the model stages' order.
+                      TpConfig{"gdn-tiny", 2, 2, 2, 0, 0, 0, 1e-12, "interleaved", 2},
+                      TpConfig{"mamba3-hybrid-tiny", 2, 2, 1, 0, 0, 0, 1e-12, "zbv"},
+                      // A split backward under TP: each rank's W store holds
+                      // its share of the split columns and the replicated
+                      // ones whole (Gemm::replicated).
+                      TpConfig{"kda-hybrid-tiny", 2, 2, 2, 0, 0, 0, 1e-10, "zb-h1"}));
 
 // Every tensor rank's memory in a step equals the simulator's prediction for
 // the stage at tensor_size TP, byte for byte: the peak and every class at it.
@@ -422,6 +436,7 @@ struct TpMemoryCase {
   const char* device;
   int replicas = 1;          // DP: replica 0's ranks are compared (its shard the largest)
   bool distributed = false;  // the distributed optimizer
+  const char* policy = "stateflow";
 };
 
 void PrintTo(const TpMemoryCase& c, std::ostream* os) {
@@ -436,7 +451,7 @@ TEST_P(MpiTensorParallelMemory, EveryRankEqualsTheSimulator) {
   const TpMemoryCase& c = GetParam();
   const std::string prefix =
       TempPrefix(std::string("tpmem-") + c.model + "-" + c.recompute + "-" + c.device + "-" +
-                 std::to_string(c.chunks) + "-" + std::to_string(c.replicas));
+                 std::to_string(c.chunks) + "-" + std::to_string(c.replicas) + "-" + c.policy);
   const Finished f = RunFor(
       Mpirun(c.stages * c.tensors * c.replicas,
              {SF_MPI_WORKER, std::string("model=") + c.model,
@@ -445,7 +460,7 @@ TEST_P(MpiTensorParallelMemory, EveryRankEqualsTheSimulator) {
               std::string("distributed=") + (c.distributed ? "1" : "0"), "microbatches=2",
               "chunks=" + std::to_string(c.chunks), "seq_len=24", "steps=1",
               std::string("recompute=") + c.recompute, std::string("device=") + c.device,
-              "out=" + prefix}),
+              std::string("policy=") + c.policy, "out=" + prefix}),
       prefix);
   ASSERT_EQ(f.exit_code, 0) << f.err;
   Parts parts;
@@ -457,7 +472,9 @@ TEST_P(MpiTensorParallelMemory, EveryRankEqualsTheSimulator) {
   ReadTpFiles(prefix, replica0, &parts, &memories);
   ASSERT_EQ(memories.size(), static_cast<std::size_t>(c.stages * c.tensors));
 
-  pb::Scenario s = TpScenario({c.model, c.tensors, c.stages, c.chunks});
+  TpConfig config{c.model, c.tensors, c.stages, c.chunks};
+  config.policy = c.policy;
+  pb::Scenario s = TpScenario(config);
   s.mutable_parallel()->set_tensor_size(c.tensors);
   s.mutable_parallel()->set_data_size(c.replicas);
   s.mutable_parallel()->set_distributed_optimizer(c.distributed);
@@ -488,7 +505,11 @@ INSTANTIATE_TEST_SUITE_P(
                       TpMemoryCase{"deltanet-tiny", 2, 2, 1, "none", "host-grid"},
                       TpMemoryCase{"mamba3-tiny", 4, 1, 2, "none", "cpu"},
                       TpMemoryCase{"gdn-hybrid-tiny", 2, 1, 2, "none", "host-grid", 2, true},
-                      TpMemoryCase{"kda-tiny", 2, 1, 1, "full", "cpu", 2, false}));
+                      TpMemoryCase{"kda-tiny", 2, 1, 1, "full", "cpu", 2, false},
+                      // The split backward's W stores under TP (Gemm::replicated),
+                      // and virtual stages.
+                      TpMemoryCase{"mamba3-hybrid-tiny", 2, 2, 2, "none", "cpu", 1, false, "zb-h1"},
+                      TpMemoryCase{"kda-tiny", 2, 2, 1, "none", "host-grid", 1, false, "zbv"}));
 
 // A TP x DP grid (P 1 x TP 2 x DP 2 = 4 ranks, world rank d TP + t) equals
 // the whole model's two replicas in one process; each replica's ranks hold

@@ -89,7 +89,10 @@ void WriteResults(Trainer<double>& trainer, const TrainRun& run, const std::stri
   }
   if (tensor_rank >= 0) {
     for (int k = 0; k < trainer.num_local_stages(); ++k) {
-      file << "where " << trainer.local_stage(k) << " " << tensor_rank << "\n";
+      // The stage (rank) of the module's model stage: with virtual stages a
+      // rank's modules share its memory.
+      file << "where " << trainer.setup().plan.RankOf(trainer.local_stage(k)) << " "
+           << tensor_rank << "\n";
       const MemoryStats m = trainer.local_memory(k);
       file << "memory " << m.peak_total_bytes;
       for (int c = 0; c < kNumBufferClasses; ++c) file << " " << m.at_total_peak_bytes[c];

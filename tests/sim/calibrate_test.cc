@@ -216,6 +216,45 @@ TEST(Calibrate, FitsOnlyTheParametersAskedForAndPredictsHeldOutRuns) {
   EXPECT_EQ(holdout, 6);
 }
 
+// --fit none: nothing fitted, every run (here all held out) predicted with
+// the cluster as given: the true cluster predicts its own runs exactly, a
+// cluster with half the efficiency predicts them twice as slow where
+// compute dominates; every parameter is held and unchanged. Without it, all
+// runs held out is an error that names the way out.
+TEST(Calibrate, FitNoneEvaluatesTheClusterAsGiven) {
+  std::string csv = SynthesisedCsv();
+  std::string held;
+  std::size_t pos = 0;
+  for (int line = 0; pos < csv.size(); ++line) {
+    const std::size_t end = csv.find('\n', pos);
+    held += csv.substr(pos, end - pos) + (line == 0 ? ",set" : ",holdout") + "\n";
+    pos = end + 1;
+  }
+  const std::vector<CalibrationRun> truth = MustApply(TrueCluster(), held);
+  Result<Calibration> exact = Calibrate(truth, {.evaluate_only = true});
+  ASSERT_TRUE(exact.ok()) << exact.status().message();
+  EXPECT_LT(exact->report.holdout_rms_log_error(), 1e-9);
+  for (const pb::CalibrationParameter& p : exact->report.parameters()) {
+    EXPECT_EQ(p.status(), "held: --fit none") << p.name();
+    EXPECT_EQ(p.fitted(), p.initial()) << p.name();
+  }
+  CalibValues v = kTruth;
+  v[static_cast<int>(CalibParam::kEfficiencyPeak)] *= 0.5;
+  const std::vector<CalibrationRun> slow = MustApply(WithCalibValues(TrueCluster(), v), held);
+  Result<Calibration> off = Calibrate(slow, {.evaluate_only = true});
+  ASSERT_TRUE(off.ok()) << off.status().message();
+  EXPECT_GT(off->report.holdout_rms_log_error(), 0.1);
+  for (const pb::CalibrationRunResult& r : off->report.runs()) {
+    EXPECT_FALSE(r.fitted());
+    EXPECT_EQ(r.predicted_step_time_s(), r.initial_step_time_s()) << "line " << r.line();
+    EXPECT_GT(r.step_time_rel_error(), 0) << "line " << r.line();  // slower than measured
+  }
+  Result<Calibration> refused = Calibrate(truth, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--fit none"), std::string::npos)
+      << refused.status().message();
+}
+
 // The prior: at the command's default weight the synthesised runs are
 // still fitted within 1 % and the parameters they see well (a sensitivity
 // of 0.05 or more) come back within 1 %; the weakly seen latencies may stay

@@ -498,6 +498,19 @@ TEST(CliCalibrate, FitsWritesAPresetThatTheOtherCommandsLoad) {
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("efficiency.peak"), std::string::npos);
   EXPECT_NE(table.out.find("rms log error"), std::string::npos);
+  // --fit none judges the written preset on the runs without fitting: it
+  // predicts what the fit reported, and every parameter is held.
+  CliRun judged = Stateflow("calibrate --scenario " + path + " --runs " + runs + " --cluster " +
+                            preset + " --fit none --json");
+  ASSERT_EQ(judged.exit_code, 0) << judged.err;
+  stateflow::pb::CalibrationReport evaluated;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(judged.out, &evaluated).ok());
+  ASSERT_EQ(evaluated.runs_size(), 4);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NEAR(evaluated.runs(k).predicted_step_time_s(), report.runs(k).predicted_step_time_s(),
+                1e-9 * report.runs(k).predicted_step_time_s());
+  }
+  for (const auto& p : evaluated.parameters()) EXPECT_EQ(p.status(), "held: --fit none");
 }
 
 TEST(CliCalibrate, BadInputGetsOneLineAndExitTwo) {
