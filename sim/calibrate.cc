@@ -472,7 +472,7 @@ Result<std::vector<CalibParam>> ParseCalibParams(std::string_view list) {
       std::string known;
       for (std::string_view n : kParamNames) known += (known.empty() ? "" : ", ") + std::string(n);
       return Status::Invalid("--fit: unknown parameter '" + Printable(name) + "' (known: " +
-                             known + ")");
+                             known + "; or none alone: fit nothing)");
     }
     const auto p = static_cast<CalibParam>(it - kParamNames.begin());
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
