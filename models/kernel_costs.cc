@@ -77,6 +77,7 @@ Status CheckPass(const std::string& field, const std::string& pass) {
 int DtypeClass(const std::string& dtype) {
   if (dtype == "fp16" || dtype == "bf16") return 2;
   if (dtype == "fp32" || dtype == "tf32") return 4;
+  if (dtype == "fp64") return 8;
   return 0;
 }
 
@@ -117,7 +118,7 @@ Status ValidateKernelCosts(const pb::KernelCosts& c) {
     SF_RETURN_IF_ERROR(AtLeastOne(f + ".k", p.k()));
     SF_RETURN_IF_ERROR(Positive(f + ".flops_per_s", p.flops_per_s()));
     if (DtypeClass(p.dtype()) == 0) {
-      return Status::Invalid(f + ".dtype: unknown '" + p.dtype() + "' (known: fp16, bf16, fp32, tf32)");
+      return Status::Invalid(f + ".dtype: unknown '" + p.dtype() + "' (known: fp16, bf16, fp32, tf32, fp64)");
     }
     SF_RETURN_IF_ERROR(CheckSource(f, p.source(), c));
   }
@@ -177,7 +178,7 @@ KernelRates::KernelRates(const pb::KernelCosts& costs) {
 }
 
 std::optional<double> KernelRates::Gemm(double m, double n, double k, double act_bytes) const {
-  const int cls = act_bytes <= 2 ? 2 : 4;
+  const int cls = act_bytes <= 2 ? 2 : act_bytes <= 4 ? 4 : 8;
   const double lm = std::log(m), ln = std::log(n), lk = std::log(k);
   double weight_sum = 0, log_sum = 0;
   for (const GemmLog& p : gemm_) {

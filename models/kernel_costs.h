@@ -43,7 +43,7 @@ class KernelRates {
   KernelRates() = default;  // no points: every lookup is nullopt
 
   // A GEMM (m x k) (k x n) in activations of `act_bytes` bytes: the points of
-  // that dtype class (2: fp16/bf16, 4: fp32/tf32), Shepard's inverse-distance
+  // that dtype class (2: fp16/bf16, 4: fp32/tf32, 8: fp64), Shepard's inverse-distance
   // weighting (power 2) of log(rate) in (log m, log n, log k): exact at a
   // measured shape, a weighted mean between them. nullopt without points of
   // the class.
@@ -74,7 +74,7 @@ class KernelRates {
  private:
   struct GemmLog {
     double log_m, log_n, log_k, log_rate;
-    int dtype_class;  // 2 or 4 bytes
+    int dtype_class;  // 2, 4 or 8 bytes
     double rate;
   };
   struct SeqPoint {

@@ -15,6 +15,10 @@
 
 #include "backend/comm/mpi.h"
 #include "common/files.h"
+#include "models/limits.h"
+#include "models/model.h"
+#include "scenario/load.h"
+#include "sim/calibrate.h"
 #include "scenario/load.h"
 #include "sim/cost_table.h"
 #include "tools/cli.h"
@@ -22,6 +26,7 @@
 #include "tools/profiling.h"
 #include "tools/report_format.h"
 #include "tools/run_configs.h"
+#include "tools/sweep_options.h"
 
 namespace stateflow::tools {
 namespace {
@@ -37,6 +42,10 @@ constexpr char kProfileExamples[] = R"(examples:
       every chunk length of N in {1, 2, 4, 8}, both recompute modes
   stateflow simulate --scenario scenarios/tiny-train.textproto --costs costs.textproto
       replay the measured costs
+  stateflow profile --chunks-list 1,4,16 --seq-len-list 512,1024,2048 \
+      --gemm-models gdn-small --gemm-costs cpu-gemm.textproto
+      no layers: this device's GEMM rates at every projection shape of gdn-tiny and
+      gdn-small at those chunk lengths, as a cluster file for --cluster
 )";
 
 struct CommandFlags {
@@ -44,6 +53,8 @@ struct CommandFlags {
   ConfigFlags configs;
   ProfileFlags profile;
   std::string out_path;
+  std::string gemm_costs_path;
+  std::string gemm_models;
   std::string link_worker;    // hidden
   std::string link_elements;  // hidden
   bool tensor_sums = false;   // hidden: the link worker times the TP sum
@@ -70,6 +81,40 @@ std::string Summary(const pb::CostTable& table, const std::string& path, double 
   return line;
 }
 
+// --gemm-costs: the GEMM table, written as a cluster file (the scenario's
+// cluster with these kernel costs), read back and validated.
+Status WriteGemmCosts(const CommandFlags& flags, const scenario::ResolvedScenario& scenario,
+                      const std::vector<RunConfig>& configs) {
+  std::vector<pb::ModelSpec> extra;
+  if (!flags.gemm_models.empty()) {
+    SF_ASSIGN_OR_RETURN(std::vector<std::string> names, ListItems("gemm-models", flags.gemm_models));
+    for (const std::string& name : names) {
+      Result<pb::ModelSpec> model = models::ModelPreset(name);
+      if (!model.ok()) return model.status().WithPrefix("--gemm-models");
+      extra.push_back(*model);
+    }
+  }
+  SF_ASSIGN_OR_RETURN(pb::ClusterSpec cluster,
+                      MeasureGemmCosts(scenario, configs, flags.profile, extra,
+                                       isatty(STDERR_FILENO) ? &std::cerr : nullptr));
+  const std::string text = sim::ClusterPresetText(
+      cluster, {"The cluster of the scenario with this device's GEMM rates by shape, measured by",
+                "stateflow profile --gemm-costs (docs/cost-model.md, \"Kernel costs\"); use it",
+                "with --cluster FILE. Only the GEMMs are measured: every other component runs",
+                "on the efficiency curve."});
+  pb::ClusterSpec reread;
+  Status back = scenario::ParseTextProto(text, "<measured cluster>", &reread);
+  if (back.ok()) back = models::ValidateCluster(reread);
+  if (!back.ok()) {
+    return Status::Internal("the measured cluster does not read back as a valid cluster (" +
+                            back.message() + ")");
+  }
+  SF_RETURN_IF_ERROR(WriteFile(flags.gemm_costs_path, text));
+  std::cout << "wrote " << flags.gemm_costs_path << ": " << cluster.kernel_costs().gemm_size()
+            << " GEMM points (" << cluster.kernel_costs().name() << ")\n";
+  return Status::Ok();
+}
+
 int Profile(const CommandFlags& flags) {
   const auto start = std::chrono::steady_clock::now();
   Result<scenario::ResolvedScenario> scenario = LoadResolvedScenario(
@@ -77,6 +122,12 @@ int Profile(const CommandFlags& flags) {
   if (!scenario.ok()) return Fail(kProfileName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, true);
   if (!configs.ok()) return Fail(kProfileName, configs.status());
+  if (!flags.gemm_costs_path.empty()) {
+    if (Status s = WriteGemmCosts(flags, *scenario, *configs); !s.ok()) {
+      return Fail(kProfileName, s);
+    }
+    if (flags.out_path.empty()) return kExitOk;
+  }
   Result<pb::CostTable> table = ProfileForConfigs(*scenario, *configs, flags.profile,
                                                   isatty(STDERR_FILENO) ? &std::cerr : nullptr);
   if (!table.ok()) return Fail(kProfileName, table.status());
@@ -98,7 +149,15 @@ int ProfileCommand(int argc, char** argv) {
       "stateflow profile --out FILE [options] (without --scenario: "
       "scenarios/tiny-train.textproto)");
   desc.add_options()("help,h", "show this help")("out", po::value(&flags.out_path),
-                                                 "the cost table to write (text format)");
+                                                 "the cost table to write (text format)")(
+      "gemm-costs", po::value(&flags.gemm_costs_path),
+      "also (or, without --out, only) time this device's linear kernel at every GEMM shape the "
+      "cost model looks up (each projection's forward, input and weight gradient at B s tokens "
+      "for every chunk length) and write the scenario's cluster with these GEMM rates as its "
+      "kernel_costs: a cluster file for --cluster")(
+      "gemm-models", po::value(&flags.gemm_models),
+      "with --gemm-costs: further model presets whose GEMM shapes are timed too (comma-"
+      "separated, e.g. gdn-small), so that the table covers models the scenario does not run");
   AddProfileOptions(&desc, &flags.profile);
   AddConfigOptions(&desc, &flags.configs);
   AddScenarioOptions(&desc, &flags.scenario);
@@ -128,8 +187,20 @@ int ProfileCommand(int argc, char** argv) {
     return FailOnRankZero(kProfileName, Status::Invalid("run profile without mpirun: it starts "
                                                  "`mpirun -n 2` itself to time the link"));
   }
-  if (flags.out_path.empty()) return Fail(kProfileName, Status::Invalid("--out is required"));
-  if (Status s = CheckOutputPath("--out", flags.out_path); !s.ok()) return Fail(kProfileName, s);
+  if (flags.out_path.empty() && flags.gemm_costs_path.empty()) {
+    return Fail(kProfileName, Status::Invalid("--out is required (or --gemm-costs alone)"));
+  }
+  if (!flags.gemm_models.empty() && flags.gemm_costs_path.empty()) {
+    return Fail(kProfileName, Status::Invalid("--gemm-models needs --gemm-costs"));
+  }
+  if (!flags.out_path.empty()) {
+    if (Status s = CheckOutputPath("--out", flags.out_path); !s.ok()) return Fail(kProfileName, s);
+  }
+  if (!flags.gemm_costs_path.empty()) {
+    if (Status s = CheckOutputPath("--gemm-costs", flags.gemm_costs_path); !s.ok()) {
+      return Fail(kProfileName, s);
+    }
+  }
   if (vm.count("mpirun")) {
     if (Status s = CheckProgram("--mpirun", flags.profile.mpirun); !s.ok()) return Fail(kProfileName, s);
   }

@@ -1,13 +1,17 @@
 #include "tools/profiling.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <unistd.h>
 #include <set>
 
+#include "backend/profile/gemm_timer.h"
 #include "backend/profile/link_timer.h"
 #include "backend/profile/profiler.h"
 #include "backend/threading.h"
 #include "backend/train/train_setup.h"
+#include "models/layer_formulas.h"
 #include "models/placement.h"
 #include "scenario/configure.h"
 #include "tools/cli.h"
@@ -324,6 +328,87 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
     }
   }
   return table;
+}
+
+Result<pb::ClusterSpec> MeasureGemmCosts(const scenario::ResolvedScenario& resolved,
+                                         const std::vector<RunConfig>& configs,
+                                         const ProfileFlags& flags,
+                                         const std::vector<pb::ModelSpec>& extra_models,
+                                         std::ostream* log) {
+  const pb::Scenario& scenario = resolved.proto();
+  SF_ASSIGN_OR_RETURN(Precision precision, PrecisionFor(scenario, flags));
+  SF_ASSIGN_OR_RETURN(Needs needs, NeedsOf(resolved, configs));
+  if (needs.tokens.empty()) return Status::Invalid("profile: no configurations to profile");
+  const int tensor_size = static_cast<int>(std::max(1u, scenario.parallel().tensor_size()));
+  const std::int64_t B = std::max<std::int64_t>(1, scenario.parallel().microbatch_size());
+  std::vector<pb::ModelSpec> models = {scenario.model()};
+  models.insert(models.end(), extra_models.begin(), extra_models.end());
+  std::set<backend::LinearShape> shapes;
+  std::string model_names;
+  for (const pb::ModelSpec& model : models) {
+    SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(model, tensor_size)
+                           .WithPrefix("--gemm-models " + model.name()));
+    model_names += (model_names.empty() ? "" : ", ") + model.name();
+    const std::vector<models::LayerKind> kinds = models::LayerList(model);
+    const std::set<models::LayerKind> distinct(kinds.begin(), kinds.end());
+    for (models::LayerKind kind : distinct) {
+      for (const models::Gemm& whole : models::LayerGemms(model, kind)) {
+        const models::Gemm g = models::TensorShard(whole, tensor_size);
+        const auto in = static_cast<std::int64_t>(std::llround(g.k));
+        const auto out = static_cast<std::int64_t>(std::llround(g.n));
+        for (std::int64_t s : needs.tokens) {
+          for (backend::LinearPass pass : {backend::LinearPass::kForward,
+                                           backend::LinearPass::kInputGrad,
+                                           backend::LinearPass::kWeightGrad}) {
+            shapes.insert({pass, B * s, in, out});
+          }
+        }
+      }
+    }
+  }
+  backend::SetKernelThreads(precision.threads);
+  SF_ASSIGN_OR_RETURN(backend::Device * device,
+                      backend::GetDevice(precision.device, /*local_rank=*/0));
+  const std::string dtype = precision.dtype == "float64" ? "fp64"
+                            : precision.dtype == "bf16"  ? "bf16"
+                                                         : "fp32";
+  if (log) {
+    *log << "stateflow profile: timing the linear kernel at " << shapes.size()
+         << " GEMM shapes of " << model_names << " (" << needs.tokens.size()
+         << " chunk lengths, microbatch_size " << B << ")\n";
+  }
+  const backend::TimingOptions timing = Timing(flags);
+  pb::ClusterSpec cluster = scenario.cluster();
+  pb::KernelCosts* costs = cluster.mutable_kernel_costs();
+  costs->Clear();
+  const pb::Provenance provenance = MakeProvenance(precision.threads);
+  costs->set_name("measured: " + device->name() + " linear kernel, " + precision.dtype);
+  costs->add_sources("stateflow profile --gemm-costs on " + device->name() + " (host " +
+                     provenance.host() + ", " + std::to_string(precision.threads) +
+                     " kernel thread(s), " + precision.dtype + "), stateflow " +
+                     provenance.tool_version() + " " + provenance.git_commit() + ", " +
+                     provenance.timestamp() + ": the median of " +
+                     std::to_string(timing.repetitions) + " timings after " +
+                     std::to_string(timing.warmup) + " warm-up, at the GEMM shapes of " +
+                     model_names);
+  ProgressBar bar("shapes");
+  std::size_t done = 0;
+  for (const backend::LinearShape& shape : shapes) {
+    Result<std::vector<double>> seconds =
+        precision.dtype == "float64" ? backend::TimeLinear<double>(device, shape, timing)
+        : precision.dtype == "bf16"  ? backend::TimeLinear<backend::bf16>(device, shape, timing)
+                                     : backend::TimeLinear<float>(device, shape, timing);
+    if (!seconds.ok()) return seconds.status();
+    std::vector<double> sorted = *seconds;
+    std::sort(sorted.begin(), sorted.end());
+    const std::size_t n = sorted.size();
+    const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    pb::GemmPoint* point = costs->add_gemm();
+    *point = backend::GemmPointOf(shape, median, dtype);
+    point->set_source(0);
+    if (log && isatty(STDERR_FILENO)) bar.Update(++done, shapes.size());
+  }
+  return cluster;
 }
 
 int FailOnRankZero(const std::string& command, const Status& status) {

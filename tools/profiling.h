@@ -75,6 +75,23 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& scenar
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process = nullptr);
 
+// `profile --gemm-costs`: this device's linear kernel (backend/profile/
+// gemm_timer.h) timed at every GEMM the cost model looks up for the
+// scenario's model and each of `extra_models` (models::LayerGemms of every
+// layer kind, one tensor rank's share at parallel.tensor_size), forward,
+// input and weight gradient, at B s tokens for every chunk length s the
+// configurations produce: the median of each. Returns the scenario's
+// (resolved) cluster with `kernel_costs` replaced by a table holding these
+// GEMM points and one source naming the device, host, threads, commit and
+// time; attention, recurrence and all-reduce points are left out (those
+// components then run on the efficiency curve). Errors: bad flags, a model
+// tensor_size does not divide (names it), the timer's.
+Result<pb::ClusterSpec> MeasureGemmCosts(const scenario::ResolvedScenario& scenario,
+                                         const std::vector<RunConfig>& configs,
+                                         const ProfileFlags& flags,
+                                         const std::vector<pb::ModelSpec>& extra_models,
+                                         std::ostream* log);
+
 // Fail (cli.h), printing only on MPI rank 0 of a job mpirun started (the
 // rank read from the environment; MPI is not initialised).
 int FailOnRankZero(const std::string& command, const Status& status);

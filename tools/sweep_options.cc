@@ -163,4 +163,8 @@ void ProgressBar::Update(std::size_t done, std::size_t total) {
   last_draw_ = now;
 }
 
+Result<std::vector<std::string>> ListItems(const std::string& flag, const std::string& text) {
+  return Items(flag, text);
+}
+
 }  // namespace stateflow::tools

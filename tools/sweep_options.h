@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <boost/program_options.hpp>
 
@@ -49,6 +50,10 @@ Status ApplySweepFlags(const SweepFlags& flags, pb::SweepSpec* sweep);
 // "[#######.......]  1234/4320 configurations" on stderr, redrawn at most
 // ten times a second, only once the run has lasted a second and only if
 // stderr is a terminal; the line is erased when done. Not copyable.
+// The items of "a,b,c", each trimmed; errors name --flag (empty text, an
+// empty item).
+Result<std::vector<std::string>> ListItems(const std::string& flag, const std::string& text);
+
 class ProgressBar {
  public:
   explicit ProgressBar(std::string what);

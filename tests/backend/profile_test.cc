@@ -12,6 +12,7 @@
 #include <set>
 #include <tuple>
 
+#include "backend/profile/gemm_timer.h"
 #include "backend/profile/layer_timer.h"
 #include "backend/profile/link_timer.h"
 #include "backend/profile/profiler.h"
@@ -246,6 +247,59 @@ TEST(LinkTimer, InProcessPingPongOneSamplePerSize) {
   }
   EXPECT_FALSE(PingPongInProcess<float>({}, kQuick).ok());
   EXPECT_FALSE(PingPongInProcess<float>({0}, kQuick).ok());
+}
+
+// ---- the linear kernel's GEMMs -----------------------------------------------------------
+
+TEST(GemmTimer, EveryPassAndTypeGivesOnePositiveTimePerRepetition) {
+  Result<Device*> grid = GetDevice("host-grid", 0);
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  for (LinearPass pass : {LinearPass::kForward, LinearPass::kInputGrad, LinearPass::kWeightGrad}) {
+    SCOPED_TRACE(LinearPassName(pass));
+    const LinearShape shape{pass, 24, 16, 40};
+    for (Result<std::vector<double>> t :
+         {TimeLinear<float>(nullptr, shape, kQuick), TimeLinear<double>(nullptr, shape, kQuick),
+          TimeLinear<bf16>(*grid, shape, kQuick), TimeLinear<float>(*grid, shape, kQuick)}) {
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      ASSERT_EQ(t->size(), 3u);
+      for (double s : *t) EXPECT_GT(s, 0);
+    }
+  }
+}
+
+TEST(GemmTimer, BadShapesAreErrorsNamingTheDimension) {
+  for (const auto& [shape, word] :
+       {std::pair<LinearShape, std::string>{{LinearPass::kForward, 0, 4, 4}, "rows 0"},
+        {{LinearPass::kInputGrad, 4, -1, 4}, "in -1"},
+        {{LinearPass::kWeightGrad, 4, 4, 0}, "out 0"},
+        {{LinearPass::kForward, 1 << 20, 1 << 12, 4}, "2^31"}}) {
+    Result<std::vector<double>> t = TimeLinear<float>(nullptr, shape, kQuick);
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find(word), std::string::npos) << t.status().message();
+  }
+  EXPECT_FALSE(TimeLinear<float>(nullptr, {LinearPass::kForward, 4, 4, 4}, {.repetitions = 0}).ok());
+}
+
+// Each pass's point is in the cost model's (m, n, k) for that pass
+// (CostModel::ComputeTime looks up the forward at (t, n, k), dX at (t, k, n),
+// dW at (k, n, t) for a linear of k inputs and n outputs), at 2 R C D FLOPs.
+TEST(GemmTimer, PointsFollowTheCostModelsConvention) {
+  const double flops = 2.0 * 24 * 16 * 40;
+  const struct {
+    LinearPass pass;
+    double m, n, k;
+  } cases[] = {{LinearPass::kForward, 24, 40, 16},
+               {LinearPass::kInputGrad, 24, 16, 40},
+               {LinearPass::kWeightGrad, 16, 40, 24}};
+  for (const auto& c : cases) {
+    const pb::GemmPoint p = GemmPointOf({c.pass, 24, 16, 40}, 2e-6, "fp64");
+    EXPECT_EQ(p.m(), c.m);
+    EXPECT_EQ(p.n(), c.n);
+    EXPECT_EQ(p.k(), c.k);
+    EXPECT_EQ(p.dtype(), "fp64");
+    EXPECT_DOUBLE_EQ(p.flops_per_s(), flops / 2e-6);
+  }
+  EXPECT_TRUE(std::isfinite(GemmPointOf({LinearPass::kForward, 1, 1, 1}, 0, "fp32").flops_per_s()));
 }
 
 // ---- the whole table ---------------------------------------------------------------------

@@ -46,6 +46,17 @@ TEST(KernelCosts, GemmIsExactAtAShapeAndTheLogMeanBetweenTwo) {
   EXPECT_FALSE(r.Gemm(1024, 1024, 1024, 4).has_value());
 }
 
+// A float64 run's GEMMs (8-byte activations) take fp64 points only, and
+// fp64 points time no 4-byte GEMM.
+TEST(KernelCosts, Fp64IsItsOwnDtypeClass) {
+  const KernelRates r(Costs("gemm { m: 64 n: 64 k: 64 dtype: \"fp32\" flops_per_s: 8e10 }\n"
+                            "gemm { m: 64 n: 64 k: 64 dtype: \"fp64\" flops_per_s: 3e10 }\n"));
+  EXPECT_EQ(*r.Gemm(64, 64, 64, 8), 3e10);
+  EXPECT_EQ(*r.Gemm(64, 64, 64, 4), 8e10);
+  const KernelRates fp32_only(Costs("gemm { m: 64 n: 64 k: 64 dtype: \"fp32\" flops_per_s: 8e10 }\n"));
+  EXPECT_FALSE(fp32_only.Gemm(64, 64, 64, 8).has_value());
+}
+
 TEST(KernelCosts, AttentionPicksTheNearestHeadDimAndFallsBackToFwdBwdPoints) {
   const pb::KernelCosts c = Costs(
       "attention { seq_len: 1024 head_dim: 64 pass: \"forward\" flops_per_s: 100e12 }\n"
@@ -172,7 +183,7 @@ TEST(KernelCosts, MalformedTablesNameTheFieldOrTheLine) {
   g->set_flops_per_s(1e12);
   g->set_dtype("fp8");
   EXPECT_EQ(ValidateKernelCosts(c).message(),
-            "cluster.kernel_costs.gemm[0].dtype: unknown 'fp8' (known: fp16, bf16, fp32, tf32)");
+            "cluster.kernel_costs.gemm[0].dtype: unknown 'fp8' (known: fp16, bf16, fp32, tf32, fp64)");
   g->set_dtype("bf16");
   g->set_source(3);
   EXPECT_EQ(ValidateKernelCosts(c).message(),

@@ -28,6 +28,7 @@
 #include <set>
 #include <tuple>
 
+#include "models/layer_formulas.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
 #include "tests/backend/subprocess_util.h"
@@ -451,6 +452,64 @@ TEST(ProfileCli, WritesEveryLengthOfTheRangeAndSimulateReplaysIt) {
   }
 }
 
+// --gemm-costs alone: no layers, a cluster file (the scenario's cluster with
+// a GEMM table) holding one point per (pass, shape) the cost model looks up
+// for both models at both chunk lengths, in its (m, n, k) convention; and
+// simulate reads it with --cluster.
+TEST(ProfileCli, GemmCostsWriteTheScenariosClusterWithEveryShapesRate) {
+  const std::string scenario = WriteFile("gemm.textproto", kScenario);
+  const std::string cluster_path = Temp("gemm-cluster.textproto");
+  const Finished p =
+      RunCli({"profile", "--scenario", scenario, "--chunks-list", "1,2", "--gemm-models",
+              "gdn-small", "--repetitions", "2", "--warmup", "0", "--gemm-costs", cluster_path},
+             "gemm");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("wrote " + cluster_path), std::string::npos) << p.out;
+  pb::ClusterSpec cluster;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(Slurp(cluster_path), &cluster));
+  EXPECT_TRUE(models::ValidateCluster(cluster).ok()) << models::ValidateCluster(cluster).message();
+  pb::ClusterSpec without = cluster;
+  without.clear_kernel_costs();
+  pb::ClusterSpec preset = *models::ClusterPreset("cpu");
+  preset.clear_kernel_costs();
+  EXPECT_EQ(without.SerializeAsString(), preset.SerializeAsString());
+  const pb::KernelCosts& costs = cluster.kernel_costs();
+  ASSERT_EQ(costs.sources_size(), 1);
+  EXPECT_NE(costs.sources(0).find("gdn-tiny, gdn-small"), std::string::npos) << costs.sources(0);
+  EXPECT_EQ(costs.attention_size() + costs.recurrence_size() + costs.all_reduce_size(), 0);
+  std::set<std::tuple<double, double, double>> want, have;
+  for (const char* name : {"gdn-tiny", "gdn-small"}) {
+    const pb::ModelSpec model = *models::ModelPreset(name);
+    for (models::LayerKind kind : {models::LayerKind::kRecurrence, models::LayerKind::kHead}) {
+      for (const models::Gemm& g : models::LayerGemms(model, kind)) {
+        for (double t : {double(kSeqLen), double(kSeqLen / 2)}) {
+          want.insert({t, g.n, g.k});  // forward
+          want.insert({t, g.k, g.n});  // input gradient
+          want.insert({g.k, g.n, t});  // weight gradient
+        }
+      }
+    }
+  }
+  for (const pb::GemmPoint& g : costs.gemm()) {
+    have.insert({g.m(), g.n(), g.k()});
+    EXPECT_EQ(g.dtype(), "fp32");
+    EXPECT_GT(g.flops_per_s(), 0);
+  }
+  EXPECT_EQ(have, want);
+
+  double step[2] = {0, 0};
+  for (int with = 0; with < 2; ++with) {
+    std::vector<std::string> args = {"simulate", "--scenario", scenario, "--json"};
+    if (with) args.insert(args.end(), {"--cluster", cluster_path});
+    const Finished sim = RunCli(args, "gemm-sim");
+    ASSERT_EQ(sim.exit_code, 0) << sim.err;
+    step[with] = FromJson<pb::Report>(sim).step_time_s();
+  }
+  EXPECT_GT(step[0], 0);
+  EXPECT_GT(step[1], 0);
+  EXPECT_NE(step[0], step[1]);
+}
+
 // ---- bad input ----------------------------------------------------------------------
 
 // Exit code 2, one line on stderr containing `text`, nothing on stdout.
@@ -510,6 +569,14 @@ TEST(ValidateCli, BadCostTablesGetOneLineAndExitTwo) {
 TEST(ValidateCli, BadFlagsGetOneLineAndExitTwo) {
   const std::string scenario = WriteFile("flags.textproto", kScenario);
   ExpectBadInput(RunCli({"profile", "--scenario", scenario}, "no-out"), "--out");
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--gemm-models",
+                         "gdn-small"},
+                        "gemm-models-alone"),
+                 "--gemm-models needs --gemm-costs");
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--gemm-costs", Temp("x"),
+                         "--gemm-models", "gdn-nothing"},
+                        "gemm-models-unknown"),
+                 "--gemm-models");
   ExpectBadInput(
       RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--dtype", "float16"},
              "dtype"),
