@@ -7,8 +7,12 @@
 #   - length transfer: fit on gdn-tiny's runs of T <= 1024, predict its T 2048;
 #   - model transfer: fit on all of gdn-tiny's runs, predict gdn-small's
 #     (calibrate --fit none with the fitted preset);
-# each beside the CPU preset as given (before). Prints the reports' tables
-# and writes the CSVs and presets into OUT.
+# each beside the CPU preset as given (before); then the same with this
+# CPU's GEMM rates by shape (stateflow profile --gemm-costs at both models'
+# projection shapes: OUT/cpu-gemm.textproto) in the cluster, fitted with
+# every parameter the runs determine and with the GEMM rates held as
+# measured (--fit efficiency.peak,efficiency.knee_tokens). Prints the
+# reports' tables and writes the CSVs and presets into OUT.
 #
 #   scripts/calibration-transfer.sh [build-dir] [rounds] [out-dir]   # build 3 calibration-out
 set -eu
@@ -43,3 +47,23 @@ echo "== model transfer, before: gdn-small's runs predicted by the CPU preset as
 echo "== model transfer, after: gdn-small's runs predicted by the preset fitted on gdn-tiny"
 "$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
   --dtype float32 --cluster "$out/cpu-tiny.textproto" --fit none
+echo "== this CPU's GEMM rates by shape, at both models' projection shapes"
+"$stateflow" profile --scenario "$scenario" --chunks-list 1,4,16 --seq-len-list 512,1024,2048 \
+  --gemm-models gdn-small --gemm-costs "$out/cpu-gemm.textproto"
+gemm=$out/cpu-gemm.textproto
+echo "== with the GEMM table: length transfer, fit on gdn-tiny's T <= 1024, predict T 2048"
+"$stateflow" calibrate --runs "$out/gdn-tiny-short-runs.csv" --scenario "$scenario" \
+  --dtype float32 --cluster "$gemm" --out "$out/cpu-gemm-tiny-short.textproto"
+echo "== with the GEMM table: fit on all of gdn-tiny's runs"
+"$stateflow" calibrate --runs "$out/gdn-tiny-runs.csv" --scenario "$scenario" --dtype float32 \
+  --cluster "$gemm" --out "$out/cpu-gemm-tiny.textproto"
+echo "== with the GEMM table held as measured: fit on all of gdn-tiny's runs"
+"$stateflow" calibrate --runs "$out/gdn-tiny-runs.csv" --scenario "$scenario" --dtype float32 \
+  --cluster "$gemm" --fit efficiency.peak,efficiency.knee_tokens \
+  --out "$out/cpu-gemm-held-tiny.textproto"
+echo "== with the GEMM table: gdn-small's runs predicted by the preset fitted on gdn-tiny"
+"$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
+  --dtype float32 --cluster "$out/cpu-gemm-tiny.textproto" --fit none
+echo "== with the GEMM table held as measured: gdn-small's runs predicted"
+"$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
+  --dtype float32 --cluster "$out/cpu-gemm-held-tiny.textproto" --fit none
