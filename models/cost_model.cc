@@ -214,21 +214,24 @@ void CostModel::FillTables() {
         kind != LayerKind::kAttention || model_.layer_pattern() == "hybrid";
     if (!present) continue;  // attention fields may be unset
     const FlopCoeffs f = LayerFlopCoeffs(model_, kind);
-    t.fwd_token = f.fwd_token / tp;
+    // Every tensor rank's GEMMs: its share of each (TensorShard: the split
+    // columns / TP, the replicated ones whole, as the backend computes
+    // them: Mamba-3's B, C and angle projections, KDA's low-rank downs).
+    // Their 2 n k per token are the matmul terms of fwd_token (4 n k of
+    // bwd_token), so the replicated columns' FLOPs are added back whole.
+    double replicated_fwd = 0;
+    for (const Gemm& whole : LayerGemms(model_, kind)) {
+      replicated_fwd += 2 * whole.replicated * whole.k;
+      t.gemms.push_back(TensorShard(whole, tp));
+    }
+    const double unsplit = replicated_fwd * (1 - 1.0 / tp);
+    t.fwd_token = f.fwd_token / tp + unsplit;
     t.fwd_pair = f.fwd_pair / tp;
-    t.bwd_token = f.bwd_token / tp;
+    t.bwd_token = f.bwd_token / tp + 2 * unsplit;
     t.bwd_pair = f.bwd_pair / tp;
     t.params = LayerParamCountPerTensorRank(model_, kind, tp);
     t.stored_per_token = StoredBytesPerTokenNoRecompute(model_, kind, act, tp);
     t.boundary_bytes = BoundaryStateBytesPerSequence(model_, kind, act, tp);
-    // Times: every column of a column-parallel group / TP, the replicated
-    // ones too (Gemm::replicated: a slight undercount of Mamba-3's and KDA's
-    // input projections at TP > 1, kept so far; the W store below counts
-    // them whole, as the backend allocates it).
-    for (Gemm g : LayerGemms(model_, kind)) {
-      (g.row_parallel ? g.k : g.n) /= tp;
-      t.gemms.push_back(g);
-    }
     t.w_store_per_token = WeightGradStoreElementsPerToken(model_, kind, tp);
     t.core = RecurrenceCoreFlops(model_, kind);
     t.core.fwd /= tp;
