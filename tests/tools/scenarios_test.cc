@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "models/model.h"
 #include "scenario/load.h"
 #include "sim/cost_table.h"
 #include "scenario/resolve.h"
@@ -25,9 +26,11 @@ std::vector<std::string> ScenarioFiles() {
   std::vector<std::string> out;
   const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios";
   for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
-    // scenarios/measured/ holds measured CostTables, not scenarios (below).
+    // scenarios/measured/ holds measured CostTables and scenarios/clusters/
+    // cluster files (--cluster), not scenarios (below).
     if (entry.is_regular_file() && entry.path().extension() == ".textproto" &&
-        entry.path().string().find("/scenarios/measured/") == std::string::npos) {
+        entry.path().string().find("/scenarios/measured/") == std::string::npos &&
+        entry.path().string().find("/scenarios/clusters/") == std::string::npos) {
       out.push_back(entry.path().string());
     }
   }
@@ -79,6 +82,29 @@ TEST(Scenarios, MeasuredCostTablesLoadAndNameTheirDevice) {
     ++tables;
   }
   EXPECT_GT(tables, 0);
+}
+
+// Every cluster file (scenarios/clusters/: measured kernel-cost tables,
+// profile --gemm-costs) is a valid cluster whose tables name their source.
+TEST(Scenarios, ClusterFilesAreValidClustersWithSourcedTables) {
+  const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios/clusters";
+  int clusters = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".textproto") continue;
+    SCOPED_TRACE(entry.path().string());
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    pb::ClusterSpec cluster;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text.str(), &cluster));
+    EXPECT_TRUE(models::ValidateCluster(cluster).ok()) << models::ValidateCluster(cluster).message();
+    EXPECT_GT(cluster.kernel_costs().gemm_size(), 0);
+    ASSERT_GT(cluster.kernel_costs().sources_size(), 0);
+    EXPECT_NE(cluster.kernel_costs().sources(0).find("stateflow profile --gemm-costs"),
+              std::string::npos);
+    ++clusters;
+  }
+  EXPECT_GT(clusters, 0);
 }
 
 TEST(Scenarios, TheEmbeddedDefaultHasASweepBlock) {
