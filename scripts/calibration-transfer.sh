@@ -8,10 +8,12 @@
 #   - model transfer: fit on all of gdn-tiny's runs, predict gdn-small's
 #     (calibrate --fit none with the fitted preset);
 # each beside the CPU preset as given (before); then the same with this
-# CPU's GEMM rates by shape (stateflow profile --gemm-costs at both models'
-# projection shapes: OUT/cpu-gemm.textproto) in the cluster, fitted with
-# every parameter the runs determine and with the GEMM rates held as
-# measured (--fit efficiency.peak,efficiency.knee_tokens). Prints the
+# CPU's measured kernel costs in the cluster (stateflow profile
+# --kernel-costs at both models' shapes and chunk lengths): the GEMM rates
+# by shape alone (OUT/cpu-gemm.textproto), and with the recurrence core's
+# rates (OUT/cpu-kernels.textproto); each fitted with every parameter the
+# runs determine and with the tables held as measured (--fit
+# efficiency.peak,efficiency.knee_tokens). Prints the
 # reports' tables and writes the CSVs and presets into OUT.
 #
 #   scripts/calibration-transfer.sh [build-dir] [rounds] [out-dir]   # build 3 calibration-out
@@ -47,23 +49,27 @@ echo "== model transfer, before: gdn-small's runs predicted by the CPU preset as
 echo "== model transfer, after: gdn-small's runs predicted by the preset fitted on gdn-tiny"
 "$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
   --dtype float32 --cluster "$out/cpu-tiny.textproto" --fit none
-echo "== this CPU's GEMM rates by shape, at both models' projection shapes"
-"$stateflow" profile --scenario "$scenario" --chunks-list 1,4,16 --seq-len-list 512,1024,2048 \
-  --gemm-models gdn-small --gemm-costs "$out/cpu-gemm.textproto"
-gemm=$out/cpu-gemm.textproto
-echo "== with the GEMM table: length transfer, fit on gdn-tiny's T <= 1024, predict T 2048"
-"$stateflow" calibrate --runs "$out/gdn-tiny-short-runs.csv" --scenario "$scenario" \
-  --dtype float32 --cluster "$gemm" --out "$out/cpu-gemm-tiny-short.textproto"
-echo "== with the GEMM table: fit on all of gdn-tiny's runs"
-"$stateflow" calibrate --runs "$out/gdn-tiny-runs.csv" --scenario "$scenario" --dtype float32 \
-  --cluster "$gemm" --out "$out/cpu-gemm-tiny.textproto"
-echo "== with the GEMM table held as measured: fit on all of gdn-tiny's runs"
-"$stateflow" calibrate --runs "$out/gdn-tiny-runs.csv" --scenario "$scenario" --dtype float32 \
-  --cluster "$gemm" --fit efficiency.peak,efficiency.knee_tokens \
-  --out "$out/cpu-gemm-held-tiny.textproto"
-echo "== with the GEMM table: gdn-small's runs predicted by the preset fitted on gdn-tiny"
-"$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
-  --dtype float32 --cluster "$out/cpu-gemm-tiny.textproto" --fit none
-echo "== with the GEMM table held as measured: gdn-small's runs predicted"
-"$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
-  --dtype float32 --cluster "$out/cpu-gemm-held-tiny.textproto" --fit none
+for table in gemm kernels; do
+  components=gemm
+  [ "$table" = kernels ] && components=gemm,recurrence
+  echo "== this CPU's kernel costs ($components), at both models' shapes"
+  "$stateflow" profile --scenario "$scenario" --chunks-list 1,4,16 --seq-len-list 512,1024,2048 \
+    --kernel-models gdn-small --kernel-components "$components" --kernel-costs "$out/cpu-$table.textproto"
+  c=$out/cpu-$table.textproto
+  echo "== with the $table table: length transfer, fit on gdn-tiny's T <= 1024, predict T 2048"
+  "$stateflow" calibrate --runs "$out/gdn-tiny-short-runs.csv" --scenario "$scenario" \
+    --dtype float32 --cluster "$c" --out "$out/cpu-$table-tiny-short.textproto"
+  echo "== with the $table table: fit on all of gdn-tiny's runs"
+  "$stateflow" calibrate --runs "$out/gdn-tiny-runs.csv" --scenario "$scenario" --dtype float32 \
+    --cluster "$c" --out "$out/cpu-$table-tiny.textproto"
+  echo "== with the $table table held as measured: fit on all of gdn-tiny's runs"
+  "$stateflow" calibrate --runs "$out/gdn-tiny-runs.csv" --scenario "$scenario" --dtype float32 \
+    --cluster "$c" --fit efficiency.peak,efficiency.knee_tokens \
+    --out "$out/cpu-$table-held-tiny.textproto"
+  echo "== with the $table table: gdn-small's runs predicted by the preset fitted on gdn-tiny"
+  "$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
+    --dtype float32 --cluster "$out/cpu-$table-tiny.textproto" --fit none
+  echo "== with the $table table held as measured: gdn-small's runs predicted"
+  "$stateflow" calibrate --runs "$out/gdn-small-runs.csv" --scenario "$scenario" --model gdn-small \
+    --dtype float32 --cluster "$out/cpu-$table-held-tiny.textproto" --fit none
+done

@@ -43,9 +43,10 @@ constexpr char kProfileExamples[] = R"(examples:
   stateflow simulate --scenario scenarios/tiny-train.textproto --costs costs.textproto
       replay the measured costs
   stateflow profile --chunks-list 1,4,16 --seq-len-list 512,1024,2048 \
-      --gemm-models gdn-small --gemm-costs cpu-gemm.textproto
-      no layers: this device's GEMM rates at every projection shape of gdn-tiny and
-      gdn-small at those chunk lengths, as a cluster file for --cluster
+      --kernel-models gdn-small --kernel-costs cpu-kernels.textproto
+      no layers: this device's GEMM rates at every projection shape, and its recurrence
+      core's rates, of gdn-tiny and gdn-small at those chunk lengths, as a cluster
+      file for --cluster
 )";
 
 struct CommandFlags {
@@ -53,8 +54,9 @@ struct CommandFlags {
   ConfigFlags configs;
   ProfileFlags profile;
   std::string out_path;
-  std::string gemm_costs_path;
-  std::string gemm_models;
+  std::string kernel_costs_path;
+  std::string kernel_models;
+  std::string kernel_components = "gemm,recurrence";
   std::string link_worker;    // hidden
   std::string link_elements;  // hidden
   bool tensor_sums = false;   // hidden: the link worker times the TP sum
@@ -81,27 +83,41 @@ std::string Summary(const pb::CostTable& table, const std::string& path, double 
   return line;
 }
 
-// --gemm-costs: the GEMM table, written as a cluster file (the scenario's
+// --kernel-costs: the kernel-cost table, written as a cluster file (the scenario's
 // cluster with these kernel costs), read back and validated.
-Status WriteGemmCosts(const CommandFlags& flags, const scenario::ResolvedScenario& scenario,
+Status WriteKernelCosts(const CommandFlags& flags, const scenario::ResolvedScenario& scenario,
                       const std::vector<RunConfig>& configs) {
   std::vector<pb::ModelSpec> extra;
-  if (!flags.gemm_models.empty()) {
-    SF_ASSIGN_OR_RETURN(std::vector<std::string> names, ListItems("gemm-models", flags.gemm_models));
+  if (!flags.kernel_models.empty()) {
+    SF_ASSIGN_OR_RETURN(std::vector<std::string> names, ListItems("kernel-models", flags.kernel_models));
     for (const std::string& name : names) {
       Result<pb::ModelSpec> model = models::ModelPreset(name);
-      if (!model.ok()) return model.status().WithPrefix("--gemm-models");
+      if (!model.ok()) return model.status().WithPrefix("--kernel-models");
       extra.push_back(*model);
     }
   }
+  KernelComponents components{false, false};
+  SF_ASSIGN_OR_RETURN(std::vector<std::string> parts,
+                      ListItems("kernel-components", flags.kernel_components));
+  for (const std::string& part : parts) {
+    if (part == "gemm") {
+      components.gemm = true;
+    } else if (part == "recurrence") {
+      components.recurrence = true;
+    } else {
+      return Status::Invalid("--kernel-components: unknown '" + part +
+                             "' (known: gemm, recurrence)");
+    }
+  }
   SF_ASSIGN_OR_RETURN(pb::ClusterSpec cluster,
-                      MeasureGemmCosts(scenario, configs, flags.profile, extra,
+                      MeasureKernelCosts(scenario, configs, flags.profile, extra, components,
                                        isatty(STDERR_FILENO) ? &std::cerr : nullptr));
   const std::string text = sim::ClusterPresetText(
-      cluster, {"The cluster of the scenario with this device's GEMM rates by shape, measured by",
-                "stateflow profile --gemm-costs (docs/cost-model.md, \"Kernel costs\"); use it",
-                "with --cluster FILE. Only the GEMMs are measured: every other component runs",
-                "on the efficiency curve."});
+      cluster, {"The cluster of the scenario with this device's GEMM rates by shape and its",
+                "recurrence core's rates by chunk length, measured by stateflow profile",
+                "--kernel-costs (docs/cost-model.md, \"Kernel costs\"); use it with --cluster FILE.",
+                "Every other component (norms, gates, convolutions, attention) runs on the",
+                "efficiency curve."});
   pb::ClusterSpec reread;
   Status back = scenario::ParseTextProto(text, "<measured cluster>", &reread);
   if (back.ok()) back = models::ValidateCluster(reread);
@@ -109,9 +125,10 @@ Status WriteGemmCosts(const CommandFlags& flags, const scenario::ResolvedScenari
     return Status::Internal("the measured cluster does not read back as a valid cluster (" +
                             back.message() + ")");
   }
-  SF_RETURN_IF_ERROR(WriteFile(flags.gemm_costs_path, text));
-  std::cout << "wrote " << flags.gemm_costs_path << ": " << cluster.kernel_costs().gemm_size()
-            << " GEMM points (" << cluster.kernel_costs().name() << ")\n";
+  SF_RETURN_IF_ERROR(WriteFile(flags.kernel_costs_path, text));
+  std::cout << "wrote " << flags.kernel_costs_path << ": " << cluster.kernel_costs().gemm_size()
+            << " GEMM points, " << cluster.kernel_costs().recurrence_size()
+            << " recurrence points (" << cluster.kernel_costs().name() << ")\n";
   return Status::Ok();
 }
 
@@ -122,8 +139,8 @@ int Profile(const CommandFlags& flags) {
   if (!scenario.ok()) return Fail(kProfileName, scenario.status());
   Result<std::vector<RunConfig>> configs = ConfigsFor(*scenario, flags.configs, true);
   if (!configs.ok()) return Fail(kProfileName, configs.status());
-  if (!flags.gemm_costs_path.empty()) {
-    if (Status s = WriteGemmCosts(flags, *scenario, *configs); !s.ok()) {
+  if (!flags.kernel_costs_path.empty()) {
+    if (Status s = WriteKernelCosts(flags, *scenario, *configs); !s.ok()) {
       return Fail(kProfileName, s);
     }
     if (flags.out_path.empty()) return kExitOk;
@@ -150,14 +167,19 @@ int ProfileCommand(int argc, char** argv) {
       "scenarios/tiny-train.textproto)");
   desc.add_options()("help,h", "show this help")("out", po::value(&flags.out_path),
                                                  "the cost table to write (text format)")(
-      "gemm-costs", po::value(&flags.gemm_costs_path),
+      "kernel-costs", po::value(&flags.kernel_costs_path),
       "also (or, without --out, only) time this device's linear kernel at every GEMM shape the "
       "cost model looks up (each projection's forward, input and weight gradient at B s tokens "
-      "for every chunk length) and write the scenario's cluster with these GEMM rates as its "
-      "kernel_costs: a cluster file for --cluster")(
-      "gemm-models", po::value(&flags.gemm_models),
-      "with --gemm-costs: further model presets whose GEMM shapes are timed too (comma-"
-      "separated, e.g. gdn-small), so that the table covers models the scenario does not run");
+      "for every chunk length) and the recurrence core (GDN, Mamba-3) at every chunk length, and "
+      "write the scenario's cluster with these rates as its kernel_costs: a cluster file for "
+      "--cluster")(
+      "kernel-models", po::value(&flags.kernel_models),
+      "with --kernel-costs: further model presets whose GEMMs and recurrence core are timed too "
+      "(comma-separated, e.g. gdn-small), so that the table covers models the scenario does not "
+      "run")(
+      "kernel-components", po::value(&flags.kernel_components),
+      "with --kernel-costs: what to time, gemm, recurrence or both (default gemm,recurrence); "
+      "what is left out runs on the efficiency curve");
   AddProfileOptions(&desc, &flags.profile);
   AddConfigOptions(&desc, &flags.configs);
   AddScenarioOptions(&desc, &flags.scenario);
@@ -187,17 +209,20 @@ int ProfileCommand(int argc, char** argv) {
     return FailOnRankZero(kProfileName, Status::Invalid("run profile without mpirun: it starts "
                                                  "`mpirun -n 2` itself to time the link"));
   }
-  if (flags.out_path.empty() && flags.gemm_costs_path.empty()) {
-    return Fail(kProfileName, Status::Invalid("--out is required (or --gemm-costs alone)"));
+  if (flags.out_path.empty() && flags.kernel_costs_path.empty()) {
+    return Fail(kProfileName, Status::Invalid("--out is required (or --kernel-costs alone)"));
   }
-  if (!flags.gemm_models.empty() && flags.gemm_costs_path.empty()) {
-    return Fail(kProfileName, Status::Invalid("--gemm-models needs --gemm-costs"));
+  if (vm.count("kernel-components") && flags.kernel_costs_path.empty()) {
+    return Fail(kProfileName, Status::Invalid("--kernel-components needs --kernel-costs"));
+  }
+  if (!flags.kernel_models.empty() && flags.kernel_costs_path.empty()) {
+    return Fail(kProfileName, Status::Invalid("--kernel-models needs --kernel-costs"));
   }
   if (!flags.out_path.empty()) {
     if (Status s = CheckOutputPath("--out", flags.out_path); !s.ok()) return Fail(kProfileName, s);
   }
-  if (!flags.gemm_costs_path.empty()) {
-    if (Status s = CheckOutputPath("--gemm-costs", flags.gemm_costs_path); !s.ok()) {
+  if (!flags.kernel_costs_path.empty()) {
+    if (Status s = CheckOutputPath("--kernel-costs", flags.kernel_costs_path); !s.ok()) {
       return Fail(kProfileName, s);
     }
   }

@@ -11,6 +11,7 @@
 #include "backend/profile/profiler.h"
 #include "backend/threading.h"
 #include "backend/train/train_setup.h"
+#include "models/family.h"
 #include "models/layer_formulas.h"
 #include "models/placement.h"
 #include "scenario/configure.h"
@@ -330,10 +331,39 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   return table;
 }
 
-Result<pb::ClusterSpec> MeasureGemmCosts(const scenario::ResolvedScenario& resolved,
+// The median of `v` (not empty).
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The recurrence core of `model` (Pre + ST + Out, forward and backward with
+// its replay: LayerTimer::TimePhasesOnce) at B s tokens: the median seconds
+// of each pass.
+template <typename T>
+Result<std::pair<double, double>> TimeCore(const pb::ModelSpec& model, int B, std::int64_t s,
+                                           backend::Device* device, int tensor_size,
+                                           const backend::TimingOptions& timing) {
+  SF_ASSIGN_OR_RETURN(std::unique_ptr<backend::LayerTimer<T>> timer,
+                      backend::LayerTimer<T>::Make(model, models::LayerKind::kRecurrence,
+                                                   models::Recompute::kNone, B, device, false, 0,
+                                                   tensor_size));
+  std::vector<double> forward, backward;
+  for (int rep = 0; rep < timing.warmup + timing.repetitions; ++rep) {
+    SF_ASSIGN_OR_RETURN(backend::CorePhaseSeconds p, timer->TimePhasesOnce(s));
+    if (rep < timing.warmup) continue;
+    forward.push_back(p.forward[0] + p.forward[1] + p.forward[2]);
+    backward.push_back(p.backward[0] + p.backward[1] + p.backward[2]);
+  }
+  return std::pair{Median(forward), Median(backward)};
+}
+
+Result<pb::ClusterSpec> MeasureKernelCosts(const scenario::ResolvedScenario& resolved,
                                          const std::vector<RunConfig>& configs,
                                          const ProfileFlags& flags,
                                          const std::vector<pb::ModelSpec>& extra_models,
+                                         KernelComponents components,
                                          std::ostream* log) {
   const pb::Scenario& scenario = resolved.proto();
   SF_ASSIGN_OR_RETURN(Precision precision, PrecisionFor(scenario, flags));
@@ -347,11 +377,12 @@ Result<pb::ClusterSpec> MeasureGemmCosts(const scenario::ResolvedScenario& resol
   std::string model_names;
   for (const pb::ModelSpec& model : models) {
     SF_RETURN_IF_ERROR(models::CheckTensorParallelModel(model, tensor_size)
-                           .WithPrefix("--gemm-models " + model.name()));
+                           .WithPrefix("--kernel-models " + model.name()));
     model_names += (model_names.empty() ? "" : ", ") + model.name();
     const std::vector<models::LayerKind> kinds = models::LayerList(model);
     const std::set<models::LayerKind> distinct(kinds.begin(), kinds.end());
     for (models::LayerKind kind : distinct) {
+      if (!components.gemm) break;
       for (const models::Gemm& whole : models::LayerGemms(model, kind)) {
         const models::Gemm g = models::TensorShard(whole, tensor_size);
         const auto in = static_cast<std::int64_t>(std::llround(g.k));
@@ -372,26 +403,47 @@ Result<pb::ClusterSpec> MeasureGemmCosts(const scenario::ResolvedScenario& resol
   const std::string dtype = precision.dtype == "float64" ? "fp64"
                             : precision.dtype == "bf16"  ? "bf16"
                                                          : "fp32";
+  const backend::TimingOptions timing = Timing(flags);
+  // The recurrence cores: one (kernel, head dim) per model, at every chunk
+  // length.
+  struct CoreJob {
+    const pb::ModelSpec* model;
+    std::string kernel;
+    std::uint32_t head_dim;
+  };
+  std::vector<CoreJob> cores;
+  std::set<std::pair<std::string, std::uint32_t>> core_keys;
+  for (const pb::ModelSpec& model : models) {
+    if (!components.recurrence || !backend::HasCorePhases(model)) continue;
+    const models::Family& family = models::FamilyOfValid(model);
+    const auto head_dim = static_cast<std::uint32_t>(std::llround(family.KernelHeadDim(model)));
+    if (core_keys.insert({std::string(family.kernel_name()), head_dim}).second) {
+      cores.push_back({&model, std::string(family.kernel_name()), head_dim});
+    }
+  }
   if (log) {
     *log << "stateflow profile: timing the linear kernel at " << shapes.size()
-         << " GEMM shapes of " << model_names << " (" << needs.tokens.size()
-         << " chunk lengths, microbatch_size " << B << ")\n";
+         << " GEMM shapes and " << cores.size() << " recurrence core(s) of " << model_names
+         << " (" << needs.tokens.size() << " chunk lengths, microbatch_size " << B << ")\n";
   }
-  const backend::TimingOptions timing = Timing(flags);
   pb::ClusterSpec cluster = scenario.cluster();
   pb::KernelCosts* costs = cluster.mutable_kernel_costs();
   costs->Clear();
   const pb::Provenance provenance = MakeProvenance(precision.threads);
-  costs->set_name("measured: " + device->name() + " linear kernel, " + precision.dtype);
-  costs->add_sources("stateflow profile --gemm-costs on " + device->name() + " (host " +
+  costs->set_name("measured: " + device->name() + " linear kernel and recurrence core, " +
+                  precision.dtype);
+  costs->add_sources("stateflow profile --kernel-costs on " + device->name() + " (host " +
                      provenance.host() + ", " + std::to_string(precision.threads) +
                      " kernel thread(s), " + precision.dtype + "), stateflow " +
                      provenance.tool_version() + " " + provenance.git_commit() + ", " +
                      provenance.timestamp() + ": the median of " +
                      std::to_string(timing.repetitions) + " timings after " +
-                     std::to_string(timing.warmup) + " warm-up, at the GEMM shapes of " +
+                     std::to_string(timing.warmup) +
+                     " warm-up: the linear kernel at the GEMM shapes, and the recurrence core "
+                     "(Pre + ST + Out, the backward with its replay) at the chunk lengths, of " +
                      model_names);
-  ProgressBar bar("shapes");
+  ProgressBar bar("kernels");
+  const std::size_t total = shapes.size() + cores.size() * needs.tokens.size();
   std::size_t done = 0;
   for (const backend::LinearShape& shape : shapes) {
     Result<std::vector<double>> seconds =
@@ -399,14 +451,36 @@ Result<pb::ClusterSpec> MeasureGemmCosts(const scenario::ResolvedScenario& resol
         : precision.dtype == "bf16"  ? backend::TimeLinear<backend::bf16>(device, shape, timing)
                                      : backend::TimeLinear<float>(device, shape, timing);
     if (!seconds.ok()) return seconds.status();
-    std::vector<double> sorted = *seconds;
-    std::sort(sorted.begin(), sorted.end());
-    const std::size_t n = sorted.size();
-    const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     pb::GemmPoint* point = costs->add_gemm();
-    *point = backend::GemmPointOf(shape, median, dtype);
+    *point = backend::GemmPointOf(shape, Median(*seconds), dtype);
     point->set_source(0);
-    if (log && isatty(STDERR_FILENO)) bar.Update(++done, shapes.size());
+    if (log && isatty(STDERR_FILENO)) bar.Update(++done, total);
+  }
+  for (const CoreJob& core : cores) {
+    const models::CoreFlops flops = models::RecurrenceCoreFlops(*core.model,
+                                                                models::LayerKind::kRecurrence);
+    for (std::int64_t s : needs.tokens) {
+      const double tokens = static_cast<double>(B * s);
+      Result<std::pair<double, double>> seconds =
+          precision.dtype == "float64"
+              ? TimeCore<double>(*core.model, static_cast<int>(B), s, device, tensor_size, timing)
+          : precision.dtype == "bf16"
+              ? TimeCore<backend::bf16>(*core.model, static_cast<int>(B), s, device, tensor_size,
+                                        timing)
+              : TimeCore<float>(*core.model, static_cast<int>(B), s, device, tensor_size, timing);
+      if (!seconds.ok()) return seconds.status().WithPrefix(core.model->name() + " core");
+      for (int backward = 0; backward < 2; ++backward) {
+        pb::RecurrencePoint* point = costs->add_recurrence();
+        point->set_kernel(core.kernel);
+        point->set_seq_len(static_cast<double>(s));
+        point->set_head_dim(core.head_dim);
+        point->set_pass(backward ? "backward" : "forward");
+        const double f = (backward ? flops.bwd : flops.fwd) / tensor_size * tokens;
+        point->set_flops_per_s(f / std::max(backward ? seconds->second : seconds->first, 1e-9));
+        point->set_source(0);
+      }
+      if (log && isatty(STDERR_FILENO)) bar.Update(++done, total);
+    }
   }
   return cluster;
 }

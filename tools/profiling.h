@@ -75,21 +75,32 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& scenar
                                         const ProfileFlags& flags, std::ostream* log,
                                         std::vector<pb::CostTable>* per_process = nullptr);
 
-// `profile --gemm-costs`: this device's linear kernel (backend/profile/
+// `profile --kernel-costs`: this device's linear kernel (backend/profile/
 // gemm_timer.h) timed at every GEMM the cost model looks up for the
 // scenario's model and each of `extra_models` (models::LayerGemms of every
 // layer kind, one tensor rank's share at parallel.tensor_size), forward,
 // input and weight gradient, at B s tokens for every chunk length s the
-// configurations produce: the median of each. Returns the scenario's
-// (resolved) cluster with `kernel_costs` replaced by a table holding these
-// GEMM points and one source naming the device, host, threads, commit and
-// time; attention, recurrence and all-reduce points are left out (those
-// components then run on the efficiency curve). Errors: bad flags, a model
-// tensor_size does not divide (names it), the timer's.
-Result<pb::ClusterSpec> MeasureGemmCosts(const scenario::ResolvedScenario& scenario,
+// configurations produce; and, for each (kernel, head dim) of the models
+// whose recurrence core the backend times phase by phase (GDN, Mamba-3), the
+// core's forward and backward (Pre + ST + Out, the backward with its replay:
+// LayerTimer::TimePhasesOnce) at every chunk length, at the cost model's
+// core FLOPs (models::RecurrenceCoreFlops). Each the median of the
+// repetitions. Returns the scenario's (resolved) cluster with
+// `kernel_costs` replaced by a table of these GEMM and recurrence points and
+// one source naming the device, host, threads, commit and time; attention
+// and all-reduce points are left out (those run on the efficiency curve and
+// the link model). Errors: bad flags, a model tensor_size does not divide
+// (names it), the timers'. `gemm` and `recurrence` choose the components
+// timed (--kernel-components).
+struct KernelComponents {
+  bool gemm = true;
+  bool recurrence = true;
+};
+Result<pb::ClusterSpec> MeasureKernelCosts(const scenario::ResolvedScenario& scenario,
                                          const std::vector<RunConfig>& configs,
                                          const ProfileFlags& flags,
                                          const std::vector<pb::ModelSpec>& extra_models,
+                                         KernelComponents components,
                                          std::ostream* log);
 
 // Fail (cli.h), printing only on MPI rank 0 of a job mpirun started (the

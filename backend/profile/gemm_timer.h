@@ -2,7 +2,7 @@
 // LinearBackward, what every projection of every layer calls) at a shape, so
 // that a cluster's kernel-cost table (models/kernel_costs.h, GemmPoint) can
 // carry this device's own GEMM rates by shape: `stateflow profile
-// --gemm-costs` (docs/cost-model.md, "Kernel costs"). One repetition is one
+// --kernel-costs` (docs/cost-model.md, "Kernel costs"). One repetition is one
 // call, or, for a call shorter than kMinSpanS, as many calls in one timer
 // span as reach it (the span's seconds divided by the calls).
 //

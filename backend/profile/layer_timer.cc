@@ -104,6 +104,12 @@ const LayerFamily* RecurrenceFamily(const pb::ModelSpec& model, models::LayerKin
 
 }  // namespace
 
+bool HasCorePhases(const pb::ModelSpec& model) {
+  const std::vector<models::LayerKind> layers = models::LayerList(model);
+  return std::find(layers.begin(), layers.end(), models::LayerKind::kRecurrence) != layers.end() &&
+         RecurrenceFamily(model, models::LayerKind::kRecurrence) != nullptr;
+}
+
 Result<models::StageLayers> OneLayerOf(const pb::ModelSpec& model, models::LayerKind kind) {
   const std::vector<models::LayerKind> layers = models::LayerList(model);
   for (std::size_t l = 0; l < layers.size(); ++l) {

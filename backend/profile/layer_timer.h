@@ -122,6 +122,11 @@ class LayerTimer {
   std::unique_ptr<State> state_;
 };
 
+// Whether LayerTimer::TimePhasesOnce applies to `model`'s recurrence layers
+// (a family whose core the backend runs phase by phase: GDN, Mamba-3, their
+// hybrids), without building a timer.
+bool HasCorePhases(const pb::ModelSpec& model);
+
 // Seconds of each kept repetition, in run order.
 struct PassSamples {
   std::vector<double> forward_s;   // (repetitions)

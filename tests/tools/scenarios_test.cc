@@ -85,7 +85,7 @@ TEST(Scenarios, MeasuredCostTablesLoadAndNameTheirDevice) {
 }
 
 // Every cluster file (scenarios/clusters/: measured kernel-cost tables,
-// profile --gemm-costs) is a valid cluster whose tables name their source.
+// profile --kernel-costs) is a valid cluster whose tables name their source.
 TEST(Scenarios, ClusterFilesAreValidClustersWithSourcedTables) {
   const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios/clusters";
   int clusters = 0;
@@ -100,7 +100,7 @@ TEST(Scenarios, ClusterFilesAreValidClustersWithSourcedTables) {
     EXPECT_TRUE(models::ValidateCluster(cluster).ok()) << models::ValidateCluster(cluster).message();
     EXPECT_GT(cluster.kernel_costs().gemm_size(), 0);
     ASSERT_GT(cluster.kernel_costs().sources_size(), 0);
-    EXPECT_NE(cluster.kernel_costs().sources(0).find("stateflow profile --gemm-costs"),
+    EXPECT_NE(cluster.kernel_costs().sources(0).find("stateflow profile --kernel-costs"),
               std::string::npos);
     ++clusters;
   }

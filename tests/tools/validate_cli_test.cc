@@ -28,6 +28,7 @@
 #include <set>
 #include <tuple>
 
+#include "models/family.h"
 #include "models/layer_formulas.h"
 #include "models/model.h"
 #include "proto/stateflow.pb.h"
@@ -452,16 +453,18 @@ TEST(ProfileCli, WritesEveryLengthOfTheRangeAndSimulateReplaysIt) {
   }
 }
 
-// --gemm-costs alone: no layers, a cluster file (the scenario's cluster with
-// a GEMM table) holding one point per (pass, shape) the cost model looks up
-// for both models at both chunk lengths, in its (m, n, k) convention; and
-// simulate reads it with --cluster.
-TEST(ProfileCli, GemmCostsWriteTheScenariosClusterWithEveryShapesRate) {
+// --kernel-costs alone: no layers, a cluster file (the scenario's cluster with
+// a kernel-cost table) holding one GEMM point per (pass, shape) the cost
+// model looks up for every model at both chunk lengths, in its (m, n, k)
+// convention, and one recurrence point per (kernel, head dim, chunk length,
+// pass); and simulate reads it with --cluster.
+TEST(ProfileCli, KernelCostsWriteTheScenariosClusterWithEveryShapesRate) {
   const std::string scenario = WriteFile("gemm.textproto", kScenario);
   const std::string cluster_path = Temp("gemm-cluster.textproto");
   const Finished p =
-      RunCli({"profile", "--scenario", scenario, "--chunks-list", "1,2", "--gemm-models",
-              "gdn-small", "--repetitions", "2", "--warmup", "0", "--gemm-costs", cluster_path},
+      RunCli({"profile", "--scenario", scenario, "--chunks-list", "1,2", "--kernel-models",
+              "gdn-small,mamba3-tiny", "--repetitions", "2", "--warmup", "0", "--kernel-costs",
+              cluster_path},
              "gemm");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_NE(p.out.find("wrote " + cluster_path), std::string::npos) << p.out;
@@ -475,11 +478,20 @@ TEST(ProfileCli, GemmCostsWriteTheScenariosClusterWithEveryShapesRate) {
   EXPECT_EQ(without.SerializeAsString(), preset.SerializeAsString());
   const pb::KernelCosts& costs = cluster.kernel_costs();
   ASSERT_EQ(costs.sources_size(), 1);
-  EXPECT_NE(costs.sources(0).find("gdn-tiny, gdn-small"), std::string::npos) << costs.sources(0);
-  EXPECT_EQ(costs.attention_size() + costs.recurrence_size() + costs.all_reduce_size(), 0);
+  EXPECT_NE(costs.sources(0).find("gdn-tiny, gdn-small, mamba3-tiny"), std::string::npos)
+      << costs.sources(0);
+  EXPECT_EQ(costs.attention_size() + costs.all_reduce_size(), 0);
   std::set<std::tuple<double, double, double>> want, have;
-  for (const char* name : {"gdn-tiny", "gdn-small"}) {
+  std::set<std::tuple<std::string, std::uint32_t, double, std::string>> want_core, have_core;
+  for (const char* name : {"gdn-tiny", "gdn-small", "mamba3-tiny"}) {
     const pb::ModelSpec model = *models::ModelPreset(name);
+    const models::Family& family = models::FamilyOfValid(model);
+    for (double s : {double(kSeqLen), double(kSeqLen / 2)}) {
+      for (const char* pass : {"forward", "backward"}) {
+        want_core.insert({std::string(family.kernel_name()),
+                          static_cast<std::uint32_t>(family.KernelHeadDim(model)), s, pass});
+      }
+    }
     for (models::LayerKind kind : {models::LayerKind::kRecurrence, models::LayerKind::kHead}) {
       for (const models::Gemm& g : models::LayerGemms(model, kind)) {
         for (double t : {double(kSeqLen), double(kSeqLen / 2)}) {
@@ -496,6 +508,25 @@ TEST(ProfileCli, GemmCostsWriteTheScenariosClusterWithEveryShapesRate) {
     EXPECT_GT(g.flops_per_s(), 0);
   }
   EXPECT_EQ(have, want);
+  for (const pb::RecurrencePoint& r : costs.recurrence()) {
+    have_core.insert({r.kernel(), r.head_dim(), r.seq_len(), r.pass()});
+    EXPECT_GT(r.flops_per_s(), 0);
+  }
+  EXPECT_EQ(have_core, want_core);
+  EXPECT_EQ(costs.recurrence_size(), static_cast<int>(want_core.size()));
+  // --kernel-components: one component, the other left to the curve.
+  for (const char* only : {"gemm", "recurrence"}) {
+    const std::string path = Temp(std::string("only-") + only + ".textproto");
+    const Finished one =
+        RunCli({"profile", "--scenario", scenario, "--chunks-list", "1,2", "--repetitions", "1",
+                "--warmup", "0", "--kernel-costs", path, "--kernel-components", only},
+               std::string("only-") + only);
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    pb::ClusterSpec part;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(Slurp(path), &part));
+    EXPECT_EQ(part.kernel_costs().gemm_size() > 0, std::string(only) == "gemm");
+    EXPECT_EQ(part.kernel_costs().recurrence_size() > 0, std::string(only) == "recurrence");
+  }
 
   double step[2] = {0, 0};
   for (int with = 0; with < 2; ++with) {
@@ -569,14 +600,18 @@ TEST(ValidateCli, BadCostTablesGetOneLineAndExitTwo) {
 TEST(ValidateCli, BadFlagsGetOneLineAndExitTwo) {
   const std::string scenario = WriteFile("flags.textproto", kScenario);
   ExpectBadInput(RunCli({"profile", "--scenario", scenario}, "no-out"), "--out");
-  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--gemm-models",
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--kernel-models",
                          "gdn-small"},
-                        "gemm-models-alone"),
-                 "--gemm-models needs --gemm-costs");
-  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--gemm-costs", Temp("x"),
-                         "--gemm-models", "gdn-nothing"},
-                        "gemm-models-unknown"),
-                 "--gemm-models");
+                        "kernel-models-alone"),
+                 "--kernel-models needs --kernel-costs");
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--kernel-costs", Temp("x"),
+                         "--kernel-models", "gdn-nothing"},
+                        "kernel-models-unknown"),
+                 "--kernel-models");
+  ExpectBadInput(RunCli({"profile", "--scenario", scenario, "--kernel-costs", Temp("x"),
+                         "--kernel-components", "gemm,attention"},
+                        "kernel-components-unknown"),
+                 "--kernel-components: unknown 'attention'");
   ExpectBadInput(
       RunCli({"profile", "--scenario", scenario, "--out", Temp("x"), "--dtype", "float16"},
              "dtype"),
