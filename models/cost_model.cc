@@ -197,9 +197,10 @@ Result<CostModel> CostModel::Make(const pb::ModelSpec& model,
   cm.FillTables();
   for (bool backward : {false, true}) {
     const Family& family = FamilyOfValid(model);
-    cm.attention_curve_[backward] = cm.rates_.SeqCurve("", model.attn_head_dim(), backward);
+    const double act = cm.precision_.activation_bytes();
+    cm.attention_curve_[backward] = cm.rates_.SeqCurve("", model.attn_head_dim(), backward, act);
     cm.recurrence_curve_[backward] =
-        cm.rates_.SeqCurve(family.kernel_name(), family.KernelHeadDim(model), backward);
+        cm.rates_.SeqCurve(family.kernel_name(), family.KernelHeadDim(model), backward, act);
   }
   return cm;
 }
@@ -307,8 +308,9 @@ double CostModel::Efficiency(double tokens) const {
 // table covers (elementwise work, and every component without points) at
 // peak * efficiency(t). docs/cost-model.md, "Kernel costs".
 double CostModel::ComputeTime(int l, std::int64_t c, std::int64_t s, bool backward,
-                              double flops) const {
+                              double flops, double* table_s) const {
   const double rate = cluster_.device().peak_flops() * Efficiency(Tokens(s));
+  if (table_s != nullptr) *table_s = 0;
   if (!cluster_.has_kernel_costs()) return flops / rate;
   const KernelRates& rates = rates_;
   const KindTable& table = Table(l);
@@ -342,6 +344,7 @@ double CostModel::ComputeTime(int l, std::int64_t c, std::int64_t s, bool backwa
   if (layers_[l] == LayerKind::kRecurrence) {
     add((backward ? table.core.bwd : table.core.fwd) * t, at_length(recurrence_curve_[backward]));
   }
+  if (table_s != nullptr) *table_s = time;
   return time + std::max(0.0, flops - covered) / rate;
 }
 
@@ -516,7 +519,7 @@ PassTerms CostModel::OwnTerms(int l, std::int64_t c, std::int64_t s, bool backwa
   auto flops_of = [&](std::int64_t at, std::int64_t len) {
     return backward ? BackwardFlops(l, at, len) : ForwardFlops(l, at, len);
   };
-  double compute_s = 0;
+  double compute_s = 0, table_s = 0;
   const std::int64_t whole = s;
   if (cp > 1) {
     // One CP device's part: the last device's tokens (the largest share,
@@ -524,22 +527,25 @@ PassTerms CostModel::OwnTerms(int l, std::int64_t c, std::int64_t s, bool backwa
     // zig-zag attention an even share of the whole chunk's work.
     const std::int64_t local = LocalTokens(s);
     if (layers_[l] == LayerKind::kAttention && !options_.context_contiguous) {
-      compute_s = ComputeTime(l, c, s, backward, flops_of(c, s)) / cp;
+      compute_s = ComputeTime(l, c, s, backward, flops_of(c, s), &table_s) / cp;
+      table_s /= cp;
     } else {
-      compute_s = ComputeTime(l, c + s - local, local, backward, flops_of(c + s - local, local));
+      compute_s = ComputeTime(l, c + s - local, local, backward, flops_of(c + s - local, local),
+                              &table_s);
     }
     const double extra = ContextParallelExtraFlops(l, local, backward);
     compute_s += extra / (cluster_.device().peak_flops() * Efficiency(Tokens(local)));
     c += s - local;
     s = local;
   } else {
-    compute_s = ComputeTime(l, c, s, backward, flops_of(c, s));
+    compute_s = ComputeTime(l, c, s, backward, flops_of(c, s), &table_s);
   }
   const double memory_s =
       (backward ? MinBackwardBytes(l, s) : MinForwardBytes(l, s)) /
       cluster_.device().memory_bandwidth_bytes_per_s();
   // The kernel time max(compute, memory), counted under the bound that set it.
   (memory_s > compute_s ? t.memory_s : t.compute_s) = std::max(compute_s, memory_s);
+  if (memory_s <= compute_s) t.table_s = table_s;
   const StTiming st = StateTransition(l, s, backward);
   t.st_exposed_s = st.exposed_s;
   t.st_hidden_s = st.hidden_s;
@@ -715,6 +721,7 @@ PassTerms CostModel::BackwardTerms(int l, std::int64_t c, std::int64_t s) const 
     t.tp_comm_s += replay.tp_comm_s;
     t.recompute_s = replay.total_s;
     t.total_s += replay.total_s;
+    t.table_s += replay.table_s;
   }
   return t;
 }

@@ -208,6 +208,10 @@ struct PassTerms {
   double cp_comm_s = 0;     // context parallelism's exposed communication
   double recompute_s = 0;   // of the total: the forward replayed in backward
   double total_s = 0;
+  // Of compute_s: the kernels timed at the cluster's kernel-cost tables'
+  // rates (GEMMs, attention and recurrence cores; 0 without tables); the
+  // rest of compute_s is on the efficiency curve.
+  double table_s = 0;
 };
 
 // Split-and-overlap's saving on a recurrence pass whose core phases were
@@ -507,7 +511,10 @@ class CostModel {
   // and recurrence cores at their measured rates and the rest at the curve
   // (ComputeTime); then the ST's exposed time and the TP all-reduces.
   PassTerms OwnTerms(int l, std::int64_t c, std::int64_t s, bool backward) const;
-  double ComputeTime(int l, std::int64_t c, std::int64_t s, bool backward, double flops) const;
+  // `table_s` (may be null): of the result, the time at the kernel tables'
+  // rates.
+  double ComputeTime(int l, std::int64_t c, std::int64_t s, bool backward, double flops,
+                     double* table_s = nullptr) const;
   // A ring all-reduce on `link`; on the intra-node link with measured
   // all-reduce bus bandwidth, 2 (n - 1) / n * bytes / busbw(bytes) instead.
   double AllReduceTime(double bytes, int ranks, const pb::LinkSpec& link) const;

@@ -74,6 +74,9 @@ Status CheckPass(const std::string& field, const std::string& pass) {
   return Status::Ok();
 }
 
+// The dtype class of activations of `act_bytes` bytes (2, 4 or 8).
+int ActClass(double act_bytes) { return act_bytes <= 2 ? 2 : act_bytes <= 4 ? 4 : 8; }
+
 int DtypeClass(const std::string& dtype) {
   if (dtype == "fp16" || dtype == "bf16") return 2;
   if (dtype == "fp32" || dtype == "tf32") return 4;
@@ -129,6 +132,10 @@ Status ValidateKernelCosts(const pb::KernelCosts& c) {
     SF_RETURN_IF_ERROR(AtLeastOne(f + ".head_dim", p.head_dim()));
     SF_RETURN_IF_ERROR(CheckPass(f, p.pass()));
     SF_RETURN_IF_ERROR(Positive(f + ".flops_per_s", p.flops_per_s()));
+    if (!p.dtype().empty() && DtypeClass(p.dtype()) == 0) {
+      return Status::Invalid(f + ".dtype: unknown '" + p.dtype() +
+                             "' (known: fp16, bf16, fp32, tf32, fp64, or none for every dtype)");
+    }
     SF_RETURN_IF_ERROR(CheckSource(f, p.source(), c));
   }
   for (int i = 0; i < c.recurrence_size(); ++i) {
@@ -142,6 +149,10 @@ Status ValidateKernelCosts(const pb::KernelCosts& c) {
     SF_RETURN_IF_ERROR(AtLeastOne(f + ".head_dim", p.head_dim()));
     SF_RETURN_IF_ERROR(CheckPass(f, p.pass()));
     SF_RETURN_IF_ERROR(Positive(f + ".flops_per_s", p.flops_per_s()));
+    if (!p.dtype().empty() && DtypeClass(p.dtype()) == 0) {
+      return Status::Invalid(f + ".dtype: unknown '" + p.dtype() +
+                             "' (known: fp16, bf16, fp32, tf32, fp64, or none for every dtype)");
+    }
     SF_RETURN_IF_ERROR(CheckSource(f, p.source(), c));
   }
   for (int i = 0; i < c.all_reduce_size(); ++i) {
@@ -164,11 +175,11 @@ KernelRates::KernelRates(const pb::KernelCosts& costs) {
   }
   for (const pb::AttentionPoint& p : costs.attention()) {
     seq_points_.push_back({"", p.seq_len(), static_cast<double>(p.head_dim()), p.causal(), p.pass(),
-                           p.flops_per_s()});
+                           p.flops_per_s(), p.dtype().empty() ? 0 : DtypeClass(p.dtype())});
   }
   for (const pb::RecurrencePoint& p : costs.recurrence()) {
     seq_points_.push_back({p.kernel(), p.seq_len(), static_cast<double>(p.head_dim()), true,
-                           p.pass(), p.flops_per_s()});
+                           p.pass(), p.flops_per_s(), p.dtype().empty() ? 0 : DtypeClass(p.dtype())});
   }
   std::map<int, std::vector<std::pair<double, double>>> by_ranks;
   for (const pb::CollectivePoint& p : costs.all_reduce()) {
@@ -178,7 +189,7 @@ KernelRates::KernelRates(const pb::KernelCosts& costs) {
 }
 
 std::optional<double> KernelRates::Gemm(double m, double n, double k, double act_bytes) const {
-  const int cls = act_bytes <= 2 ? 2 : act_bytes <= 4 ? 4 : 8;
+  const int cls = ActClass(act_bytes);
   const double lm = std::log(m), ln = std::log(n), lk = std::log(k);
   double weight_sum = 0, log_sum = 0;
   for (const GemmLog& p : gemm_) {
@@ -197,21 +208,26 @@ std::optional<double> KernelRates::Gemm(double m, double n, double k, double act
 // causal ones if any, of the pass, else of "forward+backward";
 // interpolated in seq_len.
 std::optional<double> KernelRates::SeqRate(std::string_view kernel, double seq_len,
-                                           double head_dim, bool backward) const {
-  const Curve curve = SeqCurve(kernel, head_dim, backward);
+                                           double head_dim, bool backward,
+                                           double act_bytes) const {
+  const Curve curve = SeqCurve(kernel, head_dim, backward, act_bytes);
   if (curve.empty()) return std::nullopt;
   return LogLogInterpolate(curve, seq_len);
 }
 
 KernelRates::Curve KernelRates::SeqCurve(std::string_view kernel, double head_dim,
-                                         bool backward) const {
+                                         bool backward, double act_bytes) const {
+  const auto usable = [&](const SeqPoint& p) {
+    return p.kernel == kernel &&
+           (p.dtype_class == 0 || act_bytes == 0 || p.dtype_class == ActClass(act_bytes));
+  };
   double best_dist = std::numeric_limits<double>::infinity();
   for (const SeqPoint& p : seq_points_) {
-    if (p.kernel == kernel) best_dist = std::min(best_dist, std::abs(std::log(p.head_dim / head_dim)));
+    if (usable(p)) best_dist = std::min(best_dist, std::abs(std::log(p.head_dim / head_dim)));
   }
   if (!std::isfinite(best_dist)) return {};
   const auto in_dim = [&](const SeqPoint& p) {
-    return p.kernel == kernel && std::abs(std::log(p.head_dim / head_dim)) == best_dist;
+    return usable(p) && std::abs(std::log(p.head_dim / head_dim)) == best_dist;
   };
   bool any_causal = false;
   for (const SeqPoint& p : seq_points_) any_causal |= in_dim(p) && p.causal;
@@ -225,13 +241,15 @@ KernelRates::Curve KernelRates::SeqCurve(std::string_view kernel, double head_di
   return {};
 }
 
-std::optional<double> KernelRates::Attention(double seq_len, double head_dim, bool backward) const {
-  return SeqRate("", seq_len, head_dim, backward);
+std::optional<double> KernelRates::Attention(double seq_len, double head_dim, bool backward,
+                                             double act_bytes) const {
+  return SeqRate("", seq_len, head_dim, backward, act_bytes);
 }
 
 std::optional<double> KernelRates::Recurrence(std::string_view kernel, double seq_len,
-                                              double head_dim, bool backward) const {
-  return SeqRate(kernel, seq_len, head_dim, backward);
+                                              double head_dim, bool backward,
+                                              double act_bytes) const {
+  return SeqRate(kernel, seq_len, head_dim, backward, act_bytes);
 }
 
 std::optional<double> KernelRates::AllReduceBusBandwidth(double bytes, int ranks) const {

@@ -53,11 +53,14 @@ class KernelRates {
   // AttentionPoint) for head dim `head_dim`: the points of the nearest head
   // dim (in log), causal ones if any, of the pass ("forward" or
   // "backward"), else of "forward+backward"; interpolated in seq_len.
-  std::optional<double> Attention(double seq_len, double head_dim, bool backward) const;
+  // Points with a dtype time runs of its class only (`act_bytes`, as Gemm;
+  // 0: any point), points without one every run.
+  std::optional<double> Attention(double seq_len, double head_dim, bool backward,
+                                  double act_bytes = 0) const;
 
   // A recurrence kernel ("gdn", "mamba2", "mamba3"), as Attention.
   std::optional<double> Recurrence(std::string_view kernel, double seq_len, double head_dim,
-                                   bool backward) const;
+                                   bool backward, double act_bytes = 0) const;
 
   // The sorted (seq_len, rate) points that Attention (kernel "") or
   // Recurrence interpolates for (kernel, head_dim, pass), chosen as they
@@ -65,7 +68,8 @@ class KernelRates {
   // LogLogInterpolate(SeqCurve("", d, b), s) when not empty: a caller asking
   // at many lengths chooses the points once (CostModel does).
   using Curve = std::vector<std::pair<double, double>>;
-  Curve SeqCurve(std::string_view kernel, double head_dim, bool backward) const;
+  Curve SeqCurve(std::string_view kernel, double head_dim, bool backward,
+                 double act_bytes = 0) const;
 
   // All-reduce bus bandwidth at `bytes` per rank: the points of the nearest
   // rank count (in log; the smaller on a tie), interpolated in bytes.
@@ -83,9 +87,10 @@ class KernelRates {
     bool causal;
     std::string pass;
     double rate;
+    int dtype_class;  // 0: every dtype
   };
   std::optional<double> SeqRate(std::string_view kernel, double seq_len, double head_dim,
-                                bool backward) const;
+                                bool backward, double act_bytes) const;
 
   std::vector<GemmLog> gemm_;
   std::vector<SeqPoint> seq_points_;  // attention (kernel "") and recurrence

@@ -28,6 +28,7 @@ void Add(const PassTerms& t, double times, pb::TimeTerms* out) {
   out->set_cp_comm_s(out->cp_comm_s() + times * t.cp_comm_s);
   out->set_recompute_s(out->recompute_s() + times * t.recompute_s);
   out->set_total_s(out->total_s() + times * t.total_s);
+  out->set_table_s(out->table_s() + times * t.table_s);
 }
 
 void Add(const StTiming& t, pb::StateTransitionTerms* out) {

@@ -475,6 +475,7 @@ Result<pb::ClusterSpec> MeasureKernelCosts(const scenario::ResolvedScenario& res
         point->set_seq_len(static_cast<double>(s));
         point->set_head_dim(core.head_dim);
         point->set_pass(backward ? "backward" : "forward");
+        point->set_dtype(dtype);
         const double f = (backward ? flops.bwd : flops.fwd) / tensor_size * tokens;
         point->set_flops_per_s(f / std::max(backward ? seconds->second : seconds->first, 1e-9));
         point->set_source(0);

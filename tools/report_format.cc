@@ -109,18 +109,25 @@ std::string TermTime(double seconds, const std::string& unit) {
   return seconds == 0 ? "-" : FormatTime(seconds, unit);
 }
 
-// `cp`: with a "CP comm" column (a run with context parallelism).
-std::vector<std::string> TermCells(const pb::TimeTerms& t, const std::string& unit, bool cp) {
-  std::vector<std::string> cells = {TermTime(t.compute_s(), unit), TermTime(t.memory_s(), unit),
-                                    TermTime(t.st_exposed_s(), unit), TermTime(t.tp_comm_s(), unit)};
+// `cp`: with a "CP comm" column (a run with context parallelism); `tables`:
+// with an "of it tables" column after compute (a cluster with kernel-cost
+// tables: the part of compute at their rates).
+std::vector<std::string> TermCells(const pb::TimeTerms& t, const std::string& unit, bool cp,
+                                   bool tables) {
+  std::vector<std::string> cells = {TermTime(t.compute_s(), unit)};
+  if (tables) cells.push_back(TermTime(t.table_s(), unit));
+  cells.insert(cells.end(), {TermTime(t.memory_s(), unit), TermTime(t.st_exposed_s(), unit),
+                             TermTime(t.tp_comm_s(), unit)});
   if (cp) cells.push_back(TermTime(t.cp_comm_s(), unit));
   cells.insert(cells.end(), {TermTime(t.total_s(), unit), TermTime(t.st_hidden_s(), unit),
                              TermTime(t.recompute_s(), unit)});
   return cells;
 }
 
-std::vector<std::string> TermHeader(bool cp) {
-  std::vector<std::string> header = {"compute", "memory", "ST exposed", "TP comm"};
+std::vector<std::string> TermHeader(bool cp, bool tables) {
+  std::vector<std::string> header = {"compute"};
+  if (tables) header.push_back("of it tables");
+  header.insert(header.end(), {"memory", "ST exposed", "TP comm"});
   if (cp) header.push_back("CP comm");
   header.insert(header.end(), {"total", "ST hidden", "of it recompute"});
   return header;
@@ -140,19 +147,25 @@ std::string FormatExplanation(const pb::Report& r) {
                     " model's terms, per device):\n\n";
   out += "one layer of each kind, one microbatch (T = " + Printf("%.0f", r.seq_len()) + " in " +
          std::to_string(r.chunks()) + " chunk" + (r.chunks() == 1 ? "" : "s") + "):\n";
-  bool cp = false;
+  bool cp = false, tables = false;
   for (const pb::LayerKindTerms& k : e.kinds()) {
     cp = cp || k.forward().cp_comm_s() > 0 || k.backward().cp_comm_s() > 0;
+    tables = tables || k.forward().table_s() > 0 || k.backward().table_s() > 0;
   }
-  std::vector<std::vector<std::string>> rows = {Concat({"kind", "layers", "pass"}, TermHeader(cp))};
+  std::vector<std::vector<std::string>> rows = {
+      Concat({"kind", "layers", "pass"}, TermHeader(cp, tables))};
   const pb::LayerKindTerms* recurrence = nullptr;
   for (const pb::LayerKindTerms& k : e.kinds()) {
     rows.push_back(Concat({k.kind(), std::to_string(k.layers()), "forward"},
-                          TermCells(k.forward(), unit, cp)));
-    rows.push_back(Concat({"", "", "backward"}, TermCells(k.backward(), unit, cp)));
+                          TermCells(k.forward(), unit, cp, tables)));
+    rows.push_back(Concat({"", "", "backward"}, TermCells(k.backward(), unit, cp, tables)));
     if (k.kind() == "recurrence") recurrence = &k;
   }
   out += AlignTable(rows, "  ");
+  if (tables) {
+    out += "(of it tables: the compute timed at the cluster's kernel-cost tables' rates, GEMMs, "
+           "attention and recurrence cores; the rest of compute on the efficiency curve)\n";
+  }
 
   out += "\nstate transition, one recurrence layer, one microbatch";
   if (recurrence == nullptr) {
@@ -184,14 +197,16 @@ std::string FormatExplanation(const pb::Report& r) {
          "): busy = compute + memory + ST exposed + TP comm" + (cp ? " + CP comm" : "") +
          (overhead ? " + per-action overhead" : "") +
          "; idle = step - busy - DP sync - optimizer\n";
-  const std::size_t total_at = cp ? 5 : 4;  // the "total" column of TermHeader, before "stage"
-  std::vector<std::string> header = TermHeader(cp);
+  std::vector<std::string> header = TermHeader(cp, tables);
+  // The "total" column of TermHeader (before "stage" is prepended).
+  const std::size_t total_at = static_cast<std::size_t>(
+      std::find(header.begin(), header.end(), "total") - header.begin());
   header[total_at] = "busy";
   if (overhead) header.insert(header.begin() + static_cast<std::ptrdiff_t>(total_at), "overhead");
   std::vector<std::vector<std::string>> stages = {
       Concat(Concat({"stage"}, header), {"DP sync", "optimizer", "idle"})};
   for (const pb::StageTerms& s : e.stages()) {
-    std::vector<std::string> cells = TermCells(s.busy(), unit, cp);
+    std::vector<std::string> cells = TermCells(s.busy(), unit, cp, tables);
     if (overhead) {
       cells.insert(cells.begin() + static_cast<std::ptrdiff_t>(total_at),
                    TermTime(s.busy().overhead_s(), unit));

@@ -57,6 +57,26 @@ TEST(KernelCosts, Fp64IsItsOwnDtypeClass) {
   EXPECT_FALSE(fp32_only.Gemm(64, 64, 64, 8).has_value());
 }
 
+// Attention and recurrence points with a dtype time runs of its class only;
+// without one, every run (published points that do not say).
+TEST(KernelCosts, SeqPointsWithADtypeTimeThatClassOnly) {
+  const KernelRates r(Costs(
+      "recurrence { kernel: \"gdn\" seq_len: 64 head_dim: 32 pass: \"forward\" flops_per_s: 7e10 "
+      "dtype: \"fp32\" }\n"
+      "attention { seq_len: 64 head_dim: 32 pass: \"forward\" flops_per_s: 9e10 }\n"));
+  EXPECT_EQ(*r.Recurrence("gdn", 64, 32, false, 4), 7e10);
+  EXPECT_FALSE(r.Recurrence("gdn", 64, 32, false, 2).has_value());
+  EXPECT_EQ(*r.Recurrence("gdn", 64, 32, false), 7e10);  // 0: any
+  EXPECT_EQ(*r.Attention(64, 32, false, 2), 9e10);
+  EXPECT_EQ(*r.Attention(64, 32, false, 4), 9e10);
+  pb::KernelCosts bad = Costs("recurrence { kernel: \"gdn\" seq_len: 64 head_dim: 32 pass: "
+                              "\"forward\" flops_per_s: 7e10 }\n");
+  bad.mutable_recurrence(0)->set_dtype("fp8");
+  EXPECT_EQ(ValidateKernelCosts(bad).message(),
+            "cluster.kernel_costs.recurrence[0].dtype: unknown 'fp8' (known: fp16, bf16, fp32, "
+            "tf32, fp64, or none for every dtype)");
+}
+
 TEST(KernelCosts, AttentionPicksTheNearestHeadDimAndFallsBackToFwdBwdPoints) {
   const pb::KernelCosts c = Costs(
       "attention { seq_len: 1024 head_dim: 64 pass: \"forward\" flops_per_s: 100e12 }\n"

@@ -141,7 +141,19 @@ TEST(Cli, ExplainPrintsTheTermsAndRefusesWholes) {
                   1e-9 * r->stages(s).busy_s());
     }
     EXPECT_GT(r->explanation().stages(0).busy().st_hidden_s(), 0.0);
+    // The A100 preset's kernel tables time the GEMMs and attention: part of
+    // compute, never more.
+    for (const stateflow::pb::StageTerms& s : r->explanation().stages()) {
+      EXPECT_GT(s.busy().table_s(), 0.0);
+      EXPECT_LE(s.busy().table_s(), s.busy().compute_s() * (1 + 1e-12));
+    }
   }
+  EXPECT_NE(text.out.find("of it tables"), std::string::npos) << text.out;
+  // A cluster without tables: no such column.
+  CliRun curve = Stateflow("simulate --cluster cpu --explain");
+  ASSERT_EQ(curve.exit_code, 0) << curve.err;
+  EXPECT_NE(curve.out.find("where the time goes"), std::string::npos) << curve.out;
+  EXPECT_EQ(curve.out.find("of it tables"), std::string::npos) << curve.out;
   // Without the flag the JSON has no explanation.
   CliRun plain = Stateflow("simulate --json");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;

@@ -510,6 +510,7 @@ TEST(ProfileCli, KernelCostsWriteTheScenariosClusterWithEveryShapesRate) {
   EXPECT_EQ(have, want);
   for (const pb::RecurrencePoint& r : costs.recurrence()) {
     have_core.insert({r.kernel(), r.head_dim(), r.seq_len(), r.pass()});
+    EXPECT_EQ(r.dtype(), "fp32");
     EXPECT_GT(r.flops_per_s(), 0);
   }
   EXPECT_EQ(have_core, want_core);
