@@ -31,7 +31,9 @@
 #        paper layers' shapes and PyTorch's causal SDPA through PyTorch, our
 #        cores from the profiled phases); the frameworks' output layer and
 #        loss replayed at T = 64K with its peak memory beside the simulator's
-#        (scripts/gpu_head_memory.py);
+#        (scripts/gpu_head_memory.py); this device's kernel-cost tables as
+#        cluster files (profile --kernel-costs: the paper models' GEMMs in
+#        bf16 and float32, the tiny models' GEMMs and recurrence cores);
 #     7. profile --device cuda of one layer of each paper family at the
 #        paper's shortest chunk, each bounded in time, and their cores' table;
 #   SF_KIT_STEPS="tests check train profiles validate kernels layers" picks
@@ -313,6 +315,21 @@ run() {
   [ $dry -eq 0 ] && want kernels && step ceilings 90 "$py" "$KIT/scripts/gpu_ceilings.py" --out "$OUT"
   want kernels && step kernel-table 240 "$py" "$KIT/scripts/gpu_kernel_table.py" --out "$OUT" \
     "${small[@]}" --sdpa-lengths 4096,8192,16384,32768 "${specs[@]}" "$OUT"/costs-*.textproto
+  # This device's kernel-cost tables as cluster files for --cluster (issue
+  # 28): the linear kernel (cuBLAS) in bf16 and float32 at every GEMM of
+  # the paper models at T = 64K in N = 8 and 16 chunks (TP 1); and the
+  # tiny models' GEMMs and recurrence cores (GDN, Mamba-3) at their lengths.
+  local kc_models=(-T 65536 --chunks-list 8,16 --model gdn-3b --kernel-models gdn-15b,gdn-32b,mamba3-15b,mamba3-32b)
+  [ $dry -eq 1 ] && kc_models=(-T 1024 --chunks-list 4,8 --model gdn-small)
+  local dt
+  for dt in bf16 float32; do
+    want kernels && step "kernel-costs-$dt" 90 "${wrap[@]}" "$sf" profile --device "$dev" --dtype "$dt" \
+      "${kc_models[@]}" --kernel-components gemm --repetitions 5 --warmup 2 \
+      --kernel-costs "$OUT/cluster-gemm-$dt.textproto"
+  done
+  want kernels && step kernel-costs-tiny 90 "${wrap[@]}" "$sf" profile --device "$dev" --dtype float32 \
+    --model gdn-tiny --kernel-models mamba3-tiny,gdn-small --chunks-list 1,4,16 \
+    --repetitions 5 --warmup 2 --kernel-costs "$OUT/cluster-kernels-tiny-float32.textproto"
   # The frameworks' output layer and loss at T = 64K, V = 50,304 (the 3B's
   # h): torch.cuda.max_memory_allocated beside the simulator's table
   # (issue 28 item 3); the dry run checks the replay's arithmetic only.
