@@ -170,7 +170,7 @@ int ProfileCommand(int argc, char** argv) {
       "kernel-costs", po::value(&flags.kernel_costs_path),
       "also (or, without --out, only) time this device's linear kernel at every GEMM shape the "
       "cost model looks up (each projection's forward, input and weight gradient at B s tokens "
-      "for every chunk length) and the recurrence core (GDN, Mamba-3) at every chunk length, and "
+      "for every chunk length) and the recurrence core (every family's) at every chunk length, and "
       "write the scenario's cluster with these rates as its kernel_costs: a cluster file for "
       "--cluster")(
       "kernel-models", po::value(&flags.kernel_models),

@@ -421,6 +421,13 @@ Result<pb::ClusterSpec> MeasureKernelCosts(const scenario::ResolvedScenario& res
       cores.push_back({&model, std::string(family.kernel_name()), head_dim});
     }
   }
+  // (Every family's core is timed phase by phase today; a family without
+  // would leave a recurrence-only table empty.)
+  if (shapes.empty() && cores.empty()) {
+    return Status::Invalid("--kernel-components: nothing to time for " + model_names +
+                           " (no GEMMs asked for, and no recurrence core the backend times "
+                           "phase by phase)");
+  }
   if (log) {
     *log << "stateflow profile: timing the linear kernel at " << shapes.size()
          << " GEMM shapes and " << cores.size() << " recurrence core(s) of " << model_names

@@ -81,7 +81,8 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& scenar
 // layer kind, one tensor rank's share at parallel.tensor_size), forward,
 // input and weight gradient, at B s tokens for every chunk length s the
 // configurations produce; and, for each (kernel, head dim) of the models
-// whose recurrence core the backend times phase by phase (GDN, Mamba-3), the
+// whose recurrence core the backend times phase by phase (every family: GDN
+// and DeltaNet, Mamba-3, KDA), the
 // core's forward and backward (Pre + ST + Out, the backward with its replay:
 // LayerTimer::TimePhasesOnce) at every chunk length, at the cost model's
 // core FLOPs (models::RecurrenceCoreFlops). Each the median of the

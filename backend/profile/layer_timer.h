@@ -123,8 +123,8 @@ class LayerTimer {
 };
 
 // Whether LayerTimer::TimePhasesOnce applies to `model`'s recurrence layers
-// (a family whose core the backend runs phase by phase: GDN, Mamba-3, their
-// hybrids), without building a timer.
+// (a family of backend/model/layer_family.h: GDN and DeltaNet, Mamba-3,
+// KDA, and their hybrids), without building a timer.
 bool HasCorePhases(const pb::ModelSpec& model);
 
 // Seconds of each kept repetition, in run order.
