@@ -10,6 +10,7 @@
 #include "backend/profile/link_timer.h"
 #include "backend/profile/profiler.h"
 #include "backend/threading.h"
+#include "common/quantile.h"
 #include "backend/train/train_setup.h"
 #include "models/family.h"
 #include "models/layer_formulas.h"
@@ -331,13 +332,6 @@ Result<pb::CostTable> ProfileForConfigs(const scenario::ResolvedScenario& resolv
   return table;
 }
 
-// The median of `v` (not empty).
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // The recurrence core of `model` (Pre + ST + Out, forward and backward with
 // its replay: LayerTimer::TimePhasesOnce) at B s tokens: the median seconds
 // of each pass.
@@ -356,7 +350,7 @@ Result<std::pair<double, double>> TimeCore(const pb::ModelSpec& model, int B, st
     forward.push_back(p.forward[0] + p.forward[1] + p.forward[2]);
     backward.push_back(p.backward[0] + p.backward[1] + p.backward[2]);
   }
-  return std::pair{Median(forward), Median(backward)};
+  return std::pair{Quantile(forward, 0.5), Quantile(backward, 0.5)};
 }
 
 Result<pb::ClusterSpec> MeasureKernelCosts(const scenario::ResolvedScenario& resolved,
@@ -459,7 +453,7 @@ Result<pb::ClusterSpec> MeasureKernelCosts(const scenario::ResolvedScenario& res
                                      : backend::TimeLinear<float>(device, shape, timing);
     if (!seconds.ok()) return seconds.status();
     pb::GemmPoint* point = costs->add_gemm();
-    *point = backend::GemmPointOf(shape, Median(*seconds), dtype);
+    *point = backend::GemmPointOf(shape, Quantile(*seconds, 0.5), dtype);
     point->set_source(0);
     if (log && isatty(STDERR_FILENO)) bar.Update(++done, total);
   }

@@ -37,6 +37,25 @@ std::vector<std::string> ScenarioFiles() {
   return out;
 }
 
+// The .textproto files under `folder` of the repository, recursively.
+std::vector<std::filesystem::path> TextprotosUnder(const std::string& folder) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(std::filesystem::path(SF_SOURCE_DIR) / folder)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".textproto") {
+      out.push_back(entry.path());
+    }
+  }
+  return out;
+}
+
+std::string ReadText(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 TEST(Scenarios, EveryFileResolvesAndItsSweepExpands) {
   const std::vector<std::string> files = ScenarioFiles();
   int paper = 0;
@@ -61,24 +80,17 @@ TEST(Scenarios, EveryFileResolvesAndItsSweepExpands) {
 // GPU kit's output, issue 29) loads for replay and names the device it ran
 // on; its folder's env.txt names the GPU and the driver.
 TEST(Scenarios, MeasuredCostTablesLoadAndNameTheirDevice) {
-  const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios/measured";
   int tables = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
-    if (!entry.is_regular_file() || entry.path().extension() != ".textproto") continue;
-    SCOPED_TRACE(entry.path().string());
-    std::ifstream in(entry.path());
-    std::stringstream text;
-    text << in.rdbuf();
+  for (const std::filesystem::path& path : TextprotosUnder("scenarios/measured")) {
+    SCOPED_TRACE(path.string());
     pb::CostTable table;
-    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text.str(), &table));
-    Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(table, entry.path().string());
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(ReadText(path), &table));
+    Result<sim::CostTableIndex> index = sim::CostTableIndex::Make(table, path.string());
     EXPECT_TRUE(index.ok()) << index.status().message();
     EXPECT_EQ(table.device().rfind("cuda:", 0), 0u) << table.device();
     EXPECT_FALSE(table.provenance().git_commit().empty());
-    std::ifstream env(entry.path().parent_path() / "env.txt");
-    std::stringstream env_text;
-    env_text << env.rdbuf();
-    EXPECT_NE(env_text.str().find("NVIDIA"), std::string::npos) << "env.txt names no GPU";
+    EXPECT_NE(ReadText(path.parent_path() / "env.txt").find("NVIDIA"), std::string::npos)
+        << "env.txt names no GPU";
     ++tables;
   }
   EXPECT_GT(tables, 0);
@@ -87,16 +99,11 @@ TEST(Scenarios, MeasuredCostTablesLoadAndNameTheirDevice) {
 // Every cluster file (scenarios/clusters/: measured kernel-cost tables,
 // profile --kernel-costs) is a valid cluster whose tables name their source.
 TEST(Scenarios, ClusterFilesAreValidClustersWithSourcedTables) {
-  const std::filesystem::path root = std::filesystem::path(SF_SOURCE_DIR) / "scenarios/clusters";
   int clusters = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
-    if (!entry.is_regular_file() || entry.path().extension() != ".textproto") continue;
-    SCOPED_TRACE(entry.path().string());
-    std::ifstream in(entry.path());
-    std::stringstream text;
-    text << in.rdbuf();
+  for (const std::filesystem::path& path : TextprotosUnder("scenarios/clusters")) {
+    SCOPED_TRACE(path.string());
     pb::ClusterSpec cluster;
-    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text.str(), &cluster));
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(ReadText(path), &cluster));
     EXPECT_TRUE(models::ValidateCluster(cluster).ok()) << models::ValidateCluster(cluster).message();
     EXPECT_GT(cluster.kernel_costs().gemm_size(), 0);
     ASSERT_GT(cluster.kernel_costs().sources_size(), 0);
